@@ -1,0 +1,64 @@
+# stackstream: see README.md. Every target works on a fresh clone.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+export GOFLAGS ?= -buildvcs=false
+
+BIN := bin
+# Every module of the workspace (go test ./... at a go.work root without a
+# root module matches nothing, so iterate them).
+MODULES := $(shell go list -m -f '{{.Dir}}' 2>/dev/null | sed "s|^$(CURDIR)/||")
+PKGS := $(addsuffix /...,$(addprefix ./,$(MODULES)))
+BINARIES := \
+	services/agent/cmd/stackstream-agent \
+	services/symbolizer/cmd/stackstream-symbolizer \
+	services/indexer/cmd/stackstream-indexer \
+	services/rollup/cmd/stackstream-rollup \
+	services/query/cmd/stackstream-query \
+	services/ctl/cmd/stackctl
+# Binaries whose main package exists so far.
+BUILDABLE := $(foreach b,$(BINARIES),$(if $(wildcard $(b)/main.go),$(b)))
+
+.PHONY: up down status run build test e2e bench generate lint fuzz clean
+
+up: ## start local Kafka + OpenSearch on 127.0.0.1 (downloads once)
+	deploy/local/up.sh
+
+down: ## stop them
+	deploy/local/down.sh
+
+status: ## show whether they run
+	deploy/local/status.sh
+
+build: ## binaries into bin/
+	@mkdir -p $(BIN)
+	@for b in $(BUILDABLE); do echo "build $$(basename $$b)"; go build -o $(BIN)/$$(basename $$b) ./$$b; done
+
+run: build up ## the whole pipeline on this host
+	deploy/local/run.sh
+
+# Packages run one at a time: integration tests share one broker and one node,
+# and some of them cut connections or stop services on purpose.
+test: ## every module's tests (integration tests need make up; CI=true makes missing services fail)
+	go test -p 1 -count=1 -timeout 60m $(PKGS)
+
+e2e: build ## end-to-end suite against the running local stack
+	go test -count=1 -v ./e2e/...
+
+bench: build ## benchmarks: go test -bench plus the harnesses that print tables
+	go test -run '^$$' -bench . -benchmem -count=1 $(PKGS)
+	@for h in services/*/bench/run.sh; do [ -x "$$h" ] && { echo "== $$h"; "$$h"; } || true; done
+
+generate: ## rebuild bpf2go output (needs clang, llvm, libbpf-dev)
+	cd bpf && go generate ./...
+
+lint:
+	go vet $(PKGS)
+	@test -z "$$(gofmt -l $(MODULES))" || { gofmt -l $(MODULES); exit 1; }
+
+fuzz: ## a short run of every fuzz target
+	@for m in $(MODULES); do (cd $$m && for p in $$(go list ./...); do \
+		for f in $$(go test -list '^Fuzz' $$p | grep '^Fuzz' || true); do \
+			echo "fuzz $$p $$f"; go test -run '^$$' -fuzz "^$$f$$" -fuzztime 10s $$p; done; done); done
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,3 @@
+module github.com/stackstream/stackstream/bpf
+
+go 1.26

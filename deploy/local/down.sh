@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Stop the local Kafka and OpenSearch started by up.sh (make down). Idempotent.
+# Data stays in the state dir (.run/); delete it for a clean slate.
+set -euo pipefail
+export SCRIPT_NAME=down
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+# Both at once: each may take a few seconds to shut down cleanly.
+"$LOCAL_DIR/opensearch.sh" stop &
+"$LOCAL_DIR/kafka.sh" stop &
+rc=0
+wait %1 || rc=1
+wait %2 || rc=1
+exit $rc

@@ -1,0 +1,3 @@
+module github.com/stackstream/stackstream/e2e
+
+go 1.26

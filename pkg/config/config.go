@@ -1,0 +1,86 @@
+// Package config loads a service's settings from STACKSTREAM_* environment
+// variables (and a .env file), prints them with -h, and turns bad values into
+// one clear line naming the variable.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+
+	"github.com/joho/godotenv"
+	"github.com/kelseyhightower/envconfig"
+)
+
+// Prefix of every variable.
+const Prefix = "STACKSTREAM"
+
+// ErrHelp is returned when -h was asked for and usage has been printed.
+var ErrHelp = errors.New("help requested")
+
+// Validator is implemented by configs with checks beyond parsing.
+type Validator interface {
+	Validate() error
+}
+
+// Load fills spec (a pointer to a struct with envconfig tags). Variables
+// already in the environment win over the .env file in the working directory.
+// With -h or --help in args it prints every variable with its default to out
+// and returns ErrHelp.
+func Load(spec any, args []string, out io.Writer) error {
+	for _, a := range args {
+		if a == "-h" || a == "-help" || a == "--help" {
+			if err := Usage(spec, out); err != nil {
+				return err
+			}
+			return ErrHelp
+		}
+	}
+	if err := loadDotEnv(".env"); err != nil {
+		return err
+	}
+	if err := envconfig.Process(Prefix, spec); err != nil {
+		var perr *envconfig.ParseError
+		if errors.As(err, &perr) {
+			return fmt.Errorf("config: %s=%q is not a valid %s: %v", perr.KeyName, perr.Value, perr.TypeName, perr.Err)
+		}
+		return fmt.Errorf("config: %w", err)
+	}
+	if v, ok := spec.(Validator); ok {
+		if err := v.Validate(); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+	}
+	return nil
+}
+
+// loadDotEnv sets the variables of path that are not already set.
+func loadDotEnv(path string) error {
+	vars, err := godotenv.Read(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("config: read %s: %w", path, err)
+	}
+	for k, v := range vars {
+		if _, set := os.LookupEnv(k); !set {
+			os.Setenv(k, v)
+		}
+	}
+	return nil
+}
+
+// Usage prints a table of the variables of spec.
+func Usage(spec any, out io.Writer) error {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "Environment variables (also read from ./.env):")
+	fmt.Fprintln(tw, "VARIABLE\tTYPE\tDEFAULT\tREQUIRED\tDESCRIPTION")
+	format := "{{range .}}{{usage_key .}}\t{{usage_type .}}\t{{usage_default .}}\t{{usage_required .}}\t{{usage_description .}}\n{{end}}"
+	if err := envconfig.Usagef(Prefix, spec, tw, format); err != nil {
+		return fmt.Errorf("config usage: %w", err)
+	}
+	return tw.Flush()
+}

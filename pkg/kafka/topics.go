@@ -1,0 +1,66 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/stackstream/stackstream/schemas/record"
+)
+
+// TopicSpec describes a topic stackctl creates.
+type TopicSpec struct {
+	Name              string
+	Partitions        int32
+	ReplicationFactor int16
+	Configs           map[string]*string
+}
+
+// DebuginfoMaxMessageBytes lets a debuginfo value up to the schema's bound
+// through, with room for headers.
+const DebuginfoMaxMessageBytes = 16 << 20
+
+// Specs returns the four topics of the contract.
+func Specs(t record.Topics, partitions int32, replication int16) []TopicSpec {
+	str := func(s string) *string { return &s }
+	return []TopicSpec{
+		{Name: t.ProfilesRaw, Partitions: partitions, ReplicationFactor: replication},
+		{Name: t.ProfilesSymbolized, Partitions: partitions, ReplicationFactor: replication},
+		{Name: t.Debuginfo, Partitions: partitions, ReplicationFactor: replication, Configs: map[string]*string{
+			"cleanup.policy":    str("compact"),
+			"max.message.bytes": str(strconv.Itoa(DebuginfoMaxMessageBytes)),
+		}},
+		{Name: t.DLQ, Partitions: partitions, ReplicationFactor: replication},
+	}
+}
+
+// TopicResult says what EnsureTopics did with one topic.
+type TopicResult struct {
+	Name    string
+	Created bool
+}
+
+// EnsureTopics creates the topics that do not exist yet; existing ones are
+// left as they are, so it is safe to run any number of times.
+func EnsureTopics(ctx context.Context, adm *kadm.Client, specs []TopicSpec) ([]TopicResult, error) {
+	out := make([]TopicResult, 0, len(specs))
+	for _, s := range specs {
+		resp, err := adm.CreateTopic(ctx, s.Partitions, s.ReplicationFactor, s.Configs, s.Name)
+		if err == nil {
+			err = resp.Err
+		}
+		switch {
+		case err == nil:
+			out = append(out, TopicResult{Name: s.Name, Created: true})
+		case errors.Is(err, kerr.TopicAlreadyExists):
+			out = append(out, TopicResult{Name: s.Name})
+		default:
+			return out, fmt.Errorf("create topic %s: %w", s.Name, err)
+		}
+	}
+	return out, nil
+}

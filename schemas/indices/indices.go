@@ -1,0 +1,216 @@
+// Package indices is the OpenSearch contract (see schemas/opensearch.md): index
+// templates, index names chosen by event time, document shapes and their
+// deterministic IDs.
+package indices
+
+import (
+	"crypto/sha256"
+	"embed"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+//go:embed templates/*.json
+var templateFS embed.FS
+
+// Index names and prefixes.
+const (
+	StacksIndex   = "stackstream-stacks"
+	SamplesPrefix = "stackstream-samples-"
+	RollupsPrefix = "stackstream-rollups-"
+	// SamplesPattern and RollupsPattern match every daily/monthly index.
+	SamplesPattern = SamplesPrefix + "*"
+	RollupsPattern = RollupsPrefix + "*"
+)
+
+// Template names, as stored under _index_template.
+const (
+	TemplateStacks  = "stackstream-stacks"
+	TemplateSamples = "stackstream-samples"
+	TemplateRollups = "stackstream-rollups"
+)
+
+// SamplesIndex is the daily samples index holding events at t.
+func SamplesIndex(t time.Time) string { return SamplesPrefix + t.UTC().Format("2006.01.02") }
+
+// RollupsIndex is the monthly rollups index holding windows starting at t.
+func RollupsIndex(t time.Time) string { return RollupsPrefix + t.UTC().Format("2006.01") }
+
+// IndexTime parses the date out of a daily or monthly index name, so retention
+// can delete whole indices by age.
+func IndexTime(index string) (time.Time, bool) {
+	switch {
+	case strings.HasPrefix(index, SamplesPrefix):
+		t, err := time.Parse("2006.01.02", strings.TrimPrefix(index, SamplesPrefix))
+		return t, err == nil
+	case strings.HasPrefix(index, RollupsPrefix):
+		t, err := time.Parse("2006.01", strings.TrimPrefix(index, RollupsPrefix))
+		return t, err == nil
+	}
+	return time.Time{}, false
+}
+
+// Settings overrides the index settings of the templates.
+type Settings struct {
+	Shards          int    // 0 keeps the template's
+	Replicas        int    // -1 keeps the template's
+	RefreshInterval string // "" keeps the template's
+}
+
+// Template is one index template ready to PUT to _index_template/{Name}.
+type Template struct {
+	Name string
+	Body []byte
+}
+
+// Templates returns the three index templates with s applied.
+func Templates(s Settings) ([]Template, error) {
+	files := []struct{ name, file string }{
+		{TemplateStacks, "templates/stacks.json"},
+		{TemplateSamples, "templates/samples.json"},
+		{TemplateRollups, "templates/rollups.json"},
+	}
+	out := make([]Template, 0, len(files))
+	for _, f := range files {
+		raw, err := templateFS.ReadFile(f.file)
+		if err != nil {
+			return nil, fmt.Errorf("read template %s: %w", f.file, err)
+		}
+		var doc map[string]any
+		if err := json.Unmarshal(raw, &doc); err != nil {
+			return nil, fmt.Errorf("parse template %s: %w", f.file, err)
+		}
+		idx := doc["template"].(map[string]any)["settings"].(map[string]any)["index"].(map[string]any)
+		if s.Shards > 0 {
+			idx["number_of_shards"] = s.Shards
+		}
+		if s.Replicas >= 0 {
+			idx["number_of_replicas"] = s.Replicas
+		}
+		if s.RefreshInterval != "" {
+			idx["refresh_interval"] = s.RefreshInterval
+		}
+		body, err := json.Marshal(doc)
+		if err != nil {
+			return nil, fmt.Errorf("encode template %s: %w", f.name, err)
+		}
+		out = append(out, Template{Name: f.name, Body: body})
+	}
+	return out, nil
+}
+
+// DefaultSettings keeps every template setting as written.
+var DefaultSettings = Settings{Replicas: -1}
+
+// Frame is one symbolized stack frame.
+type Frame struct {
+	Function string `json:"function"`
+	File     string `json:"file,omitempty"`
+	Line     int64  `json:"line,omitempty"`
+	Binary   string `json:"binary,omitempty"`
+}
+
+// StackDoc is a document of stackstream-stacks. Frames are leaf first, as in pprof.
+type StackDoc struct {
+	Timestamp time.Time `json:"@timestamp"`
+	Frames    []Frame   `json:"frames"`
+	Functions []string  `json:"functions"`
+	Leaf      string    `json:"leaf"`
+	Depth     int       `json:"depth"`
+}
+
+// SampleDoc is a document of stackstream-samples-YYYY.MM.DD.
+type SampleDoc struct {
+	Timestamp time.Time         `json:"@timestamp"`
+	Type      string            `json:"type"`
+	Host      string            `json:"host"`
+	Service   string            `json:"service"`
+	StackID   string            `json:"stack_id,omitempty"`
+	Value     int64             `json:"value"`
+	Count     int64             `json:"count,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+}
+
+// Rollup kinds and resolutions.
+const (
+	KindService  = "service"
+	KindFunction = "function"
+	KindStack    = "stack"
+
+	ResolutionMinute = "1m"
+	ResolutionHour   = "1h"
+)
+
+// RollupDoc is a document of stackstream-rollups-YYYY.MM.
+type RollupDoc struct {
+	Timestamp  time.Time `json:"@timestamp"`
+	Resolution string    `json:"resolution"`
+	Kind       string    `json:"kind"`
+	Type       string    `json:"type"`
+	Service    string    `json:"service"`
+	Host       string    `json:"host,omitempty"`
+	Function   string    `json:"function,omitempty"`
+	StackID    string    `json:"stack_id,omitempty"`
+	Value      int64     `json:"value,omitempty"`
+	Self       int64     `json:"self,omitempty"`
+	Total      int64     `json:"total,omitempty"`
+	Samples    int64     `json:"samples,omitempty"`
+	Cores      float64   `json:"cores,omitempty"`
+	MemAvg     float64   `json:"mem_avg,omitempty"`
+	MemMax     int64     `json:"mem_max,omitempty"`
+}
+
+// hashID is a short, URL-safe, deterministic ID of parts (96 bits: collisions
+// are negligible at fleet scale, and short IDs keep the samples index small).
+func hashID(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:12])
+}
+
+// StackID is the _id of a stack: a hash of its frames, leaf first.
+func StackID(frames []Frame) string {
+	parts := make([]string, 0, len(frames)*4)
+	for _, f := range frames {
+		parts = append(parts, f.Function, f.File, strconv.FormatInt(f.Line, 10), f.Binary)
+	}
+	return hashID(parts...)
+}
+
+// SampleID is the _id of a sample document: one per (profile, stack, label
+// set), where a profile is identified by host, type and its own time.
+func SampleID(host, profileType string, profileTime time.Time, stackID string, labels map[string]string) string {
+	parts := []string{host, profileType, strconv.FormatInt(profileTime.UnixNano(), 10), stackID}
+	parts = append(parts, sortedLabels(labels)...)
+	return hashID(parts...)
+}
+
+// RollupID is the _id of a rollup document for one window and key.
+func RollupID(d *RollupDoc) string {
+	return hashID(d.Resolution, d.Kind, d.Type, strconv.FormatInt(d.Timestamp.Unix(), 10), d.Service, d.Host, d.Function, d.StackID)
+}
+
+func sortedLabels(l map[string]string) []string {
+	keys := make([]string, 0, len(l))
+	for k := range l {
+		keys = append(keys, k)
+	}
+	// Insertion sort: label sets are small.
+	for i := 1; i < len(keys); i++ {
+		for j := i; j > 0 && keys[j] < keys[j-1]; j-- {
+			keys[j], keys[j-1] = keys[j-1], keys[j]
+		}
+	}
+	out := make([]string, 0, 2*len(keys))
+	for _, k := range keys {
+		out = append(out, k, l[k])
+	}
+	return out
+}

@@ -1,0 +1,48 @@
+package record
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io"
+
+	"github.com/google/pprof/profile"
+)
+
+// MaxProfileBytes bounds the decompressed size of one profile, so a hostile or
+// broken record cannot exhaust a consumer's memory.
+const MaxProfileBytes = 64 << 20
+
+// EncodeProfile serializes p as gzip-compressed pprof, the record value format.
+func EncodeProfile(p *profile.Profile) ([]byte, error) {
+	var buf bytes.Buffer
+	// profile.Write gzips its output.
+	if err := p.Write(&buf); err != nil {
+		return nil, fmt.Errorf("encode profile: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// DecodeProfile parses a record value. It rejects values that are not gzip,
+// decompress beyond MaxProfileBytes, or are not valid pprof.
+func DecodeProfile(value []byte) (*profile.Profile, error) {
+	if !isGzip(value) {
+		return nil, ErrNotGzip
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(value))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotGzip, err)
+	}
+	raw, err := io.ReadAll(io.LimitReader(zr, MaxProfileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotGzip, err)
+	}
+	if len(raw) > MaxProfileBytes {
+		return nil, fmt.Errorf("%w: decompressed beyond %d bytes", ErrTooLarge, MaxProfileBytes)
+	}
+	p, err := profile.ParseUncompressed(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotPprof, err)
+	}
+	return p, nil
+}

@@ -1,0 +1,3 @@
+module github.com/stackstream/stackstream/services/agent
+
+go 1.26

@@ -1,0 +1,3 @@
+module github.com/stackstream/stackstream/services/ctl
+
+go 1.26

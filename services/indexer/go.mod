@@ -1,0 +1,3 @@
+module github.com/stackstream/stackstream/services/indexer
+
+go 1.26

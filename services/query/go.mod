@@ -1,0 +1,3 @@
+module github.com/stackstream/stackstream/services/query
+
+go 1.26

@@ -1,0 +1,3 @@
+module github.com/stackstream/stackstream/services/rollup
+
+go 1.26

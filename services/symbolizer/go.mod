@@ -1,0 +1,3 @@
+module github.com/stackstream/stackstream/services/symbolizer
+
+go 1.26
