@@ -74,7 +74,7 @@ port_owner() {
     pid=$(ss -Hltnp "sport = :$1" 2>/dev/null | grep -o 'pid=[0-9]*' | head -n1 | cut -d= -f2)
   fi
   if [[ -n ${pid:-} ]]; then
-    echo "pid $pid ($(tr '\0' ' ' </proc/"$pid"/cmdline 2>/dev/null | cut -c1-80))"
+    echo "pid $pid ($(tr '\0' ' ' </proc/"$pid"/cmdline 2>/dev/null | cut -c1-80 | sed 's/ *$//'))"
   else
     echo "another process"
   fi

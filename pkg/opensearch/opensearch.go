@@ -122,10 +122,10 @@ type TemplateResult struct {
 	Action string // "created", "updated" or "unchanged"
 }
 
-// ApplyTemplates puts the index templates, leaving a template alone when the
+// ApplyTemplates puts the index templates for the names under prefix, leaving a template alone when the
 // stored one carries the same checksum, so repeated runs change nothing.
-func ApplyTemplates(ctx context.Context, cl *opensearchapi.Client, s indices.Settings) ([]TemplateResult, error) {
-	tpls, err := indices.Templates(s)
+func ApplyTemplates(ctx context.Context, cl *opensearchapi.Client, prefix string, s indices.Settings) ([]TemplateResult, error) {
+	tpls, err := indices.Names{Prefix: prefix}.Templates(s)
 	if err != nil {
 		return nil, err
 	}
@@ -196,4 +196,21 @@ func truncate(b []byte, n int) string {
 		return string(b[:n]) + "..."
 	}
 	return string(b)
+}
+
+// IndexConfig is the index naming and settings shared by writers, read from
+// STACKSTREAM_OPENSEARCH_INDEX_* when embedded as `Index opensearch.IndexConfig `envconfig:"OPENSEARCH_INDEX"“.
+type IndexConfig struct {
+	Prefix          string `envconfig:"PREFIX" default:"stackstream-" desc:"prefix of every index and template name"`
+	Shards          int    `envconfig:"SHARDS" default:"1" desc:"primary shards per index"`
+	Replicas        int    `envconfig:"REPLICAS" default:"0" desc:"replicas per index"`
+	RefreshInterval string `envconfig:"REFRESH_INTERVAL" default:"5s" desc:"index refresh interval"`
+}
+
+// Names are the index names under the prefix.
+func (c IndexConfig) Names() indices.Names { return indices.Names{Prefix: c.Prefix} }
+
+// Settings are the template settings.
+func (c IndexConfig) Settings() indices.Settings {
+	return indices.Settings{Shards: c.Shards, Replicas: c.Replicas, RefreshInterval: c.RefreshInterval}
 }

@@ -17,38 +17,51 @@ import (
 //go:embed templates/*.json
 var templateFS embed.FS
 
-// Index names and prefixes.
+// DefaultPrefix starts every index and template name. Tests and tenants
+// sharing one cluster use their own prefix.
+const DefaultPrefix = "stackstream-"
+
+// Index kinds, appended to the prefix.
 const (
-	StacksIndex   = "stackstream-stacks"
-	SamplesPrefix = "stackstream-samples-"
-	RollupsPrefix = "stackstream-rollups-"
-	// SamplesPattern and RollupsPattern match every daily/monthly index.
-	SamplesPattern = SamplesPrefix + "*"
-	RollupsPattern = RollupsPrefix + "*"
+	stacksName  = "stacks"
+	samplesName = "samples"
+	rollupsName = "rollups"
 )
 
-// Template names, as stored under _index_template.
-const (
-	TemplateStacks  = "stackstream-stacks"
-	TemplateSamples = "stackstream-samples"
-	TemplateRollups = "stackstream-rollups"
-)
+// Names derives every index, pattern and template name from one prefix.
+type Names struct{ Prefix string }
 
-// SamplesIndex is the daily samples index holding events at t.
-func SamplesIndex(t time.Time) string { return SamplesPrefix + t.UTC().Format("2006.01.02") }
+// Default are the names of DESIGN.md.
+var Default = Names{Prefix: DefaultPrefix}
 
-// RollupsIndex is the monthly rollups index holding windows starting at t.
-func RollupsIndex(t time.Time) string { return RollupsPrefix + t.UTC().Format("2006.01") }
+// Stacks is the single stacks index.
+func (n Names) Stacks() string { return n.Prefix + stacksName }
+
+// Samples is the daily samples index holding events at t.
+func (n Names) Samples(t time.Time) string {
+	return n.Prefix + samplesName + "-" + t.UTC().Format("2006.01.02")
+}
+
+// Rollups is the monthly rollups index holding windows starting at t.
+func (n Names) Rollups(t time.Time) string {
+	return n.Prefix + rollupsName + "-" + t.UTC().Format("2006.01")
+}
+
+// SamplesPattern matches every daily samples index.
+func (n Names) SamplesPattern() string { return n.Prefix + samplesName + "-*" }
+
+// RollupsPattern matches every monthly rollups index.
+func (n Names) RollupsPattern() string { return n.Prefix + rollupsName + "-*" }
 
 // IndexTime parses the date out of a daily or monthly index name, so retention
 // can delete whole indices by age.
-func IndexTime(index string) (time.Time, bool) {
-	switch {
-	case strings.HasPrefix(index, SamplesPrefix):
-		t, err := time.Parse("2006.01.02", strings.TrimPrefix(index, SamplesPrefix))
+func (n Names) IndexTime(index string) (time.Time, bool) {
+	if d, ok := strings.CutPrefix(index, n.Prefix+samplesName+"-"); ok {
+		t, err := time.Parse("2006.01.02", d)
 		return t, err == nil
-	case strings.HasPrefix(index, RollupsPrefix):
-		t, err := time.Parse("2006.01", strings.TrimPrefix(index, RollupsPrefix))
+	}
+	if d, ok := strings.CutPrefix(index, n.Prefix+rollupsName+"-"); ok {
+		t, err := time.Parse("2006.01", d)
 		return t, err == nil
 	}
 	return time.Time{}, false
@@ -61,29 +74,34 @@ type Settings struct {
 	RefreshInterval string // "" keeps the template's
 }
 
+// DefaultSettings keeps every template setting as written.
+var DefaultSettings = Settings{Replicas: -1}
+
 // Template is one index template ready to PUT to _index_template/{Name}.
 type Template struct {
 	Name string
 	Body []byte
 }
 
-// Templates returns the three index templates with s applied.
-func Templates(s Settings) ([]Template, error) {
-	files := []struct{ name, file string }{
-		{TemplateStacks, "templates/stacks.json"},
-		{TemplateSamples, "templates/samples.json"},
-		{TemplateRollups, "templates/rollups.json"},
+// Templates returns the three index templates for these names with s applied.
+func (n Names) Templates(s Settings) ([]Template, error) {
+	files := []struct{ kind, pattern string }{
+		{stacksName, n.Stacks()},
+		{samplesName, n.SamplesPattern()},
+		{rollupsName, n.RollupsPattern()},
 	}
 	out := make([]Template, 0, len(files))
 	for _, f := range files {
-		raw, err := templateFS.ReadFile(f.file)
+		file := "templates/" + f.kind + ".json"
+		raw, err := templateFS.ReadFile(file)
 		if err != nil {
-			return nil, fmt.Errorf("read template %s: %w", f.file, err)
+			return nil, fmt.Errorf("read template %s: %w", file, err)
 		}
 		var doc map[string]any
 		if err := json.Unmarshal(raw, &doc); err != nil {
-			return nil, fmt.Errorf("parse template %s: %w", f.file, err)
+			return nil, fmt.Errorf("parse template %s: %w", file, err)
 		}
+		doc["index_patterns"] = []string{f.pattern}
 		idx := doc["template"].(map[string]any)["settings"].(map[string]any)["index"].(map[string]any)
 		if s.Shards > 0 {
 			idx["number_of_shards"] = s.Shards
@@ -96,15 +114,12 @@ func Templates(s Settings) ([]Template, error) {
 		}
 		body, err := json.Marshal(doc)
 		if err != nil {
-			return nil, fmt.Errorf("encode template %s: %w", f.name, err)
+			return nil, fmt.Errorf("encode template %s: %w", file, err)
 		}
-		out = append(out, Template{Name: f.name, Body: body})
+		out = append(out, Template{Name: n.Prefix + f.kind, Body: body})
 	}
 	return out, nil
 }
-
-// DefaultSettings keeps every template setting as written.
-var DefaultSettings = Settings{Replicas: -1}
 
 // Frame is one symbolized stack frame.
 type Frame struct {

@@ -7,7 +7,7 @@ import (
 )
 
 func TestTemplatesApplySettings(t *testing.T) {
-	ts, err := Templates(Settings{Shards: 3, Replicas: 1, RefreshInterval: "30s"})
+	ts, err := Default.Templates(Settings{Shards: 3, Replicas: 1, RefreshInterval: "30s"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,13 +34,13 @@ func TestTemplatesApplySettings(t *testing.T) {
 
 func TestIndexNames(t *testing.T) {
 	ts := time.Date(2026, 11, 30, 23, 59, 0, 0, time.FixedZone("x", -3600))
-	if got := SamplesIndex(ts); got != "stackstream-samples-2026.12.01" {
+	if got := Default.Samples(ts); got != "stackstream-samples-2026.12.01" {
 		t.Errorf("SamplesIndex = %s", got)
 	}
-	if got := RollupsIndex(ts); got != "stackstream-rollups-2026.12" {
+	if got := Default.Rollups(ts); got != "stackstream-rollups-2026.12" {
 		t.Errorf("RollupsIndex = %s", got)
 	}
-	if tm, ok := IndexTime("stackstream-samples-2026.12.01"); !ok || tm.Day() != 1 {
+	if tm, ok := (Names{Prefix: "t1-"}).IndexTime("t1-samples-2026.12.01"); !ok || tm.Day() != 1 {
 		t.Errorf("IndexTime = %v %v", tm, ok)
 	}
 }
