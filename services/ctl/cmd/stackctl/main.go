@@ -1,0 +1,79 @@
+// stackctl sets up and inspects a stackstream deployment: topics and index
+// templates (init), the state of Kafka and OpenSearch (status), and replays
+// of a consumer group from a point in time (replay).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/stackstream/stackstream/pkg/config"
+	"github.com/stackstream/stackstream/pkg/kafka"
+	"github.com/stackstream/stackstream/pkg/opensearch"
+	"github.com/stackstream/stackstream/services/ctl/internal/ctl"
+)
+
+const usage = `usage: stackctl <command> [flags]
+
+commands:
+  init     create the Kafka topics and apply the OpenSearch index templates (idempotent)
+  status   brokers, topics with partitions and group lag, OpenSearch health, indices
+  replay   reset a consumer group to a point in time: stackctl replay -h
+
+Settings are STACKSTREAM_* environment variables (also read from ./.env);
+stackctl -h lists them.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if errors.Is(err, config.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "stackctl:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Print(usage)
+		var cfg ctl.Config
+		config.Usage(&cfg, os.Stdout)
+		return config.ErrHelp
+	}
+	cmd, rest := args[0], args[1:]
+	var cfg ctl.Config
+	if err := config.Load(&cfg, rest, os.Stdout); err != nil {
+		return err
+	}
+	switch cmd {
+	case "init", "status":
+		cl, err := kafka.NewClient(ctx, cfg.Kafka)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		adm := kadm.NewClient(cl)
+		osc, err := opensearch.NewClient(ctx, cfg.OpenSearch)
+		if err != nil {
+			return err
+		}
+		if cmd == "init" {
+			return ctl.Init(ctx, cfg, adm, osc, os.Stdout)
+		}
+		return ctl.Status(ctx, cfg, adm, osc, os.Stdout)
+	case "replay":
+		return runReplay(ctx, cfg, rest)
+	default:
+		return fmt.Errorf("unknown command %q: run stackctl -h", cmd)
+	}
+}
