@@ -1,0 +1,7 @@
+// Package profiler holds the eBPF CPU sampler: the C program and its bpf2go
+// output (committed, so building the agent needs no clang).
+package profiler
+
+// The include path adds the multiarch directory where Debian keeps asm/types.h
+// for the UAPI headers.
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go@v0.22.0 -cc clang -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target amd64 -type sample_key -type sample_value Profile profile.bpf.c
