@@ -1,0 +1,278 @@
+// Package sampler runs the eBPF CPU sampler: it loads the program, attaches
+// it to a software CPU clock perf event on every online CPU, and drains the
+// idle map generation on demand.
+package sampler
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+
+	"github.com/stackstream/stackstream/bpf/profiler"
+)
+
+// Config sizes the sampler.
+type Config struct {
+	Frequency  int // samples per second per CPU
+	CountsSize int // distinct (pid, stacks, comm) keys per generation
+	StacksSize int // distinct stacks per generation
+}
+
+// Sample is the count of one (process, user stack, kernel stack).
+type Sample struct {
+	PID         int
+	Comm        string
+	User        []uint64 // innermost first; nil when unavailable
+	Kernel      []uint64
+	Count       uint64
+	PeriodNanos uint64 // CPU time: the sum of sampling periods
+}
+
+// Counters are cumulative since start.
+type Counters struct {
+	Samples           uint64
+	UserStackErrors   uint64
+	KernelStackErrors uint64
+	CountsFull        uint64
+}
+
+// Sampler owns the BPF objects and perf events.
+type Sampler struct {
+	log   *slog.Logger
+	cfg   Config
+	objs  profiler.ProfileObjects
+	links []link.Link
+	fds   []int
+
+	mu  sync.Mutex // serializes Drain
+	gen uint32     // generation currently recording
+}
+
+// New loads the program and starts sampling on every online CPU.
+func New(log *slog.Logger, cfg Config) (*Sampler, error) {
+	if cfg.Frequency <= 0 || cfg.Frequency > 10000 {
+		return nil, fmt.Errorf("sampling frequency %d Hz: use 1..10000", cfg.Frequency)
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		// Kernels with memcg accounting (5.11+) do not need it; some
+		// sandboxes forbid it even for root.
+		log.Debug("raise memlock rlimit", "err", err)
+	}
+	spec, err := profiler.LoadProfile()
+	if err != nil {
+		return nil, fmt.Errorf("load bpf spec: %w", err)
+	}
+	for _, name := range []string{profiler.ProfileMapCounts0, profiler.ProfileMapCounts1} {
+		spec.Maps[name].MaxEntries = uint32(cfg.CountsSize)
+	}
+	for _, name := range []string{profiler.ProfileMapStacks0, profiler.ProfileMapStacks1} {
+		spec.Maps[name].MaxEntries = uint32(cfg.StacksSize)
+	}
+	s := &Sampler{log: log, cfg: cfg}
+	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("load bpf objects: %+v", ve)
+		}
+		return nil, fmt.Errorf("load bpf objects: %w", err)
+	}
+	cpus, err := onlineCPUs()
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	for _, cpu := range cpus {
+		if err := s.attach(cpu); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func (s *Sampler) attach(cpu int) error {
+	attr := unix.PerfEventAttr{
+		Type:   unix.PERF_TYPE_SOFTWARE,
+		Config: unix.PERF_COUNT_SW_CPU_CLOCK,
+		Size:   uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
+		Sample: uint64(s.cfg.Frequency),
+		Bits:   unix.PerfBitFreq | unix.PerfBitDisabled,
+	}
+	fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("open cpu-clock perf event on cpu %d: %w", cpu, err)
+	}
+	s.fds = append(s.fds, fd)
+	l, err := link.AttachRawLink(link.RawLinkOptions{Target: fd, Program: s.objs.ProfileCpu, Attach: ebpf.AttachPerfEvent})
+	if err != nil {
+		return fmt.Errorf("attach bpf program to perf event on cpu %d: %w", cpu, err)
+	}
+	s.links = append(s.links, l)
+	if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_ENABLE, 0); err != nil {
+		return fmt.Errorf("enable perf event on cpu %d: %w", cpu, err)
+	}
+	return nil
+}
+
+// onlineCPUs parses /sys/devices/system/cpu/online ("0-3,5").
+func onlineCPUs() ([]int, error) {
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return nil, fmt.Errorf("read online cpus: %w", err)
+	}
+	return ParseCPUList(string(b))
+}
+
+// ParseCPUList parses a kernel CPU list such as "0-3,5".
+func ParseCPUList(s string) ([]int, error) {
+	var cpus []int
+	for _, part := range strings.Split(strings.TrimSpace(s), ",") {
+		if part == "" {
+			continue
+		}
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return nil, fmt.Errorf("parse cpu list %q: %w", s, err)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil {
+				return nil, fmt.Errorf("parse cpu list %q: %w", s, err)
+			}
+		}
+		if b < a || b-a > 1<<16 {
+			return nil, fmt.Errorf("parse cpu list %q: bad range %q", s, part)
+		}
+		for c := a; c <= b; c++ {
+			cpus = append(cpus, c)
+		}
+	}
+	if len(cpus) == 0 {
+		return nil, fmt.Errorf("parse cpu list %q: no cpus", s)
+	}
+	return cpus, nil
+}
+
+// Drain flips the generation and returns the samples of the one that was
+// recording, leaving its maps empty for the next flip.
+func (s *Sampler) Drain() (samples []Sample, entries int, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	idle := s.gen
+	s.gen ^= 1
+	if err := s.objs.Generation.Put(uint32(0), s.gen); err != nil {
+		return nil, 0, fmt.Errorf("flip generation: %w", err)
+	}
+	// A program that read the old generation just before the flip may still
+	// be writing; BPF programs run for microseconds.
+	time.Sleep(2 * time.Millisecond)
+	counts, stacks := s.objs.Counts0, s.objs.Stacks0
+	if idle == 1 {
+		counts, stacks = s.objs.Counts1, s.objs.Stacks1
+	}
+
+	var (
+		key   profiler.ProfileSampleKey
+		val   profiler.ProfileSampleValue
+		keys  []profiler.ProfileSampleKey
+		cache = map[int32][]uint64{}
+	)
+	frames := make([]uint64, profiler.MaxStackDepth)
+	stack := func(id int32) []uint64 {
+		if id < 0 {
+			return nil
+		}
+		if st, ok := cache[id]; ok {
+			return st
+		}
+		var st []uint64
+		if err := stacks.Lookup(uint32(id), &frames); err == nil {
+			for _, pc := range frames {
+				if pc == 0 {
+					break
+				}
+				st = append(st, pc)
+			}
+		}
+		cache[id] = st
+		return st
+	}
+	it := counts.Iterate()
+	for it.Next(&key, &val) {
+		keys = append(keys, key)
+		samples = append(samples, Sample{
+			PID:         int(key.Pid),
+			Comm:        commString(key.Comm),
+			User:        stack(key.UserStackId),
+			Kernel:      stack(key.KernelStackId),
+			Count:       val.Count,
+			PeriodNanos: val.PeriodNs,
+		})
+	}
+	if err := it.Err(); err != nil {
+		return samples, len(keys), fmt.Errorf("iterate counts: %w", err)
+	}
+	if _, err := counts.BatchDelete(keys, nil); err != nil {
+		for _, k := range keys {
+			counts.Delete(k)
+		}
+	}
+	for id := range cache {
+		stacks.Delete(uint32(id))
+	}
+	return samples, len(keys), nil
+}
+
+func commString(c [16]int8) string {
+	b := make([]byte, 0, len(c))
+	for _, ch := range c {
+		if ch == 0 {
+			break
+		}
+		b = append(b, byte(ch))
+	}
+	return string(bytes.ToValidUTF8(b, []byte("?")))
+}
+
+// Counters reads the cumulative counters summed over CPUs.
+func (s *Sampler) Counters() (Counters, error) {
+	var c Counters
+	dst := []*uint64{&c.Samples, &c.UserStackErrors, &c.KernelStackErrors, &c.CountsFull}
+	for i := range profiler.NumCounters {
+		var perCPU []uint64
+		if err := s.objs.Counters.Lookup(uint32(i), &perCPU); err != nil {
+			return c, fmt.Errorf("read counter %d: %w", i, err)
+		}
+		for _, v := range perCPU {
+			*dst[i] += v
+		}
+	}
+	return c, nil
+}
+
+// Close detaches from every CPU and frees the maps.
+func (s *Sampler) Close() error {
+	var errs []error
+	for _, l := range s.links {
+		errs = append(errs, l.Close())
+	}
+	for _, fd := range s.fds {
+		errs = append(errs, unix.Close(fd))
+	}
+	s.links, s.fds = nil, nil
+	errs = append(errs, s.objs.Close())
+	return errors.Join(errs...)
+}
