@@ -1,0 +1,297 @@
+package symtab
+
+import (
+	"debug/dwarf"
+	"debug/elf"
+	"debug/gosym"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+)
+
+// ErrNoSymbols means a binary carries nothing to symbolize with (stripped,
+// no DWARF, no pclntab); a source treats it as not found.
+var ErrNoSymbols = errors.New("binary has no symbols, DWARF or Go pclntab")
+
+// FromELF builds a table from an ELF executable, shared object or separate
+// debug file.
+func FromELF(r io.ReaderAt, buildID, source string) (*Table, error) {
+	ef, err := elf.NewFile(r)
+	if err != nil {
+		return nil, fmt.Errorf("read elf: %w", err)
+	}
+	defer ef.Close()
+	t := &Table{BuildID: buildID, Source: source}
+	for _, p := range ef.Progs {
+		if p.Type != elf.PT_LOAD || p.Flags&elf.PF_X == 0 {
+			continue
+		}
+		t.segments = append(t.segments, segment{
+			offset: p.Off, vaddr: p.Vaddr, filesz: p.Filesz, memsz: p.Memsz,
+			offsetKnown: p.Filesz > 0,
+		})
+	}
+	for _, load := range []func() ([]elf.Symbol, error){ef.Symbols, ef.DynamicSymbols} {
+		syms, err := load()
+		if err != nil {
+			continue // ErrNoSymbols from debug/elf: this table is absent
+		}
+		for _, s := range syms {
+			if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Value == 0 || s.Section == elf.SHN_UNDEF {
+				continue
+			}
+			t.syms = append(t.syms, symbol{addr: s.Value, end: s.Value + s.Size, name: Demangle(s.Name), sys: s.Name})
+		}
+	}
+	t.finishSymbols()
+	if d, err := ef.DWARF(); err == nil {
+		// Broken DWARF loses lines and inlines, not the symbol table.
+		_ = t.loadDWARF(d)
+	}
+	if pcln, text := ef.Section(".gopclntab"), ef.Section(".text"); pcln != nil && text != nil && pcln.Type != elf.SHT_NOBITS {
+		if data, err := pcln.Data(); err == nil {
+			if tab, err := gosym.NewTable(nil, gosym.NewLineTable(data, text.Addr)); err == nil {
+				t.gosym = &goTable{tab: tab}
+			}
+		}
+	}
+	if t.Empty() {
+		return nil, ErrNoSymbols
+	}
+	return t, nil
+}
+
+// goTable answers from the Go runtime's own pc tables, which survive
+// `go build -ldflags=-s -w`.
+type goTable struct{ tab *gosym.Table }
+
+func (g *goTable) lookup(pc uint64) []Frame {
+	fn := g.tab.PCToFunc(pc)
+	if fn == nil {
+		return nil
+	}
+	file, line, _ := g.tab.PCToLine(pc)
+	return []Frame{{Function: fn.Name, SystemName: fn.Name, File: file, Line: int64(line)}}
+}
+
+// scope is a DWARF subprogram or inlined subroutine with the inlined calls
+// inside it.
+type scope struct {
+	ranges   [][2]uint64
+	die      dwarf.Offset // where the name comes from (abstract origin for inlines)
+	name     string
+	sys      string
+	callFile string // for an inlined call: where it was called from
+	callLine int64
+	children []*scope
+}
+
+func (s *scope) contains(pc uint64) bool {
+	for _, r := range s.ranges {
+		if pc >= r[0] && pc < r[1] {
+			return true
+		}
+	}
+	return false
+}
+
+type subRange struct {
+	low, high uint64
+	node      *scope
+}
+
+// funcInfo is what a subprogram DIE says of its name.
+type funcInfo struct {
+	name, linkage string
+	spec, origin  dwarf.Offset
+}
+
+func (t *Table) loadDWARF(d *dwarf.Data) error {
+	infos := map[dwarf.Offset]funcInfo{}
+	var scopes []*scope
+	fileIdx := map[string]uint32{}
+	for _, f := range t.files {
+		fileIdx[f] = uint32(len(fileIdx))
+	}
+	r := d.Reader()
+	for {
+		cu, err := r.Next()
+		if err != nil {
+			return fmt.Errorf("read dwarf: %w", err)
+		}
+		if cu == nil {
+			break
+		}
+		if cu.Tag != dwarf.TagCompileUnit && cu.Tag != dwarf.TagPartialUnit {
+			r.SkipChildren()
+			continue
+		}
+		var files []*dwarf.LineFile
+		if lr, err := d.LineReader(cu); err == nil && lr != nil {
+			var e dwarf.LineEntry
+			for lr.Next(&e) == nil {
+				if e.EndSequence {
+					t.lines = append(t.lines, lineRow{addr: e.Address})
+					continue
+				}
+				if e.File == nil {
+					continue
+				}
+				t.lines = append(t.lines, lineRow{addr: e.Address, file: t.internFile(fileIdx, e.File.Name), line: uint32(e.Line)})
+			}
+			files = lr.Files()
+		}
+		if !cu.Children {
+			continue
+		}
+		w := &dwarfWalker{d: d, r: r, files: files, infos: infos}
+		if err := w.walk(nil, &scopes); err != nil {
+			return err
+		}
+	}
+	sort.SliceStable(t.lines, func(i, j int) bool {
+		a, b := t.lines[i], t.lines[j]
+		// An end of sequence and the start of the next one can share an
+		// address: the start must win, so it sorts last.
+		return a.addr < b.addr || (a.addr == b.addr && a.line == 0 && b.line != 0)
+	})
+	var resolve func(s *scope)
+	resolve = func(s *scope) {
+		s.name, s.sys = funcName(infos, s.die)
+		for _, c := range s.children {
+			resolve(c)
+		}
+	}
+	for _, s := range scopes {
+		resolve(s)
+		for _, rg := range s.ranges {
+			t.subs = append(t.subs, subRange{low: rg[0], high: rg[1], node: s})
+		}
+	}
+	sort.Slice(t.subs, func(i, j int) bool { return t.subs[i].low < t.subs[j].low })
+	return nil
+}
+
+// funcName follows specification and abstract origin links to the best name
+// of a function: its demangled linkage name, else its plain name.
+func funcName(infos map[dwarf.Offset]funcInfo, off dwarf.Offset) (name, sys string) {
+	var plain string
+	for hops := 0; hops < 8; hops++ {
+		fi, ok := infos[off]
+		if !ok {
+			break
+		}
+		if fi.linkage != "" {
+			return Demangle(fi.linkage), fi.linkage
+		}
+		if plain == "" {
+			plain = fi.name
+		}
+		switch {
+		case fi.spec != 0:
+			off = fi.spec
+		case fi.origin != 0:
+			off = fi.origin
+		default:
+			return plain, plain
+		}
+	}
+	return plain, plain
+}
+
+type dwarfWalker struct {
+	d     *dwarf.Data
+	r     *dwarf.Reader
+	files []*dwarf.LineFile
+	infos map[dwarf.Offset]funcInfo
+}
+
+// walk reads the children of the entry just read, up to their end marker,
+// attaching scopes to parent (or to top when parent is nil).
+func (w *dwarfWalker) walk(parent *scope, top *[]*scope) error {
+	for {
+		e, err := w.r.Next()
+		if err != nil {
+			return fmt.Errorf("read dwarf: %w", err)
+		}
+		if e == nil || e.Tag == 0 {
+			return nil
+		}
+		next := parent
+		switch e.Tag {
+		case dwarf.TagSubprogram, dwarf.TagInlinedSubroutine:
+			fi := funcInfo{}
+			fi.name, _ = e.Val(dwarf.AttrName).(string)
+			fi.linkage, _ = e.Val(dwarf.AttrLinkageName).(string)
+			if fi.linkage == "" {
+				fi.linkage, _ = e.Val(dwarf.Attr(0x2007)).(string) // DW_AT_MIPS_linkage_name, older compilers
+			}
+			fi.spec, _ = e.Val(dwarf.AttrSpecification).(dwarf.Offset)
+			fi.origin, _ = e.Val(dwarf.AttrAbstractOrigin).(dwarf.Offset)
+			w.infos[e.Offset] = fi
+			rs, _ := w.d.Ranges(e)
+			if len(rs) == 0 {
+				break
+			}
+			s := &scope{ranges: rs, die: e.Offset}
+			if e.Tag == dwarf.TagInlinedSubroutine && parent != nil {
+				if i, ok := e.Val(dwarf.AttrCallFile).(int64); ok && i >= 0 && int(i) < len(w.files) && w.files[i] != nil {
+					s.callFile = w.files[i].Name
+				}
+				s.callLine, _ = e.Val(dwarf.AttrCallLine).(int64)
+				parent.children = append(parent.children, s)
+			} else {
+				*top = append(*top, s)
+			}
+			next = s
+		}
+		if e.Children {
+			if err := w.walk(next, top); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// lookupDWARF walks from the subprogram holding pc down through the inlined
+// calls that hold it, innermost frame first.
+func (t *Table) lookupDWARF(pc uint64) []Frame {
+	i := sort.Search(len(t.subs), func(i int) bool { return t.subs[i].low > pc }) - 1
+	if i < 0 || pc >= t.subs[i].high {
+		return nil
+	}
+	chain := []*scope{t.subs[i].node}
+	for {
+		n := chain[len(chain)-1]
+		var in *scope
+		for _, c := range n.children {
+			if c.contains(pc) {
+				in = c
+				break
+			}
+		}
+		if in == nil {
+			break
+		}
+		chain = append(chain, in)
+	}
+	var file string
+	var line int64
+	if row, ok := t.lineAt(pc); ok {
+		file, line = t.files[row.file], int64(row.line)
+	}
+	frames := make([]Frame, 0, len(chain))
+	for k := len(chain) - 1; k >= 0; k-- {
+		s := chain[k]
+		name, sys := s.name, s.sys
+		if name == "" && k == 0 {
+			if j := sort.Search(len(t.syms), func(j int) bool { return t.syms[j].addr > pc }) - 1; j >= 0 && pc < t.syms[j].end {
+				name, sys = t.syms[j].name, t.syms[j].sys
+			}
+		}
+		frames = append(frames, Frame{Function: name, SystemName: sys, File: file, Line: line})
+		file, line = s.callFile, s.callLine
+	}
+	return frames
+}
