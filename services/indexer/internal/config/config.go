@@ -1,0 +1,66 @@
+// Package config is the indexer's configuration, read from STACKSTREAM_*.
+package config
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/stackstream/stackstream/pkg/kafka"
+	"github.com/stackstream/stackstream/pkg/opensearch"
+	"github.com/stackstream/stackstream/pkg/telemetry"
+)
+
+// Config of stackstream-indexer.
+type Config struct {
+	Kafka      kafka.Config           `envconfig:"KAFKA"`
+	OpenSearch opensearch.Config      `envconfig:"OPENSEARCH"`
+	Index      opensearch.IndexConfig `envconfig:"OPENSEARCH_INDEX"`
+	Log        telemetry.LogConfig    `envconfig:"LOG"`
+	ListenAddr string                 `envconfig:"LISTEN_ADDR" default:"127.0.0.1:9103" desc:"address of /metrics, /healthz, /readyz"`
+	Indexer    Indexer                `envconfig:"INDEXER"`
+}
+
+// Indexer holds the settings of this service alone (STACKSTREAM_INDEXER_*).
+type Indexer struct {
+	Group             string        `envconfig:"GROUP" default:"stackstream-indexer" desc:"Kafka consumer group"`
+	BatchBytes        int           `envconfig:"BATCH_BYTES" default:"8388608" desc:"documents per batch (bytes) before a write and commit"`
+	FlushInterval     time.Duration `envconfig:"FLUSH_INTERVAL" default:"1s" desc:"longest a record waits in a batch"`
+	BulkMaxBytes      int           `envconfig:"BULK_MAX_BYTES" default:"8388608" desc:"body size of one bulk request"`
+	ShutdownTimeout   time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"how long the last batch may take to be stored on shutdown"`
+	RetentionDays     int           `envconfig:"RETENTION_DAYS" default:"7" desc:"delete daily samples indices older than this many days; 0 keeps them"`
+	RetentionInterval time.Duration `envconfig:"RETENTION_INTERVAL" default:"1h" desc:"how often retention runs"`
+}
+
+// Validate checks values that parse but cannot work.
+func (c Config) Validate() error {
+	if err := c.Kafka.Validate(); err != nil {
+		return err
+	}
+	if err := c.OpenSearch.Validate(); err != nil {
+		return err
+	}
+	i := c.Indexer
+	switch {
+	case i.Group == "":
+		return fmt.Errorf("STACKSTREAM_INDEXER_GROUP is empty: name the consumer group")
+	case i.BatchBytes < 1<<10:
+		return fmt.Errorf("STACKSTREAM_INDEXER_BATCH_BYTES=%d is too small: use at least 1024 (default 8388608)", i.BatchBytes)
+	case i.BulkMaxBytes < 1<<10:
+		return fmt.Errorf("STACKSTREAM_INDEXER_BULK_MAX_BYTES=%d is too small: use at least 1024 (default 8388608)", i.BulkMaxBytes)
+	case i.BulkMaxBytes > 100<<20:
+		return fmt.Errorf("STACKSTREAM_INDEXER_BULK_MAX_BYTES=%d exceeds OpenSearch's default http.max_content_length of 100 MiB", i.BulkMaxBytes)
+	case i.FlushInterval <= 0:
+		return fmt.Errorf("STACKSTREAM_INDEXER_FLUSH_INTERVAL=%s must be positive", i.FlushInterval)
+	case i.ShutdownTimeout <= 0:
+		return fmt.Errorf("STACKSTREAM_INDEXER_SHUTDOWN_TIMEOUT=%s must be positive", i.ShutdownTimeout)
+	case i.RetentionDays < 0:
+		return fmt.Errorf("STACKSTREAM_INDEXER_RETENTION_DAYS=%d must be 0 (keep) or positive", i.RetentionDays)
+	case i.RetentionInterval <= 0:
+		return fmt.Errorf("STACKSTREAM_INDEXER_RETENTION_INTERVAL=%s must be positive", i.RetentionInterval)
+	case c.Index.Shards < 1:
+		return fmt.Errorf("STACKSTREAM_OPENSEARCH_INDEX_SHARDS=%d must be at least 1", c.Index.Shards)
+	case c.Index.Replicas < 0:
+		return fmt.Errorf("STACKSTREAM_OPENSEARCH_INDEX_REPLICAS=%d must be 0 or more", c.Index.Replicas)
+	}
+	return nil
+}

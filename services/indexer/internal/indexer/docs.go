@@ -1,0 +1,216 @@
+package indexer
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/schemas/record"
+)
+
+// Documents are what one profile becomes in OpenSearch.
+type Documents struct {
+	Stacks  []Stack
+	Samples []Sample
+}
+
+// Stack is a distinct stack of a profile and its stacks-index document.
+type Stack struct {
+	ID  string
+	Doc []byte
+}
+
+// Sample is one samples-index document: the samples of a profile with the
+// same stack and label set, summed.
+type Sample struct {
+	Index string
+	ID    string
+	Doc   []byte
+	// Raw is how many raw samples the document represents (Count); the
+	// benchmark divides the store size by it.
+	Raw int64
+}
+
+// valueTypes names the sample type whose values a profile type stores in
+// `value`, in order of preference; the last sample type is the fallback, as
+// pprof makes the last one the default.
+var valueTypes = map[record.ProfileType][]string{
+	record.ProfileCPU:    {"cpu"},
+	record.ProfileMemory: {"rss"},
+	record.ProfileHeap:   {"inuse_space"},
+	record.ProfileAlloc:  {"alloc_space"},
+}
+
+// Labels that are document fields of their own, so not repeated in labels.*.
+var promotedLabels = map[string]bool{record.LabelHost: true, record.LabelService: true}
+
+// Convert turns a decoded profile into documents. host comes from the record
+// header (or the sample's host label when the header is empty); fallback is
+// the time used when the profile carries none (the record's timestamp).
+func Convert(names indices.Names, meta record.Meta, p *profile.Profile, fallback time.Time) (Documents, error) {
+	if len(p.SampleType) == 0 {
+		return Documents{}, fmt.Errorf("profile has no sample types")
+	}
+	valueIdx := len(p.SampleType) - 1
+	if p.DefaultSampleType != "" {
+		for i, st := range p.SampleType {
+			if st.Type == p.DefaultSampleType {
+				valueIdx = i
+			}
+		}
+	}
+	for _, want := range valueTypes[meta.Type] {
+		for i, st := range p.SampleType {
+			if st.Type == want {
+				valueIdx = i
+			}
+		}
+	}
+	countIdx := -1
+	for i, st := range p.SampleType {
+		if st.Type == "samples" && st.Unit == "count" {
+			countIdx = i
+		}
+	}
+	at := fallback
+	if p.TimeNanos > 0 {
+		at = time.Unix(0, p.TimeNanos)
+	}
+	at = at.UTC()
+	index := names.Samples(at)
+
+	type key struct{ stack, labels string }
+	type agg struct {
+		doc indices.SampleDoc
+		raw int64
+	}
+	merged := map[key]*agg{}
+	var order []key
+	var docs Documents
+	seenStack := map[string]bool{}
+	for _, s := range p.Sample {
+		if valueIdx >= len(s.Value) {
+			return Documents{}, fmt.Errorf("sample has %d values, profile declares %d sample types", len(s.Value), len(p.SampleType))
+		}
+		frames := Frames(s)
+		stackID := ""
+		if len(frames) > 0 {
+			stackID = indices.StackID(frames)
+			if !seenStack[stackID] {
+				seenStack[stackID] = true
+				doc, err := json.Marshal(stackDoc(frames, at))
+				if err != nil {
+					return Documents{}, fmt.Errorf("encode stack: %w", err)
+				}
+				docs.Stacks = append(docs.Stacks, Stack{ID: stackID, Doc: doc})
+			}
+		}
+		labels := record.Labels(s.Label)
+		host := meta.Host
+		if host == "" {
+			host = labels[record.LabelHost]
+		}
+		service := record.DeriveService(labels)
+		for k := range labels {
+			if promotedLabels[k] || labels[k] == "" {
+				delete(labels, k)
+			}
+		}
+		raw := int64(1)
+		if countIdx >= 0 && countIdx < len(s.Value) {
+			raw = s.Value[countIdx]
+		}
+		k := key{stackID, host + "\x00" + service + "\x00" + labelKey(labels)}
+		a := merged[k]
+		if a == nil {
+			a = &agg{doc: indices.SampleDoc{
+				Timestamp: at, Type: string(meta.Type), Host: host, Service: service,
+				StackID: stackID, Labels: labels,
+			}}
+			merged[k] = a
+			order = append(order, k)
+		}
+		a.doc.Value += s.Value[valueIdx]
+		a.doc.Count += raw
+		a.raw += raw
+	}
+	docs.Samples = make([]Sample, 0, len(order))
+	for _, k := range order {
+		a := merged[k]
+		d := &a.doc
+		labels := d.Labels
+		if len(labels) == 0 {
+			labels = nil
+		}
+		// The service and host are part of the identity too: a label set
+		// without them would merge two services' samples of one stack.
+		idLabels := make(map[string]string, len(labels)+2)
+		for k, v := range labels {
+			idLabels[k] = v
+		}
+		idLabels[record.LabelService] = d.Service
+		id := indices.SampleID(d.Host, d.Type, at, d.StackID, idLabels)
+		doc, err := json.Marshal(d)
+		if err != nil {
+			return Documents{}, fmt.Errorf("encode sample: %w", err)
+		}
+		docs.Samples = append(docs.Samples, Sample{Index: index, ID: id, Doc: doc, Raw: a.raw})
+	}
+	return docs, nil
+}
+
+// Frames returns a sample's stack, leaf first: every Line of every Location
+// is a frame (inlined calls first), and a location without lines (left
+// unsymbolized) is its address in its binary.
+func Frames(s *profile.Sample) []indices.Frame {
+	var out []indices.Frame
+	for _, loc := range s.Location {
+		binary := ""
+		if loc.Mapping != nil && loc.Mapping.File != "" {
+			binary = filepath.Base(loc.Mapping.File)
+		}
+		if len(loc.Line) == 0 {
+			name := "0x" + strconv.FormatUint(loc.Address, 16)
+			if binary != "" {
+				name = binary + "+" + name
+			}
+			out = append(out, indices.Frame{Function: name, Binary: binary})
+			continue
+		}
+		for _, ln := range loc.Line {
+			f := indices.Frame{Line: ln.Line, Binary: binary}
+			if ln.Function != nil {
+				f.Function = ln.Function.Name
+				f.File = ln.Function.Filename
+			}
+			if f.Function == "" {
+				f.Function = "0x" + strconv.FormatUint(loc.Address, 16)
+			}
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func stackDoc(frames []indices.Frame, at time.Time) indices.StackDoc {
+	seen := make(map[string]bool, len(frames))
+	fns := make([]string, 0, len(frames))
+	for _, f := range frames {
+		if !seen[f.Function] {
+			seen[f.Function] = true
+			fns = append(fns, f.Function)
+		}
+	}
+	return indices.StackDoc{Timestamp: at, Frames: frames, Functions: fns, Leaf: frames[0].Function, Depth: len(frames)}
+}
+
+// labelKey is a canonical string of a label set, for merging.
+func labelKey(l map[string]string) string {
+	b, _ := json.Marshal(l) // map keys are sorted
+	return string(b)
+}

@@ -1,0 +1,275 @@
+// Package indexer consumes symbolized profiles and writes their stacks and
+// samples to OpenSearch: a batch of records is turned into documents, written
+// with pkg/bulk, the records OpenSearch rejects (or that cannot be decoded)
+// go to the DLQ, and only then are the batch's offsets committed.
+package indexer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/stackstream/stackstream/pkg/bulk"
+	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/schemas/record"
+)
+
+// Service names the indexer in DLQ records.
+const Service = "stackstream-indexer"
+
+// Options configure an Indexer.
+type Options struct {
+	Names    indices.Names
+	DLQTopic string
+	// BatchBytes bounds the documents of one batch; FlushInterval bounds how
+	// long the first record of a batch waits.
+	BatchBytes    int
+	FlushInterval time.Duration
+	// ShutdownTimeout is how long the last batch may take to be written and
+	// committed after the context ends (OpenSearch may be down).
+	ShutdownTimeout time.Duration
+	// StackCacheSize is how many stored stack IDs are remembered so that
+	// stacks seen again are not re-sent; 0 picks a default, -1 disables it.
+	StackCacheSize int
+	Logger         *slog.Logger
+	Metrics        *Metrics
+	Now            func() time.Time
+}
+
+// Defaults of Options.
+const (
+	DefaultBatchBytes      = 8 << 20
+	DefaultFlushInterval   = time.Second
+	DefaultShutdownTimeout = 30 * time.Second
+	DefaultStackCacheSize  = 1 << 20
+	pollRecords            = 1000
+)
+
+// Indexer is the consume-write-commit loop.
+type Indexer struct {
+	kcl    *kgo.Client
+	w      *bulk.Writer
+	opts   Options
+	log    *slog.Logger
+	m      *Metrics
+	stored map[string]struct{} // stack IDs OpenSearch acknowledged
+}
+
+// ConsumerOpts are the client options the Indexer needs: a group reading
+// committed records only, rebalances held while a batch is in flight, and
+// offsets committed by the Indexer alone.
+func ConsumerOpts(group, topic string) []kgo.Opt {
+	return []kgo.Opt{
+		kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(topic),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	}
+}
+
+// New returns an Indexer reading with kcl (built with ConsumerOpts) and
+// writing with w (its Metrics should be opts.Metrics.Bulk).
+func New(kcl *kgo.Client, w *bulk.Writer, opts Options) *Indexer {
+	if opts.BatchBytes <= 0 {
+		opts.BatchBytes = DefaultBatchBytes
+	}
+	if opts.FlushInterval <= 0 {
+		opts.FlushInterval = DefaultFlushInterval
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if opts.StackCacheSize == 0 {
+		opts.StackCacheSize = DefaultStackCacheSize
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Indexer{kcl: kcl, w: w, opts: opts, log: opts.Logger, m: opts.Metrics, stored: map[string]struct{}{}}
+}
+
+// batch is the work between two commits.
+type batch struct {
+	started time.Time
+	records int
+	bytes   int
+	items   []bulk.Item
+	owner   map[string]*kgo.Record // index + "\x00" + _id -> the record it came from
+	stacks  map[string]bool        // stack IDs already in items
+	dlq     []*kgo.Record          // dead letters ready to produce
+	raw     int64
+	samples int
+}
+
+func newBatch() *batch {
+	return &batch{owner: map[string]*kgo.Record{}, stacks: map[string]bool{}}
+}
+
+// Run consumes until ctx ends, then writes and commits the batch in hand
+// (within ShutdownTimeout) and returns nil. It returns an error when a batch
+// cannot be stored or dead-lettered: its offsets are then left uncommitted.
+func (ix *Indexer) Run(ctx context.Context) error {
+	// Writes outlive ctx by ShutdownTimeout, so a stop signal still lets the
+	// batch in hand reach OpenSearch and its offsets be committed.
+	writeCtx, cancelWrite := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWrite()
+	stopTimer := context.AfterFunc(ctx, func() { time.AfterFunc(ix.opts.ShutdownTimeout, cancelWrite) })
+	defer stopTimer()
+
+	b := newBatch()
+	for {
+		pollCtx, cancelPoll := ctx, context.CancelFunc(func() {})
+		if b.records > 0 {
+			pollCtx, cancelPoll = context.WithDeadline(ctx, b.started.Add(ix.opts.FlushInterval))
+		}
+		fetches := ix.kcl.PollRecords(pollCtx, pollRecords)
+		cancelPoll()
+		if fetches.IsClientClosed() {
+			return ix.flush(writeCtx, b)
+		}
+		fetches.EachError(func(topic string, p int32, err error) {
+			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+				ix.log.Warn("fetch", "topic", topic, "partition", p, "err", err)
+			}
+		})
+		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+			if n := len(p.Records); n > 0 {
+				ix.m.Lag.WithLabelValues(strconv.Itoa(int(p.Partition))).Set(float64(p.HighWatermark - p.Records[n-1].Offset - 1))
+			}
+		})
+		fetches.EachRecord(func(r *kgo.Record) { ix.add(b, r) })
+
+		if ctx.Err() != nil {
+			return ix.flush(writeCtx, b)
+		}
+		if b.records > 0 && (b.bytes >= ix.opts.BatchBytes || !ix.opts.Now().Before(b.started.Add(ix.opts.FlushInterval))) {
+			if err := ix.flush(writeCtx, b); err != nil {
+				return err
+			}
+			b = newBatch()
+		}
+		if b.records == 0 {
+			ix.kcl.AllowRebalance()
+		}
+	}
+}
+
+// add turns a record into documents of b, or into a dead letter.
+func (ix *Indexer) add(b *batch, r *kgo.Record) {
+	if b.records == 0 {
+		b.started = ix.opts.Now()
+	}
+	b.records++
+	docs, err := ix.convert(r)
+	if err != nil {
+		ix.log.Warn("dead-letter record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
+		b.dlq = append(b.dlq, record.DLQRecord(ix.opts.DLQTopic, Service, r, err))
+		return
+	}
+	stacksIndex := ix.opts.Names.Stacks()
+	for _, s := range docs.Stacks {
+		if b.stacks[s.ID] {
+			continue
+		}
+		if _, ok := ix.stored[s.ID]; ok {
+			continue
+		}
+		b.stacks[s.ID] = true
+		b.items = append(b.items, bulk.Item{Index: stacksIndex, ID: s.ID, Create: true, Doc: s.Doc})
+		b.owner[stacksIndex+"\x00"+s.ID] = r
+		b.bytes += len(s.Doc) + len(s.ID) + len(stacksIndex) + 40
+	}
+	for _, s := range docs.Samples {
+		b.items = append(b.items, bulk.Item{Index: s.Index, ID: s.ID, Doc: s.Doc})
+		b.owner[s.Index+"\x00"+s.ID] = r
+		b.bytes += len(s.Doc) + len(s.ID) + len(s.Index) + 40
+		b.raw += s.Raw
+	}
+	b.samples += len(docs.Samples)
+}
+
+func (ix *Indexer) convert(r *kgo.Record) (Documents, error) {
+	meta, err := record.ParseMeta(r.Headers)
+	if err != nil {
+		return Documents{}, fmt.Errorf("parse headers: %w", err)
+	}
+	p, err := record.DecodeProfile(r.Value)
+	if err != nil {
+		return Documents{}, fmt.Errorf("decode profile: %w", err)
+	}
+	if meta.Host == "" {
+		meta.Host = string(r.Key)
+	}
+	docs, err := Convert(ix.opts.Names, meta, p, r.Timestamp)
+	if err != nil {
+		return Documents{}, fmt.Errorf("convert profile: %w", err)
+	}
+	return docs, nil
+}
+
+// flush stores b's documents, dead-letters the records OpenSearch rejected
+// and those that could not be decoded, and only then commits b's offsets.
+func (ix *Indexer) flush(ctx context.Context, b *batch) error {
+	if b.records == 0 {
+		return nil
+	}
+	start := time.Now()
+	rejected, err := ix.w.Write(ctx, b.items)
+	if err != nil {
+		return fmt.Errorf("write batch of %d records: %w", b.records, err)
+	}
+	dead := map[*kgo.Record]bool{}
+	for _, rj := range rejected {
+		r := b.owner[rj.Item.Index+"\x00"+rj.Item.ID]
+		if r == nil || dead[r] {
+			continue
+		}
+		dead[r] = true
+		reason := fmt.Errorf("opensearch rejected document %s/%s: HTTP %d: %s", rj.Item.Index, rj.Item.ID, rj.Status, rj.Reason)
+		ix.log.Warn("dead-letter record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", reason)
+		b.dlq = append(b.dlq, record.DLQRecord(ix.opts.DLQTopic, Service, r, reason))
+	}
+	if len(b.dlq) > 0 {
+		if err := ix.kcl.ProduceSync(ctx, b.dlq...).FirstErr(); err != nil {
+			return fmt.Errorf("produce %d dead letters to %s: %w", len(b.dlq), ix.opts.DLQTopic, err)
+		}
+	}
+	if ix.opts.StackCacheSize > 0 {
+		if len(ix.stored)+len(b.stacks) > ix.opts.StackCacheSize {
+			clear(ix.stored)
+		}
+		for id := range b.stacks {
+			ix.stored[id] = struct{}{}
+		}
+	}
+	if err := ix.kcl.CommitUncommittedOffsets(ctx); err != nil {
+		// The documents are stored; redelivery after a failed commit only
+		// overwrites them with the same content.
+		ix.m.Commits.WithLabelValues("error").Inc()
+		ix.log.Warn("commit offsets", "err", err)
+	} else {
+		ix.m.Commits.WithLabelValues("ok").Inc()
+	}
+	ix.m.Records.WithLabelValues("indexed").Add(float64(b.records - len(b.dlq)))
+	ix.m.Records.WithLabelValues("dlq").Add(float64(len(b.dlq)))
+	ix.m.Docs.WithLabelValues("stacks").Add(float64(len(b.stacks)))
+	ix.m.Docs.WithLabelValues("samples").Add(float64(b.samples))
+	ix.m.Raw.Add(float64(b.raw))
+	ix.m.Batches.Inc()
+	ix.m.BatchDur.Observe(time.Since(start).Seconds())
+	ix.log.Debug("batch stored", "records", b.records, "documents", len(b.items), "dlq", len(b.dlq), "took", time.Since(start))
+	return nil
+}

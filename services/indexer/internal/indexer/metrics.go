@@ -1,0 +1,45 @@
+package indexer
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stackstream/stackstream/pkg/bulk"
+)
+
+// Metrics of the indexer; bulk latency and retries are in Bulk.
+type Metrics struct {
+	Records  *prometheus.CounterVec // outcome: indexed, dlq
+	Docs     *prometheus.CounterVec // index kind: stacks, samples
+	Raw      prometheus.Counter
+	Batches  prometheus.Counter
+	Commits  *prometheus.CounterVec // result: ok, error
+	BatchDur prometheus.Histogram
+	Lag      *prometheus.GaugeVec // partition
+	Bulk     *bulk.Metrics
+}
+
+// NewMetrics creates and registers (when reg is not nil) the indexer metrics.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	const ns = "stackstream_indexer"
+	m := &Metrics{
+		Records: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "records_total",
+			Help: "Profile records processed, by outcome (indexed, dlq)."}, []string{"outcome"}),
+		Docs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "documents_total",
+			Help: "Documents sent, by kind (stacks, samples)."}, []string{"kind"}),
+		Raw: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "raw_samples_total",
+			Help: "Raw samples represented by the sample documents written."}),
+		Batches: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "batches_total",
+			Help: "Batches written and committed."}),
+		Commits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "commits_total",
+			Help: "Offset commits, by result."}, []string{"result"}),
+		BatchDur: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "batch_duration_seconds",
+			Help: "Time to write, dead-letter and commit one batch.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
+		Lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "consumer_lag_records",
+			Help: "Records behind the high watermark, per partition, as of the last fetch."}, []string{"partition"}),
+		Bulk: bulk.NewMetrics(reg, ns),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Records, m.Docs, m.Raw, m.Batches, m.Commits, m.BatchDur, m.Lag)
+	}
+	return m
+}

@@ -1,0 +1,81 @@
+package indexer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/opensearch-project/opensearch-go/v4/opensearchapi"
+
+	"github.com/stackstream/stackstream/pkg/opensearch"
+	"github.com/stackstream/stackstream/schemas/indices"
+)
+
+// Retention deletes daily samples indices whose day ended more than Days ago.
+type Retention struct {
+	Client   *opensearchapi.Client
+	Names    indices.Names
+	Days     int
+	Interval time.Duration
+	Logger   *slog.Logger
+	Now      func() time.Time
+}
+
+// Run applies retention now and then every Interval until ctx ends.
+func (r *Retention) Run(ctx context.Context) error {
+	t := time.NewTicker(r.Interval)
+	defer t.Stop()
+	for {
+		if deleted, err := r.Apply(ctx); err != nil {
+			r.Logger.Warn("apply retention", "err", err)
+		} else if len(deleted) > 0 {
+			r.Logger.Info("deleted expired indices", "indices", deleted, "retention_days", r.Days)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Apply deletes the expired samples indices and returns their names. An index
+// dated D holds events of day D, so it expires once D+1 is older than Days.
+func (r *Retention) Apply(ctx context.Context) ([]string, error) {
+	if r.Days <= 0 {
+		return nil, nil
+	}
+	status, body, err := opensearch.Raw(ctx, r.Client, http.MethodGet, "/_cat/indices/"+r.Names.SamplesPattern()+"?format=json&h=index&expand_wildcards=open,closed", nil)
+	if err != nil {
+		return nil, fmt.Errorf("list samples indices: %w", err)
+	}
+	if status != http.StatusOK {
+		return nil, fmt.Errorf("list samples indices: HTTP %d: %.200s", status, body)
+	}
+	var rows []struct {
+		Index string `json:"index"`
+	}
+	if err := json.Unmarshal(body, &rows); err != nil {
+		return nil, fmt.Errorf("parse index list: %w", err)
+	}
+	cutoff := r.Now().UTC().AddDate(0, 0, -r.Days)
+	var deleted []string
+	for _, row := range rows {
+		day, ok := r.Names.IndexTime(row.Index)
+		if !ok || !day.AddDate(0, 0, 1).Before(cutoff) {
+			continue
+		}
+		status, body, err := opensearch.Raw(ctx, r.Client, http.MethodDelete, "/"+row.Index, nil)
+		if err != nil {
+			return deleted, fmt.Errorf("delete index %s: %w", row.Index, err)
+		}
+		if status != http.StatusOK && status != http.StatusNotFound {
+			return deleted, fmt.Errorf("delete index %s: HTTP %d: %.200s", row.Index, status, body)
+		}
+		deleted = append(deleted, row.Index)
+	}
+	return deleted, nil
+}
