@@ -1,0 +1,453 @@
+// Package aggregate folds symbolized profiles into per-minute and per-hour
+// event-time windows and turns them into rollup documents.
+//
+// State is kept per Kafka partition. Because records are keyed by host, every
+// document (its _id includes the host) is computed from one partition only, so
+// instances that share the partitions never write partial sums over each
+// other. A window keeps every contribution in memory until it is evicted, so a
+// late profile rewrites the whole document with the same _id (recomputation,
+// never an increment), and the partition's commit offset never passes the
+// first record of a window still in memory: after a restart those records are
+// read again and the windows rebuilt whole.
+package aggregate
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/stackstream/stackstream/pkg/pprofx"
+	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/schemas/record"
+)
+
+// Errors of Add that send the record to the DLQ.
+var (
+	ErrNoTime     = errors.New("profile has no time")
+	ErrFutureTime = errors.New("profile time is in the future")
+	ErrNoValues   = errors.New("profile has no sample types")
+)
+
+// Config tunes the windows.
+type Config struct {
+	// AllowedLateness is how far behind the partition's watermark (the
+	// newest event time seen) a window stays open before it is written.
+	AllowedLateness time.Duration
+	// Retention is how long after closing a window stays in memory so a late
+	// profile can still update it by recomputation. Later than that the
+	// profile is too late.
+	Retention time.Duration
+	// MaxFuture rejects profiles stamped further than this past now, so one
+	// host with a wrong clock cannot push the watermark and close everyone's
+	// windows.
+	MaxFuture time.Duration
+	Names     indices.Names
+	Now       func() time.Time
+}
+
+// Outcome says what Add did with a profile.
+type Outcome int
+
+const (
+	// Added folded the profile into its windows.
+	Added Outcome = iota
+	// TooLate means its minute window is past retention: the profile is not
+	// counted and belongs in the DLQ.
+	TooLate
+	// Skipped means the profile was too late, but a run before a restart
+	// already handled it (counted it in a window now evicted, or sent it to
+	// the DLQ).
+	Skipped
+)
+
+// Input is one decoded profile and where it came from.
+type Input struct {
+	Profile *profile.Profile
+	Type    record.ProfileType
+	Host    string
+	Offset  int64
+}
+
+type windowKey struct {
+	res   string
+	start int64 // unix nanoseconds
+}
+
+type docKey struct {
+	kind, typ, service, host, function, stackID string
+}
+
+type docState struct {
+	value, self, total, samples int64
+	// mem holds, per contributing memory profile (by offset), the summed RSS
+	// of the service's processes in it.
+	mem         map[int64]int64
+	firstOffset int64
+	dirty       bool
+}
+
+type window struct {
+	key       windowKey
+	end       int64
+	docs      map[docKey]*docState
+	minOffset int64
+	closed    bool
+	dirty     int
+}
+
+// Checkpoint travels with a committed offset (as commit metadata) so a
+// restarted consumer makes the same too-late decisions: Watermark restores
+// the partition's watermark, and records below Next were already handled.
+type Checkpoint struct {
+	Watermark int64 // unix nanoseconds
+	Next      int64
+}
+
+// String encodes the checkpoint for commit metadata.
+func (c Checkpoint) String() string { return fmt.Sprintf("rollup/v1 wm=%d next=%d", c.Watermark, c.Next) }
+
+// ParseCheckpoint decodes commit metadata; anything else (an empty string, a
+// commit made by another tool) gives the zero Checkpoint and false.
+func ParseCheckpoint(s string) (Checkpoint, bool) {
+	var c Checkpoint
+	if _, err := fmt.Sscanf(s, "rollup/v1 wm=%d next=%d", &c.Watermark, &c.Next); err != nil {
+		return Checkpoint{}, false
+	}
+	return c, true
+}
+
+// Partition is the window state of one partition. It is not safe for
+// concurrent use.
+type Partition struct {
+	cfg           Config
+	watermark     int64
+	handledBelow  int64
+	next          int64 // offset after the last record seen; -1 before any
+	windows       map[windowKey]*window
+	lastCommitted int64
+	stacks        map[string]*stackInfo // per profile, reset by Add
+}
+
+// NewPartition starts the state of a partition, restoring the watermark of
+// the checkpoint committed with its offset.
+func NewPartition(cfg Config, cp Checkpoint) *Partition {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Partition{
+		cfg: cfg, watermark: cp.Watermark, handledBelow: cp.Next,
+		next: -1, windows: map[windowKey]*window{}, lastCommitted: -1,
+		stacks: map[string]*stackInfo{},
+	}
+}
+
+// Watermark is the newest event time seen (restored on restart).
+func (p *Partition) Watermark() time.Time { return time.Unix(0, p.watermark).UTC() }
+
+// OpenWindows counts windows in memory (open, closed awaiting late data, or
+// awaiting a write).
+func (p *Partition) OpenWindows() int { return len(p.windows) }
+
+// Advance records that offset was handled without adding a profile (sent to
+// the DLQ), so commits can move past it.
+func (p *Partition) Advance(offset int64) {
+	if offset+1 > p.next {
+		p.next = offset + 1
+	}
+}
+
+func windowSize(res string) time.Duration {
+	if res == indices.ResolutionHour {
+		return time.Hour
+	}
+	return time.Minute
+}
+
+func truncate(ns int64, d time.Duration) int64 {
+	return ns - ((ns%int64(d))+int64(d))%int64(d)
+}
+
+// Add folds a profile into its minute and hour windows, attributed to the
+// minute of its start (profile TimeNanos).
+func (p *Partition) Add(in Input) (Outcome, error) {
+	prof := in.Profile
+	if prof.TimeNanos <= 0 {
+		return 0, ErrNoTime
+	}
+	if limit := p.cfg.Now().Add(p.cfg.MaxFuture); p.cfg.MaxFuture > 0 && prof.TimeNanos > limit.UnixNano() {
+		return 0, fmt.Errorf("%w: %s is after now+%s", ErrFutureTime, time.Unix(0, prof.TimeNanos).UTC().Format(time.RFC3339), p.cfg.MaxFuture)
+	}
+	vi := pprofx.ValueIndex(prof)
+	if vi < 0 {
+		return 0, ErrNoValues
+	}
+	minute := truncate(prof.TimeNanos, time.Minute)
+	if minute+int64(time.Minute+p.cfg.AllowedLateness+p.cfg.Retention) <= p.watermark {
+		p.Advance(in.Offset)
+		if in.Offset < p.handledBelow {
+			return Skipped, nil
+		}
+		return TooLate, nil
+	}
+	deltas := p.contributions(in, vi)
+	for _, res := range []string{indices.ResolutionMinute, indices.ResolutionHour} {
+		w := p.window(res, prof.TimeNanos, in.Offset)
+		for k, d := range deltas {
+			k.kind, k.typ = d.kind, string(in.Type)
+			ds := w.docs[k]
+			if ds == nil {
+				ds = &docState{firstOffset: in.Offset}
+				w.docs[k] = ds
+			}
+			ds.value += d.value
+			ds.self += d.self
+			ds.total += d.total
+			ds.samples += d.samples
+			if d.hasMem {
+				if ds.mem == nil {
+					ds.mem = map[int64]int64{}
+				}
+				ds.mem[in.Offset] += d.mem
+			}
+			if !ds.dirty {
+				ds.dirty = true
+				w.dirty++
+			}
+		}
+	}
+	if prof.TimeNanos > p.watermark {
+		p.watermark = prof.TimeNanos
+	}
+	p.Advance(in.Offset)
+	return Added, nil
+}
+
+func (p *Partition) window(res string, t, offset int64) *window {
+	size := windowSize(res)
+	k := windowKey{res: res, start: truncate(t, size)}
+	w := p.windows[k]
+	if w == nil {
+		w = &window{key: k, end: k.start + int64(size), docs: map[docKey]*docState{}, minOffset: offset}
+		p.windows[k] = w
+	}
+	if offset < w.minOffset {
+		w.minOffset = offset
+	}
+	return w
+}
+
+type delta struct {
+	kind                        string
+	value, self, total, samples int64
+	mem                         int64
+	hasMem                      bool
+}
+
+type stackInfo struct {
+	id    string
+	leaf  string
+	funcs []string // distinct, so recursion counts a function once in total
+}
+
+// contributions sums one profile per document key (kind and type are filled
+// in by the caller).
+func (p *Partition) contributions(in Input, vi int) map[docKey]*delta {
+	prof := in.Profile
+	ci := pprofx.CountIndex(prof)
+	clear(p.stacks)
+	out := map[docKey]*delta{}
+	get := func(k docKey, kind string) *delta {
+		k.kind = kind
+		d := out[k]
+		if d == nil {
+			d = &delta{kind: kind}
+			out[k] = d
+		}
+		return d
+	}
+	memory := in.Type == record.ProfileMemory
+	var keyBuf []byte
+	for _, s := range prof.Sample {
+		if vi >= len(s.Value) {
+			continue
+		}
+		v := s.Value[vi]
+		n := int64(1)
+		if ci >= 0 && ci < len(s.Value) {
+			n = s.Value[ci]
+		}
+		service := record.DeriveService(record.Labels(s.Label))
+		svc := get(docKey{service: service, host: in.Host}, indices.KindService)
+		svc.samples += n
+		if memory {
+			// One stack-less sample per process: the profile's service sum.
+			svc.mem += v
+			svc.hasMem = true
+			continue
+		}
+		svc.value += v
+		if len(s.Location) == 0 {
+			continue
+		}
+		keyBuf = keyBuf[:0]
+		for _, l := range s.Location {
+			keyBuf = binary.AppendUvarint(keyBuf, l.ID)
+		}
+		st := p.stacks[string(keyBuf)]
+		if st == nil {
+			st = newStackInfo(s)
+			p.stacks[string(keyBuf)] = st
+		}
+		sd := get(docKey{service: service, host: in.Host, stackID: st.id}, indices.KindStack)
+		sd.value += v
+		sd.samples += n
+		get(docKey{service: service, host: in.Host, function: st.leaf}, indices.KindFunction).self += v
+		for _, f := range st.funcs {
+			get(docKey{service: service, host: in.Host, function: f}, indices.KindFunction).total += v
+		}
+	}
+	return out
+}
+
+func newStackInfo(s *profile.Sample) *stackInfo {
+	frames := pprofx.StackFrames(s)
+	st := &stackInfo{id: indices.StackID(frames)}
+	if len(frames) == 0 {
+		return st
+	}
+	st.leaf = frames[0].Function
+	seen := make(map[string]struct{}, len(frames))
+	for _, f := range frames {
+		if _, ok := seen[f.Function]; !ok {
+			seen[f.Function] = struct{}{}
+			st.funcs = append(st.funcs, f.Function)
+		}
+	}
+	return st
+}
+
+// Pending is a document to write.
+type Pending struct {
+	Index  string
+	ID     string
+	Doc    indices.RollupDoc
+	Offset int64 // the first record that contributed, for the DLQ
+	ds     *docState
+	w      *window
+}
+
+// Pending returns the documents to write now: the changed documents of every
+// window the watermark has closed, and, whenever a minute window is written,
+// the changed documents of the hour windows too, so the current hour reads
+// (partially) without waiting for it to end. With all, every changed document
+// of every window (shutdown and revoke).
+func (p *Partition) Pending(all bool) []Pending {
+	var out []Pending
+	minuteWritten := false
+	for _, w := range p.windows {
+		if !w.closed && w.end+int64(p.cfg.AllowedLateness) <= p.watermark {
+			w.closed = true
+		}
+		if w.dirty > 0 && w.key.res == indices.ResolutionMinute && (w.closed || all) {
+			minuteWritten = true
+			out = p.appendDirty(out, w)
+		}
+	}
+	for _, w := range p.windows {
+		if w.dirty > 0 && w.key.res == indices.ResolutionHour && (w.closed || all || minuteWritten) {
+			out = p.appendDirty(out, w)
+		}
+	}
+	return out
+}
+
+func (p *Partition) appendDirty(out []Pending, w *window) []Pending {
+	start := time.Unix(0, w.key.start).UTC()
+	index := p.cfg.Names.Rollups(start)
+	for k, ds := range w.docs {
+		if !ds.dirty {
+			continue
+		}
+		d := indices.RollupDoc{
+			Timestamp: start, Resolution: w.key.res, Kind: k.kind, Type: k.typ,
+			Service: k.service, Host: k.host, Function: k.function, StackID: k.stackID,
+		}
+		switch k.kind {
+		case indices.KindService:
+			d.Samples = ds.samples
+			if ds.mem != nil {
+				d.MemAvg, d.MemMax = memStats(ds.mem)
+			} else {
+				d.Value = ds.value
+				if k.typ == string(record.ProfileCPU) {
+					d.Cores = float64(ds.value) / float64(windowSize(w.key.res).Nanoseconds())
+				}
+			}
+		case indices.KindFunction:
+			d.Self, d.Total = ds.self, ds.total
+		case indices.KindStack:
+			d.Value, d.Samples = ds.value, ds.samples
+		}
+		out = append(out, Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: ds.firstOffset, ds: ds, w: w})
+	}
+	return out
+}
+
+// memStats is the average and the maximum, over the memory profiles of the
+// window, of the service's summed RSS in each profile.
+func memStats(m map[int64]int64) (avg float64, peak int64) {
+	var sum int64
+	for _, v := range m {
+		sum += v
+		peak = max(peak, v)
+	}
+	return float64(sum) / float64(len(m)), peak
+}
+
+// MarkStored records that the documents were acknowledged (or sent to the
+// DLQ); they are written again only if a late profile changes them.
+func (p *Partition) MarkStored(docs []Pending) {
+	for _, d := range docs {
+		if d.ds.dirty {
+			d.ds.dirty = false
+			d.w.dirty--
+		}
+	}
+}
+
+// Evict drops windows past retention whose documents are all stored.
+func (p *Partition) Evict() int {
+	n := 0
+	for k, w := range p.windows {
+		if w.dirty == 0 && w.end+int64(p.cfg.AllowedLateness+p.cfg.Retention) <= p.watermark {
+			delete(p.windows, k)
+			n++
+		}
+	}
+	return n
+}
+
+// Commit returns the offset that is safe to commit (every record below it
+// belongs only to windows already evicted, or went to the DLQ) with its
+// checkpoint, and false when it would not move the committed offset.
+func (p *Partition) Commit() (int64, Checkpoint, bool) {
+	if p.next < 0 {
+		return 0, Checkpoint{}, false
+	}
+	off := p.next
+	for _, w := range p.windows {
+		off = min(off, w.minOffset)
+	}
+	if off <= p.lastCommitted {
+		return 0, Checkpoint{}, false
+	}
+	return off, Checkpoint{Watermark: p.watermark, Next: p.next}, true
+}
+
+// Committed records a successful commit of offset.
+func (p *Partition) Committed(offset int64) {
+	p.lastCommitted = max(p.lastCommitted, offset)
+}

@@ -1,0 +1,298 @@
+package aggregate
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/stackstream/stackstream/pkg/pproftest"
+	"github.com/stackstream/stackstream/pkg/pprofx"
+	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/schemas/record"
+)
+
+var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+
+func testConfig() Config {
+	return Config{
+		AllowedLateness: 2 * time.Minute, Retention: 5 * time.Minute, MaxFuture: time.Hour,
+		Names: indices.Names{Prefix: "t-"}, Now: func() time.Time { return t0.Add(24 * time.Hour) },
+	}
+}
+
+func svc(name string) map[string]string { return map[string]string{record.LabelService: name, record.LabelPID: "1"} }
+
+// cpu builds a CPU profile at t: checkout spends 30 ns in main;work;hash and
+// 10 ns in main;work, api spends 5 ns in main;serve;main (recursion).
+func cpu(t time.Time) *profile.Profile {
+	return pproftest.NewCPU(t, 10*time.Second).
+		Sample(svc("checkout"), []int64{3, 30}, "hash", "work", "main").
+		Sample(svc("checkout"), []int64{1, 10}, "work", "main").
+		Sample(svc("api"), []int64{1, 5}, "main", "serve", "main").
+		Profile()
+}
+
+func stackID(names ...string) string {
+	s := &profile.Sample{}
+	for _, n := range names {
+		s.Location = append(s.Location, &profile.Location{Line: []profile.Line{{Function: &profile.Function{Name: n, SystemName: n}}}})
+	}
+	return indices.StackID(pprofx.StackFrames(s))
+}
+
+func add(t *testing.T, p *Partition, prof *profile.Profile, typ record.ProfileType, offset int64) Outcome {
+	t.Helper()
+	out, err := p.Add(Input{Profile: prof, Type: typ, Host: "web-1", Offset: offset})
+	if err != nil {
+		t.Fatalf("add offset %d: %v", offset, err)
+	}
+	return out
+}
+
+// byKey indexes pending docs by resolution/kind/service/function/stack.
+func byKey(docs []Pending) map[string]indices.RollupDoc {
+	out := map[string]indices.RollupDoc{}
+	for _, d := range docs {
+		out[d.Doc.Resolution+"/"+d.Doc.Timestamp.Format("15:04")+"/"+d.Doc.Kind+"/"+d.Doc.Service+"/"+d.Doc.Function+d.Doc.StackID] = d.Doc
+	}
+	return out
+}
+
+func TestCPUDocs(t *testing.T) {
+	p := NewPartition(testConfig(), Checkpoint{})
+	add(t, p, cpu(t0.Add(10*time.Second)), record.ProfileCPU, 0)
+	add(t, p, cpu(t0.Add(20*time.Second)), record.ProfileCPU, 1)
+	docs := byKey(p.Pending(true))
+	checks := []struct {
+		key  string
+		want indices.RollupDoc
+	}{
+		{"1m/10:00/service/checkout/", indices.RollupDoc{Value: 80, Samples: 8, Cores: 80 / 60e9}},
+		{"1m/10:00/service/api/", indices.RollupDoc{Value: 10, Samples: 2, Cores: 10 / 60e9}},
+		{"1h/10:00/service/checkout/", indices.RollupDoc{Value: 80, Samples: 8, Cores: 80 / 3600e9}},
+		{"1m/10:00/function/checkout/hash", indices.RollupDoc{Self: 60, Total: 60}},
+		{"1m/10:00/function/checkout/work", indices.RollupDoc{Self: 20, Total: 80}},
+		{"1m/10:00/function/checkout/main", indices.RollupDoc{Total: 80}},
+		{"1m/10:00/function/api/main", indices.RollupDoc{Self: 10, Total: 10}},
+		{"1m/10:00/function/api/serve", indices.RollupDoc{Total: 10}},
+		{"1m/10:00/stack/checkout/" + stackID("hash", "work", "main"), indices.RollupDoc{Value: 60, Samples: 6}},
+		{"1h/10:00/stack/api/" + stackID("main", "serve", "main"), indices.RollupDoc{Value: 10, Samples: 2}},
+	}
+	for _, c := range checks {
+		t.Run(c.key, func(t *testing.T) {
+			got, ok := docs[c.key]
+			if !ok {
+				t.Fatalf("no doc %s among %d", c.key, len(docs))
+			}
+			if got.Value != c.want.Value || got.Self != c.want.Self || got.Total != c.want.Total || got.Samples != c.want.Samples || got.Cores != c.want.Cores {
+				t.Fatalf("got %+v, want %+v", got, c.want)
+			}
+			if got.Host != "web-1" || got.Type != "cpu" {
+				t.Fatalf("host/type = %q/%q", got.Host, got.Type)
+			}
+		})
+	}
+	// 2 services + 5 functions + 3 stacks, per resolution.
+	if len(docs) != 2*10 {
+		t.Fatalf("got %d docs, want 20: %v", len(docs), docs)
+	}
+}
+
+func TestMemoryDocs(t *testing.T) {
+	p := NewPartition(testConfig(), Checkpoint{})
+	mem := func(at time.Duration, a, b int64) *profile.Profile {
+		return pproftest.NewMemory(t0.Add(at), 10*time.Second).
+			Sample(map[string]string{record.LabelService: "db", record.LabelPID: "1"}, []int64{a}).
+			Sample(map[string]string{record.LabelService: "db", record.LabelPID: "2"}, []int64{b}).
+			Profile()
+	}
+	add(t, p, mem(0, 100, 50), record.ProfileMemory, 0)
+	add(t, p, mem(10*time.Second, 300, 50), record.ProfileMemory, 1)
+	add(t, p, mem(70*time.Second, 1000, 0), record.ProfileMemory, 2)
+	docs := byKey(p.Pending(true))
+	tests := []struct {
+		key     string
+		avg     float64
+		max     int64
+		samples int64
+	}{
+		{"1m/10:00/service/db/", 250, 350, 4},
+		{"1m/10:01/service/db/", 1000, 1000, 2},
+		{"1h/10:00/service/db/", 500, 1000, 6},
+	}
+	for _, tt := range tests {
+		d := docs[tt.key]
+		if d.MemAvg != tt.avg || d.MemMax != tt.max || d.Samples != tt.samples || d.Value != 0 {
+			t.Errorf("%s = %+v, want avg %v max %d samples %d", tt.key, d, tt.avg, tt.max, tt.samples)
+		}
+	}
+	if len(docs) != 3 {
+		t.Fatalf("memory profiles make only service docs, got %v", docs)
+	}
+}
+
+func TestWindowsCloseOnWatermark(t *testing.T) {
+	p := NewPartition(testConfig(), Checkpoint{})
+	add(t, p, cpu(t0.Add(10*time.Second)), record.ProfileCPU, 0)
+	add(t, p, cpu(t0.Add(130*time.Second)), record.ProfileCPU, 1)
+	if got := p.Pending(false); len(got) != 0 {
+		t.Fatalf("minute 10:00 closes at watermark 10:03, got %d docs at 10:02:10", len(got))
+	}
+	add(t, p, cpu(t0.Add(180*time.Second)), record.ProfileCPU, 2)
+	docs := p.Pending(false)
+	if len(docs) != 20 {
+		t.Fatalf("got %d docs, want minute 10:00 and the hour (10 each)", len(docs))
+	}
+	for _, d := range docs {
+		if d.Doc.Resolution == indices.ResolutionMinute && !d.Doc.Timestamp.Equal(t0) {
+			t.Fatalf("wrote open window %v", d.Doc.Timestamp)
+		}
+	}
+	p.MarkStored(docs)
+	if got := p.Pending(false); len(got) != 0 {
+		t.Fatalf("stored docs pending again: %d", len(got))
+	}
+	if off, _, ok := p.Commit(); !ok || off != 0 {
+		t.Fatalf("commit = %d %v, want 0 (the hour window holds offset 0)", off, ok)
+	}
+}
+
+func TestLateProfileRecomputes(t *testing.T) {
+	p := NewPartition(testConfig(), Checkpoint{})
+	add(t, p, cpu(t0.Add(10*time.Second)), record.ProfileCPU, 0)
+	add(t, p, cpu(t0.Add(200*time.Second)), record.ProfileCPU, 1)
+	p.MarkStored(p.Pending(false))
+	// Late but within retention: the stored window is rewritten with the sum.
+	late := pproftest.NewCPU(t0.Add(30*time.Second), time.Second).Sample(svc("checkout"), []int64{1, 7}, "work", "main").Profile()
+	if got := add(t, p, late, record.ProfileCPU, 2); got != Added {
+		t.Fatalf("outcome %v, want Added", got)
+	}
+	docs := byKey(p.Pending(false))
+	if d := docs["1m/10:00/service/checkout/"]; d.Value != 47 || d.Samples != 5 {
+		t.Fatalf("recomputed minute doc = %+v, want value 47 samples 5", d)
+	}
+	if d := docs["1h/10:00/service/checkout/"]; d.Value != 87 {
+		t.Fatalf("hour doc = %+v, want 87 (both minutes)", d)
+	}
+	if _, ok := docs["1m/10:00/service/api/"]; ok {
+		t.Fatal("unchanged doc rewritten")
+	}
+	if _, ok := docs["1m/10:03/service/checkout/"]; ok {
+		t.Fatal("open window written")
+	}
+}
+
+func TestTooLate(t *testing.T) {
+	cfg := testConfig()
+	p := NewPartition(cfg, Checkpoint{})
+	add(t, p, cpu(t0.Add(10*time.Second)), record.ProfileCPU, 0)
+	add(t, p, cpu(t0.Add(8*time.Minute)), record.ProfileCPU, 1) // 10:00 + 1m + 2m + 5m
+	if got := add(t, p, cpu(t0.Add(59*time.Second)), record.ProfileCPU, 2); got != TooLate {
+		t.Fatalf("outcome %v, want TooLate", got)
+	}
+	if got := add(t, p, cpu(t0.Add(60*time.Second)), record.ProfileCPU, 3); got != Added {
+		t.Fatalf("outcome %v, want Added for 10:01", got)
+	}
+	p.MarkStored(p.Pending(true))
+	if n := p.Evict(); n != 1 {
+		t.Fatalf("evicted %d, want minute 10:00", n)
+	}
+	off, cp, ok := p.Commit()
+	if !ok || off != 0 || cp.Next != 4 {
+		t.Fatalf("commit %d %+v %v: the hour still holds offset 0", off, cp, ok)
+	}
+
+	// A restart from the checkpoint makes the same decision, and knows
+	// offset 2 was handled before.
+	r := NewPartition(cfg, Checkpoint{Watermark: cp.Watermark, Next: 3})
+	if got := add(t, r, cpu(t0.Add(59*time.Second)), record.ProfileCPU, 2); got != Skipped {
+		t.Fatalf("after restart outcome %v, want Skipped", got)
+	}
+	if got := add(t, r, cpu(t0.Add(59*time.Second)), record.ProfileCPU, 7); got != TooLate {
+		t.Fatalf("after restart new record outcome %v, want TooLate", got)
+	}
+}
+
+func TestCommitWaitsForWindows(t *testing.T) {
+	p := NewPartition(testConfig(), Checkpoint{})
+	// Hours 10 and 11; the 10:xx windows go once the watermark passes
+	// 11:00 + lateness + retention.
+	add(t, p, cpu(t0.Add(10*time.Second)), record.ProfileCPU, 5)
+	add(t, p, cpu(t0.Add(time.Hour+30*time.Second)), record.ProfileCPU, 6)
+	p.MarkStored(p.Pending(false))
+	if off, _, _ := p.Commit(); off != 5 {
+		t.Fatalf("commit %d, want 5", off)
+	}
+	add(t, p, cpu(t0.Add(time.Hour+8*time.Minute)), record.ProfileCPU, 7)
+	if off, _, _ := p.Commit(); off != 5 {
+		t.Fatalf("commit %d before the hour is stored and evicted, want 5", off)
+	}
+	p.MarkStored(p.Pending(false))
+	p.Evict()
+	off, cp, ok := p.Commit()
+	if !ok || off != 6 || cp.Next != 8 || cp.Watermark != t0.Add(time.Hour+8*time.Minute).UnixNano() {
+		t.Fatalf("commit %d %+v %v, want 6 with next 8", off, cp, ok)
+	}
+	p.Committed(off)
+	if _, _, ok := p.Commit(); ok {
+		t.Fatal("commit again at the same offset")
+	}
+}
+
+func TestDirtyWindowIsNotEvicted(t *testing.T) {
+	p := NewPartition(testConfig(), Checkpoint{})
+	add(t, p, cpu(t0), record.ProfileCPU, 0)
+	add(t, p, cpu(t0.Add(2*time.Hour)), record.ProfileCPU, 1)
+	if n := p.Evict(); n != 0 {
+		t.Fatalf("evicted %d windows whose docs were never stored", n)
+	}
+	if off, _, _ := p.Commit(); off != 0 {
+		t.Fatalf("commit %d past unstored windows", off)
+	}
+}
+
+func TestAddRejects(t *testing.T) {
+	p := NewPartition(testConfig(), Checkpoint{})
+	tests := []struct {
+		name string
+		prof *profile.Profile
+		want error
+	}{
+		{"no time", &profile.Profile{SampleType: []*profile.ValueType{{Type: "cpu"}}}, ErrNoTime},
+		{"future", cpu(t0.Add(48 * time.Hour)), ErrFutureTime},
+		{"no sample types", &profile.Profile{TimeNanos: t0.UnixNano()}, ErrNoValues},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := p.Add(Input{Profile: tt.prof, Type: record.ProfileCPU}); !errors.Is(err, tt.want) {
+				t.Fatalf("Add = %v, want %v", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestCheckpointRoundTrip(t *testing.T) {
+	c := Checkpoint{Watermark: t0.UnixNano(), Next: 42}
+	got, ok := ParseCheckpoint(c.String())
+	if !ok || got != c {
+		t.Fatalf("ParseCheckpoint(%q) = %+v %v", c.String(), got, ok)
+	}
+	for _, bad := range []string{"", "member-1", "rollup/v1 wm=x next=1"} {
+		if _, ok := ParseCheckpoint(bad); ok {
+			t.Errorf("ParseCheckpoint(%q) accepted", bad)
+		}
+	}
+}
+
+func FuzzParseCheckpoint(f *testing.F) {
+	f.Add(Checkpoint{Watermark: 1, Next: 2}.String())
+	f.Add("")
+	f.Fuzz(func(t *testing.T, s string) {
+		c, ok := ParseCheckpoint(s)
+		if !ok && c != (Checkpoint{}) {
+			t.Fatalf("rejected %q but returned %+v", s, c)
+		}
+	})
+}
