@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # sourced; the variables are used by the scripts
 # Shared settings and helpers for the local (no Docker) Kafka and OpenSearch.
 # Sourced by kafka.sh, opensearch.sh, up.sh, down.sh and status.sh; not run directly.
 #

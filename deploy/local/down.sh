@@ -7,8 +7,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 # Both at once: each may take a few seconds to shut down cleanly.
 "$LOCAL_DIR/opensearch.sh" stop &
+os=$!
 "$LOCAL_DIR/kafka.sh" stop &
+kafka=$!
 rc=0
-wait %1 || rc=1
-wait %2 || rc=1
+wait "$os" || rc=1
+wait "$kafka" || rc=1
 exit $rc

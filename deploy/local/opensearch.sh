@@ -141,7 +141,7 @@ write_config() {
   # cache may sit under /root, which the unprivileged user cannot enter.
   if [[ ! -f $run/home/.complete ]] || ! cmp -s "$run/home/lib/opensearch-$OPENSEARCH_VERSION.jar" \
     "$OS_CACHE_HOME/lib/opensearch-$OPENSEARCH_VERSION.jar"; then
-    rm -rf "$run/home"
+    rm -rf "${run:?}/home"
     cp -al "$OS_CACHE_HOME" "$run/home" 2>/dev/null || cp -a "$OS_CACHE_HOME" "$run/home"
   fi
   cp "$OS_CACHE_HOME/config/log4j2.properties" "$run/config/"
@@ -167,8 +167,11 @@ path.logs: $run/logs
 # turn read-only because of it.
 cluster.routing.allocation.disk.threshold_enabled: false
 EOF
-  # Data, logs and the keystore that OpenSearch creates in its config dir.
-  chown -R "$OPENSEARCH_USER:" "$run/config" "$run/data" "$run/logs"
+  # Data, logs and the keystore that OpenSearch creates in its config dir belong to
+  # the user that runs it (without root, that is simply the caller).
+  if [[ $(id -u) == 0 ]]; then
+    chown -R "$OPENSEARCH_USER:" "$run/config" "$run/data" "$run/logs"
+  fi
 }
 
 # Before starting: our node already running is fine, any other listener on its
@@ -198,8 +201,8 @@ os_start() {
   # setsid + nohup: own session, outlives the calling shell; setsid, nohup, setpriv and
   # the script's final exec all keep one process, so $! ends up being the JVM itself.
   cd "$run/home"
-  env HOME="$run" OPENSEARCH_JAVA_HOME="$JAVA_HOME_17" OPENSEARCH_PATH_CONF="$run/config" \
-    OPENSEARCH_JAVA_OPTS="" JAVA_TOOL_OPTIONS="" \
+  env -u JAVA_TOOL_OPTIONS -u JAVA_OPTS HOME="$run" OPENSEARCH_JAVA_HOME="$JAVA_HOME_17" \
+    OPENSEARCH_PATH_CONF="$run/config" OPENSEARCH_JAVA_OPTS="" \
     setsid nohup "${as_user[@]}" bin/opensearch >"$OS_LOG" 2>&1 </dev/null &
   echo $! >"$OS_PID"
   say "opensearch starting (pid $!), log: $OS_LOG"

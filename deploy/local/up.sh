@@ -32,12 +32,12 @@ for s in "${SERVICES[@]}"; do
   fi
 done
 
-fail() {
+# Which service failed, where its log is, and the end of that log.
+report() {
   local s=$1 why=$2 log
   log=$(svc "$s" log)
   echo "up: $s $why; log: $log" >&2
   show_log_tail "$s" "$log"
-  exit 1
 }
 
 start=$SECONDS
@@ -49,14 +49,16 @@ while ((${#pending[@]} > 0)); do
       say "$s ready on ${ADDR[$s]} in $((SECONDS - start))s"
       unset "pending[$s]"
     elif ! svc "$s" running >/dev/null; then
-      fail "$s" "exited during start-up"
+      report "$s" "exited during start-up"
+      exit 1
     fi
   done
   ((${#pending[@]} == 0)) && break
   if ((SECONDS - start >= UP_TIMEOUT)); then
     for s in "${!pending[@]}"; do
-      fail "$s" "did not answer within ${UP_TIMEOUT}s (raise STACKSTREAM_UP_TIMEOUT if the machine is slow)"
+      report "$s" "did not answer within ${UP_TIMEOUT}s (slow machine? raise STACKSTREAM_UP_TIMEOUT)"
     done
+    exit 1
   fi
   sleep 1
 done
