@@ -7,4 +7,5 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 "$LOCAL_DIR/kafka.sh" status
 "$LOCAL_DIR/opensearch.sh" status
+"$LOCAL_DIR/services.sh" status
 "$LOCAL_DIR/kafka.sh" running >/dev/null && "$LOCAL_DIR/opensearch.sh" running >/dev/null
