@@ -1,0 +1,112 @@
+// Command stackstream-query serves the query API and the web UI over the
+// OpenSearch indices written by the indexer and the rollup service.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/oklog/run"
+
+	"github.com/stackstream/stackstream/pkg/config"
+	"github.com/stackstream/stackstream/pkg/opensearch"
+	"github.com/stackstream/stackstream/pkg/telemetry"
+	"github.com/stackstream/stackstream/services/query/internal/api"
+	"github.com/stackstream/stackstream/services/query/internal/server"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+type Config struct {
+	ListenAddr    string        `envconfig:"QUERY_LISTEN_ADDR" default:"127.0.0.1:8080" desc:"address of the API, UI and /metrics"`
+	Timeout       time.Duration `envconfig:"QUERY_TIMEOUT" default:"30s" desc:"longest time one API request may take"`
+	MaxRange      time.Duration `envconfig:"QUERY_MAX_RANGE" default:"744h" desc:"longest from..to range (31 days)"`
+	RawMaxRange   time.Duration `envconfig:"QUERY_RAW_MAX_RANGE" default:"6h" desc:"longer flame graphs read the per-stack rollups instead of raw samples"`
+	MaxStacks     int           `envconfig:"QUERY_MAX_STACKS" default:"50000" desc:"distinct stacks merged per selection; beyond it the heaviest are kept"`
+	MaxNodes      int           `envconfig:"QUERY_MAX_NODES" default:"5000" desc:"default max_nodes of a flame graph"`
+	AuthToken     string        `envconfig:"QUERY_AUTH_TOKEN" desc:"require this Bearer token on the API and UI; never logged"`
+	BasicUser     string        `envconfig:"QUERY_BASIC_AUTH_USER" desc:"require HTTP basic auth with this user on the API and UI"`
+	BasicPassword string        `envconfig:"QUERY_BASIC_AUTH_PASSWORD" desc:"password of STACKSTREAM_QUERY_BASIC_AUTH_USER; never logged"`
+
+	OpenSearch opensearch.Config      `envconfig:"OPENSEARCH"`
+	Index      opensearch.IndexConfig `envconfig:"OPENSEARCH_INDEX"`
+	Log        telemetry.LogConfig    `envconfig:"LOG"`
+}
+
+func (c Config) Validate() error {
+	if c.Timeout <= 0 {
+		return fmt.Errorf("STACKSTREAM_QUERY_TIMEOUT=%s must be positive", c.Timeout)
+	}
+	if c.MaxRange < time.Hour {
+		return fmt.Errorf("STACKSTREAM_QUERY_MAX_RANGE=%s must be at least 1h", c.MaxRange)
+	}
+	if c.MaxStacks < 1 || c.MaxNodes < 1 {
+		return fmt.Errorf("STACKSTREAM_QUERY_MAX_STACKS=%d and STACKSTREAM_QUERY_MAX_NODES=%d must be positive", c.MaxStacks, c.MaxNodes)
+	}
+	if (c.BasicUser == "") != (c.BasicPassword == "") {
+		return errors.New("set both STACKSTREAM_QUERY_BASIC_AUTH_USER and STACKSTREAM_QUERY_BASIC_AUTH_PASSWORD, or neither")
+	}
+	return c.OpenSearch.Validate()
+}
+
+func main() {
+	if err := runMain(); err != nil {
+		if errors.Is(err, config.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "stackstream-query:", err)
+		os.Exit(1)
+	}
+}
+
+func runMain() error {
+	var cfg Config
+	if err := config.Load(&cfg, os.Args[1:], os.Stdout); err != nil {
+		return err
+	}
+	logger, err := telemetry.NewLogger(cfg.Log, os.Stderr, "query")
+	if err != nil {
+		return err
+	}
+	reg := telemetry.NewRegistry()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cl, err := opensearch.NewClient(ctx, cfg.OpenSearch)
+	if err != nil {
+		return err
+	}
+	handler := server.New(cl, cfg.Index.Names(), server.Options{
+		API: api.Options{
+			Timeout: cfg.Timeout, MaxRange: cfg.MaxRange, RawMaxRange: cfg.RawMaxRange,
+			MaxStacks: cfg.MaxStacks, MaxNodes: cfg.MaxNodes, Version: version, Now: time.Now,
+		},
+		UI:        uiHandler(),
+		AuthToken: cfg.AuthToken, BasicUser: cfg.BasicUser, BasicPassword: cfg.BasicPassword,
+	}, reg, logger)
+	srv, err := telemetry.Listen(cfg.ListenAddr, handler)
+	if err != nil {
+		return err
+	}
+	logger.Info("serving", "addr", srv.Addr(), "auth", cfg.AuthToken != "" || cfg.BasicUser != "", "index_prefix", cfg.Index.Prefix)
+
+	var g run.Group
+	// The server is the only component: a signal stops it, draining requests.
+	g.Add(srv.Run, srv.Stop)
+	g.Add(func() error {
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+		select {
+		case s := <-sig:
+			logger.Info("stopping", "signal", s.String())
+		case <-ctx.Done():
+		}
+		return nil
+	}, func(error) { cancel() })
+	return g.Run()
+}

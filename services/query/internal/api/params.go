@@ -1,0 +1,170 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stackstream/stackstream/schemas/record"
+	"github.com/stackstream/stackstream/services/query/internal/selector"
+)
+
+// paramError is a client mistake: HTTP 400 naming the parameter.
+type paramError struct {
+	param string
+	msg   string
+}
+
+func (e *paramError) Error() string { return fmt.Sprintf("parameter %q: %s", e.param, e.msg) }
+
+func badParam(param, format string, args ...any) error {
+	return &paramError{param: param, msg: fmt.Sprintf(format, args...)}
+}
+
+// timeRange is a half-open interval [From, To).
+type timeRange struct{ From, To time.Time }
+
+func (r timeRange) Duration() time.Duration { return r.To.Sub(r.From) }
+
+var relative = regexp.MustCompile(`^now(?:-([0-9]{1,6})(s|m|h|d|w))?$`)
+
+// parseTime reads RFC 3339, unix milliseconds, "now" or "now-<n><s|m|h|d|w>".
+func parseTime(param, s string, now time.Time) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if m := relative.FindStringSubmatch(s); m != nil {
+		if m[1] == "" {
+			return now, nil
+		}
+		n, _ := strconv.Atoi(m[1])
+		unit := map[string]time.Duration{"s": time.Second, "m": time.Minute, "h": time.Hour, "d": 24 * time.Hour, "w": 7 * 24 * time.Hour}[m[2]]
+		return now.Add(-time.Duration(n) * unit), nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t.UTC(), nil
+	}
+	if ms, err := strconv.ParseInt(s, 10, 64); err == nil && len(s) >= 10 && len(s) <= 14 {
+		return time.UnixMilli(ms).UTC(), nil
+	}
+	return time.Time{}, badParam(param, "cannot parse %q: use RFC 3339 or now-1h", truncate(s, 64))
+}
+
+// parseRange reads fromParam/toParam (defaults now-1h and now) and checks the
+// range is ordered and not longer than maxRange.
+func parseRange(q url.Values, fromParam, toParam string, now time.Time, maxRange time.Duration) (timeRange, error) {
+	fromS, toS := q.Get(fromParam), q.Get(toParam)
+	if fromS == "" {
+		fromS = "now-1h"
+	}
+	if toS == "" {
+		toS = "now"
+	}
+	from, err := parseTime(fromParam, fromS, now)
+	if err != nil {
+		return timeRange{}, err
+	}
+	to, err := parseTime(toParam, toS, now)
+	if err != nil {
+		return timeRange{}, err
+	}
+	if !from.Before(to) {
+		return timeRange{}, badParam(fromParam, "%s=%s is not before %s=%s: swap them", fromParam, from.Format(time.RFC3339), toParam, to.Format(time.RFC3339))
+	}
+	if d := to.Sub(from); d > maxRange {
+		return timeRange{}, badParam(fromParam, "range of %s is longer than the maximum %s (STACKSTREAM_QUERY_MAX_RANGE): narrow it", d, maxRange)
+	}
+	return timeRange{From: from, To: to}, nil
+}
+
+// parseType reads the profile type, cpu by default.
+func parseType(q url.Values) (record.ProfileType, error) {
+	s := q.Get("type")
+	if s == "" {
+		return record.ProfileCPU, nil
+	}
+	t, err := record.ParseProfileType(s)
+	if err != nil {
+		return "", badParam("type", "unknown profile type %q: use cpu, memory, heap or alloc", truncate(s, 64))
+	}
+	return t, nil
+}
+
+func parseSelector(q url.Values, param string) (selector.Selector, error) {
+	sel, err := selector.Parse(q.Get(param))
+	if err != nil {
+		return nil, badParam(param, "%s (example: {service=\"checkout\",host=~\"web-.*\"})", strings.TrimPrefix(err.Error(), selector.ErrSyntax.Error()+" "))
+	}
+	return sel, nil
+}
+
+// parseInt reads an optional integer in [min, max].
+func parseInt(q url.Values, param string, def, min, max int) (int, error) {
+	s := q.Get(param)
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < min || n > max {
+		return 0, badParam(param, "%q is not an integer from %d to %d", truncate(s, 64), min, max)
+	}
+	return n, nil
+}
+
+// parseStep reads a step as a Go duration ("5m") or seconds ("300").
+func parseStep(q url.Values) (time.Duration, error) {
+	s := q.Get("step")
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		secs, err2 := strconv.ParseFloat(s, 64)
+		if err2 != nil {
+			return 0, badParam("step", "cannot parse %q: use a duration such as 60s or 5m", truncate(s, 64))
+		}
+		d = time.Duration(secs * float64(time.Second))
+	}
+	if d <= 0 {
+		return 0, badParam("step", "%q must be positive", s)
+	}
+	return d, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// errTimeout is returned when a request ran past its deadline.
+var errTimeout = errors.New("query timed out")
+
+// writeError picks the status for err and writes the agreed error body.
+func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var pe *paramError
+	status, param, msg := http.StatusInternalServerError, "", err.Error()
+	switch {
+	case errors.As(err, &pe):
+		status, param = http.StatusBadRequest, pe.param
+	case errors.Is(err, errTimeout) || errors.Is(err, context.DeadlineExceeded):
+		status = http.StatusGatewayTimeout
+		msg = fmt.Sprintf("query took longer than %s (STACKSTREAM_QUERY_TIMEOUT): narrow the range or the selector", a.opts.Timeout)
+	case errors.Is(err, errNotFound):
+		status = http.StatusNotFound
+	default:
+		a.logger.Error("query failed", "path", r.URL.Path, "query", r.URL.RawQuery, "err", err)
+		a.metrics.errors.Inc()
+	}
+	writeJSON(w, status, errorBody{Error: msg, Parameter: param})
+}
+
+type errorBody struct {
+	Error     string `json:"error"`
+	Parameter string `json:"parameter,omitempty"`
+}

@@ -1,0 +1,225 @@
+package api
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/stackstream/stackstream/schemas/record"
+	"github.com/stackstream/stackstream/services/query/internal/selector"
+)
+
+// maxPoints bounds one series, so a tiny step over a long range is refused.
+const maxPoints = 11000
+
+// niceSteps are the automatic steps: the first giving at most autoPoints.
+var niceSteps = []time.Duration{
+	time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute, 15 * time.Minute, 30 * time.Minute,
+	time.Hour, 2 * time.Hour, 3 * time.Hour, 6 * time.Hour, 12 * time.Hour, 24 * time.Hour,
+}
+
+const autoPoints = 300
+
+// chooseStep returns the requested step rounded up to whole minutes (the
+// finest rollup), or an automatic one giving at most autoPoints points.
+func chooseStep(requested, rng time.Duration) (time.Duration, error) {
+	if requested == 0 {
+		for _, s := range niceSteps {
+			if rng/s <= autoPoints {
+				return s, nil
+			}
+		}
+		return niceSteps[len(niceSteps)-1], nil
+	}
+	step := (requested + time.Minute - 1) / time.Minute * time.Minute
+	if n := rng / step; n > maxPoints {
+		return 0, badParam("step", "%s over %s gives %d points, more than %d: use a larger step", requested, rng, n, maxPoints)
+	}
+	return step, nil
+}
+
+// SeriesResponse is the answer of /api/v1/series.
+type SeriesResponse struct {
+	Type        string   `json:"type"`
+	Unit        string   `json:"unit"`
+	StepSeconds int64    `json:"step_seconds"`
+	Truncated   bool     `json:"truncated,omitempty"`
+	Source      string   `json:"source,omitempty"`
+	Series      []Series `json:"series"`
+}
+
+// Series is one line: its labels and [unix_ms, value] points.
+type Series struct {
+	Labels map[string]string `json:"labels"`
+	Points [][2]float64      `json:"points"`
+}
+
+func (a *API) handleSeries(ctx context.Context, _ http.ResponseWriter, r *http.Request) (any, error) {
+	q := r.URL.Query()
+	typ, err := parseType(q)
+	if err != nil {
+		return nil, err
+	}
+	sel, err := parseSelector(q, "query")
+	if err != nil {
+		return nil, err
+	}
+	tr, err := parseRange(q, "from", "to", a.opts.Now(), a.opts.MaxRange)
+	if err != nil {
+		return nil, err
+	}
+	reqStep, err := parseStep(q)
+	if err != nil {
+		return nil, err
+	}
+	groupBy := q.Get("group_by")
+	switch groupBy {
+	case "":
+		groupBy = "service"
+	case "service", "host":
+	default:
+		return nil, badParam("group_by", "%q: use service or host", truncate(groupBy, 64))
+	}
+	step, err := chooseStep(reqStep, tr.Duration())
+	if err != nil {
+		return nil, err
+	}
+	// Align to the step so every bucket covers a whole step.
+	tr.From = tr.From.Truncate(step)
+	if end := tr.To.Truncate(step); end.Before(tr.To) {
+		tr.To = end.Add(step)
+	}
+	resp := &SeriesResponse{Type: string(typ), StepSeconds: int64(step / time.Second), Unit: "bytes"}
+	if typ == record.ProfileCPU {
+		resp.Unit = "cores"
+	}
+	if sel.OnlyFields("service", "host") {
+		resolutions := []time.Duration{time.Minute}
+		if step%time.Hour == 0 {
+			resolutions = []time.Duration{time.Hour, time.Minute}
+		}
+		for _, res := range resolutions {
+			found, err := a.rollupSeries(ctx, resp, typ, sel, tr, step, res, groupBy)
+			if err != nil {
+				return nil, err
+			}
+			if found {
+				resp.Source = "rollups"
+				return resp, nil
+			}
+		}
+	}
+	// Label selectors (and clusters without rollups yet) read the samples.
+	if err := a.sampleSeries(ctx, resp, typ, sel, tr, step, groupBy); err != nil {
+		return nil, err
+	}
+	resp.Source = "samples"
+	return resp, nil
+}
+
+type seriesAggs struct {
+	Groups struct {
+		SumOtherDocCount int64 `json:"sum_other_doc_count"`
+		Buckets          []struct {
+			Key  string `json:"key"`
+			Time struct {
+				Buckets []struct {
+					Key   int64   `json:"key"`
+					V     sumAgg  `json:"v"`
+					Times *sumAgg `json:"times"`
+				} `json:"buckets"`
+			} `json:"time"`
+		} `json:"buckets"`
+	} `json:"groups"`
+}
+
+func seriesBody(query map[string]any, groupBy, valueField string, step time.Duration, size int, countTimes bool) map[string]any {
+	timeAggs := map[string]any{"v": map[string]any{"sum": map[string]any{"field": valueField}}}
+	if countTimes {
+		timeAggs["times"] = map[string]any{"cardinality": map[string]any{"field": "@timestamp"}}
+	}
+	return map[string]any{
+		"size": 0, "track_total_hits": true, "query": query,
+		"aggs": map[string]any{"groups": map[string]any{
+			"terms": map[string]any{"field": groupBy, "size": size, "order": map[string]any{"gv": "desc"}},
+			"aggs": map[string]any{
+				"gv": map[string]any{"sum": map[string]any{"field": valueField}},
+				"time": map[string]any{
+					"date_histogram": map[string]any{"field": "@timestamp", "fixed_interval": fmt.Sprintf("%ds", int64(step/time.Second)), "min_doc_count": 1},
+					"aggs":           timeAggs,
+				},
+			},
+		}},
+	}
+}
+
+// rollupSeries reads kind=service rollups of one resolution; found is false
+// when there are none, so the caller can try a finer resolution.
+func (a *API) rollupSeries(ctx context.Context, resp *SeriesResponse, typ record.ProfileType, sel selector.Selector, tr timeRange, step, res time.Duration, groupBy string) (bool, error) {
+	filter, mustNot := sel.Clauses()
+	resName := "1m"
+	if res == time.Hour {
+		resName = "1h"
+	}
+	filter = append([]any{termQ("kind", "service"), termQ("type", string(typ)), termQ("resolution", resName), timeFilter(tr)}, filter...)
+	// CPU: nanoseconds used in a step / the step's nanoseconds = cores.
+	// Memory: each window's average; a step averages its windows.
+	valueField, scale := "value", 1/float64(step)
+	switch typ {
+	case record.ProfileMemory:
+		valueField, scale = "mem_avg", float64(res)/float64(step)
+	case record.ProfileHeap, record.ProfileAlloc:
+		scale = float64(res) / float64(step)
+	}
+	var out struct {
+		Hits         hitsTotal  `json:"hits"`
+		Aggregations seriesAggs `json:"aggregations"`
+	}
+	if err := a.search(ctx, a.rollupIndices(tr), seriesBody(boolQ(filter, mustNot), groupBy, valueField, step, a.opts.MaxSeries, false), &out); err != nil {
+		return false, fmt.Errorf("series from rollups: %w", err)
+	}
+	if out.Hits.Total.Value == 0 {
+		return false, nil
+	}
+	a.fillSeries(resp, out.Aggregations, groupBy, func(sum float64, _ *sumAgg) float64 { return sum * scale })
+	return true, nil
+}
+
+// sampleSeries reads the raw samples: CPU as above; other types sum the
+// samples of each reporting time and average those sums over the step.
+func (a *API) sampleSeries(ctx context.Context, resp *SeriesResponse, typ record.ProfileType, sel selector.Selector, tr timeRange, step time.Duration, groupBy string) error {
+	s := selection{typ: typ, sel: sel, tr: tr}
+	cpu := typ == record.ProfileCPU
+	var out struct {
+		Aggregations seriesAggs `json:"aggregations"`
+	}
+	if err := a.search(ctx, a.sampleIndices(tr), seriesBody(a.sampleQuery(s), groupBy, "value", step, a.opts.MaxSeries, !cpu), &out); err != nil {
+		return fmt.Errorf("series from samples: %w", err)
+	}
+	a.fillSeries(resp, out.Aggregations, groupBy, func(sum float64, times *sumAgg) float64 {
+		if cpu {
+			return sum / float64(step)
+		}
+		if times == nil || times.Value < 1 {
+			return sum
+		}
+		return sum / times.Value
+	})
+	return nil
+}
+
+func (a *API) fillSeries(resp *SeriesResponse, aggs seriesAggs, groupBy string, value func(float64, *sumAgg) float64) {
+	resp.Truncated = aggs.Groups.SumOtherDocCount > 0
+	resp.Series = make([]Series, 0, len(aggs.Groups.Buckets))
+	for _, g := range aggs.Groups.Buckets {
+		s := Series{Labels: map[string]string{groupBy: g.Key}, Points: make([][2]float64, 0, len(g.Time.Buckets))}
+		for _, b := range g.Time.Buckets {
+			s.Points = append(s.Points, [2]float64{float64(b.Key), value(b.V.Value, b.Times)})
+		}
+		slices.SortFunc(s.Points, func(x, y [2]float64) int { return cmp.Compare(x[0], y[0]) })
+		resp.Series = append(resp.Series, s)
+	}
+}

@@ -1,0 +1,287 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"github.com/stackstream/stackstream/schemas/record"
+	"github.com/stackstream/stackstream/services/query/internal/selector"
+)
+
+// noStack names the frame of samples without a stack (memory samples are
+// per process) and unknownStack the frame of a stack ID the stacks index
+// does not (yet) hold.
+const (
+	noStack      = "[no stack]"
+	unknownStack = "[unknown stack]"
+	otherNodes   = "[other]"
+	pageSize     = 1000
+)
+
+// selection is what a flame graph, top list, diff or pprof export reads: a
+// profile type, a selector and a time range.
+type selection struct {
+	typ record.ProfileType
+	sel selector.Selector
+	tr  timeRange
+}
+
+// stackValues is the selection summed per stack ID.
+type stackValues struct {
+	values    map[string]int64 // stack ID ("" for stack-less samples) -> value
+	total     int64            // of the whole selection, including stacks left out
+	truncated bool             // more stacks than MaxStacks: only the heaviest are in values
+	source    string           // "samples" or "rollups"
+}
+
+// fromRollups reports whether a selection reads the per-stack rollups
+// instead of the raw samples: for ranges longer than RawMaxRange, when the
+// selector only names fields the rollups have.
+func (a *API) fromRollups(s selection) bool {
+	return s.tr.Duration() > a.opts.RawMaxRange && s.sel.OnlyFields("service", "host")
+}
+
+// stackValues sums the selection per stack, from the rollups for long
+// ranges (falling back to minute rollups, then to the samples, when coarser
+// data is missing) and from the samples otherwise.
+func (a *API) stackValues(ctx context.Context, s selection) (*stackValues, error) {
+	if a.fromRollups(s) {
+		minuteOnly := false
+		for {
+			sv, hourly, err := a.rollupStackValues(ctx, s, minuteOnly)
+			if err != nil {
+				return nil, err
+			}
+			if hourly == 0 && !minuteOnly && hasWholeHours(s.tr) {
+				minuteOnly = true
+				continue
+			}
+			if sv.total > 0 || len(sv.values) > 0 {
+				return sv, nil
+			}
+			break
+		}
+	}
+	return a.sampleStackValues(ctx, s)
+}
+
+func (a *API) sampleQuery(s selection) map[string]any {
+	filter, mustNot := s.sel.Clauses()
+	filter = append([]any{timeFilter(s.tr), termQ("type", string(s.typ))}, filter...)
+	return boolQ(filter, mustNot)
+}
+
+func (a *API) rollupQuery(s selection, kind string, minuteOnly bool) map[string]any {
+	filter, mustNot := s.sel.Clauses()
+	filter = append([]any{termQ("kind", kind), termQ("type", string(s.typ)), rollupTime(s.tr, minuteOnly)}, filter...)
+	return boolQ(filter, mustNot)
+}
+
+func (a *API) sampleStackValues(ctx context.Context, s selection) (*stackValues, error) {
+	sv, _, err := a.sumByStack(ctx, a.sampleIndices(s.tr), a.sampleQuery(s), false)
+	if err != nil {
+		return nil, err
+	}
+	sv.source = "samples"
+	return sv, nil
+}
+
+func (a *API) rollupStackValues(ctx context.Context, s selection, minuteOnly bool) (*stackValues, int64, error) {
+	sv, hourly, err := a.sumByStack(ctx, a.rollupIndices(s.tr), a.rollupQuery(s, "stack", minuteOnly), true)
+	if err != nil {
+		return nil, 0, err
+	}
+	sv.source = "rollups"
+	return sv, hourly, nil
+}
+
+// sumByStack pages through stack IDs with a composite aggregation. When the
+// selection has more than MaxStacks stacks it stops paging and asks instead
+// for the MaxStacks heaviest ones (a terms aggregation ordered by value), so
+// the work stays bounded and the flame graph keeps what matters.
+func (a *API) sumByStack(ctx context.Context, idx []string, query map[string]any, countHourly bool) (*stackValues, int64, error) {
+	sv := &stackValues{values: map[string]int64{}}
+	var hourly int64
+	var after map[string]any
+	for page := 0; ; page++ {
+		composite := map[string]any{
+			"size":    pageSize,
+			"sources": []any{map[string]any{"id": map[string]any{"terms": map[string]any{"field": "stack_id", "missing_bucket": true}}}},
+		}
+		if after != nil {
+			composite["after"] = after
+		}
+		aggs := map[string]any{"stacks": map[string]any{"composite": composite, "aggs": map[string]any{"v": map[string]any{"sum": map[string]any{"field": "value"}}}}}
+		if page == 0 {
+			aggs["total"] = map[string]any{"sum": map[string]any{"field": "value"}}
+			if countHourly {
+				aggs["hourly"] = hourlyCountAgg
+			}
+		}
+		var resp struct {
+			Aggregations struct {
+				Total  sumAgg   `json:"total"`
+				Hourly countAgg `json:"hourly"`
+				Stacks struct {
+					AfterKey map[string]any `json:"after_key"`
+					Buckets  []struct {
+						Key struct {
+							ID *string `json:"id"`
+						} `json:"key"`
+						V sumAgg `json:"v"`
+					} `json:"buckets"`
+				} `json:"stacks"`
+			} `json:"aggregations"`
+		}
+		if err := a.search(ctx, idx, map[string]any{"size": 0, "track_total_hits": false, "query": query, "aggs": aggs}, &resp); err != nil {
+			return nil, 0, fmt.Errorf("sum values by stack: %w", err)
+		}
+		if page == 0 {
+			sv.total = int64(resp.Aggregations.Total.Value)
+			hourly = resp.Aggregations.Hourly.DocCount
+		}
+		for _, b := range resp.Aggregations.Stacks.Buckets {
+			id := ""
+			if b.Key.ID != nil {
+				id = *b.Key.ID
+			}
+			sv.values[id] = int64(b.V.Value)
+		}
+		if len(sv.values) > a.opts.MaxStacks {
+			top, err := a.topStacks(ctx, idx, query)
+			if err != nil {
+				return nil, 0, err
+			}
+			sv.values, sv.truncated = top, true
+			a.metrics.truncated.Inc()
+			return sv, hourly, nil
+		}
+		if len(resp.Aggregations.Stacks.Buckets) < pageSize || resp.Aggregations.Stacks.AfterKey == nil {
+			return sv, hourly, nil
+		}
+		after = resp.Aggregations.Stacks.AfterKey
+	}
+}
+
+func (a *API) topStacks(ctx context.Context, idx []string, query map[string]any) (map[string]int64, error) {
+	var resp struct {
+		Aggregations struct {
+			Stacks struct {
+				Buckets []struct {
+					Key string `json:"key"`
+					V   sumAgg `json:"v"`
+				} `json:"buckets"`
+			} `json:"stacks"`
+		} `json:"aggregations"`
+	}
+	body := map[string]any{"size": 0, "track_total_hits": false, "query": query, "aggs": map[string]any{
+		"stacks": map[string]any{
+			"terms": map[string]any{"field": "stack_id", "size": a.opts.MaxStacks, "order": map[string]any{"v": "desc"}},
+			"aggs":  map[string]any{"v": map[string]any{"sum": map[string]any{"field": "value"}}},
+		},
+	}}
+	if err := a.search(ctx, idx, body, &resp); err != nil {
+		return nil, fmt.Errorf("top stacks: %w", err)
+	}
+	out := make(map[string]int64, len(resp.Aggregations.Stacks.Buckets))
+	for _, b := range resp.Aggregations.Stacks.Buckets {
+		out[b.Key] = int64(b.V.Value)
+	}
+	return out, nil
+}
+
+// stackCache keeps the frames of stacks already read. A stack ID is a hash
+// of its frames, so an entry never goes stale; the cache is dropped whole
+// when full, which is cheap and keeps memory bounded.
+type stackCache struct {
+	mu  sync.Mutex
+	m   map[string][]string
+	max int
+}
+
+func (c *stackCache) get(id string) ([]string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f, ok := c.m[id]
+	return f, ok
+}
+
+func (c *stackCache) put(id string, frames []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= c.max {
+		c.m = make(map[string][]string, c.max)
+	}
+	c.m[id] = frames
+}
+
+// frames returns the function names of each stack, root first. Unknown
+// stack IDs get one frame naming that, so their value still shows.
+func (a *API) frames(ctx context.Context, ids []string) (map[string][]string, error) {
+	out := make(map[string][]string, len(ids))
+	var missing []string
+	for _, id := range ids {
+		if id == "" {
+			out[id] = []string{noStack}
+			continue
+		}
+		if f, ok := a.cache.get(id); ok {
+			out[id] = f
+			continue
+		}
+		missing = append(missing, id)
+	}
+	for len(missing) > 0 {
+		chunk := missing[:min(len(missing), pageSize)]
+		missing = missing[len(chunk):]
+		var resp struct {
+			Docs []struct {
+				ID     string `json:"_id"`
+				Found  bool   `json:"found"`
+				Source struct {
+					Frames []struct {
+						Function string `json:"function"`
+						Binary   string `json:"binary"`
+					} `json:"frames"`
+				} `json:"_source"`
+			} `json:"docs"`
+		}
+		path := "/" + a.names.Stacks() + "/_mget?_source_includes=frames.function,frames.binary"
+		err := a.do(ctx, http.MethodPost, path, map[string]any{"ids": chunk}, &resp)
+		if err != nil && !errors.Is(err, errNotFound) {
+			return nil, fmt.Errorf("get stacks: %w", err)
+		}
+		for _, d := range resp.Docs {
+			if !d.Found {
+				continue
+			}
+			names := make([]string, len(d.Source.Frames))
+			for i, f := range d.Source.Frames {
+				name := f.Function
+				if name == "" {
+					name = "[unknown]"
+					if f.Binary != "" {
+						name = "[" + f.Binary + "]"
+					}
+				}
+				// Stored leaf first, as in pprof; trees read root first.
+				names[len(names)-1-i] = name
+			}
+			if len(names) == 0 {
+				names = []string{noStack}
+			}
+			a.cache.put(d.ID, names)
+			out[d.ID] = names
+		}
+		for _, id := range chunk {
+			if _, ok := out[id]; !ok {
+				out[id] = []string{unknownStack}
+			}
+		}
+	}
+	return out, nil
+}
+

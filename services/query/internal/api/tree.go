@@ -1,0 +1,246 @@
+package api
+
+import (
+	"cmp"
+	"slices"
+)
+
+// node is a call-tree node while merging stacks.
+type node struct {
+	name        string
+	self, total int64
+	children    map[string]*node
+}
+
+func (n *node) child(name string) *node {
+	c := n.children[name]
+	if c == nil {
+		if n.children == nil {
+			n.children = map[string]*node{}
+		}
+		c = &node{name: name}
+		n.children[name] = c
+	}
+	return c
+}
+
+// buildTree merges the stacks (frames root first) weighted by their values.
+func buildTree(values map[string]int64, frames map[string][]string) *node {
+	root := &node{name: "total"}
+	for id, v := range values {
+		if v == 0 {
+			continue
+		}
+		root.total += v
+		n := root
+		for _, f := range frames[id] {
+			n = n.child(f)
+			n.total += v
+		}
+		n.self += v
+	}
+	return root
+}
+
+// FlameNode is one node of the flamegraph answer.
+type FlameNode struct {
+	Name     string       `json:"name"`
+	Self     int64        `json:"self"`
+	Total    int64        `json:"total"`
+	Children []*FlameNode `json:"children"`
+}
+
+// keepHeaviest picks at most max nodes below root, heaviest first. A parent
+// is never lighter than its child and comes first in breadth-first order, so
+// a stable sort keeps every kept node's parent: the kept set is a tree.
+func keepHeaviest(root *node, max int, weight func(*node) float64) (map[*node]bool, bool) {
+	var all []*node
+	queue := []*node{root}
+	for len(queue) > 0 {
+		n := queue[0]
+		queue = queue[1:]
+		kids := sortedChildren(n)
+		all = append(all, kids...)
+		queue = append(queue, kids...)
+	}
+	if len(all) <= max {
+		return nil, false
+	}
+	slices.SortStableFunc(all, func(x, y *node) int { return cmp.Compare(weight(y), weight(x)) })
+	keep := make(map[*node]bool, max)
+	for _, n := range all[:max] {
+		keep[n] = true
+	}
+	return keep, true
+}
+
+// sortedChildren orders children by total, heaviest first, then by name so
+// answers are stable.
+func sortedChildren(n *node) []*node {
+	kids := make([]*node, 0, len(n.children))
+	for _, c := range n.children {
+		kids = append(kids, c)
+	}
+	slices.SortFunc(kids, func(x, y *node) int {
+		if c := cmp.Compare(y.total, x.total); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.name, y.name)
+	})
+	return kids
+}
+
+// flame converts the tree keeping at most maxNodes nodes; the children left
+// out of a node are summed into one "[other]" child so totals still add up.
+func flame(root *node, maxNodes int) (*FlameNode, bool) {
+	keep, truncated := keepHeaviest(root, maxNodes, func(n *node) float64 { return float64(n.total) })
+	var conv func(n *node) *FlameNode
+	conv = func(n *node) *FlameNode {
+		out := &FlameNode{Name: n.name, Self: n.self, Total: n.total, Children: []*FlameNode{}}
+		var other int64
+		for _, c := range sortedChildren(n) {
+			if keep != nil && !keep[c] {
+				other += c.total
+				continue
+			}
+			out.Children = append(out.Children, conv(c))
+		}
+		if other > 0 {
+			out.Children = append(out.Children, &FlameNode{Name: otherNodes, Self: other, Total: other, Children: []*FlameNode{}})
+		}
+		return out
+	}
+	return conv(root), truncated
+}
+
+// Function is one row of the top answer.
+type Function struct {
+	Name       string  `json:"name"`
+	Self       int64   `json:"self"`
+	Total      int64   `json:"total"`
+	SelfShare  float64 `json:"self_share"`
+	TotalShare float64 `json:"total_share"`
+}
+
+// topFunctions sums self (leaf) and total (anywhere on the stack, once per
+// stack so recursion is not counted twice) per function.
+func topFunctions(values map[string]int64, frames map[string][]string, total int64, limit int) []Function {
+	byName := map[string]*Function{}
+	get := func(name string) *Function {
+		f := byName[name]
+		if f == nil {
+			f = &Function{Name: name}
+			byName[name] = f
+		}
+		return f
+	}
+	seen := map[string]bool{}
+	for id, v := range values {
+		fr := frames[id]
+		if len(fr) == 0 || v == 0 {
+			continue
+		}
+		clear(seen)
+		for _, name := range fr {
+			if !seen[name] {
+				seen[name] = true
+				get(name).Total += v
+			}
+		}
+		get(fr[len(fr)-1]).Self += v
+	}
+	out := make([]Function, 0, len(byName))
+	for _, f := range byName {
+		if total > 0 {
+			f.SelfShare = float64(f.Self) / float64(total)
+			f.TotalShare = float64(f.Total) / float64(total)
+		}
+		out = append(out, *f)
+	}
+	slices.SortFunc(out, func(x, y Function) int {
+		if c := cmp.Compare(y.Self, x.Self); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(y.Total, x.Total); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.Name, y.Name)
+	})
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out
+}
+
+// DiffNode is one node of the diff answer: base and compare are shares of
+// their own selection's total.
+type DiffNode struct {
+	Name     string      `json:"name"`
+	Base     float64     `json:"base"`
+	Compare  float64     `json:"compare"`
+	Children []*DiffNode `json:"children"`
+}
+
+// diffTree merges two trees by path and normalizes each side to its total.
+func diffTree(base, compare *node, maxNodes int) (*DiffNode, bool) {
+	type pair struct{ b, c *node }
+	// Build a union tree whose nodes remember both sides; its totals (the sum
+	// of both shares) only order and prune it.
+	union := &node{name: "total"}
+	sides := map[*node]*pair{}
+	var walk func(u, n *node, isBase bool)
+	walk = func(u, n *node, isBase bool) {
+		p := sides[u]
+		if p == nil {
+			p = &pair{}
+			sides[u] = p
+		}
+		if isBase {
+			p.b = n
+		} else {
+			p.c = n
+		}
+		for _, c := range n.children {
+			walk(u.child(c.name), c, isBase)
+		}
+	}
+	walk(union, base, true)
+	walk(union, compare, false)
+	share := func(n *node, total int64) float64 {
+		if n == nil || total == 0 {
+			return 0
+		}
+		return float64(n.total) / float64(total)
+	}
+	weight := func(u *node) float64 {
+		p := sides[u]
+		return max(share(p.b, base.total), share(p.c, compare.total))
+	}
+	// Give the union nodes a total the ordering helpers understand: the
+	// larger share in millionths.
+	for u := range sides {
+		u.total = int64(weight(u) * 1e9)
+	}
+	keep, truncated := keepHeaviest(union, maxNodes, weight)
+	var conv func(u *node) *DiffNode
+	conv = func(u *node) *DiffNode {
+		p := sides[u]
+		out := &DiffNode{Name: u.name, Base: share(p.b, base.total), Compare: share(p.c, compare.total), Children: []*DiffNode{}}
+		var other DiffNode
+		for _, c := range sortedChildren(u) {
+			if keep != nil && !keep[c] {
+				cp := sides[c]
+				other.Base += share(cp.b, base.total)
+				other.Compare += share(cp.c, compare.total)
+				continue
+			}
+			out.Children = append(out.Children, conv(c))
+		}
+		if other.Base > 0 || other.Compare > 0 {
+			other.Name, other.Children = otherNodes, []*DiffNode{}
+			out.Children = append(out.Children, &other)
+		}
+		return out
+	}
+	return conv(union), truncated
+}
