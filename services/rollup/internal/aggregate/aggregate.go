@@ -107,7 +107,9 @@ type Checkpoint struct {
 }
 
 // String encodes the checkpoint for commit metadata.
-func (c Checkpoint) String() string { return fmt.Sprintf("rollup/v1 wm=%d next=%d", c.Watermark, c.Next) }
+func (c Checkpoint) String() string {
+	return fmt.Sprintf("rollup/v1 wm=%d next=%d", c.Watermark, c.Next)
+}
 
 // ParseCheckpoint decodes commit metadata; anything else (an empty string, a
 // commit made by another tool) gives the zero Checkpoint and false.
@@ -409,7 +411,7 @@ func memStats(m map[int64]int64) (avg float64, peak int64) {
 
 // MarkStored records that the documents were acknowledged (or sent to the
 // DLQ); they are written again only if a late profile changes them.
-func (p *Partition) MarkStored(docs []Pending) {
+func MarkStored(docs []Pending) {
 	for _, d := range docs {
 		if d.ds.dirty {
 			d.ds.dirty = false

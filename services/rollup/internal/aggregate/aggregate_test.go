@@ -22,7 +22,9 @@ func testConfig() Config {
 	}
 }
 
-func svc(name string) map[string]string { return map[string]string{record.LabelService: name, record.LabelPID: "1"} }
+func svc(name string) map[string]string {
+	return map[string]string{record.LabelService: name, record.LabelPID: "1"}
+}
 
 // cpu builds a CPU profile at t: checkout spends 30 ns in main;work;hash and
 // 10 ns in main;work, api spends 5 ns in main;serve;main (recursion).
@@ -150,7 +152,7 @@ func TestWindowsCloseOnWatermark(t *testing.T) {
 			t.Fatalf("wrote open window %v", d.Doc.Timestamp)
 		}
 	}
-	p.MarkStored(docs)
+	MarkStored(docs)
 	if got := p.Pending(false); len(got) != 0 {
 		t.Fatalf("stored docs pending again: %d", len(got))
 	}
@@ -163,7 +165,7 @@ func TestLateProfileRecomputes(t *testing.T) {
 	p := NewPartition(testConfig(), Checkpoint{})
 	add(t, p, cpu(t0.Add(10*time.Second)), record.ProfileCPU, 0)
 	add(t, p, cpu(t0.Add(200*time.Second)), record.ProfileCPU, 1)
-	p.MarkStored(p.Pending(false))
+	MarkStored(p.Pending(false))
 	// Late but within retention: the stored window is rewritten with the sum.
 	late := pproftest.NewCPU(t0.Add(30*time.Second), time.Second).Sample(svc("checkout"), []int64{1, 7}, "work", "main").Profile()
 	if got := add(t, p, late, record.ProfileCPU, 2); got != Added {
@@ -195,7 +197,7 @@ func TestTooLate(t *testing.T) {
 	if got := add(t, p, cpu(t0.Add(60*time.Second)), record.ProfileCPU, 3); got != Added {
 		t.Fatalf("outcome %v, want Added for 10:01", got)
 	}
-	p.MarkStored(p.Pending(true))
+	MarkStored(p.Pending(true))
 	if n := p.Evict(); n != 1 {
 		t.Fatalf("evicted %d, want minute 10:00", n)
 	}
@@ -221,7 +223,7 @@ func TestCommitWaitsForWindows(t *testing.T) {
 	// 11:00 + lateness + retention.
 	add(t, p, cpu(t0.Add(10*time.Second)), record.ProfileCPU, 5)
 	add(t, p, cpu(t0.Add(time.Hour+30*time.Second)), record.ProfileCPU, 6)
-	p.MarkStored(p.Pending(false))
+	MarkStored(p.Pending(false))
 	if off, _, _ := p.Commit(); off != 5 {
 		t.Fatalf("commit %d, want 5", off)
 	}
@@ -229,7 +231,7 @@ func TestCommitWaitsForWindows(t *testing.T) {
 	if off, _, _ := p.Commit(); off != 5 {
 		t.Fatalf("commit %d before the hour is stored and evicted, want 5", off)
 	}
-	p.MarkStored(p.Pending(false))
+	MarkStored(p.Pending(false))
 	p.Evict()
 	off, cp, ok := p.Commit()
 	if !ok || off != 6 || cp.Next != 8 || cp.Watermark != t0.Add(time.Hour+8*time.Minute).UnixNano() {

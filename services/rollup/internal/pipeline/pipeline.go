@@ -1,0 +1,408 @@
+// Package pipeline runs the rollup consumer: it reads profiles.symbolized in
+// a consumer group, folds each profile into its partition's windows, writes
+// the closed windows to OpenSearch, and commits an offset only once every
+// window holding a record below it is stored and evicted.
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/stackstream/stackstream/pkg/bulk"
+	"github.com/stackstream/stackstream/schemas/record"
+	"github.com/stackstream/stackstream/services/rollup/internal/aggregate"
+)
+
+// ServiceName is written into DLQ records.
+const ServiceName = "stackstream-rollup"
+
+// Writer stores documents; *bulk.Writer is the real one.
+type Writer interface {
+	Write(ctx context.Context, items []bulk.Item) ([]bulk.Rejected, error)
+}
+
+// Config of a Rollup.
+type Config struct {
+	Topics record.Topics
+	Group  string
+	Window aggregate.Config
+	// MaxPollRecords bounds one batch between writes.
+	MaxPollRecords int
+	// FlushTimeout bounds the final write on shutdown and on revoke; what is
+	// not stored by then is not committed and is read again by the next owner.
+	FlushTimeout time.Duration
+}
+
+// Rollup is the consumer. Build it with New, create the Kafka client with
+// ClientOpts, then Run.
+type Rollup struct {
+	cfg Config
+	w   Writer
+	log *slog.Logger
+	m   *metrics
+
+	mu    sync.Mutex // partition state: the poll loop and the rebalance callbacks
+	cl    *kgo.Client
+	parts map[int32]*aggregate.Partition
+}
+
+// New builds a Rollup writing through w.
+func New(cfg Config, w Writer, log *slog.Logger, reg prometheus.Registerer) *Rollup {
+	if cfg.MaxPollRecords <= 0 {
+		cfg.MaxPollRecords = 1000
+	}
+	if cfg.FlushTimeout <= 0 {
+		cfg.FlushTimeout = 30 * time.Second
+	}
+	return &Rollup{cfg: cfg, w: w, log: log, m: newMetrics(reg), parts: map[int32]*aggregate.Partition{}}
+}
+
+// ClientOpts are the consumer options the Kafka client needs.
+func (r *Rollup) ClientOpts() []kgo.Opt {
+	return []kgo.Opt{
+		kgo.ConsumerGroup(r.cfg.Group),
+		kgo.ConsumeTopics(r.cfg.Topics.ProfilesSymbolized),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.DisableAutoCommit(),
+		// Records are only handed out between rebalances, so a revoke
+		// always sees the state of every record processed.
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(r.assigned),
+		kgo.OnPartitionsRevoked(r.revoked),
+		kgo.OnPartitionsLost(r.lost),
+	}
+}
+
+// Run consumes until ctx ends, then writes every window still in memory
+// (open ones too, so OpenSearch holds the freshest sums) and commits what is
+// safe. cl must have been built with ClientOpts; the caller closes it after
+// Run returns.
+func (r *Rollup) Run(ctx context.Context, cl *kgo.Client) error {
+	r.mu.Lock()
+	r.cl = cl
+	r.mu.Unlock()
+	for {
+		fetches := cl.PollRecords(ctx, r.cfg.MaxPollRecords)
+		if fetches.IsClientClosed() || ctx.Err() != nil {
+			break
+		}
+		fetches.EachError(func(topic string, p int32, err error) {
+			r.log.Warn("fetch", "topic", topic, "partition", p, "err", err)
+		})
+		r.mu.Lock()
+		err := r.handle(ctx, fetches)
+		r.mu.Unlock()
+		cl.AllowRebalance()
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			return err
+		}
+	}
+	return r.shutdown()
+}
+
+func (r *Rollup) shutdown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.FlushTimeout)
+	defer cancel()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.flush(ctx, r.parts, nil, true); err != nil {
+		return fmt.Errorf("flush on shutdown: %w", err)
+	}
+	r.log.Info("flushed on shutdown", "partitions", len(r.parts))
+	return nil
+}
+
+// handle folds a batch of records into the windows, then writes and commits.
+func (r *Rollup) handle(ctx context.Context, fetches kgo.Fetches) error {
+	var dlq []*kgo.Record
+	fetches.EachPartition(func(ft kgo.FetchTopicPartition) {
+		if len(ft.Records) == 0 {
+			return
+		}
+		part := r.partition(ctx, ft.Partition)
+		for _, rec := range ft.Records {
+			if d := r.process(part, rec); d != nil {
+				dlq = append(dlq, d)
+			}
+		}
+		last := ft.Records[len(ft.Records)-1]
+		r.m.lag.WithLabelValues(strconv.Itoa(int(ft.Partition))).Set(float64(max(0, ft.HighWatermark-last.Offset-1)))
+		r.m.watermark.WithLabelValues(strconv.Itoa(int(ft.Partition))).Set(float64(part.Watermark().UnixNano()) / 1e9)
+	})
+	return r.flush(ctx, r.parts, dlq, false)
+}
+
+// process folds one record in, or returns the DLQ record for it.
+func (r *Rollup) process(part *aggregate.Partition, rec *kgo.Record) *kgo.Record {
+	toDLQ := func(reason string, err error) *kgo.Record {
+		part.Advance(rec.Offset)
+		r.m.records.WithLabelValues("dlq").Inc()
+		r.m.dlq.WithLabelValues(reason).Inc()
+		r.log.Warn("record to dlq", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "reason", reason, "err", err)
+		return record.DLQRecord(r.cfg.Topics.DLQ, ServiceName, rec, err)
+	}
+	meta, err := record.ParseMeta(rec.Headers)
+	if err != nil {
+		return toDLQ("headers", fmt.Errorf("parse headers: %w", err))
+	}
+	prof, err := record.DecodeProfile(rec.Value)
+	if err != nil {
+		return toDLQ("decode", fmt.Errorf("decode profile: %w", err))
+	}
+	host := meta.Host
+	if host == "" {
+		host = string(rec.Key)
+	}
+	out, err := part.Add(aggregate.Input{Profile: prof, Type: meta.Type, Host: host, Offset: rec.Offset})
+	switch {
+	case err != nil:
+		return toDLQ("profile", fmt.Errorf("aggregate profile: %w", err))
+	case out == aggregate.TooLate:
+		return toDLQ("too_late", fmt.Errorf("too late: profile at %s is older than watermark %s minus allowed lateness %s and retention %s; not counted (replay the rollup group from before it to include it)",
+			time.Unix(0, prof.TimeNanos).UTC().Format(time.RFC3339), part.Watermark().Format(time.RFC3339), r.cfg.Window.AllowedLateness, r.cfg.Window.Retention))
+	case out == aggregate.Skipped:
+		r.m.records.WithLabelValues("skipped").Inc()
+	default:
+		r.m.records.WithLabelValues("added").Inc()
+	}
+	return nil
+}
+
+// flush sends the DLQ records, writes the pending documents of parts (all of
+// them when all), evicts, and commits what is safe. Nothing is committed
+// unless every earlier step succeeded.
+func (r *Rollup) flush(ctx context.Context, parts map[int32]*aggregate.Partition, dlq []*kgo.Record, all bool) error {
+	if r.cl == nil {
+		return nil
+	}
+	if err := r.produce(ctx, dlq); err != nil {
+		return err
+	}
+	var pending []aggregate.Pending
+	var partOf []int32
+	for id, p := range parts {
+		for _, d := range p.Pending(all) {
+			pending = append(pending, d)
+			partOf = append(partOf, id)
+		}
+	}
+	if len(pending) > 0 {
+		items := make([]bulk.Item, len(pending))
+		byID := make(map[string]int, len(pending))
+		for i, d := range pending {
+			doc, err := json.Marshal(&d.Doc)
+			if err != nil {
+				return fmt.Errorf("encode rollup document: %w", err)
+			}
+			items[i] = bulk.Item{Index: d.Index, ID: d.ID, Doc: doc}
+			byID[d.Index+"/"+d.ID] = i
+		}
+		start := time.Now()
+		rejected, err := r.w.Write(ctx, items)
+		if err != nil {
+			return fmt.Errorf("write rollups: %w", err)
+		}
+		r.m.writeSeconds.Observe(time.Since(start).Seconds())
+		r.m.docs.Add(float64(len(items) - len(rejected)))
+		var bad []*kgo.Record
+		for _, rj := range rejected {
+			i := byID[rj.Item.Index+"/"+rj.Item.ID]
+			bad = append(bad, r.rejectedRecord(partOf[i], pending[i], rj))
+		}
+		if err := r.produce(ctx, bad); err != nil {
+			return err
+		}
+		aggregate.MarkStored(pending)
+	}
+	return r.commit(ctx, parts)
+}
+
+// rejectedRecord is the DLQ record of a document OpenSearch refused: the
+// document itself, with the coordinates of the first record behind it.
+func (r *Rollup) rejectedRecord(partition int32, d aggregate.Pending, rj bulk.Rejected) *kgo.Record {
+	r.m.dlq.WithLabelValues("rejected_document").Inc()
+	r.log.Warn("document rejected", "index", rj.Item.Index, "id", rj.Item.ID, "status", rj.Status, "reason", rj.Reason, "partition", partition, "offset", d.Offset)
+	orig := &kgo.Record{
+		Topic: r.cfg.Topics.ProfilesSymbolized, Partition: partition, Offset: d.Offset,
+		Key: []byte(d.Doc.Host), Value: rj.Item.Doc,
+		Headers: []kgo.RecordHeader{{Key: "content-type", Value: []byte("application/json")}},
+	}
+	return record.DLQRecord(r.cfg.Topics.DLQ, ServiceName, orig,
+		fmt.Errorf("opensearch rejected rollup document %s/%s: HTTP %d: %s", rj.Item.Index, rj.Item.ID, rj.Status, rj.Reason))
+}
+
+func (r *Rollup) produce(ctx context.Context, recs []*kgo.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	if err := r.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return fmt.Errorf("produce to dlq %s: %w", r.cfg.Topics.DLQ, err)
+	}
+	return nil
+}
+
+// commit evicts windows past retention and commits each partition's safe
+// offset with its checkpoint as metadata.
+func (r *Rollup) commit(ctx context.Context, parts map[int32]*aggregate.Partition) error {
+	topic := r.cfg.Topics.ProfilesSymbolized
+	offsets := map[int32]kgo.EpochOffset{}
+	meta := map[int32]string{}
+	open := 0
+	for id, p := range parts {
+		p.Evict()
+		open += p.OpenWindows()
+		if off, cp, ok := p.Commit(); ok {
+			offsets[id] = kgo.EpochOffset{Epoch: -1, Offset: off}
+			meta[id] = cp.String()
+		}
+	}
+	if len(parts) == len(r.parts) { // a revoke sees only some partitions
+		r.m.openWindows.Set(float64(open))
+	}
+	if len(offsets) == 0 {
+		return nil
+	}
+	withMeta := kgo.PreCommitFnContext(ctx, func(req *kmsg.OffsetCommitRequest) error {
+		for i := range req.Topics {
+			for j := range req.Topics[i].Partitions {
+				rp := &req.Topics[i].Partitions[j]
+				if m, ok := meta[rp.Partition]; ok && req.Topics[i].Topic == topic {
+					rp.Metadata = &m
+				}
+			}
+		}
+		return nil
+	})
+	var cerr error
+	r.cl.CommitOffsetsSync(withMeta, map[string]map[int32]kgo.EpochOffset{topic: offsets},
+		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+			if err != nil {
+				cerr = err
+				return
+			}
+			for _, t := range resp.Topics {
+				for _, p := range t.Partitions {
+					if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+						cerr = errors.Join(cerr, fmt.Errorf("partition %d: %w", p.Partition, err))
+						delete(offsets, p.Partition)
+					}
+				}
+			}
+		})
+	for id, eo := range offsets {
+		if p := parts[id]; p != nil && cerr == nil {
+			p.Committed(eo.Offset)
+		}
+	}
+	if cerr != nil {
+		// A commit refused after a rebalance is harmless: the next owner
+		// reads again from the last commit and rebuilds the windows.
+		r.m.commitErrors.Inc()
+		r.log.Warn("commit offsets", "topic", topic, "err", cerr)
+		return nil
+	}
+	r.m.commits.Inc()
+	r.log.Debug("committed", "topic", topic, "offsets", offsets)
+	return nil
+}
+
+// partition returns the state of p, creating it from the committed
+// checkpoint if the assignment callback has not.
+func (r *Rollup) partition(ctx context.Context, p int32) *aggregate.Partition {
+	if part := r.parts[p]; part != nil {
+		return part
+	}
+	cps := r.checkpoints(ctx, []int32{p})
+	part := aggregate.NewPartition(r.cfg.Window, cps[p])
+	r.parts[p] = part
+	return part
+}
+
+// checkpoints reads the metadata committed with the group's offsets.
+func (r *Rollup) checkpoints(ctx context.Context, partitions []int32) map[int32]aggregate.Checkpoint {
+	out := map[int32]aggregate.Checkpoint{}
+	if r.cl == nil {
+		return out
+	}
+	resps, err := kadm.NewClient(r.cl).FetchOffsets(ctx, r.cfg.Group)
+	if err != nil {
+		// Without the checkpoint the watermark restarts from the records
+		// read again; windows still rebuild from whole input, only the
+		// too-late decisions for very late records may differ.
+		r.log.Warn("fetch committed checkpoints", "group", r.cfg.Group, "err", err)
+		return out
+	}
+	for _, p := range partitions {
+		if o, ok := resps.Lookup(r.cfg.Topics.ProfilesSymbolized, p); ok && o.Err == nil {
+			if cp, ok := aggregate.ParseCheckpoint(o.Metadata); ok {
+				out[p] = cp
+			}
+		}
+	}
+	return out
+}
+
+func (r *Rollup) assigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cl = cl
+	ps := assigned[r.cfg.Topics.ProfilesSymbolized]
+	cps := r.checkpoints(ctx, ps)
+	for _, p := range ps {
+		r.parts[p] = aggregate.NewPartition(r.cfg.Window, cps[p])
+	}
+	r.log.Info("partitions assigned", "topic", r.cfg.Topics.ProfilesSymbolized, "partitions", ps)
+}
+
+// revoked writes what the revoked partitions hold and commits what is
+// stored, so the next owner starts as late as is safe.
+func (r *Rollup) revoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ps := revoked[r.cfg.Topics.ProfilesSymbolized]
+	parts := map[int32]*aggregate.Partition{}
+	for _, p := range ps {
+		if part := r.parts[p]; part != nil {
+			parts[p] = part
+		}
+	}
+	// The callback's context ends when the client closes; the final write
+	// still deserves its bounded time.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.FlushTimeout)
+	defer cancel()
+	if err := r.flush(ctx, parts, nil, true); err != nil {
+		r.log.Warn("flush revoked partitions", "partitions", ps, "err", err)
+	}
+	for _, p := range ps {
+		delete(r.parts, p)
+		r.m.lag.DeleteLabelValues(strconv.Itoa(int(p)))
+		r.m.watermark.DeleteLabelValues(strconv.Itoa(int(p)))
+	}
+	r.log.Info("partitions revoked", "topic", r.cfg.Topics.ProfilesSymbolized, "partitions", ps)
+}
+
+// lost drops state without committing: another member owns the partitions.
+func (r *Rollup) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range lost[r.cfg.Topics.ProfilesSymbolized] {
+		delete(r.parts, p)
+	}
+	r.log.Warn("partitions lost", "topic", r.cfg.Topics.ProfilesSymbolized, "partitions", lost[r.cfg.Topics.ProfilesSymbolized])
+}
