@@ -1,0 +1,172 @@
+// stackstream-symbolizer reads raw profiles, resolves their addresses to
+// functions and source lines, and writes them to profiles.symbolized exactly
+// once; see docs/SYMBOLIZER.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/oklog/run"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/stackstream/stackstream/pkg/config"
+	"github.com/stackstream/stackstream/pkg/kafka"
+	"github.com/stackstream/stackstream/pkg/telemetry"
+	scfg "github.com/stackstream/stackstream/services/symbolizer/internal/config"
+	"github.com/stackstream/stackstream/services/symbolizer/internal/pipeline"
+	"github.com/stackstream/stackstream/services/symbolizer/internal/source"
+	"github.com/stackstream/stackstream/services/symbolizer/internal/symbolize"
+)
+
+func main() {
+	if err := runMain(); err != nil {
+		if errors.Is(err, config.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "stackstream-symbolizer:", err)
+		os.Exit(1)
+	}
+}
+
+func runMain() error {
+	var cfg scfg.Config
+	if err := config.Load(&cfg, os.Args[1:], os.Stdout); err != nil {
+		return err
+	}
+	log, err := telemetry.NewLogger(cfg.Log, os.Stderr, "symbolizer")
+	if err != nil {
+		return err
+	}
+	txnID, err := cfg.TxnID()
+	if err != nil {
+		return err
+	}
+	urls, err := source.ParseURLs(cfg.DebuginfodURLList())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	reg := telemetry.NewRegistry()
+	metrics := pipeline.NewMetrics(reg)
+	topics := cfg.Kafka.Topics()
+
+	// The topic store tells the chain when a build ID gets new debug info,
+	// so a cached miss does not outlive the arrival of its symbols.
+	var chain *source.Chain
+	store := source.NewTopic(cfg.Symbolizer.TopicCacheBytes, func(id string) { chain.Forget(id) })
+	sources := []source.Source{store}
+	if dirs := cfg.Dirs(); len(dirs) > 0 {
+		sources = append(sources, source.Dirs{Dirs: dirs})
+	}
+	if len(urls) > 0 {
+		sources = append(sources, source.NewDebuginfod(urls, cfg.Symbolizer.DebuginfodTimeout))
+	}
+	chain = source.NewChain(source.Options{
+		MaxTables: cfg.Symbolizer.MaxTables,
+		MissTTL:   cfg.Symbolizer.MissTTL,
+		Now:       time.Now,
+		Log:       log,
+		Metrics:   metrics.ChainMetrics(),
+	}, sources...)
+
+	admCl, err := kafka.NewClient(ctx, cfg.Kafka)
+	if err != nil {
+		return err
+	}
+	defer admCl.Close()
+	infoCl, err := kafka.NewClient(ctx, cfg.Kafka, pipeline.DebuginfoOpts(topics.Debuginfo)...)
+	if err != nil {
+		return err
+	}
+	defer infoCl.Close()
+	follower := &source.Follower{
+		Client: infoCl, Admin: kadm.NewClient(admCl), Topic: topics.Debuginfo, Store: store, Log: log,
+		OnBad:   metrics.Debuginfo.WithLabelValues("bad").Inc,
+		OnApply: metrics.Debuginfo.WithLabelValues("applied").Inc,
+	}
+
+	opts, err := cfg.Kafka.Opts()
+	if err != nil {
+		return err
+	}
+	sess, err := kgo.NewGroupTransactSession(append(opts, pipeline.SessionOpts(cfg.Symbolizer.Group, topics.ProfilesRaw, txnID)...)...)
+	if err != nil {
+		return fmt.Errorf("kafka transact session: %w", err)
+	}
+	if err := kafka.Ping(ctx, sess.Client(), cfg.Kafka); err != nil {
+		sess.Close()
+		return err
+	}
+	// Closed after the runner returned: leaving the group lets the other
+	// instances take the partitions over at once.
+	defer sess.Close()
+
+	runner := &pipeline.Runner{
+		Session:        sess,
+		Processor:      &pipeline.Processor{Symbolizer: &symbolize.Symbolizer{Tables: chain}, Topics: topics, MaxOutputBytes: cfg.Symbolizer.MaxOutputBytes},
+		Metrics:        metrics,
+		Log:            log,
+		MaxPollRecords: cfg.Symbolizer.MaxPollRecords,
+	}
+	srv, err := telemetry.Listen(cfg.ListenAddr, telemetry.Mux(reg, func(ctx context.Context) error {
+		select {
+		case <-follower.CaughtUp():
+		default:
+			return errors.New("still reading the debuginfo topic")
+		}
+		return kafka.Ping(ctx, admCl, cfg.Kafka)
+	}))
+	if err != nil {
+		return err
+	}
+
+	var g run.Group
+	{
+		sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+		g.Add(func() error {
+			<-sigCtx.Done()
+			if ctx.Err() == nil {
+				log.Info("stopping on signal")
+			}
+			return nil
+		}, func(error) { stop() })
+	}
+	{
+		fCtx, stop := context.WithCancel(ctx)
+		g.Add(func() error { return follower.Run(fCtx) }, func(error) { stop() })
+	}
+	{
+		// Profiles wait until the debuginfo topic has been read, so a
+		// restart does not symbolize with less than the topic holds. The
+		// runner finishes the transaction in hand before it returns.
+		rCtx, stop := context.WithCancel(ctx)
+		g.Add(func() error {
+			select {
+			case <-follower.CaughtUp():
+			case <-rCtx.Done():
+				return nil
+			}
+			log.Info("symbolizing", "from", topics.ProfilesRaw, "to", topics.ProfilesSymbolized,
+				"group", cfg.Symbolizer.Group, "transactional_id", txnID, "sources", len(sources))
+			return runner.Run(rCtx)
+		}, func(error) { stop() })
+	}
+	g.Add(srv.Run, srv.Stop)
+
+	log.Info("starting", "listen", srv.Addr(), "debuginfo_topic", topics.Debuginfo, "debug_dirs", cfg.Dirs(), "debuginfod", urls)
+	if err := g.Run(); err != nil {
+		log.Error("symbolizer stopped", "err", err)
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}

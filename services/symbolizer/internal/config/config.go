@@ -1,0 +1,108 @@
+// Package config is the symbolizer's configuration, read from STACKSTREAM_*.
+package config
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/stackstream/stackstream/pkg/kafka"
+	"github.com/stackstream/stackstream/pkg/telemetry"
+	"github.com/stackstream/stackstream/services/symbolizer/internal/source"
+)
+
+// Config of stackstream-symbolizer.
+type Config struct {
+	Kafka      kafka.Config        `envconfig:"KAFKA"`
+	Log        telemetry.LogConfig `envconfig:"LOG"`
+	ListenAddr string              `envconfig:"LISTEN_ADDR" default:"127.0.0.1:9102" desc:"address of /metrics, /healthz, /readyz"`
+	Symbolizer Symbolizer          `envconfig:"SYMBOLIZER"`
+}
+
+// Symbolizer holds the settings of this service alone (STACKSTREAM_SYMBOLIZER_*).
+type Symbolizer struct {
+	Group             string        `envconfig:"GROUP" default:"stackstream-symbolizer" desc:"Kafka consumer group on profiles.raw"`
+	TransactionalID   string        `envconfig:"TRANSACTIONAL_ID" desc:"Kafka transactional ID, unique per running instance and stable across its restarts (default stackstream-symbolizer-<hostname>)"`
+	DebugDirs         []string      `envconfig:"DEBUG_DIRS" default:"/usr/lib/debug" desc:"directories with the .build-id/xx/rest.debug layout, comma separated; empty to disable"`
+	DebuginfodURLs    string        `envconfig:"DEBUGINFOD_URLS" desc:"debuginfod servers, space separated (default: the DEBUGINFOD_URLS variable)"`
+	DebuginfodTimeout time.Duration `envconfig:"DEBUGINFOD_TIMEOUT" default:"60s" desc:"longest one debuginfod download may take"`
+	MaxTables         int           `envconfig:"MAX_TABLES" default:"512" desc:"symbol tables (one per binary) kept in memory"`
+	TopicCacheBytes   int           `envconfig:"TOPIC_CACHE_BYTES" default:"536870912" desc:"bytes of compressed debuginfo topic values kept in memory"`
+	MissTTL           time.Duration `envconfig:"MISS_TTL" default:"5m" desc:"how long a build ID that no source has is not asked for again"`
+	MaxPollRecords    int           `envconfig:"MAX_POLL_RECORDS" default:"200" desc:"records per transaction at most"`
+	MaxOutputBytes    int           `envconfig:"MAX_OUTPUT_BYTES" default:"999000" desc:"largest symbolized record value; larger ones go to the DLQ (keep under the topic's max.message.bytes)"`
+}
+
+var transactionalIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
+
+// Validate checks values that parse but cannot work.
+func (c Config) Validate() error {
+	if err := c.Kafka.Validate(); err != nil {
+		return err
+	}
+	s := c.Symbolizer
+	switch {
+	case s.Group == "":
+		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_GROUP is empty: name the consumer group")
+	case s.TransactionalID != "" && !transactionalIDPattern.MatchString(s.TransactionalID):
+		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_TRANSACTIONAL_ID=%q: use letters, digits, '.', '_' and '-'", s.TransactionalID)
+	case s.DebuginfodTimeout <= 0:
+		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_DEBUGINFOD_TIMEOUT=%s must be positive", s.DebuginfodTimeout)
+	case s.MaxTables < 1:
+		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_MAX_TABLES=%d must be at least 1", s.MaxTables)
+	case s.TopicCacheBytes < 1<<20:
+		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_TOPIC_CACHE_BYTES=%d is too small: use at least 1048576", s.TopicCacheBytes)
+	case s.MissTTL < 0:
+		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_MISS_TTL=%s must not be negative", s.MissTTL)
+	case s.MaxPollRecords < 1:
+		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_MAX_POLL_RECORDS=%d must be at least 1", s.MaxPollRecords)
+	case s.MaxOutputBytes < 1<<10:
+		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_MAX_OUTPUT_BYTES=%d is too small: use at least 1024", s.MaxOutputBytes)
+	}
+	if _, err := source.ParseURLs(c.DebuginfodURLList()); err != nil {
+		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_DEBUGINFOD_URLS / DEBUGINFOD_URLS: %w", err)
+	}
+	return nil
+}
+
+// DebuginfodURLList is the configured server list, falling back to the
+// DEBUGINFOD_URLS convention of elfutils and gdb.
+func (c Config) DebuginfodURLList() string {
+	if c.Symbolizer.DebuginfodURLs != "" {
+		return c.Symbolizer.DebuginfodURLs
+	}
+	return os.Getenv("DEBUGINFOD_URLS")
+}
+
+// TxnID is the configured transactional ID or one derived from the host
+// name, which is stable across restarts of the instance on that host (a
+// restart then fences the crashed instance's open transaction).
+func (c Config) TxnID() (string, error) {
+	if c.Symbolizer.TransactionalID != "" {
+		return c.Symbolizer.TransactionalID, nil
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("read host name for the transactional ID (set STACKSTREAM_SYMBOLIZER_TRANSACTIONAL_ID): %w", err)
+	}
+	host = strings.Map(func(r rune) rune {
+		if r == '.' || r == '_' || r == '-' || ('a' <= r && r <= 'z') || ('A' <= r && r <= 'Z') || ('0' <= r && r <= '9') {
+			return r
+		}
+		return '-'
+	}, host)
+	return "stackstream-symbolizer-" + host, nil
+}
+
+// Dirs is DebugDirs without empty entries.
+func (c Config) Dirs() []string {
+	var out []string
+	for _, d := range c.Symbolizer.DebugDirs {
+		if d = strings.TrimSpace(d); d != "" {
+			out = append(out, d)
+		}
+	}
+	return out
+}

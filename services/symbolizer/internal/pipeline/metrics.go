@@ -1,0 +1,79 @@
+package pipeline
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stackstream/stackstream/services/symbolizer/internal/source"
+	"github.com/stackstream/stackstream/services/symbolizer/internal/symbolize"
+)
+
+// Metrics of the symbolizer. Counters move only when a transaction commits,
+// so they count what downstream consumers see.
+type Metrics struct {
+	Profiles     *prometheus.CounterVec // result: symbolized, dlq
+	Frames       *prometheus.CounterVec // source: topic, local, debuginfod, unresolved, presymbolized
+	Cache        *prometheus.CounterVec // cache: binary, address; result: hit, miss
+	DLQ          *prometheus.CounterVec // reason
+	Lag          *prometheus.GaugeVec   // partition
+	Transactions *prometheus.CounterVec // result: committed, aborted
+	Debuginfo    *prometheus.CounterVec // result: applied, bad
+	FetchErrors  *prometheus.CounterVec // source
+}
+
+// NewMetrics registers the symbolizer's metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Profiles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stackstream_symbolizer_profiles_total", Help: "Raw profiles processed, by result (symbolized, dlq).",
+		}, []string{"result"}),
+		Frames: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stackstream_symbolizer_frames_total", Help: "Locations written, by the source that resolved them (topic, local, debuginfod), unresolved, or presymbolized.",
+		}, []string{"source"}),
+		Cache: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stackstream_symbolizer_cache_requests_total", Help: "Cache lookups: binary (symbol table by build ID, negative entries included) and address (frames by address), by result.",
+		}, []string{"cache", "result"}),
+		DLQ: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stackstream_symbolizer_dlq_total", Help: "Records sent to the DLQ, by reason.",
+		}, []string{"reason"}),
+		Lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "stackstream_symbolizer_lag_records", Help: "Records of profiles.raw behind the high watermark, per partition, as of the last fetch.",
+		}, []string{"partition"}),
+		Transactions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stackstream_symbolizer_transactions_total", Help: "Kafka transactions ended, by result (committed, aborted).",
+		}, []string{"result"}),
+		Debuginfo: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stackstream_symbolizer_debuginfo_records_total", Help: "Records read from the debuginfo topic, by result (applied, bad).",
+		}, []string{"result"}),
+		FetchErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stackstream_symbolizer_source_errors_total", Help: "Failed debug info fetches (not counting plain not-found), by source.",
+		}, []string{"source"}),
+	}
+	reg.MustRegister(m.Profiles, m.Frames, m.Cache, m.DLQ, m.Lag, m.Transactions, m.Debuginfo, m.FetchErrors)
+	for _, r := range []string{"hit", "miss"} {
+		m.Cache.WithLabelValues("binary", r)
+		m.Cache.WithLabelValues("address", r)
+	}
+	m.Profiles.WithLabelValues("symbolized")
+	m.Profiles.WithLabelValues("dlq")
+	return m
+}
+
+// ChainMetrics feeds the source chain's cache and error counts.
+func (m *Metrics) ChainMetrics() source.Metrics {
+	hit, miss := m.Cache.WithLabelValues("binary", "hit"), m.Cache.WithLabelValues("binary", "miss")
+	return source.Metrics{
+		CacheHit:   hit.Inc,
+		CacheMiss:  miss.Inc,
+		FetchError: func(s string) { m.FetchErrors.WithLabelValues(s).Inc() },
+	}
+}
+
+func (m *Metrics) addStats(st symbolize.Stats) {
+	for src, n := range st.Resolved {
+		m.Frames.WithLabelValues(src).Add(float64(n))
+	}
+	m.Frames.WithLabelValues(symbolize.SourceUnresolved).Add(float64(st.Unresolved))
+	m.Frames.WithLabelValues(symbolize.SourceAlready).Add(float64(st.Already))
+	m.Cache.WithLabelValues("address", "hit").Add(float64(st.AddrHits))
+	m.Cache.WithLabelValues("address", "miss").Add(float64(st.AddrLookups - st.AddrHits))
+}

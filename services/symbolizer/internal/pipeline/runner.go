@@ -1,0 +1,159 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/stackstream/stackstream/services/symbolizer/internal/symbolize"
+)
+
+// endTimeout bounds ending one transaction. Shutdown does not cancel it: a
+// batch that was produced is committed or aborted, never left hanging until
+// the broker's transaction timeout.
+const endTimeout = 30 * time.Second
+
+// Runner polls profiles.raw in a group transact session and, per poll,
+// produces every output record and commits the consumed offsets in one
+// transaction: a crash before the commit aborts the whole batch, which the
+// group then hands out again, so output is neither lost nor duplicated for
+// consumers reading committed records.
+type Runner struct {
+	Session        *kgo.GroupTransactSession
+	Processor      *Processor
+	Metrics        *Metrics
+	Log            *slog.Logger
+	MaxPollRecords int
+}
+
+// Run processes until ctx ends or a transaction cannot be ended.
+func (r *Runner) Run(ctx context.Context) error {
+	for {
+		fetches := r.Session.PollRecords(ctx, r.MaxPollRecords)
+		if ctx.Err() != nil || fetches.IsClientClosed() {
+			return nil
+		}
+		// franz-go retries fetch errors itself; they are worth a line, not
+		// a stop.
+		fetches.EachError(func(topic string, p int32, err error) {
+			if !errors.Is(err, context.Canceled) {
+				r.Log.Warn("fetch", "topic", topic, "partition", p, "err", err)
+			}
+		})
+		if fetches.NumRecords() == 0 {
+			continue
+		}
+		if err := r.batch(ctx, fetches); err != nil {
+			return err
+		}
+	}
+}
+
+// batch runs one transaction over the records of one poll.
+func (r *Runner) batch(ctx context.Context, fetches kgo.Fetches) error {
+	if err := r.Session.Begin(); err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	var (
+		mu         sync.Mutex
+		produceErr error
+		stats      symbolize.Stats
+		dlq        = map[string]int{}
+		symbolized int
+	)
+	promise := func(rec *kgo.Record, err error) {
+		if err != nil {
+			mu.Lock()
+			if produceErr == nil {
+				produceErr = fmt.Errorf("produce to %s: %w", rec.Topic, err)
+			}
+			mu.Unlock()
+		}
+	}
+	fetches.EachRecord(func(rec *kgo.Record) {
+		res := r.Processor.Process(ctx, rec)
+		if res.Err != nil {
+			r.Log.Warn("send record to dlq", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "reason", res.Err)
+			dlq[res.Reason]++
+		} else {
+			symbolized++
+			stats.Add(res.Stats)
+		}
+		// The session's context, not ctx: a shutdown must not abort a record
+		// half way; End decides the batch's fate.
+		r.Session.Produce(context.Background(), res.Out, promise)
+	})
+
+	endCtx, cancel := context.WithTimeout(context.Background(), endTimeout)
+	defer cancel()
+	mu.Lock()
+	commit := produceErr == nil
+	mu.Unlock()
+	committed, err := r.Session.End(endCtx, kgo.TransactionEndTry(commit))
+	if err != nil {
+		return fmt.Errorf("end transaction: %w", err)
+	}
+	mu.Lock()
+	perr := produceErr
+	mu.Unlock()
+	if perr != nil {
+		r.Metrics.Transactions.WithLabelValues("aborted").Inc()
+		return perr
+	}
+	if !committed {
+		// A rebalance took partitions away mid-batch: the session rewound to
+		// the committed offsets, so whoever owns them now redoes the work.
+		r.Metrics.Transactions.WithLabelValues("aborted").Inc()
+		r.Log.Info("transaction aborted after a rebalance; the batch will be redone", "records", fetches.NumRecords())
+		return nil
+	}
+	r.Metrics.Transactions.WithLabelValues("committed").Inc()
+	r.Metrics.Profiles.WithLabelValues("symbolized").Add(float64(symbolized))
+	for reason, n := range dlq {
+		r.Metrics.Profiles.WithLabelValues("dlq").Add(float64(n))
+		r.Metrics.DLQ.WithLabelValues(reason).Add(float64(n))
+	}
+	r.Metrics.addStats(stats)
+	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		if n := len(p.Records); n > 0 {
+			lag := p.HighWatermark - p.Records[n-1].Offset - 1
+			r.Metrics.Lag.WithLabelValues(strconv.Itoa(int(p.Partition))).Set(float64(max(lag, 0)))
+		}
+	})
+	return nil
+}
+
+// SessionOpts are the client options of the group transact session on the
+// raw topic: read committed, stable offsets, one transactional ID per
+// instance.
+func SessionOpts(group, rawTopic, transactionalID string) []kgo.Opt {
+	return []kgo.Opt{
+		kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(rawTopic),
+		// A new group starts at the beginning: nothing the agents already
+		// wrote is skipped.
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.TransactionalID(transactionalID),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.RequireStableFetchOffsets(),
+		kgo.TransactionTimeout(60 * time.Second),
+	}
+}
+
+// DebuginfoOpts are the client options of the debuginfo follower: no
+// group, from the start, values up to the topic's raised size limit.
+func DebuginfoOpts(topic string) []kgo.Opt {
+	return []kgo.Opt{
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxBytes(64 << 20),
+		kgo.FetchMaxPartitionBytes(32 << 20),
+	}
+}

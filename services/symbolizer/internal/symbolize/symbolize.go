@@ -1,0 +1,145 @@
+// Package symbolize fills in the functions and source lines of a profile's
+// unsymbolized locations from the debug information of their binaries.
+package symbolize
+
+import (
+	"context"
+	"path/filepath"
+	"strconv"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/stackstream/stackstream/services/symbolizer/internal/symtab"
+)
+
+// Tables finds the symbol table of a build ID; nil means nobody has it.
+type Tables interface {
+	Table(ctx context.Context, buildID string) *symtab.Table
+}
+
+// Source labels for frames that no table resolved.
+const (
+	SourceUnresolved = "unresolved"
+	SourceAlready    = "presymbolized" // kernel frames, scraped Go profiles
+)
+
+// Stats counts what one profile's symbolization did.
+type Stats struct {
+	Resolved    map[string]int // locations resolved, by source of the table
+	Unresolved  int            // locations named binary+0xoffset
+	Already     int            // locations that arrived with lines
+	AddrHits    int            // lookups answered by a table's address cache
+	AddrLookups int
+}
+
+// Add accumulates o into s.
+func (s *Stats) Add(o Stats) {
+	if s.Resolved == nil {
+		s.Resolved = map[string]int{}
+	}
+	for k, v := range o.Resolved {
+		s.Resolved[k] += v
+	}
+	s.Unresolved += o.Unresolved
+	s.Already += o.Already
+	s.AddrHits += o.AddrHits
+	s.AddrLookups += o.AddrLookups
+}
+
+// Symbolizer rewrites profiles in place.
+type Symbolizer struct{ Tables Tables }
+
+type funcKey struct{ name, system, file string }
+
+// Profile resolves every location of p that has no lines yet. A location
+// that cannot be resolved keeps its address and mapping and gets one line
+// whose function is "binary+0xfileoffset", so no sample loses a frame.
+func (s *Symbolizer) Profile(ctx context.Context, p *profile.Profile) Stats {
+	st := Stats{Resolved: map[string]int{}}
+	funcs := make(map[funcKey]*profile.Function, len(p.Function))
+	var nextID uint64
+	for _, f := range p.Function {
+		funcs[funcKey{f.Name, f.SystemName, f.Filename}] = f
+		nextID = max(nextID, f.ID)
+	}
+	function := func(name, system, file string) *profile.Function {
+		k := funcKey{name, system, file}
+		if f, ok := funcs[k]; ok {
+			return f
+		}
+		nextID++
+		f := &profile.Function{ID: nextID, Name: name, SystemName: system, Filename: file}
+		p.Function = append(p.Function, f)
+		funcs[k] = f
+		return f
+	}
+	type mappingTable struct{ tab *symtab.Table }
+	tables := map[*profile.Mapping]mappingTable{}
+	for _, loc := range p.Location {
+		if len(loc.Line) > 0 {
+			st.Already++
+			continue
+		}
+		m := loc.Mapping
+		var tab *symtab.Table
+		if m != nil && m.BuildID != "" {
+			mt, ok := tables[m]
+			if !ok {
+				mt = mappingTable{tab: s.Tables.Table(ctx, m.BuildID)}
+				tables[m] = mt
+			}
+			tab = mt.tab
+		}
+		var frames []symtab.Frame
+		if tab != nil {
+			if vaddr, ok := tab.Vaddr(loc.Address, m.Start, m.Offset); ok {
+				var hit bool
+				frames, hit = tab.CachedLookup(vaddr)
+				st.AddrLookups++
+				if hit {
+					st.AddrHits++
+				}
+			}
+		}
+		if len(frames) == 0 {
+			name := unresolvedName(loc)
+			loc.Line = []profile.Line{{Function: function(name, name, "")}}
+			st.Unresolved++
+			continue
+		}
+		loc.Line = make([]profile.Line, len(frames))
+		for i, f := range frames {
+			loc.Line[i] = profile.Line{Function: function(f.Function, f.SystemName, f.File), Line: f.Line}
+		}
+		st.Resolved[tab.Source]++
+		m.HasFunctions = true
+		if frames[0].Line != 0 {
+			m.HasFilenames, m.HasLineNumbers = true, true
+		}
+		if len(frames) > 1 {
+			m.HasInlineFrames = true
+		}
+	}
+	return st
+}
+
+// unresolvedName is "binary+0xoffset" with the file offset, which
+// `addr2line -e binary` and objdump accept once debug info is at hand.
+func unresolvedName(loc *profile.Location) string {
+	m := loc.Mapping
+	if m == nil {
+		return "unknown+0x" + strconv.FormatUint(loc.Address, 16)
+	}
+	bin := filepath.Base(m.File)
+	switch {
+	case m.File == "" && m.BuildID != "":
+		bin = m.BuildID
+	case m.File == "":
+		bin = "unknown"
+	}
+	off := loc.Address
+	if loc.Address >= m.Start {
+		off = loc.Address - m.Start + m.Offset
+	}
+	return bin + "+0x" + strconv.FormatUint(off, 16)
+}
