@@ -166,12 +166,12 @@ func goSymbols(f *elf.File) ([]debuginfo.Symbol, error) {
 	return out, nil
 }
 
-// Encode returns the debuginfo value to publish for d: the encoded symbols, or
-// a TooLarge marker when they exceed the schema's bound.
-func Encode(d *debuginfo.File) ([]byte, error) {
+// Encode returns the debuginfo value to publish for d and its kind: the
+// encoded symbols, or a TooLarge marker when they exceed the schema's bound.
+func Encode(d *debuginfo.File) ([]byte, debuginfo.Kind, error) {
 	b, err := debuginfo.Encode(d)
 	if errors.Is(err, debuginfo.ErrTooLarge) {
-		return debuginfo.Marker(d.BuildID, debuginfo.KindTooLarge), nil
+		return debuginfo.Marker(d.BuildID, debuginfo.KindTooLarge), debuginfo.KindTooLarge, nil
 	}
-	return b, err
+	return b, d.Kind, err
 }

@@ -1,0 +1,183 @@
+// Command stackstream-agent samples every CPU's stacks with eBPF and
+// publishes pprof profiles (CPU, memory, heap) and debuginfo to Kafka.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/oklog/run"
+
+	"github.com/stackstream/stackstream/pkg/config"
+	"github.com/stackstream/stackstream/pkg/kafka"
+	"github.com/stackstream/stackstream/pkg/telemetry"
+	"github.com/stackstream/stackstream/services/agent/internal/agent"
+	"github.com/stackstream/stackstream/services/agent/internal/caps"
+	"github.com/stackstream/stackstream/services/agent/internal/publish"
+)
+
+// version is set at link time (-ldflags "-X main.version=...").
+var version = "dev"
+
+type cfg struct {
+	Agent      agent.Config        `envconfig:"AGENT"`
+	ListenAddr string              `envconfig:"LISTEN_ADDR" default:"127.0.0.1:9101" desc:"/metrics, /healthz, /readyz"`
+	Kafka      kafka.Config        `envconfig:"KAFKA"`
+	Log        telemetry.LogConfig `envconfig:"LOG"`
+}
+
+func (c *cfg) Validate() error {
+	if err := c.Agent.Validate(); err != nil {
+		return err
+	}
+	return c.Kafka.Validate()
+}
+
+func main() {
+	if err := runAgent(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, config.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "stackstream-agent:", err)
+		os.Exit(1)
+	}
+}
+
+func runAgent(args []string, stdout, stderr io.Writer) error {
+	var c cfg
+	fs := flags(&c.Agent)
+	if err := config.Load(&c, args, stdout); err != nil {
+		if errors.Is(err, config.ErrHelp) {
+			fmt.Fprintln(stdout, "\nFlags (override the variables):")
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+		}
+		return err
+	}
+	// Flags override the environment: parse them over the loaded values.
+	fs = flags(&c.Agent)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	log, err := telemetry.NewLogger(c.Log, stderr, "agent")
+	if err != nil {
+		return err
+	}
+	if err := caps.Check(); err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	topics := c.Kafka.Topics()
+	connOpts, err := c.Kafka.Opts()
+	if err != nil {
+		return err
+	}
+	startCtx, startCancel := context.WithTimeout(ctx, c.Kafka.DialTimeout+time.Minute)
+	defer startCancel()
+	cl, err := kafka.NewClient(startCtx, c.Kafka, publish.Opts(publish.Config{BufferRecords: c.Agent.BufferRecords, BufferBytes: c.Agent.BufferBytes}, topics.Debuginfo)...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	known, err := publish.KnownBuildIDs(startCtx, connOpts, topics.Debuginfo)
+	if err != nil {
+		return err
+	}
+	log.Info("debuginfo already published", "topic", topics.Debuginfo, "build_ids", len(known))
+
+	reg := telemetry.NewRegistry()
+	pub := publish.New(cl, log, publish.NewMetrics(reg))
+	a, err := agent.New(c.Agent, agent.Deps{
+		Log: log, Registry: reg, Publisher: pub, Topics: topics, KnownBuildIDs: known, Version: version,
+	})
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	srv, err := telemetry.Listen(c.ListenAddr, telemetry.Mux(reg, nil))
+	if err != nil {
+		return err
+	}
+
+	var g run.Group
+	g.Add(run.SignalHandler(ctx, os.Interrupt, syscall.SIGTERM))
+	// The agent stops first and publishes its last interval; the flush then
+	// gives the buffer a bounded time to reach the brokers before exit.
+	agentCtx, stopAgent := context.WithCancel(ctx)
+	g.Add(func() error {
+		err := a.Run(agentCtx)
+		flushCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if ferr := pub.Flush(flushCtx); ferr != nil {
+			log.Warn("records left unsent at exit", "buffered", pub.Buffered(), "err", ferr)
+		}
+		return err
+	}, func(error) { stopAgent() })
+	g.Add(srv.Run, srv.Stop)
+	log.Info("listening", "addr", srv.Addr())
+	err = g.Run()
+	var sig run.SignalError
+	if errors.As(err, &sig) {
+		log.Info("stopping", "signal", sig.Signal)
+		return nil
+	}
+	return err
+}
+
+// flags binds the command-line flags to a's fields; their defaults are the
+// values already loaded from the environment.
+func flags(a *agent.Config) *flag.FlagSet {
+	fs := flag.NewFlagSet("stackstream-agent", flag.ContinueOnError)
+	fs.StringVar(&a.HostID, "host-id", a.HostID, "record key and host label (STACKSTREAM_AGENT_HOST_ID)")
+	fs.IntVar(&a.Frequency, "frequency", a.Frequency, "samples per second per CPU (STACKSTREAM_AGENT_FREQUENCY)")
+	fs.DurationVar(&a.Interval, "interval", a.Interval, "profile interval (STACKSTREAM_AGENT_INTERVAL)")
+	fs.Func("systemd-units", "comma-separated systemd units to profile (STACKSTREAM_AGENT_SYSTEMD_UNITS)", list(&a.SystemdUnits))
+	fs.Func("pids", "comma-separated process IDs to profile (STACKSTREAM_AGENT_PIDS)", func(s string) error {
+		a.PIDs = nil
+		for _, f := range splitList(s) {
+			pid, err := strconv.Atoi(f)
+			if err != nil || pid <= 0 {
+				return fmt.Errorf("--pids: %q is not a process ID", f)
+			}
+			a.PIDs = append(a.PIDs, pid)
+		}
+		return nil
+	})
+	fs.Func("cgroups", "comma-separated cgroup paths to profile (STACKSTREAM_AGENT_CGROUPS)", list(&a.Cgroups))
+	fs.StringVar(&a.Comm, "comm", a.Comm, "profile processes whose comm matches this regexp (STACKSTREAM_AGENT_COMM)")
+	fs.IntVar(&a.CountsMapSize, "counts-map-size", a.CountsMapSize, "STACKSTREAM_AGENT_COUNTS_MAP_SIZE")
+	fs.IntVar(&a.StacksMapSize, "stacks-map-size", a.StacksMapSize, "STACKSTREAM_AGENT_STACKS_MAP_SIZE")
+	fs.IntVar(&a.BufferRecords, "buffer-records", a.BufferRecords, "STACKSTREAM_AGENT_BUFFER_RECORDS")
+	fs.IntVar(&a.BufferBytes, "buffer-bytes", a.BufferBytes, "STACKSTREAM_AGENT_BUFFER_BYTES")
+	fs.BoolVar(&a.Memory, "memory", a.Memory, "publish RSS per process (STACKSTREAM_AGENT_MEMORY)")
+	fs.Func("heap-endpoints", "comma-separated [service=]URL of pprof heap endpoints (STACKSTREAM_AGENT_HEAP_ENDPOINTS)", list(&a.HeapEndpoints))
+	fs.StringVar(&a.ProcRoot, "proc-root", a.ProcRoot, "STACKSTREAM_AGENT_PROC_ROOT")
+	return fs
+}
+
+func list(dst *[]string) func(string) error {
+	return func(s string) error { *dst = splitList(s); return nil }
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}

@@ -1,0 +1,246 @@
+// Package agent turns the sampler's counts into pprof records every interval:
+// CPU (eBPF samples), memory (RSS per process) and heap (scraped endpoints),
+// plus the debuginfo of every new binary.
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/google/pprof/profile"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/stackstream/stackstream/schemas/debuginfo"
+	"github.com/stackstream/stackstream/schemas/record"
+	"github.com/stackstream/stackstream/services/agent/internal/elfinfo"
+	"github.com/stackstream/stackstream/services/agent/internal/heap"
+	"github.com/stackstream/stackstream/services/agent/internal/proc"
+	"github.com/stackstream/stackstream/services/agent/internal/publish"
+	"github.com/stackstream/stackstream/services/agent/internal/sampler"
+)
+
+// Record kinds, the label of the publisher metrics.
+const (
+	kindDebuginfo = "debuginfo"
+)
+
+// Deps are what the agent is given rather than builds.
+type Deps struct {
+	Log           *slog.Logger
+	Registry      prometheus.Registerer
+	Publisher     *publish.Publisher
+	Topics        record.Topics
+	KnownBuildIDs map[string]bool // already on the debuginfo topic
+	Version       string
+	Now           func() time.Time
+}
+
+// Agent samples and publishes until its context ends.
+type Agent struct {
+	cfg     Config
+	d       Deps
+	m       *metrics
+	sampler *sampler.Sampler
+	ks      *proc.Kallsyms
+	ps      *processes
+	heaps   []heap.Target
+	http    *http.Client
+	known   map[string]bool
+	last    time.Time
+}
+
+// New loads the BPF program and starts sampling.
+func New(cfg Config, d Deps) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.HostID == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("read hostname (set STACKSTREAM_AGENT_HOST_ID): %w", err)
+		}
+		cfg.HostID = h
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	targets, err := proc.NewTargets(cfg.PIDs, cfg.SystemdUnits, cfg.Cgroups, cfg.Comm, os.Getpid())
+	if err != nil {
+		return nil, fmt.Errorf("STACKSTREAM_AGENT_COMM: %w", err)
+	}
+	heaps, err := heap.ParseTargets(cfg.HeapEndpoints)
+	if err != nil {
+		return nil, fmt.Errorf("STACKSTREAM_AGENT_HEAP_ENDPOINTS: %w", err)
+	}
+	fs := proc.FS{Root: cfg.ProcRoot}
+	a := &Agent{
+		cfg: cfg, d: d, m: newMetrics(d.Registry), ps: newProcesses(fs, targets), heaps: heaps,
+		http:  &http.Client{Timeout: cfg.Interval / 2},
+		known: map[string]bool{},
+	}
+	for id := range d.KnownBuildIDs {
+		a.known[id] = true
+	}
+	if f, err := os.Open(cfg.ProcRoot + "/kallsyms"); err == nil {
+		a.ks, err = proc.ParseKallsyms(f)
+		f.Close()
+		if err != nil {
+			d.Log.Warn("kernel frames stay unnamed", "err", err)
+		}
+	} else {
+		d.Log.Warn("kernel frames stay unnamed", "err", err)
+	}
+	a.sampler, err = sampler.New(d.Log, sampler.Config{Frequency: cfg.Frequency, CountsSize: cfg.CountsMapSize, StacksSize: cfg.StacksMapSize})
+	if err != nil {
+		return nil, err
+	}
+	a.last = d.Now()
+	return a, nil
+}
+
+// Run builds and publishes profiles every interval until ctx ends, then
+// publishes the last partial interval.
+func (a *Agent) Run(ctx context.Context) error {
+	t := time.NewTicker(a.cfg.Interval)
+	defer t.Stop()
+	a.d.Log.Info("profiling", "host", a.cfg.HostID, "frequency_hz", a.cfg.Frequency, "interval", a.cfg.Interval,
+		"all_processes", a.ps.targets.All())
+	for {
+		select {
+		case <-ctx.Done():
+			// The context is gone; give the last interval its own.
+			a.Tick(context.WithoutCancel(ctx))
+			return nil
+		case <-t.C:
+			a.Tick(ctx)
+		}
+	}
+}
+
+// Tick drains the sampler and publishes one interval's profiles.
+func (a *Agent) Tick(ctx context.Context) {
+	begin := time.Now()
+	now := a.d.Now()
+	start, dur := a.last, now.Sub(a.last)
+	a.last = now
+	a.ps.interval++
+
+	samples, entries, err := a.sampler.Drain()
+	if err != nil {
+		a.d.Log.Error("drain samples", "err", err)
+	}
+	a.m.mapFill.Set(float64(entries) / float64(a.cfg.CountsMapSize))
+	if c, err := a.sampler.Counters(); err == nil {
+		a.m.bpfCounters.WithLabelValues("samples").Set(float64(c.Samples))
+		a.m.bpfCounters.WithLabelValues("user_stack_errors").Set(float64(c.UserStackErrors))
+		a.m.bpfCounters.WithLabelValues("kernel_stack_errors").Set(float64(c.KernelStackErrors))
+		a.m.bpfCounters.WithLabelValues("counts_map_full").Set(float64(c.CountsFull))
+	}
+
+	cpu := newCPUProfile(a.ps, a.ks, start, dur, int64(time.Second)/int64(a.cfg.Frequency))
+	for _, s := range samples {
+		p := a.ps.get(s.PID, s.Comm)
+		if !p.targeted {
+			a.m.untargeted.Add(float64(s.Count))
+			continue
+		}
+		cpu.add(p, s)
+		a.m.samples.Add(float64(s.Count))
+		a.m.cpuNanos.Add(float64(s.PeriodNanos))
+	}
+	// Debuginfo first, so a symbolizer reading the profile likely finds it.
+	for b := range cpu.binaries {
+		a.publishDebuginfo(ctx, b)
+	}
+	if len(cpu.p.Sample) > 0 {
+		a.publishProfile(ctx, record.ProfileCPU, cpu.p)
+	}
+	if a.cfg.Memory {
+		if mem := a.memory(start, dur); len(mem.Sample) > 0 {
+			a.publishProfile(ctx, record.ProfileMemory, mem)
+		}
+	}
+	for _, t := range a.heaps {
+		p, err := heap.Scrape(ctx, a.http, t)
+		if err != nil {
+			a.m.heapErrors.Inc()
+			a.d.Log.Warn("scrape heap profile", "service", t.Service, "err", err)
+			continue
+		}
+		a.publishProfile(ctx, record.ProfileHeap, p)
+	}
+	a.ps.sweep(3)
+	a.m.processes.Set(float64(len(a.ps.procs)))
+	a.d.Publisher.LogDrops()
+	a.m.intervalTime.Observe(time.Since(begin).Seconds())
+}
+
+// memory returns the RSS of every targeted process.
+func (a *Agent) memory(start time.Time, dur time.Duration) *profile.Profile {
+	p := memoryProfile(start, dur)
+	pids, err := a.ps.fs.PIDs()
+	if err != nil {
+		a.d.Log.Error("list processes", "err", err)
+		return p
+	}
+	for _, pid := range pids {
+		pr := a.ps.get(pid, "")
+		if !pr.targeted || pr.info.StartTime == 0 {
+			continue
+		}
+		rss, err := a.ps.fs.RSSBytes(pid)
+		if err != nil || rss == 0 {
+			continue // exited, or a kernel thread
+		}
+		p.Sample = append(p.Sample, &profile.Sample{Value: []int64{rss}, Label: wrapLabels(pr.labels)})
+	}
+	return p
+}
+
+func (a *Agent) publishProfile(ctx context.Context, typ record.ProfileType, p *profile.Profile) {
+	value, err := record.EncodeProfile(p)
+	if err != nil {
+		a.d.Log.Error("encode profile", "type", typ, "err", err)
+		return
+	}
+	a.d.Publisher.Publish(ctx, string(typ), &kgo.Record{
+		Topic:   a.d.Topics.ProfilesRaw,
+		Key:     []byte(a.cfg.HostID),
+		Value:   value,
+		Headers: record.Meta{Type: typ, Host: a.cfg.HostID, AgentVersion: a.d.Version}.Headers(),
+	})
+}
+
+// publishDebuginfo sends the symbols of b once per build ID.
+func (a *Agent) publishDebuginfo(ctx context.Context, b *binary) {
+	if a.known[b.buildID] {
+		return
+	}
+	a.known[b.buildID] = true
+	d, err := elfinfo.Extract(b.openAs)
+	if err != nil {
+		// The file may be gone; the next process mapping it retries.
+		delete(a.known, b.buildID)
+		a.m.debuginfo.WithLabelValues("error").Inc()
+		a.d.Log.Warn("extract debuginfo", "path", b.path, "build_id", b.buildID, "err", err)
+		return
+	}
+	value, kind, err := elfinfo.Encode(d)
+	if err != nil {
+		a.m.debuginfo.WithLabelValues("error").Inc()
+		a.d.Log.Error("encode debuginfo", "path", b.path, "err", err)
+		return
+	}
+	result := map[debuginfo.Kind]string{debuginfo.KindSymbols: "symbols", debuginfo.KindNoSymbols: "no_symbols", debuginfo.KindTooLarge: "too_large"}[kind]
+	a.m.debuginfo.WithLabelValues(result).Inc()
+	a.d.Log.Debug("publish debuginfo", "path", b.path, "build_id", b.buildID, "result", result, "symbols", len(d.Symbols), "bytes", len(value))
+	a.d.Publisher.Publish(ctx, kindDebuginfo, &kgo.Record{Topic: a.d.Topics.Debuginfo, Key: []byte(b.buildID), Value: value})
+}
+
+// Close stops sampling.
+func (a *Agent) Close() error { return a.sampler.Close() }

@@ -1,0 +1,41 @@
+package agent
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config is read from STACKSTREAM_AGENT_* and overridden by flags.
+type Config struct {
+	HostID        string        `envconfig:"HOST_ID" desc:"record key and host of every profile (default: the hostname)"`
+	Frequency     int           `envconfig:"FREQUENCY" default:"19" desc:"samples per second per CPU"`
+	Interval      time.Duration `envconfig:"INTERVAL" default:"10s" desc:"how often profiles are built and sent"`
+	SystemdUnits  []string      `envconfig:"SYSTEMD_UNITS" desc:"profile only these systemd units (comma separated)"`
+	PIDs          []int         `envconfig:"PIDS" desc:"profile only these process IDs"`
+	Cgroups       []string      `envconfig:"CGROUPS" desc:"profile only processes under these cgroup paths"`
+	Comm          string        `envconfig:"COMM" desc:"profile only processes whose comm matches this regexp"`
+	CountsMapSize int           `envconfig:"COUNTS_MAP_SIZE" default:"16384" desc:"distinct (pid, stacks) keys per interval"`
+	StacksMapSize int           `envconfig:"STACKS_MAP_SIZE" default:"16384" desc:"distinct stacks per interval"`
+	BufferRecords int           `envconfig:"BUFFER_RECORDS" default:"1000" desc:"records held while Kafka is unreachable; more are dropped and counted"`
+	BufferBytes   int           `envconfig:"BUFFER_BYTES" default:"67108864" desc:"bytes held while Kafka is unreachable"`
+	Memory        bool          `envconfig:"MEMORY" default:"true" desc:"publish the memory (RSS) profile every interval"`
+	HeapEndpoints []string      `envconfig:"HEAP_ENDPOINTS" desc:"pprof heap endpoints to scrape, [service=]http://host:port/debug/pprof/heap"`
+	ProcRoot      string        `envconfig:"PROC_ROOT" default:"/proc" desc:"where the host's /proc is mounted"`
+}
+
+// Validate checks values that parse but cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.Frequency < 1 || c.Frequency > 1000:
+		return fmt.Errorf("STACKSTREAM_AGENT_FREQUENCY=%d: use 1..1000 samples per second", c.Frequency)
+	case c.Interval < time.Second:
+		return fmt.Errorf("STACKSTREAM_AGENT_INTERVAL=%s: use at least 1s", c.Interval)
+	case c.CountsMapSize < 64 || c.StacksMapSize < 64:
+		return fmt.Errorf("STACKSTREAM_AGENT_COUNTS_MAP_SIZE=%d, STACKSTREAM_AGENT_STACKS_MAP_SIZE=%d: use at least 64", c.CountsMapSize, c.StacksMapSize)
+	case c.BufferRecords < 1:
+		return fmt.Errorf("STACKSTREAM_AGENT_BUFFER_RECORDS=%d: use at least 1", c.BufferRecords)
+	case c.BufferBytes < 1<<20:
+		return fmt.Errorf("STACKSTREAM_AGENT_BUFFER_BYTES=%d: use at least 1048576", c.BufferBytes)
+	}
+	return nil
+}

@@ -1,0 +1,102 @@
+package elfinfo
+
+import (
+	"debug/elf"
+	"testing"
+
+	"github.com/stackstream/stackstream/schemas/debuginfo"
+	"github.com/stackstream/stackstream/services/agent/internal/workload"
+)
+
+func TestExtract(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name     string
+		path     string
+		kind     debuginfo.Kind
+		function string // must be among the symbols
+	}{
+		{"c with symbols", workload.BuildC(t, dir, "c-syms", false), debuginfo.KindSymbols, workload.CHotFunction},
+		// Only undefined imports are left in .dynsym.
+		{"c stripped", workload.BuildC(t, dir, "c-stripped", true), debuginfo.KindNoSymbols, ""},
+		{"go", workload.BuildGo(t, dir, "go-syms", false), debuginfo.KindSymbols, workload.GoHotFunction},
+		// pclntab survives -s -w.
+		{"go stripped", workload.BuildGo(t, dir, "go-stripped", true), debuginfo.KindSymbols, workload.GoHotFunction},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, err := Extract(tt.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Kind != tt.kind {
+				t.Fatalf("kind %d, want %d", d.Kind, tt.kind)
+			}
+			if len(d.BuildID) < 16 {
+				t.Fatalf("build id %q", d.BuildID)
+			}
+			if len(d.Segments) == 0 {
+				t.Fatal("no executable segments")
+			}
+			if tt.function != "" {
+				var found debuginfo.Symbol
+				for _, s := range d.Symbols {
+					if s.Name == tt.function {
+						found = s
+					}
+				}
+				if found.Size == 0 {
+					t.Fatalf("%s not among %d symbols (or without size)", tt.function, len(d.Symbols))
+				}
+				// The address must resolve back to it through the encoded form.
+				b, kind, err := Encode(d)
+				if err != nil || kind != debuginfo.KindSymbols {
+					t.Fatalf("Encode = %v, %v", kind, err)
+				}
+				dec, err := debuginfo.Decode(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s, _, ok := dec.Symbolize(found.Addr + found.Size/2); !ok || s.Name != tt.function {
+					t.Fatalf("Symbolize(mid of %s) = %v, %v", tt.function, s, ok)
+				}
+			}
+		})
+	}
+}
+
+func TestExtractNoSymbols(t *testing.T) {
+	// A stripped C binary still has .dynsym for what it exports; a static,
+	// stripped one with nothing exported has no symbols.
+	dir := t.TempDir()
+	path := workload.BuildC(t, dir, "c-stripped", true)
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Symbols(); err == nil {
+		t.Fatal("stripped binary still has .symtab")
+	}
+	d, err := Extract(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range d.Symbols {
+		if s.Name == workload.CHotFunction {
+			t.Fatalf("stripped binary names %s", s.Name)
+		}
+	}
+	if len(d.Symbols) == 0 && d.Kind != debuginfo.KindNoSymbols {
+		t.Fatalf("no symbols but kind %d", d.Kind)
+	}
+}
+
+func TestExtractRejects(t *testing.T) {
+	if _, err := Extract("/nonexistent"); err == nil {
+		t.Fatal("want an error for a missing file")
+	}
+	if _, err := Extract("elfinfo.go"); err == nil {
+		t.Fatal("want an error for a file that is not ELF")
+	}
+}
