@@ -5,8 +5,8 @@
 package pprofx
 
 import (
-	"fmt"
 	"path/filepath"
+	"strconv"
 
 	"github.com/google/pprof/profile"
 
@@ -17,8 +17,9 @@ import (
 // pprof lists a location's lines from the inlined callee out to the function
 // it was inlined into, and each line becomes its own frame. A location without
 // lines (the symbolizer could not resolve it) becomes one frame named
-// binary+0xoffset, the file offset in its mapping, so it still says where the
-// time went.
+// binary+0xaddress, so it still says where the time went. This matches
+// services/indexer (Frames) exactly: a different rule would give the same
+// stack two IDs.
 func LocationFrames(dst []indices.Frame, loc *profile.Location) []indices.Frame {
 	binary := ""
 	if loc.Mapping != nil && loc.Mapping.File != "" {
@@ -31,31 +32,24 @@ func LocationFrames(dst []indices.Frame, loc *profile.Location) []indices.Frame 
 		f := indices.Frame{Line: ln.Line, Binary: binary}
 		if ln.Function != nil {
 			f.Function = ln.Function.Name
-			if f.Function == "" {
-				f.Function = ln.Function.SystemName
-			}
 			f.File = ln.Function.Filename
 		}
 		if f.Function == "" {
-			f.Function = UnresolvedName(loc)
+			f.Function = "0x" + strconv.FormatUint(loc.Address, 16)
 		}
 		dst = append(dst, f)
 	}
 	return dst
 }
 
-// UnresolvedName names a location that has no function: binary+0xoffset with
-// the offset in the mapped file, or 0xaddress without a mapping.
+// UnresolvedName names a location that has no lines: binary+0xaddress, or
+// 0xaddress without a mapped file.
 func UnresolvedName(loc *profile.Location) string {
-	m := loc.Mapping
-	if m == nil || m.File == "" {
-		return fmt.Sprintf("0x%x", loc.Address)
+	name := "0x" + strconv.FormatUint(loc.Address, 16)
+	if loc.Mapping != nil && loc.Mapping.File != "" {
+		name = filepath.Base(loc.Mapping.File) + "+" + name
 	}
-	off := loc.Address
-	if loc.Address >= m.Start {
-		off = loc.Address - m.Start + m.Offset
-	}
-	return fmt.Sprintf("%s+0x%x", filepath.Base(m.File), off)
+	return name
 }
 
 // StackFrames returns the frames of a sample, leaf first, as
@@ -68,19 +62,37 @@ func StackFrames(s *profile.Sample) []indices.Frame {
 	return frames
 }
 
-// ValueIndex is the index of the sample value that documents store: the
-// profile's default sample type when it names one, else the last sample type
-// (the pprof convention; for CPU profiles that is cpu/nanoseconds). It is -1
-// for a profile without sample types.
-func ValueIndex(p *profile.Profile) int {
+// valueTypes names the sample type whose values a profile type stores, in
+// order of preference.
+var valueTypes = map[string][]string{
+	"cpu":    {"cpu"},
+	"memory": {"rss"},
+	"heap":   {"inuse_space"},
+	"alloc":  {"alloc_space"},
+}
+
+// ValueIndex is the index of the sample value that documents store for a
+// profile of profileType: the sample type named for it (cpu, rss,
+// inuse_space, alloc_space), else the profile's default sample type, else the
+// last one (the pprof convention). It is -1 for a profile without sample
+// types. The indexer applies the same rule.
+func ValueIndex(p *profile.Profile, profileType string) int {
+	idx := len(p.SampleType) - 1
 	if p.DefaultSampleType != "" {
 		for i, st := range p.SampleType {
 			if st.Type == p.DefaultSampleType {
-				return i
+				idx = i
 			}
 		}
 	}
-	return len(p.SampleType) - 1
+	for _, want := range valueTypes[profileType] {
+		for i, st := range p.SampleType {
+			if st.Type == want {
+				idx = i
+			}
+		}
+	}
+	return idx
 }
 
 // CountIndex is the index of a samples/count value (how many ticks a CPU

@@ -26,7 +26,7 @@ func TestStackFrames(t *testing.T) {
 		{
 			name: "unresolved keeps binary and file offset",
 			locs: []*profile.Location{{Mapping: m, Address: 0x400010}},
-			want: []indices.Frame{{Function: "app+0x1010", Binary: "app"}},
+			want: []indices.Frame{{Function: "app+0x400010", Binary: "app"}},
 		},
 		{
 			name: "no mapping",
@@ -34,9 +34,9 @@ func TestStackFrames(t *testing.T) {
 			want: []indices.Frame{{Function: "0xdead"}},
 		},
 		{
-			name: "system name when name is empty",
-			locs: []*profile.Location{{Line: []profile.Line{{Function: sys}}}},
-			want: []indices.Frame{{Function: "_Z3sysv"}},
+			name: "address when the function has no name",
+			locs: []*profile.Location{{Address: 0xbeef, Mapping: m, Line: []profile.Line{{Function: sys, Line: 4}}}},
+			want: []indices.Frame{{Function: "0xbeef", Line: 4, Binary: "app"}},
 		},
 		{
 			name: "leaf first across locations",
@@ -62,19 +62,22 @@ func TestStackFrames(t *testing.T) {
 func TestValueIndex(t *testing.T) {
 	cpu := []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}}
 	heap := []*profile.ValueType{{Type: "alloc_space", Unit: "bytes"}, {Type: "inuse_space", Unit: "bytes"}, {Type: "inuse_objects", Unit: "count"}}
+	alloc := []*profile.ValueType{{Type: "alloc_objects", Unit: "count"}, {Type: "alloc_space", Unit: "bytes"}, {Type: "inuse_objects", Unit: "count"}}
 	tests := []struct {
 		name       string
 		p          *profile.Profile
+		typ        string
 		value, cnt int
 	}{
-		{"cpu takes the last", &profile.Profile{SampleType: cpu}, 1, 0},
-		{"default sample type wins", &profile.Profile{SampleType: heap, DefaultSampleType: "inuse_space"}, 1, -1},
-		{"unknown default falls back to last", &profile.Profile{SampleType: heap, DefaultSampleType: "nope"}, 2, -1},
-		{"no types", &profile.Profile{}, -1, -1},
+		{"cpu by name", &profile.Profile{SampleType: cpu}, "cpu", 1, 0},
+		{"heap by name over the default", &profile.Profile{SampleType: heap, DefaultSampleType: "alloc_space"}, "heap", 1, -1},
+		{"default sample type without a named one", &profile.Profile{SampleType: alloc, DefaultSampleType: "alloc_objects"}, "memory", 0, -1},
+		{"unknown default falls back to last", &profile.Profile{SampleType: alloc, DefaultSampleType: "nope"}, "memory", 2, -1},
+		{"no types", &profile.Profile{}, "cpu", -1, -1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := ValueIndex(tt.p); got != tt.value {
+			if got := ValueIndex(tt.p, tt.typ); got != tt.value {
 				t.Errorf("ValueIndex = %d, want %d", got, tt.value)
 			}
 			if got := CountIndex(tt.p); got != tt.cnt {

@@ -26,9 +26,10 @@ import (
 
 // Errors of Add that send the record to the DLQ.
 var (
-	ErrNoTime     = errors.New("profile has no time")
-	ErrFutureTime = errors.New("profile time is in the future")
-	ErrNoValues   = errors.New("profile has no sample types")
+	ErrNoTime      = errors.New("profile has no time")
+	ErrFutureTime  = errors.New("profile time is in the future")
+	ErrNoValues    = errors.New("profile has no sample types")
+	ErrShortSample = errors.New("sample has fewer values than the profile declares")
 )
 
 // Config tunes the windows.
@@ -67,8 +68,13 @@ const (
 type Input struct {
 	Profile *profile.Profile
 	Type    record.ProfileType
-	Host    string
-	Offset  int64
+	// Host is the record's host header; when empty, each sample's host
+	// label is used, as the indexer does.
+	Host   string
+	Offset int64
+	// Fallback is the event time of a profile without TimeNanos (the
+	// record's timestamp), as the indexer does.
+	Fallback time.Time
 }
 
 type windowKey struct {
@@ -176,17 +182,26 @@ func truncate(ns int64, d time.Duration) int64 {
 // minute of its start (profile TimeNanos).
 func (p *Partition) Add(in Input) (Outcome, error) {
 	prof := in.Profile
-	if prof.TimeNanos <= 0 {
+	at := prof.TimeNanos
+	if at <= 0 && !in.Fallback.IsZero() {
+		at = in.Fallback.UnixNano()
+	}
+	if at <= 0 {
 		return 0, ErrNoTime
 	}
-	if limit := p.cfg.Now().Add(p.cfg.MaxFuture); p.cfg.MaxFuture > 0 && prof.TimeNanos > limit.UnixNano() {
-		return 0, fmt.Errorf("%w: %s is after now+%s", ErrFutureTime, time.Unix(0, prof.TimeNanos).UTC().Format(time.RFC3339), p.cfg.MaxFuture)
+	if limit := p.cfg.Now().Add(p.cfg.MaxFuture); p.cfg.MaxFuture > 0 && at > limit.UnixNano() {
+		return 0, fmt.Errorf("%w: %s is after now+%s", ErrFutureTime, time.Unix(0, at).UTC().Format(time.RFC3339), p.cfg.MaxFuture)
 	}
-	vi := pprofx.ValueIndex(prof)
+	vi := pprofx.ValueIndex(prof, string(in.Type))
 	if vi < 0 {
 		return 0, ErrNoValues
 	}
-	minute := truncate(prof.TimeNanos, time.Minute)
+	for _, s := range prof.Sample {
+		if vi >= len(s.Value) {
+			return 0, fmt.Errorf("%w: %d values, %d sample types", ErrShortSample, len(s.Value), len(prof.SampleType))
+		}
+	}
+	minute := truncate(at, time.Minute)
 	if minute+int64(time.Minute+p.cfg.AllowedLateness+p.cfg.Retention) <= p.watermark {
 		p.Advance(in.Offset)
 		if in.Offset < p.handledBelow {
@@ -196,7 +211,7 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 	}
 	deltas := p.contributions(in, vi)
 	for _, res := range []string{indices.ResolutionMinute, indices.ResolutionHour} {
-		w := p.window(res, prof.TimeNanos, in.Offset)
+		w := p.window(res, at, in.Offset)
 		for k, d := range deltas {
 			k.kind, k.typ = d.kind, string(in.Type)
 			ds := w.docs[k]
@@ -220,8 +235,8 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 			}
 		}
 	}
-	if prof.TimeNanos > p.watermark {
-		p.watermark = prof.TimeNanos
+	if at > p.watermark {
+		p.watermark = at
 	}
 	p.Advance(in.Offset)
 	return Added, nil
@@ -273,16 +288,18 @@ func (p *Partition) contributions(in Input, vi int) map[docKey]*delta {
 	memory := in.Type == record.ProfileMemory
 	var keyBuf []byte
 	for _, s := range prof.Sample {
-		if vi >= len(s.Value) {
-			continue
-		}
 		v := s.Value[vi]
 		n := int64(1)
 		if ci >= 0 && ci < len(s.Value) {
 			n = s.Value[ci]
 		}
-		service := record.DeriveService(record.Labels(s.Label))
-		svc := get(docKey{service: service, host: in.Host}, indices.KindService)
+		labels := record.Labels(s.Label)
+		service := record.DeriveService(labels)
+		host := in.Host
+		if host == "" {
+			host = labels[record.LabelHost]
+		}
+		svc := get(docKey{service: service, host: host}, indices.KindService)
 		svc.samples += n
 		if memory {
 			// One stack-less sample per process: the profile's service sum.
@@ -303,12 +320,12 @@ func (p *Partition) contributions(in Input, vi int) map[docKey]*delta {
 			st = newStackInfo(s)
 			p.stacks[string(keyBuf)] = st
 		}
-		sd := get(docKey{service: service, host: in.Host, stackID: st.id}, indices.KindStack)
+		sd := get(docKey{service: service, host: host, stackID: st.id}, indices.KindStack)
 		sd.value += v
 		sd.samples += n
-		get(docKey{service: service, host: in.Host, function: st.leaf}, indices.KindFunction).self += v
+		get(docKey{service: service, host: host, function: st.leaf}, indices.KindFunction).self += v
 		for _, f := range st.funcs {
-			get(docKey{service: service, host: in.Host, function: f}, indices.KindFunction).total += v
+			get(docKey{service: service, host: host, function: f}, indices.KindFunction).total += v
 		}
 	}
 	return out

@@ -265,6 +265,7 @@ func TestAddRejects(t *testing.T) {
 		{"no time", &profile.Profile{SampleType: []*profile.ValueType{{Type: "cpu"}}}, ErrNoTime},
 		{"future", cpu(t0.Add(48 * time.Hour)), ErrFutureTime},
 		{"no sample types", &profile.Profile{TimeNanos: t0.UnixNano()}, ErrNoValues},
+		{"short sample", &profile.Profile{TimeNanos: t0.UnixNano(), SampleType: []*profile.ValueType{{Type: "samples"}, {Type: "cpu"}}, Sample: []*profile.Sample{{Value: []int64{1}}}}, ErrShortSample},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -297,4 +298,19 @@ func FuzzParseCheckpoint(f *testing.F) {
 			t.Fatalf("rejected %q but returned %+v", s, c)
 		}
 	})
+}
+
+func TestIndexerCompatibleInput(t *testing.T) {
+	p := NewPartition(testConfig(), Checkpoint{})
+	prof := pproftest.NewCPU(t0, time.Second).
+		Sample(map[string]string{record.LabelService: "a", record.LabelHost: "from-label"}, []int64{1, 9}, "f").Profile()
+	prof.TimeNanos = 0
+	// No host header: the sample's host label; no profile time: the record's.
+	if _, err := p.Add(Input{Profile: prof, Type: record.ProfileCPU, Offset: 0, Fallback: t0.Add(90 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	d, ok := byKey(p.Pending(true))["1m/10:01/service/a/"]
+	if !ok || d.Host != "from-label" || d.Value != 9 {
+		t.Fatalf("got %+v %v, want host from-label value 9 at 10:01", d, ok)
+	}
 }

@@ -165,17 +165,13 @@ func (r *Rollup) process(part *aggregate.Partition, rec *kgo.Record) *kgo.Record
 	if err != nil {
 		return toDLQ("decode", fmt.Errorf("decode profile: %w", err))
 	}
-	host := meta.Host
-	if host == "" {
-		host = string(rec.Key)
-	}
-	out, err := part.Add(aggregate.Input{Profile: prof, Type: meta.Type, Host: host, Offset: rec.Offset})
+	out, err := part.Add(aggregate.Input{Profile: prof, Type: meta.Type, Host: meta.Host, Offset: rec.Offset, Fallback: rec.Timestamp})
 	switch {
 	case err != nil:
 		return toDLQ("profile", fmt.Errorf("aggregate profile: %w", err))
 	case out == aggregate.TooLate:
 		return toDLQ("too_late", fmt.Errorf("too late: profile at %s is older than watermark %s minus allowed lateness %s and retention %s; not counted (replay the rollup group from before it to include it)",
-			time.Unix(0, prof.TimeNanos).UTC().Format(time.RFC3339), part.Watermark().Format(time.RFC3339), r.cfg.Window.AllowedLateness, r.cfg.Window.Retention))
+			time.Unix(0, prof.TimeNanos).UTC().Format(time.RFC3339Nano), part.Watermark().Format(time.RFC3339), r.cfg.Window.AllowedLateness, r.cfg.Window.Retention))
 	case out == aggregate.Skipped:
 		r.m.records.WithLabelValues("skipped").Inc()
 	default:
