@@ -7,12 +7,16 @@ import (
 	"debug/elf"
 	"encoding/hex"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // CSource is a C program with two non-inlined functions.
@@ -271,4 +275,62 @@ func Addr2Line(t testing.TB, file string, vaddr uint64) []string {
 		frames = append(frames, fn+" "+filepath.Base(loc))
 	}
 	return frames
+}
+
+// Debuginfod runs Debian's real debuginfod on a free loopback port over dir
+// and waits until it serves every build ID in wait (as debuginfo or
+// executable). It is stopped when the test ends.
+func Debuginfod(t testing.TB, dir string, wait ...string) string {
+	t.Helper()
+	Need(t, "debuginfod")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	logf, err := os.Create(filepath.Join(t.TempDir(), "debuginfod.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("debuginfod", "-p", strconv.Itoa(port), "-d", filepath.Join(t.TempDir(), "db.sqlite"),
+		"-F", "-t", "1", "-g", "0", "-c", "1", dir)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start debuginfod: %v", err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		logf.Close()
+	})
+	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	deadline := time.Now().Add(60 * time.Second)
+	for _, id := range wait {
+		for {
+			if servedAny(url, id) {
+				break
+			}
+			if time.Now().After(deadline) {
+				out, _ := os.ReadFile(logf.Name())
+				t.Fatalf("debuginfod at %s does not serve %s after 60s; log:\n%s", url, id, out)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	return url
+}
+
+func servedAny(url, id string) bool {
+	for _, kind := range []string{"debuginfo", "executable"} {
+		resp, err := http.Get(url + "/buildid/" + id + "/" + kind)
+		if err != nil {
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			return true
+		}
+	}
+	return false
 }
