@@ -155,14 +155,14 @@ func (a *Agent) Tick(ctx context.Context) {
 	}
 	// Debuginfo first, so a symbolizer reading the profile likely finds it.
 	for b := range cpu.binaries {
-		a.publishDebuginfo(ctx, b)
+		a.publishDebuginfo(b)
 	}
 	if len(cpu.p.Sample) > 0 {
-		a.publishProfile(ctx, record.ProfileCPU, cpu.p)
+		a.publishProfile(record.ProfileCPU, cpu.p)
 	}
 	if a.cfg.Memory {
 		if mem := a.memory(start, dur); len(mem.Sample) > 0 {
-			a.publishProfile(ctx, record.ProfileMemory, mem)
+			a.publishProfile(record.ProfileMemory, mem)
 		}
 	}
 	for _, t := range a.heaps {
@@ -172,7 +172,7 @@ func (a *Agent) Tick(ctx context.Context) {
 			a.d.Log.Warn("scrape heap profile", "service", t.Service, "err", err)
 			continue
 		}
-		a.publishProfile(ctx, record.ProfileHeap, p)
+		a.publishProfile(record.ProfileHeap, p)
 	}
 	a.ps.sweep(3)
 	a.m.processes.Set(float64(len(a.ps.procs)))
@@ -202,13 +202,13 @@ func (a *Agent) memory(start time.Time, dur time.Duration) *profile.Profile {
 	return p
 }
 
-func (a *Agent) publishProfile(ctx context.Context, typ record.ProfileType, p *profile.Profile) {
+func (a *Agent) publishProfile(typ record.ProfileType, p *profile.Profile) {
 	value, err := record.EncodeProfile(p)
 	if err != nil {
 		a.d.Log.Error("encode profile", "type", typ, "err", err)
 		return
 	}
-	a.d.Publisher.Publish(ctx, string(typ), &kgo.Record{
+	a.d.Publisher.Publish(string(typ), &kgo.Record{
 		Topic:   a.d.Topics.ProfilesRaw,
 		Key:     []byte(a.cfg.HostID),
 		Value:   value,
@@ -217,7 +217,7 @@ func (a *Agent) publishProfile(ctx context.Context, typ record.ProfileType, p *p
 }
 
 // publishDebuginfo sends the symbols of b once per build ID.
-func (a *Agent) publishDebuginfo(ctx context.Context, b *binary) {
+func (a *Agent) publishDebuginfo(b *binary) {
 	if a.known[b.buildID] {
 		return
 	}
@@ -239,7 +239,7 @@ func (a *Agent) publishDebuginfo(ctx context.Context, b *binary) {
 	result := map[debuginfo.Kind]string{debuginfo.KindSymbols: "symbols", debuginfo.KindNoSymbols: "no_symbols", debuginfo.KindTooLarge: "too_large"}[kind]
 	a.m.debuginfo.WithLabelValues(result).Inc()
 	a.d.Log.Debug("publish debuginfo", "path", b.path, "build_id", b.buildID, "result", result, "symbols", len(d.Symbols), "bytes", len(value))
-	a.d.Publisher.Publish(ctx, kindDebuginfo, &kgo.Record{Topic: a.d.Topics.Debuginfo, Key: []byte(b.buildID), Value: value})
+	a.d.Publisher.Publish(kindDebuginfo, &kgo.Record{Topic: a.d.Topics.Debuginfo, Key: []byte(b.buildID), Value: value})
 }
 
 // Close stops sampling.

@@ -90,10 +90,12 @@ func New(cl *kgo.Client, log *slog.Logger, m *Metrics) *Publisher {
 }
 
 // Publish hands r to the producer without blocking. When the buffer is full
-// the record is dropped and counted.
-func (p *Publisher) Publish(ctx context.Context, kind string, r *kgo.Record) {
+// the record is dropped and counted. Records are not tied to a context: once
+// buffered, only a full buffer or closing the client drops them, so stopping
+// the agent does not cancel what it already handed over.
+func (p *Publisher) Publish(kind string, r *kgo.Record) {
 	size := len(r.Value)
-	p.cl.TryProduce(ctx, r, func(r *kgo.Record, err error) {
+	p.cl.TryProduce(context.Background(), r, func(r *kgo.Record, err error) {
 		switch {
 		case err == nil:
 			p.m.Sent.WithLabelValues(kind).Inc()
