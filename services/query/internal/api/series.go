@@ -97,18 +97,18 @@ func (a *API) handleSeries(ctx context.Context, _ http.ResponseWriter, r *http.R
 		resp.Unit = "cores"
 	}
 	if sel.OnlyFields("service", "host") {
-		resolutions := []time.Duration{time.Minute}
-		if step%time.Hour == 0 {
-			resolutions = []time.Duration{time.Hour, time.Minute}
-		}
-		for _, res := range resolutions {
-			found, err := a.rollupSeries(ctx, resp, typ, sel, tr, step, res, groupBy)
+		// Hourly windows only fit steps of whole hours.
+		for _, minuteOnly := range []bool{step%time.Hour != 0, true} {
+			found, hourly, err := a.rollupSeries(ctx, resp, typ, sel, tr, step, groupBy, minuteOnly)
 			if err != nil {
 				return nil, err
 			}
-			if found {
+			if found && (hourly || minuteOnly || !a.hasWholeHours(tr)) {
 				resp.Source = "rollups"
 				return resp, nil
+			}
+			if minuteOnly {
+				break
 			}
 		}
 	}
@@ -121,71 +121,82 @@ func (a *API) handleSeries(ctx context.Context, _ http.ResponseWriter, r *http.R
 }
 
 type seriesAggs struct {
+	Hourly countAgg `json:"hourly"`
 	Groups struct {
 		SumOtherDocCount int64 `json:"sum_other_doc_count"`
 		Buckets          []struct {
 			Key  string `json:"key"`
 			Time struct {
-				Buckets []struct {
-					Key   int64   `json:"key"`
-					V     sumAgg  `json:"v"`
-					Times *sumAgg `json:"times"`
-				} `json:"buckets"`
+				Buckets []seriesBucket `json:"buckets"`
 			} `json:"time"`
 		} `json:"buckets"`
 	} `json:"groups"`
 }
 
-func seriesBody(query map[string]any, groupBy, valueField string, step time.Duration, size int, countTimes bool) map[string]any {
-	timeAggs := map[string]any{"v": map[string]any{"sum": map[string]any{"field": valueField}}}
-	if countTimes {
-		timeAggs["times"] = map[string]any{"cardinality": map[string]any{"field": "@timestamp"}}
-	}
+type seriesBucket struct {
+	Key   int64   `json:"key"`
+	V     sumAgg  `json:"v"`     // samples
+	Times *sumAgg `json:"times"` // samples: distinct report times
+	H     struct {
+		V sumAgg `json:"v"`
+	} `json:"h"` // rollups: hourly windows
+	M struct {
+		V sumAgg `json:"v"`
+	} `json:"m"` // rollups: minute windows
+}
+
+func seriesBody(query map[string]any, groupBy, valueField string, timeAggs map[string]any, step time.Duration, size int) map[string]any {
 	return map[string]any{
 		"size": 0, "track_total_hits": true, "query": query,
-		"aggs": map[string]any{"groups": map[string]any{
-			"terms": map[string]any{"field": groupBy, "size": size, "order": map[string]any{"gv": "desc"}},
-			"aggs": map[string]any{
-				"gv": map[string]any{"sum": map[string]any{"field": valueField}},
-				"time": map[string]any{
-					"date_histogram": map[string]any{"field": "@timestamp", "fixed_interval": fmt.Sprintf("%ds", int64(step/time.Second)), "min_doc_count": 1},
-					"aggs":           timeAggs,
+		"aggs": map[string]any{
+			"hourly": hourlyCountAgg,
+			"groups": map[string]any{
+				"terms": map[string]any{"field": groupBy, "size": size, "order": map[string]any{"gv": "desc"}},
+				"aggs": map[string]any{
+					"gv": sumOf(valueField), // the heaviest series first
+					"time": map[string]any{
+						"date_histogram": map[string]any{"field": "@timestamp", "fixed_interval": fmt.Sprintf("%ds", int64(step/time.Second)), "min_doc_count": 1},
+						"aggs":           timeAggs,
+					},
 				},
 			},
-		}},
+		},
 	}
 }
 
-// rollupSeries reads kind=service rollups of one resolution; found is false
-// when there are none, so the caller can try a finer resolution.
-func (a *API) rollupSeries(ctx context.Context, resp *SeriesResponse, typ record.ProfileType, sel selector.Selector, tr timeRange, step, res time.Duration, groupBy string) (bool, error) {
-	filter, mustNot := sel.Clauses()
-	resName := "1m"
-	if res == time.Hour {
-		resName = "1h"
+func sumOf(field string) map[string]any { return map[string]any{"sum": map[string]any{"field": field}} }
+
+// rollupSeries reads kind=service rollups; found is false when there are
+// none, hourly whether hourly windows were among them.
+func (a *API) rollupSeries(ctx context.Context, resp *SeriesResponse, typ record.ProfileType, sel selector.Selector, tr timeRange, step time.Duration, groupBy string, minuteOnly bool) (found, hourly bool, err error) {
+	s := selection{typ: typ, sel: sel, tr: tr}
+	valueField := "value"
+	if typ == record.ProfileMemory {
+		valueField = "mem_avg"
 	}
-	filter = append([]any{termQ("kind", "service"), termQ("type", string(typ)), termQ("resolution", resName), timeFilter(tr)}, filter...)
-	// CPU: nanoseconds used in a step / the step's nanoseconds = cores.
-	// Memory: each window's average; a step averages its windows.
-	valueField, scale := "value", 1/float64(step)
-	switch typ {
-	case record.ProfileMemory:
-		valueField, scale = "mem_avg", float64(res)/float64(step)
-	case record.ProfileHeap, record.ProfileAlloc:
-		scale = float64(res) / float64(step)
+	timeAggs := map[string]any{
+		"h": map[string]any{"filter": termQ("resolution", "1h"), "aggs": map[string]any{"v": sumOf(valueField)}},
+		"m": map[string]any{"filter": termQ("resolution", "1m"), "aggs": map[string]any{"v": sumOf(valueField)}},
 	}
 	var out struct {
 		Hits         hitsTotal  `json:"hits"`
 		Aggregations seriesAggs `json:"aggregations"`
 	}
-	if err := a.search(ctx, a.rollupIndices(tr), seriesBody(boolQ(filter, mustNot), groupBy, valueField, step, a.opts.MaxSeries, false), &out); err != nil {
-		return false, fmt.Errorf("series from rollups: %w", err)
+	if err := a.search(ctx, a.rollupIndices(tr), seriesBody(a.rollupQuery(s, "service", minuteOnly), groupBy, valueField, timeAggs, step, a.opts.MaxSeries), &out); err != nil {
+		return false, false, fmt.Errorf("series from rollups: %w", err)
 	}
 	if out.Hits.Total.Value == 0 {
-		return false, nil
+		return false, false, nil
 	}
-	a.fillSeries(resp, out.Aggregations, groupBy, func(sum float64, _ *sumAgg) float64 { return sum * scale })
-	return true, nil
+	a.fillSeries(resp, out.Aggregations, groupBy, func(b seriesBucket) float64 {
+		if typ == record.ProfileCPU {
+			// Nanoseconds used in a step / the step's nanoseconds = cores.
+			return (b.H.V.Value + b.M.V.Value) / float64(step)
+		}
+		// Each window holds its average: weigh it by its length.
+		return (b.H.V.Value*float64(time.Hour) + b.M.V.Value*float64(time.Minute)) / float64(step)
+	})
+	return true, out.Aggregations.Hourly.DocCount > 0, nil
 }
 
 // sampleSeries reads the raw samples: CPU as above; other types sum the
@@ -196,28 +207,32 @@ func (a *API) sampleSeries(ctx context.Context, resp *SeriesResponse, typ record
 	var out struct {
 		Aggregations seriesAggs `json:"aggregations"`
 	}
-	if err := a.search(ctx, a.sampleIndices(tr), seriesBody(a.sampleQuery(s), groupBy, "value", step, a.opts.MaxSeries, !cpu), &out); err != nil {
+	timeAggs := map[string]any{"v": sumOf("value")}
+	if !cpu {
+		timeAggs["times"] = map[string]any{"cardinality": map[string]any{"field": "@timestamp"}}
+	}
+	if err := a.search(ctx, a.sampleIndices(tr), seriesBody(a.sampleQuery(s), groupBy, "value", timeAggs, step, a.opts.MaxSeries), &out); err != nil {
 		return fmt.Errorf("series from samples: %w", err)
 	}
-	a.fillSeries(resp, out.Aggregations, groupBy, func(sum float64, times *sumAgg) float64 {
+	a.fillSeries(resp, out.Aggregations, groupBy, func(b seriesBucket) float64 {
 		if cpu {
-			return sum / float64(step)
+			return b.V.Value / float64(step)
 		}
-		if times == nil || times.Value < 1 {
-			return sum
+		if b.Times == nil || b.Times.Value < 1 {
+			return b.V.Value
 		}
-		return sum / times.Value
+		return b.V.Value / b.Times.Value
 	})
 	return nil
 }
 
-func (a *API) fillSeries(resp *SeriesResponse, aggs seriesAggs, groupBy string, value func(float64, *sumAgg) float64) {
+func (a *API) fillSeries(resp *SeriesResponse, aggs seriesAggs, groupBy string, value func(seriesBucket) float64) {
 	resp.Truncated = aggs.Groups.SumOtherDocCount > 0
 	resp.Series = make([]Series, 0, len(aggs.Groups.Buckets))
 	for _, g := range aggs.Groups.Buckets {
 		s := Series{Labels: map[string]string{groupBy: g.Key}, Points: make([][2]float64, 0, len(g.Time.Buckets))}
 		for _, b := range g.Time.Buckets {
-			s.Points = append(s.Points, [2]float64{float64(b.Key), value(b.V.Value, b.Times)})
+			s.Points = append(s.Points, [2]float64{float64(b.Key), value(b)})
 		}
 		slices.SortFunc(s.Points, func(x, y [2]float64) int { return cmp.Compare(x[0], y[0]) })
 		resp.Series = append(resp.Series, s)

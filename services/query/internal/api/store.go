@@ -104,39 +104,44 @@ func boolQ(filter, mustNot []any) map[string]any {
 	return map[string]any{"bool": b}
 }
 
-// rollupTime selects rollup windows starting in tr: hourly documents for the
-// whole hours inside tr and minute documents for the partial hours at its
-// edges, so a day reads ~24 documents per key instead of 1440 and the sums
-// stay exact. minuteOnly is the fallback when no hourly rollups exist.
-func rollupTime(tr timeRange, minuteOnly bool) map[string]any {
+// hourlyLag is how long after an hour closes its hourly rollups are
+// trusted to exist: the rollup service writes a window once it has closed.
+const hourlyLag = time.Hour
+
+// hourlySpan is the part of tr read from hourly rollups: the whole hours
+// inside tr that ended at least hourlyLag before now.
+func hourlySpan(tr timeRange, now time.Time) (timeRange, bool) {
 	hFrom := tr.From.Truncate(time.Hour)
 	if hFrom.Before(tr.From) {
 		hFrom = hFrom.Add(time.Hour)
 	}
 	hTo := tr.To.Truncate(time.Hour)
+	if limit := now.Add(-hourlyLag).Truncate(time.Hour); limit.Before(hTo) {
+		hTo = limit
+	}
+	return timeRange{hFrom, hTo}, hFrom.Before(hTo)
+}
+
+// rollupTime selects rollup windows starting in tr: hourly documents for the
+// whole hours of hourlySpan and minute documents for the rest, so a day
+// reads ~24 documents per key instead of 1440 and the sums stay exact.
+// minuteOnly is the fallback when no hourly rollups exist.
+func rollupTime(tr timeRange, now time.Time, minuteOnly bool) map[string]any {
 	minute := func(r timeRange) map[string]any {
 		return boolQ([]any{termQ("resolution", "1m"), timeFilter(r)}, nil)
 	}
-	if minuteOnly || !hFrom.Before(hTo) {
+	hours, ok := hourlySpan(tr, now)
+	if minuteOnly || !ok {
 		return minute(tr)
 	}
-	should := []any{boolQ([]any{termQ("resolution", "1h"), timeFilter(timeRange{hFrom, hTo})}, nil)}
-	if tr.From.Before(hFrom) {
-		should = append(should, minute(timeRange{tr.From, hFrom}))
+	should := []any{boolQ([]any{termQ("resolution", "1h"), timeFilter(hours)}, nil)}
+	if tr.From.Before(hours.From) {
+		should = append(should, minute(timeRange{tr.From, hours.From}))
 	}
-	if hTo.Before(tr.To) {
-		should = append(should, minute(timeRange{hTo, tr.To}))
+	if hours.To.Before(tr.To) {
+		should = append(should, minute(timeRange{hours.To, tr.To}))
 	}
 	return map[string]any{"bool": map[string]any{"should": should, "minimum_should_match": 1}}
-}
-
-// hasWholeHours reports whether rollupTime would read hourly documents.
-func hasWholeHours(tr timeRange) bool {
-	hFrom := tr.From.Truncate(time.Hour)
-	if hFrom.Before(tr.From) {
-		hFrom = hFrom.Add(time.Hour)
-	}
-	return hFrom.Before(tr.To.Truncate(time.Hour))
 }
 
 // hourlyCountAgg counts hourly documents, to detect a cluster whose rollup
@@ -168,3 +173,9 @@ type (
 		} `json:"total"`
 	}
 )
+
+// hasWholeHours reports whether rollupTime would read hourly documents.
+func (a *API) hasWholeHours(tr timeRange) bool {
+	_, ok := hourlySpan(tr, a.opts.Now())
+	return ok
+}

@@ -1,0 +1,172 @@
+// Package querytest sets up OpenSearch indices with known documents for the
+// query API's tests, the UI's browser tests and the benchmark: templates
+// under a unique prefix, bulk indexing of stack, sample and rollup documents.
+package querytest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/opensearch-project/opensearch-go/v4/opensearchapi"
+
+	"github.com/stackstream/stackstream/pkg/opensearch"
+	"github.com/stackstream/stackstream/pkg/testenv"
+	"github.com/stackstream/stackstream/schemas/indices"
+)
+
+// Setup connects to the test OpenSearch (skipping, or failing under CI=true,
+// when it is missing), applies the templates under a prefix unique to t and
+// deletes that prefix's indices and templates when t ends.
+func Setup(t testing.TB) (*opensearchapi.Client, indices.Names) {
+	t.Helper()
+	url := testenv.OpenSearchURL(t)
+	ctx := context.Background()
+	cl, err := opensearch.NewClient(ctx, opensearch.Config{URLs: []string{url}, Timeout: time.Minute})
+	if err != nil {
+		t.Fatalf("opensearch client: %v", err)
+	}
+	names := indices.Names{Prefix: testenv.Name(t, "t-") + "-"}
+	if _, err := opensearch.ApplyTemplates(ctx, cl, names.Prefix, indices.Settings{Replicas: 0, RefreshInterval: "-1"}); err != nil {
+		t.Fatalf("apply templates: %v", err)
+	}
+	t.Cleanup(func() { Cleanup(context.Background(), cl, names) })
+	return cl, names
+}
+
+// Cleanup deletes the indices and templates of names.
+func Cleanup(ctx context.Context, cl *opensearchapi.Client, names indices.Names) error {
+	var firstErr error
+	if _, _, err := opensearch.Raw(ctx, cl, http.MethodDelete, "/"+names.Prefix+"*?expand_wildcards=all&allow_no_indices=true", nil); err != nil {
+		firstErr = err
+	}
+	for _, kind := range []string{"stacks", "samples", "rollups"} {
+		if _, _, err := opensearch.Raw(ctx, cl, http.MethodDelete, "/_index_template/"+names.Prefix+kind, nil); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return firstErr
+}
+
+// Doc is one document to index.
+type Doc struct {
+	Index string
+	ID    string
+	Body  any
+}
+
+// Stack returns the stack document of frames given root first (the way
+// people read them) and its ID; StackDoc stores them leaf first.
+func Stack(names indices.Names, t time.Time, rootFirst ...string) (Doc, string) {
+	frames := make([]indices.Frame, len(rootFirst))
+	funcs := make([]string, 0, len(rootFirst))
+	seen := map[string]bool{}
+	for i, f := range rootFirst {
+		frames[len(rootFirst)-1-i] = indices.Frame{Function: f, Binary: "app"}
+		if !seen[f] {
+			seen[f] = true
+			funcs = append(funcs, f)
+		}
+	}
+	id := indices.StackID(frames)
+	return Doc{Index: names.Stacks(), ID: id, Body: indices.StackDoc{
+		Timestamp: t, Frames: frames, Functions: funcs, Leaf: frames[0].Function, Depth: len(frames),
+	}}, id
+}
+
+// Sample returns a sample document in its daily index.
+func Sample(names indices.Names, d indices.SampleDoc) Doc {
+	return Doc{Index: names.Samples(d.Timestamp), ID: indices.SampleID(d.Host, d.Type, d.Timestamp, d.StackID, d.Labels), Body: d}
+}
+
+// Rollup returns a rollup document in its monthly index.
+func Rollup(names indices.Names, d indices.RollupDoc) Doc {
+	return Doc{Index: names.Rollups(d.Timestamp), ID: indices.RollupID(&d), Body: d}
+}
+
+// Bulk indexes docs in batches and fails on any per-item error. It does not
+// refresh: call Refresh once after the last batch.
+func Bulk(ctx context.Context, cl *opensearchapi.Client, docs []Doc) error {
+	const batch = 5000
+	for start := 0; start < len(docs); start += batch {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		for _, d := range docs[start:min(start+batch, len(docs))] {
+			enc.Encode(map[string]any{"index": map[string]any{"_index": d.Index, "_id": d.ID}})
+			if err := enc.Encode(d.Body); err != nil {
+				return fmt.Errorf("encode document: %w", err)
+			}
+		}
+		status, body, err := rawNDJSON(ctx, cl, buf.Bytes())
+		if err != nil {
+			return fmt.Errorf("bulk: %w", err)
+		}
+		if status != http.StatusOK {
+			return fmt.Errorf("bulk: HTTP %d: %.500s", status, body)
+		}
+		var resp struct {
+			Errors bool `json:"errors"`
+			Items  []map[string]struct {
+				Status int             `json:"status"`
+				Error  json.RawMessage `json:"error"`
+			} `json:"items"`
+		}
+		if err := json.Unmarshal(body, &resp); err != nil {
+			return fmt.Errorf("decode bulk answer: %w", err)
+		}
+		if resp.Errors {
+			for _, it := range resp.Items {
+				for _, r := range it {
+					if r.Status/100 != 2 {
+						return fmt.Errorf("bulk item: HTTP %d: %s", r.Status, r.Error)
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func rawNDJSON(ctx context.Context, cl *opensearchapi.Client, body []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "/_bulk", bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/x-ndjson")
+	resp, err := cl.Client.Perform(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	var out bytes.Buffer
+	_, err = out.ReadFrom(resp.Body)
+	return resp.StatusCode, out.Bytes(), err
+}
+
+// Refresh makes everything indexed under names searchable.
+func Refresh(ctx context.Context, cl *opensearchapi.Client, names indices.Names) error {
+	status, body, err := opensearch.Raw(ctx, cl, http.MethodPost, "/"+names.Prefix+"*/_refresh?allow_no_indices=true", nil)
+	if err != nil {
+		return fmt.Errorf("refresh: %w", err)
+	}
+	if status != http.StatusOK {
+		return fmt.Errorf("refresh: HTTP %d: %.300s", status, body)
+	}
+	return nil
+}
+
+// Index bulk-indexes docs and refreshes, failing t on error.
+func Index(t testing.TB, cl *opensearchapi.Client, names indices.Names, docs []Doc) {
+	t.Helper()
+	ctx := context.Background()
+	if err := Bulk(ctx, cl, docs); err != nil {
+		t.Fatal(err)
+	}
+	if err := Refresh(ctx, cl, names); err != nil {
+		t.Fatal(err)
+	}
+}
