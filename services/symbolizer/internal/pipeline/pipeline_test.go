@@ -1,0 +1,332 @@
+package pipeline
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/stackstream/stackstream/pkg/kafka"
+	"github.com/stackstream/stackstream/pkg/testenv"
+	"github.com/stackstream/stackstream/schemas/record"
+	"github.com/stackstream/stackstream/services/symbolizer/internal/source"
+	"github.com/stackstream/stackstream/services/symbolizer/internal/symbolize"
+	"github.com/stackstream/stackstream/services/symbolizer/internal/testbin"
+)
+
+// setupTopics creates the four topics under a unique prefix.
+func setupTopics(t *testing.T, brokers []string, partitions int32) (record.Topics, *kgo.Client) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	topics := record.TopicsFor(testenv.Name(t, "sym-") + ".")
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := kafka.EnsureTopics(ctx, adm, kafka.Specs(topics, partitions, 1)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		adm.DeleteTopics(ctx, topics.All()...)
+	})
+	return topics, cl
+}
+
+// consume reads want records of topic with read-committed isolation, then
+// keeps reading for linger to catch duplicates.
+func consume(t *testing.T, brokers []string, topic string, want int, timeout, linger time.Duration) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var out []*kgo.Record
+	deadline := time.Now().Add(timeout)
+	for {
+		end := deadline
+		if len(out) >= want {
+			end = time.Now().Add(linger)
+			if linger == 0 {
+				return out
+			}
+			deadline = end
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), end)
+		f := cl.PollFetches(ctx)
+		cancel()
+		out = append(out, f.Records()...)
+		if time.Now().After(deadline) {
+			return out
+		}
+	}
+}
+
+type symbolizer struct {
+	metrics *Metrics
+	reg     *prometheus.Registry
+	done    chan error
+	stop    func()
+}
+
+// start runs the symbolizer in-process the way main wires it.
+func start(t *testing.T, brokers []string, topics record.Topics, group string, sources ...source.Source) *symbolizer {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	var chain *source.Chain
+	store := source.NewTopic(64<<20, func(id string) { chain.Forget(id) })
+	chain = source.NewChain(source.Options{MissTTL: time.Minute, Log: log, Metrics: m.ChainMetrics()}, append([]source.Source{store}, sources...)...)
+
+	infoCl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, DebuginfoOpts(topics.Debuginfo)...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admCl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &source.Follower{Client: infoCl, Admin: kadm.NewClient(admCl), Topic: topics.Debuginfo, Store: store, Log: log}
+	sess, err := kgo.NewGroupTransactSession(append([]kgo.Opt{kgo.SeedBrokers(brokers...)},
+		SessionOpts(group, topics.ProfilesRaw, testenv.Name(t, "txn-"))...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Runner{
+		Session:        sess,
+		Processor:      &Processor{Symbolizer: &symbolize.Symbolizer{Tables: chain}, Topics: topics, MaxOutputBytes: 999000},
+		Metrics:        m,
+		Log:            log,
+		MaxPollRecords: 7,
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &symbolizer{metrics: m, reg: reg, done: make(chan error, 1)}
+	go f.Run(ctx)
+	go func() {
+		select {
+		case <-f.CaughtUp():
+		case <-ctx.Done():
+			s.done <- nil
+			return
+		}
+		s.done <- r.Run(ctx)
+	}()
+	stopped := false
+	s.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-s.done; err != nil {
+			t.Errorf("runner: %v", err)
+		}
+		sess.Close()
+		infoCl.Close()
+		admCl.Close()
+	}
+	t.Cleanup(s.stop)
+	return s
+}
+
+func gz(b []byte) []byte {
+	var buf bytes.Buffer
+	w := gzip.NewWriter(&buf)
+	w.Write(b)
+	w.Close()
+	return buf.Bytes()
+}
+
+// TestSymbolizeEveryWay runs raw profiles whose binaries are known to each
+// source (debuginfo topic, debug dir, Debian's debuginfod) plus garbage
+// through the real broker, and checks the committed output.
+func TestSymbolizeEveryWay(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	corpus := testbin.BuildCorpus(t, t.TempDir())
+	url := testbin.Debuginfod(t, corpus.Served, corpus.C.BuildID, corpus.Go.BuildID)
+	topics, cl := setupTopics(t, brokers, 3)
+	ctx := context.Background()
+
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topics.Debuginfo, Key: []byte(corpus.Topic.BuildID), Value: corpus.TopicValue}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	meta := record.Meta{Type: record.ProfileCPU, Host: "host-a", AgentVersion: "test"}
+	var recs []*kgo.Record
+	for i := 0; i < n; i++ {
+		v, err := record.EncodeProfile(corpus.Profile(t, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, &kgo.Record{Topic: topics.ProfilesRaw, Key: []byte("host-" + strconv.Itoa(i%5)), Value: v, Headers: meta.Headers()})
+	}
+	bomb := gz(make([]byte, record.MaxProfileBytes+1024))
+	badVersion := meta.Headers()
+	badVersion[0].Value = []byte("99")
+	garbage := map[string]*kgo.Record{
+		"not_gzip":       {Value: []byte("hello, not a profile"), Headers: meta.Headers()},
+		"not_pprof":      {Value: gz([]byte("\xff\xff\xff\xff garbage")), Headers: meta.Headers()},
+		"schema_version": {Value: recs[0].Value, Headers: badVersion},
+		"missing_header": {Value: recs[0].Value},
+		"too_large":      {Value: bomb, Headers: meta.Headers()},
+	}
+	for reason, r := range garbage {
+		r.Topic, r.Key = topics.ProfilesRaw, []byte("bad-"+reason)
+		// Interleaved with good records, on the same partitions.
+		recs = append(recs[:len(recs)/2], append([]*kgo.Record{r}, recs[len(recs)/2:]...)...)
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	s := start(t, brokers, topics, testenv.Name(t, "grp-"), source.Dirs{Dirs: []string{corpus.DebugDir}}, source.NewDebuginfod([]string{url}, 30*time.Second))
+
+	out := consume(t, brokers, topics.ProfilesSymbolized, n, 2*time.Minute, 3*time.Second)
+	if len(out) != n {
+		t.Fatalf("symbolized: %d records, want %d", len(out), n)
+	}
+	seen := map[string]bool{}
+	want := corpus.Want()
+	for _, r := range out {
+		p, err := record.DecodeProfile(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq := p.Sample[0].Label["seq"][0]
+		if seen[seq] {
+			t.Fatalf("profile %s twice", seq)
+		}
+		seen[seq] = true
+		if got := testbin.Names(p); !reflect.DeepEqual(got, want) {
+			t.Fatalf("profile %s symbolized as\n%q\nwant\n%q", seq, got, want)
+		}
+		if want := "host-" + strconv.Itoa(atoi(t, seq)%5); string(r.Key) != want {
+			t.Fatalf("key %q, want %q", r.Key, want)
+		}
+		if m, err := record.ParseMeta(r.Headers); err != nil || m.Host != "host-a" {
+			t.Fatalf("headers not kept: %v %+v", err, m)
+		}
+	}
+	// File and line made it too, from each source that has them.
+	p, _ := record.DecodeProfile(out[0].Value)
+	for i, wantFile := range []string{"cprog.c", "main.go", "cxxprog.cc"} {
+		l := p.Sample[i].Location[0].Line[0]
+		if !strings.HasSuffix(l.Function.Filename, wantFile) || l.Line == 0 {
+			t.Errorf("sample %d: %s at %s:%d, want a line in %s", i, l.Function.Name, l.Function.Filename, l.Line, wantFile)
+		}
+	}
+
+	wantWhy := map[string]string{
+		"not_gzip": "not gzip", "not_pprof": "not a pprof profile", "schema_version": `unknown schema version: "99"`,
+		"missing_header": "missing header " + record.HeaderSchemaVersion, "too_large": "too large",
+	}
+	dlq := consume(t, brokers, topics.DLQ, len(garbage), time.Minute, time.Second)
+	if len(dlq) != len(garbage) {
+		t.Fatalf("dlq: %d records, want %d", len(dlq), len(garbage))
+	}
+	for _, r := range dlq {
+		reason := strings.TrimPrefix(string(r.Key), "bad-")
+		g := garbage[reason]
+		why := record.HeaderValue(r.Headers, record.HeaderDLQReason)
+		if !strings.Contains(why, wantWhy[reason]) || !bytes.Equal(r.Value, g.Value) ||
+			record.HeaderValue(r.Headers, record.HeaderDLQTopic) != topics.ProfilesRaw ||
+			record.HeaderValue(r.Headers, record.HeaderDLQOffset) == "" {
+			t.Fatalf("dlq record for %s: reason %q headers %v", reason, why, r.Headers)
+		}
+		t.Logf("dlq %s: %s", reason, why)
+	}
+	s.stop()
+	for _, src := range []string{"topic", "local", "debuginfod"} {
+		if v := testutil.ToFloat64(s.metrics.Frames.WithLabelValues(src)); v == 0 {
+			t.Errorf("no frames counted for source %s", src)
+		}
+	}
+	if v := testutil.ToFloat64(s.metrics.Frames.WithLabelValues(symbolize.SourceUnresolved)); v != 0 {
+		t.Errorf("%v unresolved frames", v)
+	}
+	for reason := range garbage {
+		if v := testutil.ToFloat64(s.metrics.DLQ.WithLabelValues(reason)); v != 1 {
+			t.Errorf("dlq metric %s = %v, want 1", reason, v)
+		}
+	}
+	if hit := testutil.ToFloat64(s.metrics.Cache.WithLabelValues("binary", "hit")); hit < n {
+		t.Errorf("binary cache hits %v: tables not cached", hit)
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestRebalanceTwoInstances runs two instances on one group while profiles
+// flow, stops one mid-stream (its partitions move) and checks the output
+// holds every profile exactly once.
+func TestRebalanceTwoInstances(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	corpus := testbin.BuildCorpus(t, t.TempDir())
+	topics, cl := setupTopics(t, brokers, 4)
+	group := testenv.Name(t, "grp-")
+	dirs := source.Dirs{Dirs: []string{corpus.AllDir}}
+	a := start(t, brokers, topics, group, dirs)
+	b := start(t, brokers, topics, group, dirs)
+
+	const n = 200
+	meta := record.Meta{Type: record.ProfileCPU, Host: "h"}
+	go func() {
+		for i := 0; i < n; i++ {
+			v, _ := record.EncodeProfile(corpus.Profile(t, i))
+			cl.Produce(context.Background(), &kgo.Record{Topic: topics.ProfilesRaw, Key: []byte(fmt.Sprint("host-", i%16)), Value: v, Headers: meta.Headers()}, nil)
+			if i == n/2 {
+				a.stop() // leaves the group: b takes every partition
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	out := consume(t, brokers, topics.ProfilesSymbolized, n, 3*time.Minute, 5*time.Second)
+	seen := map[string]int{}
+	for _, r := range out {
+		p, err := record.DecodeProfile(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[p.Sample[0].Label["seq"][0]]++
+	}
+	for i := 0; i < n; i++ {
+		if c := seen[strconv.Itoa(i)]; c != 1 {
+			t.Errorf("profile %d: %d copies", i, c)
+		}
+	}
+	if len(out) != n {
+		t.Fatalf("%d records, want %d", len(out), n)
+	}
+	b.stop()
+	ca := testutil.ToFloat64(a.metrics.Profiles.WithLabelValues("symbolized"))
+	cb := testutil.ToFloat64(b.metrics.Profiles.WithLabelValues("symbolized"))
+	t.Logf("instance a committed %v, b %v", ca, cb)
+	if ca+cb != n {
+		t.Errorf("committed %v + %v, want %d", ca, cb, n)
+	}
+}
