@@ -126,7 +126,9 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) Tick(ctx context.Context) {
 	begin := time.Now()
 	now := a.d.Now()
-	start, dur := a.last, now.Sub(a.last)
+	// Wall-clock arithmetic, so one profile ends exactly where the next
+	// starts (a monotonic Sub would differ by nanoseconds).
+	start, dur := a.last, time.Duration(now.UnixNano()-a.last.UnixNano())
 	a.last = now
 	a.ps.interval++
 
