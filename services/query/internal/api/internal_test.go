@@ -70,12 +70,12 @@ func TestHourlySpan(t *testing.T) {
 		wantSome bool
 	}{
 		{"whole hours inside", timeRange{at(1, 30), at(9, 10)}, timeRange{at(2, 0), at(9, 0)}, true},
-		{"recent hours stay minute", timeRange{at(1, 0), now}, timeRange{at(1, 0), at(11, 0)}, true},
+		{"up to now", timeRange{at(1, 0), now}, timeRange{at(1, 0), at(12, 0)}, true},
 		{"less than an hour", timeRange{at(3, 10), at(3, 50)}, timeRange{at(4, 0), at(3, 0)}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := hourlySpan(tc.tr, now)
+			got, ok := hourlySpan(tc.tr)
 			if ok != tc.wantSome || (ok && got != tc.want) {
 				t.Fatalf("hourlySpan = %v %v, want %v %v", got, ok, tc.want, tc.wantSome)
 			}

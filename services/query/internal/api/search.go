@@ -85,7 +85,7 @@ func (a *API) handleSearch(ctx context.Context, _ http.ResponseWriter, r *http.R
 func (a *API) searchFunctions(ctx context.Context, s selection, kw string, limit int, total int64) ([]SearchResult, error) {
 	if a.fromRollups(s) {
 		res, err := a.searchFunctionRollups(ctx, s, kw, limit, total, false)
-		if err == nil && len(res) == 0 && a.hasWholeHours(s.tr) {
+		if err == nil && len(res) == 0 && hasWholeHours(s.tr) {
 			res, err = a.searchFunctionRollups(ctx, s, kw, limit, total, true)
 		}
 		if err != nil || len(res) > 0 {
@@ -161,7 +161,7 @@ func (a *API) searchFunctions(ctx context.Context, s selection, kw string, limit
 }
 
 func (a *API) searchFunctionRollups(ctx context.Context, s selection, kw string, limit int, total int64, minuteOnly bool) ([]SearchResult, error) {
-	filter := []any{termQ("kind", "function"), termQ("type", string(s.typ)), rollupTime(s.tr, a.opts.Now(), minuteOnly), wildcardQ("function", kw)}
+	filter := []any{termQ("kind", "function"), termQ("type", string(s.typ)), rollupTime(s.tr, minuteOnly), wildcardQ("function", kw)}
 	var out struct {
 		Aggregations struct {
 			Funcs struct {
@@ -209,7 +209,7 @@ func (a *API) cpuTotal(ctx context.Context, s selection) (int64, error) {
 			if err := a.search(ctx, a.rollupIndices(s.tr), body, &out); err != nil {
 				return 0, fmt.Errorf("total cpu from rollups: %w", err)
 			}
-			if out.Aggregations.Hourly.DocCount > 0 || !a.hasWholeHours(s.tr) {
+			if out.Aggregations.Hourly.DocCount > 0 || !hasWholeHours(s.tr) {
 				break
 			}
 		}

@@ -103,7 +103,7 @@ func (a *API) handleSeries(ctx context.Context, _ http.ResponseWriter, r *http.R
 			if err != nil {
 				return nil, err
 			}
-			if found && (hourly || minuteOnly || !a.hasWholeHours(tr)) {
+			if found && (hourly || minuteOnly || !hasWholeHours(tr)) {
 				resp.Source = "rollups"
 				return resp, nil
 			}

@@ -55,7 +55,7 @@ func (a *API) stackValues(ctx context.Context, s selection) (*stackValues, error
 			if err != nil {
 				return nil, err
 			}
-			if hourly == 0 && !minuteOnly && a.hasWholeHours(s.tr) {
+			if hourly == 0 && !minuteOnly && hasWholeHours(s.tr) {
 				minuteOnly = true
 				continue
 			}
@@ -76,7 +76,7 @@ func (a *API) sampleQuery(s selection) map[string]any {
 
 func (a *API) rollupQuery(s selection, kind string, minuteOnly bool) map[string]any {
 	filter, mustNot := s.sel.Clauses()
-	filter = append([]any{termQ("kind", kind), termQ("type", string(s.typ)), rollupTime(s.tr, a.opts.Now(), minuteOnly)}, filter...)
+	filter = append([]any{termQ("kind", kind), termQ("type", string(s.typ)), rollupTime(s.tr, minuteOnly)}, filter...)
 	return boolQ(filter, mustNot)
 }
 

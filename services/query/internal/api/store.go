@@ -104,21 +104,16 @@ func boolQ(filter, mustNot []any) map[string]any {
 	return map[string]any{"bool": b}
 }
 
-// hourlyLag is how long after an hour closes its hourly rollups are
-// trusted to exist: the rollup service writes a window once it has closed.
-const hourlyLag = time.Hour
-
 // hourlySpan is the part of tr read from hourly rollups: the whole hours
-// inside tr that ended at least hourlyLag before now.
-func hourlySpan(tr timeRange, now time.Time) (timeRange, bool) {
+// inside it. The rollup service rewrites the current hour's window each
+// time it writes a minute window, so hourly documents are as fresh as
+// minute ones and the newest hour needs no special case.
+func hourlySpan(tr timeRange) (timeRange, bool) {
 	hFrom := tr.From.Truncate(time.Hour)
 	if hFrom.Before(tr.From) {
 		hFrom = hFrom.Add(time.Hour)
 	}
 	hTo := tr.To.Truncate(time.Hour)
-	if limit := now.Add(-hourlyLag).Truncate(time.Hour); limit.Before(hTo) {
-		hTo = limit
-	}
 	return timeRange{hFrom, hTo}, hFrom.Before(hTo)
 }
 
@@ -126,11 +121,11 @@ func hourlySpan(tr timeRange, now time.Time) (timeRange, bool) {
 // whole hours of hourlySpan and minute documents for the rest, so a day
 // reads ~24 documents per key instead of 1440 and the sums stay exact.
 // minuteOnly is the fallback when no hourly rollups exist.
-func rollupTime(tr timeRange, now time.Time, minuteOnly bool) map[string]any {
+func rollupTime(tr timeRange, minuteOnly bool) map[string]any {
 	minute := func(r timeRange) map[string]any {
 		return boolQ([]any{termQ("resolution", "1m"), timeFilter(r)}, nil)
 	}
-	hours, ok := hourlySpan(tr, now)
+	hours, ok := hourlySpan(tr)
 	if minuteOnly || !ok {
 		return minute(tr)
 	}
@@ -175,7 +170,7 @@ type (
 )
 
 // hasWholeHours reports whether rollupTime would read hourly documents.
-func (a *API) hasWholeHours(tr timeRange) bool {
-	_, ok := hourlySpan(tr, a.opts.Now())
+func hasWholeHours(tr timeRange) bool {
+	_, ok := hourlySpan(tr)
 	return ok
 }
