@@ -2,8 +2,11 @@ package agent
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"testing"
 	"time"
 
@@ -30,12 +33,19 @@ func TestProfilesWorkloads(t *testing.T) {
 		procs[i] = workload.Start(t, c.exe, 0)
 		targets = append(targets, procs[i].PID)
 	}
-	a := start(t, e, Config{PIDs: targets, Memory: true})
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/heap", func(w http.ResponseWriter, r *http.Request) { pprof.Lookup("heap").WriteTo(w, 0) })
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	a := start(t, e, Config{PIDs: targets, Memory: true, HeapEndpoints: []string{"self=" + srv.URL + "/debug/pprof/heap"}})
 	time.Sleep(4 * time.Second)
 	a.stop(t)
 	got := consume(t, e)
-	if len(got.cpu) < 2 || len(got.memory) < 2 {
-		t.Fatalf("%d cpu and %d memory profiles, want at least 2 each", len(got.cpu), len(got.memory))
+	if len(got.cpu) < 2 || len(got.memory) < 2 || len(got.heap) < 2 {
+		t.Fatalf("%d cpu, %d memory, %d heap profiles, want at least 2 each", len(got.cpu), len(got.memory), len(got.heap))
+	}
+	if s := got.heap[0].Sample; len(s) == 0 || s[0].Label[record.LabelService][0] != "self" {
+		t.Fatalf("heap profile samples %v", s)
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -173,5 +183,34 @@ func placeInUnit(t *testing.T, unit string, pid int) {
 	}
 	if cg := proc.ParseCgroup(string(b)); cg.SystemdUnit != unit {
 		t.Fatalf("pid %d cgroup %q parses as unit %q", pid, b, cg.SystemdUnit)
+	}
+}
+
+// TestDebuginfoPublishedOnce restarts the agent: the second run reads the
+// build IDs already on the compacted topic and publishes none again.
+func TestDebuginfoPublishedOnce(t *testing.T) {
+	e := newEnv(t)
+	exe := workload.BuildC(t, t.TempDir(), "once", false)
+	p := workload.Start(t, exe, 0)
+	cfg := Config{PIDs: []int{p.PID}}
+	a := start(t, e, cfg)
+	time.Sleep(2500 * time.Millisecond)
+	a.stop(t)
+	first := a.result("debuginfo/ok")
+	if first == 0 {
+		t.Fatal("first run published no debuginfo")
+	}
+	got := consume(t, e)
+	if len(got.debuginfo) != first {
+		t.Fatalf("%d debuginfo records acknowledged, %d build IDs on the topic", first, len(got.debuginfo))
+	}
+	b := start(t, e, cfg)
+	time.Sleep(2500 * time.Millisecond)
+	b.stop(t)
+	if n := b.result("debuginfo/ok"); n != 0 {
+		t.Fatalf("second run republished %d debuginfo records", n)
+	}
+	if b.result("cpu/ok") == 0 {
+		t.Fatal("second run published no cpu profile")
 	}
 }

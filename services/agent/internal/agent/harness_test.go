@@ -142,8 +142,8 @@ func (r *running) result(key string) int {
 
 // published is what the agent wrote to the topics.
 type published struct {
-	cpu, memory []*profile.Profile
-	debuginfo   map[string]*debuginfo.File
+	cpu, memory, heap []*profile.Profile
+	debuginfo         map[string]*debuginfo.File
 }
 
 // consume reads both topics from the start up to their current end.
@@ -209,6 +209,8 @@ func consume(t *testing.T, e env) published {
 				out.cpu = append(out.cpu, p)
 			case record.ProfileMemory:
 				out.memory = append(out.memory, p)
+			case record.ProfileHeap:
+				out.heap = append(out.heap, p)
 			}
 		})
 	}

@@ -99,7 +99,14 @@ func Segments(f *elf.File) []debuginfo.Segment {
 
 // Extract builds the debuginfo of the ELF file at path. A binary with no
 // symbols at all yields Kind NoSymbols.
-func Extract(path string) (*debuginfo.File, error) {
+func Extract(path string) (d *debuginfo.File, err error) {
+	// debug/elf and debug/gosym read whatever binaries run on the host; a
+	// malformed one must cost its debuginfo, not the agent.
+	defer func() {
+		if r := recover(); r != nil {
+			d, err = nil, fmt.Errorf("read elf %s: malformed: %v", path, r)
+		}
+	}()
 	f, err := elf.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open elf %s: %w", path, err)

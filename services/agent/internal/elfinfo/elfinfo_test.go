@@ -2,6 +2,8 @@ package elfinfo
 
 import (
 	"debug/elf"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stackstream/stackstream/schemas/debuginfo"
@@ -99,4 +101,24 @@ func TestExtractRejects(t *testing.T) {
 	if _, err := Extract("elfinfo.go"); err == nil {
 		t.Fatal("want an error for a file that is not ELF")
 	}
+}
+
+func FuzzExtract(f *testing.F) {
+	dir := f.TempDir()
+	for _, p := range []string{"/proc/self/exe"} {
+		if b, err := os.ReadFile(p); err == nil && len(b) < 64<<20 {
+			f.Add(b[:min(len(b), 1<<16)])
+		}
+	}
+	f.Add([]byte("\x7fELF\x02\x01\x01"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		path := filepath.Join(dir, "bin")
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		d, err := Extract(path)
+		if err == nil && d.BuildID == "" {
+			t.Fatal("debuginfo without build ID")
+		}
+	})
 }

@@ -38,12 +38,15 @@ func ParseCgroup(content string) Cgroup {
 			any = parts[2]
 		}
 	}
-	path := systemd
-	if path == "" || path == "/" {
-		path = unified
-	}
-	if path == "" || path == "/" {
-		path = any
+	var path string
+	for _, c := range []string{systemd, unified, any} {
+		if c != "" && c != "/" {
+			path = c
+			break
+		}
+		if path == "" {
+			path = c
+		}
 	}
 	cg := Cgroup{Path: path}
 	segs := strings.Split(strings.Trim(path, "/"), "/")

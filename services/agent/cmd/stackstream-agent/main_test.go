@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stackstream/stackstream/pkg/config"
+	"github.com/stackstream/stackstream/pkg/testenv"
+)
+
+func TestFlagsOverrideEnvironment(t *testing.T) {
+	t.Setenv("STACKSTREAM_AGENT_FREQUENCY", "49")
+	t.Setenv("STACKSTREAM_AGENT_INTERVAL", "5s")
+	t.Setenv("STACKSTREAM_AGENT_SYSTEMD_UNITS", "a.service")
+	var c cfg
+	args := []string{"--frequency=99", "--systemd-units=opensearch.service,kafka", "--pids", "1,2"}
+	if err := config.Load(&c, args, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := flags(&c.Agent).Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	if c.Agent.Frequency != 99 || c.Agent.Interval != 5*time.Second {
+		t.Fatalf("frequency %d interval %s: want the flag's 99 and the environment's 5s", c.Agent.Frequency, c.Agent.Interval)
+	}
+	if strings.Join(c.Agent.SystemdUnits, ",") != "opensearch.service,kafka" || len(c.Agent.PIDs) != 2 {
+		t.Fatalf("units %v pids %v", c.Agent.SystemdUnits, c.Agent.PIDs)
+	}
+	if err := flags(&c.Agent).Parse([]string{"--pids=x"}); err == nil {
+		t.Fatal("want an error for --pids=x")
+	}
+}
+
+// TestMissingCapabilities runs the binary without CAP_BPF and CAP_PERFMON:
+// it must exit with one line naming what is missing and how to run it.
+func TestMissingCapabilities(t *testing.T) {
+	testenv.Root(t)
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		testenv.Unavailable(t, "setpriv (util-linux)")
+	}
+	bin := filepath.Join(t.TempDir(), "stackstream-agent")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	os.Chmod(filepath.Dir(bin), 0o755)
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"root without bpf, perfmon, sys_admin", []string{"--bounding-set=-bpf,-perfmon,-sys_admin", "--inh-caps=-all"}, "missing capability CAP_BPF+CAP_PERFMON"},
+		{"root without perfmon, sys_admin", []string{"--bounding-set=-perfmon,-sys_admin", "--inh-caps=-all"}, "missing capability CAP_PERFMON"},
+		{"user nobody", []string{"--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"}, "missing capability CAP_BPF+CAP_PERFMON"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := exec.Command("setpriv", append(tt.args, bin, "--interval=1s")...)
+			cmd.Dir = t.TempDir()
+			os.Chmod(cmd.Dir, 0o755)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+				t.Fatalf("exit %v, want status 1; stderr %q", err, stderr.String())
+			}
+			lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+			if len(lines) != 1 || !strings.Contains(lines[0], tt.want) || !strings.Contains(lines[0], "run as root") {
+				t.Fatalf("stderr %q, want one line with %q and how to run it", stderr.String(), tt.want)
+			}
+		})
+	}
+}
