@@ -121,6 +121,18 @@ func TestAPI(t *testing.T) {
 		}
 	})
 
+	t.Run("series of whole hours reads hourly rollups", func(t *testing.T) {
+		var s api.SeriesResponse
+		get(t, base, "/api/v1/series", url.Values{"from": {"now-24h"}, "step": {"1h"}}, &s)
+		if s.Source != "rollups" || len(s.Series) != 1 || len(s.Series[0].Points) != 1 {
+			t.Fatalf("series %+v, want the one hourly checkout window", s)
+		}
+		p := s.Series[0].Points[0]
+		if !time.UnixMilli(int64(p[0])).Equal(now.Add(-23*time.Hour)) || !near(p[1], querytest.FixtureLongServiceTotal/float64(time.Hour)) {
+			t.Fatalf("point %v, want [%v, %v]", p, now.Add(-23*time.Hour), querytest.FixtureLongServiceTotal/float64(time.Hour))
+		}
+	})
+
 	t.Run("series from samples for label selectors", func(t *testing.T) {
 		var s api.SeriesResponse
 		get(t, base, "/api/v1/series", url.Values{"query": {`{k8s_pod="checkout-abc"}`}, "step": {"30m"}}, &s)

@@ -147,7 +147,7 @@ type seriesBucket struct {
 
 func seriesBody(query map[string]any, groupBy, valueField string, timeAggs map[string]any, step time.Duration, size int) map[string]any {
 	return map[string]any{
-		"size": 0, "track_total_hits": true, "query": query,
+		"size": 0, "track_total_hits": 1, "query": query, // only whether anything matched
 		"aggs": map[string]any{
 			"hourly": hourlyCountAgg,
 			"groups": map[string]any{
@@ -174,9 +174,13 @@ func (a *API) rollupSeries(ctx context.Context, resp *SeriesResponse, typ record
 	if typ == record.ProfileMemory {
 		valueField = "mem_avg"
 	}
-	timeAggs := map[string]any{
-		"h": map[string]any{"filter": termQ("resolution", "1h"), "aggs": map[string]any{"v": sumOf(valueField)}},
-		"m": map[string]any{"filter": termQ("resolution", "1m"), "aggs": map[string]any{"v": sumOf(valueField)}},
+	// Minute windows only need a sum; mixed resolutions weigh each apart.
+	timeAggs := map[string]any{"v": sumOf(valueField)}
+	if !minuteOnly {
+		timeAggs = map[string]any{
+			"h": map[string]any{"filter": termQ("resolution", "1h"), "aggs": map[string]any{"v": sumOf(valueField)}},
+			"m": map[string]any{"filter": termQ("resolution", "1m"), "aggs": map[string]any{"v": sumOf(valueField)}},
+		}
 	}
 	var out struct {
 		Hits         hitsTotal  `json:"hits"`
@@ -189,6 +193,9 @@ func (a *API) rollupSeries(ctx context.Context, resp *SeriesResponse, typ record
 		return false, false, nil
 	}
 	a.fillSeries(resp, out.Aggregations, groupBy, func(b seriesBucket) float64 {
+		if minuteOnly {
+			b.M.V = b.V
+		}
 		if typ == record.ProfileCPU {
 			// Nanoseconds used in a step / the step's nanoseconds = cores.
 			return (b.H.V.Value + b.M.V.Value) / float64(step)
