@@ -98,7 +98,7 @@ func runMain() error {
 	if err != nil {
 		return err
 	}
-	sess, err := kgo.NewGroupTransactSession(append(opts, pipeline.SessionOpts(cfg.Symbolizer.Group, topics.ProfilesRaw, txnID)...)...)
+	sess, err := kgo.NewGroupTransactSession(append(opts, pipeline.SessionOpts(cfg.Symbolizer.Group, topics.ProfilesRaw, txnID, cfg.Symbolizer.SessionTimeout)...)...)
 	if err != nil {
 		return fmt.Errorf("kafka transact session: %w", err)
 	}

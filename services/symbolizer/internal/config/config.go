@@ -31,6 +31,7 @@ type Symbolizer struct {
 	MaxTables         int           `envconfig:"MAX_TABLES" default:"512" desc:"symbol tables (one per binary) kept in memory"`
 	TopicCacheBytes   int           `envconfig:"TOPIC_CACHE_BYTES" default:"536870912" desc:"bytes of compressed debuginfo topic values kept in memory"`
 	MissTTL           time.Duration `envconfig:"MISS_TTL" default:"5m" desc:"how long a build ID that no source has is not asked for again"`
+	SessionTimeout    time.Duration `envconfig:"SESSION_TIMEOUT" default:"45s" desc:"how long a crashed instance keeps its partitions (within the broker's group.min/max.session.timeout.ms)"`
 	MaxPollRecords    int           `envconfig:"MAX_POLL_RECORDS" default:"200" desc:"records per transaction at most"`
 	MaxOutputBytes    int           `envconfig:"MAX_OUTPUT_BYTES" default:"999000" desc:"largest symbolized record value; larger ones go to the DLQ (keep under the topic's max.message.bytes)"`
 }
@@ -54,6 +55,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_MAX_TABLES=%d must be at least 1", s.MaxTables)
 	case s.TopicCacheBytes < 1<<20:
 		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_TOPIC_CACHE_BYTES=%d is too small: use at least 1048576", s.TopicCacheBytes)
+	case s.SessionTimeout < time.Second:
+		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_SESSION_TIMEOUT=%s is too short: use at least 6s (the broker's default minimum)", s.SessionTimeout)
 	case s.MissTTL < 0:
 		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_MISS_TTL=%s must not be negative", s.MissTTL)
 	case s.MaxPollRecords < 1:

@@ -18,67 +18,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/stackstream/stackstream/pkg/kafka"
 	"github.com/stackstream/stackstream/pkg/testenv"
 	"github.com/stackstream/stackstream/schemas/record"
+	"github.com/stackstream/stackstream/services/symbolizer/internal/ktest"
 	"github.com/stackstream/stackstream/services/symbolizer/internal/source"
 	"github.com/stackstream/stackstream/services/symbolizer/internal/symbolize"
 	"github.com/stackstream/stackstream/services/symbolizer/internal/testbin"
 )
-
-// setupTopics creates the four topics under a unique prefix.
-func setupTopics(t *testing.T, brokers []string, partitions int32) (record.Topics, *kgo.Client) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	topics := record.TopicsFor(testenv.Name(t, "sym-") + ".")
-	adm := kadm.NewClient(cl)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := kafka.EnsureTopics(ctx, adm, kafka.Specs(topics, partitions, 1)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		adm.DeleteTopics(ctx, topics.All()...)
-	})
-	return topics, cl
-}
-
-// consume reads want records of topic with read-committed isolation, then
-// keeps reading for linger to catch duplicates.
-func consume(t *testing.T, brokers []string, topic string, want int, timeout, linger time.Duration) []*kgo.Record {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	var out []*kgo.Record
-	deadline := time.Now().Add(timeout)
-	for {
-		end := deadline
-		if len(out) >= want {
-			end = time.Now().Add(linger)
-			if linger == 0 {
-				return out
-			}
-			deadline = end
-		}
-		ctx, cancel := context.WithDeadline(context.Background(), end)
-		f := cl.PollFetches(ctx)
-		cancel()
-		out = append(out, f.Records()...)
-		if time.Now().After(deadline) {
-			return out
-		}
-	}
-}
 
 type symbolizer struct {
 	metrics *Metrics
@@ -107,7 +53,7 @@ func start(t *testing.T, brokers []string, topics record.Topics, group string, s
 	}
 	f := &source.Follower{Client: infoCl, Admin: kadm.NewClient(admCl), Topic: topics.Debuginfo, Store: store, Log: log}
 	sess, err := kgo.NewGroupTransactSession(append([]kgo.Opt{kgo.SeedBrokers(brokers...)},
-		SessionOpts(group, topics.ProfilesRaw, testenv.Name(t, "txn-"))...)...)
+		SessionOpts(group, topics.ProfilesRaw, testenv.Name(t, "txn-"), 0)...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +109,7 @@ func TestSymbolizeEveryWay(t *testing.T) {
 	brokers := testenv.KafkaBrokers(t)
 	corpus := testbin.BuildCorpus(t, t.TempDir())
 	url := testbin.Debuginfod(t, corpus.Served, corpus.C.BuildID, corpus.Go.BuildID)
-	topics, cl := setupTopics(t, brokers, 3)
+	topics, cl := ktest.Topics(t, brokers, 3)
 	ctx := context.Background()
 
 	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topics.Debuginfo, Key: []byte(corpus.Topic.BuildID), Value: corpus.TopicValue}).FirstErr(); err != nil {
@@ -200,7 +146,7 @@ func TestSymbolizeEveryWay(t *testing.T) {
 
 	s := start(t, brokers, topics, testenv.Name(t, "grp-"), source.Dirs{Dirs: []string{corpus.DebugDir}}, source.NewDebuginfod([]string{url}, 30*time.Second))
 
-	out := consume(t, brokers, topics.ProfilesSymbolized, n, 2*time.Minute, 3*time.Second)
+	out := ktest.Consume(t, brokers, topics.ProfilesSymbolized, n, 2*time.Minute, 3*time.Second)
 	if len(out) != n {
 		t.Fatalf("symbolized: %d records, want %d", len(out), n)
 	}
@@ -239,7 +185,7 @@ func TestSymbolizeEveryWay(t *testing.T) {
 		"not_gzip": "not gzip", "not_pprof": "not a pprof profile", "schema_version": `unknown schema version: "99"`,
 		"missing_header": "missing header " + record.HeaderSchemaVersion, "too_large": "too large",
 	}
-	dlq := consume(t, brokers, topics.DLQ, len(garbage), time.Minute, time.Second)
+	dlq := ktest.Consume(t, brokers, topics.DLQ, len(garbage), time.Minute, time.Second)
 	if len(dlq) != len(garbage) {
 		t.Fatalf("dlq: %d records, want %d", len(dlq), len(garbage))
 	}
@@ -287,7 +233,7 @@ func atoi(t *testing.T, s string) int {
 func TestRebalanceTwoInstances(t *testing.T) {
 	brokers := testenv.KafkaBrokers(t)
 	corpus := testbin.BuildCorpus(t, t.TempDir())
-	topics, cl := setupTopics(t, brokers, 4)
+	topics, cl := ktest.Topics(t, brokers, 4)
 	group := testenv.Name(t, "grp-")
 	dirs := source.Dirs{Dirs: []string{corpus.AllDir}}
 	a := start(t, brokers, topics, group, dirs)
@@ -305,7 +251,7 @@ func TestRebalanceTwoInstances(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
-	out := consume(t, brokers, topics.ProfilesSymbolized, n, 3*time.Minute, 5*time.Second)
+	out := ktest.Consume(t, brokers, topics.ProfilesSymbolized, n, 3*time.Minute, 5*time.Second)
 	seen := map[string]int{}
 	for _, r := range out {
 		p, err := record.DecodeProfile(r.Value)

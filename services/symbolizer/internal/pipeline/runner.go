@@ -132,8 +132,14 @@ func (r *Runner) batch(ctx context.Context, fetches kgo.Fetches) error {
 // SessionOpts are the client options of the group transact session on the
 // raw topic: read committed, stable offsets, one transactional ID per
 // instance.
-func SessionOpts(group, rawTopic, transactionalID string) []kgo.Opt {
+func SessionOpts(group, rawTopic, transactionalID string, sessionTimeout time.Duration) []kgo.Opt {
+	if sessionTimeout <= 0 {
+		sessionTimeout = 45 * time.Second
+	}
 	return []kgo.Opt{
+		// How long a crashed instance keeps its partitions before the group
+		// hands them to the others.
+		kgo.SessionTimeout(sessionTimeout),
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(rawTopic),
 		// A new group starts at the beginning: nothing the agents already
