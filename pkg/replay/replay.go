@@ -1,0 +1,243 @@
+// Package replay moves a consumer group back in time on one topic, so the
+// service behind the group processes history again (stackctl replay): for
+// example, re-symbolizing old profiles once a stripped binary's debug info
+// has arrived.
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// ErrGroupActive means the group has live members. Kafka refuses offset
+// commits from outside a group that has members, and a member would
+// overwrite the reset with its own next commit anyway.
+var ErrGroupActive = errors.New("consumer group has active members")
+
+// Options say what to replay.
+type Options struct {
+	Group string    // consumer group to move
+	Topic string    // topic whose offsets are moved, on every partition
+	From  time.Time // the group restarts at the first record at or after this time
+	// Follow waits after the reset, printing the group's lag every
+	// Interval, until the lag reaches zero or ctx ends.
+	Follow   bool
+	Interval time.Duration // default 5s
+}
+
+// Partition is the reset of one partition.
+type Partition struct {
+	Partition int32
+	Old       int64 // committed offset before the reset; -1 when there was none
+	New       int64 // committed offset after the reset
+	End       int64 // end offset when the reset was made
+}
+
+// Summary is what a replay did.
+type Summary struct {
+	Group      string
+	Topic      string
+	From       time.Time
+	Partitions []Partition
+	Records    int64 // records from the new offsets to the end at reset time
+	// With Follow:
+	Remaining int64         // lag when Run returned (0 when caught up)
+	Elapsed   time.Duration // from the reset until Run returned
+}
+
+// Run resets the committed offsets of opts.Group on every partition of
+// opts.Topic to the first offset at or after opts.From, and prints each
+// partition's old and new offset to progress. It refuses while the group
+// has members: stop its consumers first. With opts.Follow it then prints
+// the lag until it reaches zero (start the consumers again meanwhile).
+func Run(ctx context.Context, cl *kgo.Client, adm *kadm.Client, opts Options, progress io.Writer) (Summary, error) {
+	sum := Summary{Group: opts.Group, Topic: opts.Topic, From: opts.From}
+	switch {
+	case opts.Group == "":
+		return sum, errors.New("replay: no group: name the consumer group to move (--group)")
+	case opts.Topic == "":
+		return sum, errors.New("replay: no topic: name the topic whose offsets move (--topic)")
+	case opts.From.IsZero():
+		return sum, errors.New("replay: no start time: give the time to replay from (--from)")
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = 5 * time.Second
+	}
+	if cl != nil {
+		if err := cl.Ping(ctx); err != nil {
+			return sum, fmt.Errorf("replay: reach kafka: %w", err)
+		}
+	}
+
+	if err := checkIdle(ctx, adm, opts.Group); err != nil {
+		return sum, err
+	}
+	starts, err := adm.ListOffsetsAfterMilli(ctx, opts.From.UnixMilli(), opts.Topic)
+	if err != nil {
+		return sum, fmt.Errorf("replay: list offsets of %s after %s: %w", opts.Topic, opts.From.Format(time.RFC3339), err)
+	}
+	if _, ok := starts[opts.Topic]; !ok || errors.Is(starts.Error(), kerr.UnknownTopicOrPartition) {
+		return sum, fmt.Errorf("replay: topic %q does not exist: check --topic and STACKSTREAM_KAFKA_TOPIC_PREFIX", opts.Topic)
+	}
+	if err := starts.Error(); err != nil {
+		return sum, fmt.Errorf("replay: list offsets of %s after %s: %w", opts.Topic, opts.From.Format(time.RFC3339), err)
+	}
+	ends, err := adm.ListEndOffsets(ctx, opts.Topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return sum, fmt.Errorf("replay: list end offsets of %s: %w", opts.Topic, err)
+	}
+	old, err := adm.FetchOffsetsForTopics(ctx, opts.Group, opts.Topic)
+	if err == nil {
+		err = old.Error()
+	}
+	if err != nil {
+		return sum, fmt.Errorf("replay: fetch committed offsets of group %s: %w", opts.Group, err)
+	}
+
+	reset := kadm.Offsets{}
+	starts.Each(func(o kadm.ListedOffset) {
+		if o.Partition < 0 {
+			return
+		}
+		p := Partition{Partition: o.Partition, Old: -1, New: o.Offset}
+		if c, ok := old.Lookup(opts.Topic, o.Partition); ok && c.Err == nil && c.At >= 0 {
+			p.Old = c.At
+		}
+		if e, ok := ends.Lookup(opts.Topic, o.Partition); ok {
+			p.End = e.Offset
+		}
+		sum.Partitions = append(sum.Partitions, p)
+		sum.Records += max(p.End-p.New, 0)
+		reset.Add(kadm.Offset{Topic: opts.Topic, Partition: o.Partition, At: o.Offset, LeaderEpoch: -1})
+	})
+	sort.Slice(sum.Partitions, func(i, j int) bool { return sum.Partitions[i].Partition < sum.Partitions[j].Partition })
+
+	// A member could have joined since the check; the commit then fails
+	// with a generation or member error, reported the same way.
+	resp, err := adm.CommitOffsets(ctx, opts.Group, reset)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		if errors.Is(err, kerr.UnknownMemberID) || errors.Is(err, kerr.IllegalGeneration) || errors.Is(err, kerr.RebalanceInProgress) {
+			return sum, fmt.Errorf("replay: %w: group %q: stop the group's consumers first, then run replay again (%v)", ErrGroupActive, opts.Group, err)
+		}
+		return sum, fmt.Errorf("replay: commit offsets of group %s: %w", opts.Group, err)
+	}
+
+	fmt.Fprintf(progress, "group %s, topic %s: reset to the first records at or after %s\n", opts.Group, opts.Topic, opts.From.UTC().Format(time.RFC3339))
+	for _, p := range sum.Partitions {
+		oldStr := "none"
+		if p.Old >= 0 {
+			oldStr = fmt.Sprint(p.Old)
+		}
+		fmt.Fprintf(progress, "  partition %d: %s -> %d (end %d, %d to process)\n", p.Partition, oldStr, p.New, p.End, max(p.End-p.New, 0))
+	}
+	fmt.Fprintf(progress, "committed: %d records to process again; start the group's consumers\n", sum.Records)
+	if !opts.Follow {
+		return sum, nil
+	}
+
+	began := time.Now()
+	tick := time.NewTicker(opts.Interval)
+	defer tick.Stop()
+	for {
+		lag, err := groupLag(ctx, adm, opts.Group, opts.Topic)
+		sum.Elapsed = time.Since(began).Round(time.Millisecond)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return sum, ctx.Err()
+		case err != nil:
+			fmt.Fprintf(progress, "lag: %v (retrying)\n", err)
+		default:
+			sum.Remaining = lag
+			done := sum.Records - lag
+			fmt.Fprintf(progress, "lag %d: %d of %d records processed (%s)\n", lag, max(done, 0), sum.Records, sum.Elapsed)
+			if lag == 0 {
+				fmt.Fprintf(progress, "caught up: %d records replayed in %s\n", sum.Records, sum.Elapsed)
+				return sum, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Fprintf(progress, "stopped following with lag %d after %s\n", sum.Remaining, sum.Elapsed)
+			return sum, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+func checkIdle(ctx context.Context, adm *kadm.Client, group string) error {
+	described, err := adm.DescribeGroups(ctx, group)
+	if err != nil {
+		return fmt.Errorf("replay: describe group %s: %w", group, err)
+	}
+	g, ok := described[group]
+	if !ok {
+		return nil
+	}
+	if g.Err != nil && !errors.Is(g.Err, kerr.GroupIDNotFound) {
+		return fmt.Errorf("replay: describe group %s: %w", group, g.Err)
+	}
+	if len(g.Members) == 0 {
+		return nil
+	}
+	var who []string
+	for _, m := range g.Members {
+		who = append(who, m.ClientID+"@"+m.ClientHost)
+	}
+	return fmt.Errorf("replay: %w: group %q is %s with %d member(s) (%s): stop the group's consumers first (for the symbolizer, every stackstream-symbolizer process), run replay, then start them again",
+		ErrGroupActive, group, g.State, len(g.Members), strings.Join(who, ", "))
+}
+
+// groupLag is the group's total lag on topic: end offsets minus committed
+// offsets (a partition without a commit counts from its start).
+func groupLag(ctx context.Context, adm *kadm.Client, group, topic string) (int64, error) {
+	committed, err := adm.FetchOffsetsForTopics(ctx, group, topic)
+	if err == nil {
+		err = committed.Error()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("fetch committed offsets: %w", err)
+	}
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("list end offsets: %w", err)
+	}
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("list start offsets: %w", err)
+	}
+	var lag int64
+	ends.Each(func(e kadm.ListedOffset) {
+		at := int64(-1)
+		if c, ok := committed.Lookup(topic, e.Partition); ok && c.Err == nil {
+			at = c.At
+		}
+		if at < 0 {
+			if s, ok := starts.Lookup(topic, e.Partition); ok {
+				at = s.Offset
+			}
+		}
+		lag += max(e.Offset-at, 0)
+	})
+	return lag, nil
+}

@@ -1,0 +1,235 @@
+package replay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/stackstream/stackstream/pkg/testenv"
+)
+
+// fixture is a 2-partition topic holding 10 old and 10 new records per
+// partition, and a group that has consumed all of them.
+type fixture struct {
+	brokers []string
+	cl      *kgo.Client
+	adm     *kadm.Client
+	topic   string
+	group   string
+	split   time.Time // the new records' timestamp
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	brokers := testenv.KafkaBrokers(t)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	f := &fixture{brokers: brokers, cl: cl, adm: kadm.NewClient(cl), topic: testenv.Name(t, "replay-"), group: testenv.Name(t, "grp-")}
+	ctx := context.Background()
+	if _, err := f.adm.CreateTopic(ctx, 2, 1, nil, f.topic); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.adm.DeleteTopics(context.Background(), f.topic) })
+	old := time.Now().Add(-2 * time.Hour).Truncate(time.Millisecond)
+	f.split = old.Add(time.Hour)
+	var recs []*kgo.Record
+	for p := int32(0); p < 2; p++ {
+		for i := 0; i < 20; i++ {
+			ts := old.Add(time.Duration(i) * time.Minute)
+			if i >= 10 {
+				ts = f.split.Add(time.Duration(i) * time.Minute)
+			}
+			recs = append(recs, &kgo.Record{Topic: f.topic, Partition: p, Value: []byte(fmt.Sprint(p, "-", i)), Timestamp: ts})
+		}
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	n := f.consume(t, 40, nil)
+	if n != 40 {
+		t.Fatalf("fixture consumed %d, want 40", n)
+	}
+	return f
+}
+
+// consume runs a group member until it has read want records (or stop is
+// closed), committing as it goes, then leaves the group.
+func (f *fixture) consume(t *testing.T, want int, stop <-chan struct{}) int {
+	t.Helper()
+	c, err := kgo.NewClient(kgo.SeedBrokers(f.brokers...), kgo.ConsumerGroup(f.group), kgo.ConsumeTopics(f.topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	n := 0
+	deadline := time.Now().Add(60 * time.Second)
+	for n < want && time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		fs := c.PollFetches(ctx)
+		cancel()
+		n += fs.NumRecords()
+		if err := c.CommitUncommittedOffsets(context.Background()); err != nil {
+			t.Errorf("commit: %v", err)
+		}
+		select {
+		case <-stop:
+			return n
+		default:
+		}
+	}
+	return n
+}
+
+func TestReset(t *testing.T) {
+	f := setup(t)
+	var out bytes.Buffer
+	sum, err := Run(context.Background(), f.cl, f.adm, Options{Group: f.group, Topic: f.topic, From: f.split}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", out.String())
+	if len(sum.Partitions) != 2 || sum.Records != 20 {
+		t.Fatalf("summary %+v", sum)
+	}
+	for _, p := range sum.Partitions {
+		if p.Old != 20 || p.New != 10 || p.End != 20 {
+			t.Fatalf("partition %+v, want 20 -> 10 (end 20)", p)
+		}
+		if !strings.Contains(out.String(), fmt.Sprintf("partition %d: 20 -> 10", p.Partition)) {
+			t.Fatalf("progress lacks partition %d:\n%s", p.Partition, out.String())
+		}
+	}
+	committed, err := f.adm.FetchOffsets(context.Background(), f.group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := int32(0); p < 2; p++ {
+		if o, ok := committed.Lookup(f.topic, p); !ok || o.At != 10 {
+			t.Fatalf("partition %d committed %+v, want 10", p, o)
+		}
+	}
+	// The group's next consumer reads exactly the new records again.
+	if n := f.consume(t, 20, nil); n != 20 {
+		t.Fatalf("after reset, consumed %d records, want 20", n)
+	}
+
+	// From before everything: back to the start; from the future: the end.
+	sum, err = Run(context.Background(), f.cl, f.adm, Options{Group: f.group, Topic: f.topic, From: f.split.Add(-24 * time.Hour)}, &out)
+	if err != nil || sum.Records != 40 {
+		t.Fatalf("from the past: %+v %v", sum, err)
+	}
+	sum, err = Run(context.Background(), f.cl, f.adm, Options{Group: f.group, Topic: f.topic, From: time.Now().Add(time.Hour)}, &out)
+	if err != nil || sum.Records != 0 {
+		t.Fatalf("from the future: %+v %v", sum, err)
+	}
+}
+
+func TestRefusesActiveGroup(t *testing.T) {
+	f := setup(t)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); f.consume(t, 1<<30, stop) }()
+	defer func() { close(stop); wg.Wait() }()
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := Run(context.Background(), f.cl, f.adm, Options{Group: f.group, Topic: f.topic, From: f.split}, &bytes.Buffer{})
+		if errors.Is(err, ErrGroupActive) {
+			if !strings.Contains(err.Error(), "stop the group's consumers first") {
+				t.Fatalf("error does not say what to do: %v", err)
+			}
+			t.Logf("refused: %v", err)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replay with a live member: got %v, want ErrGroupActive", err)
+		}
+		time.Sleep(500 * time.Millisecond) // the member is still joining
+	}
+	committed, _ := f.adm.FetchOffsets(context.Background(), f.group)
+	if o, _ := committed.Lookup(f.topic, 0); o.At != 20 {
+		t.Fatalf("refused replay moved offsets: %+v", o)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"no group", Options{Topic: f.topic, From: f.split}, "--group"},
+		{"no topic", Options{Group: f.group, From: f.split}, "--topic"},
+		{"no time", Options{Group: f.group, Topic: f.topic}, "--from"},
+		{"missing topic", Options{Group: f.group, Topic: f.topic + "-nope", From: f.split}, "does not exist"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Run(ctx, f.cl, f.adm, tc.opts, &bytes.Buffer{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// syncWriter signals the first write that reports the commit.
+type syncWriter struct {
+	mu        sync.Mutex
+	buf       bytes.Buffer
+	committed chan struct{}
+	once      sync.Once
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if bytes.HasPrefix(p, []byte("committed:")) {
+		w.once.Do(func() { close(w.committed) })
+	}
+	return w.buf.Write(p)
+}
+
+func TestFollow(t *testing.T) {
+	f := setup(t)
+	w := &syncWriter{committed: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var consumed int
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-w.committed:
+			consumed = f.consume(t, 20, nil)
+		case <-ctx.Done():
+		}
+	}()
+	sum, err := Run(ctx, f.cl, f.adm, Options{Group: f.group, Topic: f.topic, From: f.split, Follow: true, Interval: 200 * time.Millisecond}, w)
+	<-done
+	w.mu.Lock()
+	out := w.buf.String()
+	w.mu.Unlock()
+	t.Logf("\n%s", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if consumed != 20 || sum.Remaining != 0 || !strings.Contains(out, "caught up: 20 records replayed") {
+		t.Fatalf("consumed %d, summary %+v", consumed, sum)
+	}
+}
