@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/stackstream/stackstream/pkg/replay"
 	"github.com/stackstream/stackstream/pkg/testenv"
 	"github.com/stackstream/stackstream/schemas/record"
 	"github.com/stackstream/stackstream/services/symbolizer/internal/ktest"
@@ -274,5 +275,82 @@ func TestRebalanceTwoInstances(t *testing.T) {
 	t.Logf("instance a committed %v, b %v", ca, cb)
 	if ca+cb != n {
 		t.Errorf("committed %v + %v, want %d", ca, cb, n)
+	}
+}
+
+// TestReplayResymbolizes symbolizes profiles of a stripped binary whose debug
+// info is nowhere yet (frames come out as binary+0xoffset), publishes the
+// debug info, moves the group back with pkg/replay, and checks that the
+// replayed output is readable.
+func TestReplayResymbolizes(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	corpus := testbin.BuildCorpus(t, t.TempDir())
+	topics, cl := ktest.Topics(t, brokers, 2)
+	group := testenv.Name(t, "grp-")
+	ctx := context.Background()
+
+	const n = 10
+	meta := record.Meta{Type: record.ProfileCPU, Host: "h"}
+	before := time.Now().Add(-time.Minute)
+	for i := 0; i < n; i++ {
+		v, _ := record.EncodeProfile(corpus.Profile(t, i))
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topics.ProfilesRaw, Key: []byte(fmt.Sprint("host-", i)), Value: v, Headers: meta.Headers()}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Only the C++ binary has debug info at first.
+	s := start(t, brokers, topics, group, source.Dirs{Dirs: []string{corpus.DebugDir}})
+	first := ktest.Consume(t, brokers, topics.ProfilesSymbolized, n, time.Minute, 0)
+	s.stop()
+	if len(first) != n {
+		t.Fatalf("first pass: %d records, want %d", len(first), n)
+	}
+	p, _ := record.DecodeProfile(first[0].Value)
+	if got := testbin.Names(p)[3]; len(got) != 2 || !strings.HasPrefix(got[0], "ctopic+0x") {
+		t.Fatalf("without debug info the topic binary's frames are %q, want ctopic+0x...", got)
+	}
+
+	// The agent publishes the binary's symbols; an operator replays.
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topics.Debuginfo, Key: []byte(corpus.Topic.BuildID), Value: corpus.TopicValue}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	var progress bytes.Buffer
+	sum, err := replay.Run(ctx, cl, kadm.NewClient(cl), replay.Options{Group: group, Topic: topics.ProfilesRaw, From: before}, &progress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", progress.String())
+	if sum.Records != n {
+		t.Fatalf("replay covers %d records, want %d", sum.Records, n)
+	}
+	s = start(t, brokers, topics, group, source.Dirs{Dirs: []string{corpus.DebugDir}})
+	all := ktest.Consume(t, brokers, topics.ProfilesSymbolized, 2*n, time.Minute, 2*time.Second)
+	s.stop()
+	if len(all) != 2*n {
+		t.Fatalf("after replay: %d records, want %d", len(all), 2*n)
+	}
+	// Per input, the later of its two outputs is the replayed one.
+	type out struct {
+		offset int64
+		names  [][]string
+	}
+	latest := map[string]out{}
+	for _, r := range all {
+		p, err := record.DecodeProfile(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq := p.Sample[0].Label["seq"][0]
+		if o, ok := latest[seq]; !ok || r.Offset > o.offset {
+			latest[seq] = out{r.Offset, testbin.Names(p)}
+		}
+	}
+	if len(latest) != n {
+		t.Fatalf("%d distinct profiles, want %d", len(latest), n)
+	}
+	for seq, o := range latest {
+		if want := corpus.Want(); !reflect.DeepEqual(o.names, want) {
+			t.Fatalf("replayed profile %s: %q, want %q", seq, o.names, want)
+		}
 	}
 }
