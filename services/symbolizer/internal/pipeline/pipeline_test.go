@@ -349,7 +349,8 @@ func TestReplayResymbolizes(t *testing.T) {
 		t.Fatalf("%d distinct profiles, want %d", len(latest), n)
 	}
 	for seq, o := range latest {
-		if want := corpus.Want(); !reflect.DeepEqual(o.names, want) {
+		// The C and Go binaries still have no debug info in this test.
+		if want := corpus.Want(); !reflect.DeepEqual(o.names[2:], want[2:]) || !strings.HasPrefix(o.names[0][0], "cprog+0x") {
 			t.Fatalf("replayed profile %s: %q, want %q", seq, o.names, want)
 		}
 	}
