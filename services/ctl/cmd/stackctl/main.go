@@ -24,7 +24,7 @@ const usage = `usage: stackctl <command> [flags]
 commands:
   init     create the Kafka topics and apply the OpenSearch index templates (idempotent)
   status   brokers, topics with partitions and group lag, OpenSearch health, indices
-  replay   reset a consumer group to a point in time: stackctl replay -h
+  replay   move a stopped consumer group back in time: stackctl replay -h
 
 Settings are STACKSTREAM_* environment variables (also read from ./.env);
 stackctl -h lists them.
@@ -51,8 +51,12 @@ func run(ctx context.Context, args []string) error {
 		return config.ErrHelp
 	}
 	cmd, rest := args[0], args[1:]
+	if cmd == "replay" && (len(rest) == 0 || rest[0] == "-h" || rest[0] == "--help") {
+		fmt.Print(replayUsage)
+		return config.ErrHelp
+	}
 	var cfg ctl.Config
-	if err := config.Load(&cfg, rest, os.Stdout); err != nil {
+	if err := config.Load(&cfg, nil, os.Stdout); err != nil {
 		return err
 	}
 	switch cmd {
