@@ -1,0 +1,158 @@
+// Client for the query API (/api/v1, shapes in docs/UI.md and schemas/api).
+// Every request goes through get(), which turns HTTP errors into ApiError with
+// the server's readable message.
+
+export type ProfileType = 'cpu' | 'memory' | 'heap' | 'alloc';
+
+export interface SeriesResponse {
+  type: string;
+  unit: string;
+  step_seconds: number;
+  series: { labels: Record<string, string>; points: [number, number][] }[];
+}
+
+export interface FlameNode {
+  name: string;
+  self: number;
+  total: number;
+  children?: FlameNode[];
+}
+
+export interface FlameResponse {
+  type: string;
+  unit: string;
+  total: number;
+  truncated: boolean;
+  root: FlameNode;
+}
+
+export interface TopFunction {
+  name: string;
+  self: number;
+  total: number;
+  self_share: number;
+  total_share: number;
+}
+
+export interface TopResponse {
+  type: string;
+  unit: string;
+  total: number;
+  functions: TopFunction[];
+}
+
+export interface SearchResult {
+  kind: 'function' | 'service' | 'host' | 'label';
+  name: string;
+  label?: string;
+  share: number;
+}
+
+export interface SearchResponse {
+  query: string;
+  results: SearchResult[];
+}
+
+export interface DiffNode {
+  name: string;
+  base: number;
+  compare: number;
+  children?: DiffNode[];
+}
+
+export interface DiffResponse {
+  type: string;
+  base_total: number;
+  compare_total: number;
+  root: DiffNode;
+}
+
+export interface ConfigResponse {
+  auth: boolean;
+  version?: string;
+}
+
+export class ApiError extends Error {
+  constructor(
+    message: string,
+    readonly status: number,
+    readonly parameter?: string,
+  ) {
+    super(message);
+  }
+}
+
+export type Params = Record<string, string | number | undefined>;
+
+export function queryString(params: Params): string {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) {
+    if (v !== undefined && v !== '') q.set(k, String(v));
+  }
+  return q.toString();
+}
+
+export class Api {
+  constructor(
+    private token: () => string,
+    private base = '',
+  ) {}
+
+  url(path: string, params: Params = {}): string {
+    const qs = queryString(params);
+    return `${this.base}/api/v1/${path}${qs ? '?' + qs : ''}`;
+  }
+
+  private headers(): HeadersInit {
+    const t = this.token();
+    return t ? { Authorization: `Bearer ${t}` } : {};
+  }
+
+  async get<T>(path: string, params: Params = {}, signal?: AbortSignal): Promise<T> {
+    let resp: Response;
+    try {
+      resp = await fetch(this.url(path, params), { headers: this.headers(), signal });
+    } catch (e) {
+      if ((e as Error).name === 'AbortError') throw e;
+      throw new ApiError(`cannot reach the query API: ${(e as Error).message}`, 0);
+    }
+    if (!resp.ok) throw await errorOf(resp);
+    return (await resp.json()) as T;
+  }
+
+  async blob(path: string, params: Params = {}): Promise<Blob> {
+    const resp = await fetch(this.url(path, params), { headers: this.headers() });
+    if (!resp.ok) throw await errorOf(resp);
+    return resp.blob();
+  }
+
+  config = (signal?: AbortSignal) => this.get<ConfigResponse>('config', {}, signal);
+  labels = (signal?: AbortSignal) => this.get<{ labels: string[] }>('labels', {}, signal);
+  labelValues = (name: string, signal?: AbortSignal) =>
+    this.get<{ label: string; values: string[] }>(`labels/${encodeURIComponent(name)}/values`, {}, signal);
+  series = (p: Params, signal?: AbortSignal) => this.get<SeriesResponse>('series', p, signal);
+  flamegraph = (p: Params, signal?: AbortSignal) => this.get<FlameResponse>('flamegraph', p, signal);
+  top = (p: Params, signal?: AbortSignal) => this.get<TopResponse>('top', p, signal);
+  search = (p: Params, signal?: AbortSignal) => this.get<SearchResponse>('search', p, signal);
+  diff = (p: Params, signal?: AbortSignal) => this.get<DiffResponse>('diff', p, signal);
+}
+
+async function errorOf(resp: Response): Promise<ApiError> {
+  const text = await resp.text().catch(() => '');
+  try {
+    const body = JSON.parse(text) as { error?: string; parameter?: string };
+    if (body.error) return new ApiError(body.error, resp.status, body.parameter);
+  } catch {
+    // not JSON: fall through to the status line
+  }
+  const detail = text.trim().slice(0, 200);
+  return new ApiError(`HTTP ${resp.status} ${resp.statusText}${detail ? ': ' + detail : ''}`, resp.status);
+}
+
+export function describeError(e: unknown): string {
+  if (e instanceof ApiError) {
+    if (e.status === 401) return `${e.message} (set an API token in the header bar)`;
+    return e.parameter ? `${e.message}` : e.message;
+  }
+  return e instanceof Error ? e.message : String(e);
+}

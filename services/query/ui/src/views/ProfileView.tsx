@@ -1,0 +1,180 @@
+// The main page: CPU and memory over time, the flame graph of the selection
+// with its top-functions table, and the sandwich view of one function.
+
+import { useMemo, useState } from 'react';
+import {
+  EuiBasicTable, EuiButton, EuiButtonGroup, EuiFieldSearch, EuiFlexGroup, EuiFlexItem, EuiPanel,
+  EuiSpacer, EuiSwitch, EuiTitle, EuiText, EuiButtonEmpty, EuiCallOut,
+} from '@opensearch-project/oui';
+import type { Api, FlameResponse, TopFunction, TopResponse, SeriesResponse } from '../api';
+import type { Resolved } from '../time';
+import { useLoad } from '../useApi';
+import { Panel, ErrorCallOut } from './Status';
+import { TimeChart } from './TimeChart';
+import { FlameGraph } from '../flame/FlameGraph';
+import { formatPercent, formatValue, layoutTree, matcher, sandwich } from '../flame/tree';
+
+export interface ProfileProps {
+  api: Api;
+  type: string;
+  query: string;
+  range: Resolved;
+  onZoom: (fromMs: number, toMs: number) => void;
+  focusFunction: string | null;
+  onFocusFunction: (name: string | null) => void;
+}
+
+export function ProfileView({ api, type, query, range, onZoom, focusFunction, onFocusFunction }: ProfileProps) {
+  const [groupBy, setGroupBy] = useState<'service' | 'host'>('service');
+  const [icicle, setIcicle] = useState(true);
+  const [search, setSearch] = useState('');
+  const [downloadError, setDownloadError] = useState<unknown>(null);
+  const common = { query, from: range.from, to: range.to };
+
+  const cpu = useLoad<SeriesResponse>((s) => api.series({ ...common, type: 'cpu', group_by: groupBy }, s), [api, query, range, groupBy]);
+  const mem = useLoad<SeriesResponse>((s) => api.series({ ...common, type: 'memory', group_by: groupBy }, s), [api, query, range, groupBy]);
+  const flame = useLoad<FlameResponse>((s) => api.flamegraph({ ...common, type }, s), [api, type, query, range]);
+  const top = useLoad<TopResponse>((s) => api.top({ ...common, type, limit: 50 }, s), [api, type, query, range]);
+
+  const layout = useMemo(() => (flame.data ? layoutTree(flame.data.root) : null), [flame.data]);
+  const match = useMemo(() => matcher(search || focusFunction || ''), [search, focusFunction]);
+  const sw = useMemo(
+    () => (flame.data && focusFunction ? sandwich(flame.data.root, focusFunction) : null),
+    [flame.data, focusFunction],
+  );
+  const swLayouts = useMemo(
+    () => (sw ? { callers: layoutTree(sw.callers), callees: layoutTree(sw.callees) } : null),
+    [sw],
+  );
+
+  const download = async () => {
+    setDownloadError(null);
+    try {
+      const blob = await api.blob('pprof', { ...common, type });
+      const a = document.createElement('a');
+      a.href = URL.createObjectURL(blob);
+      a.download = `stackstream-${type}.pb.gz`;
+      a.click();
+      setTimeout(() => URL.revokeObjectURL(a.href), 1000);
+    } catch (e) {
+      setDownloadError(e);
+    }
+  };
+
+  const columns = [
+    {
+      field: 'name', name: 'Function', truncateText: true,
+      render: (name: string) => (
+        <EuiButtonEmpty size="xs" flush="left" onClick={() => onFocusFunction(name)} data-test-subj="topFunction">
+          {name}
+        </EuiButtonEmpty>
+      ),
+    },
+    { field: 'self', name: 'Self', width: '90px', render: (v: number) => formatValue(v, top.data?.unit ?? '') },
+    { field: 'self_share', name: 'Self %', width: '70px', render: (v: number) => formatPercent(v) },
+    { field: 'total_share', name: 'Total %', width: '70px', render: (v: number) => formatPercent(v) },
+  ];
+
+  return (
+    <>
+      <EuiFlexGroup alignItems="center" gutterSize="m" responsive={false}>
+        <EuiFlexItem grow={false}>
+          <EuiButtonGroup legend="Group series by" idSelected={groupBy} buttonSize="compressed"
+            options={[{ id: 'service', label: 'per service' }, { id: 'host', label: 'per host' }]}
+            onChange={(id) => setGroupBy(id as 'service' | 'host')} data-test-subj="groupBy" />
+        </EuiFlexItem>
+        <EuiFlexItem grow={false}>
+          <EuiText size="xs" color="subdued">Drag across a chart to zoom the time range.</EuiText>
+        </EuiFlexItem>
+      </EuiFlexGroup>
+      <EuiSpacer size="s" />
+      <EuiFlexGroup gutterSize="m">
+        <EuiFlexItem>
+          <EuiPanel paddingSize="s">
+            <EuiTitle size="xxs"><h3>CPU (cores)</h3></EuiTitle>
+            <Panel state={cpu} testId="cpuChart" empty="No CPU data in this range" isEmpty={(d) => !d.series?.length}>
+              {(d) => <TimeChart data={d} fromMs={range.fromMs} toMs={range.toMs} testId="cpu-chart" onZoom={onZoom} />}
+            </Panel>
+          </EuiPanel>
+        </EuiFlexItem>
+        <EuiFlexItem>
+          <EuiPanel paddingSize="s">
+            <EuiTitle size="xxs"><h3>Memory (resident)</h3></EuiTitle>
+            <Panel state={mem} testId="memChart" empty="No memory data in this range" isEmpty={(d) => !d.series?.length}>
+              {(d) => <TimeChart data={d} fromMs={range.fromMs} toMs={range.toMs} testId="memory-chart" onZoom={onZoom} />}
+            </Panel>
+          </EuiPanel>
+        </EuiFlexItem>
+      </EuiFlexGroup>
+      <EuiSpacer size="m" />
+      <EuiFlexGroup gutterSize="m" alignItems="flexStart">
+        <EuiFlexItem grow={3} style={{ minWidth: 0 }}>
+          <EuiPanel paddingSize="s">
+            <EuiFlexGroup alignItems="center" gutterSize="m" responsive={false}>
+              <EuiFlexItem grow={false}>
+                <EuiTitle size="xxs"><h3>Flame graph ({type})</h3></EuiTitle>
+              </EuiFlexItem>
+              <EuiFlexItem>
+                <EuiFieldSearch compressed fullWidth placeholder="Highlight functions (substring or /regex/)"
+                  value={search} onChange={(e) => setSearch(e.target.value)} data-test-subj="flameSearch" />
+              </EuiFlexItem>
+              <EuiFlexItem grow={false}>
+                <EuiSwitch compressed label="Icicle" checked={icicle} onChange={(e) => setIcicle(e.target.checked)} data-test-subj="icicleToggle" />
+              </EuiFlexItem>
+              <EuiFlexItem grow={false}>
+                <EuiButton size="s" iconType="download" onClick={download} data-test-subj="downloadPprof">pprof</EuiButton>
+              </EuiFlexItem>
+            </EuiFlexGroup>
+            {downloadError != null && <ErrorCallOut error={downloadError} title="Cannot download the profile" />}
+            {flame.data?.truncated && (
+              <EuiCallOut size="s" color="warning" iconType="alert" title="This flame graph is truncated: the selection has more stacks than the per-request limit. Narrow the range or the selector for the full picture." />
+            )}
+            <Panel state={flame} testId="flame" empty="No profiles in this range" isEmpty={(d) => !d.total}>
+              {(d) => (
+                <FlameGraph layout={layout!} unit={d.unit} match={match} icicle={icicle}
+                  onSandwich={(n) => onFocusFunction(n)} />
+              )}
+            </Panel>
+          </EuiPanel>
+        </EuiFlexItem>
+        <EuiFlexItem grow={2} style={{ minWidth: 0 }}>
+          <EuiPanel paddingSize="s">
+            <EuiTitle size="xxs"><h3>Top functions</h3></EuiTitle>
+            <Panel state={top} testId="top" empty="No functions in this range" isEmpty={(d) => !d.functions?.length}>
+              {(d) => (
+                <EuiBasicTable<TopFunction> items={d.functions.slice(0, 25)} columns={columns} compressed
+                  tableLayout="auto" data-test-subj="topTable"
+                  rowProps={(f: TopFunction) => ({ className: f.name === focusFunction ? 'ss-row-selected' : '' })} />
+              )}
+            </Panel>
+          </EuiPanel>
+        </EuiFlexItem>
+      </EuiFlexGroup>
+      {focusFunction && swLayouts && flame.data && (
+        <>
+          <EuiSpacer size="m" />
+          <EuiPanel paddingSize="s" data-test-subj="sandwich">
+            <EuiFlexGroup alignItems="center" responsive={false}>
+              <EuiFlexItem>
+                <EuiTitle size="xxs"><h3>Sandwich: {focusFunction}</h3></EuiTitle>
+              </EuiFlexItem>
+              <EuiFlexItem grow={false}>
+                <EuiButtonEmpty size="xs" iconType="cross" onClick={() => onFocusFunction(null)} data-test-subj="closeSandwich">Close</EuiButtonEmpty>
+              </EuiFlexItem>
+            </EuiFlexGroup>
+            {swLayouts.callers.total === 0 ? (
+              <EuiText size="s" color="subdued"><p>{focusFunction} does not appear in this flame graph.</p></EuiText>
+            ) : (
+              <>
+                <EuiText size="xs" color="subdued"><p>Callers (above)</p></EuiText>
+                <FlameGraph layout={swLayouts.callers} unit={flame.data.unit} icicle={false} testId="sandwich-callers" />
+                <EuiText size="xs" color="subdued"><p>Callees (below)</p></EuiText>
+                <FlameGraph layout={swLayouts.callees} unit={flame.data.unit} icicle testId="sandwich-callees" />
+              </>
+            )}
+          </EuiPanel>
+        </>
+      )}
+    </>
+  );
+}

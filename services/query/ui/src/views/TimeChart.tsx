@@ -1,0 +1,94 @@
+// TimeChart draws one API series response with uPlot. Dragging across the
+// plot selects a window and hands it to onZoom (the page's time range).
+
+import { useEffect, useRef } from 'react';
+import uPlot from 'uplot';
+import 'uplot/dist/uPlot.min.css';
+import type { SeriesResponse } from '../api';
+import { formatValue } from '../flame/tree';
+
+const PALETTE = ['#54b399', '#6092c0', '#d36086', '#9170b8', '#ca8eae', '#d6bf57', '#b9a888', '#da8b45', '#aa6556', '#e7664c'];
+
+export interface TimeChartProps {
+  data: SeriesResponse;
+  fromMs: number;
+  toMs: number;
+  height?: number;
+  testId: string;
+  onZoom: (fromMs: number, toMs: number) => void;
+  highlight?: string;
+}
+
+// mergePoints aligns series with different timestamps on one x axis
+// (seconds, as uPlot wants), leaving gaps as null.
+export function mergePoints(resp: SeriesResponse): uPlot.AlignedData {
+  const xs = new Set<number>();
+  for (const s of resp.series) for (const [t] of s.points) xs.add(t);
+  const sorted = [...xs].sort((a, b) => a - b);
+  const pos = new Map(sorted.map((t, i) => [t, i]));
+  const ys = resp.series.map((s) => {
+    const col: (number | null)[] = new Array(sorted.length).fill(null);
+    for (const [t, v] of s.points) col[pos.get(t)!] = v;
+    return col;
+  });
+  return [sorted.map((t) => t / 1000), ...ys] as uPlot.AlignedData;
+}
+
+export function seriesName(labels: Record<string, string>): string {
+  const vals = Object.values(labels);
+  return vals.length ? vals.join(', ') : 'all';
+}
+
+export function TimeChart({ data, fromMs, toMs, height = 220, testId, onZoom }: TimeChartProps) {
+  const ref = useRef<HTMLDivElement>(null);
+  const zoomRef = useRef(onZoom);
+  zoomRef.current = onZoom;
+
+  useEffect(() => {
+    const el = ref.current;
+    if (!el) return;
+    const opts: uPlot.Options = {
+      width: Math.max(300, el.clientWidth),
+      height,
+      cursor: { drag: { x: true, y: false, setScale: false } },
+      scales: { x: { time: true, min: fromMs / 1000, max: toMs / 1000 } },
+      legend: { show: true },
+      axes: [
+        {},
+        data.unit === 'bytes' || data.unit === 'nanoseconds'
+          ? { size: 80, values: (_u, ticks) => ticks.map((v) => formatValue(v, data.unit)) }
+          : { size: 60 },
+      ],
+      series: [
+        {},
+        ...data.series.map((s, i) => ({
+          label: seriesName(s.labels),
+          stroke: PALETTE[i % PALETTE.length],
+          width: 1.5,
+          spanGaps: false,
+          value: (_u: uPlot, v: number | null) => (v == null ? '-' : formatValue(v, data.unit)),
+        })),
+      ],
+      hooks: {
+        setSelect: [
+          (u) => {
+            if (u.select.width < 3) return;
+            const a = u.posToVal(u.select.left, 'x');
+            const b = u.posToVal(u.select.left + u.select.width, 'x');
+            u.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
+            zoomRef.current(Math.round(a * 1000), Math.round(b * 1000));
+          },
+        ],
+      },
+    };
+    const plot = new uPlot(opts, mergePoints(data), el);
+    const ro = new ResizeObserver(() => plot.setSize({ width: Math.max(300, el.clientWidth), height }));
+    ro.observe(el);
+    return () => {
+      ro.disconnect();
+      plot.destroy();
+    };
+  }, [data, fromMs, toMs, height]);
+
+  return <div ref={ref} data-testid={testId} data-series={data.series.length} className="ss-chart" />;
+}
