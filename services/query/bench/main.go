@@ -35,6 +35,7 @@ import (
 type params struct {
 	hosts, services, stacksPerService, stacksPerHost, n int
 	keep                                                bool
+	only                                                string
 }
 
 func main() {
@@ -45,6 +46,7 @@ func main() {
 	flag.IntVar(&p.stacksPerHost, "stacks-per-host", 40, "distinct stacks each host reports every minute")
 	flag.IntVar(&p.n, "n", 20, "measured requests per query")
 	flag.BoolVar(&p.keep, "keep", false, "keep the generated indices")
+	flag.StringVar(&p.only, "only", "", "run only the queries whose name contains this")
 	flag.Parse()
 	if err := run(p); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -118,6 +120,9 @@ func run(p params) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "query\trange\tcold ms\tp50 ms\tp99 ms\tmax ms\tn\tresult\t")
 	for _, q := range queries {
+		if !strings.Contains(q.name, p.only) {
+			continue
+		}
 		// Cold: a fresh API (empty stack cache) and OpenSearch's request cache cleared.
 		srv := newServer()
 		clearCache(ctx, cl, names)

@@ -11,7 +11,14 @@
 //
 //	server.New(cl, names, server.Options{API: api.Options{...}, ...}, reg, logger) http.Handler
 //
-// in services/query/internal/server.
+// in services/query/internal/server; pass the UI as server.Options.UI (nil
+// serves a short text page at "/"). For browser tests with data, use
+// services/query/internal/querytest: Setup(t) gives a client and index names
+// with the real templates under a unique prefix (cleaned up after the test),
+// Index(t, cl, names, Fixture(names, time.Now())) loads a small known
+// fleet (services checkout and db, hosts web-1, web-2, db-1, functions
+// main.work, db.query, ...; numbers in querytest's Fixture* constants).
+// Answer shapes: schemas/api/*.json, decoded by this package's tests.
 package api
 
 import (

@@ -164,6 +164,14 @@ func seriesBody(query map[string]any, groupBy, valueField string, timeAggs map[s
 	}
 }
 
+// seriesFilterPath is what seriesAggs reads.
+var seriesFilterPath = []string{
+	"hits.total", "aggregations.hourly", "aggregations.groups.sum_other_doc_count", "aggregations.groups.buckets.key",
+	"aggregations.groups.buckets.time.buckets.key", "aggregations.groups.buckets.time.buckets.v",
+	"aggregations.groups.buckets.time.buckets.times", "aggregations.groups.buckets.time.buckets.h.v",
+	"aggregations.groups.buckets.time.buckets.m.v",
+}
+
 func sumOf(field string) map[string]any { return map[string]any{"sum": map[string]any{"field": field}} }
 
 // rollupSeries reads kind=service rollups; found is false when there are
@@ -186,7 +194,7 @@ func (a *API) rollupSeries(ctx context.Context, resp *SeriesResponse, typ record
 		Hits         hitsTotal  `json:"hits"`
 		Aggregations seriesAggs `json:"aggregations"`
 	}
-	if err := a.search(ctx, a.rollupIndices(tr), seriesBody(a.rollupQuery(s, "service", minuteOnly), groupBy, valueField, timeAggs, step, a.opts.MaxSeries), &out); err != nil {
+	if err := a.search(ctx, a.rollupIndices(tr), seriesBody(a.rollupQuery(s, "service", minuteOnly), groupBy, valueField, timeAggs, step, a.opts.MaxSeries), &out, seriesFilterPath...); err != nil {
 		return false, false, fmt.Errorf("series from rollups: %w", err)
 	}
 	if out.Hits.Total.Value == 0 {
@@ -218,7 +226,7 @@ func (a *API) sampleSeries(ctx context.Context, resp *SeriesResponse, typ record
 	if !cpu {
 		timeAggs["times"] = map[string]any{"cardinality": map[string]any{"field": "@timestamp"}}
 	}
-	if err := a.search(ctx, a.sampleIndices(tr), seriesBody(a.sampleQuery(s), groupBy, "value", timeAggs, step, a.opts.MaxSeries), &out); err != nil {
+	if err := a.search(ctx, a.sampleIndices(tr), seriesBody(a.sampleQuery(s), groupBy, "value", timeAggs, step, a.opts.MaxSeries), &out, seriesFilterPath...); err != nil {
 		return fmt.Errorf("series from samples: %w", err)
 	}
 	a.fillSeries(resp, out.Aggregations, groupBy, func(b seriesBucket) float64 {

@@ -136,7 +136,8 @@ func (a *API) sumByStack(ctx context.Context, idx []string, query map[string]any
 				} `json:"stacks"`
 			} `json:"aggregations"`
 		}
-		if err := a.search(ctx, idx, map[string]any{"size": 0, "track_total_hits": false, "query": query, "aggs": aggs}, &resp); err != nil {
+		if err := a.search(ctx, idx, map[string]any{"size": 0, "track_total_hits": false, "query": query, "aggs": aggs}, &resp,
+			"aggregations.total", "aggregations.hourly", "aggregations.stacks.after_key", "aggregations.stacks.buckets.key", "aggregations.stacks.buckets.v"); err != nil {
 			return nil, 0, fmt.Errorf("sum values by stack: %w", err)
 		}
 		if page == 0 {
@@ -234,52 +235,90 @@ func (a *API) frames(ctx context.Context, ids []string) (map[string][]string, er
 		}
 		missing = append(missing, id)
 	}
+	var chunks [][]string
 	for len(missing) > 0 {
-		chunk := missing[:min(len(missing), pageSize)]
-		missing = missing[len(chunk):]
-		var resp struct {
-			Docs []struct {
-				ID     string `json:"_id"`
-				Found  bool   `json:"found"`
-				Source struct {
-					Frames []struct {
-						Function string `json:"function"`
-						Binary   string `json:"binary"`
-					} `json:"frames"`
-				} `json:"_source"`
-			} `json:"docs"`
+		n := min(len(missing), mgetChunk)
+		chunks = append(chunks, missing[:n])
+		missing = missing[n:]
+	}
+	// A few chunks in flight: a cold flame graph of thousands of stacks
+	// is dominated by these reads.
+	results := make([]map[string][]string, len(chunks))
+	errs := make([]error, len(chunks))
+	sem := make(chan struct{}, mgetParallel)
+	var wg sync.WaitGroup
+	for i, chunk := range chunks {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			results[i], errs[i] = a.mgetStacks(ctx, chunk)
+		}()
+	}
+	wg.Wait()
+	for i := range chunks {
+		if errs[i] != nil {
+			return nil, errs[i]
 		}
-		path := "/" + a.names.Stacks() + "/_mget?_source_includes=frames.function,frames.binary"
-		err := a.do(ctx, http.MethodPost, path, map[string]any{"ids": chunk}, &resp)
-		if err != nil && !errors.Is(err, errNotFound) {
-			return nil, fmt.Errorf("get stacks: %w", err)
+		for id, f := range results[i] {
+			out[id] = f
 		}
-		for _, d := range resp.Docs {
-			if !d.Found {
-				continue
-			}
-			names := make([]string, len(d.Source.Frames))
-			for i, f := range d.Source.Frames {
-				name := f.Function
-				if name == "" {
-					name = "[unknown]"
-					if f.Binary != "" {
-						name = "[" + f.Binary + "]"
-					}
+	}
+	return out, nil
+}
+
+const (
+	mgetChunk    = 500
+	mgetParallel = 3
+)
+
+// mgetStacks reads the frames of ids; IDs the stacks index lacks get one
+// unknownStack frame.
+func (a *API) mgetStacks(ctx context.Context, ids []string) (map[string][]string, error) {
+	var resp struct {
+		Docs []struct {
+			ID     string `json:"_id"`
+			Found  bool   `json:"found"`
+			Source struct {
+				Frames []struct {
+					Function string `json:"function"`
+					Binary   string `json:"binary"`
+				} `json:"frames"`
+			} `json:"_source"`
+		} `json:"docs"`
+	}
+	path := "/" + a.names.Stacks() + "/_mget?_source_includes=frames.function,frames.binary"
+	err := a.do(ctx, http.MethodPost, path, map[string]any{"ids": ids}, &resp)
+	if err != nil && !errors.Is(err, errNotFound) {
+		return nil, fmt.Errorf("get stacks: %w", err)
+	}
+	out := make(map[string][]string, len(ids))
+	for _, d := range resp.Docs {
+		if !d.Found {
+			continue
+		}
+		names := make([]string, len(d.Source.Frames))
+		for i, f := range d.Source.Frames {
+			name := f.Function
+			if name == "" {
+				name = "[unknown]"
+				if f.Binary != "" {
+					name = "[" + f.Binary + "]"
 				}
-				// Stored leaf first, as in pprof; trees read root first.
-				names[len(names)-1-i] = name
 			}
-			if len(names) == 0 {
-				names = []string{noStack}
-			}
-			a.cache.put(d.ID, names)
-			out[d.ID] = names
+			// Stored leaf first, as in pprof; trees read root first.
+			names[len(names)-1-i] = name
 		}
-		for _, id := range chunk {
-			if _, ok := out[id]; !ok {
-				out[id] = []string{unknownStack}
-			}
+		if len(names) == 0 {
+			names = []string{noStack}
+		}
+		a.cache.put(d.ID, names)
+		out[d.ID] = names
+	}
+	for _, id := range ids {
+		if _, ok := out[id]; !ok {
+			out[id] = []string{unknownStack}
 		}
 	}
 	return out, nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -18,7 +19,10 @@ var errNotFound = errors.New("not found")
 // search runs one _search over the named indices. Index names come from the
 // prefix and dates only, never from the request. Missing indices (a day
 // without data) are not an error.
-func (a *API) search(ctx context.Context, indexNames []string, body map[string]any, out any) error {
+// filterPath, when given, trims the answer to those paths: large
+// aggregations answer several times faster when OpenSearch does not send
+// what is not read (doc counts, key_as_string).
+func (a *API) search(ctx context.Context, indexNames []string, body map[string]any, out any, filterPath ...string) error {
 	if _, ok := body["timeout"]; !ok {
 		if dl, ok := ctx.Deadline(); ok {
 			// Ask OpenSearch to stop too, not only to be abandoned by us.
@@ -28,6 +32,9 @@ func (a *API) search(ctx context.Context, indexNames []string, body map[string]a
 		}
 	}
 	path := "/" + strings.Join(indexNames, ",") + "/_search?ignore_unavailable=true&allow_no_indices=true&request_cache=true"
+	if len(filterPath) > 0 {
+		path += "&filter_path=" + url.QueryEscape(strings.Join(filterPath, ","))
+	}
 	return a.do(ctx, http.MethodPost, path, body, out)
 }
 
