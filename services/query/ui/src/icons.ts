@@ -38,11 +38,21 @@ import { icon as visArea } from '@opensearch-project/oui/es/components/icon/asse
 import { icon as visLine } from '@opensearch-project/oui/es/components/icon/assets/vis_line';
 import { icon as questionInCircle } from '@opensearch-project/oui/es/components/icon/assets/question_in_circle';
 import { icon as crossInACircleFilled } from '@opensearch-project/oui/es/components/icon/assets/crossInCircleFilled';
+import { icon as lock } from '@opensearch-project/oui/es/components/icon/assets/lock';
+import { icon as lockOpen } from '@opensearch-project/oui/es/components/icon/assets/lockOpen';
+import { icon as plus } from '@opensearch-project/oui/es/components/icon/assets/plus';
+import { icon as minus } from '@opensearch-project/oui/es/components/icon/assets/minus';
+import { icon as expand } from '@opensearch-project/oui/es/components/icon/assets/expand';
 
 // OUI ships its components twice (Oui* and the Eui* aliases), each with its own
 // icon cache: fill both.
 export function registerIcons() {
   const icons = {
+    lock,
+    lockOpen,
+    plus,
+    minus,
+    expand,
     alert,
     arrowDown,
     arrowUp,

@@ -10,13 +10,8 @@
 //                  "base":"{service=\"web\"}","compare":"{service=\"checkout\"}"}
 // Exits non-zero when a step fails; prints one line per step and a summary.
 
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
-import { chromium } from 'playwright-core';
+import { check, noApiError, open, waitAttr, STEP_TIMEOUT } from './harness.mjs';
 
-const baseURL = (process.argv[2] || 'http://127.0.0.1:5173').replace(/\/$/, '');
-const artifacts = resolve(process.env.UI_ARTIFACTS || 'artifacts');
 const expect = {
   hot: 'main.work',
   keyword: 'work',
@@ -24,80 +19,29 @@ const expect = {
   compare: '{service="checkout"}',
   ...JSON.parse(process.env.UI_EXPECT || '{}'),
 };
-const STEP_TIMEOUT = 20_000;
 
-mkdirSync(artifacts, { recursive: true });
-const profileDir = mkdtempSync(join(tmpdir(), 'stackstream-ui-chromium-'));
+const { baseURL, page, step, shot, finish } = await open();
 
-let passed = 0;
-let failed = 0;
-const pageErrors = [];
-
-function check(cond, msg) {
-  if (!cond) throw new Error(msg);
-}
-
-async function step(name, page, fn, { fatal = false } = {}) {
-  const t0 = Date.now();
-  try {
-    await fn();
-    passed++;
-    console.log(`ok   ${name} (${Date.now() - t0} ms)`);
-  } catch (e) {
-    failed++;
-    console.log(`FAIL ${name}: ${e.message.split('\n')[0]}`);
-    await page.screenshot({ path: join(artifacts, `FAILED-${name.replace(/\W+/g, '-')}.png`), fullPage: true }).catch(() => {});
-    if (fatal) throw new Error(`stopping: ${name} failed`);
-  }
-}
-
-const shot = (page, name) => page.screenshot({ path: join(artifacts, name), fullPage: true });
-
-// canvasAttr waits until a canvas attribute satisfies pred and returns it.
-async function waitAttr(page, selector, attr, pred, what) {
-  const deadline = Date.now() + STEP_TIMEOUT;
-  let last = null;
-  while (Date.now() < deadline) {
-    last = await page.locator(selector).first().getAttribute(attr, { timeout: 1000 }).catch(() => null);
-    if (last !== null && pred(last)) return last;
-    await page.waitForTimeout(100);
-  }
-  throw new Error(`${what}: ${selector} [${attr}] is ${JSON.stringify(last)}`);
-}
-
-async function noApiError(page) {
-  const err = page.locator('[data-test-subj="apiError"]');
-  if (await err.count()) throw new Error(`the page shows an API error: ${await err.first().innerText()}`);
-}
-
-const ctx = await chromium.launchPersistentContext(profileDir, {
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  headless: true,
-  args: [
-    '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
-    '--disable-sync', '--no-first-run',
-  ],
-  viewport: { width: 1440, height: 1000 },
-});
-ctx.setDefaultTimeout(STEP_TIMEOUT);
-const page = ctx.pages()[0] ?? (await ctx.newPage());
-page.on('pageerror', (e) => pageErrors.push(e.message));
-page.on('console', (m) => {
-  if (m.type() === 'error' && !/Failed to load resource/.test(m.text())) pageErrors.push(m.text());
-});
-
-try {
-  await step('load the UI and see the charts', page, async () => {
+await finish(async () => {
+  await step('load the UI and see the charts', async () => {
     await page.goto(baseURL + '/');
     await page.locator('[data-testid="cpu-chart"] canvas').first().waitFor();
     await page.locator('[data-testid="memory-chart"] canvas').first().waitFor();
     const n = await waitAttr(page, '[data-testid="cpu-chart"]', 'data-series', (v) => Number(v) > 0, 'cpu series');
     check(Number(n) > 0, 'no cpu series');
     await noApiError(page);
-    await shot(page, '01-loaded.png');
+    await shot('01-loaded.png');
   }, { fatal: true });
 
-  await step('drag across the chart to zoom the time range', page, async () => {
+  await step('see the flame graph and the hottest function first in the top table', async () => {
+    await waitAttr(page, '[data-testid="flamegraph"]', 'data-frames', (v) => Number(v) > 2, 'flame frames');
+    const firstRow = page.locator('[data-test-subj="topTable"] tbody tr').first();
+    await firstRow.waitFor();
+    const text = await firstRow.innerText();
+    check(text.includes(expect.hot), `top table's first row is ${JSON.stringify(text)}, want ${expect.hot}`);
+  });
+
+  await step('drag across the chart to zoom the time range', async () => {
     const over = page.locator('[data-testid="cpu-chart"] .u-over').first();
     const box = await over.boundingBox();
     check(box, 'no chart plot area');
@@ -109,27 +53,19 @@ try {
     await page.waitForFunction(() => /from=\d{4}-/.test(decodeURIComponent(location.search)), null, { timeout: STEP_TIMEOUT });
     await page.locator('[data-testid="cpu-chart"] canvas').first().waitFor();
     await noApiError(page);
-    await shot(page, '02-zoomed.png');
+    await shot('02-zoomed.png');
   });
 
-  await step('pick a preset time range', page, async () => {
+  await step('pick a preset time range', async () => {
     await page.locator('[data-test-subj="superDatePickerToggleQuickMenuButton"]').first().click();
     await page.locator('[data-test-subj="superDatePickerCommonlyUsed_Last_6 hours"]').click();
     await page.waitForFunction(() => new URLSearchParams(location.search).get('from') === 'now-6h', null, { timeout: STEP_TIMEOUT });
     await waitAttr(page, '[data-testid="cpu-chart"]', 'data-series', (v) => Number(v) > 0, 'cpu series after preset');
     await noApiError(page);
-    await shot(page, '03-range.png');
+    await shot('03-range.png');
   });
 
-  await step('see the flame graph and the top table', page, async () => {
-    await waitAttr(page, '[data-testid="flamegraph"]', 'data-frames', (v) => Number(v) > 2, 'flame frames');
-    const firstRow = page.locator('[data-test-subj="topTable"] tbody tr').first();
-    await firstRow.waitFor();
-    const text = await firstRow.innerText();
-    check(text.includes(expect.hot), `top table's first row is ${JSON.stringify(text)}, want ${expect.hot}`);
-  });
-
-  await step('hover and click a flame graph frame to zoom', page, async () => {
+  await step('hover and click a flame graph frame to zoom', async () => {
     const canvas = page.locator('[data-testid="flamegraph"]');
     const row = Number(await canvas.getAttribute('data-row-height'));
     const box = await canvas.boundingBox();
@@ -142,29 +78,29 @@ try {
     const name = tipText.split('\n')[0].trim();
     await page.mouse.click(box.x + 4, box.y + row * 2.5);
     await waitAttr(page, '[data-testid="flamegraph"]', 'data-focus', (v) => v === name, `zoom on ${name}`);
-    await shot(page, '04-flame-zoomed.png');
+    await shot('04-flame-zoomed.png');
     await page.locator('[data-test-subj="flamegraph-reset"]').click();
     await waitAttr(page, '[data-testid="flamegraph"]', 'data-focus', (v) => v === 'total', 'zoom reset');
   });
 
-  await step('highlight a function in the flame graph', page, async () => {
+  await step('highlight a function in the flame graph', async () => {
     await page.locator('[data-test-subj="flameSearch"]').fill(expect.hot);
     await waitAttr(page, '[data-testid="flamegraph"]', 'data-matches', (v) => Number(v) > 0, 'matching frames');
-    await shot(page, '05-flame-search.png');
+    await shot('05-flame-search.png');
     await page.locator('[data-test-subj="flameSearch"]').fill('');
   });
 
-  await step('open the sandwich view from the top table', page, async () => {
+  await step('open the sandwich view from the top table', async () => {
     await page.locator('[data-test-subj="topFunction"]', { hasText: expect.hot }).first().click();
     await page.locator('[data-test-subj="sandwich"]').waitFor();
     await waitAttr(page, '[data-testid="sandwich-callers"]', 'data-frames', (v) => Number(v) > 1, 'callers');
     await waitAttr(page, '[data-testid="sandwich-callees"]', 'data-frames', (v) => Number(v) >= 1, 'callees');
     await page.locator('[data-test-subj="sandwich"]').scrollIntoViewIfNeeded();
-    await shot(page, '06-sandwich.png');
+    await shot('06-sandwich.png');
     await page.locator('[data-test-subj="closeSandwich"]').click();
   });
 
-  await step('search a function and see its trend', page, async () => {
+  await step('search a function and see its trend', async () => {
     await page.locator('[data-test-subj="tab-search"]').click();
     const box = page.locator('[data-test-subj="keywordSearch"]');
     await box.fill(expect.keyword);
@@ -175,18 +111,18 @@ try {
     await page.locator('[data-testid="trend-chart"] canvas').first().waitFor();
     await waitAttr(page, '[data-testid="search-flamegraph"]', 'data-focus', (v) => v === expect.hot, 'search focus');
     await noApiError(page);
-    await shot(page, '07-search.png');
+    await shot('07-search.png');
   });
 
-  await step('open the diff of two ranges', page, async () => {
+  await step('open the diff of two ranges', async () => {
     await page.locator('[data-test-subj="tab-diff"]').click();
     await page.locator('[data-test-subj="runDiff"]').click();
     await waitAttr(page, '[data-testid="diff-flamegraph"]', 'data-frames', (v) => Number(v) > 2, 'diff frames');
     await noApiError(page);
-    await shot(page, '08-diff-ranges.png');
+    await shot('08-diff-ranges.png');
   });
 
-  await step('open the diff of two selections', page, async () => {
+  await step('open the diff of two selections', async () => {
     await page.locator('[data-test-subj="diffMode"]').getByText('Two selections').click();
     await page.locator('[data-test-subj="diffBaseSelector"]').fill(expect.base);
     await page.locator('[data-test-subj="diffCompareSelector"]').fill(expect.compare);
@@ -197,10 +133,10 @@ try {
     const box = await canvas.boundingBox();
     await page.mouse.move(box.x + 4, box.y + 18 * 1.5);
     await page.locator('[data-testid="diff-flamegraph-tooltip"]').waitFor();
-    await shot(page, '09-diff-selections.png');
+    await shot('09-diff-selections.png');
   });
 
-  await step('show an API error as a readable message', page, async () => {
+  await step('show an API error as a readable message', async () => {
     await page.locator('[data-test-subj="tab-profile"]').click();
     const sel = page.locator('[data-test-subj="selectorInput"]');
     await sel.fill('{service="checkout"');
@@ -209,10 +145,10 @@ try {
     await err.waitFor();
     const text = await err.innerText();
     check(/query/i.test(text), `error callout says ${JSON.stringify(text)}`);
-    await shot(page, '10-error.png');
+    await shot('10-error.png');
   });
 
-  await step('complete label names and values in the selector', page, async () => {
+  await step('complete label names and values in the selector', async () => {
     const sel = page.locator('[data-test-subj="selectorInput"]');
     await sel.fill('');
     await sel.type('{serv');
@@ -226,19 +162,6 @@ try {
     await sel.press('Enter');
     await waitAttr(page, '[data-testid="flamegraph"]', 'data-frames', (x) => Number(x) > 1, 'flame after selector');
     await noApiError(page);
-    await shot(page, '11-selector.png');
+    await shot('11-selector.png');
   });
-
-  await step('no script errors on the page', page, async () => {
-    check(pageErrors.length === 0, `page errors: ${pageErrors.slice(0, 3).join(' | ')}`);
-  });
-} catch (e) {
-  console.log(e.message);
-} finally {
-  await ctx.close();
-  rmSync(profileDir, { recursive: true, force: true });
-}
-
-console.log(`screenshots in ${artifacts}`);
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+});
