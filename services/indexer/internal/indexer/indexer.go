@@ -129,6 +129,10 @@ func (ix *Indexer) Run(ctx context.Context) error {
 	stopTimer := context.AfterFunc(ctx, func() { time.AfterFunc(ix.opts.ShutdownTimeout, cancelWrite) })
 	defer stopTimer()
 
+	// Rebalances are held from a poll until its batch is committed; leaving
+	// the group on Close needs them released, whatever Run returns with.
+	defer ix.kcl.AllowRebalance()
+
 	b := newBatch()
 	for {
 		pollCtx, cancelPoll := ctx, context.CancelFunc(func() {})

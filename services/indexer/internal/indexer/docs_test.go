@@ -1,0 +1,171 @@
+package indexer
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/stackstream/stackstream/pkg/pproftest"
+	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/schemas/record"
+)
+
+var testNames = indices.Names{Prefix: "t-"}
+
+func decodeSample(t *testing.T, s Sample) indices.SampleDoc {
+	t.Helper()
+	var d indices.SampleDoc
+	if err := json.Unmarshal(s.Doc, &d); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestConvertMergesSameStackAndLabels(t *testing.T) {
+	at := time.Date(2026, 11, 30, 23, 59, 58, 0, time.UTC)
+	a := map[string]string{"pid": "1", "comm": "api", "executable": "/bin/api", "host": "ignored"}
+	b := map[string]string{"pid": "2", "comm": "api", "executable": "/bin/api"}
+	p := pproftest.NewCPU(at, 10*time.Second).
+		Sample(a, []int64{2, 20}, "leaf", "main").
+		Sample(a, []int64{3, 30}, "leaf", "main").
+		Sample(b, []int64{1, 10}, "leaf", "main").
+		Sample(a, []int64{4, 40}, "other", "main").
+		Profile()
+	docs, err := Convert(testNames, record.Meta{Type: record.ProfileCPU, Host: "web-1"}, p, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(docs.Stacks) != 2 {
+		t.Fatalf("%d stacks, want 2", len(docs.Stacks))
+	}
+	if len(docs.Samples) != 3 {
+		t.Fatalf("%d sample docs, want 3 (two pid-1 samples of one stack merged)", len(docs.Samples))
+	}
+	leafMain := indices.StackID([]indices.Frame{{Function: "leaf"}, {Function: "main"}})
+	first := decodeSample(t, docs.Samples[0])
+	want := indices.SampleDoc{Timestamp: at, Type: "cpu", Host: "web-1", Service: "api", StackID: leafMain, Value: 50, Count: 5,
+		Labels: map[string]string{"pid": "1", "comm": "api", "executable": "/bin/api"}}
+	if first.Timestamp != want.Timestamp || first.Type != want.Type || first.Host != want.Host || first.Service != want.Service ||
+		first.StackID != want.StackID || first.Value != want.Value || first.Count != want.Count || len(first.Labels) != 3 || first.Labels["pid"] != "1" {
+		t.Fatalf("merged doc = %+v, want %+v", first, want)
+	}
+	if docs.Samples[0].Index != "t-samples-2026.11.30" || docs.Samples[0].Raw != 5 {
+		t.Fatalf("index %s raw %d", docs.Samples[0].Index, docs.Samples[0].Raw)
+	}
+	// Deterministic: converting again gives the same IDs.
+	again, _ := Convert(testNames, record.Meta{Type: record.ProfileCPU, Host: "web-1"}, p, time.Time{})
+	for i := range docs.Samples {
+		if docs.Samples[i].ID != again.Samples[i].ID {
+			t.Fatal("sample IDs differ between two conversions of one profile")
+		}
+	}
+	if docs.Samples[0].ID == docs.Samples[1].ID || docs.Samples[0].ID == docs.Samples[2].ID {
+		t.Fatal("different label sets or stacks share an ID")
+	}
+}
+
+func TestConvertMemoryIsStackless(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	p := pproftest.NewMemory(at, time.Minute).
+		Sample(map[string]string{"pid": "7", "systemd_unit": "db.service"}, []int64{4096}).
+		Profile()
+	docs, err := Convert(testNames, record.Meta{Type: record.ProfileMemory, Host: "h"}, p, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(docs.Stacks) != 0 || len(docs.Samples) != 1 {
+		t.Fatalf("got %d stacks, %d samples; want 0 and 1", len(docs.Stacks), len(docs.Samples))
+	}
+	d := decodeSample(t, docs.Samples[0])
+	if d.StackID != "" || d.Value != 4096 || d.Count != 1 || d.Service != "db" || d.Type != "memory" {
+		t.Fatalf("memory doc = %+v", d)
+	}
+}
+
+func TestConvertUsesFallbackTime(t *testing.T) {
+	p := pproftest.NewCPU(time.Unix(0, 0), time.Second).Sample(nil, []int64{1, 1}, "f").Profile()
+	p.TimeNanos = 0
+	fallback := time.Date(2025, 5, 6, 7, 8, 9, 0, time.UTC)
+	docs, err := Convert(testNames, record.Meta{Type: record.ProfileCPU, Host: "h"}, p, fallback)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if docs.Samples[0].Index != "t-samples-2025.05.06" {
+		t.Fatalf("index %s, want the fallback day", docs.Samples[0].Index)
+	}
+}
+
+func TestFrames(t *testing.T) {
+	m := &profile.Mapping{ID: 1, File: "/usr/lib/libc.so.6"}
+	inner := &profile.Function{ID: 1, Name: "inlined", Filename: "a.c"}
+	outer := &profile.Function{ID: 2, Name: "caller", Filename: "b.c"}
+	tests := []struct {
+		name string
+		s    *profile.Sample
+		want []indices.Frame
+	}{
+		{"inlined frames innermost first", &profile.Sample{Location: []*profile.Location{
+			{ID: 1, Mapping: m, Line: []profile.Line{{Function: inner, Line: 3}, {Function: outer, Line: 9}}},
+		}}, []indices.Frame{{Function: "inlined", File: "a.c", Line: 3, Binary: "libc.so.6"}, {Function: "caller", File: "b.c", Line: 9, Binary: "libc.so.6"}}},
+		{"unsymbolized keeps its address", &profile.Sample{Location: []*profile.Location{
+			{ID: 2, Mapping: m, Address: 0xbeef},
+		}}, []indices.Frame{{Function: "libc.so.6+0xbeef", Binary: "libc.so.6"}}},
+		{"no locations", &profile.Sample{}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Frames(tt.s)
+			if len(got) != len(tt.want) {
+				t.Fatalf("got %+v, want %+v", got, tt.want)
+			}
+			for i := range got {
+				if got[i] != tt.want[i] {
+					t.Fatalf("frame %d = %+v, want %+v", i, got[i], tt.want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestConvertRejectsBrokenProfiles(t *testing.T) {
+	p := pproftest.NewCPU(time.Now(), time.Second).Sample(nil, []int64{1}, "f").Profile() // 1 value for 2 types
+	if _, err := Convert(testNames, record.Meta{Type: record.ProfileCPU}, p, time.Now()); err == nil {
+		t.Fatal("a sample with too few values was accepted")
+	}
+	if _, err := Convert(testNames, record.Meta{Type: record.ProfileCPU}, &profile.Profile{}, time.Now()); err == nil {
+		t.Fatal("a profile without sample types was accepted")
+	}
+}
+
+// FuzzConvert feeds record values through the decoder and the conversion: any
+// input either fails with an error (and goes to the DLQ) or yields documents
+// that are valid JSON.
+func FuzzConvert(f *testing.F) {
+	p := pproftest.NewCPU(time.Unix(1700000000, 0), time.Second).
+		Sample(map[string]string{"pid": "1"}, []int64{1, 10}, "a", "b").Profile()
+	v, _ := record.EncodeProfile(p)
+	f.Add(v)
+	f.Add([]byte{0x1f, 0x8b})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		p, err := record.DecodeProfile(in)
+		if err != nil {
+			return
+		}
+		docs, err := Convert(testNames, record.Meta{Type: record.ProfileCPU, Host: "h"}, p, time.Unix(0, 0))
+		if err != nil {
+			return
+		}
+		for _, s := range docs.Samples {
+			if !json.Valid(s.Doc) || s.ID == "" {
+				t.Fatalf("invalid sample doc %q", s.Doc)
+			}
+		}
+		for _, s := range docs.Stacks {
+			if !json.Valid(s.Doc) {
+				t.Fatalf("invalid stack doc %q", s.Doc)
+			}
+		}
+	})
+}
