@@ -273,7 +273,6 @@ func TestShutdownCommitsBatchInHand(t *testing.T) {
 	}
 }
 
-
 func TestRetentionDeletesExpiredDays(t *testing.T) {
 	e := setup(t, 1)
 	ctx := context.Background()
