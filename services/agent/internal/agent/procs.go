@@ -18,6 +18,7 @@ type process struct {
 	maps     []mapping // sorted by Start; read lazily
 	mapsRead uint64    // interval+1 of the last read, 0 before
 	seen     uint64    // interval number it was last seen in
+	checked  uint64    // interval number its PID was last checked by refresh
 }
 
 // mapping is an executable mapping with its file's identity.
@@ -146,13 +147,16 @@ func (ps *processes) binary(pid int, m proc.Mapping) *binary {
 	return b
 }
 
-// sweep forgets processes that exited, were replaced by a new process with
-// the same PID, or were not seen for keep intervals; binaries stay cached
-// (they are few, and a process may map them again).
+// sweep forgets processes not seen for keep intervals, and those whose PID
+// now belongs to a new process. Processes refresh already checked this
+// interval cost no read.
 func (ps *processes) sweep(keep uint64) {
 	for pid, p := range ps.procs {
 		if ps.interval-p.seen > keep {
 			delete(ps.procs, pid)
+			continue
+		}
+		if p.checked == ps.interval {
 			continue
 		}
 		// An exited process stays until unseen: its last samples may come
@@ -161,4 +165,19 @@ func (ps *processes) sweep(keep uint64) {
 			delete(ps.procs, pid)
 		}
 	}
+}
+
+// refresh reads the stat of a live process: its RSS, and whether the cached
+// entry for its PID is still the same process.
+func (ps *processes) refresh(pid int) (p *process, rssPages int64, err error) {
+	st, err := ps.fs.ReadStat(pid)
+	if err != nil {
+		return nil, 0, err
+	}
+	if p, ok := ps.procs[pid]; ok && p.info.StartTime != st.StartTime {
+		delete(ps.procs, pid)
+	}
+	p = ps.get(pid, st.Comm)
+	p.checked = ps.interval
+	return p, st.RSSPages, nil
 }

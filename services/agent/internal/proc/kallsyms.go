@@ -2,6 +2,7 @@ package proc
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"sort"
@@ -21,52 +22,82 @@ type Kallsyms struct {
 // privileges the kernel prints zero addresses: that is an error, since no
 // kernel frame could be resolved.
 func ParseKallsyms(r io.Reader) (*Kallsyms, error) {
-	type sym struct {
-		addr uint64
-		name string
-	}
-	var syms []sym
+	// Names go straight into one builder: a []string of 120k names would
+	// double the agent's peak RSS at start-up.
+	var (
+		addrs []uint64
+		ends  []uint32
+		names strings.Builder
+	)
+	sorted := true
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
-		line := sc.Text()
-		a, rest, ok := strings.Cut(line, " ")
-		if !ok || len(rest) < 3 || rest[1] != ' ' {
+		line := sc.Bytes()
+		sp := bytes.IndexByte(line, ' ')
+		if sp < 0 || len(line) < sp+4 || line[sp+2] != ' ' {
 			continue
 		}
-		switch rest[0] {
+		switch line[sp+1] {
 		case 't', 'T', 'w', 'W':
 		default:
 			continue
 		}
-		name := rest[2:]
-		if i := strings.IndexByte(name, '\t'); i >= 0 {
+		name := line[sp+3:]
+		if i := bytes.IndexByte(name, '\t'); i >= 0 {
 			name = name[:i] // drop the [module] suffix
 		}
-		addr, err := strconv.ParseUint(a, 16, 64)
+		addr, err := strconv.ParseUint(string(line[:sp]), 16, 64)
 		if err != nil {
-			return nil, fmt.Errorf("parse kallsyms address %q: %w", a, err)
+			return nil, fmt.Errorf("parse kallsyms address %q: %w", line[:sp], err)
 		}
 		if addr == 0 {
 			continue
 		}
-		syms = append(syms, sym{addr, name})
+		if n := len(addrs); n > 0 && addr < addrs[n-1] {
+			sorted = false
+		}
+		addrs = append(addrs, addr)
+		names.Write(name)
+		ends = append(ends, uint32(names.Len()))
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("read kallsyms: %w", err)
 	}
-	if len(syms) == 0 {
+	if len(addrs) == 0 {
 		return nil, fmt.Errorf("kallsyms: no symbol addresses visible (kptr_restrict?): run the agent as root or with CAP_SYSLOG")
 	}
-	sort.SliceStable(syms, func(i, j int) bool { return syms[i].addr < syms[j].addr })
-	k := &Kallsyms{addrs: make([]uint64, len(syms)), ends: make([]uint32, len(syms))}
-	var b strings.Builder
-	for i, s := range syms {
-		k.addrs[i] = s.addr
-		b.WriteString(s.name)
-		k.ends[i] = uint32(b.Len())
+	k := &Kallsyms{addrs: addrs, ends: ends, names: names.String()}
+	if !sorted {
+		k = k.sorted()
 	}
-	k.names = b.String()
 	return k, nil
+}
+
+// sorted returns k ordered by address (module symbols can come unordered).
+func (k *Kallsyms) sorted() *Kallsyms {
+	idx := make([]int, len(k.addrs))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return k.addrs[idx[a]] < k.addrs[idx[b]] })
+	out := &Kallsyms{addrs: make([]uint64, len(idx)), ends: make([]uint32, len(idx))}
+	var b strings.Builder
+	b.Grow(len(k.names))
+	for j, i := range idx {
+		out.addrs[j] = k.addrs[i]
+		b.WriteString(k.name(i))
+		out.ends[j] = uint32(b.Len())
+	}
+	out.names = b.String()
+	return out
+}
+
+func (k *Kallsyms) name(i int) string {
+	start := uint32(0)
+	if i > 0 {
+		start = k.ends[i-1]
+	}
+	return k.names[start:k.ends[i]]
 }
 
 // Resolve returns the function containing addr, or "" when it lies below the
@@ -76,11 +107,7 @@ func (k *Kallsyms) Resolve(addr uint64) string {
 	if i < 0 {
 		return ""
 	}
-	start := uint32(0)
-	if i > 0 {
-		start = k.ends[i-1]
-	}
-	return k.names[start:k.ends[i]]
+	return k.name(i)
 }
 
 // Len is the number of symbols.

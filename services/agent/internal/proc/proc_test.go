@@ -226,3 +226,16 @@ func FuzzParseKallsyms(f *testing.F) {
 		}
 	})
 }
+
+func TestParseKallsymsUnordered(t *testing.T) {
+	in := "ffffffffc0000100 t mod_b\t[m]\nffffffff81000000 T _stext\nffffffffc0000000 t mod_a\t[m]\n"
+	k, err := ParseKallsyms(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for addr, want := range map[uint64]string{0xffffffff81000010: "_stext", 0xffffffffc0000010: "mod_a", 0xffffffffc0000110: "mod_b"} {
+		if got := k.Resolve(addr); got != want {
+			t.Errorf("Resolve(%#x) = %q, want %q", addr, got, want)
+		}
+	}
+}

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Benchmark of stackstream-agent's own cost: CPU (% of one core, from
+# /proc/PID/stat utime+stime over the measured span) and RSS (peak VmHWM and
+# VmRSS at the end), at 19 Hz and 99 Hz, on two workloads:
+#   busy   two long-running CPU-bound processes (both cores busy)
+#   churn  `go build -a std` in a loop with a fresh GOCACHE (both cores busy
+#          with many short-lived processes)
+# The agent profiles every process (the default) and publishes to Kafka under
+# a throw-away topic prefix, created and deleted here.
+#
+# Needs root (eBPF) and a Kafka broker (STACKSTREAM_KAFKA_BROKERS, default
+# 127.0.0.1:9092). WARMUP and SPAN (seconds) set each run's length.
+set -euo pipefail
+
+WARMUP=${WARMUP:-12}
+SPAN=${SPAN:-45}
+HERE=$(cd "$(dirname "$0")" && pwd)
+MODULE=$(cd "$HERE/.." && pwd)
+WORK=$(mktemp -d /tmp/stackstream-agent-bench.XXXXXX)
+PREFIX="agentbench-$$-$(date +%s)."
+export STACKSTREAM_KAFKA_TOPIC_PREFIX=$PREFIX
+
+if [ "$(id -u)" != 0 ]; then
+	echo "agent bench: skipped, needs root (eBPF)" >&2
+	exit 0
+fi
+
+pids_to_stop=()
+cleanup() {
+	for p in "${pids_to_stop[@]}"; do
+		# Workloads run in their own process group (setsid): stop the group.
+		kill -- "-$p" 2>/dev/null || kill "$p" 2>/dev/null || true
+	done
+	"$WORK/topics" delete "$PREFIX" >/dev/null 2>&1 || true
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+(cd "$MODULE" && go build -o "$WORK/stackstream-agent" ./cmd/stackstream-agent && go build -o "$WORK/topics" ./bench/topics)
+"$WORK/topics" create "$PREFIX"
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+forks() { awk '/^processes/ {print $2}' /proc/stat; }
+status_kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status"; }
+
+start_workload() {
+	case "$1" in
+	busy)
+		setsid bash -c 'for i in 1 2; do (while :; do :; done) & done; wait' </dev/null >/dev/null 2>&1 &
+		;;
+	churn)
+		setsid bash -c "cd '$WORK' && while :; do c=\$(mktemp -d '$WORK/gocache.XXXXXX'); GOCACHE=\$c GOFLAGS= GOWORK=off go build -a std; rm -rf \"\$c\"; done" </dev/null >/dev/null 2>&1 &
+		;;
+	esac
+	echo $!
+}
+
+results=()
+for hz in 19 99; do
+	for wl in busy churn; do
+		wpid=$(start_workload "$wl")
+		pids_to_stop+=("$wpid")
+		sleep 3
+		"$WORK/stackstream-agent" --frequency "$hz" --interval 10s >"$WORK/agent-$hz-$wl.log" 2>&1 &
+		apid=$!
+		sleep "$WARMUP"
+		if ! kill -0 "$apid" 2>/dev/null; then
+			echo "agent exited during warm-up:" >&2
+			cat "$WORK/agent-$hz-$wl.log" >&2
+			exit 1
+		fi
+		t0=$(cpu_ticks "$apid"); f0=$(forks); s0=$(date +%s.%N)
+		sleep "$SPAN"
+		t1=$(cpu_ticks "$apid"); f1=$(forks); s1=$(date +%s.%N)
+		hwm=$(status_kb "$apid" VmHWM); rss=$(status_kb "$apid" VmRSS)
+		kill -TERM "$apid"; wait "$apid" || true
+		kill -- "-$wpid" 2>/dev/null || true
+		wait "$wpid" 2>/dev/null || true
+		hz_ticks=$(getconf CLK_TCK)
+		results+=("$(awk -v hz="$hz" -v wl="$wl" -v t="$((t1 - t0))" -v tck="$hz_ticks" -v s0="$s0" -v s1="$s1" \
+			-v f="$((f1 - f0))" -v hwm="$hwm" -v rss="$rss" 'BEGIN {
+			span = s1 - s0
+			printf "%-6s %-6s %10.2f %12.1f %12.1f %12.0f %8.0f\n", hz, wl, 100 * t / tck / span, hwm / 1024, rss / 1024, f / span, span
+		}')")
+		echo "done: ${hz} Hz, $wl" >&2
+	done
+done
+
+echo "stackstream-agent overhead ($(nproc) CPUs, $(uname -r); shared machine, other work running)"
+printf "%-6s %-6s %10s %12s %12s %12s %8s\n" "Hz" "load" "CPU%core" "maxRSS_MiB" "endRSS_MiB" "forks/s" "span_s"
+printf "%s\n" "${results[@]}"
