@@ -83,7 +83,7 @@ func run(p params) error {
 	if err := querytest.Refresh(ctx, cl, names); err != nil {
 		return err
 	}
-	fmt.Printf("generated %s in %s (prefix %s)\n\n", counts, time.Since(start).Round(time.Second), names.Prefix)
+	fmt.Printf("generated %s in %s (prefix %s)\nload average before the queries: %s\n\n", counts, time.Since(start).Round(time.Second), names.Prefix, loadavg())
 
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	newServer := func() *httptest.Server {
@@ -146,8 +146,19 @@ func run(p params) error {
 		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.0f\t%.0f\t%d\t%s\t\n", q.name, q.rng, ms(cold), ms(pct(lat, 50)), ms(pct(lat, 99)), ms(lat[len(lat)-1]), len(lat), result)
 	}
 	tw.Flush()
-	fmt.Println("\nlatency is client-side over HTTP on loopback, requests one at a time; machine shared with other work")
+	fmt.Printf("\nload average after the queries: %s\n", loadavg())
+	fmt.Println("latency is client-side over HTTP on loopback, requests one at a time; machine shared with other work")
 	return nil
+}
+
+// loadavg shows how busy the (shared) machine was.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

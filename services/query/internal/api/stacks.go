@@ -18,7 +18,10 @@ const (
 	noStack      = "[no stack]"
 	unknownStack = "[unknown stack]"
 	otherNodes   = "[other]"
-	pageSize     = 1000
+	// pageSize is the composite aggregation's page: each page scans the
+	// selection's documents again, so pages are large (one pass for
+	// typical selections) while the buckets held per page stay bounded.
+	pageSize = 10000
 )
 
 // selection is what a flame graph, top list, diff or pprof export reads: a
@@ -323,4 +326,3 @@ func (a *API) mgetStacks(ctx context.Context, ids []string) (map[string][]string
 	}
 	return out, nil
 }
-
