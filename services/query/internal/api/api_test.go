@@ -27,14 +27,18 @@ var now = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 // fixtureServer indexes the querytest fixture once for the tests of this
 // file and serves the API over it.
-func fixtureServer(t *testing.T) string {
+// fixtureServer indexes the querytest fixture and returns a function
+// serving the API over it with the given options.
+func fixtureServer(t *testing.T) func(api.Options) string {
 	t.Helper()
 	cl, names := querytest.Setup(t)
 	querytest.Index(t, cl, names, querytest.Fixture(names, now))
-	h := api.New(cl, names, api.Options{Now: func() time.Time { return now }}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return srv.URL
+	return func(opts api.Options) string {
+		opts.Now = func() time.Time { return now }
+		srv := httptest.NewServer(api.New(cl, names, opts, slog.New(slog.NewTextHandler(io.Discard, nil))))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
 }
 
 func get(t *testing.T, base, path string, params url.Values, out any) int {
@@ -72,7 +76,8 @@ func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs
 // TestAPI runs every endpoint over one fixture (indexing it once keeps the
 // module's test time short on the shared node).
 func TestAPI(t *testing.T) {
-	base := fixtureServer(t)
+	serve := fixtureServer(t)
+	base := serve(api.Options{})
 
 	t.Run("series cpu by service", func(t *testing.T) {
 		var s api.SeriesResponse
@@ -196,6 +201,32 @@ func TestAPI(t *testing.T) {
 		kids := f.Root.Children[0].Children
 		if len(kids) != 2 || kids[0].Name != "main.work" || kids[1].Name != "[other]" || kids[1].Total != querytest.FixtureQuerySelf+querytest.FixtureIdleSelf {
 			t.Fatalf("children %+v, want main.work and [other]", kids)
+		}
+	})
+
+	t.Run("flamegraph pages through stacks", func(t *testing.T) {
+		var f api.FlamegraphResponse
+		get(t, serve(api.Options{PageSize: 1}), "/api/v1/flamegraph", nil, &f)
+		if f.Total != querytest.FixtureTotal || f.Truncated || len(f.Root.Children[0].Children) != 3 {
+			t.Fatalf("paged one stack at a time: total %d truncated %v children %+v", f.Total, f.Truncated, f.Root.Children[0].Children)
+		}
+	})
+
+	t.Run("flamegraph keeps the heaviest stacks past max stacks", func(t *testing.T) {
+		var f api.FlamegraphResponse
+		get(t, serve(api.Options{PageSize: 1, MaxStacks: 2}), "/api/v1/flamegraph", nil, &f)
+		if f.Total != querytest.FixtureTotal || !f.Truncated {
+			t.Fatalf("total %d truncated %v, want %d truncated", f.Total, f.Truncated, querytest.FixtureTotal)
+		}
+		// The two heaviest stacks: main.main>main.work (1500) and main.main>db.query (1000).
+		var got []string
+		for _, c := range f.Root.Children {
+			got = append(got, c.Name)
+		}
+		kids := f.Root.Children[0].Children
+		if strings.Join(got, ",") != "main.main,[other]" || f.Root.Children[1].Total != 500 ||
+			len(kids) != 2 || kids[0].Name != "main.work" || kids[0].Total != 1500 || kids[1].Name != "db.query" {
+			t.Fatalf("root children %v (%+v), main.main children %+v", got, f.Root.Children, kids)
 		}
 	})
 

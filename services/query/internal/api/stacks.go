@@ -18,10 +18,6 @@ const (
 	noStack      = "[no stack]"
 	unknownStack = "[unknown stack]"
 	otherNodes   = "[other]"
-	// pageSize is the composite aggregation's page: each page scans the
-	// selection's documents again, so pages are large (one pass for
-	// typical selections) while the buckets held per page stay bounded.
-	pageSize = 10000
 )
 
 // selection is what a flame graph, top list, diff or pprof export reads: a
@@ -111,7 +107,10 @@ func (a *API) sumByStack(ctx context.Context, idx []string, query map[string]any
 	var after map[string]any
 	for page := 0; ; page++ {
 		composite := map[string]any{
-			"size":    pageSize,
+			// Each page scans the selection's documents again, so pages are
+			// large (one pass for typical selections) while the buckets
+			// held per page stay bounded.
+			"size": a.opts.PageSize,
 			"sources": []any{map[string]any{"id": map[string]any{"terms": map[string]any{"field": "stack_id", "missing_bucket": true}}}},
 		}
 		if after != nil {
@@ -163,7 +162,7 @@ func (a *API) sumByStack(ctx context.Context, idx []string, query map[string]any
 			a.metrics.truncated.Inc()
 			return sv, hourly, nil
 		}
-		if len(resp.Aggregations.Stacks.Buckets) < pageSize || resp.Aggregations.Stacks.AfterKey == nil {
+		if len(resp.Aggregations.Stacks.Buckets) < a.opts.PageSize || resp.Aggregations.Stacks.AfterKey == nil {
 			return sv, hourly, nil
 		}
 		after = resp.Aggregations.Stacks.AfterKey
