@@ -141,6 +141,18 @@ func TestBrowserAuth(t *testing.T) {
 	}, node, "tests/auth.spec.mjs", srv.URL)
 }
 
+// TestUnit runs the UI's unit tests (flame graph layout, hit testing,
+// sandwich, search matching, time ranges, selector completion) with node's
+// test runner.
+func TestUnit(t *testing.T) {
+	browserDeps(t)
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		testenv.Unavailable(t, "npm to run the UI's unit tests: %v", err)
+	}
+	run(t, 3*time.Minute, uiDir, nil, npm, "run", "test:unit")
+}
+
 // TestDistIsCurrent rebuilds the UI and compares it with the committed,
 // embedded dist/, so a source change without `npm run build` fails here
 // instead of shipping a stale UI.

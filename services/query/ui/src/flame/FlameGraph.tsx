@@ -5,7 +5,7 @@
 
 import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
 import { EuiButtonEmpty, EuiFlexGroup, EuiFlexItem, EuiText } from '@opensearch-project/oui';
-import { ancestors, formatPercent, formatValue, frameAt, type Layout } from './tree';
+import { ancestors, formatPercent, formatValue, frameAt, matchedShare, type Layout } from './tree';
 
 const ROW = 18;
 const FONT = '12px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace';
@@ -73,6 +73,7 @@ export function FlameGraph(props: FlameGraphProps) {
     canvas.style.height = `${height}px`;
     const ctx = canvas.getContext('2d');
     if (!ctx) return;
+    const t0 = performance.now();
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     ctx.clearRect(0, 0, width, height);
     ctx.font = FONT;
@@ -82,12 +83,14 @@ export function FlameGraph(props: FlameGraphProps) {
     const span = focusFrame.w || 1;
     const focusAncestors = new Set(ancestors(layout, focus));
     const frames = layout.frames;
+    let drawn = 0;
     for (let i = 0; i < frames.length; i++) {
       const f = frames[i];
       let px = ((f.x - x0) / span) * width;
       let pw = (f.w / span) * width;
       if (pw < 0.5 || px + pw <= 0 || px >= width) continue;
       if (f.depth < focusFrame.depth && !focusAncestors.has(i)) continue;
+      drawn++;
       if (px < 0) {
         pw += px;
         px = 0;
@@ -108,6 +111,9 @@ export function FlameGraph(props: FlameGraphProps) {
         ctx.fillText(label, px + 3, y + ROW / 2);
       }
     }
+    // Exposed for the browser tests and the drawing benchmark.
+    canvas.dataset.drawMs = (performance.now() - t0).toFixed(2);
+    canvas.dataset.drawn = String(drawn);
   }, [layout, width, height, focus, focusFrame, matchFlags, hover?.i, yOf]);
 
   const hitTest = (ev: React.MouseEvent<HTMLCanvasElement>) => {
@@ -135,6 +141,7 @@ export function FlameGraph(props: FlameGraphProps) {
 
   const hovered = hover ? layout.frames[hover.i] : null;
   const matches = matchFlags ? matchFlags.reduce((s, v) => s + v, 0) : 0;
+  const share = useMemo(() => (match && !layout.diff ? matchedShare(layout, match) : 0), [layout, match]);
 
   return (
     <div>
@@ -143,6 +150,7 @@ export function FlameGraph(props: FlameGraphProps) {
           <EuiText size="xs" color="subdued" data-test-subj={`${testId}-status`}>
             {focus === 0 ? 'Click a frame to zoom' : <>Zoomed on <strong>{focusFrame.name}</strong></>}
             {matchFlags ? ` · ${matches} matching frames` : ''}
+            {matchFlags && !layout.diff ? ` (${formatPercent(share)} of the total)` : ''}
           </EuiText>
         </EuiFlexItem>
         {focus !== 0 && (

@@ -5,49 +5,7 @@
 import { useEffect, useRef, useState } from 'react';
 import { EuiFieldText, EuiIcon } from '@opensearch-project/oui';
 import type { Api } from '../api';
-
-export interface Completion {
-  kind: 'label' | 'value';
-  label: string; // the label whose name or value is being typed
-  prefix: string;
-  start: number; // where the replaced text starts
-}
-
-// completionAt says what is being typed at the cursor.
-export function completionAt(text: string, cursor: number): Completion | null {
-  const before = text.slice(0, cursor);
-  const open = Math.max(before.lastIndexOf('{'), before.lastIndexOf(','));
-  if (open < 0) {
-    return before.trim() === '' ? { kind: 'label', label: '', prefix: '', start: cursor } : null;
-  }
-  const seg = before.slice(open + 1);
-  let m = /^\s*([A-Za-z_][\w.]*)?$/.exec(seg);
-  if (m) {
-    const prefix = m[1] ?? '';
-    return { kind: 'label', label: prefix, prefix, start: cursor - prefix.length };
-  }
-  m = /^\s*([A-Za-z_][\w.]*)\s*(=~|!=|!~|=)\s*"([^"]*)$/.exec(seg);
-  if (m) return { kind: 'value', label: m[1], prefix: m[3], start: cursor - m[3].length };
-  return null;
-}
-
-// applyCompletion inserts choice and returns the new text and cursor.
-export function applyCompletion(text: string, cursor: number, c: Completion, choice: string): [string, number] {
-  let head = text.slice(0, c.start);
-  let tail = text.slice(cursor);
-  if (c.kind === 'label') {
-    if (!head.includes('{')) head = head.trimEnd() + '{';
-    const ins = `${choice}="`;
-    if (!tail.includes('}')) tail = '"}' + tail;
-    else if (!tail.startsWith('"')) tail = '"' + tail;
-    return [head + ins + tail, head.length + ins.length];
-  }
-  const ins = choice.replace(/["\\]/g, '\\$&');
-  if (tail.startsWith('"')) tail = tail.slice(1);
-  const rest = tail.includes('}') ? tail : '}' + tail;
-  const out = head + ins + '"' + rest;
-  return [out, head.length + ins.length + 1];
-}
+import { applyCompletion, completionAt } from '../selector';
 
 export function SelectorBar({ api, value, onSubmit }: { api: Api; value: string; onSubmit: (v: string) => void }) {
   const [text, setText] = useState(value);

@@ -51,12 +51,16 @@ export function TimeChart({ data, fromMs, toMs, height = 220, testId, onZoom }: 
       width: Math.max(300, el.clientWidth),
       height,
       cursor: { drag: { x: true, y: false, setScale: false } },
-      scales: { x: { time: true, min: fromMs / 1000, max: toMs / 1000 } },
+      scales: {
+        x: { time: true, min: fromMs / 1000, max: toMs / 1000 },
+        // Cores and bytes read best from zero.
+        y: { range: (_u, _min, max) => [0, max > 0 ? max * 1.1 : 1] },
+      },
       legend: { show: true },
       axes: [
         {},
         data.unit === 'bytes' || data.unit === 'nanoseconds'
-          ? { size: 80, values: (_u, ticks) => ticks.map((v) => formatValue(v, data.unit)) }
+          ? { size: 90, values: (_u, ticks) => ticks.map((v) => formatValue(v, data.unit)) }
           : { size: 60 },
       ],
       series: [
