@@ -62,16 +62,40 @@ func (s *Symbolizer) Profile(ctx context.Context, p *profile.Profile) Stats {
 		funcs[funcKey{f.Name, f.SystemName, f.Filename}] = f
 		nextID = max(nextID, f.ID)
 	}
+	var fslab []profile.Function
+	newFunction := func(name, system, file string) *profile.Function {
+		if len(fslab) == cap(fslab) {
+			fslab = make([]profile.Function, 0, 256)
+		}
+		nextID++
+		fslab = append(fslab, profile.Function{ID: nextID, Name: name, SystemName: system, Filename: file})
+		f := &fslab[len(fslab)-1]
+		p.Function = append(p.Function, f)
+		return f
+	}
+	// function finds or adds a function by its strings: for names made
+	// here (unresolved frames), which must not repeat.
 	function := func(name, system, file string) *profile.Function {
 		k := funcKey{name, system, file}
 		if f, ok := funcs[k]; ok {
 			return f
 		}
-		nextID++
-		f := &profile.Function{ID: nextID, Name: name, SystemName: system, Filename: file}
-		p.Function = append(p.Function, f)
+		f := newFunction(name, system, file)
 		funcs[k] = f
 		return f
+	}
+	// A table hands out one *Func per function: the pointer names the
+	// function as well as its strings do, and hashes much faster.
+	byFunc := make(map[*symtab.Func]*profile.Function, len(p.Location)/4)
+	// One allocation for the lines of every location, as most have one.
+	slab := make([]profile.Line, 0, len(p.Location)+len(p.Location)/4)
+	lines := func(n int) []profile.Line {
+		if len(slab)+n > cap(slab) {
+			slab = make([]profile.Line, 0, max(n, len(p.Location)/4+1))
+		}
+		l := slab[len(slab) : len(slab)+n : len(slab)+n]
+		slab = slab[:len(slab)+n]
+		return l
 	}
 	type mappingTable struct{ tab *symtab.Table }
 	tables := map[*profile.Mapping]mappingTable{}
@@ -103,13 +127,20 @@ func (s *Symbolizer) Profile(ctx context.Context, p *profile.Profile) Stats {
 		}
 		if len(frames) == 0 {
 			name := unresolvedName(loc)
-			loc.Line = []profile.Line{{Function: function(name, name, "")}}
+			loc.Line = lines(1)
+			loc.Line[0] = profile.Line{Function: function(name, name, "")}
 			st.Unresolved++
 			continue
 		}
-		loc.Line = make([]profile.Line, len(frames))
-		for i, f := range frames {
-			loc.Line[i] = profile.Line{Function: function(f.Function, f.SystemName, f.File), Line: f.Line}
+		loc.Line = lines(len(frames))
+		for i := range frames {
+			f := frames[i]
+			fn, ok := byFunc[f.Func]
+			if !ok {
+				fn = newFunction(f.Function, f.SystemName, f.File)
+				byFunc[f.Func] = fn
+			}
+			loc.Line[i] = profile.Line{Function: fn, Line: f.Line}
 		}
 		st.Resolved[tab.Source]++
 		m.HasFunctions = true

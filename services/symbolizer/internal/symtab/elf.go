@@ -72,7 +72,7 @@ func (g *goTable) lookup(pc uint64) []Frame {
 		return nil
 	}
 	file, line, _ := g.tab.PCToLine(pc)
-	return []Frame{{Function: fn.Name, SystemName: fn.Name, File: file, Line: int64(line)}}
+	return []Frame{{Func: &Func{Function: fn.Name, SystemName: fn.Name, File: file}, Line: int64(line)}}
 }
 
 // scope is a DWARF subprogram or inlined subroutine with the inlined calls
@@ -290,7 +290,7 @@ func (t *Table) lookupDWARF(pc uint64) []Frame {
 				name, sys = t.syms[j].name, t.syms[j].sys
 			}
 		}
-		frames = append(frames, Frame{Function: name, SystemName: sys, File: file, Line: line})
+		frames = append(frames, Frame{Func: &Func{Function: name, SystemName: sys, File: file}, Line: line})
 		file, line = s.callFile, s.callLine
 	}
 	return frames

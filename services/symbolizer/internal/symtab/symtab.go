@@ -16,10 +16,16 @@ import (
 // (inlined) frame first, the physical function last, the order of pprof's
 // Location.Line.
 type Frame struct {
+	*Func
+	Line int64
+}
+
+// Func is a function as pprof names it. A table hands out one *Func per
+// distinct function, so callers can use the pointer as its identity.
+type Func struct {
 	Function   string // demangled, for people
 	SystemName string // as found in the binary
 	File       string
-	Line       int64
 }
 
 // pageSize is the mapping granularity of the kernel on the architectures the
@@ -66,6 +72,7 @@ type Table struct {
 
 	mu    sync.Mutex
 	cache map[uint64][]Frame
+	funcs map[Func]*Func
 }
 
 // Empty reports whether the table has nothing to resolve addresses with.
@@ -114,6 +121,16 @@ func (t *Table) Lookup(vaddr uint64) []Frame {
 	if t.cache == nil || len(t.cache) >= addrCacheMax {
 		t.cache = make(map[uint64][]Frame, 1024)
 	}
+	if t.funcs == nil || len(t.funcs) >= addrCacheMax {
+		t.funcs = make(map[Func]*Func, 1024)
+	}
+	for i := range fr {
+		if f, ok := t.funcs[*fr[i].Func]; ok {
+			fr[i].Func = f
+		} else {
+			t.funcs[*fr[i].Func] = fr[i].Func
+		}
+	}
 	t.cache[vaddr] = fr
 	t.mu.Unlock()
 	return fr
@@ -148,7 +165,7 @@ func (t *Table) lookup(pc uint64) []Frame {
 	if pc >= s.end {
 		return nil
 	}
-	f := Frame{Function: s.name, SystemName: s.sys}
+	f := Frame{Func: &Func{Function: s.name, SystemName: s.sys}}
 	if row, ok := t.lineAt(pc); ok && row.addr >= s.addr {
 		f.File, f.Line = t.files[row.file], int64(row.line)
 	}
