@@ -111,6 +111,22 @@ func TestBrowser(t *testing.T) {
 	}, node, "tests/ui.spec.mjs", srv.URL)
 }
 
+// TestBrowserEmpty checks the empty states over indices without documents.
+func TestBrowserEmpty(t *testing.T) {
+	node, chromium := browserDeps(t)
+	cl, names := querytest.Setup(t)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv := httptest.NewServer(server.New(cl, names, server.Options{
+		API: api.Options{Now: time.Now, Version: "uitest"},
+		UI:  ui.Handler(),
+	}, nil, logger))
+	defer srv.Close()
+	run(t, 3*time.Minute, uiDir, []string{
+		"CHROMIUM=" + chromium,
+		"UI_ARTIFACTS=" + artifactsDir(t, "empty"),
+	}, node, "tests/empty.spec.mjs", srv.URL)
+}
+
 // TestBrowserAuth checks that with a token required the UI says so in
 // readable words, offers a token field, and loads once the token is typed.
 func TestBrowserAuth(t *testing.T) {
