@@ -97,6 +97,10 @@ func (r *Rollup) Run(ctx context.Context, cl *kgo.Client) error {
 	for {
 		fetches := cl.PollRecords(ctx, r.cfg.MaxPollRecords)
 		if fetches.IsClientClosed() || ctx.Err() != nil {
+			// Records returned with a cancelled poll are left for the
+			// next owner; the rebalance they block must not outlive us,
+			// or leaving the group on Close waits forever.
+			cl.AllowRebalance()
 			break
 		}
 		fetches.EachError(func(topic string, p int32, err error) {

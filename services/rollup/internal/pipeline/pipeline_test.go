@@ -1,0 +1,437 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+	"github.com/opensearch-project/opensearch-go/v4/opensearchapi"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/stackstream/stackstream/pkg/bulk"
+	"github.com/stackstream/stackstream/pkg/kafka"
+	"github.com/stackstream/stackstream/pkg/opensearch"
+	"github.com/stackstream/stackstream/pkg/pproftest"
+	"github.com/stackstream/stackstream/pkg/testenv"
+	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/schemas/record"
+	"github.com/stackstream/stackstream/services/rollup/internal/aggregate"
+)
+
+// env is one test's topics, group and index prefix on the shared services.
+type env struct {
+	t       *testing.T
+	brokers []string
+	osURL   string
+	topics  record.Topics
+	group   string
+	names   indices.Names
+	os      *opensearchapi.Client
+	adm     *kadm.Client
+	prod    *kgo.Client
+	window  aggregate.Config
+}
+
+func newEnv(t *testing.T, partitions int32) *env {
+	t.Helper()
+	e := &env{t: t, brokers: testenv.KafkaBrokers(t), osURL: testenv.OpenSearchURL(t)}
+	ctx := context.Background()
+	e.topics = record.TopicsFor(testenv.Name(t, "t-") + ".")
+	e.group = testenv.Name(t, "g-")
+	e.names = indices.Names{Prefix: testenv.Name(t, "r-") + "-"}
+	e.window = aggregate.Config{AllowedLateness: time.Minute, Retention: time.Minute, MaxFuture: time.Hour, Names: e.names, Now: time.Now}
+
+	prod, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.prod = prod
+	e.adm = kadm.NewClient(prod)
+	t.Cleanup(prod.Close)
+	if _, err := kafka.EnsureTopics(ctx, e.adm, kafka.Specs(e.topics, partitions, 1)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.adm.DeleteTopics(context.Background(), e.topics.All()...) })
+
+	e.os = e.osClient(e.osURL)
+	if _, err := opensearch.ApplyTemplates(ctx, e.os, e.names.Prefix, indices.DefaultSettings); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		opensearch.Raw(ctx, e.os, http.MethodDelete, "/"+e.names.RollupsPattern(), nil)
+		for _, kind := range []string{"stacks", "samples", "rollups"} {
+			opensearch.Raw(ctx, e.os, http.MethodDelete, "/_index_template/"+e.names.Prefix+kind, nil)
+		}
+	})
+	return e
+}
+
+func (e *env) osClient(url string) *opensearchapi.Client {
+	e.t.Helper()
+	cl, err := opensearch.NewClient(context.Background(), opensearch.Config{URLs: []string{url}, Timeout: 10 * time.Second})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return cl
+}
+
+// produce sends profiles keyed by host and waits for the broker's acks.
+func (e *env) produce(typ record.ProfileType, host string, profs ...*profile.Profile) {
+	e.t.Helper()
+	recs := make([]*kgo.Record, 0, len(profs))
+	for _, p := range profs {
+		v, err := record.EncodeProfile(p)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		recs = append(recs, &kgo.Record{Topic: e.topics.ProfilesSymbolized, Key: []byte(host), Value: v,
+			Headers: record.Meta{Type: typ, Host: host, AgentVersion: "test"}.Headers()})
+	}
+	if err := e.prod.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// instance is one running rollup consumer.
+type instance struct {
+	r    *Rollup
+	cl   *kgo.Client
+	stop context.CancelFunc
+	done chan error
+	once sync.Once
+}
+
+// start runs a rollup consumer writing to osURL (the node, or a proxy).
+func (e *env) start(osURL string) *instance {
+	e.t.Helper()
+	w := bulk.New(e.osClient(osURL), bulk.Options{Backoff: 50 * time.Millisecond, MaxBackoff: time.Second})
+	log := slog.New(slog.NewTextHandler(testWriter{e.t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	r := New(Config{Topics: e.topics, Group: e.group, Window: e.window, FlushTimeout: 20 * time.Second}, w, log, prometheus.NewRegistry())
+	cl, err := kafka.NewClient(context.Background(), kafka.Config{Brokers: e.brokers, DialTimeout: 10 * time.Second}, r.ClientOpts()...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	in := &instance{r: r, cl: cl, stop: stop, done: make(chan error, 1)}
+	go func() { in.done <- r.Run(ctx, cl) }()
+	e.t.Cleanup(func() { in.close(e.t) })
+	return in
+}
+
+// close stops the consumer gracefully (final flush and commit) and leaves
+// the group.
+func (in *instance) close(t *testing.T) {
+	t.Helper()
+	in.once.Do(func() { in.shutdown(t) })
+}
+
+func (in *instance) shutdown(t *testing.T) {
+	t.Helper()
+	in.stop()
+	select {
+	case err := <-in.done:
+		if err != nil {
+			t.Errorf("run: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Errorf("run did not stop")
+	}
+	in.cl.Close()
+}
+
+func (in *instance) count(outcome string) int {
+	return int(testutil.ToFloat64(in.r.m.records.WithLabelValues(outcome)))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// docs returns every rollup document stored, by _id.
+func (e *env) docs() map[string]indices.RollupDoc {
+	e.t.Helper()
+	ctx := context.Background()
+	pattern := e.names.RollupsPattern()
+	if status, body, err := opensearch.Raw(ctx, e.os, http.MethodPost, "/"+pattern+"/_refresh", nil); err != nil || status != http.StatusOK {
+		e.t.Fatalf("refresh: %d %s %v", status, body, err)
+	}
+	status, body, err := opensearch.Raw(ctx, e.os, http.MethodPost, "/"+pattern+"/_search?size=10000", []byte(`{"query":{"match_all":{}}}`))
+	if err != nil || status != http.StatusOK {
+		e.t.Fatalf("search: %d %s %v", status, body, err)
+	}
+	var resp struct {
+		Hits struct {
+			Hits []struct {
+				ID     string            `json:"_id"`
+				Index  string            `json:"_index"`
+				Source indices.RollupDoc `json:"_source"`
+			} `json:"hits"`
+		} `json:"hits"`
+	}
+	if err := json.Unmarshal(body, &resp); err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[string]indices.RollupDoc{}
+	for _, h := range resp.Hits.Hits {
+		if want := indices.RollupID(&h.Source); want != h.ID {
+			e.t.Fatalf("doc %s has _id %s, want %s", h.Index, h.ID, want)
+		}
+		if want := e.names.Rollups(h.Source.Timestamp); want != h.Index {
+			e.t.Fatalf("doc %s in index %s, want %s", h.ID, h.Index, want)
+		}
+		out[h.ID] = h.Source
+	}
+	return out
+}
+
+// committed returns the group's committed offsets and metadata.
+func (e *env) committed() map[int32]kadm.OffsetResponse {
+	e.t.Helper()
+	resps, err := e.adm.FetchOffsets(context.Background(), e.group)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[int32]kadm.OffsetResponse{}
+	for p, o := range resps[e.topics.ProfilesSymbolized] {
+		out[p] = o
+	}
+	return out
+}
+
+// dlq reads n records of the DLQ topic.
+func (e *env) dlq(n int) []*kgo.Record {
+	e.t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.ConsumeTopics(e.topics.DLQ), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out []*kgo.Record
+	for len(out) < n {
+		f := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			e.t.Fatalf("read %d of %d dlq records", len(out), n)
+		}
+		out = append(out, f.Records()...)
+	}
+	return out
+}
+
+// key names a document for comparisons.
+func key(d indices.RollupDoc) string {
+	return fmt.Sprintf("%s %s %s %s %s %s f=%s s=%s", d.Resolution, d.Timestamp.UTC().Format("15:04"), d.Kind, d.Type, d.Service, d.Host, d.Function, d.StackID)
+}
+
+func byKey(docs map[string]indices.RollupDoc) map[string]indices.RollupDoc {
+	out := make(map[string]indices.RollupDoc, len(docs))
+	for _, d := range docs {
+		out[key(d)] = d
+	}
+	return out
+}
+
+var t0 = time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
+
+func stackID(fns ...string) string {
+	frames := make([]indices.Frame, len(fns))
+	for i, f := range fns {
+		frames[i] = indices.Frame{Function: f}
+	}
+	return indices.StackID(frames)
+}
+
+// expected accumulates what the rollups must hold, computed straight from
+// the generated input.
+type expected map[string]*indices.RollupDoc
+
+func (x expected) at(res string, t time.Time, kind, typ, service, host, function, stack string) *indices.RollupDoc {
+	size := time.Minute
+	if res == indices.ResolutionHour {
+		size = time.Hour
+	}
+	d := indices.RollupDoc{Timestamp: t.Truncate(size), Resolution: res, Kind: kind, Type: typ, Service: service, Host: host, Function: function, StackID: stack}
+	k := key(d)
+	if x[k] == nil {
+		x[k] = &d
+	}
+	return x[k]
+}
+
+// cpuProfile: checkout burns a in leaf<-mid<-main, api b in rec<-rec<-main
+// (recursion: rec counts once in total).
+func (x expected) cpuProfile(host string, at time.Time, a, b int64) *profile.Profile {
+	for _, res := range []string{indices.ResolutionMinute, indices.ResolutionHour} {
+		s := x.at(res, at, indices.KindService, "cpu", "checkout", host, "", "")
+		s.Value += a
+		s.Samples += 2
+		s = x.at(res, at, indices.KindService, "cpu", "api", host, "", "")
+		s.Value += b
+		s.Samples++
+		x.at(res, at, indices.KindFunction, "cpu", "checkout", host, "leaf", "").Self += a
+		for _, f := range []string{"leaf", "mid", "main"} {
+			x.at(res, at, indices.KindFunction, "cpu", "checkout", host, f, "").Total += a
+		}
+		x.at(res, at, indices.KindFunction, "cpu", "api", host, "rec", "").Self += b
+		x.at(res, at, indices.KindFunction, "cpu", "api", host, "rec", "").Total += b
+		x.at(res, at, indices.KindFunction, "cpu", "api", host, "main", "").Total += b
+		st := x.at(res, at, indices.KindStack, "cpu", "checkout", host, "", stackID("leaf", "mid", "main"))
+		st.Value += a
+		st.Samples += 2
+		st = x.at(res, at, indices.KindStack, "cpu", "api", host, "", stackID("rec", "rec", "main"))
+		st.Value += b
+		st.Samples++
+	}
+	return pproftest.NewCPU(at, 10*time.Second).
+		Sample(map[string]string{record.LabelService: "checkout", record.LabelPID: "10"}, []int64{2, a}, "leaf", "mid", "main").
+		Sample(map[string]string{record.LabelService: "api", record.LabelPID: "20"}, []int64{1, b}, "rec", "rec", "main").
+		Profile()
+}
+
+// finish derives cores from values (the same division the rollup does).
+func (x expected) finish() map[string]indices.RollupDoc {
+	out := map[string]indices.RollupDoc{}
+	for k, d := range x {
+		if d.Kind == indices.KindService && d.Type == "cpu" {
+			size := 60e9
+			if d.Resolution == indices.ResolutionHour {
+				size = 3600e9
+			}
+			d.Cores = float64(d.Value) / size
+		}
+		out[k] = *d
+	}
+	return out
+}
+
+func compare(t *testing.T, got map[string]indices.RollupDoc, want map[string]indices.RollupDoc) {
+	t.Helper()
+	for k, w := range want {
+		g, ok := got[k]
+		if !ok {
+			t.Errorf("missing %s", k)
+			continue
+		}
+		g.Timestamp, w.Timestamp = g.Timestamp.UTC(), w.Timestamp.UTC()
+		if g != w {
+			t.Errorf("%s:\n got %+v\nwant %+v", k, g, w)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("unexpected %s", k)
+		}
+	}
+}
+
+func TestRollupsExactAndReplay(t *testing.T) {
+	e := newEnv(t, 3)
+	x := expected{}
+	n := 0
+	hosts := []string{"web-1", "web-2", "web-3", "web-4"}
+	// Five minutes, a profile of each type every 20 s per host, hosts a
+	// second apart, produced in time order as agents would.
+	for k := range 15 {
+		for h, host := range hosts {
+			at := t0.Add(time.Duration(k)*20*time.Second + time.Duration(h)*time.Second)
+			e.produce(record.ProfileCPU, host, x.cpuProfile(host, at, int64(1000*(h+1)+k), int64(7+k)))
+			e.produce(record.ProfileMemory, host, pproftest.NewMemory(at, 10*time.Second).
+				Sample(map[string]string{record.LabelService: "db", record.LabelPID: "1"}, []int64{int64(100 * (k + 1))}).
+				Sample(map[string]string{record.LabelService: "db", record.LabelPID: "2"}, []int64{int64(h)}).
+				Profile())
+			n += 2
+		}
+	}
+	for h, host := range hosts {
+		// Memory: three profiles per minute, each summing both processes.
+		for m := range 5 {
+			for _, res := range []string{indices.ResolutionMinute, indices.ResolutionHour} {
+				d := x.at(res, t0.Add(time.Duration(m)*time.Minute), indices.KindService, "memory", "db", host, "", "")
+				var sum, peak int64
+				ks := []int{3 * m, 3*m + 1, 3*m + 2}
+				if res == indices.ResolutionHour {
+					ks = make([]int, 15)
+					for i := range ks {
+						ks[i] = i
+					}
+				}
+				for _, k := range ks {
+					v := int64(100*(k+1)) + int64(h)
+					sum += v
+					peak = max(peak, v)
+				}
+				d.MemAvg, d.MemMax, d.Samples = float64(sum)/float64(len(ks)), peak, int64(2*len(ks))
+			}
+		}
+	}
+	want := x.finish()
+
+	in := e.start(e.osURL)
+	waitFor(t, "all records folded in", 60*time.Second, func() bool { return in.count("added") == n })
+	// Minutes 10:00 to 10:02 close on the watermark (10:04:41) before any
+	// shutdown; the rest is written by the final flush.
+	waitFor(t, "closed windows written", 60*time.Second, func() bool {
+		_, ok := byKey(e.docs())[key(indices.RollupDoc{Resolution: "1m", Timestamp: t0.Add(2 * time.Minute), Kind: "service", Type: "cpu", Service: "checkout", Host: "web-4"})]
+		return ok
+	})
+	in.close(t)
+	first := e.docs()
+	compare(t, byKey(first), want)
+	if t.Failed() {
+		t.FailNow()
+	}
+	// The hour window holds every record, so nothing may be committed past
+	// the first offset of each partition.
+	for p, o := range e.committed() {
+		if o.Err != nil || o.At != 0 {
+			t.Errorf("partition %d committed %d (%v), want 0: the 10:00 hour is still in memory", p, o.At, o.Err)
+		}
+	}
+
+	// Replay: reset the group to the start and run again.
+	reset := kadm.Offsets{}
+	for p := range int32(3) {
+		reset.Add(kadm.Offset{Topic: e.topics.ProfilesSymbolized, Partition: p, At: 0, LeaderEpoch: -1})
+	}
+	if err := e.adm.CommitAllOffsets(context.Background(), e.group, reset); err != nil {
+		t.Fatalf("reset group: %v", err)
+	}
+	again := e.start(e.osURL)
+	waitFor(t, "replay folded in", 60*time.Second, func() bool { return again.count("added") == n })
+	again.close(t)
+	second := e.docs()
+	if len(second) != len(first) {
+		t.Fatalf("replay changed the document count: %d, then %d", len(first), len(second))
+	}
+	for id, d := range first {
+		if second[id] != d {
+			t.Errorf("replay changed %s: %+v, then %+v", id, d, second[id])
+		}
+	}
+}
