@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/pprof/profile"
@@ -19,10 +21,21 @@ type Documents struct {
 	Samples []Sample
 }
 
-// Stack is a distinct stack of a profile and its stacks-index document.
+// Stack is a distinct stack of a profile. Its document is encoded only when
+// needed (Doc): most stacks were stored before and are not sent again.
 type Stack struct {
-	ID  string
-	Doc []byte
+	ID     string
+	Frames []indices.Frame
+	At     time.Time
+}
+
+// Doc is the stacks-index document of s.
+func (s Stack) Doc() ([]byte, error) {
+	doc, err := json.Marshal(stackDoc(s.Frames, s.At))
+	if err != nil {
+		return nil, fmt.Errorf("encode stack %s: %w", s.ID, err)
+	}
+	return doc, nil
 }
 
 // Sample is one samples-index document: the samples of a profile with the
@@ -103,11 +116,7 @@ func Convert(names indices.Names, meta record.Meta, p *profile.Profile, fallback
 			stackID = indices.StackID(frames)
 			if !seenStack[stackID] {
 				seenStack[stackID] = true
-				doc, err := json.Marshal(stackDoc(frames, at))
-				if err != nil {
-					return Documents{}, fmt.Errorf("encode stack: %w", err)
-				}
-				docs.Stacks = append(docs.Stacks, Stack{ID: stackID, Doc: doc})
+				docs.Stacks = append(docs.Stacks, Stack{ID: stackID, Frames: frames, At: at})
 			}
 		}
 		labels := record.Labels(s.Label)
@@ -155,11 +164,7 @@ func Convert(names indices.Names, meta record.Meta, p *profile.Profile, fallback
 		}
 		idLabels[record.LabelService] = d.Service
 		id := indices.SampleID(d.Host, d.Type, at, d.StackID, idLabels)
-		doc, err := json.Marshal(d)
-		if err != nil {
-			return Documents{}, fmt.Errorf("encode sample: %w", err)
-		}
-		docs.Samples = append(docs.Samples, Sample{Index: index, ID: id, Doc: doc, Raw: a.raw})
+		docs.Samples = append(docs.Samples, Sample{Index: index, ID: id, Doc: appendSampleDoc(nil, d), Raw: a.raw})
 	}
 	return docs, nil
 }
@@ -211,6 +216,71 @@ func stackDoc(frames []indices.Frame, at time.Time) indices.StackDoc {
 
 // labelKey is a canonical string of a label set, for merging.
 func labelKey(l map[string]string) string {
-	b, _ := json.Marshal(l) // map keys are sorted
-	return string(b)
+	keys := sortedKeys(l)
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k)
+		b.WriteByte(0)
+		b.WriteString(l[k])
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+func sortedKeys(l map[string]string) []string {
+	keys := make([]string, 0, len(l))
+	for k := range l {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// appendSampleDoc encodes d as json.Marshal would (labels in key order),
+// without reflection: it runs once per document on the hot path.
+func appendSampleDoc(b []byte, d *indices.SampleDoc) []byte {
+	b = append(b, `{"@timestamp":"`...)
+	b = d.Timestamp.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","type":`...)
+	b = appendString(b, d.Type)
+	b = append(b, `,"host":`...)
+	b = appendString(b, d.Host)
+	b = append(b, `,"service":`...)
+	b = appendString(b, d.Service)
+	if d.StackID != "" {
+		b = append(b, `,"stack_id":`...)
+		b = appendString(b, d.StackID)
+	}
+	b = append(b, `,"value":`...)
+	b = strconv.AppendInt(b, d.Value, 10)
+	if d.Count != 0 {
+		b = append(b, `,"count":`...)
+		b = strconv.AppendInt(b, d.Count, 10)
+	}
+	if len(d.Labels) > 0 {
+		b = append(b, `,"labels":{`...)
+		for i, k := range sortedKeys(d.Labels) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, k)
+			b = append(b, ':')
+			b = appendString(b, d.Labels[k])
+		}
+		b = append(b, '}')
+	}
+	return append(b, '}')
+}
+
+// appendString appends s as a JSON string.
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stackstream/stackstream/pkg/pproftest"
 	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/schemas/record"
+	"github.com/stackstream/stackstream/services/indexer/internal/indexertest"
 )
 
 var testNames = indices.Names{Prefix: "t-"}
@@ -163,9 +164,67 @@ func FuzzConvert(f *testing.F) {
 			}
 		}
 		for _, s := range docs.Stacks {
-			if !json.Valid(s.Doc) {
-				t.Fatalf("invalid stack doc %q", s.Doc)
+			doc, err := s.Doc()
+			if err != nil || !json.Valid(doc) {
+				t.Fatalf("invalid stack doc %q: %v", doc, err)
 			}
 		}
 	})
+}
+
+// BenchmarkDecodeConvert is the CPU the indexer spends per profile of the
+// benchmark corpus (a busy 8-CPU host, 10 s): decode plus documents.
+func BenchmarkDecodeConvert(b *testing.B) {
+	recs, _, err := indexertest.Corpus{
+		Seed: 2026, Hosts: 1, ProfilesPerHost: 20, Start: time.Unix(1700000000, 0), Interval: 10 * time.Second,
+		Stacks: 2000, Depth: 30, Processes: 10, SamplesPerProf: 300, RawPerSample: 50,
+	}.Build()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	docs := 0
+	for i := 0; b.Loop(); i++ {
+		r := recs[i%len(recs)]
+		p, err := record.DecodeProfile(r.Val)
+		if err != nil {
+			b.Fatal(err)
+		}
+		d, err := Convert(testNames, r.Meta, p, r.Time)
+		if err != nil {
+			b.Fatal(err)
+		}
+		docs += len(d.Samples)
+	}
+	b.ReportMetric(float64(docs)/b.Elapsed().Seconds(), "docs/s")
+}
+
+func TestAppendSampleDocMatchesJSON(t *testing.T) {
+	tests := []struct {
+		name string
+		d    indices.SampleDoc
+	}{
+		{"full", indices.SampleDoc{Timestamp: time.Date(2026, 1, 2, 3, 4, 5, 600, time.UTC), Type: "cpu", Host: "h", Service: "s", StackID: "abc", Value: 10, Count: 2,
+			Labels: map[string]string{"pid": "1", "comm": "x", "a": "b"}}},
+		{"stackless, no labels", indices.SampleDoc{Timestamp: time.Unix(0, 0).UTC(), Type: "memory", Host: "h", Service: "s", Value: -5}},
+		{"escapes", indices.SampleDoc{Timestamp: time.Unix(1, 0).UTC(), Type: "cpu", Host: "h\"q\"", Service: "s\n\t\u0001<é>",
+			Labels: map[string]string{"k\"": "v\\", "ü": "\x7f"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := appendSampleDoc(nil, &tt.d)
+			want, _ := json.Marshal(tt.d)
+			var g, w any
+			if err := json.Unmarshal(got, &g); err != nil {
+				t.Fatalf("invalid JSON %q: %v", got, err)
+			}
+			json.Unmarshal(want, &w)
+			gb, _ := json.Marshal(g)
+			wb, _ := json.Marshal(w)
+			if string(gb) != string(wb) {
+				t.Fatalf("got %s, want %s", got, want)
+			}
+		})
+	}
 }

@@ -191,10 +191,16 @@ func (ix *Indexer) add(b *batch, r *kgo.Record) {
 		if _, ok := ix.stored[s.ID]; ok {
 			continue
 		}
+		doc, err := s.Doc()
+		if err != nil {
+			ix.log.Warn("dead-letter record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
+			b.dlq = append(b.dlq, record.DLQRecord(ix.opts.DLQTopic, Service, r, err))
+			return
+		}
 		b.stacks[s.ID] = true
-		b.items = append(b.items, bulk.Item{Index: stacksIndex, ID: s.ID, Create: true, Doc: s.Doc})
+		b.items = append(b.items, bulk.Item{Index: stacksIndex, ID: s.ID, Create: true, Doc: doc})
 		b.owner[stacksIndex+"\x00"+s.ID] = r
-		b.bytes += len(s.Doc) + len(s.ID) + len(stacksIndex) + 40
+		b.bytes += len(doc) + len(s.ID) + len(stacksIndex) + 40
 	}
 	for _, s := range docs.Samples {
 		b.items = append(b.items, bulk.Item{Index: s.Index, ID: s.ID, Doc: s.Doc})
