@@ -104,24 +104,39 @@ type window struct {
 	dirty     int
 }
 
-// Checkpoint travels with a committed offset (as commit metadata) so a
-// restarted consumer makes the same too-late decisions: Watermark restores
-// the partition's watermark, and records below Next were already handled.
+// Checkpoint travels with a committed offset (as commit metadata) so that a
+// consumer reading again from that offset makes exactly the decisions the
+// previous one made, and rebuilds exactly the windows it held:
+//
+//   - Watermark is the watermark as of the committed offset (the newest event
+//     time among the records before it). Replaying from there recomputes the
+//     watermark each record saw the first time, so every too-late decision
+//     is the same.
+//   - Floor is the watermark when the commit was made. Windows ending before
+//     Floor minus lateness and retention had been written whole and evicted;
+//     a record read again does not recreate them (it would overwrite the
+//     stored sum with part of it).
+//   - Next is the offset after the last record handled then: a too-late
+//     record below it already went to the DLQ.
 type Checkpoint struct {
 	Watermark int64 // unix nanoseconds
+	Floor     int64 // unix nanoseconds
 	Next      int64
 }
 
 // String encodes the checkpoint for commit metadata.
 func (c Checkpoint) String() string {
-	return fmt.Sprintf("rollup/v1 wm=%d next=%d", c.Watermark, c.Next)
+	return fmt.Sprintf("rollup/v1 wm=%d floor=%d next=%d", c.Watermark, c.Floor, c.Next)
 }
 
 // ParseCheckpoint decodes commit metadata; anything else (an empty string, a
 // commit made by another tool) gives the zero Checkpoint and false.
 func ParseCheckpoint(s string) (Checkpoint, bool) {
 	var c Checkpoint
-	if _, err := fmt.Sscanf(s, "rollup/v1 wm=%d next=%d", &c.Watermark, &c.Next); err != nil {
+	if _, err := fmt.Sscanf(s, "rollup/v1 wm=%d floor=%d next=%d", &c.Watermark, &c.Floor, &c.Next); err != nil {
+		return Checkpoint{}, false
+	}
+	if c.Floor < c.Watermark {
 		return Checkpoint{}, false
 	}
 	return c, true
@@ -130,9 +145,13 @@ func ParseCheckpoint(s string) (Checkpoint, bool) {
 // Partition is the window state of one partition. It is not safe for
 // concurrent use.
 type Partition struct {
-	cfg           Config
-	watermark     int64
-	handledBelow  int64
+	cfg       Config
+	watermark int64
+	restored  Checkpoint
+	// marks are the offsets where the watermark rose, with the watermark
+	// after them, since the last commit: the watermark as of any offset.
+	marks         []mark
+	baseWatermark int64 // the watermark before the first mark
 	next          int64 // offset after the last record seen; -1 before any
 	windows       map[windowKey]*window
 	lastCommitted int64
@@ -146,7 +165,7 @@ func NewPartition(cfg Config, cp Checkpoint) *Partition {
 		cfg.Now = time.Now
 	}
 	return &Partition{
-		cfg: cfg, watermark: cp.Watermark, handledBelow: cp.Next,
+		cfg: cfg, watermark: cp.Watermark, baseWatermark: cp.Watermark, restored: cp,
 		next: -1, windows: map[windowKey]*window{}, lastCommitted: -1,
 		stacks: map[string]*stackInfo{},
 	}
@@ -202,15 +221,20 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 		}
 	}
 	minute := truncate(at, time.Minute)
-	if minute+int64(time.Minute+p.cfg.AllowedLateness+p.cfg.Retention) <= p.watermark {
+	if p.evicted(minute+int64(time.Minute), p.watermark) {
 		p.Advance(in.Offset)
-		if in.Offset < p.handledBelow {
+		if in.Offset < p.restored.Next {
 			return Skipped, nil
 		}
 		return TooLate, nil
 	}
 	deltas := p.contributions(in, vi)
 	for _, res := range []string{indices.ResolutionMinute, indices.ResolutionHour} {
+		size := windowSize(res)
+		if in.Offset < p.restored.Next && p.evicted(truncate(at, size)+int64(size), p.restored.Floor) {
+			// Written whole and evicted before the last commit.
+			continue
+		}
 		w := p.window(res, at, in.Offset)
 		for k, d := range deltas {
 			k.kind, k.typ = d.kind, string(in.Type)
@@ -237,9 +261,30 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 	}
 	if at > p.watermark {
 		p.watermark = at
+		p.marks = append(p.marks, mark{offset: in.Offset, watermark: at})
 	}
 	p.Advance(in.Offset)
 	return Added, nil
+}
+
+type mark struct{ offset, watermark int64 }
+
+// evicted reports whether a window ending at end is past retention at
+// watermark wm.
+func (p *Partition) evicted(end, wm int64) bool {
+	return end+int64(p.cfg.AllowedLateness+p.cfg.Retention) <= wm
+}
+
+// watermarkBefore is the watermark as of offset: over the records below it.
+func (p *Partition) watermarkBefore(offset int64) int64 {
+	wm := p.baseWatermark
+	for _, m := range p.marks {
+		if m.offset >= offset {
+			break
+		}
+		wm = m.watermark
+	}
+	return wm
 }
 
 func (p *Partition) window(res string, t, offset int64) *window {
@@ -441,7 +486,7 @@ func MarkStored(docs []Pending) {
 func (p *Partition) Evict() int {
 	n := 0
 	for k, w := range p.windows {
-		if w.dirty == 0 && w.end+int64(p.cfg.AllowedLateness+p.cfg.Retention) <= p.watermark {
+		if w.dirty == 0 && p.evicted(w.end, p.watermark) {
 			delete(p.windows, k)
 			n++
 		}
@@ -463,10 +508,16 @@ func (p *Partition) Commit() (int64, Checkpoint, bool) {
 	if off <= p.lastCommitted {
 		return 0, Checkpoint{}, false
 	}
-	return off, Checkpoint{Watermark: p.watermark, Next: p.next}, true
+	return off, Checkpoint{Watermark: p.watermarkBefore(off), Floor: p.watermark, Next: p.next}, true
 }
 
 // Committed records a successful commit of offset.
 func (p *Partition) Committed(offset int64) {
 	p.lastCommitted = max(p.lastCommitted, offset)
+	p.baseWatermark = p.watermarkBefore(offset)
+	i := 0
+	for i < len(p.marks) && p.marks[i].offset < offset {
+		i++
+	}
+	p.marks = append(p.marks[:0], p.marks[i:]...)
 }

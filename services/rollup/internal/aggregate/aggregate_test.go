@@ -2,6 +2,8 @@ package aggregate
 
 import (
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -197,7 +199,9 @@ func TestTooLate(t *testing.T) {
 	if got := add(t, p, cpu(t0.Add(60*time.Second)), record.ProfileCPU, 3); got != Added {
 		t.Fatalf("outcome %v, want Added for 10:01", got)
 	}
-	MarkStored(p.Pending(true))
+	written := p.Pending(true)
+	MarkStored(written)
+	hourBefore := byKey(written)
 	if n := p.Evict(); n != 1 {
 		t.Fatalf("evicted %d, want minute 10:00", n)
 	}
@@ -206,14 +210,25 @@ func TestTooLate(t *testing.T) {
 		t.Fatalf("commit %d %+v %v: the hour still holds offset 0", off, cp, ok)
 	}
 
-	// A restart from the checkpoint makes the same decision, and knows
-	// offset 2 was handled before.
-	r := NewPartition(cfg, Checkpoint{Watermark: cp.Watermark, Next: 3})
+	// A restart reads again from the committed offset with the checkpoint:
+	// the same decisions, the evicted minute is not recreated, the hour is
+	// rebuilt whole, and the too-late record is known to be handled.
+	r := NewPartition(cfg, cp)
+	add(t, r, cpu(t0.Add(10*time.Second)), record.ProfileCPU, 0)
+	add(t, r, cpu(t0.Add(8*time.Minute)), record.ProfileCPU, 1)
 	if got := add(t, r, cpu(t0.Add(59*time.Second)), record.ProfileCPU, 2); got != Skipped {
 		t.Fatalf("after restart outcome %v, want Skipped", got)
 	}
+	add(t, r, cpu(t0.Add(60*time.Second)), record.ProfileCPU, 3)
 	if got := add(t, r, cpu(t0.Add(59*time.Second)), record.ProfileCPU, 7); got != TooLate {
 		t.Fatalf("after restart new record outcome %v, want TooLate", got)
+	}
+	after := byKey(r.Pending(true))
+	if _, ok := after["1m/10:00/service/checkout/"]; ok {
+		t.Fatal("restart recreated the evicted minute 10:00 from part of its records")
+	}
+	if got, want := after["1h/10:00/service/checkout/"], hourBefore["1h/10:00/service/checkout/"]; got != want || got.Value != 3*40 {
+		t.Fatalf("rebuilt hour %+v, want %+v (three profiles)", got, want)
 	}
 }
 
@@ -234,7 +249,7 @@ func TestCommitWaitsForWindows(t *testing.T) {
 	MarkStored(p.Pending(false))
 	p.Evict()
 	off, cp, ok := p.Commit()
-	if !ok || off != 6 || cp.Next != 8 || cp.Watermark != t0.Add(time.Hour+8*time.Minute).UnixNano() {
+	if !ok || off != 6 || cp.Next != 8 || cp.Watermark != t0.Add(10*time.Second).UnixNano() || cp.Floor != t0.Add(time.Hour+8*time.Minute).UnixNano() {
 		t.Fatalf("commit %d %+v %v, want 6 with next 8", off, cp, ok)
 	}
 	p.Committed(off)
@@ -277,12 +292,12 @@ func TestAddRejects(t *testing.T) {
 }
 
 func TestCheckpointRoundTrip(t *testing.T) {
-	c := Checkpoint{Watermark: t0.UnixNano(), Next: 42}
+	c := Checkpoint{Watermark: t0.UnixNano(), Floor: t0.UnixNano() + 5, Next: 42}
 	got, ok := ParseCheckpoint(c.String())
 	if !ok || got != c {
 		t.Fatalf("ParseCheckpoint(%q) = %+v %v", c.String(), got, ok)
 	}
-	for _, bad := range []string{"", "member-1", "rollup/v1 wm=x next=1"} {
+	for _, bad := range []string{"", "member-1", "rollup/v1 wm=x floor=1 next=1", "rollup/v1 wm=5 floor=1 next=1"} {
 		if _, ok := ParseCheckpoint(bad); ok {
 			t.Errorf("ParseCheckpoint(%q) accepted", bad)
 		}
@@ -290,7 +305,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 }
 
 func FuzzParseCheckpoint(f *testing.F) {
-	f.Add(Checkpoint{Watermark: 1, Next: 2}.String())
+	f.Add(Checkpoint{Watermark: 1, Floor: 2, Next: 3}.String())
 	f.Add("")
 	f.Fuzz(func(t *testing.T, s string) {
 		c, ok := ParseCheckpoint(s)
@@ -312,5 +327,105 @@ func TestIndexerCompatibleInput(t *testing.T) {
 	d, ok := byKey(p.Pending(true))["1m/10:01/service/a/"]
 	if !ok || d.Host != "from-label" || d.Value != 9 {
 		t.Fatalf("got %+v %v, want host from-label value 9 at 10:01", d, ok)
+	}
+}
+
+// genRecords is a partition's log: three hosts over about three hours, some
+// profiles arriving up to 15 minutes late, CPU and memory.
+func genRecords(rng *rand.Rand, n int) []Input {
+	out := make([]Input, n)
+	now := t0
+	for i := range out {
+		now = now.Add(time.Duration(rng.IntN(40)) * time.Second)
+		at := now
+		if rng.IntN(10) == 0 {
+			at = at.Add(-time.Duration(rng.IntN(15*60)) * time.Second)
+		}
+		host := fmt.Sprintf("h%d", rng.IntN(3))
+		if rng.IntN(4) == 0 {
+			prof := pproftest.NewMemory(at, time.Second).
+				Sample(map[string]string{record.LabelService: "db", record.LabelPID: "1"}, []int64{rng.Int64N(1000)}).Profile()
+			out[i] = Input{Profile: prof, Type: record.ProfileMemory, Host: host, Offset: int64(i)}
+			continue
+		}
+		prof := pproftest.NewCPU(at, time.Second).
+			Sample(svc("checkout"), []int64{1, rng.Int64N(100)}, "hash", "work", "main").
+			Sample(svc("api"), []int64{2, rng.Int64N(100)}, "main", "serve", "main").Profile()
+		out[i] = Input{Profile: prof, Type: record.ProfileCPU, Host: host, Offset: int64(i)}
+	}
+	return out
+}
+
+// consumer drives a Partition as the pipeline does, into an in-memory store.
+type consumer struct {
+	p         *Partition
+	store     map[string]indices.RollupDoc
+	tooLate   map[int64]bool
+	committed int64
+	cp        Checkpoint
+}
+
+func (c *consumer) run(t *testing.T, recs []Input, flushEvery int) {
+	t.Helper()
+	for i, in := range recs {
+		out, err := c.p.Add(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out == TooLate {
+			c.tooLate[in.Offset] = true
+		}
+		if (i+1)%flushEvery == 0 {
+			c.flush(false)
+		}
+	}
+}
+
+func (c *consumer) flush(all bool) {
+	docs := c.p.Pending(all)
+	for _, d := range docs {
+		c.store[d.ID] = d.Doc
+	}
+	MarkStored(docs)
+	c.p.Evict()
+	if off, cp, ok := c.p.Commit(); ok {
+		c.p.Committed(off)
+		c.committed, c.cp = off, cp
+	}
+}
+
+// TestRestartRebuildsExactly crashes a consumer at random points and
+// replays from its last commit: the stored documents and the DLQ decisions
+// equal those of a run that never stopped.
+func TestRestartRebuildsExactly(t *testing.T) {
+	cfg := testConfig()
+	for seed := range 40 {
+		rng := rand.New(rand.NewPCG(uint64(seed), 7))
+		recs := genRecords(rng, 600)
+		flushEvery := 1 + rng.IntN(20)
+
+		whole := &consumer{p: NewPartition(cfg, Checkpoint{}), store: map[string]indices.RollupDoc{}, tooLate: map[int64]bool{}}
+		whole.run(t, recs, flushEvery)
+		whole.flush(true)
+
+		crash := rng.IntN(len(recs))
+		first := &consumer{p: NewPartition(cfg, Checkpoint{}), store: map[string]indices.RollupDoc{}, tooLate: map[int64]bool{}}
+		first.run(t, recs[:crash], flushEvery)
+		// The crash loses every unflushed window; the store and the commit stay.
+		second := &consumer{p: NewPartition(cfg, first.cp), store: first.store, tooLate: first.tooLate}
+		second.run(t, recs[first.committed:], flushEvery)
+		second.flush(true)
+
+		if len(second.store) != len(whole.store) {
+			t.Fatalf("seed %d crash at %d (commit %d): %d docs, want %d", seed, crash, first.committed, len(second.store), len(whole.store))
+		}
+		for id, want := range whole.store {
+			if got := second.store[id]; got != want {
+				t.Fatalf("seed %d crash at %d (commit %d): doc %s\n got %+v\nwant %+v", seed, crash, first.committed, id, got, want)
+			}
+		}
+		if len(second.tooLate) != len(whole.tooLate) {
+			t.Fatalf("seed %d: too late %v, want %v", seed, second.tooLate, whole.tooLate)
+		}
 	}
 }
