@@ -62,6 +62,7 @@ export interface DiffNode {
 
 export interface DiffResponse {
   type: string;
+  truncated?: boolean;
   base_total: number;
   compare_total: number;
   root: DiffNode;

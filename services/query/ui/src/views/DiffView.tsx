@@ -109,6 +109,9 @@ export function DiffView({ api, type, query, range }: DiffProps) {
                 <EuiText size="xs" color="subdued" data-test-subj="diffTotals">
                   <p>Base total {d.base_total.toLocaleString('en-US')} · compare total {d.compare_total.toLocaleString('en-US')} (widths and colors use each side's share of its own total)</p>
                 </EuiText>
+                {d.truncated && (
+                  <EuiText size="xs" color="warning"><p>Truncated: the selections have more stacks than the per-request limit; narrow them for the full picture.</p></EuiText>
+                )}
                 <FlameGraph layout={layout!} unit="share" testId="diff-flamegraph" />
               </>
             )}
