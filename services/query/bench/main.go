@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"crypto/rand"
 	"encoding/hex"
 	"flag"
@@ -35,7 +36,7 @@ import (
 type params struct {
 	hosts, services, stacksPerService, stacksPerHost, n int
 	keep                                                bool
-	only                                                string
+	only, reuse                                         string
 }
 
 func main() {
@@ -47,6 +48,7 @@ func main() {
 	flag.IntVar(&p.n, "n", 20, "measured requests per query")
 	flag.BoolVar(&p.keep, "keep", false, "keep the generated indices")
 	flag.StringVar(&p.only, "only", "", "run only the queries whose name contains this")
+	flag.StringVar(&p.reuse, "reuse", "", "query the data kept (-keep) under this prefix instead of generating")
 	flag.Parse()
 	if err := run(p); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -64,26 +66,13 @@ func run(p params) error {
 	if err != nil {
 		return err
 	}
-	b := make([]byte, 4)
-	rand.Read(b)
-	names := indices.Names{Prefix: "bench-query-" + hex.EncodeToString(b) + "-"}
-	if _, err := opensearch.ApplyTemplates(ctx, cl, names.Prefix, indices.Settings{Replicas: 0, RefreshInterval: "-1"}); err != nil {
+	names, h, err := prepare(ctx, cl, p)
+	if err != nil {
 		return err
 	}
 	if !p.keep {
 		defer querytest.Cleanup(context.Background(), cl, names)
 	}
-	// Whole hours, so the 24 h range reads hourly rollups only (see docs/QUERY.md).
-	h := time.Now().UTC().Truncate(time.Hour)
-	start := time.Now()
-	counts, err := generate(ctx, cl, names, h, p)
-	if err != nil {
-		return err
-	}
-	if err := querytest.Refresh(ctx, cl, names); err != nil {
-		return err
-	}
-	fmt.Printf("generated %s in %s (prefix %s)\nload average before the queries: %s\n\n", counts, time.Since(start).Round(time.Second), names.Prefix, loadavg())
 
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	newServer := func() *httptest.Server {
@@ -200,6 +189,48 @@ func summarize(body []byte) string {
 
 func clearCache(ctx context.Context, cl *opensearchapi.Client, names indices.Names) {
 	opensearch.Raw(ctx, cl, http.MethodPost, "/"+names.Prefix+"*/_cache/clear?request=true", nil)
+}
+
+// prepare generates the data under a new prefix, or finds the kept data
+// of -reuse; h is the end of the data (the top of the hour it was made in).
+func prepare(ctx context.Context, cl *opensearchapi.Client, p params) (indices.Names, time.Time, error) {
+	if p.reuse != "" {
+		names := indices.Names{Prefix: p.reuse}
+		var out struct {
+			Aggregations struct {
+				Last struct {
+					Value float64 `json:"value"`
+				} `json:"last"`
+			} `json:"aggregations"`
+		}
+		body := `{"size":0,"aggs":{"last":{"max":{"field":"@timestamp"}}}}`
+		status, raw, err := opensearch.Raw(ctx, cl, http.MethodPost, "/"+names.SamplesPattern()+"/_search", []byte(body))
+		if err != nil || status != http.StatusOK || json.Unmarshal(raw, &out) != nil || out.Aggregations.Last.Value == 0 {
+			return names, time.Time{}, fmt.Errorf("find the data under %s: HTTP %d %v %.200s", p.reuse, status, err, raw)
+		}
+		h := time.UnixMilli(int64(out.Aggregations.Last.Value)).UTC().Add(time.Minute)
+		fmt.Printf("reusing %s (data up to %s)\nload average before the queries: %s\n\n", p.reuse, h.Format(time.RFC3339), loadavg())
+		return names, h, nil
+	}
+	b := make([]byte, 4)
+	rand.Read(b)
+	names := indices.Names{Prefix: "bench-query-" + hex.EncodeToString(b) + "-"}
+	if _, err := opensearch.ApplyTemplates(ctx, cl, names.Prefix, indices.Settings{Replicas: 0, RefreshInterval: "-1"}); err != nil {
+		return names, time.Time{}, err
+	}
+	// Whole hours, so the 24 h range reads hourly rollups only (see docs/QUERY.md).
+	h := time.Now().UTC().Truncate(time.Hour)
+	start := time.Now()
+	counts, err := generate(ctx, cl, names, h, p)
+	if err == nil {
+		err = querytest.Refresh(ctx, cl, names)
+	}
+	if err != nil {
+		querytest.Cleanup(context.Background(), cl, names)
+		return names, h, err
+	}
+	fmt.Printf("generated %s in %s (prefix %s)\nload average before the queries: %s\n\n", counts, time.Since(start).Round(time.Second), names.Prefix, loadavg())
+	return names, h, nil
 }
 
 // fleet is the generated shape: each service has its stacks, each host a

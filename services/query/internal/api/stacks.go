@@ -2,9 +2,7 @@ package api
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
 	"sync"
 
 	"github.com/stackstream/stackstream/schemas/record"
@@ -271,35 +269,39 @@ func (a *API) frames(ctx context.Context, ids []string) (map[string][]string, er
 }
 
 const (
-	mgetChunk    = 500
-	mgetParallel = 3
+	// mgetChunk stays under OpenSearch's index.max_result_window (10000).
+	mgetChunk    = 5000
+	mgetParallel = 2
 )
 
 // mgetStacks reads the frames of ids; IDs the stacks index lacks get one
-// unknownStack frame.
+// unknownStack frame. It searches with an ids query rather than _mget: the
+// search fetch phase reads stored documents in index order, which with
+// compressed stored fields was 4-6 times faster for thousands of IDs.
 func (a *API) mgetStacks(ctx context.Context, ids []string) (map[string][]string, error) {
 	var resp struct {
-		Docs []struct {
-			ID     string `json:"_id"`
-			Found  bool   `json:"found"`
-			Source struct {
-				Frames []struct {
-					Function string `json:"function"`
-					Binary   string `json:"binary"`
-				} `json:"frames"`
-			} `json:"_source"`
-		} `json:"docs"`
+		Hits struct {
+			Hits []struct {
+				ID     string `json:"_id"`
+				Source struct {
+					Frames []struct {
+						Function string `json:"function"`
+						Binary   string `json:"binary"`
+					} `json:"frames"`
+				} `json:"_source"`
+			} `json:"hits"`
+		} `json:"hits"`
 	}
-	path := "/" + a.names.Stacks() + "/_mget?_source_includes=frames.function,frames.binary"
-	err := a.do(ctx, http.MethodPost, path, map[string]any{"ids": ids}, &resp)
-	if err != nil && !errors.Is(err, errNotFound) {
+	body := map[string]any{
+		"size": len(ids), "track_total_hits": false,
+		"query":   map[string]any{"ids": map[string]any{"values": ids}},
+		"_source": map[string]any{"includes": []string{"frames.function", "frames.binary"}},
+	}
+	if err := a.search(ctx, []string{a.names.Stacks()}, body, &resp, "hits.hits._id", "hits.hits._source"); err != nil {
 		return nil, fmt.Errorf("get stacks: %w", err)
 	}
 	out := make(map[string][]string, len(ids))
-	for _, d := range resp.Docs {
-		if !d.Found {
-			continue
-		}
+	for _, d := range resp.Hits.Hits {
 		names := make([]string, len(d.Source.Frames))
 		for i, f := range d.Source.Frames {
 			name := f.Function
