@@ -15,14 +15,20 @@ import (
 var ErrNoSymbols = errors.New("binary has no symbols, DWARF or Go pclntab")
 
 // FromELF builds a table from an ELF executable, shared object or separate
-// debug file.
-func FromELF(r io.ReaderAt, buildID, source string) (*Table, error) {
+// debug file. Files come from servers and disks the symbolizer does not
+// control: a parser panic on a malformed file is returned as an error.
+func FromELF(r io.ReaderAt, buildID, source string) (t *Table, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			t, err = nil, fmt.Errorf("read elf: malformed file: %v", p)
+		}
+	}()
 	ef, err := elf.NewFile(r)
 	if err != nil {
 		return nil, fmt.Errorf("read elf: %w", err)
 	}
 	defer ef.Close()
-	t := &Table{BuildID: buildID, Source: source}
+	t = &Table{BuildID: buildID, Source: source}
 	for _, p := range ef.Progs {
 		if p.Type != elf.PT_LOAD || p.Flags&elf.PF_X == 0 {
 			continue
@@ -46,8 +52,14 @@ func FromELF(r io.ReaderAt, buildID, source string) (*Table, error) {
 	}
 	t.finishSymbols()
 	if d, err := ef.DWARF(); err == nil {
+		// Every DIE takes at least one byte of .debug_info: more entries
+		// than bytes means a corrupt file is making debug/dwarf go round.
+		budget := 1 << 20
+		if s := ef.Section(".debug_info"); s != nil {
+			budget = int(min(s.Size, 1<<34)) + 1024
+		}
 		// Broken DWARF loses lines and inlines, not the symbol table.
-		_ = t.loadDWARF(d)
+		_ = t.loadDWARF(d, budget)
 	}
 	if pcln, text := ef.Section(".gopclntab"), ef.Section(".text"); pcln != nil && text != nil && pcln.Type != elf.SHT_NOBITS {
 		if data, err := pcln.Data(); err == nil {
@@ -107,7 +119,10 @@ type funcInfo struct {
 	spec, origin  dwarf.Offset
 }
 
-func (t *Table) loadDWARF(d *dwarf.Data) error {
+// errDWARFLoop stops reading DWARF that yields more entries than it has bytes.
+var errDWARFLoop = errors.New("read dwarf: more entries than .debug_info has bytes")
+
+func (t *Table) loadDWARF(d *dwarf.Data, budget int) error {
 	infos := map[dwarf.Offset]funcInfo{}
 	var scopes []*scope
 	fileIdx := map[string]uint32{}
@@ -115,10 +130,11 @@ func (t *Table) loadDWARF(d *dwarf.Data) error {
 		fileIdx[f] = uint32(len(fileIdx))
 	}
 	r := d.Reader()
+	w := &dwarfWalker{d: d, r: r, infos: infos, budget: budget}
 	for {
-		cu, err := r.Next()
+		cu, err := w.next()
 		if err != nil {
-			return fmt.Errorf("read dwarf: %w", err)
+			return err
 		}
 		if cu == nil {
 			break
@@ -130,7 +146,8 @@ func (t *Table) loadDWARF(d *dwarf.Data) error {
 		var files []*dwarf.LineFile
 		if lr, err := d.LineReader(cu); err == nil && lr != nil {
 			var e dwarf.LineEntry
-			for lr.Next(&e) == nil {
+			for lr.Next(&e) == nil && w.budget > 0 {
+				w.budget--
 				if e.EndSequence {
 					t.lines = append(t.lines, lineRow{addr: e.Address})
 					continue
@@ -145,7 +162,7 @@ func (t *Table) loadDWARF(d *dwarf.Data) error {
 		if !cu.Children {
 			continue
 		}
-		w := &dwarfWalker{d: d, r: r, files: files, infos: infos}
+		w.files = files
 		if err := w.walk(nil, &scopes); err != nil {
 			return err
 		}
@@ -201,19 +218,32 @@ func funcName(infos map[dwarf.Offset]funcInfo, off dwarf.Offset) (name, sys stri
 }
 
 type dwarfWalker struct {
-	d     *dwarf.Data
-	r     *dwarf.Reader
-	files []*dwarf.LineFile
-	infos map[dwarf.Offset]funcInfo
+	d      *dwarf.Data
+	r      *dwarf.Reader
+	files  []*dwarf.LineFile
+	infos  map[dwarf.Offset]funcInfo
+	budget int // entries and line rows left to read
+}
+
+func (w *dwarfWalker) next() (*dwarf.Entry, error) {
+	if w.budget <= 0 {
+		return nil, errDWARFLoop
+	}
+	w.budget--
+	e, err := w.r.Next()
+	if err != nil {
+		return nil, fmt.Errorf("read dwarf: %w", err)
+	}
+	return e, nil
 }
 
 // walk reads the children of the entry just read, up to their end marker,
 // attaching scopes to parent (or to top when parent is nil).
 func (w *dwarfWalker) walk(parent *scope, top *[]*scope) error {
 	for {
-		e, err := w.r.Next()
+		e, err := w.next()
 		if err != nil {
-			return fmt.Errorf("read dwarf: %w", err)
+			return err
 		}
 		if e == nil || e.Tag == 0 {
 			return nil
