@@ -6,7 +6,7 @@ import {
   EuiFieldPassword, EuiFlexGroup, EuiFlexItem, EuiHeader, EuiHeaderSectionItem, EuiPage, EuiPageBody,
   EuiSelect, EuiSpacer, EuiSuperDatePicker, EuiTab, EuiTabs, EuiText, EuiTitle,
 } from '@opensearch-project/oui';
-import { Api, type ConfigResponse } from './api';
+import { Api, ApiError, describeError, type ConfigResponse } from './api';
 import { resolve, type TimeRange } from './time';
 import { SelectorBar } from './views/SelectorBar';
 import { ProfileView } from './views/ProfileView';
@@ -79,6 +79,19 @@ export function App() {
     // eslint-disable-next-line react-hooks/exhaustive-deps
     [state.start, state.end, refresh]);
 
+  // Check the selector once per change (a one-value label query), so a bad
+  // selector is explained under the bar instead of in every panel.
+  const [selectorError, setSelectorError] = useState<string | null>(null);
+  useEffect(() => {
+    setSelectorError(null);
+    if (!state.query || range instanceof Error) return;
+    const ac = new AbortController();
+    api.labelValues('service', ac.signal, { query: state.query, from: range.from, to: range.to, limit: 1 }).catch((e) => {
+      if (e instanceof ApiError && e.parameter === 'query') setSelectorError(describeError(e));
+    });
+    return () => ac.abort();
+  }, [api, state.query, range]);
+
   const onZoom = useCallback((fromMs: number, toMs: number) => {
     update({ start: new Date(fromMs).toISOString(), end: new Date(toMs).toISOString() });
   }, [update]);
@@ -112,7 +125,7 @@ export function App() {
       </EuiHeader>
       <EuiPage paddingSize="m">
         <EuiPageBody>
-          <EuiFlexGroup gutterSize="s" alignItems="center" wrap>
+          <EuiFlexGroup gutterSize="s" alignItems="flexStart" wrap>
             <EuiFlexItem grow={false} style={{ width: 130 }}>
               <EuiSelect compressed aria-label="Profile type" value={state.type} data-test-subj="profileType"
                 options={[
@@ -122,7 +135,7 @@ export function App() {
                 onChange={(e) => update({ type: e.target.value })} />
             </EuiFlexItem>
             <EuiFlexItem style={{ minWidth: 300 }}>
-              <SelectorBar api={api} value={state.query} onSubmit={(query) => update({ query })} />
+              <SelectorBar api={api} value={state.query} error={selectorError} onSubmit={(query) => update({ query })} />
             </EuiFlexItem>
             <EuiFlexItem grow={false}>
               <EuiSuperDatePicker compressed start={state.start} end={state.end} commonlyUsedRanges={PRESETS}

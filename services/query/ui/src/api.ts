@@ -129,8 +129,8 @@ export class Api {
 
   config = (signal?: AbortSignal) => this.get<ConfigResponse>('config', {}, signal);
   labels = (signal?: AbortSignal) => this.get<{ labels: string[] }>('labels', {}, signal);
-  labelValues = (name: string, signal?: AbortSignal) =>
-    this.get<{ label: string; values: string[] }>(`labels/${encodeURIComponent(name)}/values`, {}, signal);
+  labelValues = (name: string, signal?: AbortSignal, p: Params = {}) =>
+    this.get<{ label: string; values: string[] }>(`labels/${encodeURIComponent(name)}/values`, p, signal);
   series = (p: Params, signal?: AbortSignal) => this.get<SeriesResponse>('series', p, signal);
   flamegraph = (p: Params, signal?: AbortSignal) => this.get<FlameResponse>('flamegraph', p, signal);
   top = (p: Params, signal?: AbortSignal) => this.get<TopResponse>('top', p, signal);

@@ -145,6 +145,9 @@ await finish(async () => {
     await err.waitFor();
     const text = await err.innerText();
     check(/query/i.test(text), `error callout says ${JSON.stringify(text)}`);
+    // Shown once under the selector; the panels point at it.
+    check((await page.locator('[data-test-subj="apiError"]').count()) === 1, 'the selector error is shown more than once');
+    await page.locator('[data-test-subj="flame-selectorError"]').waitFor();
     await shot('10-error.png');
   });
 

@@ -3,11 +3,16 @@
 // from /labels/{name}/values inside quotes.
 
 import { useEffect, useRef, useState } from 'react';
-import { EuiFieldText, EuiIcon } from '@opensearch-project/oui';
+import { EuiCallOut, EuiFieldText, EuiIcon } from '@opensearch-project/oui';
 import type { Api } from '../api';
 import { applyCompletion, completionAt } from '../selector';
 
-export function SelectorBar({ api, value, onSubmit }: { api: Api; value: string; onSubmit: (v: string) => void }) {
+export function SelectorBar({ api, value, onSubmit, error }: {
+  api: Api;
+  value: string;
+  onSubmit: (v: string) => void;
+  error?: string | null;
+}) {
   const [text, setText] = useState(value);
   const [labels, setLabels] = useState<string[]>([]);
   const [values, setValues] = useState<Record<string, string[]>>({});
@@ -84,6 +89,7 @@ export function SelectorBar({ api, value, onSubmit }: { api: Api; value: string;
         }}
         fullWidth
         compressed
+        isInvalid={!!error}
         prepend={<EuiIcon type="filter" />}
         placeholder='{service="checkout",host=~"web-.*"}   (Enter to apply, Tab to complete)'
         value={text}
@@ -109,6 +115,9 @@ export function SelectorBar({ api, value, onSubmit }: { api: Api; value: string;
         onBlur={() => setTimeout(() => setOpen(false), 150)}
         onKeyDown={onKeyDown}
       />
+      {error && (
+        <EuiCallOut size="s" color="danger" iconType="alert" title={error} data-test-subj="apiError" className="ss-selector-error" />
+      )}
       {open && suggestions.length > 0 && (
         <ul className="ss-suggest" role="listbox" data-testid="selector-suggestions">
           {suggestions.map((s, i) => (

@@ -1,8 +1,8 @@
 // Loading, empty and error states shared by every panel.
 
 import type { ReactNode } from 'react';
-import { EuiCallOut, EuiEmptyPrompt, EuiFlexGroup, EuiFlexItem, EuiLoadingChart } from '@opensearch-project/oui';
-import { describeError } from '../api';
+import { EuiCallOut, EuiEmptyPrompt, EuiFlexGroup, EuiFlexItem, EuiLoadingChart, EuiText } from '@opensearch-project/oui';
+import { ApiError, describeError } from '../api';
 import type { Loadable } from '../useApi';
 
 export function ErrorCallOut({ error, title = 'The query API returned an error' }: { error: unknown; title?: string }) {
@@ -20,6 +20,14 @@ export function Panel<T>({ state, empty, isEmpty, children, testId }: {
   children: (d: T) => ReactNode;
   testId: string;
 }) {
+  if (state.error instanceof ApiError && state.error.parameter === 'query') {
+    // The selector bar shows this one error once; the panels only point at it.
+    return (
+      <EuiText size="s" color="danger" data-test-subj={`${testId}-selectorError`}>
+        <p>The selector is not valid: see the message under it.</p>
+      </EuiText>
+    );
+  }
   if (state.error) return <ErrorCallOut error={state.error} />;
   if (state.loading && !state.data) {
     return (
