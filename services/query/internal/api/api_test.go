@@ -115,6 +115,14 @@ func TestAPI(t *testing.T) {
 		}
 	})
 
+	t.Run("series automatic step", func(t *testing.T) {
+		var s api.SeriesResponse
+		get(t, base, "/api/v1/series", url.Values{"group_by": {"host"}}, &s)
+		if s.StepSeconds != 60 || len(s.Series) != 3 || len(s.Series[0].Points) != 60 || s.Series[0].Labels["host"] != "db-1" {
+			t.Fatalf("step %d, %d series, want 60 s and db-1, web-2, web-1 with 60 points", s.StepSeconds, len(s.Series))
+		}
+	})
+
 	t.Run("series memory", func(t *testing.T) {
 		var s api.SeriesResponse
 		get(t, base, "/api/v1/series", url.Values{"type": {"memory"}, "step": {"10m"}}, &s)

@@ -39,23 +39,29 @@ func TestParseTime(t *testing.T) {
 
 func TestChooseStep(t *testing.T) {
 	tests := []struct {
-		requested, rng, want time.Duration
+		requested, rng time.Duration
+		lines          int
+		want           time.Duration
 	}{
-		{0, time.Hour, time.Minute},
-		{0, 6 * time.Hour, 2 * time.Minute},
-		{0, 24 * time.Hour, 5 * time.Minute},
-		{0, 7 * 24 * time.Hour, time.Hour},
-		{0, 31 * 24 * time.Hour, 3 * time.Hour},
-		{90 * time.Second, time.Hour, 2 * time.Minute},
-		{time.Second, time.Hour, time.Minute},
+		{0, time.Hour, 0, time.Minute},
+		{0, 6 * time.Hour, 0, 2 * time.Minute},
+		{0, 24 * time.Hour, 0, 5 * time.Minute},
+		{0, 24 * time.Hour, 10, 5 * time.Minute},
+		{0, 24 * time.Hour, 100, 15 * time.Minute},
+		{0, 24 * time.Hour, 1000, 30 * time.Minute},
+		{0, time.Hour, 100, time.Minute},
+		{0, 7 * 24 * time.Hour, 0, time.Hour},
+		{0, 31 * 24 * time.Hour, 0, 3 * time.Hour},
+		{90 * time.Second, time.Hour, 100, 2 * time.Minute},
+		{time.Second, time.Hour, 0, time.Minute},
 	}
 	for _, tc := range tests {
-		got, err := chooseStep(tc.requested, tc.rng)
+		got, err := chooseStep(tc.requested, tc.rng, tc.lines)
 		if err != nil || got != tc.want {
-			t.Errorf("chooseStep(%s, %s) = %s, %v; want %s", tc.requested, tc.rng, got, err, tc.want)
+			t.Errorf("chooseStep(%s, %s, %d) = %s, %v; want %s", tc.requested, tc.rng, tc.lines, got, err, tc.want)
 		}
 	}
-	if _, err := chooseStep(time.Minute, 31*24*time.Hour); err == nil {
+	if _, err := chooseStep(time.Minute, 31*24*time.Hour, 0); err == nil {
 		t.Error("chooseStep(1m, 31d) accepted 44640 points")
 	}
 }

@@ -15,20 +15,36 @@ import (
 // maxPoints bounds one series, so a tiny step over a long range is refused.
 const maxPoints = 11000
 
-// niceSteps are the automatic steps: the first giving at most autoPoints.
+// niceSteps are the automatic steps: the first giving few enough points.
 var niceSteps = []time.Duration{
 	time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute, 15 * time.Minute, 30 * time.Minute,
 	time.Hour, 2 * time.Hour, 3 * time.Hour, 6 * time.Hour, 12 * time.Hour, 24 * time.Hour,
 }
 
-const autoPoints = 300
+const (
+	// autoPoints is the most points of one line with an automatic step.
+	autoPoints = 300
+	// pointBudget bounds lines x points of a chart with an automatic step:
+	// OpenSearch's cost grows with the buckets (100 hosts x 288 points took
+	// it 100-250 ms, 100 x 96 a third of that), and 100 lines cannot show
+	// 300 points each anyway.
+	pointBudget = 10000
+	// minAutoPoints keeps many-line charts from getting too coarse.
+	minAutoPoints = 48
+)
 
 // chooseStep returns the requested step rounded up to whole minutes (the
-// finest rollup), or an automatic one giving at most autoPoints points.
-func chooseStep(requested, rng time.Duration) (time.Duration, error) {
+// finest rollup), or an automatic one giving at most autoPoints points per
+// line and about pointBudget for all lines (lines is how many are expected;
+// 0 when unknown).
+func chooseStep(requested, rng time.Duration, lines int) (time.Duration, error) {
 	if requested == 0 {
+		limit := autoPoints
+		if lines > 0 {
+			limit = min(autoPoints, max(minAutoPoints, pointBudget/lines))
+		}
 		for _, s := range niceSteps {
-			if rng/s <= autoPoints {
+			if rng/s <= time.Duration(limit) {
 				return s, nil
 			}
 		}
@@ -39,6 +55,28 @@ func chooseStep(requested, rng time.Duration) (time.Duration, error) {
 		return 0, badParam("step", "%s over %s gives %d points, more than %d: use a larger step", requested, rng, n, maxPoints)
 	}
 	return step, nil
+}
+
+// countLines estimates how many lines a chart will have (distinct values of
+// groupBy, up to MaxSeries), so the automatic step can keep the chart's
+// buckets within pointBudget. One cheap cardinality request.
+func (a *API) countLines(ctx context.Context, s selection, groupBy string) (int, error) {
+	idx, query := a.sampleIndices(s.tr), a.sampleQuery(s)
+	if s.sel.OnlyFields("service", "host") {
+		idx, query = a.rollupIndices(s.tr), a.rollupQuery(s, "service", true)
+	}
+	var out struct {
+		Aggregations struct {
+			Lines sumAgg `json:"lines"`
+		} `json:"aggregations"`
+	}
+	body := map[string]any{"size": 0, "track_total_hits": false, "query": query, "aggs": map[string]any{
+		"lines": map[string]any{"cardinality": map[string]any{"field": groupBy}},
+	}}
+	if err := a.search(ctx, idx, body, &out, "aggregations.lines.value"); err != nil {
+		return 0, fmt.Errorf("count series: %w", err)
+	}
+	return min(int(out.Aggregations.Lines.Value), a.opts.MaxSeries), nil
 }
 
 // SeriesResponse is the answer of /api/v1/series.
@@ -83,7 +121,13 @@ func (a *API) handleSeries(ctx context.Context, _ http.ResponseWriter, r *http.R
 	default:
 		return nil, badParam("group_by", "%q: use service or host", truncate(groupBy, 64))
 	}
-	step, err := chooseStep(reqStep, tr.Duration())
+	lines := 0
+	if reqStep == 0 {
+		if lines, err = a.countLines(ctx, selection{typ: typ, sel: sel, tr: tr}, groupBy); err != nil {
+			return nil, err
+		}
+	}
+	step, err := chooseStep(reqStep, tr.Duration(), lines)
 	if err != nil {
 		return nil, err
 	}
