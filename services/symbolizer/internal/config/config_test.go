@@ -1,0 +1,76 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stackstream/stackstream/pkg/kafka"
+)
+
+func valid() Config {
+	return Config{
+		Kafka:      kafka.Config{Brokers: []string{"127.0.0.1:9092"}, TopicPrefix: "stackstream."},
+		ListenAddr: "127.0.0.1:9102",
+		Symbolizer: Symbolizer{
+			Group: "stackstream-symbolizer", DebugDirs: []string{"/usr/lib/debug"}, DebuginfodTimeout: time.Minute,
+			MaxTables: 512, TopicCacheBytes: 512 << 20, SessionTimeout: 45 * time.Second, MissTTL: 5 * time.Minute,
+			MaxPollRecords: 200, MaxOutputBytes: 999000,
+		},
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*Config)
+		want   string // substring of the error; "" for valid
+	}{
+		{"defaults", func(*Config) {}, ""},
+		{"no group", func(c *Config) { c.Symbolizer.Group = "" }, "STACKSTREAM_SYMBOLIZER_GROUP"},
+		{"bad transactional id", func(c *Config) { c.Symbolizer.TransactionalID = "a b" }, "STACKSTREAM_SYMBOLIZER_TRANSACTIONAL_ID"},
+		{"short session", func(c *Config) { c.Symbolizer.SessionTimeout = time.Millisecond }, "SESSION_TIMEOUT"},
+		{"tiny output", func(c *Config) { c.Symbolizer.MaxOutputBytes = 10 }, "MAX_OUTPUT_BYTES"},
+		{"no tables", func(c *Config) { c.Symbolizer.MaxTables = 0 }, "MAX_TABLES"},
+		{"bad debuginfod url", func(c *Config) { c.Symbolizer.DebuginfodURLs = "ftp://x" }, "debuginfod URL"},
+		{"two debuginfod urls", func(c *Config) { c.Symbolizer.DebuginfodURLs = "http://a:8002 https://b/x/" }, ""},
+		{"no brokers", func(c *Config) { c.Kafka.Brokers = nil }, "STACKSTREAM_KAFKA_BROKERS"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := valid()
+			tc.change(&c)
+			err := c.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("got %v, want an error naming %s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDebuginfodURLsFallBackToConvention(t *testing.T) {
+	t.Setenv("DEBUGINFOD_URLS", "http://debuginfod.example:8002")
+	c := valid()
+	if got := c.DebuginfodURLList(); got != "http://debuginfod.example:8002" {
+		t.Fatalf("got %q", got)
+	}
+	c.Symbolizer.DebuginfodURLs = "http://mine:1"
+	if got := c.DebuginfodURLList(); got != "http://mine:1" {
+		t.Fatalf("explicit setting lost to DEBUGINFOD_URLS: %q", got)
+	}
+}
+
+func TestTxnIDFromHostname(t *testing.T) {
+	c := valid()
+	id, err := c.TxnID()
+	if err != nil || !strings.HasPrefix(id, "stackstream-symbolizer-") || !transactionalIDPattern.MatchString(id) {
+		t.Fatalf("got %q, %v", id, err)
+	}
+	c.Symbolizer.TransactionalID = "sym-1"
+	if id, _ := c.TxnID(); id != "sym-1" {
+		t.Fatalf("got %q", id)
+	}
+}
