@@ -155,6 +155,7 @@ type Partition struct {
 	next          int64 // offset after the last record seen; -1 before any
 	windows       map[windowKey]*window
 	lastCommitted int64
+	lastNext      int64
 	stacks        map[string]*stackInfo // per profile, reset by Add
 }
 
@@ -496,7 +497,7 @@ func (p *Partition) Evict() int {
 
 // Commit returns the offset that is safe to commit (every record below it
 // belongs only to windows already evicted, or went to the DLQ) with its
-// checkpoint, and false when it would not move the committed offset.
+// checkpoint, and false when neither the offset nor the checkpoint moved.
 func (p *Partition) Commit() (int64, Checkpoint, bool) {
 	if p.next < 0 {
 		return 0, Checkpoint{}, false
@@ -505,15 +506,19 @@ func (p *Partition) Commit() (int64, Checkpoint, bool) {
 	for _, w := range p.windows {
 		off = min(off, w.minOffset)
 	}
-	if off <= p.lastCommitted {
+	// The same offset is committed again when more records were handled
+	// since: the checkpoint's Next tells a restart which too-late records
+	// already went to the DLQ.
+	if off < p.lastCommitted || (off == p.lastCommitted && p.next == p.lastNext) {
 		return 0, Checkpoint{}, false
 	}
 	return off, Checkpoint{Watermark: p.watermarkBefore(off), Floor: p.watermark, Next: p.next}, true
 }
 
-// Committed records a successful commit of offset.
-func (p *Partition) Committed(offset int64) {
+// Committed records a successful commit of offset with cp.
+func (p *Partition) Committed(offset int64, cp Checkpoint) {
 	p.lastCommitted = max(p.lastCommitted, offset)
+	p.lastNext = cp.Next
 	p.baseWatermark = p.watermarkBefore(offset)
 	i := 0
 	for i < len(p.marks) && p.marks[i].offset < offset {

@@ -252,9 +252,13 @@ func TestCommitWaitsForWindows(t *testing.T) {
 	if !ok || off != 6 || cp.Next != 8 || cp.Watermark != t0.Add(10*time.Second).UnixNano() || cp.Floor != t0.Add(time.Hour+8*time.Minute).UnixNano() {
 		t.Fatalf("commit %d %+v %v, want 6 with next 8", off, cp, ok)
 	}
-	p.Committed(off)
+	p.Committed(off, cp)
 	if _, _, ok := p.Commit(); ok {
-		t.Fatal("commit again at the same offset")
+		t.Fatal("commit again with nothing new")
+	}
+	add(t, p, cpu(t0.Add(time.Hour+9*time.Minute)), record.ProfileCPU, 8)
+	if off2, cp2, ok := p.Commit(); !ok || off2 != 6 || cp2.Next != 9 {
+		t.Fatalf("commit %d %+v %v, want offset 6 again with next 9", off2, cp2, ok)
 	}
 }
 
@@ -389,7 +393,7 @@ func (c *consumer) flush(all bool) {
 	MarkStored(docs)
 	c.p.Evict()
 	if off, cp, ok := c.p.Commit(); ok {
-		c.p.Committed(off)
+		c.p.Committed(off, cp)
 		c.committed, c.cp = off, cp
 	}
 }

@@ -262,6 +262,7 @@ func (r *Rollup) produce(ctx context.Context, recs []*kgo.Record) error {
 func (r *Rollup) commit(ctx context.Context, parts map[int32]*aggregate.Partition) error {
 	topic := r.cfg.Topics.ProfilesSymbolized
 	offsets := map[int32]kgo.EpochOffset{}
+	cps := map[int32]aggregate.Checkpoint{}
 	meta := map[int32]string{}
 	open := 0
 	for id, p := range parts {
@@ -269,6 +270,7 @@ func (r *Rollup) commit(ctx context.Context, parts map[int32]*aggregate.Partitio
 		open += p.OpenWindows()
 		if off, cp, ok := p.Commit(); ok {
 			offsets[id] = kgo.EpochOffset{Epoch: -1, Offset: off}
+			cps[id] = cp
 			meta[id] = cp.String()
 		}
 	}
@@ -307,7 +309,7 @@ func (r *Rollup) commit(ctx context.Context, parts map[int32]*aggregate.Partitio
 		})
 	for id, eo := range offsets {
 		if p := parts[id]; p != nil && cerr == nil {
-			p.Committed(eo.Offset)
+			p.Committed(eo.Offset, cps[id])
 		}
 	}
 	if cerr != nil {

@@ -237,8 +237,10 @@ func (e *env) dlq(n int) []*kgo.Record {
 	for len(out) < n {
 		f := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			e.t.Fatalf("read %d of %d dlq records", len(out), n)
+			ends, err := e.adm.ListEndOffsets(context.Background(), e.topics.DLQ)
+			e.t.Fatalf("read %d of %d dlq records (end offsets %v %v)", len(out), n, ends, err)
 		}
+		f.EachError(func(topic string, p int32, err error) { e.t.Logf("dlq fetch %s/%d: %v", topic, p, err) })
 		out = append(out, f.Records()...)
 	}
 	return out
@@ -433,5 +435,160 @@ func TestRollupsExactAndReplay(t *testing.T) {
 		if second[id] != d {
 			t.Errorf("replay changed %s: %+v, then %+v", id, d, second[id])
 		}
+	}
+}
+
+func TestLateProfileRecomputesWithoutDoubleCounting(t *testing.T) {
+	e := newEnv(t, 1)
+	e.window.Retention = 5 * time.Minute
+	x := expected{}
+	checkout1m := key(indices.RollupDoc{Resolution: "1m", Timestamp: t0, Kind: "service", Type: "cpu", Service: "checkout", Host: "web-1"})
+	n := 0
+	var firstMinute int64
+	for k := range 12 { // 10:00:10 to 10:03:50
+		at := t0.Add(10*time.Second + time.Duration(k)*20*time.Second)
+		a := int64(100 + k)
+		if at.Before(t0.Add(time.Minute)) {
+			firstMinute += a
+		}
+		e.produce(record.ProfileCPU, "web-1", x.cpuProfile("web-1", at, a, 1))
+		n++
+	}
+	in := e.start(e.osURL)
+	// The watermark (10:03:50) closed 10:00 (and 10:01) and wrote them.
+	waitFor(t, "minute 10:00 written", 60*time.Second, func() bool { return byKey(e.docs())[checkout1m].Value == firstMinute })
+
+	// Late, within allowed lateness plus retention: recomputed, not added twice.
+	e.produce(record.ProfileCPU, "web-1", x.cpuProfile("web-1", t0.Add(40*time.Second), 5000, 1))
+	n++
+	waitFor(t, "minute 10:00 rewritten", 60*time.Second, func() bool { return byKey(e.docs())[checkout1m].Value == firstMinute+5000 })
+
+	// Push the watermark past 10:00's retention, then a profile for 10:00:
+	// too late, so it goes to the DLQ and changes nothing.
+	e.produce(record.ProfileCPU, "web-1", x.cpuProfile("web-1", t0.Add(9*time.Minute), 1, 1))
+	e.produce(record.ProfileCPU, "web-1", (expected{}).cpuProfile("web-1", t0.Add(20*time.Second), 777, 1))
+	n += 2
+	waitFor(t, "too-late profile in the DLQ", 60*time.Second, func() bool { return in.count("dlq") == 1 })
+	in.close(t)
+	want := x.finish()
+	compare(t, byKey(e.docs()), want)
+	d := e.dlq(1)[0]
+	if reason := record.HeaderValue(d.Headers, record.HeaderDLQReason); !strings.HasPrefix(reason, "too late") {
+		t.Fatalf("dlq reason %q", reason)
+	}
+	if off := record.HeaderValue(d.Headers, record.HeaderDLQOffset); off != fmt.Sprint(n-1) {
+		t.Fatalf("dlq offset %s, want %d", off, n-1)
+	}
+
+	// A restart reads again from the commit (the 10:00 hour holds it) with
+	// the checkpoint: same decisions, no double counting, no second DLQ
+	// record.
+	again := e.start(e.osURL)
+	waitFor(t, "restart caught up", 60*time.Second, func() bool { return again.count("added")+again.count("skipped") == n })
+	again.close(t)
+	if got := again.count("dlq"); got != 0 {
+		t.Errorf("restart sent %d records to the DLQ again", got)
+	}
+	compare(t, byKey(e.docs()), want)
+}
+
+func TestOpenSearchOutageCommitsNothingEarly(t *testing.T) {
+	e := newEnv(t, 1)
+	x := expected{}
+	proxy := testenv.NewProxy(t, strings.TrimPrefix(e.osURL, "http://"))
+	n := 0
+	produce := func(from, to time.Duration) {
+		for at := from; at < to; at += time.Minute {
+			for h, host := range []string{"web-1", "web-2"} {
+				e.produce(record.ProfileCPU, host, x.cpuProfile(host, t0.Add(at+time.Duration(h)*time.Second), int64(at/time.Minute)+1, int64(h)+1))
+				n++
+			}
+		}
+	}
+	committedAt := func() int64 {
+		o, ok := e.committed()[0]
+		if !ok || o.Err != nil {
+			return -1
+		}
+		return o.At
+	}
+
+	produce(0, 90*time.Minute) // 10:00 to 11:29
+	in := e.start("http://" + proxy.Addr())
+	// Hour 10 is written and evicted once the watermark passes 11:02.
+	waitFor(t, "a commit past hour 10", 60*time.Second, func() bool { return committedAt() > 0 })
+	waitFor(t, "first half folded in", 60*time.Second, func() bool { return in.count("added") == n })
+	before := committedAt()
+	o := e.committed()[0]
+	if cp, ok := aggregate.ParseCheckpoint(o.Metadata); !ok || cp.Next < before {
+		t.Fatalf("commit metadata %q is not a checkpoint", o.Metadata)
+	}
+
+	proxy.SetDown(true)
+	produce(90*time.Minute, 180*time.Minute) // closes hours 11 and 12, which cannot be stored
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+		if got := committedAt(); got != before {
+			t.Fatalf("committed %d while OpenSearch was unreachable (was %d)", got, before)
+		}
+	}
+	proxy.SetDown(false)
+	waitFor(t, "catch-up", 90*time.Second, func() bool { return in.count("added") == n && committedAt() > before })
+	in.close(t)
+	compare(t, byKey(e.docs()), x.finish())
+}
+
+func TestBadInputGoesToDLQ(t *testing.T) {
+	e := newEnv(t, 1)
+	x := expected{}
+	e.produce(record.ProfileCPU, "web-1", x.cpuProfile("web-1", t0, 40, 2))
+	// Not a profile, and no headers at all.
+	bad := []*kgo.Record{
+		{Topic: e.topics.ProfilesSymbolized, Key: []byte("web-1"), Value: []byte("not a profile"), Headers: record.Meta{Type: record.ProfileCPU, Host: "web-1"}.Headers()},
+		{Topic: e.topics.ProfilesSymbolized, Key: []byte("web-1"), Value: []byte("x")},
+	}
+	if err := e.prod.ProduceSync(context.Background(), bad...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	// A service name over Lucene's 32766-byte term limit: every document of
+	// that service breaks the mapping; the other service's are stored.
+	huge := strings.Repeat("x", 33000)
+	prof := (expected{}).cpuProfile("web-1", t0.Add(time.Second), 0, 0)
+	prof.Sample = append(prof.Sample[:0], &profile.Sample{Location: prof.Sample[0].Location, Value: []int64{1, 9}, Label: map[string][]string{record.LabelService: {huge}}})
+	e.produce(record.ProfileCPU, "web-1", prof)
+	e.produce(record.ProfileCPU, "web-1", x.cpuProfile("web-1", t0.Add(2*time.Second), 60, 3))
+
+	in := e.start(e.osURL)
+	waitFor(t, "records read", 60*time.Second, func() bool { return in.count("added") == 3 && in.count("dlq") == 2 })
+	in.close(t)
+	compare(t, byKey(e.docs()), x.finish())
+
+	// 2 records + per resolution 1 service, 3 function and 1 stack document.
+	recs := e.dlq(2 + 2*5)
+	reasons := map[string]int{}
+	for _, r := range recs {
+		reason := record.HeaderValue(r.Headers, record.HeaderDLQReason)
+		switch {
+		case strings.HasPrefix(reason, "decode profile"):
+			reasons["decode"]++
+		case strings.HasPrefix(reason, "parse headers"):
+			reasons["headers"]++
+		case strings.HasPrefix(reason, "opensearch rejected rollup document") && strings.Contains(reason, "HTTP 400"):
+			reasons["rejected"]++
+			if off := record.HeaderValue(r.Headers, record.HeaderDLQOffset); off != "3" {
+				t.Errorf("rejected document points at offset %s, want 3 (the profile behind it)", off)
+			}
+			var d indices.RollupDoc
+			if err := json.Unmarshal(r.Value, &d); err != nil || d.Service != huge {
+				t.Errorf("rejected document value is not the document: %v", err)
+			}
+		default:
+			t.Errorf("unexpected dlq reason %.200q", reason)
+		}
+		if svc := record.HeaderValue(r.Headers, record.HeaderDLQService); svc != ServiceName {
+			t.Errorf("dlq service header %q", svc)
+		}
+	}
+	if reasons["decode"] != 1 || reasons["headers"] != 1 || reasons["rejected"] != 10 {
+		t.Fatalf("dlq reasons %v, want decode 1, headers 1, rejected 10", reasons)
 	}
 }
