@@ -41,6 +41,10 @@ trap cleanup EXIT
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 forks() { awk '/^processes/ {print $2}' /proc/stat; }
+# Binaries whose symbols the agent read (new build IDs): on a shared machine
+# other people's fresh test binaries cost the agent CPU that the workload
+# does not explain.
+debuginfo_read() { curl -s "http://$1/metrics" | awk '/^stackstream_agent_debuginfo_total/ {n += $2} END {print n + 0}'; }
 status_kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status"; }
 
 start_workload() {
@@ -61,7 +65,7 @@ for hz in 19 99; do
 		wpid=$(start_workload "$wl")
 		pids_to_stop+=("$wpid")
 		sleep 3
-		"$WORK/stackstream-agent" --frequency "$hz" --interval 10s >"$WORK/agent-$hz-$wl.log" 2>&1 &
+		STACKSTREAM_LISTEN_ADDR=127.0.0.1:0 "$WORK/stackstream-agent" --frequency "$hz" --interval 10s >"$WORK/agent-$hz-$wl.log" 2>&1 &
 		apid=$!
 		sleep "$WARMUP"
 		if ! kill -0 "$apid" 2>/dev/null; then
@@ -69,23 +73,24 @@ for hz in 19 99; do
 			cat "$WORK/agent-$hz-$wl.log" >&2
 			exit 1
 		fi
-		t0=$(cpu_ticks "$apid"); f0=$(forks); s0=$(date +%s.%N)
+		addr=$(sed -n 's/.*msg=listening.* addr=\([0-9.:]*\).*/\1/p' "$WORK/agent-$hz-$wl.log" | head -1)
+		t0=$(cpu_ticks "$apid"); f0=$(forks); s0=$(date +%s.%N); d0=$(debuginfo_read "$addr")
 		sleep "$SPAN"
-		t1=$(cpu_ticks "$apid"); f1=$(forks); s1=$(date +%s.%N)
+		t1=$(cpu_ticks "$apid"); f1=$(forks); s1=$(date +%s.%N); d1=$(debuginfo_read "$addr")
 		hwm=$(status_kb "$apid" VmHWM); rss=$(status_kb "$apid" VmRSS)
 		kill -TERM "$apid"; wait "$apid" || true
 		kill -- "-$wpid" 2>/dev/null || true
 		wait "$wpid" 2>/dev/null || true
 		hz_ticks=$(getconf CLK_TCK)
 		results+=("$(awk -v hz="$hz" -v wl="$wl" -v t="$((t1 - t0))" -v tck="$hz_ticks" -v s0="$s0" -v s1="$s1" \
-			-v f="$((f1 - f0))" -v hwm="$hwm" -v rss="$rss" 'BEGIN {
+			-v f="$((f1 - f0))" -v hwm="$hwm" -v rss="$rss" -v d="$((d1 - d0))" 'BEGIN {
 			span = s1 - s0
-			printf "%-6s %-6s %10.2f %12.1f %12.1f %12.0f %8.0f\n", hz, wl, 100 * t / tck / span, hwm / 1024, rss / 1024, f / span, span
+			printf "%-6s %-6s %10.2f %12.1f %12.1f %10.0f %12d %8.0f\n", hz, wl, 100 * t / tck / span, hwm / 1024, rss / 1024, f / span, d, span
 		}')")
 		echo "done: ${hz} Hz, $wl" >&2
 	done
 done
 
 echo "stackstream-agent overhead ($(nproc) CPUs, $(uname -r); shared machine, other work running)"
-printf "%-6s %-6s %10s %12s %12s %12s %8s\n" "Hz" "load" "CPU%core" "maxRSS_MiB" "endRSS_MiB" "forks/s" "span_s"
+printf "%-6s %-6s %10s %12s %12s %10s %12s %8s\n" "Hz" "load" "CPU%core" "maxRSS_MiB" "endRSS_MiB" "forks/s" "new_binaries" "span_s"
 printf "%s\n" "${results[@]}"

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http/pprof"
 	"os"
 	"strconv"
 	"strings"
@@ -107,7 +108,11 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer a.Close()
-	srv, err := telemetry.Listen(c.ListenAddr, telemetry.Mux(reg, nil))
+	mux := telemetry.Mux(reg, nil)
+	// The agent's own profiles, to see what it costs (loopback by default).
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	srv, err := telemetry.Listen(c.ListenAddr, mux)
 	if err != nil {
 		return err
 	}

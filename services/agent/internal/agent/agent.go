@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/google/pprof/profile"
@@ -160,8 +161,11 @@ func (a *Agent) Tick(ctx context.Context) {
 		a.m.cpuNanos.Add(float64(s.PeriodNanos))
 	}
 	// Debuginfo first, so a symbolizer reading the profile likely finds it.
+	published := 0
 	for b := range cpu.binaries {
-		a.publishDebuginfo(b)
+		if a.publishDebuginfo(b) {
+			published++
+		}
 	}
 	if len(cpu.p.Sample) > 0 {
 		a.publishProfile(record.ProfileCPU, cpu.p)
@@ -184,6 +188,11 @@ func (a *Agent) Tick(ctx context.Context) {
 	a.m.processes.Set(float64(len(a.ps.procs)))
 	a.d.Publisher.LogDrops()
 	a.m.intervalTime.Observe(time.Since(begin).Seconds())
+	if published > 0 || a.ps.interval == 1 {
+		// Reading a binary's symbols and the start-up (kallsyms) leave tens
+		// of MiB of garbage; hand it back now rather than keep it as RSS.
+		debug.FreeOSMemory()
+	}
 }
 
 // memory returns the RSS of every targeted process.
@@ -218,30 +227,32 @@ func (a *Agent) publishProfile(typ record.ProfileType, p *profile.Profile) {
 	})
 }
 
-// publishDebuginfo sends the symbols of b once per build ID.
-func (a *Agent) publishDebuginfo(b *binary) {
+// publishDebuginfo sends the symbols of b once per build ID, and reports
+// whether it read the binary.
+func (a *Agent) publishDebuginfo(b *binary) bool {
 	if a.known[b.buildID] {
-		return
+		return false
 	}
 	a.known[b.buildID] = true
 	d, err := elfinfo.Extract(b.openAs)
 	if err != nil {
-		// The file may be gone; the next process mapping it retries.
-		delete(a.known, b.buildID)
+		// Not retried: a file that cannot be read now (deleted, malformed)
+		// would fail and log every interval.
 		a.m.debuginfo.WithLabelValues("error").Inc()
 		a.d.Log.Warn("extract debuginfo", "path", b.path, "build_id", b.buildID, "err", err)
-		return
+		return true
 	}
 	value, kind, err := elfinfo.Encode(d)
 	if err != nil {
 		a.m.debuginfo.WithLabelValues("error").Inc()
 		a.d.Log.Error("encode debuginfo", "path", b.path, "err", err)
-		return
+		return true
 	}
 	result := map[debuginfo.Kind]string{debuginfo.KindSymbols: "symbols", debuginfo.KindNoSymbols: "no_symbols", debuginfo.KindTooLarge: "too_large"}[kind]
 	a.m.debuginfo.WithLabelValues(result).Inc()
 	a.d.Log.Debug("publish debuginfo", "path", b.path, "build_id", b.buildID, "result", result, "symbols", len(d.Symbols), "bytes", len(value))
 	a.d.Publisher.Publish(kindDebuginfo, &kgo.Record{Topic: a.d.Topics.Debuginfo, Key: []byte(b.buildID), Value: value})
+	return true
 }
 
 // Close stops sampling.

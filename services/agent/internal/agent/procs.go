@@ -133,6 +133,8 @@ func (ps *processes) readMaps(p *process) {
 func (ps *processes) binary(pid int, m proc.Mapping) *binary {
 	k := fileKey{m.Dev, m.Inode}
 	if b, ok := ps.binaries[k]; ok {
+		// Through the newest process mapping it: the first may be gone.
+		b.openAs = ps.fs.OpenPath(pid, m)
 		return b
 	}
 	b := &binary{path: m.Path, openAs: ps.fs.OpenPath(pid, m)}
