@@ -238,6 +238,14 @@ func TestAPI(t *testing.T) {
 		}
 	})
 
+	t.Run("flamegraph of stack-less memory samples", func(t *testing.T) {
+		var f api.FlamegraphResponse
+		get(t, base, "/api/v1/flamegraph", url.Values{"type": {"memory"}}, &f)
+		if f.Unit != "bytes" || f.Total != querytest.FixtureMemBytes || len(f.Root.Children) != 1 || f.Root.Children[0].Name != "[no stack]" {
+			t.Fatalf("memory flame graph %+v, want one [no stack] node of %d bytes", f, querytest.FixtureMemBytes)
+		}
+	})
+
 	t.Run("flamegraph over a day reads rollups", func(t *testing.T) {
 		var f api.FlamegraphResponse
 		get(t, base, "/api/v1/flamegraph", url.Values{"from": {now.Add(-24*time.Hour - 30*time.Minute).Format(time.RFC3339)}, "to": {"now"}}, &f)

@@ -1,0 +1,31 @@
+package api_test
+
+import (
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/services/query/internal/api"
+	"github.com/stackstream/stackstream/services/query/internal/querytest"
+)
+
+// TestUnknownStack: samples whose stack the stacks index does not hold (the
+// indexer writes stacks and samples separately) still count, under one
+// "[unknown stack]" frame, and a missing stacks index is no error.
+func TestUnknownStack(t *testing.T) {
+	cl, names := querytest.Setup(t)
+	querytest.Index(t, cl, names, []querytest.Doc{
+		querytest.Sample(names, indices.SampleDoc{Timestamp: now.Add(-10 * time.Minute), Type: "cpu", Host: "h", Service: "s", StackID: "no-such-stack", Value: 42}),
+	})
+	srv := httptest.NewServer(api.New(cl, names, api.Options{Now: func() time.Time { return now }}, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	defer srv.Close()
+	var f api.FlamegraphResponse
+	get(t, srv.URL, "/api/v1/flamegraph", url.Values{}, &f)
+	if f.Total != 42 || len(f.Root.Children) != 1 || f.Root.Children[0].Name != "[unknown stack]" || f.Root.Children[0].Self != 42 {
+		t.Fatalf("flame graph %+v, want one [unknown stack] node of 42", f.Root)
+	}
+}
