@@ -83,6 +83,22 @@ await finish(async () => {
     await waitAttr(page, '[data-testid="flamegraph"]', 'data-focus', (v) => v === 'total', 'zoom reset');
   });
 
+  await step('flip the flame graph between icicle and flame', async () => {
+    const canvas = page.locator('[data-testid="flamegraph"]');
+    await page.locator('[data-test-subj="icicleToggle"]').click();
+    await waitAttr(page, '[data-testid="flamegraph"]', 'data-icicle', (v) => v === 'false', 'flame orientation');
+    // Root at the bottom now: the last row is the root frame.
+    const box = await canvas.boundingBox();
+    const row = Number(await canvas.getAttribute('data-row-height'));
+    await page.mouse.move(box.x + box.width / 2, box.y + box.height - row / 2);
+    const tip = page.locator('[data-testid="flamegraph-tooltip"]');
+    await tip.waitFor();
+    check((await tip.innerText()).startsWith('total'), 'the bottom row is not the root');
+    await shot('05a-flame-orientation.png');
+    await page.locator('[data-test-subj="icicleToggle"]').click();
+    await waitAttr(page, '[data-testid="flamegraph"]', 'data-icicle', (v) => v === 'true', 'icicle orientation');
+  });
+
   await step('highlight a function in the flame graph', async () => {
     await page.locator('[data-test-subj="flameSearch"]').fill(expect.hot);
     await waitAttr(page, '[data-testid="flamegraph"]', 'data-matches', (v) => Number(v) > 0, 'matching frames');

@@ -179,6 +179,9 @@ export function FlameGraph(props: FlameGraphProps) {
           data-matches={matches}
           data-rows={layout.maxDepth + 1}
           data-row-height={ROW}
+          data-icicle={icicle ? 'true' : 'false'}
+          role="img"
+          aria-label={`Flame graph of ${layout.frames.length} frames${focus !== 0 ? `, zoomed on ${focusFrame?.name}` : ''}`}
           style={{ display: 'block', cursor: 'pointer' }}
           onMouseMove={onMove}
           onMouseLeave={() => setHover(null)}

@@ -50,7 +50,8 @@ export function TimeChart({ data, fromMs, toMs, height = 220, testId, onZoom }: 
     const opts: uPlot.Options = {
       width: Math.max(300, el.clientWidth),
       height,
-      cursor: { drag: { x: true, y: false, setScale: false } },
+      // Charts of one page share the cursor, so CPU and memory line up.
+      cursor: { drag: { x: true, y: false, setScale: false }, sync: { key: 'stackstream' } },
       scales: {
         x: { time: true, min: fromMs / 1000, max: toMs / 1000 },
         // Cores and bytes read best from zero.
