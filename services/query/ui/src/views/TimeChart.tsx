@@ -6,6 +6,7 @@ import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
 import type { SeriesResponse } from '../api';
 import { formatValue } from '../flame/tree';
+import { mergePoints, seriesName } from '../series';
 
 const PALETTE = ['#54b399', '#6092c0', '#d36086', '#9170b8', '#ca8eae', '#d6bf57', '#b9a888', '#da8b45', '#aa6556', '#e7664c'];
 
@@ -17,26 +18,6 @@ export interface TimeChartProps {
   testId: string;
   onZoom: (fromMs: number, toMs: number) => void;
   highlight?: string;
-}
-
-// mergePoints aligns series with different timestamps on one x axis
-// (seconds, as uPlot wants), leaving gaps as null.
-export function mergePoints(resp: SeriesResponse): uPlot.AlignedData {
-  const xs = new Set<number>();
-  for (const s of resp.series) for (const [t] of s.points) xs.add(t);
-  const sorted = [...xs].sort((a, b) => a - b);
-  const pos = new Map(sorted.map((t, i) => [t, i]));
-  const ys = resp.series.map((s) => {
-    const col: (number | null)[] = new Array(sorted.length).fill(null);
-    for (const [t, v] of s.points) col[pos.get(t)!] = v;
-    return col;
-  });
-  return [sorted.map((t) => t / 1000), ...ys] as uPlot.AlignedData;
-}
-
-export function seriesName(labels: Record<string, string>): string {
-  const vals = Object.values(labels);
-  return vals.length ? vals.join(', ') : 'all';
 }
 
 export function TimeChart({ data, fromMs, toMs, height = 220, testId, onZoom }: TimeChartProps) {
