@@ -6,7 +6,7 @@
 // Environment:
 //   CHROMIUM       browser binary (default /usr/bin/chromium)
 //   UI_ARTIFACTS   directory for screenshots (default ./artifacts)
-//   UI_EXPECT      JSON with the fixture's names: {"hot":"main.work","keyword":"work",
+//   UI_EXPECT      JSON with the fixture's names: {"hot":"main.work","keyword":"work","service":"checkout",
 //                  "base":"{service=\"web\"}","compare":"{service=\"checkout\"}"}
 // Exits non-zero when a step fails; prints one line per step and a summary.
 
@@ -15,6 +15,7 @@ import { check, noApiError, open, waitAttr, STEP_TIMEOUT } from './harness.mjs';
 const expect = {
   hot: 'main.work',
   keyword: 'work',
+  service: 'checkout',
   base: '{service="web"}',
   compare: '{service="checkout"}',
   ...JSON.parse(process.env.UI_EXPECT || '{}'),
@@ -128,6 +129,23 @@ await finish(async () => {
     await waitAttr(page, '[data-testid="search-flamegraph"]', 'data-focus', (v) => v === expect.hot, 'search focus');
     await noApiError(page);
     await shot('07-search.png');
+  });
+
+  await step('pick a service in the search results to select it', async () => {
+    const box = page.locator('[data-test-subj="keywordSearch"]');
+    await box.fill(expect.service);
+    await box.press('Enter');
+    const hit = page.locator('[data-test-subj="searchResult-service"]', { hasText: expect.service }).first();
+    await hit.waitFor();
+    await hit.click();
+    await page.waitForFunction((want) => new URLSearchParams(location.search).get('query') === want,
+      `{service="${expect.service}"}`, { timeout: STEP_TIMEOUT });
+    check((await page.locator('[data-test-subj="selectorInput"]').inputValue()) === `{service="${expect.service}"}`, 'selector not set');
+    await waitAttr(page, '[data-testid="flamegraph"]', 'data-frames', (v) => Number(v) > 2, 'flame of the service');
+    await noApiError(page);
+    await shot('07a-search-service.png');
+    await page.locator('[data-test-subj="selectorInput"]').fill('');
+    await page.locator('[data-test-subj="selectorInput"]').press('Enter');
   });
 
   await step('open the diff of two ranges', async () => {
