@@ -15,6 +15,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
+	"slices"
 	"time"
 
 	"github.com/google/pprof/profile"
@@ -156,7 +158,10 @@ type Partition struct {
 	windows       map[windowKey]*window
 	lastCommitted int64
 	lastNext      int64
-	stacks        map[string]*stackInfo // per profile, reset by Add
+	stacks        map[uint64][]*stackInfo // by hash of the frames, across profiles
+	frames        []indices.Frame         // scratch
+	out           map[docKey]int32        // scratch: a profile's sums by document
+	deltas        []delta
 }
 
 // NewPartition starts the state of a partition, restoring the watermark of
@@ -168,7 +173,7 @@ func NewPartition(cfg Config, cp Checkpoint) *Partition {
 	return &Partition{
 		cfg: cfg, watermark: cp.Watermark, baseWatermark: cp.Watermark, restored: cp,
 		next: -1, windows: map[windowKey]*window{}, lastCommitted: -1,
-		stacks: map[string]*stackInfo{},
+		stacks: map[uint64][]*stackInfo{},
 	}
 }
 
@@ -229,7 +234,7 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 		}
 		return TooLate, nil
 	}
-	deltas := p.contributions(in, vi)
+	p.contributions(in, vi)
 	for _, res := range []string{indices.ResolutionMinute, indices.ResolutionHour} {
 		size := windowSize(res)
 		if in.Offset < p.restored.Next && p.evicted(truncate(at, size)+int64(size), p.restored.Floor) {
@@ -237,8 +242,9 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 			continue
 		}
 		w := p.window(res, at, in.Offset)
-		for k, d := range deltas {
-			k.kind, k.typ = d.kind, string(in.Type)
+		for k, i := range p.out {
+			d := &p.deltas[i]
+			k.typ = string(in.Type)
 			ds := w.docs[k]
 			if ds == nil {
 				ds = &docState{firstOffset: in.Offset}
@@ -293,7 +299,15 @@ func (p *Partition) window(res string, t, offset int64) *window {
 	k := windowKey{res: res, start: truncate(t, size)}
 	w := p.windows[k]
 	if w == nil {
-		w = &window{key: k, end: k.start + int64(size), docs: map[docKey]*docState{}, minOffset: offset}
+		// Size the map like the largest window of this resolution: the
+		// next minute of a host holds about the same keys.
+		hint := 0
+		for _, o := range p.windows {
+			if o.key.res == res {
+				hint = max(hint, len(o.docs))
+			}
+		}
+		w = &window{key: k, end: k.start + int64(size), docs: make(map[docKey]*docState, hint), minOffset: offset}
 		p.windows[k] = w
 	}
 	if offset < w.minOffset {
@@ -303,36 +317,82 @@ func (p *Partition) window(res string, t, offset int64) *window {
 }
 
 type delta struct {
-	kind                        string
 	value, self, total, samples int64
 	mem                         int64
 	hasMem                      bool
 }
 
 type stackInfo struct {
-	id    string
-	leaf  string
-	funcs []string // distinct, so recursion counts a function once in total
+	frames []indices.Frame
+	id     string
+	leaf   string
+	funcs  []string // distinct, so recursion counts a function once in total
+}
+
+// maxCachedStacks bounds the stack cache; past it the cache starts over.
+const maxCachedStacks = 1 << 18
+
+var stackSeed = maphash.MakeSeed()
+
+// stack returns the ID and functions of a sample's stack. Hashing a stack's
+// frames (sha256 for its ID) is most of the per-sample work, and the same
+// stacks come back in every profile of a host, so they are cached by their
+// frames.
+func (p *Partition) stack(s *profile.Sample) *stackInfo {
+	p.frames = p.frames[:0]
+	for _, loc := range s.Location {
+		p.frames = pprofx.LocationFrames(p.frames, loc)
+	}
+	var h maphash.Hash
+	h.SetSeed(stackSeed)
+	for _, f := range p.frames {
+		h.WriteString(f.Function)
+		h.WriteByte(0)
+		h.WriteString(f.File)
+		h.WriteByte(0)
+		h.WriteString(f.Binary)
+		h.WriteByte(0)
+		var line [8]byte
+		binary.LittleEndian.PutUint64(line[:], uint64(f.Line))
+		h.Write(line[:])
+	}
+	sum := h.Sum64()
+	for _, st := range p.stacks[sum] {
+		if slices.Equal(st.frames, p.frames) {
+			return st
+		}
+	}
+	if len(p.stacks) >= maxCachedStacks {
+		clear(p.stacks)
+	}
+	st := newStackInfo(slices.Clone(p.frames))
+	p.stacks[sum] = append(p.stacks[sum], st)
+	return st
 }
 
 // contributions sums one profile per document key (kind and type are filled
 // in by the caller).
-func (p *Partition) contributions(in Input, vi int) map[docKey]*delta {
+// The sums are left in p.out and p.deltas, reused across profiles so their
+// memory is not allocated and grown again for every profile.
+func (p *Partition) contributions(in Input, vi int) {
 	prof := in.Profile
 	ci := pprofx.CountIndex(prof)
-	clear(p.stacks)
-	out := map[docKey]*delta{}
+	if p.out == nil {
+		p.out = map[docKey]int32{}
+	}
+	clear(p.out)
+	p.deltas = p.deltas[:0]
 	get := func(k docKey, kind string) *delta {
 		k.kind = kind
-		d := out[k]
-		if d == nil {
-			d = &delta{kind: kind}
-			out[k] = d
+		i, ok := p.out[k]
+		if !ok {
+			i = int32(len(p.deltas))
+			p.deltas = append(p.deltas, delta{})
+			p.out[k] = i
 		}
-		return d
+		return &p.deltas[i]
 	}
 	memory := in.Type == record.ProfileMemory
-	var keyBuf []byte
 	for _, s := range prof.Sample {
 		v := s.Value[vi]
 		n := int64(1)
@@ -357,15 +417,7 @@ func (p *Partition) contributions(in Input, vi int) map[docKey]*delta {
 		if len(s.Location) == 0 {
 			continue
 		}
-		keyBuf = keyBuf[:0]
-		for _, l := range s.Location {
-			keyBuf = binary.AppendUvarint(keyBuf, l.ID)
-		}
-		st := p.stacks[string(keyBuf)]
-		if st == nil {
-			st = newStackInfo(s)
-			p.stacks[string(keyBuf)] = st
-		}
+		st := p.stack(s)
 		sd := get(docKey{service: service, host: host, stackID: st.id}, indices.KindStack)
 		sd.value += v
 		sd.samples += n
@@ -374,12 +426,10 @@ func (p *Partition) contributions(in Input, vi int) map[docKey]*delta {
 			get(docKey{service: service, host: host, function: f}, indices.KindFunction).total += v
 		}
 	}
-	return out
 }
 
-func newStackInfo(s *profile.Sample) *stackInfo {
-	frames := pprofx.StackFrames(s)
-	st := &stackInfo{id: indices.StackID(frames)}
+func newStackInfo(frames []indices.Frame) *stackInfo {
+	st := &stackInfo{frames: frames, id: indices.StackID(frames)}
 	if len(frames) == 0 {
 		return st
 	}
