@@ -32,8 +32,17 @@ func main() {
 	hosts := flag.Int("hosts", 20, "hosts in the corpus")
 	profiles := flag.Int("profiles", 30, "10 s profiles per host")
 	keep := flag.Bool("keep", false, "keep the indices and topics")
+	samples := flag.Int("samples", 300, "pprof samples per profile (distinct stack and process pairs before merging)")
+	raw := flag.Int64("raw", 50, "raw samples per pprof sample: uniform in 1..raw")
+	zipf := flag.Float64("zipf", 0, "Zipf exponent (> 1) of the stack distribution; 0 is uniform")
 	flag.Parse()
-	if err := run(*hosts, *profiles, *keep); err != nil {
+	corpus := indexertest.Corpus{
+		Seed: 2026, Hosts: *hosts, ProfilesPerHost: *profiles,
+		Start:    time.Now().UTC().Add(-2 * time.Hour).Truncate(time.Hour),
+		Interval: 10 * time.Second,
+		Stacks:   2000, Depth: 30, Processes: 10, SamplesPerProf: *samples, RawPerSample: *raw, Zipf: *zipf,
+	}
+	if err := run(corpus, *keep); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -64,7 +73,8 @@ func env(k, def string) string {
 	return def
 }
 
-func run(hosts, profiles int, keep bool) error {
+func run(corpus indexertest.Corpus, keep bool) error {
+	hosts, profiles := corpus.Hosts, corpus.ProfilesPerHost
 	ctx := context.Background()
 	brokers := strings.Split(env("STACKSTREAM_TEST_KAFKA_BROKERS", "127.0.0.1:9092"), ",")
 	url := env("STACKSTREAM_TEST_OPENSEARCH_URL", "http://127.0.0.1:9200")
@@ -74,14 +84,6 @@ func run(hosts, profiles int, keep bool) error {
 	}
 	stamp := fmt.Sprintf("%d", time.Now().UnixNano()%1e9)
 
-	corpus := indexertest.Corpus{
-		Seed: 2026, Hosts: hosts, ProfilesPerHost: profiles,
-		Start:    time.Now().UTC().Add(-2 * time.Hour).Truncate(time.Hour),
-		Interval: 10 * time.Second,
-		// A busy 8-CPU host at 100 Hz: about 7,600 raw samples per 10 s
-		// profile, in 300 distinct (stack, process) samples.
-		Stacks: 2000, Depth: 30, Processes: 10, SamplesPerProf: 300, RawPerSample: 50,
-	}
 	recs, want, err := corpus.Build()
 	if err != nil {
 		return err
@@ -169,8 +171,8 @@ func run(hosts, profiles int, keep bool) error {
 	}
 	bareRate := float64(sampleDocs) / bareDur.Seconds()
 	ixRate := float64(sampleDocs) / ixDur.Seconds()
-	fmt.Printf("indexer benchmark: %d hosts x %d profiles, %d sample docs, %d raw samples, %d stacks (shared 2-core machine: numbers under load)\n",
-		hosts, profiles, sampleDocs, want.Raw, len(seen))
+	fmt.Printf("indexer benchmark: %d hosts x %d profiles of %d pprof samples (raw 1..%d each, zipf %.1f): %d sample docs, %d raw samples (%.1f per doc), %d stacks; shared 2-core machine, numbers under load\n",
+		hosts, profiles, corpus.SamplesPerProf, corpus.RawPerSample, corpus.Zipf, sampleDocs, want.Raw, float64(want.Raw)/float64(sampleDocs), len(seen))
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "writer\tseconds\tsample docs/s\traw samples/s\tvs bare\tsamples store bytes\tbytes/raw sample\tbytes/doc\t")
 	row := func(name string, d time.Duration, rate float64, size int64) {

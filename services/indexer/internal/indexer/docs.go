@@ -1,6 +1,7 @@
 package indexer
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/google/pprof/profile"
 
@@ -106,18 +108,30 @@ func Convert(names indices.Names, meta record.Meta, p *profile.Profile, fallback
 	var order []key
 	var docs Documents
 	seenStack := map[string]bool{}
+	stackByLocs := map[string]string{}
+	var locKey []byte
 	for _, s := range p.Sample {
 		if valueIdx >= len(s.Value) {
 			return Documents{}, fmt.Errorf("sample has %d values, profile declares %d sample types", len(s.Value), len(p.SampleType))
 		}
-		frames := Frames(s)
-		stackID := ""
-		if len(frames) > 0 {
-			stackID = indices.StackID(frames)
-			if !seenStack[stackID] {
-				seenStack[stackID] = true
-				docs.Stacks = append(docs.Stacks, Stack{ID: stackID, Frames: frames, At: at})
+		// Samples of one stack in several processes share their locations:
+		// frames and hash are computed once per location sequence. Locations
+		// are keyed by address, not by their ID, which a broken profile may
+		// repeat; the profile outlives this loop, so addresses are stable.
+		locKey = locKey[:0]
+		for _, loc := range s.Location {
+			locKey = binary.LittleEndian.AppendUint64(locKey, uint64(uintptr(unsafe.Pointer(loc))))
+		}
+		stackID, ok := stackByLocs[string(locKey)]
+		if !ok {
+			if frames := Frames(s); len(frames) > 0 {
+				stackID = indices.StackID(frames)
+				if !seenStack[stackID] {
+					seenStack[stackID] = true
+					docs.Stacks = append(docs.Stacks, Stack{ID: stackID, Frames: frames, At: at})
+				}
 			}
+			stackByLocs[string(locKey)] = stackID
 		}
 		labels := record.Labels(s.Label)
 		host := meta.Host

@@ -173,58 +173,40 @@ func FuzzConvert(f *testing.F) {
 }
 
 // BenchmarkDecodeConvert is the CPU the indexer spends per profile of the
-// benchmark corpus (a busy 8-CPU host, 10 s): decode plus documents.
+// benchmark corpora (8 CPUs, 10 s profiles): decode plus documents.
 func BenchmarkDecodeConvert(b *testing.B) {
-	recs, _, err := indexertest.Corpus{
-		Seed: 2026, Hosts: 1, ProfilesPerHost: 20, Start: time.Unix(1700000000, 0), Interval: 10 * time.Second,
-		Stacks: 2000, Depth: 30, Processes: 10, SamplesPerProf: 300, RawPerSample: 50,
-	}.Build()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	docs := 0
-	for i := 0; b.Loop(); i++ {
-		r := recs[i%len(recs)]
-		p, err := record.DecodeProfile(r.Val)
-		if err != nil {
-			b.Fatal(err)
-		}
-		d, err := Convert(testNames, r.Meta, p, r.Time)
-		if err != nil {
-			b.Fatal(err)
-		}
-		docs += len(d.Samples)
-	}
-	b.ReportMetric(float64(docs)/b.Elapsed().Seconds(), "docs/s")
-}
-
-func TestAppendSampleDocMatchesJSON(t *testing.T) {
-	tests := []struct {
-		name string
-		d    indices.SampleDoc
+	for _, bc := range []struct {
+		name    string
+		samples int
+		raw     int64
+		zipf    float64
 	}{
-		{"full", indices.SampleDoc{Timestamp: time.Date(2026, 1, 2, 3, 4, 5, 600, time.UTC), Type: "cpu", Host: "h", Service: "s", StackID: "abc", Value: 10, Count: 2,
-			Labels: map[string]string{"pid": "1", "comm": "x", "a": "b"}}},
-		{"stackless, no labels", indices.SampleDoc{Timestamp: time.Unix(0, 0).UTC(), Type: "memory", Host: "h", Service: "s", Value: -5}},
-		{"escapes", indices.SampleDoc{Timestamp: time.Unix(1, 0).UTC(), Type: "cpu", Host: "h\"q\"", Service: "s\n\t\u0001<é>",
-			Labels: map[string]string{"k\"": "v\\", "ü": "\x7f"}}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := appendSampleDoc(nil, &tt.d)
-			want, _ := json.Marshal(tt.d)
-			var g, w any
-			if err := json.Unmarshal(got, &g); err != nil {
-				t.Fatalf("invalid JSON %q: %v", got, err)
+		{"busy-100Hz", 300, 50, 0},
+		{"agent-19Hz-zipf", 1520, 1, 1.1},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			recs, _, err := indexertest.Corpus{
+				Seed: 2026, Hosts: 1, ProfilesPerHost: 20, Start: time.Unix(1700000000, 0), Interval: 10 * time.Second,
+				Stacks: 2000, Depth: 30, Processes: 10, SamplesPerProf: bc.samples, RawPerSample: bc.raw, Zipf: bc.zipf,
+			}.Build()
+			if err != nil {
+				b.Fatal(err)
 			}
-			json.Unmarshal(want, &w)
-			gb, _ := json.Marshal(g)
-			wb, _ := json.Marshal(w)
-			if string(gb) != string(wb) {
-				t.Fatalf("got %s, want %s", got, want)
+			b.ReportAllocs()
+			docs := 0
+			for i := 0; b.Loop(); i++ {
+				r := recs[i%len(recs)]
+				p, err := record.DecodeProfile(r.Val)
+				if err != nil {
+					b.Fatal(err)
+				}
+				d, err := Convert(testNames, r.Meta, p, r.Time)
+				if err != nil {
+					b.Fatal(err)
+				}
+				docs += len(d.Samples)
 			}
+			b.ReportMetric(float64(docs)/b.Elapsed().Seconds(), "docs/s")
 		})
 	}
 }

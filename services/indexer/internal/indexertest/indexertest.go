@@ -36,6 +36,9 @@ type Corpus struct {
 	Processes       int           // per host
 	SamplesPerProf  int           // pprof samples per profile
 	RawPerSample    int64         // max raw samples one pprof sample stands for
+	// Zipf > 1 picks stacks with a Zipf distribution of that exponent (a few
+	// hot stacks, a long tail), as real programs do; 0 picks them uniformly.
+	Zipf float64
 }
 
 // Totals are what the samples index must hold for a corpus.
@@ -75,6 +78,11 @@ func (c Corpus) Build() ([]Record, Totals, error) {
 		}
 		ids[i] = indices.StackID(frames)
 	}
+	pick := func() int { return rng.IntN(len(stacks)) }
+	if c.Zipf > 1 {
+		z := rand.NewZipf(rng, c.Zipf, 1, uint64(len(stacks)-1))
+		pick = func() int { return int(z.Uint64()) }
+	}
 	tot := Totals{Value: map[string]int64{}, Count: map[string]int64{}}
 	var out []Record
 	for p := range c.ProfilesPerHost {
@@ -84,7 +92,7 @@ func (c Corpus) Build() ([]Record, Totals, error) {
 			b := pproftest.NewCPU(at, c.Interval)
 			for range c.SamplesPerProf {
 				proc := rng.IntN(c.Processes)
-				s := rng.IntN(len(stacks))
+				s := pick()
 				raw := 1 + rng.Int64N(c.RawPerSample)
 				val := raw * 10_000_000 // 100 Hz: 10 ms of CPU per raw sample
 				labels := map[string]string{
