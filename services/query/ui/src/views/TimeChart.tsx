@@ -43,7 +43,7 @@ export function TimeChart({ data, fromMs, toMs, height = 220, testId, onZoom }: 
         {},
         data.unit === 'bytes' || data.unit === 'nanoseconds'
           ? { size: 90, values: (_u, ticks) => ticks.map((v) => formatValue(v, data.unit)) }
-          : { size: 60 },
+          : { size: 60, values: (_u, ticks) => ticks.map(formatTick) },
       ],
       series: [
         {},
@@ -77,4 +77,14 @@ export function TimeChart({ data, fromMs, toMs, height = 220, testId, onZoom }: 
   }, [data, fromMs, toMs, height]);
 
   return <div ref={ref} data-testid={testId} data-series={data.series.length} className="ss-chart" />;
+}
+
+// formatTick keeps three significant digits, so a fraction of a core does
+// not round to 0 on every tick.
+export function formatTick(v: number): string {
+  if (v === 0) return '0';
+  const a = Math.abs(v);
+  if (a >= 1000) return new Intl.NumberFormat('en-US', { notation: 'compact', maximumSignificantDigits: 3 }).format(v);
+  if (a < 0.001) return v.toExponential(1);
+  return String(Number(v.toPrecision(3)));
 }
