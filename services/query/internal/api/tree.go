@@ -5,21 +5,41 @@ import (
 	"slices"
 )
 
-// node is a call-tree node while merging stacks.
+// node is a call-tree node while merging stacks. Most nodes have one or
+// two children: they are a slice, searched linearly, with a map index only
+// for nodes with many.
 type node struct {
 	name        string
 	self, total int64
-	children    map[string]*node
+	kids        []*node
+	index       map[string]*node
+	sorted      bool // kids are in answer order
 }
 
+const indexAbove = 8
+
 func (n *node) child(name string) *node {
-	c := n.children[name]
-	if c == nil {
-		if n.children == nil {
-			n.children = map[string]*node{}
+	if n.index != nil {
+		if c := n.index[name]; c != nil {
+			return c
 		}
-		c = &node{name: name}
-		n.children[name] = c
+	} else {
+		for _, c := range n.kids {
+			if c.name == name {
+				return c
+			}
+		}
+	}
+	c := &node{name: name}
+	n.kids = append(n.kids, c)
+	n.sorted = false
+	if n.index != nil {
+		n.index[name] = c
+	} else if len(n.kids) > indexAbove {
+		n.index = make(map[string]*node, 2*len(n.kids))
+		for _, k := range n.kids {
+			n.index[k.name] = k
+		}
 	}
 	return c
 }
@@ -51,43 +71,54 @@ type FlameNode struct {
 }
 
 // keepHeaviest picks at most max nodes below root, heaviest first. A parent
-// is never lighter than its child and comes first in breadth-first order, so
-// a stable sort keeps every kept node's parent: the kept set is a tree.
+// is never lighter than its child and comes first in breadth-first order;
+// ties are broken by that order, so every kept node's parent is kept too:
+// the kept set is a tree.
 func keepHeaviest(root *node, max int, weight func(*node) float64) (map[*node]bool, bool) {
-	var all []*node
+	type entry struct {
+		n     *node
+		w     float64
+		order int
+	}
+	var all []entry
 	queue := []*node{root}
 	for len(queue) > 0 {
 		n := queue[0]
 		queue = queue[1:]
-		kids := sortedChildren(n)
-		all = append(all, kids...)
-		queue = append(queue, kids...)
+		for _, c := range sortedChildren(n) {
+			all = append(all, entry{c, weight(c), len(all)})
+			queue = append(queue, c)
+		}
 	}
 	if len(all) <= max {
 		return nil, false
 	}
-	slices.SortStableFunc(all, func(x, y *node) int { return cmp.Compare(weight(y), weight(x)) })
+	slices.SortFunc(all, func(x, y entry) int {
+		if c := cmp.Compare(y.w, x.w); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.order, y.order)
+	})
 	keep := make(map[*node]bool, max)
-	for _, n := range all[:max] {
-		keep[n] = true
+	for _, e := range all[:max] {
+		keep[e.n] = true
 	}
 	return keep, true
 }
 
 // sortedChildren orders children by total, heaviest first, then by name so
-// answers are stable.
+// answers are stable; once per node, after the totals are final.
 func sortedChildren(n *node) []*node {
-	kids := make([]*node, 0, len(n.children))
-	for _, c := range n.children {
-		kids = append(kids, c)
+	if !n.sorted {
+		slices.SortFunc(n.kids, func(x, y *node) int {
+			if c := cmp.Compare(y.total, x.total); c != 0 {
+				return c
+			}
+			return cmp.Compare(x.name, y.name)
+		})
+		n.sorted = true
 	}
-	slices.SortFunc(kids, func(x, y *node) int {
-		if c := cmp.Compare(y.total, x.total); c != 0 {
-			return c
-		}
-		return cmp.Compare(x.name, y.name)
-	})
-	return kids
+	return n.kids
 }
 
 // flame converts the tree keeping at most maxNodes nodes; the children left
@@ -200,7 +231,7 @@ func diffTree(base, compare *node, maxNodes int) (*DiffNode, bool) {
 		} else {
 			p.c = n
 		}
-		for _, c := range n.children {
+		for _, c := range n.kids {
 			walk(u.child(c.name), c, isBase)
 		}
 	}
