@@ -108,7 +108,7 @@ func (a *API) sumByStack(ctx context.Context, idx []string, query map[string]any
 			// Each page scans the selection's documents again, so pages are
 			// large (one pass for typical selections) while the buckets
 			// held per page stay bounded.
-			"size": a.opts.PageSize,
+			"size":    a.opts.PageSize,
 			"sources": []any{map[string]any{"id": map[string]any{"terms": map[string]any{"field": "stack_id", "missing_bucket": true}}}},
 		}
 		if after != nil {
