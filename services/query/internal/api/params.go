@@ -157,6 +157,9 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		msg = fmt.Sprintf("query took longer than %s (STACKSTREAM_QUERY_TIMEOUT): narrow the range or the selector", a.opts.Timeout)
 	case errors.Is(err, errNotFound):
 		status = http.StatusNotFound
+	case r.Context().Err() != nil:
+		// The client went away: nobody reads the answer, nothing failed here.
+		status = 499
 	default:
 		a.logger.Error("query failed", "path", r.URL.Path, "query", r.URL.RawQuery, "err", err)
 		a.metrics.errors.Inc()

@@ -33,9 +33,40 @@ func (a *API) search(ctx context.Context, indexNames []string, body map[string]a
 	}
 	path := "/" + strings.Join(indexNames, ",") + "/_search?ignore_unavailable=true&allow_no_indices=true&request_cache=true"
 	if len(filterPath) > 0 {
+		filterPath = append(filterPath, "timed_out")
 		path += "&filter_path=" + url.QueryEscape(strings.Join(filterPath, ","))
 	}
-	return a.do(ctx, http.MethodPost, path, body, out)
+	ans := &searchAnswer{out: out}
+	if err := a.do(ctx, http.MethodPost, path, body, ans); err != nil {
+		return err
+	}
+	if ans.TimedOut {
+		// OpenSearch stopped at the timeout and answered with partial
+		// results: wrong numbers are worse than none.
+		return fmt.Errorf("opensearch search of %s: %w", strings.Join(indexNames, ","), errTimeout)
+	}
+	return nil
+}
+
+// searchAnswer decodes a search answer into out and notes whether
+// OpenSearch gave up at the timeout.
+type searchAnswer struct {
+	TimedOut bool
+	out      any
+}
+
+func (s *searchAnswer) UnmarshalJSON(b []byte) error {
+	var flag struct {
+		TimedOut bool `json:"timed_out"`
+	}
+	if err := json.Unmarshal(b, &flag); err != nil {
+		return err
+	}
+	s.TimedOut = flag.TimedOut
+	if s.out == nil {
+		return nil
+	}
+	return json.Unmarshal(b, s.out)
 }
 
 // do sends a JSON request and decodes a 2xx answer into out.

@@ -94,6 +94,15 @@ func TestBackendFailures(t *testing.T) {
 			t.Fatalf("answered after %s: the timeout did not cut the request", d)
 		}
 	})
+	t.Run("partial results at the opensearch timeout", func(t *testing.T) {
+		base := backend(t, func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, `{"timed_out":true,"aggregations":{"total":{"value":1}}}`)
+		}, api.Options{})
+		var e errorBody
+		if code := get(t, base, "/api/v1/top", nil, &e); code != http.StatusGatewayTimeout {
+			t.Fatalf("HTTP %d %+v, want 504 rather than partial numbers", code, e)
+		}
+	})
 	t.Run("opensearch error", func(t *testing.T) {
 		base := backend(t, func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusInternalServerError)
