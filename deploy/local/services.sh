@@ -28,8 +28,11 @@ start_one() {
     return 0
   fi
   [[ -f $SVC_DIR/$name.log ]] && mv -f "$SVC_DIR/$name.log" "$SVC_DIR/$name.log.1"
-  # setsid + nohup: the service outlives the make that started it.
-  (cd "$REPO_ROOT" && setsid nohup "$BIN_DIR/$name" >"$SVC_DIR/$name.log" 2>&1 </dev/null & echo $! >"$SVC_DIR/$name.pid")
+  # setsid + nohup: the service outlives the make that started it. Without job
+  # control the background job is no group leader, so setsid execs in place
+  # and $! is the service itself.
+  setsid nohup "$BIN_DIR/$name" >"$SVC_DIR/$name.log" 2>&1 </dev/null &
+  echo $! >"$SVC_DIR/$name.pid"
   sleep 1
   if pid=$(pid_alive "$SVC_DIR/$name.pid" "$name"); then
     say "$name started (pid $pid), log: $SVC_DIR/$name.log"
@@ -39,6 +42,9 @@ start_one() {
     return 1
   fi
 }
+
+# Services read ./.env from the working directory.
+cd "$REPO_ROOT"
 
 case ${1:-} in
 start)
