@@ -73,11 +73,9 @@ export function App() {
     api.config().then(setConfig, () => setConfig(null));
   }, [api]);
 
-  // Resolve relative times once per change or refresh, so every panel asks
-  // for the same window.
-  const range = useMemo(() => resolve({ start: state.start, end: state.end }),
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-    [state.start, state.end, refresh]);
+  // Resolve relative times once per change or refresh (refresh is a
+  // dependency on purpose), so every panel asks for the same window.
+  const range = useMemo(() => resolve({ start: state.start, end: state.end }), [state.start, state.end, refresh]);
 
   // Check the selector once per change (a one-value label query), so a bad
   // selector is explained under the bar instead of in every panel.

@@ -153,7 +153,7 @@ async function errorOf(resp: Response): Promise<ApiError> {
 export function describeError(e: unknown): string {
   if (e instanceof ApiError) {
     if (e.status === 401) return `${e.message} (set an API token in the header bar)`;
-    return e.parameter ? `${e.message}` : e.message;
+    return e.message;
   }
   return e instanceof Error ? e.message : String(e);
 }

@@ -22,7 +22,6 @@ export function useLoad<T>(load: ((signal: AbortSignal) => Promise<T>) | null, d
       (error) => !ac.signal.aborted && setState({ loading: false, error, data: null }),
     );
     return () => ac.abort();
-    // eslint-disable-next-line react-hooks/exhaustive-deps
   }, deps);
   return state;
 }
