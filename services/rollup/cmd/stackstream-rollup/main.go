@@ -134,9 +134,9 @@ func runMain() error {
 	g.Add(srv.Run, srv.Stop)
 	log.Info("started", "group", cfg.Rollup.Group, "topic", cfg.Kafka.Topics().ProfilesSymbolized, "listen", srv.Addr())
 	err = g.Run()
-	var sig run.SignalError
+	var sig *run.SignalError
 	if errors.As(err, &sig) {
-		log.Info("stopping", "signal", sig.Signal)
+		log.Info("stopped", "signal", sig.Signal)
 		return nil
 	}
 	return err

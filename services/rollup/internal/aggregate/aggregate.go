@@ -184,6 +184,9 @@ func (p *Partition) Watermark() time.Time { return time.Unix(0, p.watermark).UTC
 // awaiting a write).
 func (p *Partition) OpenWindows() int { return len(p.windows) }
 
+// Next is the offset after the last record handled, or -1 before any.
+func (p *Partition) Next() int64 { return p.next }
+
 // Advance records that offset was handled without adding a profile (sent to
 // the DLQ), so commits can move past it.
 func (p *Partition) Advance(offset int64) {

@@ -61,7 +61,10 @@ func newEnv(t *testing.T, partitions int32) *env {
 	if _, err := kafka.EnsureTopics(ctx, e.adm, kafka.Specs(e.topics, partitions, 1)); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.adm.DeleteTopics(context.Background(), e.topics.All()...) })
+	t.Cleanup(func() {
+		e.adm.DeleteGroups(context.Background(), e.group)
+		e.adm.DeleteTopics(context.Background(), e.topics.All()...)
+	})
 
 	e.os = e.osClient(e.osURL)
 	if _, err := opensearch.ApplyTemplates(ctx, e.os, e.names.Prefix, indices.DefaultSettings); err != nil {
@@ -591,4 +594,57 @@ func TestBadInputGoesToDLQ(t *testing.T) {
 	if reasons["decode"] != 1 || reasons["headers"] != 1 || reasons["rejected"] != 10 {
 		t.Fatalf("dlq reasons %v, want decode 1, headers 1, rejected 10", reasons)
 	}
+}
+
+// TestInstancesShareAndHandOver runs two instances in one group: the second
+// joins mid-stream (partitions move: the first flushes and commits what it
+// revokes), then the first leaves (the second takes everything over from the
+// commits and their checkpoints). The documents stay exact.
+func TestInstancesShareAndHandOver(t *testing.T) {
+	e := newEnv(t, 4)
+	x := expected{}
+	hosts := []string{"web-1", "web-2", "web-3", "web-4", "web-5", "web-6"}
+	n := 0
+	produce := func(from, to int) {
+		for k := from; k < to; k++ {
+			for h, host := range hosts {
+				at := t0.Add(time.Duration(k)*20*time.Second + time.Duration(h)*time.Second)
+				e.produce(record.ProfileCPU, host, x.cpuProfile(host, at, int64(10*k+h), 3))
+				n++
+			}
+		}
+	}
+	produce(0, 30) // 10:00 to 10:09:40
+	a := e.start(e.osURL)
+	waitFor(t, "first instance caught up", 60*time.Second, func() bool { return a.count("added") == n })
+	b := e.start(e.osURL)
+	produce(30, 60) // to 10:19:40
+	waitFor(t, "both caught up", 90*time.Second, func() bool {
+		a.r.mu.Lock()
+		parts := len(a.r.parts)
+		a.r.mu.Unlock()
+		return parts < 4 && b.count("added") > 0
+	})
+	a.close(t)
+	produce(60, 90) // to 10:29:40
+	// b reads again what a had not committed, so it counts at least the
+	// rest; wait until every partition is at its end.
+	waitFor(t, "second instance at the end", 90*time.Second, func() bool {
+		ends, err := e.adm.ListEndOffsets(context.Background(), e.topics.ProfilesSymbolized)
+		if err != nil {
+			return false
+		}
+		b.r.mu.Lock()
+		defer b.r.mu.Unlock()
+		done := true
+		ends.Each(func(o kadm.ListedOffset) {
+			p := b.r.parts[o.Partition]
+			if p == nil || p.Next() < o.Offset {
+				done = false
+			}
+		})
+		return done
+	})
+	b.close(t)
+	compare(t, byKey(e.docs()), x.finish())
 }
