@@ -12,9 +12,6 @@ import (
 	"github.com/stackstream/stackstream/services/query/internal/selector"
 )
 
-// maxSearchStacks bounds the stacks a function search reads from the stacks index.
-const maxSearchStacks = 2000
-
 // SearchResponse is the answer of /api/v1/search.
 type SearchResponse struct {
 	Query   string         `json:"query"`
@@ -80,8 +77,8 @@ func (a *API) handleSearch(ctx context.Context, _ http.ResponseWriter, r *http.R
 
 // searchFunctions ranks functions containing kw by their total (inclusive)
 // share. Long ranges read the per-function rollups; short ones (and
-// clusters without rollups) find the stacks holding a matching function and
-// sum their samples.
+// clusters without rollups) merge the range's stacks as a flame graph does
+// (sharing its stack cache) and sum the stacks holding a matching function.
 func (a *API) searchFunctions(ctx context.Context, s selection, kw string, limit int, total int64) ([]SearchResult, error) {
 	if a.fromRollups(s) {
 		res, err := a.searchFunctionRollups(ctx, s, kw, limit, total, false)
@@ -92,70 +89,38 @@ func (a *API) searchFunctions(ctx context.Context, s selection, kw string, limit
 			return res, err
 		}
 	}
-	var hits struct {
-		Hits struct {
-			Hits []struct {
-				ID     string `json:"_id"`
-				Source struct {
-					Functions []string `json:"functions"`
-				} `json:"_source"`
-			} `json:"hits"`
-		} `json:"hits"`
-	}
-	body := map[string]any{"size": maxSearchStacks, "_source": []string{"functions"}, "query": wildcardQ("functions", kw)}
-	if err := a.search(ctx, []string{a.names.Stacks()}, body, &hits); err != nil {
-		return nil, fmt.Errorf("search stacks: %w", err)
-	}
-	if len(hits.Hits.Hits) == 0 {
-		return nil, nil
-	}
-	ids := make([]string, len(hits.Hits.Hits))
-	for i, h := range hits.Hits.Hits {
-		ids[i] = h.ID
-	}
-	filter := []any{timeFilter(s.tr), termQ("type", string(s.typ)), map[string]any{"terms": map[string]any{"stack_id": ids}}}
-	var out struct {
-		Aggregations struct {
-			Total  sumAgg `json:"total"`
-			Stacks struct {
-				Buckets []struct {
-					Key string `json:"key"`
-					V   sumAgg `json:"v"`
-				} `json:"buckets"`
-			} `json:"stacks"`
-		} `json:"aggregations"`
-	}
-	body = map[string]any{"size": 0, "track_total_hits": false, "query": boolQ(filter, nil), "aggs": map[string]any{
-		"stacks": map[string]any{
-			"terms": map[string]any{"field": "stack_id", "size": len(ids)},
-			"aggs":  map[string]any{"v": map[string]any{"sum": map[string]any{"field": "value"}}},
-		},
-	}}
-	if err := a.search(ctx, a.sampleIndices(s.tr), body, &out); err != nil {
-		return nil, fmt.Errorf("sum matching stacks: %w", err)
-	}
-	byStack := map[string]float64{}
-	for _, b := range out.Aggregations.Stacks.Buckets {
-		byStack[b.Key] = b.V.Value
+	m, err := a.merge(ctx, selection{typ: s.typ, tr: s.tr})
+	if err != nil {
+		return nil, err
 	}
 	lower := strings.ToLower(kw)
-	byFunc := map[string]float64{}
-	for _, h := range hits.Hits.Hits {
-		v := byStack[h.ID]
-		if v == 0 {
-			continue
-		}
-		seen := map[string]bool{}
-		for _, f := range h.Source.Functions {
-			if !seen[f] && strings.Contains(strings.ToLower(f), lower) {
-				seen[f] = true
+	byFunc := map[string]int64{}
+	matches := map[string]bool{}
+	seen := map[string]bool{}
+	for id, v := range m.values {
+		clear(seen)
+		for _, f := range m.frames[id] {
+			if seen[f] {
+				continue
+			}
+			seen[f] = true
+			match, known := matches[f]
+			if !known {
+				// The placeholders for missing stacks are not functions.
+				synthetic := f == noStack || f == unknownStack || f == otherNodes
+				match = !synthetic && strings.Contains(strings.ToLower(f), lower)
+				matches[f] = match
+			}
+			if match {
 				byFunc[f] += v
 			}
 		}
 	}
 	res := make([]SearchResult, 0, len(byFunc))
 	for f, v := range byFunc {
-		res = append(res, SearchResult{Kind: "function", Name: f, Share: v / float64(total)})
+		if v > 0 {
+			res = append(res, SearchResult{Kind: "function", Name: f, Share: float64(v) / float64(total)})
+		}
 	}
 	return res, nil
 }
