@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -83,6 +84,9 @@ func runMain() error {
 		return err
 	}
 	defer admCl.Close()
+	if err := checkTopics(ctx, kadm.NewClient(admCl), topics.All()); err != nil {
+		return err
+	}
 	infoCl, err := kafka.NewClient(ctx, cfg.Kafka, pipeline.DebuginfoOpts(topics.Debuginfo)...)
 	if err != nil {
 		return err
@@ -131,14 +135,20 @@ func runMain() error {
 
 	var g run.Group
 	{
-		sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+		quit := make(chan struct{})
 		g.Add(func() error {
-			<-sigCtx.Done()
-			if ctx.Err() == nil {
-				log.Info("stopping on signal")
+			select {
+			case s := <-sig:
+				log.Info("stopping on signal", "signal", s.String())
+			case <-quit:
 			}
 			return nil
-		}, func(error) { stop() })
+		}, func(error) {
+			signal.Stop(sig)
+			close(quit)
+		})
 	}
 	{
 		fCtx, stop := context.WithCancel(ctx)
@@ -168,5 +178,24 @@ func runMain() error {
 		return err
 	}
 	log.Info("stopped")
+	return nil
+}
+
+// checkTopics stops start-up with one clear line when stackctl init has not
+// created the topics: a consumer would otherwise wait for them silently.
+func checkTopics(ctx context.Context, adm *kadm.Client, want []string) error {
+	listed, err := adm.ListTopics(ctx, want...)
+	if err != nil {
+		return fmt.Errorf("list topics: %w", err)
+	}
+	var missing []string
+	for _, t := range want {
+		if d, ok := listed[t]; !ok || d.Err != nil {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("topics missing: %s: run stackctl init first (or fix STACKSTREAM_KAFKA_TOPIC_PREFIX)", strings.Join(missing, ", "))
+	}
 	return nil
 }

@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -211,5 +214,66 @@ func TestKill9ExactlyOnce(t *testing.T) {
 	if !strings.Contains(string(logA), "symbolizing") {
 		t.Fatalf("restarted instance never started symbolizing:\n%s", logA)
 	}
-	_ = b
+
+	// The restarted instances serve /readyz and /metrics, and SIGTERM
+	// stops them cleanly.
+	var total float64
+	for _, p := range []*proc{a, b} {
+		addr := listenAddr(t, p.log)
+		if body := get(t, "http://"+addr+"/readyz"); !strings.Contains(body, "ready") {
+			t.Fatalf("readyz: %q", body)
+		}
+		metrics := get(t, "http://"+addr+"/metrics")
+		for _, name := range []string{"stackstream_symbolizer_frames_total{source=\"local\"}", "stackstream_symbolizer_cache_requests_total", "stackstream_symbolizer_lag_records", "stackstream_symbolizer_transactions_total{result=\"committed\"}"} {
+			if !strings.Contains(metrics, name) {
+				t.Errorf("metrics lack %s", name)
+			}
+		}
+		total += metricValue(metrics, `stackstream_symbolizer_profiles_total{result="symbolized"}`)
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.cmd.Wait(); err != nil {
+			t.Fatalf("exit after SIGTERM: %v", err)
+		}
+		if log, _ := os.ReadFile(p.log); !strings.Contains(string(log), "msg=stopped") {
+			t.Fatalf("no clean stop in log:\n%s", log)
+		}
+	}
+	if total == 0 || total > n {
+		t.Fatalf("restarted instances report %v profiles symbolized", total)
+	}
+}
+
+var listenRE = regexp.MustCompile(`msg=starting .*listen=(127\.0\.0\.1:\d+)`)
+
+func listenAddr(t *testing.T, logPath string) string {
+	t.Helper()
+	log, _ := os.ReadFile(logPath)
+	m := listenRE.FindSubmatch(log)
+	if m == nil {
+		t.Fatalf("no listen address in log:\n%s", log)
+	}
+	return string(m[1])
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func metricValue(metrics, series string) float64 {
+	for _, line := range strings.Split(metrics, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f
+		}
+	}
+	return 0
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stackstream/stackstream/services/symbolizer/internal/symbolize"
@@ -97,6 +98,9 @@ func (r *Runner) batch(ctx context.Context, fetches kgo.Fetches) error {
 	mu.Unlock()
 	committed, err := r.Session.End(endCtx, kgo.TransactionEndTry(commit))
 	if err != nil {
+		if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
+			return fmt.Errorf("end transaction: %w: another process started with this instance's transactional ID; give every instance its own STACKSTREAM_SYMBOLIZER_TRANSACTIONAL_ID", err)
+		}
 		return fmt.Errorf("end transaction: %w", err)
 	}
 	mu.Lock()
