@@ -84,8 +84,15 @@ type windowKey struct {
 	start int64 // unix nanoseconds
 }
 
-type docKey struct {
-	kind, typ, service, host, function, stackID string
+// seriesKey groups the documents of one kind, type, service and host; a
+// series holds them by function or stack ID ("" for the service document).
+// Two levels keep the per-frame lookup a single-string map access.
+type seriesKey struct {
+	kind, typ, service, host string
+}
+
+type series struct {
+	docs map[string]*docState
 }
 
 type docState struct {
@@ -100,7 +107,7 @@ type docState struct {
 type window struct {
 	key       windowKey
 	end       int64
-	docs      map[docKey]*docState
+	series    map[seriesKey]*series
 	minOffset int64
 	closed    bool
 	dirty     int
@@ -160,7 +167,7 @@ type Partition struct {
 	lastNext      int64
 	stacks        map[uint64][]*stackInfo // by hash of the frames, across profiles
 	frames        []indices.Frame         // scratch
-	out           map[docKey]int32        // scratch: a profile's sums by document
+	out           map[seriesKey]*scratch  // a profile's sums, reused
 	deltas        []delta
 }
 
@@ -245,27 +252,17 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 			continue
 		}
 		w := p.window(res, at, in.Offset)
-		for k, i := range p.out {
-			d := &p.deltas[i]
-			k.typ = string(in.Type)
-			ds := w.docs[k]
-			if ds == nil {
-				ds = &docState{firstOffset: in.Offset}
-				w.docs[k] = ds
+		for sk, sc := range p.out {
+			if len(sc.names) == 0 {
+				continue
 			}
-			ds.value += d.value
-			ds.self += d.self
-			ds.total += d.total
-			ds.samples += d.samples
-			if d.hasMem {
-				if ds.mem == nil {
-					ds.mem = map[int64]int64{}
-				}
-				ds.mem[in.Offset] += d.mem
+			ws := w.series[sk]
+			if ws == nil {
+				ws = &series{docs: make(map[string]*docState, len(sc.names))}
+				w.series[sk] = ws
 			}
-			if !ds.dirty {
-				ds.dirty = true
-				w.dirty++
+			for name, i := range sc.names {
+				p.fold(w, ws, name, &p.deltas[i], in.Offset)
 			}
 		}
 	}
@@ -275,6 +272,29 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 	}
 	p.Advance(in.Offset)
 	return Added, nil
+}
+
+// fold adds a profile's delta to one document of a window.
+func (p *Partition) fold(w *window, ws *series, name string, d *delta, offset int64) {
+	ds := ws.docs[name]
+	if ds == nil {
+		ds = &docState{firstOffset: offset}
+		ws.docs[name] = ds
+	}
+	ds.value += d.value
+	ds.self += d.self
+	ds.total += d.total
+	ds.samples += d.samples
+	if d.hasMem {
+		if ds.mem == nil {
+			ds.mem = map[int64]int64{}
+		}
+		ds.mem[offset] += d.mem
+	}
+	if !ds.dirty {
+		ds.dirty = true
+		w.dirty++
+	}
 }
 
 type mark struct{ offset, watermark int64 }
@@ -302,27 +322,13 @@ func (p *Partition) window(res string, t, offset int64) *window {
 	k := windowKey{res: res, start: truncate(t, size)}
 	w := p.windows[k]
 	if w == nil {
-		// Size the map like the largest window of this resolution: the
-		// next minute of a host holds about the same keys.
-		hint := 0
-		for _, o := range p.windows {
-			if o.key.res == res {
-				hint = max(hint, len(o.docs))
-			}
-		}
-		w = &window{key: k, end: k.start + int64(size), docs: make(map[docKey]*docState, hint), minOffset: offset}
+		w = &window{key: k, end: k.start + int64(size), series: map[seriesKey]*series{}, minOffset: offset}
 		p.windows[k] = w
 	}
 	if offset < w.minOffset {
 		w.minOffset = offset
 	}
 	return w
-}
-
-type delta struct {
-	value, self, total, samples int64
-	mem                         int64
-	hasMem                      bool
 }
 
 type stackInfo struct {
@@ -373,29 +379,56 @@ func (p *Partition) stack(s *profile.Sample) *stackInfo {
 	return st
 }
 
-// contributions sums one profile per document key (kind and type are filled
-// in by the caller).
-// The sums are left in p.out and p.deltas, reused across profiles so their
-// memory is not allocated and grown again for every profile.
+type delta struct {
+	value, self, total, samples int64
+	mem                         int64
+	hasMem                      bool
+}
+
+// scratch is one series of a profile's sums: indices into Partition.deltas
+// by function or stack ID.
+type scratch struct {
+	names map[string]int32
+}
+
+// maxScratchSeries bounds the reused scratch series (services x hosts seen).
+const maxScratchSeries = 4096
+
+// contributions sums one profile per document into p.out and p.deltas,
+// which are reused across profiles so their memory is not allocated and
+// grown again for every profile.
 func (p *Partition) contributions(in Input, vi int) {
 	prof := in.Profile
 	ci := pprofx.CountIndex(prof)
-	if p.out == nil {
-		p.out = map[docKey]int32{}
+	if p.out == nil || len(p.out) > maxScratchSeries {
+		p.out = map[seriesKey]*scratch{}
 	}
-	clear(p.out)
+	for _, sc := range p.out {
+		clear(sc.names)
+	}
 	p.deltas = p.deltas[:0]
-	get := func(k docKey, kind string) *delta {
-		k.kind = kind
-		i, ok := p.out[k]
+	get := func(k seriesKey) *scratch {
+		sc := p.out[k]
+		if sc == nil {
+			sc = &scratch{names: map[string]int32{}}
+			p.out[k] = sc
+		}
+		return sc
+	}
+	add := func(sc *scratch, name string) *delta {
+		i, ok := sc.names[name]
 		if !ok {
 			i = int32(len(p.deltas))
 			p.deltas = append(p.deltas, delta{})
-			p.out[k] = i
+			sc.names[name] = i
 		}
 		return &p.deltas[i]
 	}
+	typ := string(in.Type)
 	memory := in.Type == record.ProfileMemory
+	// Samples of one process come together: keep the last service/host's series.
+	var lastService, lastHost string
+	var svcS, fnS, stS *scratch
 	for _, s := range prof.Sample {
 		v := s.Value[vi]
 		n := int64(1)
@@ -408,7 +441,13 @@ func (p *Partition) contributions(in Input, vi int) {
 		if host == "" {
 			host = labels[record.LabelHost]
 		}
-		svc := get(docKey{service: service, host: host}, indices.KindService)
+		if svcS == nil || service != lastService || host != lastHost {
+			lastService, lastHost = service, host
+			svcS = get(seriesKey{kind: indices.KindService, typ: typ, service: service, host: host})
+			fnS = get(seriesKey{kind: indices.KindFunction, typ: typ, service: service, host: host})
+			stS = get(seriesKey{kind: indices.KindStack, typ: typ, service: service, host: host})
+		}
+		svc := add(svcS, "")
 		svc.samples += n
 		if memory {
 			// One stack-less sample per process: the profile's service sum.
@@ -421,12 +460,12 @@ func (p *Partition) contributions(in Input, vi int) {
 			continue
 		}
 		st := p.stack(s)
-		sd := get(docKey{service: service, host: host, stackID: st.id}, indices.KindStack)
+		sd := add(stS, st.id)
 		sd.value += v
 		sd.samples += n
-		get(docKey{service: service, host: host, function: st.leaf}, indices.KindFunction).self += v
+		add(fnS, st.leaf).self += v
 		for _, f := range st.funcs {
-			get(docKey{service: service, host: host, function: f}, indices.KindFunction).total += v
+			add(fnS, f).total += v
 		}
 	}
 }
@@ -485,33 +524,40 @@ func (p *Partition) Pending(all bool) []Pending {
 func (p *Partition) appendDirty(out []Pending, w *window) []Pending {
 	start := time.Unix(0, w.key.start).UTC()
 	index := p.cfg.Names.Rollups(start)
-	for k, ds := range w.docs {
-		if !ds.dirty {
-			continue
-		}
-		d := indices.RollupDoc{
-			Timestamp: start, Resolution: w.key.res, Kind: k.kind, Type: k.typ,
-			Service: k.service, Host: k.host, Function: k.function, StackID: k.stackID,
-		}
-		switch k.kind {
-		case indices.KindService:
-			d.Samples = ds.samples
-			if ds.mem != nil {
-				d.MemAvg, d.MemMax = memStats(ds.mem)
-			} else {
-				d.Value = ds.value
-				if k.typ == string(record.ProfileCPU) {
-					d.Cores = float64(ds.value) / float64(windowSize(w.key.res).Nanoseconds())
-				}
+	for k, ws := range w.series {
+		for name, ds := range ws.docs {
+			if ds.dirty {
+				out = append(out, p.pending(w, start, index, k, name, ds))
 			}
-		case indices.KindFunction:
-			d.Self, d.Total = ds.self, ds.total
-		case indices.KindStack:
-			d.Value, d.Samples = ds.value, ds.samples
 		}
-		out = append(out, Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: ds.firstOffset, ds: ds, w: w})
 	}
 	return out
+}
+
+func (p *Partition) pending(w *window, start time.Time, index string, k seriesKey, name string, ds *docState) Pending {
+	d := indices.RollupDoc{
+		Timestamp: start, Resolution: w.key.res, Kind: k.kind, Type: k.typ,
+		Service: k.service, Host: k.host,
+	}
+	switch k.kind {
+	case indices.KindService:
+		d.Samples = ds.samples
+		if ds.mem != nil {
+			d.MemAvg, d.MemMax = memStats(ds.mem)
+		} else {
+			d.Value = ds.value
+			if k.typ == string(record.ProfileCPU) {
+				d.Cores = float64(ds.value) / float64(windowSize(w.key.res).Nanoseconds())
+			}
+		}
+	case indices.KindFunction:
+		d.Function = name
+		d.Self, d.Total = ds.self, ds.total
+	case indices.KindStack:
+		d.StackID = name
+		d.Value, d.Samples = ds.value, ds.samples
+	}
+	return Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: ds.firstOffset, ds: ds, w: w}
 }
 
 // memStats is the average and the maximum, over the memory profiles of the
