@@ -56,17 +56,43 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 }
 
-// batch runs one transaction over the records of one poll.
+// batch runs one transaction over the records of one poll. Records are
+// symbolized before the transaction begins: a slow debuginfod download then
+// holds no transaction open, and cannot run into the transaction timeout.
 func (r *Runner) batch(ctx context.Context, fetches kgo.Fetches) error {
+	var (
+		results    = make([]Result, 0, fetches.NumRecords())
+		stats      symbolize.Stats
+		dlq        = map[string]int{}
+		symbolized int
+	)
+	fetches.EachRecord(func(rec *kgo.Record) {
+		if ctx.Err() != nil {
+			return
+		}
+		res := r.Processor.Process(ctx, rec)
+		if res.Err != nil {
+			r.Log.Warn("send record to dlq", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "reason", res.Err)
+			dlq[res.Reason]++
+		} else {
+			symbolized++
+			stats.Add(res.Stats)
+		}
+		results = append(results, res)
+	})
+	if ctx.Err() != nil {
+		// Shutting down mid-batch: a source lookup may have been cut short,
+		// so nothing of this batch is written. Its offsets stay uncommitted
+		// and whoever owns the partitions next redoes it.
+		return nil
+	}
+
 	if err := r.Session.Begin(); err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
 	var (
 		mu         sync.Mutex
 		produceErr error
-		stats      symbolize.Stats
-		dlq        = map[string]int{}
-		symbolized int
 	)
 	promise := func(rec *kgo.Record, err error) {
 		if err != nil {
@@ -77,19 +103,11 @@ func (r *Runner) batch(ctx context.Context, fetches kgo.Fetches) error {
 			mu.Unlock()
 		}
 	}
-	fetches.EachRecord(func(rec *kgo.Record) {
-		res := r.Processor.Process(ctx, rec)
-		if res.Err != nil {
-			r.Log.Warn("send record to dlq", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "reason", res.Err)
-			dlq[res.Reason]++
-		} else {
-			symbolized++
-			stats.Add(res.Stats)
-		}
-		// The session's context, not ctx: a shutdown must not abort a record
-		// half way; End decides the batch's fate.
+	for _, res := range results {
+		// Not ctx: a shutdown must not cut a batch half way; End decides
+		// the batch's fate.
 		r.Session.Produce(context.Background(), res.Out, promise)
-	})
+	}
 
 	endCtx, cancel := context.WithTimeout(context.Background(), endTimeout)
 	defer cancel()
