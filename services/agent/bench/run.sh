@@ -5,15 +5,20 @@
 #   busy   two long-running CPU-bound processes (both cores busy)
 #   churn  `go build -a std` in a loop with a fresh GOCACHE (both cores busy
 #          with many short-lived processes)
-# The agent profiles every process (the default) and publishes to Kafka under
-# a throw-away topic prefix, created and deleted here.
+# and two target sets:
+#   all    every process (the default): on a shared machine this includes
+#          other people's work, whose fresh binaries the agent must read
+#   unit   only the workload, placed in a cgroup named like a systemd unit
+#          (--systemd-units): what a dedicated host would cost
+# The agent publishes to Kafka under a throw-away topic prefix, created and
+# deleted here.
 #
 # Needs root (eBPF) and a Kafka broker (STACKSTREAM_KAFKA_BROKERS, default
 # 127.0.0.1:9092). WARMUP and SPAN (seconds) set each run's length.
 set -euo pipefail
 
 WARMUP=${WARMUP:-12}
-SPAN=${SPAN:-45}
+SPAN=${SPAN:-30}
 HERE=$(cd "$(dirname "$0")" && pwd)
 MODULE=$(cd "$HERE/.." && pwd)
 WORK=$(mktemp -d /tmp/stackstream-agent-bench.XXXXXX)
@@ -26,12 +31,24 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 pids_to_stop=()
+UNIT=stackstream-bench-$$.service
+UNIT_DIR=
+# The workload's cgroup: systemd is not PID 1 here, so make the unit's cgroup
+# by hand where systemd would (named hierarchy on v1, unified on v2).
+for root in /sys/fs/cgroup/systemd /sys/fs/cgroup; do
+	if [ -w "$root/cgroup.procs" ]; then
+		UNIT_DIR=$root/stackstream-bench.slice/$UNIT
+		CGROUP_ROOT=$root
+		break
+	fi
+done
 cleanup() {
 	for p in "${pids_to_stop[@]}"; do
 		# Workloads run in their own process group (setsid): stop the group.
 		kill -- "-$p" 2>/dev/null || kill "$p" 2>/dev/null || true
 	done
 	"$WORK/topics" delete "$PREFIX" >/dev/null 2>&1 || true
+	[ -n "$UNIT_DIR" ] && rmdir "$UNIT_DIR" "$(dirname "$UNIT_DIR")" 2>/dev/null || true
 	rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -47,13 +64,19 @@ forks() { awk '/^processes/ {print $2}' /proc/stat; }
 debuginfo_read() { curl -s "http://$1/metrics" | awk '/^stackstream_agent_debuginfo_total/ {n += $2} END {print n + 0}'; }
 status_kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status"; }
 
+# start_workload NAME [CGROUP_PROCS]: the workload joins the cgroup itself,
+# before it forks anything.
 start_workload() {
+	local join=":"
+	if [ -n "${2:-}" ]; then
+		join="echo \$\$ >'$2'"
+	fi
 	case "$1" in
 	busy)
-		setsid bash -c 'for i in 1 2; do (while :; do :; done) & done; wait' </dev/null >/dev/null 2>&1 &
+		setsid bash -c "$join; for i in 1 2; do (while :; do :; done) & done; wait" </dev/null >/dev/null 2>&1 &
 		;;
 	churn)
-		setsid bash -c "cd '$WORK' && while :; do c=\$(mktemp -d '$WORK/gocache.XXXXXX'); GOCACHE=\$c GOFLAGS= GOWORK=off go build -a std; rm -rf \"\$c\"; done" </dev/null >/dev/null 2>&1 &
+		setsid bash -c "$join; cd '$WORK' && while :; do c=\$(mktemp -d '$WORK/gocache.XXXXXX'); GOCACHE=\$c GOFLAGS= GOWORK=off go build -a std; rm -rf \"\$c\"; done" </dev/null >/dev/null 2>&1 &
 		;;
 	esac
 	echo $!
@@ -62,10 +85,21 @@ start_workload() {
 results=()
 for hz in 19 99; do
 	for wl in busy churn; do
-		wpid=$(start_workload "$wl")
+	for targets in all unit; do
+		if [ "$targets" = unit ] && [ -z "$UNIT_DIR" ]; then
+			continue
+		fi
+		args=()
+		procs=
+		if [ "$targets" = unit ]; then
+			mkdir -p "$UNIT_DIR"
+			procs=$UNIT_DIR/cgroup.procs
+			args=(--systemd-units "$UNIT")
+		fi
+		wpid=$(start_workload "$wl" "$procs")
 		pids_to_stop+=("$wpid")
 		sleep 3
-		STACKSTREAM_LISTEN_ADDR=127.0.0.1:0 "$WORK/stackstream-agent" --frequency "$hz" --interval 10s >"$WORK/agent-$hz-$wl.log" 2>&1 &
+		STACKSTREAM_LISTEN_ADDR=127.0.0.1:0 "$WORK/stackstream-agent" --frequency "$hz" --interval 10s "${args[@]}" >"$WORK/agent-$hz-$wl.log" 2>&1 &
 		apid=$!
 		sleep "$WARMUP"
 		if ! kill -0 "$apid" 2>/dev/null; then
@@ -81,16 +115,21 @@ for hz in 19 99; do
 		kill -TERM "$apid"; wait "$apid" || true
 		kill -- "-$wpid" 2>/dev/null || true
 		wait "$wpid" 2>/dev/null || true
+		if [ "$targets" = unit ]; then
+			# Move stragglers out so the cgroup can be removed at the end.
+			for p in $(cat "$UNIT_DIR/cgroup.procs" 2>/dev/null); do echo "$p" >"$CGROUP_ROOT/cgroup.procs" 2>/dev/null || true; done
+		fi
 		hz_ticks=$(getconf CLK_TCK)
-		results+=("$(awk -v hz="$hz" -v wl="$wl" -v t="$((t1 - t0))" -v tck="$hz_ticks" -v s0="$s0" -v s1="$s1" \
+		results+=("$(awk -v hz="$hz" -v wl="$wl" -v tg="$targets" -v t="$((t1 - t0))" -v tck="$hz_ticks" -v s0="$s0" -v s1="$s1" \
 			-v f="$((f1 - f0))" -v hwm="$hwm" -v rss="$rss" -v d="$((d1 - d0))" 'BEGIN {
 			span = s1 - s0
-			printf "%-6s %-6s %10.2f %12.1f %12.1f %10.0f %12d %8.0f\n", hz, wl, 100 * t / tck / span, hwm / 1024, rss / 1024, f / span, d, span
+			printf "%-4s %-6s %-5s %9.2f %12.1f %12.1f %10.0f %12d %8.0f\n", hz, wl, tg, 100 * t / tck / span, hwm / 1024, rss / 1024, f / span, d, span
 		}')")
-		echo "done: ${hz} Hz, $wl" >&2
+		echo "done: ${hz} Hz, $wl, $targets" >&2
+	done
 	done
 done
 
 echo "stackstream-agent overhead ($(nproc) CPUs, $(uname -r); shared machine, other work running)"
-printf "%-6s %-6s %10s %12s %12s %10s %12s %8s\n" "Hz" "load" "CPU%core" "maxRSS_MiB" "endRSS_MiB" "forks/s" "new_binaries" "span_s"
+printf "%-4s %-6s %-5s %9s %12s %12s %10s %12s %8s\n" "Hz" "load" "targets" "CPU%core" "maxRSS_MiB" "endRSS_MiB" "forks/s" "new_binaries" "span_s"
 printf "%s\n" "${results[@]}"

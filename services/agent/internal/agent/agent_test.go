@@ -74,7 +74,13 @@ func TestProfilesWorkloads(t *testing.T) {
 						t.Fatalf("address %#x outside its mapping %#x-%#x", loc.Address, loc.Mapping.Start, loc.Mapping.Limit)
 					}
 				}
-				leaf[leafFunction(s, got.debuginfo)] += s.Value[0]
+				fn := leafFunction(s, got.debuginfo)
+				if fn == c.hot {
+					if m := leafMapping(s); m == nil || m.File != c.exe {
+						t.Fatalf("hot leaf frame in mapping %+v, want the executable %s", m, c.exe)
+					}
+				}
+				leaf[fn] += s.Value[0]
 				total += s.Value[0]
 			}
 			// The leaf frame lies in the workload's executable mapping.

@@ -267,3 +267,13 @@ func leafFunction(s *profile.Sample, di map[string]*debuginfo.File) string {
 	}
 	return "<kernel only>"
 }
+
+// leafMapping returns the mapping of the innermost user frame of s.
+func leafMapping(s *profile.Sample) *profile.Mapping {
+	for _, loc := range s.Location {
+		if loc.Mapping != nil && loc.Mapping.File != kernelMappingFile {
+			return loc.Mapping
+		}
+	}
+	return nil
+}
