@@ -52,7 +52,8 @@ func start(t *testing.T, brokers []string, topics record.Topics, group string, s
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &source.Follower{Client: infoCl, Admin: kadm.NewClient(admCl), Topic: topics.Debuginfo, Store: store, Log: log}
+	f := &source.Follower{Client: infoCl, Admin: kadm.NewClient(admCl), Topic: topics.Debuginfo, Store: store, Log: log,
+		OnApply: m.Debuginfo.WithLabelValues("applied").Inc, OnBad: m.Debuginfo.WithLabelValues("bad").Inc}
 	sess, err := kgo.NewGroupTransactSession(append([]kgo.Opt{kgo.SeedBrokers(brokers...)},
 		SessionOpts(group, topics.ProfilesRaw, testenv.Name(t, "txn-"), 0)...)...)
 	if err != nil {
@@ -353,5 +354,62 @@ func TestReplayResymbolizes(t *testing.T) {
 		if want := corpus.Want(); !reflect.DeepEqual(o.names[2:], want[2:]) || !strings.HasPrefix(o.names[0][0], "cprog+0x") {
 			t.Fatalf("replayed profile %s: %q, want %q", seq, o.names, want)
 		}
+	}
+}
+
+// TestDebuginfoArrivesWhileRunning checks that the follower keeps reading the
+// debuginfo topic after start-up, and that a new value replaces the cached
+// miss of its build ID at once (not after the miss TTL of a minute).
+func TestDebuginfoArrivesWhileRunning(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	corpus := testbin.BuildCorpus(t, t.TempDir())
+	topics, cl := ktest.Topics(t, brokers, 1)
+	ctx := context.Background()
+	s := start(t, brokers, topics, testenv.Name(t, "grp-"))
+	meta := record.Meta{Type: record.ProfileCPU, Host: "h"}
+	produce := func(seq int) {
+		v, _ := record.EncodeProfile(corpus.Profile(t, seq))
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topics.ProfilesRaw, Value: v, Headers: meta.Headers()}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := func(r *kgo.Record) []string {
+		p, err := record.DecodeProfile(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return testbin.Names(p)[3] // the sample in the topic binary
+	}
+
+	produce(0)
+	out := ktest.Consume(t, brokers, topics.ProfilesSymbolized, 1, time.Minute, 0)
+	if len(out) != 1 || !strings.HasPrefix(names(out[0])[0], "ctopic+0x") {
+		t.Fatalf("before the debuginfo: %d records, %v", len(out), out)
+	}
+
+	// Bad values on the topic are skipped and counted, not fatal.
+	if err := cl.ProduceSync(ctx,
+		&kgo.Record{Topic: topics.Debuginfo, Key: []byte("0bad"), Value: []byte("not debuginfo")},
+		&kgo.Record{Topic: topics.Debuginfo, Key: []byte(corpus.Topic.BuildID), Value: corpus.TopicValue},
+	).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for testutil.ToFloat64(s.metrics.Debuginfo.WithLabelValues("applied")) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the follower did not apply the new debuginfo value")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if bad := testutil.ToFloat64(s.metrics.Debuginfo.WithLabelValues("bad")); bad != 1 {
+		t.Fatalf("bad debuginfo values counted: %v, want 1", bad)
+	}
+	produce(1)
+	out = ktest.Consume(t, brokers, topics.ProfilesSymbolized, 2, time.Minute, 0)
+	if len(out) != 2 {
+		t.Fatalf("%d records, want 2", len(out))
+	}
+	if got := names(out[1]); !reflect.DeepEqual(got, []string{"leaf_work", "middle"}) {
+		t.Fatalf("after the debuginfo arrived: %q", got)
 	}
 }
