@@ -8,7 +8,7 @@ require (
 	github.com/oklog/run v1.2.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/stackstream/stackstream/bpf v0.0.0
-	github.com/stackstream/stackstream/pkg v0.0.0-00010101000000-000000000000
+	github.com/stackstream/stackstream/pkg v0.0.0
 	github.com/stackstream/stackstream/schemas v0.0.0
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
