@@ -5,6 +5,7 @@ package elfinfo
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"debug/elf"
 	"debug/gosym"
 	"encoding/hex"
@@ -24,8 +25,8 @@ const (
 	noteTypeGoBuildID  = 4 // Go's ELF note type for its build ID
 )
 
-// BuildID returns the GNU build ID in hex, or for Go binaries without one the
-// hex of the Go build ID.
+// BuildID returns the GNU build ID in hex, or for Go binaries without one
+// GoBuildIDKey of the Go build ID.
 func BuildID(f *elf.File) (string, error) {
 	var goID []byte
 	scan := func(data []byte) (string, bool) {
@@ -79,9 +80,18 @@ func BuildID(f *elf.File) (string, error) {
 		}
 	}
 	if len(goID) > 0 {
-		return hex.EncodeToString(goID), nil
+		return GoBuildIDKey(goID), nil
 	}
 	return "", ErrNoBuildID
+}
+
+// GoBuildIDKey turns a Go build ID ("actionID/contentID/...", ~83 bytes)
+// into a 40-hex-digit key like a GNU build ID: consumers accept only short
+// lowercase hex (paths, debuginfod URLs). It is the first 20 bytes of its
+// SHA-256.
+func GoBuildIDKey(goID []byte) string {
+	sum := sha256.Sum256(goID)
+	return hex.EncodeToString(sum[:20])
 }
 
 func align4(n uint64) uint64 { return (n + 3) &^ 3 }

@@ -4,6 +4,7 @@ import (
 	"debug/elf"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 
 	"github.com/stackstream/stackstream/schemas/debuginfo"
@@ -121,4 +122,29 @@ func FuzzExtract(f *testing.F) {
 			t.Fatal("debuginfo without build ID")
 		}
 	})
+}
+
+// TestGoBuildIDFallback links a Go binary without a GNU build ID note (-B
+// none): its key comes from the Go build ID, short hex like a GNU one.
+func TestGoBuildIDFallback(t *testing.T) {
+	path := workload.BuildGo(t, t.TempDir(), "go-nognu", true, "-B", "none")
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if s := f.Section(".note.gnu.build-id"); s != nil {
+		t.Fatal("-B none still wrote a GNU build ID note")
+	}
+	id, err := BuildID(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^[0-9a-f]{40}$`).MatchString(id) {
+		t.Fatalf("build id %q, want 40 hex digits", id)
+	}
+	d, err := Extract(path)
+	if err != nil || d.BuildID != id || d.Kind != debuginfo.KindSymbols {
+		t.Fatalf("Extract = %+v, %v", d, err)
+	}
 }

@@ -114,8 +114,8 @@ func BuildC(t testing.TB, dir, name string, strip bool) string {
 }
 
 // BuildGo compiles the Go workload into dir as name; strip drops the symbol
-// table (the pclntab stays).
-func BuildGo(t testing.TB, dir, name string, strip bool) string {
+// table (the pclntab stays). ldflags are added to the linker's.
+func BuildGo(t testing.TB, dir, name string, strip bool, ldflags ...string) string {
 	t.Helper()
 	src := filepath.Join(dir, name+"-src")
 	if err := os.MkdirAll(src, 0o755); err != nil {
@@ -130,7 +130,10 @@ func BuildGo(t testing.TB, dir, name string, strip bool) string {
 	out := filepath.Join(dir, name)
 	args := []string{"build", "-o", out}
 	if strip {
-		args = append(args, "-ldflags=-s -w")
+		ldflags = append(ldflags, "-s", "-w")
+	}
+	if len(ldflags) > 0 {
+		args = append(args, "-ldflags="+strings.Join(ldflags, " "))
 	}
 	run(t, src, []string{"GOWORK=off", "GOFLAGS=-mod=mod", "CGO_ENABLED=0"}, "go", append(args, ".")...)
 	return out
