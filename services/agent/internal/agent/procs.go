@@ -61,6 +61,12 @@ func (ps *processes) get(pid int, comm string) *process {
 		p.seen = ps.interval
 		return p
 	}
+	if ps.targets.ExcludedByPID(pid) {
+		// Not read at all: with --pids alone, other processes cost a map entry.
+		p := &process{info: proc.Info{PID: pid, Comm: comm}, seen: ps.interval}
+		ps.procs[pid] = p
+		return p
+	}
 	// The sample's comm is the thread's name; labels use the process's.
 	info, err := ps.fs.ReadInfo(pid)
 	if err != nil {

@@ -174,6 +174,14 @@ func TestTargetsOnFakeProc(t *testing.T) {
 			}
 		})
 	}
+	pidsOnly, _ := NewTargets([]int{10}, nil, nil, "", 99)
+	if pidsOnly.ExcludedByPID(10) || !pidsOnly.ExcludedByPID(11) || !pidsOnly.ExcludedByPID(99) {
+		t.Fatal("ExcludedByPID with --pids alone")
+	}
+	mixed, _ := NewTargets([]int{10}, []string{"kafka"}, nil, "", 99)
+	if mixed.ExcludedByPID(11) {
+		t.Fatal("ExcludedByPID must not decide when units are targeted too")
+	}
 	if rss, err := fs.RSSBytes(10); err != nil || rss != int64(100*os.Getpagesize()) {
 		t.Fatalf("RSSBytes = %d, %v", rss, err)
 	}

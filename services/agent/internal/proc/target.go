@@ -54,8 +54,16 @@ func (t *Targets) All() bool {
 	return len(t.PIDs) == 0 && len(t.SystemdUnits) == 0 && len(t.Cgroups) == 0 && t.Comm == nil
 }
 
-// NeedsInfo reports whether Match needs more than the PID and comm.
-func (t *Targets) NeedsInfo() bool { return len(t.SystemdUnits) > 0 || len(t.Cgroups) > 0 }
+// ExcludedByPID reports whether pid is surely not targeted, before anything
+// about the process is read: it is the agent itself, or --pids is the only
+// criterion and does not name it.
+func (t *Targets) ExcludedByPID(pid int) bool {
+	if pid == t.ExcludePID {
+		return true
+	}
+	onlyPIDs := len(t.PIDs) > 0 && len(t.SystemdUnits) == 0 && len(t.Cgroups) == 0 && t.Comm == nil
+	return onlyPIDs && !t.PIDs[pid]
+}
 
 // Match reports whether the process is targeted.
 func (t *Targets) Match(info Info) bool {
