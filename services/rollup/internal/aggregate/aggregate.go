@@ -497,10 +497,12 @@ type Pending struct {
 }
 
 // Pending returns the documents to write now: the changed documents of every
-// window the watermark has closed, and, whenever a minute window is written,
-// the changed documents of the hour windows too, so the current hour reads
-// (partially) without waiting for it to end. With all, every changed document
-// of every window (shutdown and revoke).
+// window the watermark has closed; and, whenever a minute window is written,
+// the changed documents of the hour windows that have ended but are still
+// open (within allowed lateness), so an hour that is over reads as fresh as
+// its minutes. The hour in progress is left to its minute documents: writing
+// it with every minute would double the documents written. With all, every
+// changed document of every window (shutdown and revoke).
 func (p *Partition) Pending(all bool) []Pending {
 	var out []Pending
 	minuteWritten := false
@@ -514,7 +516,8 @@ func (p *Partition) Pending(all bool) []Pending {
 		}
 	}
 	for _, w := range p.windows {
-		if w.dirty > 0 && w.key.res == indices.ResolutionHour && (w.closed || all || minuteWritten) {
+		ended := w.end <= p.watermark
+		if w.dirty > 0 && w.key.res == indices.ResolutionHour && (w.closed || all || (minuteWritten && ended)) {
 			out = p.appendDirty(out, w)
 		}
 	}

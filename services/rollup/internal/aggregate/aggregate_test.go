@@ -146,17 +146,27 @@ func TestWindowsCloseOnWatermark(t *testing.T) {
 	}
 	add(t, p, cpu(t0.Add(180*time.Second)), record.ProfileCPU, 2)
 	docs := p.Pending(false)
-	if len(docs) != 20 {
-		t.Fatalf("got %d docs, want minute 10:00 and the hour (10 each)", len(docs))
+	if len(docs) != 10 {
+		t.Fatalf("got %d docs, want minute 10:00 only (10): the hour is in progress", len(docs))
 	}
 	for _, d := range docs {
-		if d.Doc.Resolution == indices.ResolutionMinute && !d.Doc.Timestamp.Equal(t0) {
-			t.Fatalf("wrote open window %v", d.Doc.Timestamp)
+		if d.Doc.Resolution != indices.ResolutionMinute || !d.Doc.Timestamp.Equal(t0) {
+			t.Fatalf("wrote %s %v", d.Doc.Resolution, d.Doc.Timestamp)
 		}
 	}
 	MarkStored(docs)
 	if got := p.Pending(false); len(got) != 0 {
 		t.Fatalf("stored docs pending again: %d", len(got))
+	}
+	// Past 11:00 the hour is over (though open for late data): written with
+	// the minutes that close.
+	add(t, p, cpu(t0.Add(time.Hour+30*time.Second)), record.ProfileCPU, 3)
+	got := byKey(p.Pending(false))
+	if len(got) != 30 {
+		t.Fatalf("got %d docs, want minutes 10:02, 10:03 and the hour (10 each)", len(got))
+	}
+	if d := got["1h/10:00/service/checkout/"]; d.Value != 120 {
+		t.Fatalf("hour doc %+v, want value 120", d)
 	}
 	if off, _, ok := p.Commit(); !ok || off != 0 {
 		t.Fatalf("commit = %d %v, want 0 (the hour window holds offset 0)", off, ok)
@@ -177,8 +187,11 @@ func TestLateProfileRecomputes(t *testing.T) {
 	if d := docs["1m/10:00/service/checkout/"]; d.Value != 47 || d.Samples != 5 {
 		t.Fatalf("recomputed minute doc = %+v, want value 47 samples 5", d)
 	}
-	if d := docs["1h/10:00/service/checkout/"]; d.Value != 87 {
-		t.Fatalf("hour doc = %+v, want 87 (both minutes)", d)
+	if d, ok := docs["1h/10:00/service/checkout/"]; ok {
+		t.Fatalf("hour in progress written: %+v", d)
+	}
+	if d := byKey(p.Pending(true))["1h/10:00/service/checkout/"]; d.Value != 87 {
+		t.Fatalf("hour doc on shutdown = %+v, want 87 (both minutes)", d)
 	}
 	if _, ok := docs["1m/10:00/service/api/"]; ok {
 		t.Fatal("unchanged doc rewritten")

@@ -30,7 +30,7 @@ import (
 
 // env is one test's topics, group and index prefix on the shared services.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	brokers []string
 	osURL   string
 	topics  record.Topics
@@ -42,7 +42,7 @@ type env struct {
 	window  aggregate.Config
 }
 
-func newEnv(t *testing.T, partitions int32) *env {
+func newEnv(t testing.TB, partitions int32) *env {
 	t.Helper()
 	e := &env{t: t, brokers: testenv.KafkaBrokers(t), osURL: testenv.OpenSearchURL(t)}
 	ctx := context.Background()
@@ -134,12 +134,12 @@ func (e *env) start(osURL string) *instance {
 
 // close stops the consumer gracefully (final flush and commit) and leaves
 // the group.
-func (in *instance) close(t *testing.T) {
+func (in *instance) close(t testing.TB) {
 	t.Helper()
 	in.once.Do(func() { in.shutdown(t) })
 }
 
-func (in *instance) shutdown(t *testing.T) {
+func (in *instance) shutdown(t testing.TB) {
 	t.Helper()
 	in.stop()
 	select {
@@ -157,7 +157,7 @@ func (in *instance) count(outcome string) int {
 	return int(testutil.ToFloat64(in.r.m.records.WithLabelValues(outcome)))
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
