@@ -56,8 +56,9 @@ type Sampler struct {
 	links []link.Link
 	fds   []int
 
-	mu  sync.Mutex // serializes Drain
-	gen uint32     // generation currently recording
+	mu         sync.Mutex // serializes Drain
+	gen        uint32     // generation currently recording
+	countsFull uint64     // CounterCountsFull at the last drain
 }
 
 // New loads the program and starts sampling on every online CPU.
@@ -232,6 +233,21 @@ func (s *Sampler) Drain() (samples []Sample, entries int, err error) {
 	}
 	for id := range cache {
 		stacks.Delete(uint32(id))
+	}
+	// A sample whose count could not be stored (counts map full) left its
+	// stacks behind, referenced by no key: clear them, or they would
+	// accumulate until no new stack fits.
+	if c, err := s.Counters(); err == nil && c.CountsFull != s.countsFull {
+		s.countsFull = c.CountsFull
+		var id uint32
+		var orphans []uint32
+		sit := stacks.Iterate()
+		for sit.Next(&id, &frames) {
+			orphans = append(orphans, id)
+		}
+		for _, id := range orphans {
+			stacks.Delete(id)
+		}
 	}
 	return samples, len(keys), nil
 }

@@ -1,6 +1,7 @@
 package sampler
 
 import (
+	"github.com/stackstream/stackstream/bpf/profiler"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -82,4 +83,62 @@ func TestSamplesBusyProcess(t *testing.T) {
 		t.Fatalf("counters %+v below drained %d", c, mine)
 	}
 	t.Logf("busy loop %d samples of %d, counters %+v", mine, total, c)
+}
+
+// TestCountsMapFull sizes the counts map far below what a busy host needs:
+// lost samples are counted, and the orphaned stacks they leave are cleared
+// so the stack map does not fill up.
+func TestCountsMapFull(t *testing.T) {
+	testenv.Root(t)
+	s, err := New(slog.New(slog.NewTextHandler(os.Stderr, nil)), Config{Frequency: 999, CountsSize: 2, StacksSize: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := range 2 {
+		cmd := exec.Command("sh", "-c", "while :; do :; done")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { cmd.Process.Kill(); cmd.Wait() }()
+		_ = i
+	}
+	var stored int
+	for range 3 {
+		time.Sleep(300 * time.Millisecond)
+		samples, n, err := s.Drain()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 2 {
+			t.Fatalf("%d keys in a 2-entry map", n)
+		}
+		stored += len(samples)
+	}
+	c, err := s.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.CountsFull == 0 {
+		t.Fatalf("no lost samples counted with a 2-entry counts map: %+v", c)
+	}
+	// The generation just drained holds no stack: not even those of the
+	// samples that found no room in the counts map.
+	s.Drain()
+	idle := s.objs.Stacks0
+	if s.gen == 0 {
+		idle = s.objs.Stacks1
+	}
+	var id uint32
+	var frames [profiler.MaxStackDepth]uint64
+	left := 0
+	for it := idle.Iterate(); it.Next(&id, &frames); {
+		left++
+	}
+	// A program that read the generation just before the flip may still
+	// have added one or two.
+	if left > 2 {
+		t.Fatalf("%d stacks left in the drained generation", left)
+	}
+	t.Logf("stored %d keys, counters %+v", stored, c)
 }
