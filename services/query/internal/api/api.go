@@ -88,6 +88,7 @@ type API struct {
 	cache   *stackCache
 	metrics metrics
 	labels  labelCache
+	lines   linesCache
 }
 
 type metrics struct {
@@ -122,6 +123,7 @@ func New(cl *opensearchapi.Client, names indices.Names, opts Options, logger *sl
 	a := &API{
 		cl: cl, names: names, opts: opts, logger: logger,
 		cache:   &stackCache{m: map[string][]string{}, max: opts.CacheStacks},
+		lines:   linesCache{m: map[string]linesEntry{}},
 		metrics: newMetrics(opts.Registerer),
 	}
 	mux := http.NewServeMux()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/stackstream/stackstream/schemas/record"
@@ -61,6 +62,15 @@ func chooseStep(requested, rng time.Duration, lines int) (time.Duration, error) 
 // groupBy, up to MaxSeries), so the automatic step can keep the chart's
 // buckets within pointBudget. One cheap cardinality request.
 func (a *API) countLines(ctx context.Context, s selection, groupBy string) (int, error) {
+	// The count only steers the step: a minute-old one per chart is fine
+	// and saves a request on every refresh.
+	key := fmt.Sprintf("%s|%s|%s|%d", groupBy, s.typ, s.sel, s.tr.Duration()/time.Hour)
+	a.lines.mu.Lock()
+	e, ok := a.lines.m[key]
+	a.lines.mu.Unlock()
+	if ok && a.opts.Now().Sub(e.at) < linesCacheTTL {
+		return e.n, nil
+	}
 	idx, query := a.sampleIndices(s.tr), a.sampleQuery(s)
 	if s.sel.OnlyFields("service", "host") {
 		idx, query = a.rollupIndices(s.tr), a.rollupQuery(s, "service", true)
@@ -76,7 +86,27 @@ func (a *API) countLines(ctx context.Context, s selection, groupBy string) (int,
 	if err := a.search(ctx, idx, body, &out, "aggregations.lines.value"); err != nil {
 		return 0, fmt.Errorf("count series: %w", err)
 	}
-	return min(int(out.Aggregations.Lines.Value), a.opts.MaxSeries), nil
+	n := min(int(out.Aggregations.Lines.Value), a.opts.MaxSeries)
+	a.lines.mu.Lock()
+	if len(a.lines.m) >= 1000 {
+		clear(a.lines.m)
+	}
+	a.lines.m[key] = linesEntry{n: n, at: a.opts.Now()}
+	a.lines.mu.Unlock()
+	return n, nil
+}
+
+const linesCacheTTL = time.Minute
+
+// linesCache remembers countLines per chart for linesCacheTTL.
+type linesCache struct {
+	mu sync.Mutex
+	m  map[string]linesEntry
+}
+
+type linesEntry struct {
+	n  int
+	at time.Time
 }
 
 // SeriesResponse is the answer of /api/v1/series.
