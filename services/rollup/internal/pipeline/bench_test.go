@@ -76,7 +76,9 @@ func BenchmarkEndToEnd(b *testing.B) {
 		}
 		cl.Close()
 		docs += testutil.ToFloat64(r.m.docs)
+		e.adm.DeleteGroups(context.Background(), fmt.Sprintf("%s-%d", e.group, i))
 	}
 	b.ReportMetric(float64(len(recs)*b.N)/b.Elapsed().Seconds(), "profiles/s")
 	b.ReportMetric(docs/b.Elapsed().Seconds(), "docs/s")
+	b.ReportMetric(docs/float64(len(recs)*b.N), "docs/profile")
 }
