@@ -214,17 +214,55 @@ func (a *Agent) memory(start time.Time, dur time.Duration) *profile.Profile {
 }
 
 func (a *Agent) publishProfile(typ record.ProfileType, p *profile.Profile) {
-	value, err := encodeProfile(p)
+	values, err := encodeBounded(p, maxProfileRecordBytes)
 	if err != nil {
 		a.d.Log.Error("encode profile", "type", typ, "err", err)
 		return
 	}
-	a.d.Publisher.Publish(string(typ), &kgo.Record{
-		Topic:   a.d.Topics.ProfilesRaw,
-		Key:     []byte(a.cfg.HostID),
-		Value:   value,
-		Headers: record.Meta{Type: typ, Host: a.cfg.HostID, AgentVersion: a.d.Version}.Headers(),
-	})
+	for _, value := range values {
+		a.d.Publisher.Publish(string(typ), &kgo.Record{
+			Topic:   a.d.Topics.ProfilesRaw,
+			Key:     []byte(a.cfg.HostID),
+			Value:   value,
+			Headers: record.Meta{Type: typ, Host: a.cfg.HostID, AgentVersion: a.d.Version}.Headers(),
+		})
+	}
+}
+
+// maxProfileRecordBytes keeps a profile record under Kafka's default
+// max.message.bytes (1 MiB) with room for the key, headers and batch framing.
+const maxProfileRecordBytes = 900 << 10
+
+// encodeBounded encodes p, split by samples into as many profiles of the same
+// interval as needed for each to stay within limit bytes: a busy host's
+// interval must not be refused whole by the broker. Consumers add up samples,
+// so parts are equivalent to the whole.
+func encodeBounded(p *profile.Profile, limit int) ([][]byte, error) {
+	value, err := encodeProfile(p)
+	if err != nil {
+		return nil, err
+	}
+	if len(value) <= limit || len(p.Sample) < 2 {
+		return [][]byte{value}, nil
+	}
+	half := len(p.Sample) / 2
+	var out [][]byte
+	for _, samples := range [][]*profile.Sample{p.Sample[:half], p.Sample[half:]} {
+		part := &profile.Profile{
+			SampleType: p.SampleType, DefaultSampleType: p.DefaultSampleType,
+			PeriodType: p.PeriodType, Period: p.Period,
+			TimeNanos: p.TimeNanos, DurationNanos: p.DurationNanos,
+			Sample: samples, Location: p.Location, Function: p.Function, Mapping: p.Mapping,
+		}
+		// Compact drops the locations, functions and mappings the other
+		// half alone used; it copies, so p is left as it is.
+		values, err := encodeBounded(part.Compact(), limit)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, values...)
+	}
+	return out, nil
 }
 
 // publishDebuginfo sends the symbols of b once per build ID, and reports
