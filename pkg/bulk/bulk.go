@@ -249,6 +249,15 @@ func (w *Writer) do(ctx context.Context, body []byte, n int) ([]itemResult, int,
 		// can fix those, so waiting beats rejecting every document.
 		return nil, resp.StatusCode, fmt.Errorf("bulk request: HTTP %d: %s", resp.StatusCode, truncate(raw, 200))
 	}
+	if allStored(raw) {
+		// The common case: no item failed, so the per-item array (megabytes
+		// for a large request) need not be decoded.
+		out := make([]itemResult, n)
+		for k := range out {
+			out[k].Status = http.StatusCreated
+		}
+		return out, resp.StatusCode, nil
+	}
 	var parsed struct {
 		Errors bool                    `json:"errors"`
 		Items  []map[string]itemResult `json:"items"`
@@ -266,6 +275,18 @@ func (w *Writer) do(ctx context.Context, body []byte, n int) ([]itemResult, int,
 		}
 	}
 	return out, resp.StatusCode, nil
+}
+
+// allStored reports whether a bulk response says no item failed: its
+// "errors" flag, written before the items, is false.
+func allStored(raw []byte) bool {
+	head := raw[:min(len(raw), 256)]
+	i := bytes.Index(head, []byte(`"errors":`))
+	if i < 0 {
+		return false
+	}
+	rest := bytes.TrimLeft(head[i+len(`"errors":`):], " ")
+	return bytes.HasPrefix(rest, []byte("false"))
 }
 
 func appendItem(b *bytes.Buffer, it *Item) {

@@ -292,3 +292,21 @@ func TestAppendItemFormat(t *testing.T) {
 		})
 	}
 }
+
+func TestAllStored(t *testing.T) {
+	tests := []struct {
+		in   string
+		want bool
+	}{
+		{`{"took":3,"errors":false,"items":[{"index":{"status":201}}]}`, true},
+		{`{"took":3, "errors": false, "items":[]}`, true},
+		{`{"took":3,"errors":true,"items":[{"index":{"status":400}}]}`, false},
+		{`{"took":3,"items":[]}`, false},
+		{`garbage`, false},
+	}
+	for _, tt := range tests {
+		if got := allStored([]byte(tt.in)); got != tt.want {
+			t.Errorf("allStored(%s) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+}
