@@ -13,16 +13,21 @@ import (
 	"log"
 	"net/http"
 	"os"
+	"runtime/pprof"
+	"slices"
 	"strings"
 	"testing"
 	"text/tabwriter"
 	"time"
 
+	"github.com/opensearch-project/opensearch-go/v4/opensearchapi"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stackstream/stackstream/pkg/bulk"
 	"github.com/stackstream/stackstream/pkg/kafka"
 	"github.com/stackstream/stackstream/pkg/opensearch"
+	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/schemas/record"
 	"github.com/stackstream/stackstream/services/indexer/internal/indexer"
 	"github.com/stackstream/stackstream/services/indexer/internal/indexertest"
@@ -32,17 +37,28 @@ func main() {
 	hosts := flag.Int("hosts", 20, "hosts in the corpus")
 	profiles := flag.Int("profiles", 30, "10 s profiles per host")
 	keep := flag.Bool("keep", false, "keep the indices and topics")
+	rounds := flag.Int("rounds", 3, "alternating rounds of bare loop and indexer; medians are reported")
 	samples := flag.Int("samples", 300, "pprof samples per profile (distinct stack and process pairs before merging)")
 	raw := flag.Int64("raw", 50, "raw samples per pprof sample: uniform in 1..raw")
 	zipf := flag.Float64("zipf", 0, "Zipf exponent (> 1) of the stack distribution; 0 is uniform")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 	corpus := indexertest.Corpus{
 		Seed: 2026, Hosts: *hosts, ProfilesPerHost: *profiles,
 		Start:    time.Now().UTC().Add(-2 * time.Hour).Truncate(time.Hour),
 		Interval: 10 * time.Second,
 		Stacks:   2000, Depth: 30, Processes: 10, SamplesPerProf: *samples, RawPerSample: *raw, Zipf: *zipf,
 	}
-	if err := run(corpus, *keep); err != nil {
+	if err := run(corpus, *rounds, *keep); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -73,7 +89,7 @@ func env(k, def string) string {
 	return def
 }
 
-func run(corpus indexertest.Corpus, keep bool) error {
+func run(corpus indexertest.Corpus, rounds int, keep bool) error {
 	hosts, profiles := corpus.Hosts, corpus.ProfilesPerHost
 	ctx := context.Background()
 	brokers := strings.Split(env("STACKSTREAM_TEST_KAFKA_BROKERS", "127.0.0.1:9092"), ",")
@@ -89,8 +105,9 @@ func run(corpus indexertest.Corpus, keep bool) error {
 		return err
 	}
 
-	// The bare loop: the same documents, encoded up front, POSTed back to back.
-	bare := indexertest.Setup(t, brokers, url, "bench-bare-"+stamp, 1)
+	// The documents of the bare loop, converted up front under a
+	// placeholder prefix that each round renames.
+	base := indices.Names{Prefix: "bench-placeholder-"}
 	var items []bulk.Item
 	var sampleDocs int
 	seen := map[string]bool{}
@@ -99,7 +116,7 @@ func run(corpus indexertest.Corpus, keep bool) error {
 		if err != nil {
 			return err
 		}
-		docs, err := indexer.Convert(bare.Names, r.Meta, p, r.Time)
+		docs, err := indexer.Convert(base, r.Meta, p, r.Time)
 		if err != nil {
 			return err
 		}
@@ -110,7 +127,7 @@ func run(corpus indexertest.Corpus, keep bool) error {
 				if err != nil {
 					return err
 				}
-				items = append(items, bulk.Item{Index: bare.Names.Stacks(), ID: s.ID, Create: true, Doc: doc})
+				items = append(items, bulk.Item{Index: base.Stacks(), ID: s.ID, Create: true, Doc: doc})
 			}
 		}
 		for _, s := range docs.Samples {
@@ -118,63 +135,66 @@ func run(corpus indexertest.Corpus, keep bool) error {
 		}
 		sampleDocs += len(docs.Samples)
 	}
-	bodies := encodeBodies(items, 8<<20)
-	log.Printf("corpus: %d profiles, %d sample docs, %d stacks, %d raw samples; bare loop: %d requests", len(recs), sampleDocs, len(seen), want.Raw, len(bodies))
-	bareStart := time.Now()
-	for _, b := range bodies {
-		if err := post(ctx, bare, b); err != nil {
-			return err
-		}
-	}
-	bareDur := time.Since(bareStart)
-	if got := bare.ReadStored(t); got.Check(want) != nil {
-		return fmt.Errorf("bare loop stored wrong totals: %v", got.Check(want))
-	}
+	fmt.Printf("indexer benchmark: %d hosts x %d profiles of %d pprof samples (raw 1..%d each, zipf %.1f): %d sample docs, %d raw samples (%.1f per doc), %d stacks; %d rounds; shared 2-core machine, numbers under load\n",
+		hosts, profiles, corpus.SamplesPerProf, corpus.RawPerSample, corpus.Zipf, sampleDocs, want.Raw, float64(want.Raw)/float64(sampleDocs), len(seen), rounds)
 
-	// The indexer: the corpus in Kafka first, then timed from start to the
-	// last commit.
-	ix := indexertest.Setup(t, brokers, url, "bench-ix-"+stamp, 6)
-	ix.Produce(t, recs)
-	kcl, err := kafka.NewClient(ctx, kafka.Config{Brokers: brokers, DialTimeout: 10 * time.Second},
-		append(indexer.ConsumerOpts(ix.Group, ix.Topics.ProfilesSymbolized), kgo.FetchMaxBytes(64<<20))...)
-	if err != nil {
-		return err
-	}
+	// The indexer's input: the corpus in Kafka once; each round reads it
+	// with a new group into new indices.
+	src := indexertest.Setup(t, brokers, url, "bench-ix-"+stamp, 6)
+	src.Produce(t, recs)
 	osc, err := opensearch.NewClient(ctx, opensearch.Config{URLs: []string{url}, Timeout: time.Minute})
 	if err != nil {
 		return err
 	}
-	m := indexer.NewMetrics(nil)
-	x := indexer.New(kcl, bulk.New(osc, bulk.Options{Metrics: m.Bulk}), indexer.Options{Names: ix.Names, DLQTopic: ix.Topics.DLQ, Metrics: m})
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	ixStart := time.Now()
-	go func() { done <- x.Run(rctx) }()
-	ix.WaitCaughtUp(t, 30*time.Minute)
-	ixDur := time.Since(ixStart)
-	cancel()
-	if err := <-done; err != nil {
-		return err
-	}
-	kcl.Close()
-	if got := ix.ReadStored(t); got.Check(want) != nil {
-		return fmt.Errorf("indexer stored wrong totals: %v", got.Check(want))
+
+	var bareDurs, ixDurs []time.Duration
+	var bareBytes, ixBytes int64
+	for round := range rounds {
+		// Bare loop: the same documents, encoded up front, POSTed back to back.
+		bare := withNames(t, src, fmt.Sprintf("bench-bare-%s-r%d", stamp, round))
+		renamed := make([]bulk.Item, len(items))
+		for i, it := range items {
+			it.Index = bare.Names.Prefix + strings.TrimPrefix(it.Index, base.Prefix)
+			renamed[i] = it
+		}
+		bodies := encodeBodies(renamed, 8<<20)
+		start := time.Now()
+		for _, b := range bodies {
+			if err := post(ctx, bare, b); err != nil {
+				return err
+			}
+		}
+		bareDurs = append(bareDurs, time.Since(start))
+		if err := bare.ReadStored(t).Check(want); err != nil {
+			return fmt.Errorf("bare loop stored wrong totals: %w", err)
+		}
+
+		// The indexer, timed from its first fetch to its last commit.
+		ix := withNames(t, src, fmt.Sprintf("bench-ix-%s-r%d", stamp, round))
+		d, err := runIndexer(ctx, t, ix, osc)
+		if err != nil {
+			return err
+		}
+		ixDurs = append(ixDurs, d)
+		if err := ix.ReadStored(t).Check(want); err != nil {
+			return fmt.Errorf("indexer stored wrong totals: %w", err)
+		}
+		log.Printf("round %d: bare %.1f s, indexer %.1f s (%.0f%%)", round, bareDurs[round].Seconds(), d.Seconds(), 100*bareDurs[round].Seconds()/d.Seconds())
+		if round == rounds-1 {
+			if bareBytes, err = mergedSize(ctx, bare); err != nil {
+				return err
+			}
+			if ixBytes, err = mergedSize(ctx, ix); err != nil {
+				return err
+			}
+		}
 	}
 
-	bareBytes, err := mergedSize(ctx, bare)
-	if err != nil {
-		return err
-	}
-	ixBytes, err := mergedSize(ctx, ix)
-	if err != nil {
-		return err
-	}
+	bareDur, ixDur := median(bareDurs), median(ixDurs)
 	bareRate := float64(sampleDocs) / bareDur.Seconds()
 	ixRate := float64(sampleDocs) / ixDur.Seconds()
-	fmt.Printf("indexer benchmark: %d hosts x %d profiles of %d pprof samples (raw 1..%d each, zipf %.1f): %d sample docs, %d raw samples (%.1f per doc), %d stacks; shared 2-core machine, numbers under load\n",
-		hosts, profiles, corpus.SamplesPerProf, corpus.RawPerSample, corpus.Zipf, sampleDocs, want.Raw, float64(want.Raw)/float64(sampleDocs), len(seen))
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "writer\tseconds\tsample docs/s\traw samples/s\tvs bare\tsamples store bytes\tbytes/raw sample\tbytes/doc\t")
+	fmt.Fprintln(tw, "writer\tmedian s\tsample docs/s\traw samples/s\tvs bare\tsamples store bytes\tbytes/raw sample\tbytes/doc\t")
 	row := func(name string, d time.Duration, rate float64, size int64) {
 		fmt.Fprintf(tw, "%s\t%.1f\t%.0f\t%.0f\t%.0f%%\t%d\t%.2f\t%.1f\t\n", name, d.Seconds(), rate, rate*float64(want.Raw)/float64(sampleDocs),
 			100*rate/bareRate, size, float64(size)/float64(want.Raw), float64(size)/float64(sampleDocs))
@@ -182,6 +202,56 @@ func run(corpus indexertest.Corpus, keep bool) error {
 	row("bare bulk loop", bareDur, bareRate, bareBytes)
 	row("stackstream-indexer", ixDur, ixRate, ixBytes)
 	return tw.Flush()
+}
+
+// withNames is src's topics with a new group and index prefix, templates
+// applied and removed at the end.
+func withNames(t *tb, src *indexertest.Env, name string) *indexertest.Env {
+	e := *src
+	e.Group = name
+	e.Names = indices.Names{Prefix: name + "-"}
+	ctx := context.Background()
+	if _, err := opensearch.ApplyTemplates(ctx, e.OS, e.Names.Prefix, indices.Settings{Replicas: 0, RefreshInterval: "1s"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		opensearch.Raw(ctx, e.OS, http.MethodDelete, "/"+e.Names.Prefix+"*", nil)
+		for _, k := range []string{"stacks", "samples", "rollups"} {
+			opensearch.Raw(ctx, e.OS, http.MethodDelete, "/_index_template/"+e.Names.Prefix+k, nil)
+		}
+	})
+	return &e
+}
+
+// runIndexer runs an indexer over e's topic until it committed everything
+// and returns the time from its first fetch (joining a group takes a moment
+// a running indexer does not pay) to its last commit.
+func runIndexer(ctx context.Context, t *tb, e *indexertest.Env, osc *opensearchapi.Client) (time.Duration, error) {
+	kcl, err := kafka.NewClient(ctx, kafka.Config{Brokers: e.Brokers, DialTimeout: 10 * time.Second},
+		append(indexer.ConsumerOpts(e.Group, e.Topics.ProfilesSymbolized), kgo.FetchMaxBytes(64<<20))...)
+	if err != nil {
+		return 0, err
+	}
+	defer kcl.Close()
+	m := indexer.NewMetrics(nil)
+	x := indexer.New(kcl, bulk.New(osc, bulk.Options{Metrics: m.Bulk}), indexer.Options{Names: e.Names, DLQTopic: e.Topics.DLQ, Metrics: m})
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- x.Run(rctx) }()
+	for testutil.CollectAndCount(m.Lag) == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	start := time.Now()
+	e.WaitCaughtUp(t, 30*time.Minute)
+	d := time.Since(start)
+	cancel()
+	return d, <-done
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // encodeBodies builds the _bulk bodies of items, each up to max bytes.

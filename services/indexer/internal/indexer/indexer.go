@@ -33,6 +33,9 @@ type Options struct {
 	// ShutdownTimeout is how long the last batch may take to be written and
 	// committed after the context ends (OpenSearch may be down).
 	ShutdownTimeout time.Duration
+	// MaxRebalanceDelay bounds how long a rebalance waits under steady load
+	// (the write pipeline is drained to let it through).
+	MaxRebalanceDelay time.Duration
 	// StackCacheSize is how many stored stack IDs are remembered so that
 	// stacks seen again are not re-sent; 0 picks a default, -1 disables it.
 	StackCacheSize int
@@ -47,7 +50,10 @@ const (
 	DefaultFlushInterval   = time.Second
 	DefaultShutdownTimeout = 30 * time.Second
 	DefaultStackCacheSize  = 1 << 20
-	pollRecords            = 1000
+	// DefaultMaxRebalanceDelay stays well inside franz-go's default 60 s
+	// rebalance timeout.
+	DefaultMaxRebalanceDelay = 10 * time.Second
+	pollRecords              = 1000
 )
 
 // Indexer is the consume-write-commit loop.
@@ -86,6 +92,9 @@ func New(kcl *kgo.Client, w *bulk.Writer, opts Options) *Indexer {
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if opts.MaxRebalanceDelay <= 0 {
+		opts.MaxRebalanceDelay = DefaultMaxRebalanceDelay
+	}
 	if opts.StackCacheSize == 0 {
 		opts.StackCacheSize = DefaultStackCacheSize
 	}
@@ -112,18 +121,37 @@ type batch struct {
 	dlq     []*kgo.Record          // dead letters ready to produce
 	raw     int64
 	samples int
+	last    map[topicPartition]*kgo.Record
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
 }
 
 func newBatch() *batch {
-	return &batch{owner: map[string]*kgo.Record{}, stacks: map[string]bool{}}
+	return &batch{owner: map[string]*kgo.Record{}, stacks: map[string]bool{}, last: map[topicPartition]*kgo.Record{}}
 }
 
-// Run consumes until ctx ends, then writes and commits the batch in hand
+func (b *batch) lastRecords() []*kgo.Record {
+	out := make([]*kgo.Record, 0, len(b.last))
+	for _, r := range b.last {
+		out = append(out, r)
+	}
+	return out
+}
+
+// Run consumes until ctx ends, then writes and commits the batches in hand
 // (within ShutdownTimeout) and returns nil. It returns an error when a batch
 // cannot be stored or dead-lettered: its offsets are then left uncommitted.
+//
+// One batch is written while the next is polled and converted, so the
+// indexer's CPU work overlaps OpenSearch's. Rebalances wait until nothing
+// polled is uncommitted: that happens whenever the stream idles, and at least
+// every MaxRebalanceDelay under load, when the pipeline is drained.
 func (ix *Indexer) Run(ctx context.Context) error {
 	// Writes outlive ctx by ShutdownTimeout, so a stop signal still lets the
-	// batch in hand reach OpenSearch and its offsets be committed.
+	// batches in hand reach OpenSearch and their offsets be committed.
 	writeCtx, cancelWrite := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWrite()
 	stopTimer := context.AfterFunc(ctx, func() { time.AfterFunc(ix.opts.ShutdownTimeout, cancelWrite) })
@@ -134,15 +162,40 @@ func (ix *Indexer) Run(ctx context.Context) error {
 	defer ix.kcl.AllowRebalance()
 
 	b := newBatch()
+	var inflight *flight
+	drain := func() error {
+		err := ix.reap(inflight)
+		inflight = nil
+		if err != nil || b.records == 0 {
+			return err
+		}
+		f := ix.start(writeCtx, b)
+		b = newBatch()
+		return ix.reap(f)
+	}
+	released := ix.opts.Now()
 	for {
-		pollCtx, cancelPoll := ctx, context.CancelFunc(func() {})
+		base, cancelBase := context.WithCancel(ctx)
+		pollCtx, cancelDeadline := base, context.CancelFunc(func() {})
 		if b.records > 0 {
-			pollCtx, cancelPoll = context.WithDeadline(ctx, b.started.Add(ix.opts.FlushInterval))
+			pollCtx, cancelDeadline = context.WithDeadline(base, b.started.Add(ix.opts.FlushInterval))
+		}
+		if inflight != nil {
+			// Wake up when the write ends, to release a waiting rebalance
+			// even if no record arrives.
+			go func(done <-chan struct{}) {
+				select {
+				case <-done:
+					cancelBase()
+				case <-base.Done():
+				}
+			}(inflight.done)
 		}
 		fetches := ix.kcl.PollRecords(pollCtx, pollRecords)
-		cancelPoll()
+		cancelDeadline()
+		cancelBase()
 		if fetches.IsClientClosed() {
-			return ix.flush(writeCtx, b)
+			return drain()
 		}
 		fetches.EachError(func(topic string, p int32, err error) {
 			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
@@ -157,18 +210,81 @@ func (ix *Indexer) Run(ctx context.Context) error {
 		fetches.EachRecord(func(r *kgo.Record) { ix.add(b, r) })
 
 		if ctx.Err() != nil {
-			return ix.flush(writeCtx, b)
+			return drain()
 		}
-		if b.records > 0 && (b.bytes >= ix.opts.BatchBytes || !ix.opts.Now().Before(b.started.Add(ix.opts.FlushInterval))) {
-			if err := ix.flush(writeCtx, b); err != nil {
+		if inflight != nil && inflight.finished() {
+			err := ix.reap(inflight)
+			inflight = nil
+			if err != nil {
 				return err
 			}
+		}
+		now := ix.opts.Now()
+		if b.records > 0 && (b.bytes >= ix.opts.BatchBytes || !now.Before(b.started.Add(ix.opts.FlushInterval))) {
+			err := ix.reap(inflight)
+			inflight = nil
+			if err != nil {
+				return err
+			}
+			inflight = ix.start(writeCtx, b)
 			b = newBatch()
 		}
-		if b.records == 0 {
+		switch {
+		case inflight == nil && b.records == 0:
 			ix.kcl.AllowRebalance()
+			released = now
+		case now.Sub(released) >= ix.opts.MaxRebalanceDelay:
+			if err := drain(); err != nil {
+				return err
+			}
+			ix.kcl.AllowRebalance()
+			released = ix.opts.Now()
 		}
 	}
+}
+
+// flight is a batch being stored.
+type flight struct {
+	b    *batch
+	done chan struct{}
+	err  error
+}
+
+func (f *flight) finished() bool {
+	select {
+	case <-f.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// start stores b in the background.
+func (ix *Indexer) start(ctx context.Context, b *batch) *flight {
+	f := &flight{b: b, done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		f.err = ix.flush(ctx, b)
+	}()
+	return f
+}
+
+// reap waits for f (nil is done), remembers the stacks it stored, and
+// returns its error.
+func (ix *Indexer) reap(f *flight) error {
+	if f == nil {
+		return nil
+	}
+	<-f.done
+	if f.err == nil && ix.opts.StackCacheSize > 0 {
+		if len(ix.stored)+len(f.b.stacks) > ix.opts.StackCacheSize {
+			clear(ix.stored)
+		}
+		for id := range f.b.stacks {
+			ix.stored[id] = struct{}{}
+		}
+	}
+	return f.err
 }
 
 // add turns a record into documents of b, or into a dead letter.
@@ -177,6 +293,7 @@ func (ix *Indexer) add(b *batch, r *kgo.Record) {
 		b.started = ix.opts.Now()
 	}
 	b.records++
+	b.last[topicPartition{r.Topic, r.Partition}] = r
 	docs, err := ix.convert(r)
 	if err != nil {
 		ix.log.Warn("dead-letter record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
@@ -257,15 +374,9 @@ func (ix *Indexer) flush(ctx context.Context, b *batch) error {
 			return fmt.Errorf("produce %d dead letters to %s: %w", len(b.dlq), ix.opts.DLQTopic, err)
 		}
 	}
-	if ix.opts.StackCacheSize > 0 {
-		if len(ix.stored)+len(b.stacks) > ix.opts.StackCacheSize {
-			clear(ix.stored)
-		}
-		for id := range b.stacks {
-			ix.stored[id] = struct{}{}
-		}
-	}
-	if err := ix.kcl.CommitUncommittedOffsets(ctx); err != nil {
+	// The next batch may already be polled: commit exactly this one's
+	// offsets, the last record of each partition.
+	if err := ix.kcl.CommitRecords(ctx, b.lastRecords()...); err != nil {
 		// The documents are stored; redelivery after a failed commit only
 		// overwrites them with the same content.
 		ix.m.Commits.WithLabelValues("error").Inc()
