@@ -55,6 +55,9 @@ type Chain struct {
 	byID     map[string]*list.Element
 	misses   map[string]time.Time // build ID -> when to try again
 	inflight map[string]*call
+	// fallbacks holds, for a cached table, the table of the same build ID
+	// from a later source (nil: none has it), fetched on a first miss.
+	fallbacks map[*symtab.Table]*symtab.Table
 }
 
 type call struct {
@@ -85,6 +88,7 @@ func NewChain(opts Options, sources ...Source) *Chain {
 	return &Chain{
 		sources: sources, max: opts.MaxTables, missTTL: opts.MissTTL, now: opts.Now, log: opts.Log, metrics: opts.Metrics,
 		lru: list.New(), byID: map[string]*list.Element{}, misses: map[string]time.Time{}, inflight: map[string]*call{},
+		fallbacks: map[*symtab.Table]*symtab.Table{},
 	}
 }
 
@@ -129,6 +133,7 @@ func (c *Chain) Table(ctx context.Context, buildID string) *symtab.Table {
 		for c.lru.Len() > c.max {
 			old := c.lru.Remove(c.lru.Back()).(*symtab.Table)
 			delete(c.byID, old.BuildID)
+			c.dropFallbacks(old)
 		}
 	} else if ctx.Err() == nil {
 		c.misses[buildID] = c.now().Add(c.missTTL)
@@ -139,11 +144,54 @@ func (c *Chain) Table(ctx context.Context, buildID string) *symtab.Table {
 	return tab
 }
 
+// Fallback returns the table of the same build ID from the first source
+// after the one that made after, or nil. The symbolizer asks for it when
+// after cannot resolve an address: symbols-only values on the debuginfo
+// topic (dynamic symbols of a shared library) then still get lines and
+// local functions from /usr/lib/debug or debuginfod. Answers are cached with
+// the table they follow.
+func (c *Chain) Fallback(ctx context.Context, after *symtab.Table) *symtab.Table {
+	c.mu.Lock()
+	fb, ok := c.fallbacks[after]
+	c.mu.Unlock()
+	if ok {
+		return fb
+	}
+	next := len(c.sources)
+	for i, s := range c.sources {
+		if s.Name() == after.Source {
+			next = i + 1
+			break
+		}
+	}
+	fb = c.fetchFrom(ctx, after.BuildID, next)
+	if ctx.Err() != nil {
+		return fb
+	}
+	c.mu.Lock()
+	c.fallbacks[after] = fb
+	c.mu.Unlock()
+	return fb
+}
+
+// dropFallbacks forgets the chain of fallback tables behind tab.
+func (c *Chain) dropFallbacks(tab *symtab.Table) {
+	for tab != nil {
+		next := c.fallbacks[tab]
+		delete(c.fallbacks, tab)
+		tab = next
+	}
+}
+
 func (c *Chain) fetch(ctx context.Context, buildID string) *symtab.Table {
-	if !ValidBuildID(buildID) {
+	return c.fetchFrom(ctx, buildID, 0)
+}
+
+func (c *Chain) fetchFrom(ctx context.Context, buildID string, first int) *symtab.Table {
+	if !ValidBuildID(buildID) || first >= len(c.sources) {
 		return nil
 	}
-	for _, s := range c.sources {
+	for _, s := range c.sources[first:] {
 		tab, err := s.Fetch(ctx, buildID)
 		if err == nil {
 			tab.BuildID, tab.Source = buildID, s.Name()
@@ -168,6 +216,7 @@ func (c *Chain) Forget(buildID string) {
 	if el, ok := c.byID[buildID]; ok {
 		c.lru.Remove(el)
 		delete(c.byID, buildID)
+		c.dropFallbacks(el.Value.(*symtab.Table))
 	}
 }
 

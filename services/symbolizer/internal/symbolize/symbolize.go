@@ -17,6 +17,12 @@ type Tables interface {
 	Table(ctx context.Context, buildID string) *symtab.Table
 }
 
+// Fallbacks is implemented by Tables that can offer the same binary's
+// table from a later source when a table cannot resolve an address.
+type Fallbacks interface {
+	Fallback(ctx context.Context, after *symtab.Table) *symtab.Table
+}
+
 // Source labels for frames that no table resolved.
 const (
 	SourceUnresolved = "unresolved"
@@ -97,6 +103,8 @@ func (s *Symbolizer) Profile(ctx context.Context, p *profile.Profile) Stats {
 		slab = slab[:len(slab)+n]
 		return l
 	}
+	callerOnly := callerOnlyLocations(p)
+	fallbacks, _ := s.Tables.(Fallbacks)
 	type mappingTable struct{ tab *symtab.Table }
 	tables := map[*profile.Mapping]mappingTable{}
 	for _, loc := range p.Location {
@@ -114,16 +122,28 @@ func (s *Symbolizer) Profile(ctx context.Context, p *profile.Profile) Stats {
 			}
 			tab = mt.tab
 		}
+		// A caller's address is the return address, the instruction after
+		// the call, which can belong to the next line or even the next
+		// function; one byte back is inside the call instruction.
+		addr := loc.Address
+		if callerOnly(loc) && addr > 0 {
+			addr--
+		}
 		var frames []symtab.Frame
-		if tab != nil {
-			if vaddr, ok := tab.Vaddr(loc.Address, m.Start, m.Offset); ok {
+		for t := tab; t != nil; {
+			if vaddr, ok := t.Vaddr(addr, m.Start, m.Offset); ok {
 				var hit bool
-				frames, hit = tab.CachedLookup(vaddr)
+				frames, hit = t.CachedLookup(vaddr)
 				st.AddrLookups++
 				if hit {
 					st.AddrHits++
 				}
 			}
+			if len(frames) > 0 || fallbacks == nil {
+				tab = t
+				break
+			}
+			t = fallbacks.Fallback(ctx, t)
 		}
 		if len(frames) == 0 {
 			name := unresolvedName(loc)
@@ -152,6 +172,46 @@ func (s *Symbolizer) Profile(ctx context.Context, p *profile.Profile) Stats {
 		}
 	}
 	return st
+}
+
+// callerOnlyLocations reports the locations that appear in samples only
+// below the leaf, whose addresses are return addresses. A location that is
+// also some sample's leaf keeps its exact address.
+func callerOnlyLocations(p *profile.Profile) func(*profile.Location) bool {
+	const leaf, caller = 1, 2
+	// Location IDs are 1..n in the profiles agents write: a slice is
+	// cheaper than a map then.
+	dense := true
+	for _, l := range p.Location {
+		if l.ID == 0 || l.ID > uint64(len(p.Location)) {
+			dense = false
+			break
+		}
+	}
+	if dense {
+		marks := make([]uint8, len(p.Location)+1)
+		for _, smp := range p.Sample {
+			for i, l := range smp.Location {
+				if i == 0 {
+					marks[l.ID] |= leaf
+				} else {
+					marks[l.ID] |= caller
+				}
+			}
+		}
+		return func(l *profile.Location) bool { return marks[l.ID] == caller }
+	}
+	marks := make(map[*profile.Location]uint8, len(p.Location))
+	for _, smp := range p.Sample {
+		for i, l := range smp.Location {
+			if i == 0 {
+				marks[l] |= leaf
+			} else {
+				marks[l] |= caller
+			}
+		}
+	}
+	return func(l *profile.Location) bool { return marks[l] == caller }
 }
 
 // unresolvedName is "binary+0xoffset" with the file offset, which

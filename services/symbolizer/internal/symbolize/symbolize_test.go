@@ -2,13 +2,17 @@ package symbolize
 
 import (
 	"context"
+	"reflect"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/google/pprof/profile"
+
 	"github.com/stackstream/stackstream/pkg/pproftest"
 	"github.com/stackstream/stackstream/schemas/debuginfo"
 	"github.com/stackstream/stackstream/schemas/record"
+	"github.com/stackstream/stackstream/services/symbolizer/internal/source"
 	"github.com/stackstream/stackstream/services/symbolizer/internal/symtab"
 )
 
@@ -103,3 +107,97 @@ func TestProfile(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+type tableSource struct {
+	name  string
+	file  *debuginfo.File
+	calls int
+}
+
+func (s *tableSource) Name() string { return s.name }
+func (s *tableSource) Fetch(_ context.Context, id string) (*symtab.Table, error) {
+	s.calls++
+	if s.file == nil {
+		return nil, source.ErrNotFound
+	}
+	return symtab.FromDebuginfo(s.file, s.name), nil
+}
+
+// TestFallbackToLaterSource: the first source knows the binary but only its
+// exported symbols; an address outside them is resolved by the next source,
+// which is asked once per binary, not once per frame.
+func TestFallbackToLaterSource(t *testing.T) {
+	seg := []debuginfo.Segment{{Offset: 0, Vaddr: 0, Filesz: 0x10000}}
+	topic := &tableSource{name: "topic", file: &debuginfo.File{BuildID: "cc33", Kind: debuginfo.KindSymbols, Segments: seg,
+		Symbols: []debuginfo.Symbol{{Addr: 0x1000, Size: 0x100, Name: "exported"}}}}
+	local := &tableSource{name: "local", file: &debuginfo.File{BuildID: "cc33", Kind: debuginfo.KindSymbols, Segments: seg,
+		Symbols: []debuginfo.Symbol{{Addr: 0x1000, Size: 0x100, Name: "exported"}, {Addr: 0x2000, Size: 0x100, Name: "local_helper"}},
+		Lines:   []debuginfo.Line{{Addr: 0x2000, File: "helper.c", Line: 42}}}}
+	never := &tableSource{name: "debuginfod"}
+	chain := source.NewChain(source.Options{MissTTL: time.Minute}, topic, local, never)
+	s := &Symbolizer{Tables: chain}
+	for i := 0; i < 3; i++ {
+		b := pproftest.NewCPU(time.Unix(1700000000, 0), time.Second)
+		m := b.Mapping(0x7f0000000000, 0x7f0000010000, 0, "/lib/libc.so.6", "cc33")
+		b.AddressSample(nil, []int64{1, 1}, m, 0x7f0000002010, 0x7f0000001010, 0x7f0000005000)
+		p := b.Profile()
+		st := s.Profile(context.Background(), p)
+		got := testbinNames(p)
+		want := []string{"local_helper helper.c:42", "exported :0", "libc.so.6+0x5000 :0"}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("got %q, want %q", got, want)
+		}
+		if st.Resolved["local"] != 1 || st.Resolved["topic"] != 1 || st.Unresolved != 1 {
+			t.Fatalf("stats %+v", st)
+		}
+	}
+	if topic.calls != 1 || local.calls != 1 || never.calls != 1 {
+		t.Fatalf("source calls topic %d local %d debuginfod %d, want 1 each", topic.calls, local.calls, never.calls)
+	}
+}
+
+func testbinNames(p *profile.Profile) []string {
+	var out []string
+	for _, loc := range p.Sample[0].Location {
+		l := loc.Line[0]
+		out = append(out, l.Function.Name+" "+l.Function.Filename+":"+itoa(l.Line))
+	}
+	return out
+}
+
+// TestCallerAddressesLookOneByteBack: a caller's address is a return
+// address. When the call is a function's last instruction (a call to a
+// noreturn function), the return address is already the next function.
+func TestCallerAddressesLookOneByteBack(t *testing.T) {
+	tab := symtab.FromDebuginfo(&debuginfo.File{BuildID: "dd44", Kind: debuginfo.KindSymbols,
+		Segments: []debuginfo.Segment{{Offset: 0, Vaddr: 0, Filesz: 0x10000}},
+		Symbols: []debuginfo.Symbol{
+			{Addr: 0x1000, Size: 0x10, Name: "calls_abort"},
+			{Addr: 0x1010, Size: 0x10, Name: "next_function"},
+			{Addr: 0x2000, Size: 0x10, Name: "abort"},
+		},
+		Lines: []debuginfo.Line{{Addr: 0x1000, File: "a.c", Line: 10}, {Addr: 0x100b, File: "a.c", Line: 11}, {Addr: 0x1010, File: "a.c", Line: 20}},
+	}, "topic")
+	b := pproftest.NewCPU(time.Unix(1700000000, 0), time.Second)
+	m := b.Mapping(0x7f0000000000, 0x7f0000010000, 0, "/bin/a", "dd44")
+	b.AddressSample(nil, []int64{1, 1}, m, 0x7f0000002004, 0x7f0000001010) // abort <- return address 0x1010
+	p := b.Profile()
+	(&Symbolizer{Tables: fakeTables{"dd44": tab}}).Profile(context.Background(), p)
+	if got := testbinNames(p); !reflect.DeepEqual(got, []string{"abort :0", "calls_abort a.c:11"}) {
+		t.Fatalf("got %q", got)
+	}
+	if p.Location[1].Address != 0x7f0000001010 {
+		t.Fatal("the location's address changed")
+	}
+
+	// The same address as some sample's leaf is an exact address.
+	b = pproftest.NewCPU(time.Unix(1700000000, 0), time.Second)
+	m = b.Mapping(0x7f0000000000, 0x7f0000010000, 0, "/bin/a", "dd44")
+	b.AddressSample(nil, []int64{1, 1}, m, 0x7f0000002004, 0x7f0000001010)
+	b.AddressSample(nil, []int64{1, 1}, m, 0x7f0000001010)
+	p = b.Profile()
+	(&Symbolizer{Tables: fakeTables{"dd44": tab}}).Profile(context.Background(), p)
+	if got := testbinNames(p); !reflect.DeepEqual(got, []string{"abort :0", "next_function a.c:20"}) {
+		t.Fatalf("leaf and caller: got %q", got)
+	}
+}
