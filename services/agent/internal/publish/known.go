@@ -51,7 +51,10 @@ func KnownBuildIDs(ctx context.Context, opts []kgo.Opt, topic string) (map[strin
 	for p := range want {
 		start[topic][p] = kgo.NewOffset().AtStart()
 	}
-	cl, err := kgo.NewClient(append(opts, kgo.ConsumePartitions(start), kgo.FetchMaxBytes(32<<20))...)
+	// Kafka cannot fetch keys alone: bound what is held at once to about one
+	// large value (a record larger than the limit still comes, on its own).
+	cl, err := kgo.NewClient(append(opts, kgo.ConsumePartitions(start),
+		kgo.FetchMaxBytes(8<<20), kgo.FetchMaxPartitionBytes(8<<20), kgo.MaxConcurrentFetches(1))...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
