@@ -40,7 +40,7 @@ type locKey struct {
 }
 
 func newCPUProfile(ps *processes, ks *proc.Kallsyms, start time.Time, dur time.Duration, period int64) *cpuProfile {
-	c := &cpuProfile{
+	return &cpuProfile{
 		ps: ps, kallsyms: ks,
 		p: &profile.Profile{
 			SampleType:        []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
@@ -56,7 +56,6 @@ func newCPUProfile(ps *processes, ks *proc.Kallsyms, start time.Time, dur time.D
 		functions: map[string]*profile.Function{},
 		binaries:  map[*binary]bool{},
 	}
-	return c
 }
 
 // add adds the samples of one targeted process.
