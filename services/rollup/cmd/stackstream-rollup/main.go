@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -52,7 +53,7 @@ func (c Config) Validate() error {
 	}
 	s := c.Rollup
 	switch {
-	case s.Group == "":
+	case strings.TrimSpace(s.Group) == "":
 		return errors.New("STACKSTREAM_ROLLUP_GROUP is empty: name the consumer group")
 	case s.AllowedLateness < 0:
 		return fmt.Errorf("STACKSTREAM_ROLLUP_ALLOWED_LATENESS=%s is negative: use 0 or more, e.g. 2m", s.AllowedLateness)

@@ -446,3 +446,35 @@ func TestRestartRebuildsExactly(t *testing.T) {
 		}
 	}
 }
+
+// FuzzAdd feeds any profile the pprof parser accepts (the consumer has
+// decoded it already) through Add and the document builder: bad content is
+// an error or a document, never a panic.
+func FuzzAdd(f *testing.F) {
+	for _, p := range []*profile.Profile{
+		cpu(t0),
+		pproftest.NewMemory(t0, time.Second).Sample(map[string]string{record.LabelPID: "1"}, []int64{5}).Profile(),
+	} {
+		b, err := record.EncodeProfile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b, uint8(0))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, typ uint8) {
+		prof, err := profile.ParseData(data)
+		if err != nil {
+			return
+		}
+		p := NewPartition(testConfig(), Checkpoint{})
+		in := Input{Profile: prof, Type: record.ProfileTypes[int(typ)%len(record.ProfileTypes)], Offset: 1, Fallback: t0}
+		if _, err := p.Add(in); err != nil {
+			return
+		}
+		for _, d := range p.Pending(true) {
+			if d.ID == "" || d.Index == "" {
+				t.Fatalf("document without id or index: %+v", d)
+			}
+		}
+	})
+}

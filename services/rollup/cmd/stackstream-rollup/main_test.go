@@ -1,0 +1,47 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/stackstream/stackstream/pkg/config"
+)
+
+func TestConfigRejectsBadValues(t *testing.T) {
+	tests := []struct {
+		name, key, value, want string
+	}{
+		{"negative lateness", "STACKSTREAM_ROLLUP_ALLOWED_LATENESS", "-1m", "STACKSTREAM_ROLLUP_ALLOWED_LATENESS=-1m0s is negative"},
+		{"negative retention", "STACKSTREAM_ROLLUP_RETENTION", "-5s", "STACKSTREAM_ROLLUP_RETENTION=-5s is negative"},
+		{"not a duration", "STACKSTREAM_ROLLUP_RETENTION", "ten", "STACKSTREAM_ROLLUP_RETENTION"},
+		{"blank group", "STACKSTREAM_ROLLUP_GROUP", " ", "STACKSTREAM_ROLLUP_GROUP is empty"},
+		{"zero poll", "STACKSTREAM_ROLLUP_MAX_POLL_RECORDS", "0", "STACKSTREAM_ROLLUP_MAX_POLL_RECORDS=0 must be positive"},
+		{"tiny bulk", "STACKSTREAM_ROLLUP_BULK_MAX_BYTES", "100", "STACKSTREAM_ROLLUP_BULK_MAX_BYTES=100 is below 1 MiB"},
+		{"broker without port", "STACKSTREAM_KAFKA_BROKERS", "localhost", "STACKSTREAM_KAFKA_BROKERS"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(tt.key, tt.value)
+			var cfg Config
+			err := config.Load(&cfg, nil, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Load = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestConfigDefaults(t *testing.T) {
+	var cfg Config
+	if err := config.Load(&cfg, nil, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ListenAddr != "127.0.0.1:9104" || cfg.Rollup.AllowedLateness.String() != "2m0s" || cfg.Rollup.Group != "stackstream-rollup" {
+		t.Fatalf("defaults: %+v", cfg)
+	}
+	if err := config.Load(&cfg, []string{"-h"}, io.Discard); !errors.Is(err, config.ErrHelp) {
+		t.Fatalf("-h = %v, want ErrHelp", err)
+	}
+}
