@@ -26,9 +26,9 @@ const (
 	// autoPoints is the most points of one line with an automatic step.
 	autoPoints = 300
 	// pointBudget bounds lines x points of a chart with an automatic step:
-	// OpenSearch's cost grows with the buckets (100 hosts x 288 points took
-	// it 100-250 ms, 100 x 96 a third of that), and 100 lines cannot show
-	// 300 points each anyway.
+	// the aggregation's buckets and the answer grow with it (100 hosts x
+	// 288 points is an 840 KB answer), and 100 lines cannot show 300
+	// points each anyway.
 	pointBudget = 10000
 	// minAutoPoints keeps many-line charts from getting too coarse.
 	minAutoPoints = 48

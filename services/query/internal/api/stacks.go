@@ -237,7 +237,7 @@ func (a *API) frames(ctx context.Context, ids []string) (map[string][]string, er
 	}
 	var chunks [][]string
 	for len(missing) > 0 {
-		n := min(len(missing), mgetChunk)
+		n := min(len(missing), fetchChunk)
 		chunks = append(chunks, missing[:n])
 		missing = missing[n:]
 	}
@@ -245,7 +245,7 @@ func (a *API) frames(ctx context.Context, ids []string) (map[string][]string, er
 	// is dominated by these reads.
 	results := make([]map[string][]string, len(chunks))
 	errs := make([]error, len(chunks))
-	sem := make(chan struct{}, mgetParallel)
+	sem := make(chan struct{}, fetchParallel)
 	var wg sync.WaitGroup
 	for i, chunk := range chunks {
 		wg.Add(1)
@@ -253,7 +253,7 @@ func (a *API) frames(ctx context.Context, ids []string) (map[string][]string, er
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			results[i], errs[i] = a.mgetStacks(ctx, chunk)
+			results[i], errs[i] = a.fetchStacks(ctx, chunk)
 		}()
 	}
 	wg.Wait()
@@ -269,16 +269,16 @@ func (a *API) frames(ctx context.Context, ids []string) (map[string][]string, er
 }
 
 const (
-	// mgetChunk stays under OpenSearch's index.max_result_window (10000).
-	mgetChunk    = 5000
-	mgetParallel = 2
+	// fetchChunk stays under OpenSearch's index.max_result_window (10000).
+	fetchChunk    = 5000
+	fetchParallel = 2
 )
 
-// mgetStacks reads the frames of ids; IDs the stacks index lacks get one
+// fetchStacks reads the frames of ids; IDs the stacks index lacks get one
 // unknownStack frame. It searches with an ids query rather than _mget: the
 // search fetch phase reads stored documents in index order, which with
 // compressed stored fields was 4-6 times faster for thousands of IDs.
-func (a *API) mgetStacks(ctx context.Context, ids []string) (map[string][]string, error) {
+func (a *API) fetchStacks(ctx context.Context, ids []string) (map[string][]string, error) {
 	var resp struct {
 		Hits struct {
 			Hits []struct {
