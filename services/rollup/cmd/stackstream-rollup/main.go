@@ -40,6 +40,7 @@ type Settings struct {
 	MaxFuture       time.Duration `envconfig:"MAX_FUTURE" default:"10m" desc:"profiles stamped further ahead of this host's clock go to the DLQ"`
 	MaxPollRecords  int           `envconfig:"MAX_POLL_RECORDS" default:"1000" desc:"records folded in between two writes"`
 	FlushTimeout    time.Duration `envconfig:"FLUSH_TIMEOUT" default:"30s" desc:"bound of the final write on shutdown or partition revoke"`
+	IdleFlush       time.Duration `envconfig:"IDLE_FLUSH" default:"1m" desc:"write the open windows of a partition without records for this long; 0 disables"`
 	BulkMaxBytes    int           `envconfig:"BULK_MAX_BYTES" default:"8388608" desc:"bytes per bulk request"`
 }
 
@@ -63,6 +64,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_ROLLUP_MAX_FUTURE=%s must be positive, e.g. 10m", s.MaxFuture)
 	case s.MaxPollRecords <= 0:
 		return fmt.Errorf("STACKSTREAM_ROLLUP_MAX_POLL_RECORDS=%d must be positive, e.g. 1000", s.MaxPollRecords)
+	case s.IdleFlush < 0:
+		return fmt.Errorf("STACKSTREAM_ROLLUP_IDLE_FLUSH=%s is negative: use 0 (off) or more, e.g. 1m", s.IdleFlush)
 	case s.FlushTimeout <= 0:
 		return fmt.Errorf("STACKSTREAM_ROLLUP_FLUSH_TIMEOUT=%s must be positive, e.g. 30s", s.FlushTimeout)
 	case s.BulkMaxBytes < 1<<20:
@@ -111,6 +114,8 @@ func runMain() error {
 		},
 		MaxPollRecords: cfg.Rollup.MaxPollRecords,
 		FlushTimeout:   cfg.Rollup.FlushTimeout,
+		IdleFlush:      cfg.Rollup.IdleFlush,
+		Now:            time.Now,
 	}, writer, log, reg)
 	cl, err := kafka.NewClient(ctx, cfg.Kafka, rollup.ClientOpts()...)
 	if err != nil {

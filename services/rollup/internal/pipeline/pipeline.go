@@ -43,6 +43,13 @@ type Config struct {
 	// FlushTimeout bounds the final write on shutdown and on revoke; what is
 	// not stored by then is not committed and is read again by the next owner.
 	FlushTimeout time.Duration
+	// IdleFlush writes the open windows of a partition that received no
+	// record for this long (wall clock): its watermark stands still, so
+	// nothing else would write the last minutes of a host that went quiet.
+	// The windows stay in memory, so later records still recompute them.
+	// 0 disables it.
+	IdleFlush time.Duration
+	Now       func() time.Time
 }
 
 // Rollup is the consumer. Build it with New, create the Kafka client with
@@ -53,9 +60,10 @@ type Rollup struct {
 	log *slog.Logger
 	m   *metrics
 
-	mu    sync.Mutex // partition state: the poll loop and the rebalance callbacks
-	cl    *kgo.Client
-	parts map[int32]*aggregate.Partition
+	mu     sync.Mutex // partition state: the poll loop and the rebalance callbacks
+	cl     *kgo.Client
+	parts  map[int32]*aggregate.Partition
+	active map[int32]time.Time // when each partition last had records
 }
 
 // New builds a Rollup writing through w.
@@ -66,7 +74,10 @@ func New(cfg Config, w Writer, log *slog.Logger, reg prometheus.Registerer) *Rol
 	if cfg.FlushTimeout <= 0 {
 		cfg.FlushTimeout = 30 * time.Second
 	}
-	return &Rollup{cfg: cfg, w: w, log: log, m: newMetrics(reg), parts: map[int32]*aggregate.Partition{}}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Rollup{cfg: cfg, w: w, log: log, m: newMetrics(reg), parts: map[int32]*aggregate.Partition{}, active: map[int32]time.Time{}}
 }
 
 // ClientOpts are the consumer options the Kafka client needs.
@@ -95,7 +106,13 @@ func (r *Rollup) Run(ctx context.Context, cl *kgo.Client) error {
 	r.cl = cl
 	r.mu.Unlock()
 	for {
-		fetches := cl.PollRecords(ctx, r.cfg.MaxPollRecords)
+		pollCtx, cancel := ctx, context.CancelFunc(func() {})
+		if r.cfg.IdleFlush > 0 {
+			// Wake up now and then to write idle partitions.
+			pollCtx, cancel = context.WithTimeout(ctx, min(max(r.cfg.IdleFlush/2, 100*time.Millisecond), 5*time.Second))
+		}
+		fetches := cl.PollRecords(pollCtx, r.cfg.MaxPollRecords)
+		cancel()
 		if fetches.IsClientClosed() || ctx.Err() != nil {
 			// Records returned with a cancelled poll are left for the
 			// next owner; the rebalance they block must not outlive us,
@@ -104,10 +121,15 @@ func (r *Rollup) Run(ctx context.Context, cl *kgo.Client) error {
 			break
 		}
 		fetches.EachError(func(topic string, p int32, err error) {
-			r.log.Warn("fetch", "topic", topic, "partition", p, "err", err)
+			if !errors.Is(err, context.DeadlineExceeded) {
+				r.log.Warn("fetch", "topic", topic, "partition", p, "err", err)
+			}
 		})
 		r.mu.Lock()
 		err := r.handle(ctx, fetches)
+		if err == nil {
+			err = r.flushIdle(ctx)
+		}
 		r.mu.Unlock()
 		cl.AllowRebalance()
 		if err != nil {
@@ -140,6 +162,7 @@ func (r *Rollup) handle(ctx context.Context, fetches kgo.Fetches) error {
 			return
 		}
 		part := r.partition(ctx, ft.Partition)
+		r.active[ft.Partition] = r.cfg.Now()
 		for _, rec := range ft.Records {
 			if d := r.process(part, rec); d != nil {
 				dlq = append(dlq, d)
@@ -150,6 +173,23 @@ func (r *Rollup) handle(ctx context.Context, fetches kgo.Fetches) error {
 		r.m.watermark.WithLabelValues(strconv.Itoa(int(ft.Partition))).Set(float64(part.Watermark().UnixNano()) / 1e9)
 	})
 	return r.flush(ctx, r.parts, dlq, false)
+}
+
+// flushIdle writes every window of the partitions idle for IdleFlush.
+func (r *Rollup) flushIdle(ctx context.Context) error {
+	if r.cfg.IdleFlush <= 0 {
+		return nil
+	}
+	idle := map[int32]*aggregate.Partition{}
+	for id, p := range r.parts {
+		if last, ok := r.active[id]; ok && r.cfg.Now().Sub(last) >= r.cfg.IdleFlush {
+			idle[id] = p
+		}
+	}
+	if len(idle) == 0 {
+		return nil
+	}
+	return r.flush(ctx, idle, nil, true)
 }
 
 // process folds one record in, or returns the DLQ record for it.
@@ -393,6 +433,7 @@ func (r *Rollup) revoked(ctx context.Context, cl *kgo.Client, revoked map[string
 	}
 	for _, p := range ps {
 		delete(r.parts, p)
+		delete(r.active, p)
 		r.m.lag.DeleteLabelValues(strconv.Itoa(int(p)))
 		r.m.watermark.DeleteLabelValues(strconv.Itoa(int(p)))
 	}
@@ -405,6 +446,7 @@ func (r *Rollup) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32)
 	defer r.mu.Unlock()
 	for _, p := range lost[r.cfg.Topics.ProfilesSymbolized] {
 		delete(r.parts, p)
+		delete(r.active, p)
 	}
 	r.log.Warn("partitions lost", "topic", r.cfg.Topics.ProfilesSymbolized, "partitions", lost[r.cfg.Topics.ProfilesSymbolized])
 }

@@ -40,6 +40,7 @@ type env struct {
 	adm     *kadm.Client
 	prod    *kgo.Client
 	window  aggregate.Config
+	idle    time.Duration // IdleFlush of the instances
 }
 
 func newEnv(t testing.TB, partitions int32) *env {
@@ -120,7 +121,7 @@ func (e *env) start(osURL string) *instance {
 	e.t.Helper()
 	w := bulk.New(e.osClient(osURL), bulk.Options{Backoff: 50 * time.Millisecond, MaxBackoff: time.Second})
 	log := slog.New(slog.NewTextHandler(testWriter{e.t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	r := New(Config{Topics: e.topics, Group: e.group, Window: e.window, FlushTimeout: 20 * time.Second}, w, log, prometheus.NewRegistry())
+	r := New(Config{Topics: e.topics, Group: e.group, Window: e.window, FlushTimeout: 20 * time.Second, IdleFlush: e.idle}, w, log, prometheus.NewRegistry())
 	cl, err := kafka.NewClient(context.Background(), kafka.Config{Brokers: e.brokers, DialTimeout: 10 * time.Second}, r.ClientOpts()...)
 	if err != nil {
 		e.t.Fatal(err)
@@ -646,5 +647,28 @@ func TestInstancesShareAndHandOver(t *testing.T) {
 		return done
 	})
 	b.close(t)
+	compare(t, byKey(e.docs()), x.finish())
+}
+
+// TestIdlePartitionIsWritten: a host goes quiet, so its partition's
+// watermark stands still; its open windows are written anyway after the idle
+// time, stay in memory (nothing committed past them), and are recomputed
+// when records come back.
+func TestIdlePartitionIsWritten(t *testing.T) {
+	e := newEnv(t, 1)
+	e.idle = time.Second
+	x := expected{}
+	minute := key(indices.RollupDoc{Resolution: "1m", Timestamp: t0, Kind: "service", Type: "cpu", Service: "checkout", Host: "web-1"})
+	for k := range 3 {
+		e.produce(record.ProfileCPU, "web-1", x.cpuProfile("web-1", t0.Add(time.Duration(k)*20*time.Second), 100, 1))
+	}
+	in := e.start(e.osURL)
+	waitFor(t, "idle windows written", 60*time.Second, func() bool { return byKey(e.docs())[minute].Value == 300 })
+	e.produce(record.ProfileCPU, "web-1", x.cpuProfile("web-1", t0.Add(50*time.Second), 11, 1))
+	waitFor(t, "window recomputed", 60*time.Second, func() bool { return byKey(e.docs())[minute].Value == 311 })
+	if o := e.committed()[0]; o.At != 0 {
+		t.Fatalf("committed %d past windows still open", o.At)
+	}
+	in.close(t)
 	compare(t, byKey(e.docs()), x.finish())
 }
