@@ -19,6 +19,9 @@
 // fleet (services checkout and db, hosts web-1, web-2, db-1, functions
 // main.work, db.query, ...; numbers in querytest's Fixture* constants).
 // Answer shapes: schemas/api/*.json, decoded by this package's tests.
+// Beyond api.md: /api/v1/series?function=<name> answers one line with that
+// function's total per step (cores for CPU), for a search result's trend in
+// one request instead of one /top per bucket.
 package api
 
 import (

@@ -146,6 +146,33 @@ func TestAPI(t *testing.T) {
 		}
 	})
 
+	t.Run("series of one function", func(t *testing.T) {
+		var s api.SeriesResponse
+		get(t, base, "/api/v1/series", url.Values{"function": {"main.work"}, "step": {"10m"}}, &s)
+		if s.Source != "samples" || len(s.Series) != 1 || s.Series[0].Labels["function"] != "main.work" || len(s.Series[0].Points) != 2 {
+			t.Fatalf("function series %+v", s)
+		}
+		step := float64(10 * time.Minute)
+		want := [][2]float64{
+			{float64(now.Add(-50 * time.Minute).UnixMilli()), 1200 / step},
+			{float64(now.Add(-20 * time.Minute).UnixMilli()), 600 / step},
+		}
+		for i, p := range s.Series[0].Points {
+			if p[0] != want[i][0] || !near(p[1], want[i][1]) {
+				t.Fatalf("point %d = %v, want %v", i, p, want[i])
+			}
+		}
+		get(t, base, "/api/v1/series", url.Values{"function": {querytest.FixtureLongFunction}, "from": {"now-24h"}, "step": {"1h"}}, &s)
+		if s.Source != "rollups" || len(s.Series) != 1 || len(s.Series[0].Points) != 1 ||
+			!near(s.Series[0].Points[0][1], querytest.FixtureLongFunctionTotal/float64(time.Hour)) {
+			t.Fatalf("function series over a day %+v", s)
+		}
+		get(t, base, "/api/v1/series", url.Values{"function": {"no.such"}}, &s)
+		if len(s.Series) != 1 || len(s.Series[0].Points) != 0 {
+			t.Fatalf("series of an unknown function %+v, want one empty line", s)
+		}
+	})
+
 	t.Run("series from samples for label selectors", func(t *testing.T) {
 		var s api.SeriesResponse
 		get(t, base, "/api/v1/series", url.Values{"query": {`{k8s_pod="checkout-abc"}`}, "step": {"30m"}}, &s)

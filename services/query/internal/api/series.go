@@ -151,8 +151,14 @@ func (a *API) handleSeries(ctx context.Context, _ http.ResponseWriter, r *http.R
 	default:
 		return nil, badParam("group_by", "%q: use service or host", truncate(groupBy, 64))
 	}
+	fn := q.Get("function")
+	if len(fn) > 1024 {
+		return nil, badParam("function", "longer than 1024 bytes")
+	}
 	lines := 0
-	if reqStep == 0 {
+	if fn != "" {
+		lines = 1
+	} else if reqStep == 0 {
 		if lines, err = a.countLines(ctx, selection{typ: typ, sel: sel, tr: tr}, groupBy); err != nil {
 			return nil, err
 		}
@@ -169,6 +175,12 @@ func (a *API) handleSeries(ctx context.Context, _ http.ResponseWriter, r *http.R
 	resp := &SeriesResponse{Type: string(typ), StepSeconds: int64(step / time.Second), Unit: "bytes"}
 	if typ == record.ProfileCPU {
 		resp.Unit = "cores"
+	}
+	if fn != "" {
+		if err := a.functionSeries(ctx, resp, selection{typ: typ, sel: sel, tr: tr}, step, fn); err != nil {
+			return nil, err
+		}
+		return resp, nil
 	}
 	if sel.OnlyFields("service", "host") {
 		// Hourly windows only fit steps of whole hours.
@@ -326,4 +338,85 @@ func (a *API) fillSeries(resp *SeriesResponse, aggs seriesAggs, groupBy string, 
 		slices.SortFunc(s.Points, func(x, y [2]float64) int { return cmp.Compare(x[0], y[0]) })
 		resp.Series = append(resp.Series, s)
 	}
+}
+
+// functionSeries is one line: the total (inclusive) value of one function
+// per step, as cores for CPU. Long ranges read the per-function rollups;
+// short ones (and label selectors) find the selection's stacks holding the
+// function, as a flame graph would, and sum their samples per step.
+func (a *API) functionSeries(ctx context.Context, resp *SeriesResponse, s selection, step time.Duration, fn string) error {
+	hist := map[string]any{"time": map[string]any{
+		"date_histogram": map[string]any{"field": "@timestamp", "fixed_interval": fmt.Sprintf("%ds", int64(step/time.Second)), "min_doc_count": 1},
+		"aggs":           map[string]any{"v": map[string]any{"sum": map[string]any{"field": "value"}}},
+	}}
+	type answer struct {
+		Hits         hitsTotal `json:"hits"`
+		Aggregations struct {
+			Time struct {
+				Buckets []struct {
+					Key int64  `json:"key"`
+					V   sumAgg `json:"v"`
+				} `json:"buckets"`
+			} `json:"time"`
+		} `json:"aggregations"`
+	}
+	fill := func(out answer, source string) {
+		line := Series{Labels: map[string]string{"function": fn}, Points: [][2]float64{}}
+		for _, b := range out.Aggregations.Time.Buckets {
+			v := b.V.Value
+			if s.typ == record.ProfileCPU {
+				v /= float64(step)
+			}
+			line.Points = append(line.Points, [2]float64{float64(b.Key), v})
+		}
+		resp.Series, resp.Source = []Series{line}, source
+		if s.typ != record.ProfileCPU {
+			resp.Unit = "bytes"
+		}
+	}
+	filterPath := []string{"hits.total", "aggregations.time.buckets.key", "aggregations.time.buckets.v"}
+	if a.fromRollups(s) {
+		for _, minuteOnly := range []bool{step%time.Hour != 0, true} {
+			query := a.rollupQuery(s, "function", minuteOnly)
+			query["bool"].(map[string]any)["filter"] = append(query["bool"].(map[string]any)["filter"].([]any), termQ("function", fn))
+			hist["time"].(map[string]any)["aggs"] = map[string]any{"v": map[string]any{"sum": map[string]any{"field": "total"}}}
+			var out answer
+			body := map[string]any{"size": 0, "track_total_hits": 1, "query": query, "aggs": hist}
+			if err := a.search(ctx, a.rollupIndices(s.tr), body, &out, filterPath...); err != nil {
+				return fmt.Errorf("function series from rollups: %w", err)
+			}
+			if out.Hits.Total.Value > 0 {
+				fill(out, "rollups")
+				return nil
+			}
+			if minuteOnly {
+				break
+			}
+		}
+		hist["time"].(map[string]any)["aggs"] = map[string]any{"v": map[string]any{"sum": map[string]any{"field": "value"}}}
+	}
+	m, err := a.merge(ctx, s)
+	if err != nil {
+		return err
+	}
+	var ids []string
+	for id := range m.values {
+		if slices.Contains(m.frames[id], fn) {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		fill(answer{}, "samples")
+		return nil
+	}
+	slices.Sort(ids)
+	query := a.sampleQuery(s)
+	query["bool"].(map[string]any)["filter"] = append(query["bool"].(map[string]any)["filter"].([]any), map[string]any{"terms": map[string]any{"stack_id": ids}})
+	var out answer
+	body := map[string]any{"size": 0, "track_total_hits": false, "query": query, "aggs": hist}
+	if err := a.search(ctx, a.sampleIndices(s.tr), body, &out, filterPath...); err != nil {
+		return fmt.Errorf("function series from samples: %w", err)
+	}
+	fill(out, "samples")
+	return nil
 }
