@@ -105,8 +105,8 @@ func (s *Symbolizer) Profile(ctx context.Context, p *profile.Profile) Stats {
 	}
 	callerOnly := callerOnlyLocations(p)
 	fallbacks, _ := s.Tables.(Fallbacks)
-	type mappingTable struct{ tab *symtab.Table }
-	tables := map[*profile.Mapping]mappingTable{}
+	tables := map[*profile.Mapping]*symtab.Table{} // nil values: no table
+
 	for _, loc := range p.Location {
 		if len(loc.Line) > 0 {
 			st.Already++
@@ -115,12 +115,11 @@ func (s *Symbolizer) Profile(ctx context.Context, p *profile.Profile) Stats {
 		m := loc.Mapping
 		var tab *symtab.Table
 		if m != nil && m.BuildID != "" {
-			mt, ok := tables[m]
-			if !ok {
-				mt = mappingTable{tab: s.Tables.Table(ctx, m.BuildID)}
-				tables[m] = mt
+			var ok bool
+			if tab, ok = tables[m]; !ok {
+				tab = s.Tables.Table(ctx, m.BuildID)
+				tables[m] = tab
 			}
-			tab = mt.tab
 		}
 		// A caller's address is the return address, the instruction after
 		// the call, which can belong to the next line or even the next
