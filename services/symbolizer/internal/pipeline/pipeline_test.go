@@ -413,3 +413,44 @@ func TestDebuginfoArrivesWhileRunning(t *testing.T) {
 		t.Fatalf("after the debuginfo arrived: %q", got)
 	}
 }
+
+// TestDebuginfoWrittenInTransaction: when the debuginfo topic ends with a
+// transaction marker, its last offset never shows as a record; start-up
+// must still finish reading the topic and use what it holds.
+func TestDebuginfoWrittenInTransaction(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	corpus := testbin.BuildCorpus(t, t.TempDir())
+	topics, cl := ktest.Topics(t, brokers, 1)
+	ctx := context.Background()
+	txn, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID(testenv.Name(t, "txn-")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txn.Close()
+	if err := txn.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.ProduceSync(ctx, &kgo.Record{Topic: topics.Debuginfo, Key: []byte(corpus.Topic.BuildID), Value: corpus.TopicValue}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	meta := record.Meta{Type: record.ProfileCPU, Host: "h"}
+	v, _ := record.EncodeProfile(corpus.Profile(t, 0))
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topics.ProfilesRaw, Value: v, Headers: meta.Headers()}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	start(t, brokers, topics, testenv.Name(t, "grp-"))
+	out := ktest.Consume(t, brokers, topics.ProfilesSymbolized, 1, time.Minute, 0)
+	if len(out) != 1 {
+		t.Fatalf("%d records", len(out))
+	}
+	p, err := record.DecodeProfile(out[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := testbin.Names(p)[3]; !reflect.DeepEqual(got, []string{"leaf_work", "middle"}) {
+		t.Fatalf("debuginfo from a transaction not used: %q", got)
+	}
+}
