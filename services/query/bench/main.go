@@ -97,6 +97,8 @@ func run(p params) error {
 		{"series cpu by service", "1h", "/api/v1/series", hour},
 		{"series cpu by service", "24h", "/api/v1/series", day},
 		{"series cpu by host", "24h", "/api/v1/series", with(day, "group_by", "host")},
+		{"series one function", "1h", "/api/v1/series", with(hour, "function", "svc3/pkg0.Handle0")},
+		{"series one function", "24h", "/api/v1/series", with(day, "function", "svc3/pkg0.Handle0")},
 		{"flamegraph all", "1h", "/api/v1/flamegraph", hour},
 		{"flamegraph one service", "1h", "/api/v1/flamegraph", with(hour, "query", `{service="svc-3"}`)},
 		{"flamegraph all", "24h", "/api/v1/flamegraph", day},

@@ -167,6 +167,11 @@ func (a *API) handleSeries(ctx context.Context, _ http.ResponseWriter, r *http.R
 	if err != nil {
 		return nil, err
 	}
+	if fn != "" && reqStep == 0 && a.fromRollups(selection{sel: sel, tr: tr}) && step < time.Hour {
+		// A function's trend over a long range reads the hourly
+		// per-function rollups: 60 times fewer documents than minutes.
+		step = time.Hour
+	}
 	// Align to the step so every bucket covers a whole step.
 	tr.From = tr.From.Truncate(step)
 	if end := tr.To.Truncate(step); end.Before(tr.To) {
