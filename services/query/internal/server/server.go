@@ -90,6 +90,13 @@ func requireAuth(opts Options, next http.Handler) http.Handler {
 				next.ServeHTTP(w, r)
 				return
 			}
+			// The token also works as a basic auth password (any user), so
+			// tools that only know URLs can authenticate:
+			// go tool pprof 'http://x:TOKEN@host:8080/api/v1/pprof?...'
+			if _, p, ok := r.BasicAuth(); ok && equal(p, opts.AuthToken) {
+				next.ServeHTTP(w, r)
+				return
+			}
 		}
 		if opts.BasicUser != "" {
 			if u, p, ok := r.BasicAuth(); ok && equal(u, opts.BasicUser) && equal(p, opts.BasicPassword) {

@@ -67,6 +67,8 @@ func TestAuth(t *testing.T) {
 		{"token missing", server.Options{AuthToken: "s3cret"}, request{path: apiPath}, http.StatusUnauthorized},
 		{"token wrong", server.Options{AuthToken: "s3cret"}, request{path: apiPath, token: "nope"}, http.StatusUnauthorized},
 		{"token right", server.Options{AuthToken: "s3cret"}, request{path: apiPath, token: "s3cret"}, http.StatusBadRequest},
+		{"token as basic password", server.Options{AuthToken: "s3cret"}, request{path: apiPath, user: "x", password: "s3cret"}, http.StatusBadRequest},
+		{"wrong basic password for token", server.Options{AuthToken: "s3cret"}, request{path: apiPath, user: "x", password: "nope"}, http.StatusUnauthorized},
 		{"token protects the UI", server.Options{AuthToken: "s3cret"}, request{path: "/"}, http.StatusUnauthorized},
 		{"basic right", server.Options{BasicUser: "ann", BasicPassword: "pw"}, request{path: apiPath, user: "ann", password: "pw"}, http.StatusBadRequest},
 		{"basic wrong password", server.Options{BasicUser: "ann", BasicPassword: "pw"}, request{path: apiPath, user: "ann", password: "px"}, http.StatusUnauthorized},
