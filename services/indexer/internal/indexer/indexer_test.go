@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/stackstream/stackstream/pkg/bulk"
@@ -35,8 +36,9 @@ func smallCorpus(profilesPerHost int) indexertest.Corpus {
 
 // running is an indexer in this process.
 type running struct {
-	cancel context.CancelFunc
-	done   chan error
+	cancel  context.CancelFunc
+	done    chan error
+	metrics *indexer.Metrics
 }
 
 // start runs an indexer of e's group writing to osURL.
@@ -57,7 +59,7 @@ func start(t *testing.T, e *indexertest.Env, osURL string) *running {
 		Names: e.Names, DLQTopic: e.Topics.DLQ, FlushInterval: 200 * time.Millisecond, ShutdownTimeout: 5 * time.Second, Metrics: m,
 	})
 	rctx, cancel := context.WithCancel(ctx)
-	r := &running{cancel: cancel, done: make(chan error, 1)}
+	r := &running{cancel: cancel, done: make(chan error, 1), metrics: m}
 	go func() {
 		err := ix.Run(rctx)
 		kcl.Close()
@@ -311,5 +313,44 @@ func TestRetentionDeletesExpiredDays(t *testing.T) {
 	}
 	if st, _, _ := opensearch.Raw(ctx, e.OS, "HEAD", "/"+other, nil); st != 200 {
 		t.Fatalf("another prefix's index %s was deleted", other)
+	}
+}
+
+// TestSecondInstanceJoinsUnderLoad starts a second indexer while records keep
+// arriving: the first one's write pipeline never idles, so the rebalance must
+// get through by draining it (MaxRebalanceDelay), and totals stay exact.
+func TestSecondInstanceJoinsUnderLoad(t *testing.T) {
+	e := setup(t, 4)
+	c := smallCorpus(40)
+	c.Hosts = 8
+	recs, want, err := c.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := start(t, e, e.URL)
+	produced := make(chan struct{})
+	go func() {
+		defer close(produced)
+		for i := range recs {
+			e.Produce(t, recs[i:i+1])
+			time.Sleep(40 * time.Millisecond)
+		}
+	}()
+	time.Sleep(3 * time.Second)
+	second := start(t, e, e.URL)
+	deadline := time.Now().Add(45 * time.Second)
+	for testutil.ToFloat64(second.metrics.Records.WithLabelValues("indexed")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the second instance indexed nothing within 45 s of joining under load")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	<-produced
+	e.WaitCaughtUp(t, 2*time.Minute)
+	if err := e.ReadStored(t).Check(want); err != nil {
+		t.Fatal(err)
+	}
+	if testutil.ToFloat64(first.metrics.Records.WithLabelValues("indexed")) == 0 {
+		t.Fatal("the first instance indexed nothing")
 	}
 }
