@@ -139,6 +139,9 @@ func (p *parser) matcher() (Matcher, error) {
 		if _, err := regexp.Compile("^(?:" + value + ")$"); err != nil {
 			return Matcher{}, fmt.Errorf("%w: label %s: regular expression %q: %v", ErrSyntax, name, value, err)
 		}
+		if _, err := toLucene(value); err != nil {
+			return Matcher{}, fmt.Errorf("%w: label %s: regular expression %q: %v", ErrSyntax, name, value, err)
+		}
 	}
 	return Matcher{Name: name, Op: op, Value: value}, nil
 }
@@ -266,11 +269,24 @@ func term(field, value string) map[string]any {
 	return map[string]any{"term": map[string]any{field: value}}
 }
 
-// regexpQuery uses Lucene's regexp query, anchored like Prometheus matchers;
-// flags NONE keeps Lucene's extra operators (~ & @ <>) out, so the syntax is
-// the common subset Go's regexp accepted in Parse.
+// regexpQuery uses Lucene's regexp query, anchored like Prometheus
+// matchers, with the expression rewritten from Go's syntax (toLucene);
+// flags NONE keeps Lucene's extra operators (~ & @ <>) out.
 func regexpQuery(field, value string) map[string]any {
-	return map[string]any{"regexp": map[string]any{field: map[string]any{"value": value, "flags": "NONE"}}}
+	lucene, err := toLucene(value)
+	if err != nil {
+		// Parse refuses these; a Selector built by hand matches literally.
+		lucene = literal(value)
+	}
+	return map[string]any{"regexp": map[string]any{field: map[string]any{"value": lucene, "flags": "NONE"}}}
+}
+
+func literal(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		writeRune(&b, r)
+	}
+	return b.String()
 }
 
 func matchesEmpty(value string) bool {

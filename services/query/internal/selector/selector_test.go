@@ -76,9 +76,9 @@ func TestClauses(t *testing.T) {
 	filter, mustNot := sel.Clauses()
 	got, _ := json.Marshal(map[string]any{"filter": filter, "must_not": mustNot})
 	want := `{"filter":[{"term":{"service":"checkout"}},` +
-		`{"regexp":{"labels.k8s_pod":{"flags":"NONE","value":"web-.*"}}},` +
+		`{"regexp":{"labels.k8s_pod":{"flags":"NONE","value":"web\\-(.)*"}}},` +
 		`{"exists":{"field":"labels.zone"}},` +
-		`{"bool":{"minimum_should_match":1,"should":[{"regexp":{"labels.rack":{"flags":"NONE","value":"r1|"}}},{"bool":{"must_not":[{"exists":{"field":"labels.rack"}}]}}]}}],` +
+		`{"bool":{"minimum_should_match":1,"should":[{"regexp":{"labels.rack":{"flags":"NONE","value":"(r1|())"}}},{"bool":{"must_not":[{"exists":{"field":"labels.rack"}}]}}]}}],` +
 		`"must_not":[{"term":{"host":"b"}},{"regexp":{"labels.comm":{"flags":"NONE","value":"x"}}},{"exists":{"field":"labels.unit"}}]}`
 	if string(got) != want {
 		t.Fatalf("clauses\n got %s\nwant %s", got, want)
@@ -88,6 +88,30 @@ func TestClauses(t *testing.T) {
 	}
 	if s, _ := Parse(`{service="a",host="b"}`); !s.OnlyFields("service", "host") {
 		t.Fatal("OnlyFields(service, host) = false for a service/host selector")
+	}
+}
+
+func TestToLucene(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{`web-.*`, `web\-(.)*`},
+		{`(?i)Web`, `[Ww][Ee][Bb]`},
+		{`^web-1$`, `web\-1`},
+		{`web-\d+`, `web\-([0-9])+`},
+		{`[[:digit:]]`, `[0-9]`},
+		{`a\.b|c`, `(a\.b|c)`},
+		{`x\sy`, "x[\\\t-\\\n\\\f-\\\r\\ ]y"},
+		{`a{2,3}b{2,}c{4}`, `aa(a)?b(b)+cccc`},
+		{`é"q`, `é\"q`},
+		{`a|`, `(a|())`},
+	}
+	for _, tc := range tests {
+		got, err := toLucene(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("toLucene(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+	if _, err := Parse(`{host=~"\\bweb"}`); err == nil || !strings.Contains(err.Error(), "word boundaries") {
+		t.Errorf(`\b accepted: %v`, err)
 	}
 }
 
