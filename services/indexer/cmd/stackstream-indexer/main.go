@@ -49,13 +49,6 @@ func runMain() error {
 		return err
 	}
 	names := cfg.Index.Names()
-	applied, err := opensearch.ApplyTemplates(ctx, osc, cfg.Index.Prefix, cfg.Index.Settings())
-	if err != nil {
-		return fmt.Errorf("apply index templates: %w", err)
-	}
-	for _, t := range applied {
-		log.Info("index template", "template", t.Name, "action", t.Action)
-	}
 
 	topics := cfg.Kafka.Topics()
 	kcl, err := kafka.NewClient(ctx, cfg.Kafka, indexer.ConsumerOpts(cfg.Indexer.Group, topics.ProfilesSymbolized)...)
@@ -64,6 +57,16 @@ func runMain() error {
 	}
 	// Closed last: the indexer's final commit goes through it.
 	defer kcl.Close()
+	if err := indexer.CheckTopics(ctx, kcl, topics.ProfilesSymbolized, topics.DLQ); err != nil {
+		return err
+	}
+	applied, err := opensearch.ApplyTemplates(ctx, osc, cfg.Index.Prefix, cfg.Index.Settings())
+	if err != nil {
+		return fmt.Errorf("apply index templates: %w", err)
+	}
+	for _, t := range applied {
+		log.Info("index template", "template", t.Name, "action", t.Action)
+	}
 
 	reg := telemetry.NewRegistry()
 	metrics := indexer.NewMetrics(reg)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -132,12 +133,18 @@ func TestConfigErrors(t *testing.T) {
 		{"bad batch", []string{"STACKSTREAM_INDEXER_BATCH_BYTES=10"}, "STACKSTREAM_INDEXER_BATCH_BYTES=10 is too small", 1},
 		{"bad duration", []string{"STACKSTREAM_INDEXER_FLUSH_INTERVAL=soon"}, "STACKSTREAM_INDEXER_FLUSH_INTERVAL", 1},
 		{"no opensearch", []string{"STACKSTREAM_OPENSEARCH_URL=http://127.0.0.1:1"}, "STACKSTREAM_OPENSEARCH_URL=http://127.0.0.1:1", 1},
+		{"no topics", []string{"STACKSTREAM_KAFKA_TOPIC_PREFIX=no-such-prefix-" + strconv.Itoa(os.Getpid()) + ".",
+			"STACKSTREAM_INDEXER_GROUP=no-such-group-" + strconv.Itoa(os.Getpid())}, "profiles.symbolized is missing: run stackctl init", 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			args := []string{}
 			if tt.name == "help" {
 				args = append(args, "-h")
+			}
+			if tt.name == "no topics" {
+				testenv.KafkaBrokers(t)
+				testenv.OpenSearchURL(t)
 			}
 			cmd := exec.Command(bin, args...)
 			cmd.Dir = t.TempDir()

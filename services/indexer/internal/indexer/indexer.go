@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stackstream/stackstream/pkg/bulk"
@@ -392,5 +393,22 @@ func (ix *Indexer) flush(ctx context.Context, b *batch) error {
 	ix.m.Batches.Inc()
 	ix.m.BatchDur.Observe(time.Since(start).Seconds())
 	ix.log.Debug("batch stored", "records", b.records, "documents", len(b.items), "dlq", len(b.dlq), "took", time.Since(start))
+	return nil
+}
+
+// CheckTopics fails with a line naming the first topic that does not exist,
+// so a missing `stackctl init` stops start-up instead of stalling the first
+// dead letter.
+func CheckTopics(ctx context.Context, kcl *kgo.Client, topics ...string) error {
+	details, err := kadm.NewClient(kcl).ListTopics(ctx, topics...)
+	if err != nil {
+		return fmt.Errorf("list topics: %w", err)
+	}
+	for _, t := range topics {
+		d, ok := details[t]
+		if !ok || d.Err != nil {
+			return fmt.Errorf("kafka topic %s is missing: run stackctl init (or check STACKSTREAM_KAFKA_TOPIC_PREFIX)", t)
+		}
+	}
 	return nil
 }
