@@ -64,7 +64,14 @@ func New(cl *opensearchapi.Client, names indices.Names, opts Options, reg *prome
 	if ui == nil {
 		ui = http.HandlerFunc(placeholder)
 	}
-	mux.Handle("/", requireAuth(opts, ui))
+	// With basic auth the browser asks for the credentials and sends them with
+	// every request, page loads included. A bearer token cannot ride along on
+	// a page load, so with a token alone the UI's files (which hold no data)
+	// are served openly and the UI asks for the token before calling the API.
+	if opts.BasicUser != "" {
+		ui = requireAuth(opts, ui)
+	}
+	mux.Handle("/", ui)
 	return mux
 }
 

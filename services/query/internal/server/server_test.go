@@ -69,7 +69,7 @@ func TestAuth(t *testing.T) {
 		{"token right", server.Options{AuthToken: "s3cret"}, request{path: apiPath, token: "s3cret"}, http.StatusBadRequest},
 		{"token as basic password", server.Options{AuthToken: "s3cret"}, request{path: apiPath, user: "x", password: "s3cret"}, http.StatusBadRequest},
 		{"wrong basic password for token", server.Options{AuthToken: "s3cret"}, request{path: apiPath, user: "x", password: "nope"}, http.StatusUnauthorized},
-		{"token protects the UI", server.Options{AuthToken: "s3cret"}, request{path: "/"}, http.StatusUnauthorized},
+		{"token leaves the UI files open", server.Options{AuthToken: "s3cret"}, request{path: "/"}, http.StatusOK},
 		{"basic right", server.Options{BasicUser: "ann", BasicPassword: "pw"}, request{path: apiPath, user: "ann", password: "pw"}, http.StatusBadRequest},
 		{"basic wrong password", server.Options{BasicUser: "ann", BasicPassword: "pw"}, request{path: apiPath, user: "ann", password: "px"}, http.StatusUnauthorized},
 		{"basic protects the UI", server.Options{BasicUser: "ann", BasicPassword: "pw"}, request{path: "/"}, http.StatusUnauthorized},
