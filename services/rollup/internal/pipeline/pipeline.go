@@ -64,6 +64,10 @@ type Rollup struct {
 	cl     *kgo.Client
 	parts  map[int32]*aggregate.Partition
 	active map[int32]time.Time // when each partition last had records
+	// unsent holds DLQ records whose produce failed. Their offsets already
+	// count as handled, so every later flush sends them before it commits:
+	// a commit never passes a record that is neither counted nor in the DLQ.
+	unsent []*kgo.Record
 }
 
 // New builds a Rollup writing through w.
@@ -287,12 +291,26 @@ func (r *Rollup) rejectedRecord(partition int32, d aggregate.Pending, rj bulk.Re
 		fmt.Errorf("opensearch rejected rollup document %s/%s: HTTP %d: %s", rj.Item.Index, rj.Item.ID, rj.Status, rj.Reason))
 }
 
+// produce sends recs, after any left unsent by an earlier failure.
 func (r *Rollup) produce(ctx context.Context, recs []*kgo.Record) error {
+	recs = append(r.unsent, recs...)
+	r.unsent = nil
 	if len(recs) == 0 {
 		return nil
 	}
-	if err := r.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		return fmt.Errorf("produce to dlq %s: %w", r.cfg.Topics.DLQ, err)
+	var failed []*kgo.Record
+	var firstErr error
+	for _, res := range r.cl.ProduceSync(ctx, recs...) {
+		if res.Err != nil {
+			failed = append(failed, res.Record)
+			if firstErr == nil {
+				firstErr = res.Err
+			}
+		}
+	}
+	if firstErr != nil {
+		r.unsent = failed
+		return fmt.Errorf("produce to dlq %s: %w", r.cfg.Topics.DLQ, firstErr)
 	}
 	return nil
 }
