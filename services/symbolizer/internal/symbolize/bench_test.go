@@ -330,3 +330,41 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkLoadTable is the cold path: building the table of one binary
+// when its first frame arrives (DWARF with inline trees, Go pclntab, ELF
+// dynamic symbols).
+func BenchmarkLoadTable(b *testing.B) {
+	debugFiles, _ := filepath.Glob("/usr/lib/debug/.build-id/*/*.debug")
+	sort.Slice(debugFiles, func(i, j int) bool { return size(debugFiles[i]) > size(debugFiles[j]) })
+	cases := []struct{ name, path string }{
+		{"glibc-debug-dwarf", ""},
+		{"go-compile-pclntab", filepath.Join(runtime.GOROOT(), "pkg", "tool", runtime.GOOS+"_"+runtime.GOARCH, "compile")},
+		{"libLLVM-dynsym", "/usr/lib/x86_64-linux-gnu/libLLVM-15.so.1"},
+	}
+	if len(debugFiles) > 0 {
+		cases[0].path = debugFiles[0]
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			if c.path == "" || size(c.path) == 0 {
+				b.Skipf("%s not on this machine", c.name)
+			}
+			b.SetBytes(size(c.path))
+			cpu0 := cpuTime()
+			defer func() {
+				b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
+			}()
+			for i := 0; i < b.N; i++ {
+				f, err := os.Open(c.path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := symtab.FromELF(f, "ab", "local"); err != nil {
+					b.Fatal(err)
+				}
+				f.Close()
+			}
+		})
+	}
+}

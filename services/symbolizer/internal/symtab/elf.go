@@ -1,12 +1,14 @@
 package symtab
 
 import (
+	"cmp"
 	"debug/dwarf"
 	"debug/elf"
 	"debug/gosym"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 )
 
@@ -47,7 +49,7 @@ func FromELF(r io.ReaderAt, buildID, source string) (t *Table, err error) {
 			if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Value == 0 || s.Section == elf.SHN_UNDEF {
 				continue
 			}
-			t.syms = append(t.syms, symbol{addr: s.Value, end: s.Value + s.Size, name: Demangle(s.Name), sys: s.Name})
+			t.syms = append(t.syms, symbol{addr: s.Value, end: s.Value + s.Size, sys: s.Name})
 		}
 	}
 	t.finishSymbols()
@@ -167,11 +169,13 @@ func (t *Table) loadDWARF(d *dwarf.Data, budget int) error {
 			return err
 		}
 	}
-	sort.SliceStable(t.lines, func(i, j int) bool {
-		a, b := t.lines[i], t.lines[j]
+	slices.SortStableFunc(t.lines, func(a, b lineRow) int {
 		// An end of sequence and the start of the next one can share an
 		// address: the start must win, so it sorts last.
-		return a.addr < b.addr || (a.addr == b.addr && a.line == 0 && b.line != 0)
+		if c := cmp.Compare(a.addr, b.addr); c != 0 {
+			return c
+		}
+		return cmp.Compare(min(a.line, 1), min(b.line, 1))
 	})
 	var resolve func(s *scope)
 	resolve = func(s *scope) {
@@ -186,12 +190,13 @@ func (t *Table) loadDWARF(d *dwarf.Data, budget int) error {
 			t.subs = append(t.subs, subRange{low: rg[0], high: rg[1], node: s})
 		}
 	}
-	sort.Slice(t.subs, func(i, j int) bool { return t.subs[i].low < t.subs[j].low })
+	slices.SortFunc(t.subs, func(a, b subRange) int { return cmp.Compare(a.low, b.low) })
 	return nil
 }
 
 // funcName follows specification and abstract origin links to the best name
-// of a function: its demangled linkage name, else its plain name.
+// of a function: its linkage name (demangled when looked up), else its plain
+// name.
 func funcName(infos map[dwarf.Offset]funcInfo, off dwarf.Offset) (name, sys string) {
 	var plain string
 	for hops := 0; hops < 8; hops++ {
@@ -200,7 +205,7 @@ func funcName(infos map[dwarf.Offset]funcInfo, off dwarf.Offset) (name, sys stri
 			break
 		}
 		if fi.linkage != "" {
-			return Demangle(fi.linkage), fi.linkage
+			return fi.linkage, fi.linkage
 		}
 		if plain == "" {
 			plain = fi.name
@@ -317,8 +322,10 @@ func (t *Table) lookupDWARF(pc uint64) []Frame {
 		name, sys := s.name, s.sys
 		if name == "" && k == 0 {
 			if j := sort.Search(len(t.syms), func(j int) bool { return t.syms[j].addr > pc }) - 1; j >= 0 && pc < t.syms[j].end {
-				name, sys = t.syms[j].name, t.syms[j].sys
+				name, sys = t.readableName(t.syms[j].sys), t.syms[j].sys
 			}
+		} else if name == sys {
+			name = t.readableName(sys)
 		}
 		frames = append(frames, Frame{Func: &Func{Function: name, SystemName: sys, File: file}, Line: line})
 		file, line = s.callFile, s.callLine

@@ -4,6 +4,8 @@
 package symtab
 
 import (
+	"cmp"
+	"slices"
 	"sort"
 	"sync"
 
@@ -48,7 +50,7 @@ type segment struct {
 
 type symbol struct {
 	addr, end uint64
-	name, sys string
+	sys       string // demangled on first lookup (readable)
 }
 
 type lineRow struct {
@@ -70,9 +72,10 @@ type Table struct {
 	subs     []subRange // DWARF subprograms, sorted by low
 	gosym    *goTable
 
-	mu    sync.Mutex
-	cache map[uint64][]Frame
-	funcs map[Func]*Func
+	mu       sync.Mutex
+	cache    map[uint64][]Frame
+	funcs    map[Func]*Func
+	readable map[string]string // demangled names, filled on first lookup
 }
 
 // Empty reports whether the table has nothing to resolve addresses with.
@@ -165,7 +168,7 @@ func (t *Table) lookup(pc uint64) []Frame {
 	if pc >= s.end {
 		return nil
 	}
-	f := Frame{Func: &Func{Function: s.name, SystemName: s.sys}}
+	f := Frame{Func: &Func{Function: t.readableName(s.sys), SystemName: s.sys}}
 	if row, ok := t.lineAt(pc); ok && row.addr >= s.addr {
 		f.File, f.Line = t.files[row.file], int64(row.line)
 	}
@@ -184,7 +187,7 @@ func (t *Table) lineAt(pc uint64) (lineRow, bool) {
 // finishSymbols sorts syms and gives zero-sized symbols the extent up to the
 // next symbol, as ELF assembly routines often lack a size.
 func (t *Table) finishSymbols() {
-	sort.Slice(t.syms, func(i, j int) bool { return t.syms[i].addr < t.syms[j].addr })
+	slices.SortFunc(t.syms, func(a, b symbol) int { return cmp.Compare(a.addr, b.addr) })
 	// Drop duplicates (aliases at one address): keep the first, which after a
 	// stable order is arbitrary but deterministic; prefer a sized one.
 	out := t.syms[:0]
@@ -220,6 +223,28 @@ func (t *Table) internFile(idx map[string]uint32, file string) uint32 {
 	return i
 }
 
+// readableName demangles sys once per table: demangling every symbol of a
+// large C++ library at load costs more than the few that ever show up.
+func (t *Table) readableName(sys string) string {
+	if len(sys) < 2 || (sys[0] != '_' && sys[0] != '.') {
+		return sys
+	}
+	t.mu.Lock()
+	name, ok := t.readable[sys]
+	t.mu.Unlock()
+	if ok {
+		return name
+	}
+	name = Demangle(sys)
+	t.mu.Lock()
+	if t.readable == nil || len(t.readable) >= addrCacheMax {
+		t.readable = map[string]string{}
+	}
+	t.readable[sys] = name
+	t.mu.Unlock()
+	return name
+}
+
 // Demangle returns the readable form of a C++ or Rust symbol name, without
 // parameter lists (as pprof shows them), or name itself.
 func Demangle(name string) string {
@@ -238,7 +263,7 @@ func FromDebuginfo(f *debuginfo.File, source string) *Table {
 	}
 	t.syms = make([]symbol, 0, len(f.Symbols))
 	for _, s := range f.Symbols {
-		t.syms = append(t.syms, symbol{addr: s.Addr, end: s.Addr + s.Size, name: Demangle(s.Name), sys: s.Name})
+		t.syms = append(t.syms, symbol{addr: s.Addr, end: s.Addr + s.Size, sys: s.Name})
 	}
 	t.finishSymbols()
 	idx := map[string]uint32{}
@@ -246,6 +271,6 @@ func FromDebuginfo(f *debuginfo.File, source string) *Table {
 	for _, l := range f.Lines {
 		t.lines = append(t.lines, lineRow{addr: l.Addr, file: t.internFile(idx, l.File), line: l.Line})
 	}
-	sort.SliceStable(t.lines, func(i, j int) bool { return t.lines[i].addr < t.lines[j].addr })
+	slices.SortStableFunc(t.lines, func(a, b lineRow) int { return cmp.Compare(a.addr, b.addr) })
 	return t
 }
