@@ -210,3 +210,30 @@ func TestELFHeaderSanity(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrentLookups shares one table between goroutines, as instances
+// of the chain do; run with -race.
+func TestConcurrentLookups(t *testing.T) {
+	b := testbin.BuildCXX(t, t.TempDir(), "cxxprog")
+	tab := open(t, b.Path, b.BuildID)
+	addr, size := b.Symbol(t, "_ZN3geo5sweepERKNS_4GridEi")
+	want := render(tab.Lookup(addr))
+	done := make(chan []string, 8)
+	for g := 0; g < 8; g++ {
+		go func() {
+			var last []string
+			for i := 0; i < 200; i++ {
+				for d := uint64(0); d < size; d += 3 {
+					tab.Lookup(addr + d)
+				}
+				last = render(tab.Lookup(addr))
+			}
+			done <- last
+		}()
+	}
+	for g := 0; g < 8; g++ {
+		if got := <-done; strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Fatalf("got %q, want %q", got, want)
+		}
+	}
+}
