@@ -98,7 +98,10 @@ func Encode(f *File) ([]byte, error) {
 	}
 
 	var out bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&out, gzip.BestCompression)
+	// BestSpeed: the agent encodes every new binary it meets on the host, and
+	// measured on the agent's own executable it is 4x faster than
+	// BestCompression for values about 10% larger (each is published once).
+	zw, _ := gzip.NewWriterLevel(&out, gzip.BestSpeed)
 	w := &writer{w: bufio.NewWriter(zw)}
 	w.w.WriteString(magic)
 	w.w.WriteByte(version)
