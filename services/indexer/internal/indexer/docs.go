@@ -103,7 +103,9 @@ func Convert(names indices.Names, meta record.Meta, p *profile.Profile, fallback
 	type agg struct {
 		doc indices.SampleDoc
 		raw int64
+		ls  *labelSet
 	}
+	labelSets := labelSets{}
 	merged := map[key]*agg{}
 	var order []key
 	var docs Documents
@@ -133,28 +135,18 @@ func Convert(names indices.Names, meta record.Meta, p *profile.Profile, fallback
 			}
 			stackByLocs[string(locKey)] = stackID
 		}
-		labels := record.Labels(s.Label)
-		host := meta.Host
-		if host == "" {
-			host = labels[record.LabelHost]
-		}
-		service := record.DeriveService(labels)
-		for k := range labels {
-			if promotedLabels[k] || labels[k] == "" {
-				delete(labels, k)
-			}
-		}
+		ls := labelSets.get(s.Label, meta.Host)
 		raw := int64(1)
 		if countIdx >= 0 && countIdx < len(s.Value) {
 			raw = s.Value[countIdx]
 		}
-		k := key{stackID, host + "\x00" + service + "\x00" + labelKey(labels)}
+		k := key{stackID, ls.key}
 		a := merged[k]
 		if a == nil {
 			a = &agg{doc: indices.SampleDoc{
-				Timestamp: at, Type: string(meta.Type), Host: host, Service: service,
-				StackID: stackID, Labels: labels,
-			}}
+				Timestamp: at, Type: string(meta.Type), Host: ls.host, Service: ls.service,
+				StackID: stackID, Labels: ls.labels,
+			}, ls: ls}
 			merged[k] = a
 			order = append(order, k)
 		}
@@ -166,18 +158,7 @@ func Convert(names indices.Names, meta record.Meta, p *profile.Profile, fallback
 	for _, k := range order {
 		a := merged[k]
 		d := &a.doc
-		labels := d.Labels
-		if len(labels) == 0 {
-			labels = nil
-		}
-		// The service and host are part of the identity too: a label set
-		// without them would merge two services' samples of one stack.
-		idLabels := make(map[string]string, len(labels)+2)
-		for k, v := range labels {
-			idLabels[k] = v
-		}
-		idLabels[record.LabelService] = d.Service
-		id := indices.SampleID(d.Host, d.Type, at, d.StackID, idLabels)
+		id := indices.SampleID(d.Host, d.Type, at, d.StackID, a.ls.idLabels)
 		docs.Samples = append(docs.Samples, Sample{Index: index, ID: id, Doc: appendSampleDoc(nil, d), Raw: a.raw})
 	}
 	return docs, nil
@@ -226,6 +207,70 @@ func stackDoc(frames []indices.Frame, at time.Time) indices.StackDoc {
 		}
 	}
 	return indices.StackDoc{Timestamp: at, Frames: frames, Functions: fns, Leaf: frames[0].Function, Depth: len(frames)}
+}
+
+// labelSet is what a sample's labels become, computed once per distinct
+// label set of a profile (a profile repeats a process's labels on every one
+// of its samples).
+type labelSet struct {
+	labels        map[string]string // without the promoted and empty ones
+	host, service string
+	key           string            // canonical: host, service, labels
+	idLabels      map[string]string // labels + service: the sample ID's label part
+}
+
+// labelSets caches labelSet by the raw labels of a sample.
+type labelSets struct {
+	byRaw map[string]*labelSet
+	keys  []string
+	buf   []byte
+}
+
+func (c *labelSets) get(raw map[string][]string, headerHost string) *labelSet {
+	c.keys = c.keys[:0]
+	for k := range raw {
+		c.keys = append(c.keys, k)
+	}
+	slices.Sort(c.keys)
+	c.buf = c.buf[:0]
+	for _, k := range c.keys {
+		c.buf = append(c.buf, k...)
+		c.buf = append(c.buf, 0)
+		if v := raw[k]; len(v) > 0 {
+			c.buf = append(c.buf, v[0]...)
+		}
+		c.buf = append(c.buf, 0)
+	}
+	if ls, ok := c.byRaw[string(c.buf)]; ok {
+		return ls
+	}
+	labels := record.Labels(raw)
+	ls := &labelSet{host: headerHost, service: record.DeriveService(labels)}
+	if ls.host == "" {
+		ls.host = labels[record.LabelHost]
+	}
+	for k := range labels {
+		if promotedLabels[k] || labels[k] == "" {
+			delete(labels, k)
+		}
+	}
+	ls.key = ls.host + "\x00" + ls.service + "\x00" + labelKey(labels)
+	// The service is part of the identity too: a label set without it would
+	// merge two services' samples of one stack.
+	ls.idLabels = make(map[string]string, len(labels)+1)
+	for k, v := range labels {
+		ls.idLabels[k] = v
+	}
+	ls.idLabels[record.LabelService] = ls.service
+	if len(labels) == 0 {
+		labels = nil
+	}
+	ls.labels = labels
+	if c.byRaw == nil {
+		c.byRaw = map[string]*labelSet{}
+	}
+	c.byRaw[string(c.buf)] = ls
+	return ls
 }
 
 // labelKey is a canonical string of a label set, for merging.

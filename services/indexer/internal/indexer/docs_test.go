@@ -210,3 +210,24 @@ func BenchmarkDecodeConvert(b *testing.B) {
 		})
 	}
 }
+
+func TestConvertHostFromLabelWhenHeaderEmpty(t *testing.T) {
+	p := pproftest.NewCPU(time.Unix(1700000000, 0), time.Second).
+		Sample(map[string]string{"host": "h9", "comm": "a", "container_id": ""}, []int64{1, 5}, "f").
+		Sample(map[string]string{"host": "h8", "comm": "a"}, []int64{1, 7}, "f").
+		Profile()
+	docs, err := Convert(testNames, record.Meta{Type: record.ProfileCPU}, p, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(docs.Samples) != 2 {
+		t.Fatalf("%d docs, want one per host", len(docs.Samples))
+	}
+	d := decodeSample(t, docs.Samples[0])
+	if d.Host != "h9" || d.Value != 5 || len(d.Labels) != 1 || d.Labels["comm"] != "a" {
+		t.Fatalf("doc = %+v, want host h9 from the label and only comm left in labels", d)
+	}
+	if docs.Samples[0].ID == docs.Samples[1].ID {
+		t.Fatal("two hosts share a sample ID")
+	}
+}
