@@ -38,6 +38,15 @@ function series(params, base) {
   };
 }
 
+// functionSeries answers /series?function=: one line, with the steps
+// without samples left out as the API does.
+function functionSeries(params) {
+  const s = series(params, 0.5);
+  const fn = params.get('function');
+  const known = JSON.stringify(tree).includes(JSON.stringify(fn));
+  return { ...s, series: [{ labels: { function: fn }, points: known ? s.series[0].points.filter((_, i) => i % 5 !== 3) : [] }] };
+}
+
 export function handle(path, params) {
   const q = params.get('query') || '';
   if (/[{]?[^}]*$/.test(q) && q && !q.trim().endsWith('}')) {
@@ -49,6 +58,7 @@ export function handle(path, params) {
     case '/api/v1/labels/service/values': return { status: 200, body: { label: 'service', values: ['checkout', 'web'] } };
     case '/api/v1/labels/host/values': return { status: 200, body: { label: 'host', values: ['web-1', 'web-2'] } };
     case '/api/v1/series':
+      if (params.get('function')) return { status: 200, body: functionSeries(params) };
       return { status: 200, body: series(params, params.get('type') === 'memory' ? 256 * 2 ** 20 : 1.25) };
     case '/api/v1/flamegraph':
       return { status: 200, body: { type: 'cpu', unit: 'nanoseconds', total: tree.total, truncated: false, root: tree } };

@@ -124,8 +124,20 @@ await finish(async () => {
     await box.press('Enter');
     const hit = page.locator('[data-test-subj="searchResult-function"]', { hasText: expect.hot }).first();
     await hit.waitFor();
+    // The trend is one /series?function= request, not /top per sub-range.
+    const asked = [];
+    const record = (req) => {
+      const u = new URL(req.url());
+      if (u.pathname.startsWith('/api/v1/')) asked.push(u);
+    };
+    page.on('request', record);
     await hit.click();
     await page.locator('[data-testid="trend-chart"] canvas').first().waitFor();
+    page.off('request', record);
+    const trend = asked.filter((u) => u.pathname === '/api/v1/series');
+    check(trend.length === 1 && trend[0].searchParams.get('function') === expect.hot,
+      `trend requests: ${trend.map((u) => u.search).join(' ') || 'none'}, want one /series?function=${expect.hot}`);
+    check(!asked.some((u) => u.pathname === '/api/v1/top'), `the trend asked /top: ${asked.map((u) => u.pathname).join(' ')}`);
     await waitAttr(page, '[data-testid="search-flamegraph"]', 'data-focus', (v) => v === expect.hot, 'search focus');
     await noApiError(page);
     await shot('07-search.png');

@@ -7,36 +7,13 @@ import {
   EuiBadge, EuiBasicTable, EuiFieldSearch, EuiFlexGroup, EuiFlexItem, EuiPanel, EuiSpacer, EuiTitle, EuiButtonEmpty, EuiText,
 } from '@opensearch-project/oui';
 import type { Api, FlameResponse, SearchResponse, SearchResult, SeriesResponse } from '../api';
+import { functionTrend, trendIsEmpty } from '../trend';
 import type { Resolved } from '../time';
 import { useLoad } from '../useApi';
 import { Panel } from './Status';
 import { TimeChart } from './TimeChart';
 import { FlameGraph } from '../flame/FlameGraph';
 import { formatPercent, layoutTree, matcher } from '../flame/tree';
-
-const TREND_BUCKETS = 12;
-
-// functionTrend asks /top for each of TREND_BUCKETS sub-ranges and keeps the
-// function's total, as cores for CPU. The API has no per-function series, and
-// a dozen top queries over rollups stay cheap.
-export async function functionTrend(api: Api, type: string, query: string, range: Resolved, fn: string, signal: AbortSignal): Promise<SeriesResponse> {
-  const step = (range.toMs - range.fromMs) / TREND_BUCKETS;
-  const buckets = Array.from({ length: TREND_BUCKETS }, (_, i) => range.fromMs + i * step);
-  const points = await Promise.all(
-    buckets.map(async (start): Promise<[number, number]> => {
-      const r = await api.top({
-        type, query, from: new Date(start).toISOString(), to: new Date(start + step).toISOString(), limit: 1000,
-      }, signal);
-      const f = r.functions?.find((x) => x.name === fn);
-      const v = f ? f.total : 0;
-      return [Math.round(start), type === 'cpu' ? v / 1e9 / (step / 1000) : v];
-    }),
-  );
-  return {
-    type, unit: type === 'cpu' ? 'cores' : type === 'memory' ? 'bytes' : 'number',
-    step_seconds: step / 1000, series: [{ labels: { function: fn }, points }],
-  };
-}
 
 export interface SearchProps {
   api: Api;
@@ -118,7 +95,7 @@ export function SearchView({ api, type, query, range, onZoom, onSelector, onShow
                   </EuiButtonEmpty>
                 </EuiFlexItem>
               </EuiFlexGroup>
-              <Panel state={trend} testId="trend" empty="No samples of this function in the range" isEmpty={(d) => d.series[0].points.every((p) => p[1] === 0)}>
+              <Panel state={trend} testId="trend" empty="No samples of this function in the range" isEmpty={trendIsEmpty}>
                 {(d) => <TimeChart data={d} fromMs={range.fromMs} toMs={range.toMs} height={160} testId="trend-chart" onZoom={onZoom} />}
               </Panel>
               <EuiSpacer size="s" />
