@@ -68,10 +68,22 @@ func start(t *testing.T, brokers []string, topics record.Topics, group string, s
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &symbolizer{metrics: m, reg: reg, done: make(chan error, 1)}
-	go f.Run(ctx)
+	// As in main's run group: a follower that stops ends the instance
+	// with its error. Dropping that error would leave the session in the
+	// group, holding partitions that nobody polls.
+	followerDone := make(chan error, 1)
+	go func() { followerDone <- f.Run(ctx) }()
 	go func() {
 		select {
 		case <-f.CaughtUp():
+		case err := <-followerDone:
+			if err != nil {
+				log.Error("debuginfo follower stopped", "err", err)
+				s.done <- fmt.Errorf("debuginfo follower: %w", err)
+				return
+			}
+			s.done <- nil
+			return
 		case <-ctx.Done():
 			s.done <- nil
 			return

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stackstream/stackstream/schemas/debuginfo"
@@ -130,6 +131,9 @@ type Follower struct {
 	Log     *slog.Logger
 	OnBad   func() // a value that does not decode
 	OnApply func()
+	// StartRetry is how long retriable errors listing the topic's offsets
+	// at start are retried; 0 means two minutes.
+	StartRetry time.Duration
 
 	caughtUp     chan struct{}
 	caughtUpOnce sync.Once
@@ -143,32 +147,43 @@ func (f *Follower) CaughtUp() <-chan struct{} {
 	return f.caughtUp
 }
 
-// Run follows the topic until ctx ends.
+// Run follows the topic until ctx ends. At start, errors the broker calls
+// retriable (a topic created a moment ago that the broker's metadata does
+// not show yet, a leader election) are retried for up to StartRetry: the
+// runner waits for CaughtUp, and giving up on the first request would stop
+// the instance over a hiccup. Past StartRetry the error is returned, so an
+// instance that cannot read the topic stops (and leaves its consumer group)
+// rather than holding partitions it never processes.
 func (f *Follower) Run(ctx context.Context) error {
 	f.CaughtUp()
 	caughtUp := f.caughtUp
-	ends, err := f.Admin.ListEndOffsets(ctx, f.Topic)
-	if err != nil {
-		return fmt.Errorf("list end offsets of %s: %w", f.Topic, err)
+	retryFor := f.StartRetry
+	if retryFor <= 0 {
+		retryFor = defaultStartRetry
 	}
-	if err := ends.Error(); err != nil {
-		return fmt.Errorf("list end offsets of %s: %w", f.Topic, err)
-	}
-	pending := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			pending[o.Partition] = o.Offset
+	began := time.Now()
+	var pending map[int32]int64
+	for backoff := startBackoff; ; backoff = min(2*backoff, maxStartBackoff) {
+		var err error
+		pending, err = f.pending(ctx)
+		if err == nil {
+			break
 		}
-	})
-	// Start offsets matter for the catch-up check: a compacted or deleted
-	// prefix means the first record can be past 0.
-	starts, err := f.Admin.ListStartOffsets(ctx, f.Topic)
-	if err == nil {
-		starts.Each(func(o kadm.ListedOffset) {
-			if end, ok := pending[o.Partition]; ok && o.Offset >= end {
-				delete(pending, o.Partition)
-			}
-		})
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !kerr.IsRetriable(err) {
+			return err
+		}
+		if time.Since(began)+backoff > retryFor {
+			return fmt.Errorf("%w (retried for %s)", err, time.Since(began).Round(time.Millisecond))
+		}
+		f.Log.Warn("list debuginfo offsets, retrying", "topic", f.Topic, "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
 	}
 	if len(pending) == 0 {
 		close(caughtUp)
@@ -219,4 +234,40 @@ func (f *Follower) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// Backoff between attempts to list the topic's offsets at start.
+const (
+	startBackoff      = 100 * time.Millisecond
+	maxStartBackoff   = 5 * time.Second
+	defaultStartRetry = 2 * time.Minute
+)
+
+// pending lists the partitions that hold records at start, with their end
+// offsets: the follower has caught up once it has read up to those.
+func (f *Follower) pending(ctx context.Context) (map[int32]int64, error) {
+	ends, err := f.Admin.ListEndOffsets(ctx, f.Topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list end offsets of %s: %w", f.Topic, err)
+	}
+	pending := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			pending[o.Partition] = o.Offset
+		}
+	})
+	// Start offsets matter for the catch-up check: a compacted or deleted
+	// prefix means the first record can be past 0.
+	starts, err := f.Admin.ListStartOffsets(ctx, f.Topic)
+	if err == nil {
+		starts.Each(func(o kadm.ListedOffset) {
+			if end, ok := pending[o.Partition]; ok && o.Err == nil && o.Offset >= end {
+				delete(pending, o.Partition)
+			}
+		})
+	}
+	return pending, nil
 }
