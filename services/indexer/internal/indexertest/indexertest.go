@@ -226,7 +226,7 @@ func (e *Env) WaitCaughtUp(t testing.TB, timeout time.Duration) {
 		if time.Now().After(deadline) {
 			t.Fatalf("group %s did not catch up within %s: committed %v, ends %v", e.Group, timeout, com, ends)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
