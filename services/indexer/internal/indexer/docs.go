@@ -61,6 +61,27 @@ var valueTypes = map[record.ProfileType][]string{
 	record.ProfileAlloc:  {"alloc_space"},
 }
 
+// valueIndex is the sample value stored in `value`: the sample type named
+// for the profile type, else the profile's default, else the last.
+func valueIndex(p *profile.Profile, t record.ProfileType) int {
+	idx := len(p.SampleType) - 1
+	if p.DefaultSampleType != "" {
+		for i, st := range p.SampleType {
+			if st.Type == p.DefaultSampleType {
+				idx = i
+			}
+		}
+	}
+	for _, want := range valueTypes[t] {
+		for i, st := range p.SampleType {
+			if st.Type == want {
+				idx = i
+			}
+		}
+	}
+	return idx
+}
+
 // Labels that are document fields of their own, so not repeated in labels.*.
 var promotedLabels = map[string]bool{record.LabelHost: true, record.LabelService: true}
 
@@ -71,21 +92,7 @@ func Convert(names indices.Names, meta record.Meta, p *profile.Profile, fallback
 	if len(p.SampleType) == 0 {
 		return Documents{}, fmt.Errorf("profile has no sample types")
 	}
-	valueIdx := len(p.SampleType) - 1
-	if p.DefaultSampleType != "" {
-		for i, st := range p.SampleType {
-			if st.Type == p.DefaultSampleType {
-				valueIdx = i
-			}
-		}
-	}
-	for _, want := range valueTypes[meta.Type] {
-		for i, st := range p.SampleType {
-			if st.Type == want {
-				valueIdx = i
-			}
-		}
-	}
+	valueIdx := valueIndex(p, meta.Type)
 	countIdx := -1
 	for i, st := range p.SampleType {
 		if st.Type == "samples" && st.Unit == "count" {
