@@ -17,9 +17,8 @@ import (
 // pprof lists a location's lines from the inlined callee out to the function
 // it was inlined into, and each line becomes its own frame. A location without
 // lines (the symbolizer could not resolve it) becomes one frame named
-// binary+0xaddress, so it still says where the time went. This matches
-// services/indexer (Frames) exactly: a different rule would give the same
-// stack two IDs.
+// binary+0xaddress, so it still says where the time went. The indexer and
+// the rollup both call it: a different rule would give the same stack two IDs.
 func LocationFrames(dst []indices.Frame, loc *profile.Location) []indices.Frame {
 	binary := ""
 	if loc.Mapping != nil && loc.Mapping.File != "" {
@@ -75,7 +74,7 @@ var valueTypes = map[string][]string{
 // profile of profileType: the sample type named for it (cpu, rss,
 // inuse_space, alloc_space), else the profile's default sample type, else the
 // last one (the pprof convention). It is -1 for a profile without sample
-// types. The indexer applies the same rule.
+// types.
 func ValueIndex(p *profile.Profile, profileType string) int {
 	idx := len(p.SampleType) - 1
 	if p.DefaultSampleType != "" {

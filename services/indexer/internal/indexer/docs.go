@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/stackstream/stackstream/pkg/pprofx"
 	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/schemas/record"
 )
@@ -51,37 +51,6 @@ type Sample struct {
 	Raw int64
 }
 
-// valueTypes names the sample type whose values a profile type stores in
-// `value`, in order of preference; the last sample type is the fallback, as
-// pprof makes the last one the default.
-var valueTypes = map[record.ProfileType][]string{
-	record.ProfileCPU:    {"cpu"},
-	record.ProfileMemory: {"rss"},
-	record.ProfileHeap:   {"inuse_space"},
-	record.ProfileAlloc:  {"alloc_space"},
-}
-
-// valueIndex is the sample value stored in `value`: the sample type named
-// for the profile type, else the profile's default, else the last.
-func valueIndex(p *profile.Profile, t record.ProfileType) int {
-	idx := len(p.SampleType) - 1
-	if p.DefaultSampleType != "" {
-		for i, st := range p.SampleType {
-			if st.Type == p.DefaultSampleType {
-				idx = i
-			}
-		}
-	}
-	for _, want := range valueTypes[t] {
-		for i, st := range p.SampleType {
-			if st.Type == want {
-				idx = i
-			}
-		}
-	}
-	return idx
-}
-
 // Labels that are document fields of their own, so not repeated in labels.*.
 var promotedLabels = map[string]bool{record.LabelHost: true, record.LabelService: true}
 
@@ -92,7 +61,7 @@ func Convert(names indices.Names, meta record.Meta, p *profile.Profile, fallback
 	if len(p.SampleType) == 0 {
 		return Documents{}, fmt.Errorf("profile has no sample types")
 	}
-	valueIdx := valueIndex(p, meta.Type)
+	valueIdx := pprofx.ValueIndex(p, string(meta.Type))
 	countIdx := -1
 	for i, st := range p.SampleType {
 		if st.Type == "samples" && st.Unit == "count" {
@@ -133,7 +102,7 @@ func Convert(names indices.Names, meta record.Meta, p *profile.Profile, fallback
 		}
 		stackID, ok := stackByLocs[string(locKey)]
 		if !ok {
-			if frames := Frames(s); len(frames) > 0 {
+			if frames := pprofx.StackFrames(s); len(frames) > 0 {
 				stackID = indices.StackID(frames)
 				if !seenStack[stackID] {
 					seenStack[stackID] = true
@@ -169,39 +138,6 @@ func Convert(names indices.Names, meta record.Meta, p *profile.Profile, fallback
 		docs.Samples = append(docs.Samples, Sample{Index: index, ID: id, Doc: appendSampleDoc(nil, d), Raw: a.raw})
 	}
 	return docs, nil
-}
-
-// Frames returns a sample's stack, leaf first: every Line of every Location
-// is a frame (inlined calls first), and a location without lines (left
-// unsymbolized) is its address in its binary.
-func Frames(s *profile.Sample) []indices.Frame {
-	var out []indices.Frame
-	for _, loc := range s.Location {
-		binary := ""
-		if loc.Mapping != nil && loc.Mapping.File != "" {
-			binary = filepath.Base(loc.Mapping.File)
-		}
-		if len(loc.Line) == 0 {
-			name := "0x" + strconv.FormatUint(loc.Address, 16)
-			if binary != "" {
-				name = binary + "+" + name
-			}
-			out = append(out, indices.Frame{Function: name, Binary: binary})
-			continue
-		}
-		for _, ln := range loc.Line {
-			f := indices.Frame{Line: ln.Line, Binary: binary}
-			if ln.Function != nil {
-				f.Function = ln.Function.Name
-				f.File = ln.Function.Filename
-			}
-			if f.Function == "" {
-				f.Function = "0x" + strconv.FormatUint(loc.Address, 16)
-			}
-			out = append(out, f)
-		}
-	}
-	return out
 }
 
 func stackDoc(frames []indices.Frame, at time.Time) indices.StackDoc {

@@ -118,7 +118,7 @@ func TestFrames(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Frames(tt.s)
+			got := pprofx.StackFrames(tt.s)
 			if len(got) != len(tt.want) {
 				t.Fatalf("got %+v, want %+v", got, tt.want)
 			}
@@ -236,32 +236,3 @@ func TestConvertHostFromLabelWhenHeaderEmpty(t *testing.T) {
 // TestFramesMatchPprofx guards the contract with the rollup service, which
 // extracts stacks with pkg/pprofx: one stack must hash to one StackID in the
 // stacks index and in the rollups.
-func TestFramesMatchPprofx(t *testing.T) {
-	m := &profile.Mapping{ID: 1, File: "/usr/lib/libc.so.6"}
-	bare := &profile.Mapping{ID: 2}
-	inner := &profile.Function{ID: 1, Name: "inlined", Filename: "a.c"}
-	outer := &profile.Function{ID: 2, Name: "caller", Filename: "b.c"}
-	nameless := &profile.Function{ID: 3}
-	samples := []*profile.Sample{
-		{Location: []*profile.Location{{ID: 1, Mapping: m, Line: []profile.Line{{Function: inner, Line: 3}, {Function: outer, Line: 9}}}}},
-		{Location: []*profile.Location{{ID: 2, Mapping: m, Address: 0xbeef}, {ID: 3, Mapping: bare, Address: 0x10}, {ID: 4, Address: 0x20}}},
-		{Location: []*profile.Location{{ID: 5, Mapping: m, Address: 0x30, Line: []profile.Line{{Function: nameless, Line: 1}, {Line: 2}}}}},
-		{},
-	}
-	for i, s := range samples {
-		got, want := Frames(s), pprofx.StackFrames(s)
-		if len(got) != len(want) || (len(got) > 0 && indices.StackID(got) != indices.StackID(want)) {
-			t.Errorf("sample %d: indexer frames %+v, pprofx frames %+v", i, got, want)
-		}
-	}
-	for _, typ := range record.ProfileTypes {
-		for _, p := range []*profile.Profile{
-			pproftest.NewCPU(time.Unix(0, 0), time.Second).Profile(),
-			pproftest.NewMemory(time.Unix(0, 0), time.Second).Profile(),
-		} {
-			if vi := pprofx.ValueIndex(p, string(typ)); vi != valueIndex(p, typ) {
-				t.Errorf("%s profile with %v: pprofx value index %d, indexer %d", typ, p.SampleType, vi, valueIndex(p, typ))
-			}
-		}
-	}
-}
