@@ -75,9 +75,11 @@ func TestHourlySpan(t *testing.T) {
 		want     timeRange
 		wantSome bool
 	}{
-		{"whole hours inside", timeRange{at(1, 30), at(9, 10)}, timeRange{at(2, 0), at(9, 0)}, true},
-		{"up to now", timeRange{at(1, 0), now}, timeRange{at(1, 0), at(12, 0)}, true},
-		{"less than an hour", timeRange{at(3, 10), at(3, 50)}, timeRange{at(4, 0), at(3, 0)}, false},
+		{"whole hours inside", timeRange{From: at(1, 30), To: at(9, 10), Now: now}, timeRange{From: at(2, 0), To: at(9, 0)}, true},
+		{"up to now", timeRange{From: at(1, 0), To: now, Now: now}, timeRange{From: at(1, 0), To: at(12, 0)}, true},
+		// At 12:10 the 11:00 hour may not be written yet: read it from minutes.
+		{"hour just ended", timeRange{From: at(1, 0), To: at(12, 10), Now: at(12, 10)}, timeRange{From: at(1, 0), To: at(11, 0)}, true},
+		{"less than an hour", timeRange{From: at(3, 10), To: at(3, 50), Now: now}, timeRange{From: at(4, 0), To: at(3, 0)}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

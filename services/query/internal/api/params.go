@@ -28,7 +28,9 @@ func badParam(param, format string, args ...any) error {
 }
 
 // timeRange is a half-open interval [From, To).
-type timeRange struct{ From, To time.Time }
+// timeRange is [From, To); Now is when the request was parsed (zero in
+// tests that do not care), so recent hours can be read from minute windows.
+type timeRange struct{ From, To, Now time.Time }
 
 func (r timeRange) Duration() time.Duration { return r.To.Sub(r.From) }
 
@@ -78,7 +80,7 @@ func parseRange(q url.Values, fromParam, toParam string, now time.Time, maxRange
 	if d := to.Sub(from); d > maxRange {
 		return timeRange{}, badParam(fromParam, "range of %s is longer than the maximum %s (STACKSTREAM_QUERY_MAX_RANGE): narrow it", d, maxRange)
 	}
-	return timeRange{From: from, To: to}, nil
+	return timeRange{From: from, To: to, Now: now}, nil
 }
 
 // parseType reads the profile type, cpu by default.

@@ -142,17 +142,25 @@ func boolQ(filter, mustNot []any) map[string]any {
 	return map[string]any{"bool": b}
 }
 
+// hourSettle is how long after an hour ends its hourly rollup documents are
+// surely written: the rollup service writes an hour once its watermark has
+// passed the hour's end by the allowed lateness (default 2m). Until then the
+// hour is read from its minute windows, which are exact too.
+const hourSettle = 15 * time.Minute
+
 // hourlySpan is the part of tr read from hourly rollups: the whole hours
-// inside it. The rollup service rewrites the current hour's window each
-// time it writes a minute window, so hourly documents are as fresh as
-// minute ones and the newest hour needs no special case.
+// inside it that ended at least hourSettle before tr.Now.
 func hourlySpan(tr timeRange) (timeRange, bool) {
 	hFrom := tr.From.Truncate(time.Hour)
 	if hFrom.Before(tr.From) {
 		hFrom = hFrom.Add(time.Hour)
 	}
-	hTo := tr.To.Truncate(time.Hour)
-	return timeRange{hFrom, hTo}, hFrom.Before(hTo)
+	end := tr.To
+	if settled := tr.Now.Add(-hourSettle); !tr.Now.IsZero() && settled.Before(end) {
+		end = settled
+	}
+	hTo := end.Truncate(time.Hour)
+	return timeRange{From: hFrom, To: hTo}, hFrom.Before(hTo)
 }
 
 // rollupTime selects rollup windows starting in tr: hourly documents for the
@@ -169,10 +177,10 @@ func rollupTime(tr timeRange, minuteOnly bool) map[string]any {
 	}
 	should := []any{boolQ([]any{termQ("resolution", "1h"), timeFilter(hours)}, nil)}
 	if tr.From.Before(hours.From) {
-		should = append(should, minute(timeRange{tr.From, hours.From}))
+		should = append(should, minute(timeRange{From: tr.From, To: hours.From}))
 	}
 	if hours.To.Before(tr.To) {
-		should = append(should, minute(timeRange{hours.To, tr.To}))
+		should = append(should, minute(timeRange{From: hours.To, To: tr.To}))
 	}
 	return map[string]any{"bool": map[string]any{"should": should, "minimum_should_match": 1}}
 }
