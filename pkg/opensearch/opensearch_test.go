@@ -97,8 +97,8 @@ func TestTemplatesAndMappings(t *testing.T) {
 }
 
 func TestWrongPassword(t *testing.T) {
-	// The local OpenSearch runs without the security plugin, so a server that
-	// answers like a secured cluster stands in for it.
+	// A fast stand-in; TestBasicAuthThroughProxy checks the same against the
+	// real node behind a real nginx.
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if u, p, ok := r.BasicAuth(); !ok || u != "admin" || p != "right" {
 			w.WriteHeader(http.StatusUnauthorized)
