@@ -86,18 +86,11 @@ func (a *API) handleLabelValues(ctx context.Context, _ http.ResponseWriter, r *h
 		return nil, badParam("name", "%q is not a label name: use letters, digits and _", truncate(name, 64))
 	}
 	q := r.URL.Query()
-	typ, err := parseType(q)
+	s, err := a.parseSelection(q, "query", "from", "to")
 	if err != nil {
 		return nil, err
 	}
-	sel, err := parseSelector(q, "query")
-	if err != nil {
-		return nil, err
-	}
-	tr, err := parseRange(q, "from", "to", a.opts.Now(), a.opts.MaxRange)
-	if err != nil {
-		return nil, err
-	}
+	typ, sel, tr := s.typ, s.sel, s.tr
 	limit, err := parseInt(q, "limit", 1000, 1, 10000)
 	if err != nil {
 		return nil, err

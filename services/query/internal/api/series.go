@@ -127,18 +127,11 @@ type Series struct {
 
 func (a *API) handleSeries(ctx context.Context, _ http.ResponseWriter, r *http.Request) (any, error) {
 	q := r.URL.Query()
-	typ, err := parseType(q)
+	s, err := a.parseSelection(q, "query", "from", "to")
 	if err != nil {
 		return nil, err
 	}
-	sel, err := parseSelector(q, "query")
-	if err != nil {
-		return nil, err
-	}
-	tr, err := parseRange(q, "from", "to", a.opts.Now(), a.opts.MaxRange)
-	if err != nil {
-		return nil, err
-	}
+	typ, sel, tr := s.typ, s.sel, s.tr
 	reqStep, err := parseStep(q)
 	if err != nil {
 		return nil, err
