@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http/pprof"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -77,6 +78,13 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 	}
 	if err := caps.Check(); err != nil {
 		return err
+	}
+	// The heap peaks while the symbols of a large new binary are read and
+	// encoded; a soft limit makes the collector run sooner there instead of
+	// letting the heap double (measured: start-up peak 42-46 MiB RSS without,
+	// 39 MiB with 20 MiB). Outside those moments the live heap is far below it.
+	if os.Getenv("GOMEMLIMIT") == "" && c.Agent.MemoryLimit > 0 {
+		debug.SetMemoryLimit(c.Agent.MemoryLimit)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -170,6 +178,7 @@ func flags(a *agent.Config) *flag.FlagSet {
 	fs.BoolVar(&a.Memory, "memory", a.Memory, "publish RSS per process (STACKSTREAM_AGENT_MEMORY)")
 	fs.Func("heap-endpoints", "comma-separated [service=]URL of pprof heap endpoints (STACKSTREAM_AGENT_HEAP_ENDPOINTS)", list(&a.HeapEndpoints))
 	fs.StringVar(&a.ProcRoot, "proc-root", a.ProcRoot, "STACKSTREAM_AGENT_PROC_ROOT")
+	fs.Int64Var(&a.MemoryLimit, "memory-limit", a.MemoryLimit, "soft Go heap limit in bytes (STACKSTREAM_AGENT_MEMORY_LIMIT)")
 	return fs
 }
 

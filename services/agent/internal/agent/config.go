@@ -21,6 +21,7 @@ type Config struct {
 	Memory        bool          `envconfig:"MEMORY" default:"true" desc:"publish the memory (RSS) profile every interval"`
 	HeapEndpoints []string      `envconfig:"HEAP_ENDPOINTS" desc:"pprof heap endpoints to scrape, [service=]http://host:port/debug/pprof/heap"`
 	ProcRoot      string        `envconfig:"PROC_ROOT" default:"/proc" desc:"where the host's /proc is mounted"`
+	MemoryLimit   int64         `envconfig:"MEMORY_LIMIT" default:"20971520" desc:"soft limit of the Go heap in bytes (GOMEMLIMIT wins when set); 0 for none"`
 }
 
 // Validate checks values that parse but cannot work.
@@ -36,6 +37,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_AGENT_BUFFER_RECORDS=%d: use at least 1", c.BufferRecords)
 	case c.BufferBytes < 1<<20:
 		return fmt.Errorf("STACKSTREAM_AGENT_BUFFER_BYTES=%d: use at least 1048576", c.BufferBytes)
+	case c.MemoryLimit < 0:
+		return fmt.Errorf("STACKSTREAM_AGENT_MEMORY_LIMIT=%d: use 0 (none) or a number of bytes", c.MemoryLimit)
 	}
 	return nil
 }
