@@ -149,16 +149,16 @@ func TestPipeline(t *testing.T) {
 		Total int64     `json:"total"`
 		Root  flameNode `json:"root"`
 	}
-	waitFor(ctx, t, "flame graph with e2e_hot_loop", func() bool {
+	// The first profiles of a new binary can race its debuginfo (the
+	// symbolizer follows that topic asynchronously) and keep addresses; the
+	// ones after must resolve, so the hot function's share climbs past half.
+	waitFor(ctx, t, "flame graph with e2e_hot_loop holding most of the CPU", func() bool {
 		if getJSON(base+"flamegraph?type=cpu&from=now-15m&to=now&query="+sel, &fg) != nil || fg.Total == 0 {
 			return false
 		}
-		return fg.Root.find("e2e_hot_loop") != nil
+		hot := fg.Root.find("e2e_hot_loop")
+		return hot != nil && float64(hot.Total)/float64(fg.Total) > 0.5
 	})
-	hot := fg.Root.find("e2e_hot_loop")
-	if share := float64(hot.Total) / float64(fg.Total); share < 0.5 {
-		t.Errorf("e2e_hot_loop holds %.0f%% of the workload's CPU, want most of it", share*100)
-	}
 	if fg.Root.find("e2e_caller") == nil {
 		t.Errorf("caller e2e_caller missing from the flame graph")
 	}
