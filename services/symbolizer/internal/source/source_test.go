@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,20 +13,6 @@ import (
 	"github.com/stackstream/stackstream/services/symbolizer/internal/symtab"
 	"github.com/stackstream/stackstream/services/symbolizer/internal/testbin"
 )
-
-func copyFile(t *testing.T, from, to string) {
-	t.Helper()
-	b, err := os.ReadFile(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(to, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func frameAt(t *testing.T, tab *symtab.Table, b *testbin.Binary, vaddr uint64) symtab.Frame {
 	t.Helper()
@@ -50,9 +35,9 @@ func TestDebuginfod(t *testing.T) {
 	build, served := t.TempDir(), t.TempDir()
 	c := testbin.BuildC(t, build, "cprog")
 	g := testbin.BuildGo(t, build, "goprog")
-	copyFile(t, c.DebugPath, filepath.Join(served, "cprog.debug"))
-	copyFile(t, c.Path, filepath.Join(served, "cprog"))
-	copyFile(t, g.Path, filepath.Join(served, "goprog"))
+	testbin.CopyFile(t, c.DebugPath, filepath.Join(served, "cprog.debug"))
+	testbin.CopyFile(t, c.Path, filepath.Join(served, "cprog"))
+	testbin.CopyFile(t, g.Path, filepath.Join(served, "goprog"))
 	url := testbin.Debuginfod(t, served, c.BuildID, g.BuildID)
 
 	urls, err := ParseURLs("http://127.0.0.1:1/ " + url)
@@ -103,9 +88,9 @@ func TestDirs(t *testing.T) {
 	build, dbg := t.TempDir(), t.TempDir()
 	cxx := testbin.BuildCXX(t, build, "cxxprog")
 	c := testbin.BuildC(t, build, "cprog")
-	copyFile(t, cxx.Path, filepath.Join(dbg, ".build-id", cxx.BuildID[:2], cxx.BuildID[2:]+".debug"))
+	testbin.CopyFile(t, cxx.Path, filepath.Join(dbg, ".build-id", cxx.BuildID[:2], cxx.BuildID[2:]+".debug"))
 	// The stripped executable alone is no help: the source says not found.
-	copyFile(t, c.Path, filepath.Join(dbg, ".build-id", c.BuildID[:2], c.BuildID[2:]))
+	testbin.CopyFile(t, c.Path, filepath.Join(dbg, ".build-id", c.BuildID[:2], c.BuildID[2:]))
 
 	src := Dirs{Dirs: []string{filepath.Join(build, "missing"), dbg}}
 	tab, err := src.Fetch(context.Background(), cxx.BuildID)

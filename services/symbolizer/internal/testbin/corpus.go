@@ -49,11 +49,11 @@ func BuildCorpus(t testing.TB, dir string) *Corpus {
 		DebugDir: filepath.Join(dir, "debug"),
 		AllDir:   filepath.Join(dir, "all"),
 	}
-	copyTo(t, c.C.DebugPath, filepath.Join(c.Served, "cprog.debug"))
-	copyTo(t, c.C.Path, filepath.Join(c.Served, "cprog"))
-	copyTo(t, c.Go.Path, filepath.Join(c.Served, "goprog"))
+	CopyFile(t, c.C.DebugPath, filepath.Join(c.Served, "cprog.debug"))
+	CopyFile(t, c.C.Path, filepath.Join(c.Served, "cprog"))
+	CopyFile(t, c.Go.Path, filepath.Join(c.Served, "goprog"))
 	buildIDPath := func(root string, b *Binary, file string) {
-		copyTo(t, file, filepath.Join(root, ".build-id", b.BuildID[:2], b.BuildID[2:]+".debug"))
+		CopyFile(t, file, filepath.Join(root, ".build-id", b.BuildID[:2], b.BuildID[2:]+".debug"))
 	}
 	buildIDPath(c.DebugDir, c.CXX, c.CXX.DebugPath)
 	for _, b := range []*Binary{c.C, c.CXX, c.Topic} {
@@ -160,7 +160,8 @@ func Names(p *profile.Profile) [][]string {
 	return out
 }
 
-func copyTo(t testing.TB, from, to string) {
+// CopyFile copies a test binary or debug file to to, creating its directory.
+func CopyFile(t testing.TB, from, to string) {
 	t.Helper()
 	b, err := os.ReadFile(from)
 	if err != nil {
