@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -82,4 +83,17 @@ func env(k, def string) string {
 		return v
 	}
 	return def
+}
+
+// Run runs a command in dir with env added to the test's environment (a
+// compiler building a test workload, say) and fails the test with its output
+// when it fails.
+func Run(t testing.TB, dir string, env []string, name string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stackstream/stackstream/pkg/testenv"
 )
 
 // Hot functions of the workloads, as their symbols name them.
@@ -109,7 +111,7 @@ func BuildC(t testing.TB, dir, name string, strip bool) string {
 	if strip {
 		args = append([]string{"-s"}, args...)
 	}
-	run(t, dir, nil, "cc", args...)
+	testenv.Run(t, dir, nil, "cc", args...)
 	return out
 }
 
@@ -135,18 +137,8 @@ func BuildGo(t testing.TB, dir, name string, strip bool, ldflags ...string) stri
 	if len(ldflags) > 0 {
 		args = append(args, "-ldflags="+strings.Join(ldflags, " "))
 	}
-	run(t, src, []string{"GOWORK=off", "GOFLAGS=-mod=mod", "CGO_ENABLED=0"}, "go", append(args, ".")...)
+	testenv.Run(t, src, []string{"GOWORK=off", "GOFLAGS=-mod=mod", "CGO_ENABLED=0"}, "go", append(args, ".")...)
 	return out
-}
-
-func run(t testing.TB, dir string, env []string, name string, args ...string) {
-	t.Helper()
-	cmd := exec.Command(name, args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
 }
 
 // Process is a running workload.

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stackstream/stackstream/pkg/testenv"
 )
 
 // CSource is a C program with two non-inlined functions.
@@ -99,16 +101,6 @@ func Need(t testing.TB, tools ...string) {
 	}
 }
 
-func run(t testing.TB, dir string, env []string, name string, args ...string) {
-	t.Helper()
-	cmd := exec.Command(name, args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-}
-
 // BuildC compiles CSource with -g, keeps the debug info in name.debug and
 // strips name, the way distributions ship binaries.
 func BuildC(t testing.TB, dir, name string) *Binary {
@@ -117,10 +109,10 @@ func BuildC(t testing.TB, dir, name string) *Binary {
 	src := filepath.Join(dir, name+".c")
 	write(t, src, CSource)
 	bin := filepath.Join(dir, name)
-	run(t, dir, nil, "gcc", "-O1", "-g", "-fno-omit-frame-pointer", "-Wl,--build-id", "-o", bin, src)
+	testenv.Run(t, dir, nil, "gcc", "-O1", "-g", "-fno-omit-frame-pointer", "-Wl,--build-id", "-o", bin, src)
 	dbg := bin + ".debug"
-	run(t, dir, nil, "objcopy", "--only-keep-debug", bin, dbg)
-	run(t, dir, nil, "strip", "--strip-debug", "--strip-unneeded", bin)
+	testenv.Run(t, dir, nil, "objcopy", "--only-keep-debug", bin, dbg)
+	testenv.Run(t, dir, nil, "strip", "--strip-debug", "--strip-unneeded", bin)
 	return load(t, bin, dbg)
 }
 
@@ -131,7 +123,7 @@ func BuildCXX(t testing.TB, dir, name string) *Binary {
 	src := filepath.Join(dir, name+".cc")
 	write(t, src, CXXSource)
 	bin := filepath.Join(dir, name)
-	run(t, dir, nil, "g++", "-O2", "-g", "-Wl,--build-id", "-o", bin, src)
+	testenv.Run(t, dir, nil, "g++", "-O2", "-g", "-Wl,--build-id", "-o", bin, src)
 	return load(t, bin, bin)
 }
 
@@ -149,8 +141,8 @@ func BuildGo(t testing.TB, dir, name string) *Binary {
 	env := []string{"GOWORK=off", "GOFLAGS=-buildvcs=false", "CGO_ENABLED=0"}
 	bin := filepath.Join(dir, name)
 	ref := bin + ".unstripped"
-	run(t, src, env, goBin, "build", "-trimpath", "-ldflags=-s -w -B gobuildid", "-o", bin, ".")
-	run(t, src, env, goBin, "build", "-trimpath", "-ldflags=-B gobuildid", "-o", ref, ".")
+	testenv.Run(t, src, env, goBin, "build", "-trimpath", "-ldflags=-s -w -B gobuildid", "-o", bin, ".")
+	testenv.Run(t, src, env, goBin, "build", "-trimpath", "-ldflags=-B gobuildid", "-o", ref, ".")
 	return load(t, bin, ref)
 }
 
