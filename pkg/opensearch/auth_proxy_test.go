@@ -107,11 +107,7 @@ func TestBasicAuthThroughProxy(t *testing.T) {
 		t.Fatalf("right password: %v", err)
 	}
 	prefix := testenv.Name(t, "t-") + "-"
-	t.Cleanup(func() {
-		for _, k := range []string{"stacks", "samples", "rollups"} {
-			Raw(context.Background(), cl, http.MethodDelete, "/_index_template/"+prefix+k, nil)
-		}
-	})
+	t.Cleanup(func() { RemovePrefix(context.Background(), cl, prefix) })
 	if _, err := ApplyTemplates(ctx, cl, prefix, indices.DefaultSettings); err != nil {
 		t.Fatalf("apply templates through the proxy: %v", err)
 	}

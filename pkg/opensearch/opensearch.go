@@ -161,6 +161,23 @@ func ApplyTemplates(ctx context.Context, cl *opensearchapi.Client, prefix string
 	return out, nil
 }
 
+// RemovePrefix deletes every index and the templates under prefix: the
+// undo of ApplyTemplates plus what was written, for tests and benchmarks that
+// share a cluster under their own prefix. It returns the first error.
+func RemovePrefix(ctx context.Context, cl *opensearchapi.Client, prefix string) error {
+	paths := []string{"/" + prefix + "*?expand_wildcards=all&allow_no_indices=true"}
+	for _, name := range (indices.Names{Prefix: prefix}).TemplateNames() {
+		paths = append(paths, "/_index_template/"+name)
+	}
+	var firstErr error
+	for _, p := range paths {
+		if _, _, err := Raw(ctx, cl, http.MethodDelete, p, nil); err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("delete %s: %w", p, err)
+		}
+	}
+	return firstErr
+}
+
 func setChecksum(body []byte, checksum string) ([]byte, error) {
 	var doc map[string]any
 	if err := json.Unmarshal(body, &doc); err != nil {

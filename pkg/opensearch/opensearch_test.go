@@ -24,12 +24,7 @@ func TestTemplatesAndMappings(t *testing.T) {
 	}
 	prefix := testenv.Name(t, "t-") + "-"
 	names := indices.Names{Prefix: prefix}
-	t.Cleanup(func() {
-		Raw(context.Background(), cl, http.MethodDelete, "/"+prefix+"*", nil)
-		for _, k := range []string{"stacks", "samples", "rollups"} {
-			Raw(context.Background(), cl, http.MethodDelete, "/_index_template/"+prefix+k, nil)
-		}
-	})
+	t.Cleanup(func() { RemovePrefix(context.Background(), cl, prefix) })
 
 	for run, want := range []string{"created", "unchanged"} {
 		res, err := ApplyTemplates(ctx, cl, prefix, indices.DefaultSettings)

@@ -83,6 +83,18 @@ type Template struct {
 	Body []byte
 }
 
+// kinds are the index kinds, each with its own template.
+var kinds = []string{stacksName, samplesName, rollupsName}
+
+// TemplateNames are the names the templates are stored under.
+func (n Names) TemplateNames() []string {
+	out := make([]string, len(kinds))
+	for i, k := range kinds {
+		out[i] = n.Prefix + k
+	}
+	return out
+}
+
 // Templates returns the three index templates for these names with s applied.
 func (n Names) Templates(s Settings) ([]Template, error) {
 	files := []struct{ kind, pattern string }{

@@ -60,3 +60,20 @@ func TestIDsAreDeterministic(t *testing.T) {
 		t.Fatal("SampleID depends on map order")
 	}
 }
+
+func TestTemplateNamesMatchTemplates(t *testing.T) {
+	n := Names{Prefix: "p-"}
+	ts, err := n.Templates(DefaultSettings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := n.TemplateNames()
+	if len(names) != len(ts) {
+		t.Fatalf("TemplateNames = %v, templates %d", names, len(ts))
+	}
+	for i, tpl := range ts {
+		if tpl.Name != names[i] {
+			t.Errorf("template %d named %s, TemplateNames says %s", i, tpl.Name, names[i])
+		}
+	}
+}

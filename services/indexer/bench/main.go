@@ -240,12 +240,7 @@ func withNames(t *tb, src *indexertest.Env, name string) *indexertest.Env {
 	if _, err := opensearch.ApplyTemplates(ctx, e.OS, e.Names.Prefix, indices.Settings{Replicas: 0, RefreshInterval: "1s"}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		opensearch.Raw(ctx, e.OS, http.MethodDelete, "/"+e.Names.Prefix+"*", nil)
-		for _, k := range []string{"stacks", "samples", "rollups"} {
-			opensearch.Raw(ctx, e.OS, http.MethodDelete, "/_index_template/"+e.Names.Prefix+k, nil)
-		}
-	})
+	t.Cleanup(func() { opensearch.RemovePrefix(ctx, e.OS, e.Names.Prefix) })
 	return &e
 }
 

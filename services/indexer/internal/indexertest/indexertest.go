@@ -158,13 +158,7 @@ func Setup(t testing.TB, brokers []string, url, name string, partitions int32) *
 	if _, err := opensearch.ApplyTemplates(ctx, e.OS, e.Names.Prefix, indices.Settings{Replicas: 0, RefreshInterval: "1s"}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		c := context.Background()
-		opensearch.Raw(c, e.OS, http.MethodDelete, "/"+e.Names.Prefix+"*", nil)
-		for _, k := range []string{"stacks", "samples", "rollups"} {
-			opensearch.Raw(c, e.OS, http.MethodDelete, "/_index_template/"+e.Names.Prefix+k, nil)
-		}
-	})
+	t.Cleanup(func() { opensearch.RemovePrefix(context.Background(), e.OS, e.Names.Prefix) })
 	return e
 }
 

@@ -40,16 +40,7 @@ func Setup(t testing.TB) (*opensearchapi.Client, indices.Names) {
 
 // Cleanup deletes the indices and templates of names.
 func Cleanup(ctx context.Context, cl *opensearchapi.Client, names indices.Names) error {
-	var firstErr error
-	if _, _, err := opensearch.Raw(ctx, cl, http.MethodDelete, "/"+names.Prefix+"*?expand_wildcards=all&allow_no_indices=true", nil); err != nil {
-		firstErr = err
-	}
-	for _, kind := range []string{"stacks", "samples", "rollups"} {
-		if _, _, err := opensearch.Raw(ctx, cl, http.MethodDelete, "/_index_template/"+names.Prefix+kind, nil); err != nil && firstErr == nil {
-			firstErr = err
-		}
-	}
-	return firstErr
+	return opensearch.RemovePrefix(ctx, cl, names.Prefix)
 }
 
 // Doc is one document to index.

@@ -71,13 +71,7 @@ func newEnv(t testing.TB, partitions int32) *env {
 	if _, err := opensearch.ApplyTemplates(ctx, e.os, e.names.Prefix, indices.DefaultSettings); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		opensearch.Raw(ctx, e.os, http.MethodDelete, "/"+e.names.RollupsPattern(), nil)
-		for _, kind := range []string{"stacks", "samples", "rollups"} {
-			opensearch.Raw(ctx, e.os, http.MethodDelete, "/_index_template/"+e.names.Prefix+kind, nil)
-		}
-	})
+	t.Cleanup(func() { opensearch.RemovePrefix(context.Background(), e.os, e.names.Prefix) })
 	return e
 }
 
