@@ -84,3 +84,14 @@ func Usage(spec any, out io.Writer) error {
 	}
 	return tw.Flush()
 }
+
+// Exit ends a command after its run returned err: quietly for nil or ErrHelp
+// (usage was printed), else with one line "command: err" on stderr and
+// status 1, the clear start-up error every binary promises.
+func Exit(command string, err error) {
+	if err == nil || errors.Is(err, ErrHelp) {
+		return
+	}
+	fmt.Fprintln(os.Stderr, command+":", err)
+	os.Exit(1)
+}

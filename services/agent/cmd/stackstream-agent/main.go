@@ -44,13 +44,7 @@ func (c *cfg) Validate() error {
 }
 
 func main() {
-	if err := runAgent(os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if errors.Is(err, config.ErrHelp) {
-			return
-		}
-		fmt.Fprintln(os.Stderr, "stackstream-agent:", err)
-		os.Exit(1)
-	}
+	config.Exit("stackstream-agent", runAgent(os.Args[1:], os.Stdout, os.Stderr))
 }
 
 func runAgent(args []string, stdout, stderr io.Writer) error {

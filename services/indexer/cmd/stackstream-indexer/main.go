@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -23,13 +22,7 @@ import (
 )
 
 func main() {
-	if err := runMain(); err != nil {
-		if errors.Is(err, config.ErrHelp) {
-			return
-		}
-		fmt.Fprintln(os.Stderr, "stackstream-indexer:", err)
-		os.Exit(1)
-	}
+	config.Exit("stackstream-indexer", runMain())
 }
 
 func runMain() error {

@@ -56,13 +56,7 @@ func (c Config) Validate() error {
 }
 
 func main() {
-	if err := runMain(); err != nil {
-		if errors.Is(err, config.ErrHelp) {
-			return
-		}
-		fmt.Fprintln(os.Stderr, "stackstream-query:", err)
-		os.Exit(1)
-	}
+	config.Exit("stackstream-query", runMain())
 }
 
 func runMain() error {

@@ -75,13 +75,7 @@ func (c Config) Validate() error {
 }
 
 func main() {
-	if err := runMain(); err != nil {
-		if errors.Is(err, config.ErrHelp) {
-			return
-		}
-		fmt.Fprintln(os.Stderr, "stackstream-rollup:", err)
-		os.Exit(1)
-	}
+	config.Exit("stackstream-rollup", runMain())
 }
 
 func runMain() error {

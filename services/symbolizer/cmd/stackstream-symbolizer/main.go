@@ -27,13 +27,7 @@ import (
 )
 
 func main() {
-	if err := runMain(); err != nil {
-		if errors.Is(err, config.ErrHelp) {
-			return
-		}
-		fmt.Fprintln(os.Stderr, "stackstream-symbolizer:", err)
-		os.Exit(1)
-	}
+	config.Exit("stackstream-symbolizer", runMain())
 }
 
 func runMain() error {
