@@ -340,15 +340,20 @@ func generate(ctx context.Context, cl *opensearchapi.Client, names indices.Names
 	for host := 0; host < p.hosts; host++ {
 		svc, hostName := service(host)
 		s := host % p.services
-		// Samples: the last hour, one profile per minute.
+		// Samples: the last hour, one profile per minute, one document
+		// per profile holding the host's stacks.
 		for m := 60; m >= 1; m-- {
 			at := h.Add(-time.Duration(m) * time.Minute)
+			stacks := make([]indices.SampleDoc, 0, len(f.hostStack[host]))
 			for i, st := range f.hostStack[host] {
-				emit("samples", querytest.Sample(names, indices.SampleDoc{
-					Timestamp: at, Type: "cpu", Host: hostName, Service: svc, StackID: f.stackIDs[s][st],
+				stacks = append(stacks, indices.SampleDoc{
+					Timestamp: at, Type: "cpu", Host: hostName, Service: svc, StackIDs: []string{f.stackIDs[s][st]},
 					Value: f.weights[host][i], Count: f.weights[host][i] / 1e7,
 					Labels: map[string]string{"comm": svc, "pid": fmt.Sprint(1000 + host), "k8s_pod": fmt.Sprintf("%s-%d", svc, host)},
-				}))
+				})
+			}
+			for _, d := range querytest.Samples(names, stacks...) {
+				emit("samples", d)
 			}
 		}
 		var perMinute int64

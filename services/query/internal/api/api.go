@@ -47,7 +47,7 @@ type Options struct {
 	MaxNodes    int           // default max_nodes of a flame graph; default 5000
 	MaxSeries   int           // series per chart; default 100
 	CacheStacks int           // stacks whose frames are kept in memory; default 200000
-	PageSize    int           // stacks per composite aggregation page; default 10000 (tests page with less)
+	PageSize    int           // stacks per composite aggregation page over the rollups; default 10000 (tests page with less)
 	Auth        bool          // reported by /api/v1/config
 	Version     string        // reported by /api/v1/config
 	Now         func() time.Time

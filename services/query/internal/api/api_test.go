@@ -150,18 +150,21 @@ func TestAPI(t *testing.T) {
 
 	t.Run("series of one function", func(t *testing.T) {
 		var s api.SeriesResponse
+		// web-2's documents also hold main.idle, which must not count.
 		get(t, base, "/api/v1/series", url.Values{"function": {"main.work"}, "step": {"10m"}}, &s)
 		if s.Source != "samples" || len(s.Series) != 1 || s.Series[0].Labels["function"] != "main.work" || len(s.Series[0].Points) != 2 {
 			t.Fatalf("function series %+v", s)
 		}
+		// Compared in nanoseconds: near's absolute tolerance would accept
+		// any value of nanoseconds per 10 minutes as cores.
 		step := float64(10 * time.Minute)
 		want := [][2]float64{
-			{float64(now.Add(-50 * time.Minute).UnixMilli()), 1200 / step},
-			{float64(now.Add(-20 * time.Minute).UnixMilli()), 600 / step},
+			{float64(now.Add(-50 * time.Minute).UnixMilli()), 1200},
+			{float64(now.Add(-20 * time.Minute).UnixMilli()), 600},
 		}
 		for i, p := range s.Series[0].Points {
-			if p[0] != want[i][0] || !near(p[1], want[i][1]) {
-				t.Fatalf("point %d = %v, want %v", i, p, want[i])
+			if p[0] != want[i][0] || !near(p[1]*step, want[i][1]) {
+				t.Fatalf("point %d = [%v, %v ns], want %v", i, p[0], p[1]*step, want[i])
 			}
 		}
 		get(t, base, "/api/v1/series", url.Values{"function": {querytest.FixtureLongFunction}, "from": {"now-24h"}, "step": {"1h"}}, &s)
@@ -241,17 +244,27 @@ func TestAPI(t *testing.T) {
 		}
 	})
 
-	t.Run("flamegraph pages through stacks", func(t *testing.T) {
+	t.Run("flamegraph takes each stack out of packed documents", func(t *testing.T) {
+		// web-2's documents each hold main.work and main.idle.
 		var f api.FlamegraphResponse
-		get(t, serve(api.Options{PageSize: 1}), "/api/v1/flamegraph", nil, &f)
-		if f.Total != querytest.FixtureTotal || f.Truncated || len(f.Root.Children[0].Children) != 3 {
-			t.Fatalf("paged one stack at a time: total %d truncated %v children %+v", f.Total, f.Truncated, f.Root.Children[0].Children)
+		get(t, base, "/api/v1/flamegraph", url.Values{"query": {`{host="web-2"}`}}, &f)
+		kids := f.Root.Children[0].Children
+		if f.Total != querytest.FixtureWeb2Total || len(kids) != 2 || kids[0].Name != "main.work" || kids[0].Total != 600 || kids[1].Name != "main.idle" || kids[1].Total != 200 {
+			t.Fatalf("total %d, main.main children %+v, want main.work 600 and main.idle 200", f.Total, kids)
+		}
+	})
+
+	t.Run("flamegraph pages through rollup stacks", func(t *testing.T) {
+		var f api.FlamegraphResponse
+		get(t, serve(api.Options{PageSize: 1}), "/api/v1/flamegraph", url.Values{"from": {now.Add(-24*time.Hour - 30*time.Minute).Format(time.RFC3339)}, "to": {"now"}}, &f)
+		if f.Source != "rollups" || f.Total != querytest.FixtureLongTotal || f.Truncated || f.Root.Children[0].Children[0].Total != querytest.FixtureLongTotal {
+			t.Fatalf("paged one stack at a time: source %s total %d truncated %v children %+v", f.Source, f.Total, f.Truncated, f.Root.Children[0].Children)
 		}
 	})
 
 	t.Run("flamegraph keeps the heaviest stacks past max stacks", func(t *testing.T) {
 		var f api.FlamegraphResponse
-		get(t, serve(api.Options{PageSize: 1, MaxStacks: 2}), "/api/v1/flamegraph", nil, &f)
+		get(t, serve(api.Options{MaxStacks: 2}), "/api/v1/flamegraph", nil, &f)
 		if f.Total != querytest.FixtureTotal || !f.Truncated {
 			t.Fatalf("total %d truncated %v, want %d truncated", f.Total, f.Truncated, querytest.FixtureTotal)
 		}

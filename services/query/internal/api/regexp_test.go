@@ -23,14 +23,14 @@ func TestRegexpMatchesGo(t *testing.T) {
 	values := []string{"web-1", "web-10", "Web-2", "db-1", "a.b", "a-b", "x y", "ümlaut", "tab\tx",
 		"brace{1}", `back\slash`, `quote"q`, "star*", "7", "77", "d"}
 	cl, names := querytest.Setup(t)
-	var docs []querytest.Doc
+	var docs []indices.SampleDoc
 	for i, v := range values {
-		docs = append(docs, querytest.Sample(names, indices.SampleDoc{
-			Timestamp: now.Add(-time.Duration(i+1) * time.Minute), Type: "cpu", Host: "h", Service: "s", StackID: "x", Value: 1,
+		docs = append(docs, indices.SampleDoc{
+			Timestamp: now.Add(-time.Duration(i+1) * time.Minute), Type: "cpu", Host: "h", Service: "s", StackIDs: []string{"x"}, Value: 1,
 			Labels: map[string]string{"k8s_pod": v},
-		}))
+		})
 	}
-	querytest.Index(t, cl, names, docs)
+	querytest.Index(t, cl, names, querytest.Samples(names, docs...))
 	srv := httptest.NewServer(api.New(cl, names, api.Options{Now: func() time.Time { return now }}, slog.New(slog.NewTextHandler(io.Discard, nil))))
 	defer srv.Close()
 

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/schemas/record"
 	"github.com/stackstream/stackstream/services/query/internal/selector"
 )
@@ -345,7 +346,6 @@ func (a *API) fillSeries(resp *SeriesResponse, aggs seriesAggs, groupBy string, 
 func (a *API) functionSeries(ctx context.Context, resp *SeriesResponse, s selection, step time.Duration, fn string) error {
 	hist := map[string]any{"time": map[string]any{
 		"date_histogram": map[string]any{"field": "@timestamp", "fixed_interval": fmt.Sprintf("%ds", int64(step/time.Second)), "min_doc_count": 1},
-		"aggs":           map[string]any{"v": map[string]any{"sum": map[string]any{"field": "value"}}},
 	}}
 	type answer struct {
 		Hits         hitsTotal `json:"hits"`
@@ -391,7 +391,6 @@ func (a *API) functionSeries(ctx context.Context, resp *SeriesResponse, s select
 				break
 			}
 		}
-		hist["time"].(map[string]any)["aggs"] = map[string]any{"v": map[string]any{"sum": map[string]any{"field": "value"}}}
 	}
 	m, err := a.merge(ctx, s)
 	if err != nil {
@@ -399,7 +398,8 @@ func (a *API) functionSeries(ctx context.Context, resp *SeriesResponse, s select
 	}
 	var ids []string
 	for id := range m.values {
-		if slices.Contains(m.frames[id], fn) {
+		// "" (samples without a stack) is in no document's stack_id.
+		if id != "" && slices.Contains(m.frames[id], fn) {
 			ids = append(ids, id)
 		}
 	}
@@ -408,8 +408,12 @@ func (a *API) functionSeries(ctx context.Context, resp *SeriesResponse, s select
 		return nil
 	}
 	slices.Sort(ids)
+	// The terms filter finds the documents holding any of the stacks; a
+	// document packs all stacks of its profile and label set, so the sum
+	// takes only those stacks' values out of it, not its total.
 	query := a.sampleQuery(s)
 	query["bool"].(map[string]any)["filter"] = append(query["bool"].(map[string]any)["filter"].([]any), map[string]any{"terms": map[string]any{"stack_id": ids}})
+	hist["time"].(map[string]any)["aggs"] = map[string]any{"v": map[string]any{"sum": map[string]any{"script": indices.StacksValueScript(ids)}}}
 	var out answer
 	body := map[string]any{"size": 0, "track_total_hits": false, "query": query, "aggs": hist}
 	if err := a.search(ctx, a.sampleIndices(s.tr), body, &out, filterPath...); err != nil {

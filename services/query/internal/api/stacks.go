@@ -1,10 +1,15 @@
 package api
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 
+	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/schemas/record"
 	"github.com/stackstream/stackstream/services/query/internal/selector"
 )
@@ -77,13 +82,69 @@ func (a *API) rollupQuery(s selection, kind string, minuteOnly bool) map[string]
 	return boolQ(filter, mustNot)
 }
 
+// sampleStackValues sums the samples per stack in one search. A samples
+// document packs the stacks of one profile and label set with their values
+// (schemas/indices/stackvalues.go), so a terms aggregation on stack_id would
+// give every stack its document's total: a scripted metric unpacks them
+// instead, and a sum of value gives the total. The script's answer holds
+// every stack of the selection; past MaxStacks only the heaviest are kept,
+// the rest shows as "[other]".
 func (a *API) sampleStackValues(ctx context.Context, s selection) (*stackValues, error) {
-	sv, _, err := a.sumByStack(ctx, a.sampleIndices(s.tr), a.sampleQuery(s), false)
-	if err != nil {
-		return nil, err
+	var resp struct {
+		Aggregations struct {
+			Total  sumAgg `json:"total"`
+			Stacks struct {
+				Value map[string]json.Number `json:"value"`
+			} `json:"stacks"`
+		} `json:"aggregations"`
 	}
-	sv.source = "samples"
+	body := map[string]any{"size": 0, "track_total_hits": false, "query": a.sampleQuery(s), "aggs": map[string]any{
+		"total":  map[string]any{"sum": map[string]any{"field": "value"}},
+		"stacks": map[string]any{"scripted_metric": indices.StackSumsScript()},
+	}}
+	if err := a.search(ctx, a.sampleIndices(s.tr), body, &resp, "aggregations.total", "aggregations.stacks.value"); err != nil {
+		return nil, fmt.Errorf("sum samples by stack: %w", err)
+	}
+	sv := &stackValues{values: make(map[string]int64, len(resp.Aggregations.Stacks.Value)), total: int64(resp.Aggregations.Total.Value), source: "samples"}
+	for id, n := range resp.Aggregations.Stacks.Value {
+		v, err := n.Int64()
+		if err != nil {
+			// Sums are longs; a float would only come from a change in
+			// OpenSearch's serialization, and is still the right number.
+			f, ferr := n.Float64()
+			if ferr != nil {
+				return nil, fmt.Errorf("sum samples by stack: value %q of stack %q: %w", n, id, err)
+			}
+			v = int64(f)
+		}
+		sv.values[id] = v
+	}
+	if len(sv.values) > a.opts.MaxStacks {
+		sv.values, sv.truncated = heaviest(sv.values, a.opts.MaxStacks), true
+		a.metrics.truncated.Inc()
+	}
 	return sv, nil
+}
+
+// heaviest returns the n entries of values with the largest values (ties
+// broken by ID, so answers are stable). "" (samples without a stack) ranks
+// like any stack, as it did when stacks were summed by a terms aggregation.
+func heaviest(values map[string]int64, n int) map[string]int64 {
+	ids := make([]string, 0, len(values))
+	for id := range values {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(x, y string) int {
+		if c := cmp.Compare(values[y], values[x]); c != 0 {
+			return c
+		}
+		return strings.Compare(x, y)
+	})
+	out := make(map[string]int64, n)
+	for _, id := range ids[:min(n, len(ids))] {
+		out[id] = values[id]
+	}
+	return out
 }
 
 func (a *API) rollupStackValues(ctx context.Context, s selection, minuteOnly bool) (*stackValues, int64, error) {
@@ -95,7 +156,8 @@ func (a *API) rollupStackValues(ctx context.Context, s selection, minuteOnly boo
 	return sv, hourly, nil
 }
 
-// sumByStack pages through stack IDs with a composite aggregation. When the
+// sumByStack pages through the stack IDs of rollup documents (one per
+// stack, unlike samples documents) with a composite aggregation. When the
 // selection has more than MaxStacks stacks it stops paging and asks instead
 // for the MaxStacks heaviest ones (a terms aggregation ordered by value), so
 // the work stays bounded and the flame graph keeps what matters.

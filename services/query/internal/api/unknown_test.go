@@ -18,9 +18,8 @@ import (
 // "[unknown stack]" frame, and a missing stacks index is no error.
 func TestUnknownStack(t *testing.T) {
 	cl, names := querytest.Setup(t)
-	querytest.Index(t, cl, names, []querytest.Doc{
-		querytest.Sample(names, indices.SampleDoc{Timestamp: now.Add(-10 * time.Minute), Type: "cpu", Host: "h", Service: "s", StackID: "no-such-stack", Value: 42}),
-	})
+	querytest.Index(t, cl, names, querytest.Samples(names,
+		indices.SampleDoc{Timestamp: now.Add(-10 * time.Minute), Type: "cpu", Host: "h", Service: "s", StackIDs: []string{"no-such-stack"}, Value: 42}))
 	srv := httptest.NewServer(api.New(cl, names, api.Options{Now: func() time.Time { return now }}, slog.New(slog.NewTextHandler(io.Discard, nil))))
 	defer srv.Close()
 	var f api.FlamegraphResponse

@@ -54,11 +54,14 @@ func Fixture(names indices.Names, now time.Time) []Doc {
 		docs = append(docs, d)
 		ids[key] = id
 	}
+	// One stack at a time; Samples packs those of a profile and label set
+	// into one document (web-1's two stacks share one).
+	var samples []indices.SampleDoc
 	sample := func(at time.Time, host, service, pod, stack string, v int64) {
-		docs = append(docs, Sample(names, indices.SampleDoc{
-			Timestamp: at, Type: "cpu", Host: host, Service: service, StackID: ids[stack], Value: v, Count: v / 10,
+		samples = append(samples, indices.SampleDoc{
+			Timestamp: at, Type: "cpu", Host: host, Service: service, StackIDs: []string{ids[stack]}, Value: v, Count: v / 10,
 			Labels: map[string]string{"k8s_pod": pod, "comm": service},
-		}))
+		})
 	}
 	for _, s := range []struct {
 		ago      time.Duration
@@ -77,10 +80,11 @@ func Fixture(names indices.Names, now time.Time) []Doc {
 	}
 	// Outside the default range: must not count.
 	sample(t0.Add(-2*time.Hour), "web-1", "checkout", "checkout-abc", "workmem", 5000)
-	docs = append(docs, Sample(names, indices.SampleDoc{
+	samples = append(samples, indices.SampleDoc{
 		Timestamp: t0.Add(-50 * time.Minute), Type: "memory", Host: "web-1", Service: "checkout", Value: FixtureMemBytes,
 		Labels: map[string]string{"k8s_pod": "checkout-abc"},
-	}))
+	})
+	docs = append(docs, Samples(names, samples...)...)
 
 	rollup := func(d indices.RollupDoc) { docs = append(docs, Rollup(names, d)) }
 	for m := 1; m <= 60; m++ {

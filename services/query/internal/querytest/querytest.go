@@ -9,6 +9,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,9 +72,78 @@ func Stack(names indices.Names, t time.Time, rootFirst ...string) (Doc, string) 
 	}}, id
 }
 
-// Sample returns a sample document in its daily index.
+// Sample returns a samples document, already packed (see Samples), in its
+// daily index.
 func Sample(names indices.Names, d indices.SampleDoc) Doc {
-	return Doc{Index: names.Samples(d.Timestamp), ID: indices.SampleID(d.Host, d.Type, d.Timestamp, d.StackID, d.Labels), Body: d}
+	return Doc{Index: names.Samples(d.Timestamp), ID: indices.SampleID(d.Host, d.Type, d.Timestamp, d.Labels), Body: d}
+}
+
+// Samples packs docs the way the indexer writes them, one document per
+// (profile, label set), so fixtures can still be written one stack at a
+// time: each doc names at most one stack (StackIDs: []string{id}, Value its
+// value; none for samples without a stack). Docs with equal Timestamp, Type,
+// Host, Service and Labels become one document whose stacks are theirs
+// (values of a stack given twice add up), whose Value and Count are their
+// sums. Documents keep the order of their first doc. It panics on a doc
+// with several stacks or a negative value: fixtures are code.
+func Samples(names indices.Names, docs ...indices.SampleDoc) []Doc {
+	type group struct {
+		doc    indices.SampleDoc
+		values map[string]int64
+		order  []string
+	}
+	var groups []*group
+	byKey := map[string]*group{}
+	for _, d := range docs {
+		if len(d.StackIDs) > 1 || len(d.StackValues) > 0 {
+			panic(fmt.Sprintf("querytest.Samples: give one stack per doc, got %q", d.StackIDs))
+		}
+		key := sampleKey(d)
+		g := byKey[key]
+		if g == nil {
+			g = &group{doc: d, values: map[string]int64{}}
+			g.doc.StackIDs, g.doc.Value, g.doc.Count = nil, 0, 0
+			byKey[key] = g
+			groups = append(groups, g)
+		}
+		g.doc.Value += d.Value
+		g.doc.Count += d.Count
+		if len(d.StackIDs) == 1 {
+			id := d.StackIDs[0]
+			if _, ok := g.values[id]; !ok {
+				g.order = append(g.order, id)
+			}
+			g.values[id] += d.Value
+		}
+	}
+	out := make([]Doc, 0, len(groups))
+	for _, g := range groups {
+		values := make([]int64, len(g.order))
+		for i, id := range g.order {
+			values[i] = g.values[id]
+		}
+		if err := g.doc.SetStacks(g.order, values); err != nil {
+			panic(fmt.Sprintf("querytest.Samples: %v", err))
+		}
+		out = append(out, Sample(names, g.doc))
+	}
+	return out
+}
+
+// sampleKey identifies the document a sample belongs to: its profile
+// (time, type, host) and label set; service is derived from them but is
+// part of the key so that a fixture mixing them up stays visible.
+func sampleKey(d indices.SampleDoc) string {
+	keys := make([]string, 0, len(d.Labels))
+	for k := range d.Labels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := []string{strconv.FormatInt(d.Timestamp.UnixNano(), 10), d.Type, d.Host, d.Service}
+	for _, k := range keys {
+		parts = append(parts, k, d.Labels[k])
+	}
+	return strings.Join(parts, "\x00")
 }
 
 // Rollup returns a rollup document in its monthly index.
