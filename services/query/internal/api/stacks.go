@@ -87,8 +87,8 @@ func (a *API) rollupQuery(s selection, kind string, minuteOnly bool) map[string]
 // (schemas/indices/stackvalues.go), so a terms aggregation on stack_id would
 // give every stack its document's total: a scripted metric unpacks them
 // instead, and a sum of value gives the total. The script's answer holds
-// every stack of the selection; past MaxStacks only the heaviest are kept,
-// the rest shows as "[other]".
+// every stack of the selection (tens of bytes each); past MaxStacks only the
+// heaviest are kept, the rest shows as "[other]".
 func (a *API) sampleStackValues(ctx context.Context, s selection) (*stackValues, error) {
 	var resp struct {
 		Aggregations struct {
@@ -128,7 +128,7 @@ func (a *API) sampleStackValues(ctx context.Context, s selection) (*stackValues,
 
 // heaviest returns the n entries of values with the largest values (ties
 // broken by ID, so answers are stable). "" (samples without a stack) ranks
-// like any stack, as it did when stacks were summed by a terms aggregation.
+// like any stack: kept when heavy enough, else part of "[other]".
 func heaviest(values map[string]int64, n int) map[string]int64 {
 	ids := make([]string, 0, len(values))
 	for id := range values {
