@@ -156,9 +156,41 @@ func ApplyTemplates(ctx context.Context, cl *opensearchapi.Client, prefix string
 		if status != http.StatusOK {
 			return out, fmt.Errorf("put index template %s: HTTP %d: %s", t.Name, status, truncate(body, 500))
 		}
+		if err := upgradeMappings(ctx, cl, t); err != nil {
+			return out, err
+		}
 		out = append(out, TemplateResult{Name: t.Name, Action: action})
 	}
 	return out, nil
+}
+
+// upgradeMappings puts a new or changed template's mappings on the indices
+// it already matches: a template applies only to indices created after it,
+// and today's index must take the new fields too. Only additions are
+// possible (OpenSearch refuses to change a field's type); schema changes are
+// made of additions for that reason.
+func upgradeMappings(ctx context.Context, cl *opensearchapi.Client, t indices.Template) error {
+	var tpl struct {
+		Patterns []string `json:"index_patterns"`
+		Template struct {
+			Mappings json.RawMessage `json:"mappings"`
+		} `json:"template"`
+	}
+	if err := json.Unmarshal(t.Body, &tpl); err != nil {
+		return fmt.Errorf("parse template %s: %w", t.Name, err)
+	}
+	if len(tpl.Template.Mappings) == 0 {
+		return nil
+	}
+	path := "/" + strings.Join(tpl.Patterns, ",") + "/_mapping?allow_no_indices=true&ignore_unavailable=true"
+	status, body, err := Raw(ctx, cl, http.MethodPut, path, tpl.Template.Mappings)
+	if err != nil {
+		return fmt.Errorf("update mappings of existing %s indices: %w", t.Name, err)
+	}
+	if status != http.StatusOK {
+		return fmt.Errorf("update mappings of existing %s indices: HTTP %d: %s", t.Name, status, truncate(body, 500))
+	}
+	return nil
 }
 
 // RemovePrefix deletes every index and the templates under prefix: the

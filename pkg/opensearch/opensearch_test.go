@@ -44,7 +44,7 @@ func TestTemplatesAndMappings(t *testing.T) {
 		doc       any
 	}{
 		{names.Stacks(), "s1", indices.StackDoc{Timestamp: ts, Frames: []indices.Frame{{Function: "main.work"}}, Functions: []string{"main.work"}, Leaf: "main.work", Depth: 1}},
-		{names.Samples(ts), "x1", indices.SampleDoc{Timestamp: ts, Type: "cpu", Host: "web-1", Service: "checkout", StackID: "s1", Value: 1e9, Count: 19, Labels: map[string]string{"comm": "checkout"}}},
+		{names.Samples(ts), "x1", sampleDoc(t, indices.SampleDoc{Timestamp: ts, Type: "cpu", Host: "web-1", Service: "checkout", Value: 1e9, Count: 19, Labels: map[string]string{"comm": "checkout"}}, []string{"s1"}, 1e9)},
 		{names.Rollups(ts), "r1", indices.RollupDoc{Timestamp: ts, Resolution: "1m", Kind: "service", Type: "cpu", Service: "checkout", Host: "web-1", Value: 6e10, Cores: 1}},
 	}
 	for _, d := range docs {
@@ -89,6 +89,102 @@ func TestTemplatesAndMappings(t *testing.T) {
 	if status != http.StatusBadRequest {
 		t.Errorf("strict mapping accepted an unknown field: HTTP %d", status)
 	}
+}
+
+// sampleDoc is d with the stacks ids and their values.
+func sampleDoc(t *testing.T, d indices.SampleDoc, ids []string, values ...int64) indices.SampleDoc {
+	t.Helper()
+	if err := d.SetStacks(ids, values); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestStackScripts runs the Painless scripts that read packed stack values
+// on the real node, over new documents and over a document written before
+// stack_values existed, in an index created before the template had it.
+func TestStackScripts(t *testing.T) {
+	url := testenv.OpenSearchURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := NewClient(ctx, Config{URLs: []string{url}, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := testenv.Name(t, "t-") + "-"
+	names := indices.Names{Prefix: prefix}
+	t.Cleanup(func() { RemovePrefix(context.Background(), cl, prefix) })
+
+	// An index from before stack_values: the old mapping, an old document.
+	oldDay := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	oldMapping := `{"mappings":{"dynamic":"strict","_source":{"enabled":false},"properties":{"@timestamp":{"type":"date"},"type":{"type":"keyword"},"host":{"type":"keyword"},"service":{"type":"keyword"},"stack_id":{"type":"keyword"},"value":{"type":"long"},"count":{"type":"long","index":false},"labels":{"type":"object","dynamic":true}}}}`
+	if status, resp, err := Raw(ctx, cl, http.MethodPut, "/"+names.Samples(oldDay), []byte(oldMapping)); err != nil || status != 200 {
+		t.Fatalf("create old index: %d %s %v", status, resp, err)
+	}
+	if _, err := ApplyTemplates(ctx, cl, prefix, indices.DefaultSettings); err != nil {
+		t.Fatal(err)
+	}
+	status, resp, _ := Raw(ctx, cl, http.MethodGet, "/"+names.Samples(oldDay)+"/_mapping", nil)
+	if status != 200 || !strings.Contains(string(resp), `"stack_values":{"type":"binary","doc_values":true}`) {
+		t.Fatalf("the existing index did not take the new field: %s", resp)
+	}
+
+	day := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	base := indices.SampleDoc{Timestamp: day, Type: "cpu", Host: "web-1", Service: "checkout"}
+	const p = 52_631_578
+	docs := []struct {
+		index string
+		doc   any
+	}{
+		{names.Samples(oldDay), map[string]any{"@timestamp": oldDay, "type": "cpu", "host": "web-1", "service": "checkout", "stack_id": "a", "value": 5}},
+		{names.Samples(day), sampleDoc(t, withValue(base, 4*p), []string{"a", "b"}, p, 3*p)},
+		// Large values: the scale is 1, values take several bytes.
+		{names.Samples(day), sampleDoc(t, withValue(base, 1<<40+7+99), []string{"b", "c"}, 1<<40+7, 99)},
+		// Memory: no stacks, the whole value under "".
+		{names.Samples(day), withValue(indices.SampleDoc{Timestamp: day, Type: "cpu", Host: "web-2", Service: "checkout"}, 1000)},
+		// A value partly outside the stacks (samples without a stack).
+		{names.Samples(day), sampleDoc(t, withValue(base, 2*p+11), []string{"c"}, 2*p)},
+	}
+	for i, d := range docs {
+		body, _ := json.Marshal(d.doc)
+		status, resp, err := Raw(ctx, cl, http.MethodPut, fmt.Sprintf("/%s/_doc/d%d?refresh=true", d.index, i), body)
+		if err != nil || status >= 300 {
+			t.Fatalf("index doc %d: %d %s %v", i, status, resp, err)
+		}
+	}
+	want := map[string]int64{"a": 5 + p, "b": 3*p + 1<<40 + 7, "c": 99 + 2*p, "": 1000 + 11}
+	body, _ := json.Marshal(map[string]any{"size": 0, "aggs": map[string]any{
+		"s": map[string]any{"scripted_metric": indices.StackSumsScript()},
+		"f": map[string]any{"sum": map[string]any{"script": indices.StacksValueScript([]string{"b", "c"})}},
+	}})
+	status, resp, err = Raw(ctx, cl, http.MethodPost, "/"+names.SamplesPattern()+"/_search", body)
+	if err != nil || status != 200 {
+		t.Fatalf("search: %d %s %v", status, resp, err)
+	}
+	var r struct {
+		Aggregations struct {
+			S struct {
+				Value map[string]int64 `json:"value"`
+			} `json:"s"`
+			F struct {
+				Value float64 `json:"value"`
+			} `json:"f"`
+		} `json:"aggregations"`
+	}
+	if err := json.Unmarshal(resp, &r); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(r.Aggregations.S.Value) != fmt.Sprint(want) {
+		t.Errorf("sums by stack = %v, want %v", r.Aggregations.S.Value, want)
+	}
+	if got, w := int64(r.Aggregations.F.Value), want["b"]+want["c"]; got != w {
+		t.Errorf("sum of stacks b and c = %d, want %d", got, w)
+	}
+}
+
+func withValue(d indices.SampleDoc, v int64) indices.SampleDoc {
+	d.Value = v
+	return d
 }
 
 func TestWrongPassword(t *testing.T) {

@@ -150,16 +150,20 @@ type StackDoc struct {
 	Depth     int       `json:"depth"`
 }
 
-// SampleDoc is a document of stackstream-samples-YYYY.MM.DD.
+// SampleDoc is a document of stackstream-samples-YYYY.MM.DD: the samples of
+// one profile with one label set. StackIDs and StackValues are set with
+// SetStacks and read with Stacks (see stackvalues.go); Value is the total,
+// stacks or not, and Count the raw samples merged.
 type SampleDoc struct {
-	Timestamp time.Time         `json:"@timestamp"`
-	Type      string            `json:"type"`
-	Host      string            `json:"host"`
-	Service   string            `json:"service"`
-	StackID   string            `json:"stack_id,omitempty"`
-	Value     int64             `json:"value"`
-	Count     int64             `json:"count,omitempty"`
-	Labels    map[string]string `json:"labels,omitempty"`
+	Timestamp   time.Time         `json:"@timestamp"`
+	Type        string            `json:"type"`
+	Host        string            `json:"host"`
+	Service     string            `json:"service"`
+	StackIDs    []string          `json:"stack_id,omitempty"`
+	StackValues []byte            `json:"stack_values,omitempty"`
+	Value       int64             `json:"value"`
+	Count       int64             `json:"count,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
 }
 
 // Rollup kinds and resolutions.
@@ -211,10 +215,11 @@ func StackID(frames []Frame) string {
 	return hashID(parts...)
 }
 
-// SampleID is the _id of a sample document: one per (profile, stack, label
-// set), where a profile is identified by host, type and its own time.
-func SampleID(host, profileType string, profileTime time.Time, stackID string, labels map[string]string) string {
-	parts := []string{host, profileType, strconv.FormatInt(profileTime.UnixNano(), 10), stackID}
+// SampleID is the _id of a sample document: one per (profile, label set),
+// where a profile is identified by host, type and its own time. A replay
+// overwrites the whole document, so re-symbolized stacks replace the old ones.
+func SampleID(host, profileType string, profileTime time.Time, labels map[string]string) string {
+	parts := []string{host, profileType, strconv.FormatInt(profileTime.UnixNano(), 10)}
 	parts = append(parts, sortedLabels(labels)...)
 	return hashID(parts...)
 }

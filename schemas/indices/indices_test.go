@@ -54,8 +54,8 @@ func TestIDsAreDeterministic(t *testing.T) {
 		t.Fatal("StackID equal for different frames")
 	}
 	now := time.Unix(100, 0)
-	a := SampleID("h", "cpu", now, "s", map[string]string{"a": "1", "b": "2"})
-	b := SampleID("h", "cpu", now, "s", map[string]string{"b": "2", "a": "1"})
+	a := SampleID("h", "cpu", now, map[string]string{"a": "1", "b": "2"})
+	b := SampleID("h", "cpu", now, map[string]string{"b": "2", "a": "1"})
 	if a != b {
 		t.Fatal("SampleID depends on map order")
 	}

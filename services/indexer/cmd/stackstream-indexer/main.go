@@ -70,6 +70,7 @@ func runMain() error {
 		BatchBytes:      cfg.Indexer.BatchBytes,
 		FlushInterval:   cfg.Indexer.FlushInterval,
 		ShutdownTimeout: cfg.Indexer.ShutdownTimeout,
+		Workers:         cfg.Indexer.Workers,
 		Logger:          log,
 		Metrics:         metrics,
 	})

@@ -1,6 +1,7 @@
 package indexer
 
 import (
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -41,7 +42,7 @@ func (s Stack) Doc() ([]byte, error) {
 }
 
 // Sample is one samples-index document: the samples of a profile with the
-// same stack and label set, summed.
+// same label set, summed by stack.
 type Sample struct {
 	Index string
 	ID    string
@@ -75,15 +76,19 @@ func Convert(names indices.Names, meta record.Meta, p *profile.Profile, fallback
 	at = at.UTC()
 	index := names.Samples(at)
 
-	type key struct{ stack, labels string }
+	// One document per label set (a process, mostly) with every stack it
+	// was seen in: see schemas/indices/stackvalues.go.
 	type agg struct {
-		doc indices.SampleDoc
-		raw int64
-		ls  *labelSet
+		doc    indices.SampleDoc
+		raw    int64
+		ls     *labelSet
+		stacks map[string]int // stack ID -> index in ids and values
+		ids    []string
+		values []int64
 	}
 	labelSets := labelSets{}
-	merged := map[key]*agg{}
-	var order []key
+	merged := map[string]*agg{} // by labelSet.key
+	var order []*agg
 	var docs Documents
 	seenStack := map[string]bool{}
 	stackByLocs := map[string]string{}
@@ -91,6 +96,10 @@ func Convert(names indices.Names, meta record.Meta, p *profile.Profile, fallback
 	for _, s := range p.Sample {
 		if valueIdx >= len(s.Value) {
 			return Documents{}, fmt.Errorf("sample has %d values, profile declares %d sample types", len(s.Value), len(p.SampleType))
+		}
+		v := s.Value[valueIdx]
+		if v < 0 {
+			return Documents{}, fmt.Errorf("sample has a negative value %d", v)
 		}
 		// Samples of one stack in several processes share their locations:
 		// frames and hash are computed once per location sequence. Locations
@@ -116,25 +125,36 @@ func Convert(names indices.Names, meta record.Meta, p *profile.Profile, fallback
 		if countIdx >= 0 && countIdx < len(s.Value) {
 			raw = s.Value[countIdx]
 		}
-		k := key{stackID, ls.key}
-		a := merged[k]
+		a := merged[ls.key]
 		if a == nil {
 			a = &agg{doc: indices.SampleDoc{
-				Timestamp: at, Type: string(meta.Type), Host: ls.host, Service: ls.service,
-				StackID: stackID, Labels: ls.labels,
-			}, ls: ls}
-			merged[k] = a
-			order = append(order, k)
+				Timestamp: at, Type: string(meta.Type), Host: ls.host, Service: ls.service, Labels: ls.labels,
+			}, ls: ls, stacks: map[string]int{}}
+			merged[ls.key] = a
+			order = append(order, a)
 		}
-		a.doc.Value += s.Value[valueIdx]
+		a.doc.Value += v
 		a.doc.Count += raw
 		a.raw += raw
+		if stackID == "" {
+			continue // counted in the total only (memory samples have no stack)
+		}
+		i, ok := a.stacks[stackID]
+		if !ok {
+			i = len(a.ids)
+			a.stacks[stackID] = i
+			a.ids = append(a.ids, stackID)
+			a.values = append(a.values, 0)
+		}
+		a.values[i] += v
 	}
 	docs.Samples = make([]Sample, 0, len(order))
-	for _, k := range order {
-		a := merged[k]
+	for _, a := range order {
 		d := &a.doc
-		id := indices.SampleID(d.Host, d.Type, at, d.StackID, a.ls.idLabels)
+		if err := d.SetStacks(a.ids, a.values); err != nil {
+			return Documents{}, err
+		}
+		id := indices.SampleID(d.Host, d.Type, at, a.ls.idLabels)
 		docs.Samples = append(docs.Samples, Sample{Index: index, ID: id, Doc: appendSampleDoc(nil, d), Raw: a.raw})
 	}
 	return docs, nil
@@ -249,9 +269,17 @@ func appendSampleDoc(b []byte, d *indices.SampleDoc) []byte {
 	b = appendString(b, d.Host)
 	b = append(b, `,"service":`...)
 	b = appendString(b, d.Service)
-	if d.StackID != "" {
-		b = append(b, `,"stack_id":`...)
-		b = appendString(b, d.StackID)
+	if len(d.StackIDs) > 0 {
+		b = append(b, `,"stack_id":[`...)
+		for i, id := range d.StackIDs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, id)
+		}
+		b = append(b, `],"stack_values":"`...)
+		b = base64.StdEncoding.AppendEncode(b, d.StackValues)
+		b = append(b, '"')
 	}
 	b = append(b, `,"value":`...)
 	b = strconv.AppendInt(b, d.Value, 10)

@@ -25,7 +25,7 @@ func decodeSample(t *testing.T, s Sample) indices.SampleDoc {
 	return d
 }
 
-func TestConvertMergesSameStackAndLabels(t *testing.T) {
+func TestConvertOneDocumentPerLabelSet(t *testing.T) {
 	at := time.Date(2026, 11, 30, 23, 59, 58, 0, time.UTC)
 	a := map[string]string{"pid": "1", "comm": "api", "executable": "/bin/api", "host": "ignored"}
 	b := map[string]string{"pid": "2", "comm": "api", "executable": "/bin/api"}
@@ -42,29 +42,46 @@ func TestConvertMergesSameStackAndLabels(t *testing.T) {
 	if len(docs.Stacks) != 2 {
 		t.Fatalf("%d stacks, want 2", len(docs.Stacks))
 	}
-	if len(docs.Samples) != 3 {
-		t.Fatalf("%d sample docs, want 3 (two pid-1 samples of one stack merged)", len(docs.Samples))
+	if len(docs.Samples) != 2 {
+		t.Fatalf("%d sample docs, want 2 (one per pid)", len(docs.Samples))
 	}
 	leafMain := indices.StackID([]indices.Frame{{Function: "leaf"}, {Function: "main"}})
+	otherMain := indices.StackID([]indices.Frame{{Function: "other"}, {Function: "main"}})
 	first := decodeSample(t, docs.Samples[0])
-	want := indices.SampleDoc{Timestamp: at, Type: "cpu", Host: "web-1", Service: "api", StackID: leafMain, Value: 50, Count: 5,
-		Labels: map[string]string{"pid": "1", "comm": "api", "executable": "/bin/api"}}
-	if first.Timestamp != want.Timestamp || first.Type != want.Type || first.Host != want.Host || first.Service != want.Service ||
-		first.StackID != want.StackID || first.Value != want.Value || first.Count != want.Count || len(first.Labels) != 3 || first.Labels["pid"] != "1" {
-		t.Fatalf("merged doc = %+v, want %+v", first, want)
+	if first.Timestamp != at || first.Type != "cpu" || first.Host != "web-1" || first.Service != "api" ||
+		first.Value != 90 || first.Count != 9 || len(first.Labels) != 3 || first.Labels["pid"] != "1" {
+		t.Fatalf("pid 1 doc = %+v", first)
 	}
-	if docs.Samples[0].Index != "t-samples-2026.11.30" || docs.Samples[0].Raw != 5 {
+	ids, values, err := first.Stacks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for i, id := range ids {
+		got[id] = values[i]
+	}
+	if len(got) != 2 || got[leafMain] != 50 || got[otherMain] != 40 {
+		t.Fatalf("pid 1 stacks = %v, want leaf;main 50 and other;main 40", got)
+	}
+	if docs.Samples[0].Index != "t-samples-2026.11.30" || docs.Samples[0].Raw != 9 {
 		t.Fatalf("index %s raw %d", docs.Samples[0].Index, docs.Samples[0].Raw)
 	}
-	// Deterministic: converting again gives the same IDs.
+	// Deterministic: converting again gives the same IDs and documents.
 	again, _ := Convert(testNames, record.Meta{Type: record.ProfileCPU, Host: "web-1"}, p, time.Time{})
 	for i := range docs.Samples {
-		if docs.Samples[i].ID != again.Samples[i].ID {
-			t.Fatal("sample IDs differ between two conversions of one profile")
+		if docs.Samples[i].ID != again.Samples[i].ID || string(docs.Samples[i].Doc) != string(again.Samples[i].Doc) {
+			t.Fatal("sample documents differ between two conversions of one profile")
 		}
 	}
-	if docs.Samples[0].ID == docs.Samples[1].ID || docs.Samples[0].ID == docs.Samples[2].ID {
-		t.Fatal("different label sets or stacks share an ID")
+	if docs.Samples[0].ID == docs.Samples[1].ID {
+		t.Fatal("different label sets share an ID")
+	}
+}
+
+func TestConvertRejectsNegativeValues(t *testing.T) {
+	p := pproftest.NewCPU(time.Now(), time.Second).Sample(nil, []int64{1, -5}, "f").Profile()
+	if _, err := Convert(testNames, record.Meta{Type: record.ProfileCPU, Host: "h"}, p, time.Now()); err == nil {
+		t.Fatal("a negative value was accepted")
 	}
 }
 
@@ -81,7 +98,7 @@ func TestConvertMemoryIsStackless(t *testing.T) {
 		t.Fatalf("got %d stacks, %d samples; want 0 and 1", len(docs.Stacks), len(docs.Samples))
 	}
 	d := decodeSample(t, docs.Samples[0])
-	if d.StackID != "" || d.Value != 4096 || d.Count != 1 || d.Service != "db" || d.Type != "memory" {
+	if len(d.StackIDs) != 0 || len(d.StackValues) != 0 || d.Value != 4096 || d.Count != 1 || d.Service != "db" || d.Type != "memory" {
 		t.Fatalf("memory doc = %+v", d)
 	}
 }
@@ -160,8 +177,12 @@ func FuzzConvert(f *testing.F) {
 			return
 		}
 		for _, s := range docs.Samples {
-			if !json.Valid(s.Doc) || s.ID == "" {
-				t.Fatalf("invalid sample doc %q", s.Doc)
+			var d indices.SampleDoc
+			if err := json.Unmarshal(s.Doc, &d); err != nil || s.ID == "" {
+				t.Fatalf("invalid sample doc %q: %v", s.Doc, err)
+			}
+			if _, _, err := d.Stacks(); err != nil {
+				t.Fatalf("sample doc %q: %v", s.Doc, err)
 			}
 		}
 		for _, s := range docs.Stacks {

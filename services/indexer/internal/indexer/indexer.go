@@ -9,7 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -40,9 +43,12 @@ type Options struct {
 	// StackCacheSize is how many stored stack IDs are remembered so that
 	// stacks seen again are not re-sent; 0 picks a default, -1 disables it.
 	StackCacheSize int
-	Logger         *slog.Logger
-	Metrics        *Metrics
-	Now            func() time.Time
+	// Workers decode and convert the records of a poll in parallel; 0 is
+	// one per CPU. Documents are added to the batch in record order.
+	Workers int
+	Logger  *slog.Logger
+	Metrics *Metrics
+	Now     func() time.Time
 }
 
 // Defaults of Options.
@@ -98,6 +104,9 @@ func New(kcl *kgo.Client, w *bulk.Writer, opts Options) *Indexer {
 	}
 	if opts.StackCacheSize == 0 {
 		opts.StackCacheSize = DefaultStackCacheSize
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = runtime.GOMAXPROCS(0)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -208,7 +217,10 @@ func (ix *Indexer) Run(ctx context.Context) error {
 				ix.m.Lag.WithLabelValues(strconv.Itoa(int(p.Partition))).Set(float64(p.HighWatermark - p.Records[n-1].Offset - 1))
 			}
 		})
-		fetches.EachRecord(func(r *kgo.Record) { ix.add(b, r) })
+		recs := fetches.Records()
+		for i, c := range ix.convertAll(recs) {
+			ix.add(b, recs[i], c)
+		}
 
 		if ctx.Err() != nil {
 			return drain()
@@ -288,14 +300,41 @@ func (ix *Indexer) reap(f *flight) error {
 	return f.err
 }
 
-// add turns a record into documents of b, or into a dead letter.
-func (ix *Indexer) add(b *batch, r *kgo.Record) {
+// converted is a record's documents or the reason it has none.
+type converted struct {
+	docs Documents
+	err  error
+}
+
+// convertAll converts recs on up to Workers goroutines: decoding pprof is
+// most of the indexer's CPU.
+func (ix *Indexer) convertAll(recs []*kgo.Record) []converted {
+	out := make([]converted, len(recs))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(ix.opts.Workers, len(recs)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(recs) {
+					return
+				}
+				out[i].docs, out[i].err = ix.convert(recs[i])
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// add turns a converted record into documents of b, or into a dead letter.
+func (ix *Indexer) add(b *batch, r *kgo.Record, c converted) {
 	if b.records == 0 {
 		b.started = ix.opts.Now()
 	}
 	b.records++
 	b.last[topicPartition{r.Topic, r.Partition}] = r
-	docs, err := ix.convert(r)
+	docs, err := c.docs, c.err
 	if err != nil {
 		ix.log.Warn("dead-letter record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
 		b.dlq = append(b.dlq, record.DLQRecord(ix.opts.DLQTopic, Service, r, err))

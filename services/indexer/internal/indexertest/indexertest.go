@@ -44,7 +44,6 @@ type Corpus struct {
 // Totals are what the samples index must hold for a corpus.
 type Totals struct {
 	Value   map[string]int64 // per stack ID
-	Count   map[string]int64 // per stack ID (raw samples)
 	Raw     int64
 	Records int
 }
@@ -83,7 +82,7 @@ func (c Corpus) Build() ([]Record, Totals, error) {
 		z := rand.NewZipf(rng, c.Zipf, 1, uint64(len(stacks)-1))
 		pick = func() int { return int(z.Uint64()) }
 	}
-	tot := Totals{Value: map[string]int64{}, Count: map[string]int64{}}
+	tot := Totals{Value: map[string]int64{}}
 	var out []Record
 	for p := range c.ProfilesPerHost {
 		for h := range c.Hosts {
@@ -102,7 +101,6 @@ func (c Corpus) Build() ([]Record, Totals, error) {
 				}
 				b.Sample(labels, []int64{raw, val}, stacks[s]...)
 				tot.Value[ids[s]] += val
-				tot.Count[ids[s]] += raw
 				tot.Raw += raw
 			}
 			v, err := record.EncodeProfile(b.Profile())
@@ -228,11 +226,12 @@ func (e *Env) WaitCaughtUp(t testing.TB, timeout time.Duration) {
 // _source is disabled).
 type Stored struct {
 	Docs  int64
-	Value map[string]int64
-	Count map[string]int64
+	Value map[string]int64 // per stack ID
+	Raw   int64            // raw samples
 }
 
-// ReadStored refreshes the samples indices and sums value and count per stack.
+// ReadStored refreshes the samples indices and sums the values per stack with
+// the script the query service uses, and the raw samples.
 func (e *Env) ReadStored(t testing.TB) Stored {
 	t.Helper()
 	ctx := context.Background()
@@ -240,8 +239,10 @@ func (e *Env) ReadStored(t testing.TB) Stored {
 	if st, body, err := opensearch.Raw(ctx, e.OS, http.MethodPost, "/"+pattern+"/_refresh", nil); err != nil || st != http.StatusOK {
 		t.Fatalf("refresh: %d %s %v", st, body, err)
 	}
-	q := []byte(`{"size":0,"track_total_hits":true,"aggs":{"stacks":{"terms":{"field":"stack_id","size":65535},
-		"aggs":{"value":{"sum":{"field":"value"}},"count":{"sum":{"field":"count"}}}}}}`)
+	q, _ := json.Marshal(map[string]any{"size": 0, "track_total_hits": true, "aggs": map[string]any{
+		"stacks": map[string]any{"scripted_metric": indices.StackSumsScript()},
+		"raw":    map[string]any{"sum": map[string]any{"field": "count"}},
+	}})
 	st, body, err := opensearch.Raw(ctx, e.OS, http.MethodPost, "/"+pattern+"/_search", q)
 	if err != nil || st != http.StatusOK {
 		t.Fatalf("search: %d %s %v", st, body, err)
@@ -254,30 +255,19 @@ func (e *Env) ReadStored(t testing.TB) Stored {
 		} `json:"hits"`
 		Aggs struct {
 			Stacks struct {
-				Other   int64 `json:"sum_other_doc_count"`
-				Buckets []struct {
-					Key   string `json:"key"`
-					Value struct {
-						Value float64 `json:"value"`
-					} `json:"value"`
-					Count struct {
-						Value float64 `json:"value"`
-					} `json:"count"`
-				} `json:"buckets"`
+				Value map[string]int64 `json:"value"`
 			} `json:"stacks"`
+			Raw struct {
+				Value float64 `json:"value"`
+			} `json:"raw"`
 		} `json:"aggregations"`
 	}
 	if err := json.Unmarshal(body, &resp); err != nil {
 		t.Fatal(err)
 	}
-	if resp.Aggs.Stacks.Other != 0 {
-		t.Fatalf("more stacks than one terms aggregation returns")
-	}
-	s := Stored{Docs: resp.Hits.Total.Value, Value: map[string]int64{}, Count: map[string]int64{}}
-	for _, b := range resp.Aggs.Stacks.Buckets {
-		// Sums are doubles; totals here stay far below 2^53, so exact.
-		s.Value[b.Key] = int64(b.Value.Value)
-		s.Count[b.Key] = int64(b.Count.Value)
+	s := Stored{Docs: resp.Hits.Total.Value, Value: resp.Aggs.Stacks.Value, Raw: int64(resp.Aggs.Raw.Value)}
+	if s.Value == nil {
+		s.Value = map[string]int64{}
 	}
 	return s
 }
@@ -288,9 +278,12 @@ func (s Stored) Check(want Totals) error {
 		return fmt.Errorf("stored %d stacks, want %d", len(s.Value), len(want.Value))
 	}
 	for id, v := range want.Value {
-		if s.Value[id] != v || s.Count[id] != want.Count[id] {
-			return fmt.Errorf("stack %s: value %d count %d, want %d and %d", id, s.Value[id], s.Count[id], v, want.Count[id])
+		if s.Value[id] != v {
+			return fmt.Errorf("stack %s: value %d, want %d", id, s.Value[id], v)
 		}
+	}
+	if s.Raw != want.Raw {
+		return fmt.Errorf("raw samples %d, want %d", s.Raw, want.Raw)
 	}
 	return nil
 }
