@@ -132,6 +132,8 @@ func TestConfigErrors(t *testing.T) {
 		{"help", nil, "STACKSTREAM_INDEXER_RETENTION_DAYS", 0},
 		{"bad batch", []string{"STACKSTREAM_INDEXER_BATCH_BYTES=10"}, "STACKSTREAM_INDEXER_BATCH_BYTES=10 is too small", 1},
 		{"bad duration", []string{"STACKSTREAM_INDEXER_FLUSH_INTERVAL=soon"}, "STACKSTREAM_INDEXER_FLUSH_INTERVAL", 1},
+		{"negative merge age", []string{"STACKSTREAM_INDEXER_MERGE_AFTER=-1h"}, "STACKSTREAM_INDEXER_MERGE_AFTER=-1h0m0s must be 0", 1},
+		{"negative workers", []string{"STACKSTREAM_INDEXER_WORKERS=-2"}, "STACKSTREAM_INDEXER_WORKERS=-2 must be 0", 1},
 		{"no opensearch", []string{"STACKSTREAM_OPENSEARCH_URL=http://127.0.0.1:1"}, "STACKSTREAM_OPENSEARCH_URL=http://127.0.0.1:1", 1},
 		{"no topics", []string{"STACKSTREAM_KAFKA_TOPIC_PREFIX=no-such-prefix-" + strconv.Itoa(os.Getpid()) + ".",
 			"STACKSTREAM_INDEXER_GROUP=no-such-group-" + strconv.Itoa(os.Getpid())}, "profiles.symbolized is missing: run stackctl init", 1},

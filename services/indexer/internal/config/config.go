@@ -29,6 +29,7 @@ type Indexer struct {
 	ShutdownTimeout   time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"how long the last batch may take to be stored on shutdown"`
 	RetentionDays     int           `envconfig:"RETENTION_DAYS" default:"7" desc:"delete daily samples indices older than this many days; 0 keeps them"`
 	RetentionInterval time.Duration `envconfig:"RETENTION_INTERVAL" default:"1h" desc:"how often retention runs"`
+	MergeAfter        time.Duration `envconfig:"MERGE_AFTER" default:"1h" desc:"force-merge a daily samples index to one segment this long after its day ended; 0 never"`
 	Workers           int           `envconfig:"WORKERS" default:"0" desc:"profiles decoded in parallel; 0 is one per CPU"`
 }
 
@@ -56,6 +57,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_INDEXER_SHUTDOWN_TIMEOUT=%s must be positive", i.ShutdownTimeout)
 	case i.RetentionDays < 0:
 		return fmt.Errorf("STACKSTREAM_INDEXER_RETENTION_DAYS=%d must be 0 (keep) or positive", i.RetentionDays)
+	case i.MergeAfter < 0:
+		return fmt.Errorf("STACKSTREAM_INDEXER_MERGE_AFTER=%s must be 0 (never) or positive", i.MergeAfter)
 	case i.Workers < 0:
 		return fmt.Errorf("STACKSTREAM_INDEXER_WORKERS=%d must be 0 (one per CPU) or positive", i.Workers)
 	case i.RetentionInterval <= 0:

@@ -14,14 +14,20 @@ import (
 	"github.com/stackstream/stackstream/schemas/indices"
 )
 
-// Retention deletes daily samples indices whose day ended more than Days ago.
+// Retention deletes daily samples indices whose day ended more than Days ago,
+// and force-merges to one segment those whose day ended more than MergeAfter
+// ago (0 never merges). A finished day is then smaller and faster to read:
+// the merge drops the copies of the documents OpenSearch keeps for peer
+// recovery (_recovery_source, see schemas/opensearch.md) and leaves one
+// segment to search.
 type Retention struct {
-	Client   *opensearchapi.Client
-	Names    indices.Names
-	Days     int
-	Interval time.Duration
-	Logger   *slog.Logger
-	Now      func() time.Time
+	Client     *opensearchapi.Client
+	Names      indices.Names
+	Days       int
+	MergeAfter time.Duration
+	Interval   time.Duration
+	Logger     *slog.Logger
+	Now        func() time.Time
 }
 
 // Run applies retention now and then every Interval until ctx ends.
@@ -33,6 +39,11 @@ func (r *Retention) Run(ctx context.Context) error {
 			r.Logger.Warn("apply retention", "err", err)
 		} else if len(deleted) > 0 {
 			r.Logger.Info("deleted expired indices", "indices", deleted, "retention_days", r.Days)
+		}
+		if merged, err := r.Merge(ctx); err != nil {
+			r.Logger.Warn("merge finished days", "err", err)
+		} else if len(merged) > 0 {
+			r.Logger.Info("merged finished days", "indices", merged)
 		}
 		select {
 		case <-ctx.Done():
@@ -78,4 +89,50 @@ func (r *Retention) Apply(ctx context.Context) ([]string, error) {
 		deleted = append(deleted, row.Index)
 	}
 	return deleted, nil
+}
+
+// Merge force-merges to one segment the samples indices of days that ended
+// more than MergeAfter ago and still have several segments, one at a time,
+// and returns their names. A merge that outlasts the client's timeout goes
+// on in OpenSearch; the next run finds it done or asks again (OpenSearch
+// queues force merges, one per node at a time).
+func (r *Retention) Merge(ctx context.Context) ([]string, error) {
+	if r.MergeAfter <= 0 {
+		return nil, nil
+	}
+	status, body, err := opensearch.Raw(ctx, r.Client, http.MethodGet, "/"+r.Names.SamplesPattern()+"/_stats/segments?level=indices&ignore_unavailable=true&allow_no_indices=true", nil)
+	if err != nil {
+		return nil, fmt.Errorf("read segment counts: %w", err)
+	}
+	if status != http.StatusOK {
+		return nil, fmt.Errorf("read segment counts: HTTP %d: %.200s", status, body)
+	}
+	var stats struct {
+		Indices map[string]struct {
+			Primaries struct {
+				Segments struct {
+					Count int `json:"count"`
+				} `json:"segments"`
+			} `json:"primaries"`
+		} `json:"indices"`
+	}
+	if err := json.Unmarshal(body, &stats); err != nil {
+		return nil, fmt.Errorf("parse segment counts: %w", err)
+	}
+	var merged []string
+	for index, st := range stats.Indices {
+		day, ok := r.Names.IndexTime(index)
+		if !ok || st.Primaries.Segments.Count <= 1 || r.Now().Sub(day.AddDate(0, 0, 1)) < r.MergeAfter {
+			continue
+		}
+		status, body, err := opensearch.Raw(ctx, r.Client, http.MethodPost, "/"+index+"/_forcemerge?max_num_segments=1", nil)
+		if err != nil {
+			return merged, fmt.Errorf("force merge %s: %w", index, err)
+		}
+		if status != http.StatusOK {
+			return merged, fmt.Errorf("force merge %s: HTTP %d: %.200s", index, status, body)
+		}
+		merged = append(merged, index)
+	}
+	return merged, nil
 }
