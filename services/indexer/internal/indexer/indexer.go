@@ -373,18 +373,15 @@ func (ix *Indexer) convert(r *kgo.Record) (Documents, error) {
 	if err != nil {
 		return Documents{}, fmt.Errorf("parse headers: %w", err)
 	}
-	p, err := record.DecodeProfile(r.Value)
-	if err != nil {
-		return Documents{}, fmt.Errorf("decode profile: %w", err)
-	}
 	if meta.Host == "" {
 		meta.Host = string(r.Key)
 	}
-	docs, err := Convert(ix.opts.Names, meta, p, r.Timestamp)
-	if err != nil {
-		return Documents{}, fmt.Errorf("convert profile: %w", err)
+	// The fast path handles the profiles agents and the symbolizer write;
+	// anything else (and every error) takes the general one.
+	if docs, ok := fastConvert(ix.opts.Names, meta, r.Value, r.Timestamp); ok {
+		return docs, nil
 	}
-	return docs, nil
+	return decodeConvert(ix.opts.Names, meta, r.Value, r.Timestamp)
 }
 
 // flush stores b's documents, dead-letters the records OpenSearch rejected

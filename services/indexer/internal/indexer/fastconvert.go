@@ -1,0 +1,767 @@
+package indexer
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/stackstream/stackstream/pkg/pprofx"
+	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/schemas/record"
+)
+
+// decodeConvert is the general path: google/pprof's decoder, then Convert.
+// Its errors are what the DLQ records say.
+func decodeConvert(names indices.Names, meta record.Meta, value []byte, fallback time.Time) (Documents, error) {
+	p, err := record.DecodeProfile(value)
+	if err != nil {
+		return Documents{}, fmt.Errorf("decode profile: %w", err)
+	}
+	// pprof leaves a sample's location nil when its ID is not in the
+	// location table; the frames would dereference it.
+	for _, s := range p.Sample {
+		for _, loc := range s.Location {
+			if loc == nil {
+				return Documents{}, errors.New("decode profile: sample references an unknown location")
+			}
+		}
+	}
+	docs, err := Convert(names, meta, p, fallback)
+	if err != nil {
+		return Documents{}, fmt.Errorf("convert profile: %w", err)
+	}
+	return docs, nil
+}
+
+// fastConvert turns a record value (gzip pprof) into the same Documents as
+// DecodeProfile followed by Convert, without building a *profile.Profile: it
+// walks the protobuf once, resolves each distinct stack and label set of the
+// profile once, and takes the IDs of stacks seen in earlier profiles from
+// fastStacks. It returns ok=false whenever the input has anything it does not
+// handle exactly as the general path does (not gzip, malformed protobuf,
+// numeric labels, repeated label keys, unknown or sparse IDs, bad values...):
+// the caller then takes the general path, which also explains the error.
+func fastConvert(names indices.Names, meta record.Meta, value []byte, fallback time.Time) (Documents, bool) {
+	d := fastDecoders.Get().(*fastDecoder)
+	defer fastDecoders.Put(d)
+	if !d.decompress(value) {
+		return Documents{}, false
+	}
+	if !d.parse() {
+		return Documents{}, false
+	}
+	return d.convert(names, meta, fallback, fastStacks)
+}
+
+// fastDecoders keeps decoders with their buffers between profiles: workers
+// convert concurrently, each with its own decoder.
+var fastDecoders = sync.Pool{New: func() any { return new(fastDecoder) }}
+
+// fastStacks maps the content hash of a stack's frames to its ID and
+// frames across profiles, so indices.StackID (sha256) runs once per new
+// stack rather than once per profile.
+var fastStacks = newStackCache(1 << 14)
+
+// stackCache is a bounded, goroutine-safe map from a 128-bit content hash of
+// a stack to its ID and frames. It forgets everything when full.
+type stackCache struct {
+	seeds [2]maphash.Seed
+	max   int
+	mu    sync.RWMutex
+	m     map[[2]uint64]cachedStack
+}
+
+type cachedStack struct {
+	id     string
+	frames []indices.Frame // shared, never modified
+}
+
+func newStackCache(max int) *stackCache {
+	return &stackCache{seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, max: max, m: map[[2]uint64]cachedStack{}}
+}
+
+func (c *stackCache) hash(b []byte) [2]uint64 {
+	return [2]uint64{maphash.Bytes(c.seeds[0], b), maphash.Bytes(c.seeds[1], b)}
+}
+
+func (c *stackCache) get(h [2]uint64) (cachedStack, bool) {
+	c.mu.RLock()
+	s, ok := c.m[h]
+	c.mu.RUnlock()
+	return s, ok
+}
+
+func (c *stackCache) put(h [2]uint64, s cachedStack) {
+	c.mu.Lock()
+	if len(c.m) >= c.max {
+		clear(c.m)
+	}
+	c.m[h] = s
+	c.mu.Unlock()
+}
+
+// Decoded tables of one profile; string fields are string table indices.
+type (
+	fastMapping struct {
+		id, file, build uint64
+	}
+	fastFunction struct {
+		id, name, system, file uint64
+	}
+	fastLine struct {
+		function, line uint64
+	}
+	fastLocation struct {
+		id, mapping, address uint64
+		lines                [2]int // range in fastDecoder.lines
+		hashed               bool
+		hash                 [2]uint64
+		frames               []indices.Frame // built only when a new stack needs them
+		framed               bool
+	}
+	fastValueType struct{ typ, unit uint64 }
+)
+
+// fastDecoder is the state of one profile's conversion, reused between
+// profiles (its slices keep their capacity).
+type fastDecoder struct {
+	zr      *gzip.Reader
+	br      bytes.Reader
+	raw     bytes.Buffer
+	strs    [][]byte // string table, slices of raw
+	strVals []string // strs converted on first use
+	strDone []bool
+
+	sampleTypes []fastValueType
+	samples     [][]byte
+	mappings    []fastMapping
+	locations   []fastLocation
+	lines       []fastLine
+	functions   []fastFunction
+	mapByID     []int32 // ID -> index+1
+	funcByID    []int32
+	locByID     []int32
+
+	timeNanos, defaultType int64
+	checkStrs              []int64 // string indices pprof resolves (and so must be valid)
+
+	ids    []uint64
+	values []int64
+	buf    []byte
+	lkey   []byte
+
+	// Scratch for pprofx.LocationFrames.
+	loc  profile.Location
+	mp   profile.Mapping
+	fns  []profile.Function
+	plns []profile.Line
+}
+
+func (d *fastDecoder) decompress(value []byte) bool {
+	if len(value) < 2 || value[0] != 0x1f || value[1] != 0x8b {
+		return false
+	}
+	d.br.Reset(value)
+	if d.zr == nil {
+		zr, err := gzip.NewReader(&d.br)
+		if err != nil {
+			return false
+		}
+		d.zr = zr
+	} else if err := d.zr.Reset(&d.br); err != nil {
+		return false
+	}
+	d.raw.Reset()
+	if _, err := d.raw.ReadFrom(io.LimitReader(d.zr, record.MaxProfileBytes+1)); err != nil {
+		return false
+	}
+	return d.raw.Len() > 0 && d.raw.Len() <= record.MaxProfileBytes
+}
+
+// varint decodes as pprof does: at most 10 bytes, extra high bits dropped.
+func varint(b []byte) (uint64, int) {
+	var u uint64
+	for i := 0; i < 10 && i < len(b); i++ {
+		u |= uint64(b[i]&0x7f) << uint(7*i)
+		if b[i]&0x80 == 0 {
+			return u, i + 1
+		}
+	}
+	return 0, 0
+}
+
+// field reads one protobuf field: its number, wire type, varint value or
+// length-delimited bytes, and the rest. Wire types 1 and 5 are read but
+// every field the fast path knows is varint or bytes, so callers reject them.
+func field(b []byte) (num uint64, typ int, u uint64, data, rest []byte, ok bool) {
+	key, n := varint(b)
+	if n == 0 {
+		return 0, 0, 0, nil, nil, false
+	}
+	b = b[n:]
+	num, typ = key>>3, int(key&7)
+	switch typ {
+	case 0:
+		u, n = varint(b)
+		if n == 0 {
+			return 0, 0, 0, nil, nil, false
+		}
+		return num, typ, u, nil, b[n:], true
+	case 2:
+		l, n := varint(b)
+		if n == 0 || l > uint64(len(b)-n) {
+			return 0, 0, 0, nil, nil, false
+		}
+		b = b[n:]
+		return num, typ, 0, b[:l], b[l:], true
+	}
+	return 0, 0, 0, nil, nil, false
+}
+
+// varints appends a repeated varint field (packed or not) to dst.
+func appendVarints[T int64 | uint64](dst []T, typ int, u uint64, data []byte) ([]T, bool) {
+	if typ == 0 {
+		return append(dst, T(u)), true
+	}
+	for len(data) > 0 {
+		v, n := varint(data)
+		if n == 0 {
+			return dst, false
+		}
+		dst = append(dst, T(v))
+		data = data[n:]
+	}
+	return dst, true
+}
+
+// scalars reads a message whose fields are all varints numbered 1..len(dst),
+// the last occurrence winning, as pprof does.
+func scalars(b []byte, dst []*uint64) bool {
+	for len(b) > 0 {
+		num, typ, u, _, rest, ok := field(b)
+		if !ok || typ != 0 || num == 0 || num > uint64(len(dst)) {
+			return false
+		}
+		if p := dst[num-1]; p != nil {
+			*p = u
+		}
+		b = rest
+	}
+	return true
+}
+
+func (d *fastDecoder) reset() {
+	d.strs = d.strs[:0]
+	d.sampleTypes = d.sampleTypes[:0]
+	d.samples = d.samples[:0]
+	d.mappings = d.mappings[:0]
+	d.locations = d.locations[:0]
+	d.lines = d.lines[:0]
+	d.functions = d.functions[:0]
+	d.checkStrs = d.checkStrs[:0]
+	d.timeNanos, d.defaultType = 0, 0
+}
+
+// parse walks the profile message, keeping samples as raw bytes for later.
+func (d *fastDecoder) parse() bool {
+	d.reset()
+	b := d.raw.Bytes()
+	timeSeen := false
+	for len(b) > 0 {
+		num, typ, u, data, rest, ok := field(b)
+		if !ok {
+			return false
+		}
+		b = rest
+		switch num {
+		case 1, 11: // sample_type, period_type
+			if typ != 2 {
+				return false
+			}
+			var vt fastValueType
+			if !scalars(data, []*uint64{&vt.typ, &vt.unit}) {
+				return false
+			}
+			if num == 1 {
+				d.sampleTypes = append(d.sampleTypes, vt)
+			} else {
+				d.checkStrs = append(d.checkStrs, int64(vt.typ), int64(vt.unit))
+			}
+		case 2:
+			if typ != 2 {
+				return false
+			}
+			d.samples = append(d.samples, data)
+		case 3:
+			if typ != 2 {
+				return false
+			}
+			var m fastMapping
+			var skip uint64
+			if !scalars(data, []*uint64{&m.id, &skip, &skip, &skip, &m.file, &m.build, &skip, &skip, &skip, &skip}) {
+				return false
+			}
+			d.mappings = append(d.mappings, m)
+		case 4:
+			if typ != 2 || !d.parseLocation(data) {
+				return false
+			}
+		case 5:
+			if typ != 2 {
+				return false
+			}
+			var f fastFunction
+			var skip uint64
+			if !scalars(data, []*uint64{&f.id, &f.name, &f.system, &f.file, &skip}) {
+				return false
+			}
+			d.functions = append(d.functions, f)
+		case 6:
+			if typ != 2 {
+				return false
+			}
+			d.strs = append(d.strs, data)
+			if len(d.strs[0]) != 0 {
+				return false
+			}
+		case 7, 8, 10, 12, 15: // drop_frames, keep_frames, duration, period, doc_url
+			if typ != 0 {
+				return false
+			}
+			if num != 10 && num != 12 {
+				d.checkStrs = append(d.checkStrs, int64(u))
+			}
+		case 9:
+			if typ != 0 || (timeSeen && d.timeNanos != 0) {
+				return false // pprof rejects concatenated profiles
+			}
+			timeSeen = true
+			d.timeNanos = int64(u)
+		case 13: // comments
+			var ok bool
+			if d.checkStrs, ok = appendVarints(d.checkStrs, typ, u, data); !ok || (typ != 0 && typ != 2) {
+				return false
+			}
+		case 14:
+			if typ != 0 {
+				return false
+			}
+			d.defaultType = int64(u)
+		default:
+			return false
+		}
+	}
+	if len(d.strs) == 0 {
+		return false
+	}
+	for _, i := range d.checkStrs {
+		if !d.validStr(i) {
+			return false
+		}
+	}
+	for _, st := range d.sampleTypes {
+		if !d.validStr(int64(st.typ)) || !d.validStr(int64(st.unit)) {
+			return false
+		}
+	}
+	for _, m := range d.mappings {
+		if !d.validStr(int64(m.file)) || !d.validStr(int64(m.build)) {
+			return false
+		}
+	}
+	for _, f := range d.functions {
+		if !d.validStr(int64(f.name)) || !d.validStr(int64(f.system)) || !d.validStr(int64(f.file)) {
+			return false
+		}
+	}
+	var ok bool
+	if d.mapByID, ok = index(d.mapByID, len(d.mappings), func(i int) uint64 { return d.mappings[i].id }); !ok {
+		return false
+	}
+	if d.funcByID, ok = index(d.funcByID, len(d.functions), func(i int) uint64 { return d.functions[i].id }); !ok {
+		return false
+	}
+	if d.locByID, ok = index(d.locByID, len(d.locations), func(i int) uint64 { return d.locations[i].id }); !ok {
+		return false
+	}
+	for i := range d.locations {
+		l := &d.locations[i]
+		if l.mapping != 0 && lookup(d.mapByID, l.mapping) < 0 {
+			return false
+		}
+		for _, ln := range d.lines[l.lines[0]:l.lines[1]] {
+			if ln.function != 0 && lookup(d.funcByID, ln.function) < 0 {
+				return false
+			}
+		}
+	}
+	if cap(d.strVals) < len(d.strs) {
+		d.strVals = make([]string, len(d.strs))
+		d.strDone = make([]bool, len(d.strs))
+	}
+	d.strVals = d.strVals[:len(d.strs)]
+	d.strDone = d.strDone[:len(d.strs)]
+	clear(d.strVals)
+	clear(d.strDone)
+	return true
+}
+
+func (d *fastDecoder) parseLocation(b []byte) bool {
+	l := fastLocation{lines: [2]int{len(d.lines), len(d.lines)}}
+	for len(b) > 0 {
+		num, typ, u, data, rest, ok := field(b)
+		if !ok {
+			return false
+		}
+		b = rest
+		switch {
+		case num >= 1 && num <= 3 || num == 5:
+			if typ != 0 {
+				return false
+			}
+			switch num {
+			case 1:
+				l.id = u
+			case 2:
+				l.mapping = u
+			case 3:
+				l.address = u
+			}
+		case num == 4:
+			if typ != 2 {
+				return false
+			}
+			var ln fastLine
+			var skip uint64
+			if !scalars(data, []*uint64{&ln.function, &ln.line, &skip}) {
+				return false
+			}
+			d.lines = append(d.lines, ln)
+		default:
+			return false
+		}
+	}
+	l.lines[1] = len(d.lines)
+	d.locations = append(d.locations, l)
+	return true
+}
+
+func (d *fastDecoder) validStr(i int64) bool { return i >= 0 && i < int64(len(d.strs)) }
+
+func (d *fastDecoder) str(i uint64) string {
+	if !d.strDone[i] {
+		d.strVals[i] = string(d.strs[i])
+		d.strDone[i] = true
+	}
+	return d.strVals[i]
+}
+
+// index maps the IDs of n table entries to their index+1. IDs must be
+// unique, non-zero and dense enough for a slice; anything else is left to
+// the general path.
+func index(dst []int32, n int, id func(int) uint64) ([]int32, bool) {
+	size := 0
+	for i := range n {
+		x := id(i)
+		if x == 0 || x > uint64(4*n+64) {
+			return dst, false
+		}
+		size = max(size, int(x)+1)
+	}
+	if cap(dst) < size {
+		dst = make([]int32, size)
+	}
+	dst = dst[:size]
+	clear(dst)
+	for i := range n {
+		x := id(i)
+		if dst[x] != 0 {
+			return dst, false
+		}
+		dst[x] = int32(i + 1)
+	}
+	return dst, true
+}
+
+// lookup is the index of id in a table built by index, or -1.
+func lookup(t []int32, id uint64) int {
+	if id >= uint64(len(t)) {
+		return -1
+	}
+	return int(t[id]) - 1
+}
+
+// locationHash is a content hash of everything a location's frames depend
+// on (binary file, address, lines' function names, files and numbers), so
+// equal hashes mean equal frames.
+func (d *fastDecoder) locationHash(l *fastLocation, c *stackCache) [2]uint64 {
+	if l.hashed {
+		return l.hash
+	}
+	b := d.buf[:0]
+	if l.mapping != 0 {
+		b = appendBytes(b, d.strs[d.mappings[lookup(d.mapByID, l.mapping)].file])
+	} else {
+		b = appendBytes(b, nil)
+	}
+	b = binary.LittleEndian.AppendUint64(b, l.address)
+	b = binary.LittleEndian.AppendUint64(b, uint64(l.lines[1]-l.lines[0]))
+	for _, ln := range d.lines[l.lines[0]:l.lines[1]] {
+		if ln.function != 0 {
+			f := d.functions[lookup(d.funcByID, ln.function)]
+			b = appendBytes(b, d.strs[f.name])
+			b = appendBytes(b, d.strs[f.file])
+		} else {
+			b = appendBytes(b, nil)
+			b = appendBytes(b, nil)
+		}
+		b = binary.LittleEndian.AppendUint64(b, ln.line)
+	}
+	d.buf = b
+	l.hash, l.hashed = c.hash(b), true
+	return l.hash
+}
+
+func appendBytes(b, s []byte) []byte {
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// locationFrames are the frames of a location by pprofx's rule, given a
+// scratch profile.Location that mirrors it.
+func (d *fastDecoder) locationFrames(dst []indices.Frame, l *fastLocation) []indices.Frame {
+	d.loc = profile.Location{Address: l.address}
+	if l.mapping != 0 {
+		d.mp = profile.Mapping{File: d.str(d.mappings[lookup(d.mapByID, l.mapping)].file)}
+		d.loc.Mapping = &d.mp
+	}
+	n := l.lines[1] - l.lines[0]
+	if cap(d.plns) < n {
+		d.plns = make([]profile.Line, n)
+		d.fns = make([]profile.Function, n)
+	}
+	d.plns, d.fns = d.plns[:n], d.fns[:n]
+	for i, ln := range d.lines[l.lines[0]:l.lines[1]] {
+		d.plns[i] = profile.Line{Line: int64(ln.line)}
+		if ln.function != 0 {
+			f := d.functions[lookup(d.funcByID, ln.function)]
+			d.fns[i] = profile.Function{Name: d.str(f.name), Filename: d.str(f.file)}
+			d.plns[i].Function = &d.fns[i]
+		}
+	}
+	d.loc.Line = d.plns
+	return pprofx.LocationFrames(dst, &d.loc)
+}
+
+// stack resolves the location IDs of a sample (d.ids) to a stack ID, adding
+// the stack to docs the first time the profile has it.
+func (d *fastDecoder) stack(c *stackCache) (cachedStack, bool) {
+	b := d.lkey[:0]
+	for _, id := range d.ids {
+		i := lookup(d.locByID, id)
+		if i < 0 {
+			return cachedStack{}, false
+		}
+		h := d.locationHash(&d.locations[i], c)
+		b = binary.LittleEndian.AppendUint64(b, h[0])
+		b = binary.LittleEndian.AppendUint64(b, h[1])
+	}
+	d.lkey = b
+	if len(d.ids) == 0 {
+		return cachedStack{}, true
+	}
+	h := c.hash(b)
+	if s, ok := c.get(h); ok {
+		return s, true
+	}
+	frames := make([]indices.Frame, 0, len(d.ids))
+	for _, id := range d.ids {
+		frames = d.locationFrames(frames, &d.locations[lookup(d.locByID, id)])
+	}
+	s := cachedStack{frames: frames}
+	if len(frames) > 0 {
+		s.id = indices.StackID(frames)
+	}
+	c.put(h, s)
+	return s, true
+}
+
+// labels decodes the label submessages of a sample as pprof's Label map.
+// Numeric labels and repeated keys are left to the general path.
+func (d *fastDecoder) labels(raw []byte) (map[string][]string, bool) {
+	var out map[string][]string
+	for len(raw) > 0 {
+		_, _, _, data, rest, _ := field(raw) // validated by the caller
+		raw = rest
+		var key, str, num, unit uint64
+		if !scalars(data, []*uint64{&key, &str, &num, &unit}) || !d.validStr(int64(key)) {
+			return nil, false
+		}
+		if str == 0 {
+			if num != 0 || unit != 0 {
+				return nil, false
+			}
+			continue // pprof drops a label without value
+		}
+		if !d.validStr(int64(str)) {
+			return nil, false
+		}
+		k := d.str(key)
+		if _, dup := out[k]; dup {
+			return nil, false
+		}
+		if out == nil {
+			out = map[string][]string{}
+		}
+		out[k] = []string{d.str(str)}
+	}
+	return out, true
+}
+
+// convert is Convert over the decoded tables; see Convert for the rules.
+func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback time.Time, c *stackCache) (Documents, bool) {
+	if len(d.sampleTypes) == 0 {
+		return Documents{}, false
+	}
+	types := make([]*profile.ValueType, len(d.sampleTypes))
+	countIdx := -1
+	for i, st := range d.sampleTypes {
+		types[i] = &profile.ValueType{Type: d.str(st.typ), Unit: d.str(st.unit)}
+		if types[i].Type == "samples" && types[i].Unit == "count" {
+			countIdx = i
+		}
+	}
+	if !d.validStr(d.defaultType) {
+		return Documents{}, false
+	}
+	valueIdx := pprofx.ValueIndex(&profile.Profile{SampleType: types, DefaultSampleType: d.str(uint64(d.defaultType))}, string(meta.Type))
+	at := fallback
+	if d.timeNanos > 0 {
+		at = time.Unix(0, d.timeNanos)
+	}
+	at = at.UTC()
+	index := names.Samples(at)
+
+	type agg struct {
+		doc    indices.SampleDoc
+		raw    int64
+		ls     *labelSet
+		stacks map[string]int
+		ids    []string
+		values []int64
+	}
+	sets := labelSets{}
+	byRawLabels := map[string]*agg{}
+	merged := map[string]*agg{}
+	var order []*agg
+	var docs Documents
+	seenStack := map[string]bool{}
+	stackByLocs := map[string]string{}
+	var locKey, labelKey []byte
+	for _, s := range d.samples {
+		d.ids, d.values = d.ids[:0], d.values[:0]
+		locKey, labelKey = locKey[:0], labelKey[:0]
+		for len(s) > 0 {
+			num, typ, u, data, rest, ok := field(s)
+			if !ok {
+				return Documents{}, false
+			}
+			s = rest
+			switch num {
+			case 1:
+				if d.ids, ok = appendVarints(d.ids, typ, u, data); !ok {
+					return Documents{}, false
+				}
+			case 2:
+				if d.values, ok = appendVarints(d.values, typ, u, data); !ok {
+					return Documents{}, false
+				}
+			case 3:
+				if typ != 2 {
+					return Documents{}, false
+				}
+				labelKey = binary.AppendUvarint(labelKey, 3<<3|2)
+				labelKey = binary.AppendUvarint(labelKey, uint64(len(data)))
+				labelKey = append(labelKey, data...)
+			default:
+				return Documents{}, false
+			}
+		}
+		if valueIdx >= len(d.values) {
+			return Documents{}, false
+		}
+		v := d.values[valueIdx]
+		if v < 0 {
+			return Documents{}, false
+		}
+		for _, id := range d.ids {
+			locKey = binary.AppendUvarint(locKey, id)
+		}
+		stackID, ok := stackByLocs[string(locKey)]
+		if !ok {
+			st, ok := d.stack(c)
+			if !ok {
+				return Documents{}, false
+			}
+			stackID = st.id
+			if stackID != "" && !seenStack[stackID] {
+				seenStack[stackID] = true
+				docs.Stacks = append(docs.Stacks, Stack{ID: stackID, Frames: st.frames, At: at})
+			}
+			stackByLocs[string(locKey)] = stackID
+		}
+		a := byRawLabels[string(labelKey)]
+		if a == nil {
+			raw, ok := d.labels(labelKey)
+			if !ok {
+				return Documents{}, false
+			}
+			ls := sets.get(raw, meta.Host)
+			a = merged[ls.key]
+			if a == nil {
+				a = &agg{doc: indices.SampleDoc{
+					Timestamp: at, Type: string(meta.Type), Host: ls.host, Service: ls.service, Labels: ls.labels,
+				}, ls: ls, stacks: map[string]int{}}
+				merged[ls.key] = a
+				order = append(order, a)
+			}
+			byRawLabels[string(labelKey)] = a
+		}
+		raw := int64(1)
+		if countIdx >= 0 && countIdx < len(d.values) {
+			raw = d.values[countIdx]
+		}
+		a.doc.Value += v
+		a.doc.Count += raw
+		a.raw += raw
+		if stackID == "" {
+			continue
+		}
+		i, ok := a.stacks[stackID]
+		if !ok {
+			i = len(a.ids)
+			a.stacks[stackID] = i
+			a.ids = append(a.ids, stackID)
+			a.values = append(a.values, 0)
+		}
+		a.values[i] += v
+	}
+	docs.Samples = make([]Sample, 0, len(order))
+	for _, a := range order {
+		doc := &a.doc
+		if err := doc.SetStacks(a.ids, a.values); err != nil {
+			return Documents{}, false
+		}
+		id := indices.SampleID(doc.Host, doc.Type, at, a.ls.idLabels)
+		docs.Samples = append(docs.Samples, Sample{Index: index, ID: id, Doc: appendSampleDoc(nil, doc), Raw: a.raw})
+	}
+	return docs, true
+}

@@ -1,0 +1,244 @@
+package indexer
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/stackstream/stackstream/pkg/pproftest"
+	"github.com/stackstream/stackstream/schemas/record"
+	"github.com/stackstream/stackstream/services/indexer/internal/indexertest"
+)
+
+// benchCorpora are the shapes of BenchmarkDecodeConvert and bench/run.sh.
+var benchCorpora = []struct {
+	name    string
+	samples int
+	raw     int64
+	zipf    float64
+}{
+	{"busy-100Hz", 300, 50, 0},
+	{"agent-19Hz-zipf", 1520, 1, 1.1},
+}
+
+func benchCorpus(t testing.TB, samples int, raw int64, zipf float64, profiles int) []indexertest.Record {
+	t.Helper()
+	recs, _, err := indexertest.Corpus{
+		Seed: 2026, Hosts: 1, ProfilesPerHost: profiles, Start: time.Unix(1700000000, 0), Interval: 10 * time.Second,
+		Stacks: 2000, Depth: 30, Processes: 10, SamplesPerProf: samples, RawPerSample: raw, Zipf: zipf,
+	}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
+type fastCase struct {
+	name     string
+	meta     record.Meta
+	value    []byte
+	fallback time.Time
+	wantFast bool // the fast path must take it
+}
+
+func encode(t testing.TB, p *profile.Profile) []byte {
+	t.Helper()
+	v, err := record.EncodeProfile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func gz(b []byte) []byte {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	zw.Write(b)
+	zw.Close()
+	return buf.Bytes()
+}
+
+func fastCases(t testing.TB) []fastCase {
+	at := time.Date(2026, 11, 30, 23, 59, 58, 0, time.UTC)
+	cpu := record.Meta{Type: record.ProfileCPU, Host: "web-1"}
+	var cases []fastCase
+	for _, bc := range benchCorpora {
+		for i, r := range benchCorpus(t, bc.samples, bc.raw, bc.zipf, 3) {
+			cases = append(cases, fastCase{fmt.Sprintf("%s-%d", bc.name, i), r.Meta, r.Val, r.Time, true})
+		}
+	}
+	a := map[string]string{"pid": "1", "comm": "api", "executable": "/bin/api", "host": "ignored"}
+	b := map[string]string{"pid": "2", "comm": "api", "executable": "/bin/api", "container_id": ""}
+	cases = append(cases, fastCase{"labels", cpu, encode(t, pproftest.NewCPU(at, 10*time.Second).
+		Sample(a, []int64{2, 20}, "leaf", "main").
+		Sample(a, []int64{3, 30}, "leaf", "main").
+		Sample(b, []int64{1, 10}, "leaf", "main").
+		Sample(a, []int64{4, 40}, "other", "main").
+		Sample(nil, []int64{4, 40}, "other").
+		Sample(map[string]string{"service": "checkout", "k8s_workload": "w"}, []int64{1, 1}).
+		Profile()), time.Time{}, true})
+	cases = append(cases, fastCase{"host label without header", record.Meta{Type: record.ProfileCPU}, encode(t, pproftest.NewCPU(at, time.Second).
+		Sample(map[string]string{"host": "h9", "comm": "a", "container_id": ""}, []int64{1, 5}, "f").
+		Sample(map[string]string{"host": "h8", "comm": "a"}, []int64{1, 7}, "f").
+		Profile()), time.Time{}, true})
+	mem := pproftest.NewMemory(at, time.Second)
+	mem.Sample(map[string]string{"pid": "7", "comm": "db"}, []int64{1 << 20})
+	mem.Sample(map[string]string{"pid": "8", "comm": "db"}, []int64{2 << 20})
+	cases = append(cases, fastCase{"memory", record.Meta{Type: record.ProfileMemory, Host: "h"}, encode(t, mem.Profile()), time.Time{}, true})
+
+	un := pproftest.NewCPU(time.Time{}, time.Second)
+	m := un.Mapping(0x400000, 0x500000, 0, "/usr/bin/app", "abc")
+	un.AddressSample(map[string]string{"comm": "app"}, []int64{1, 10}, m, 0x400010, 0x400020)
+	un.AddressSample(map[string]string{"comm": "app"}, []int64{2, 20}, nil, 0xdead)
+	un.AddressSample(map[string]string{"comm": "app"}, []int64{2, 20}, m, 0x400010, 0x400020)
+	cases = append(cases, fastCase{"unsymbolized, fallback time", cpu, encode(t, un.Profile()), at.Add(time.Hour), true})
+
+	// Inlined lines, file names, line numbers, a function without name.
+	fa := &profile.Function{ID: 1, Name: "inlined", Filename: "a.c"}
+	fb := &profile.Function{ID: 2, Name: "outer", Filename: "b.c"}
+	fc := &profile.Function{ID: 3, SystemName: "_Z3sysv"}
+	mp := &profile.Mapping{ID: 1, Start: 0x1000, Limit: 0x2000, File: "/lib/libx.so"}
+	l1 := &profile.Location{ID: 1, Mapping: mp, Address: 0x1010, Line: []profile.Line{{Function: fa, Line: 3}, {Function: fb, Line: 9}}}
+	l2 := &profile.Location{ID: 2, Mapping: mp, Address: 0x1020, Line: []profile.Line{{Function: fc, Line: 4}}}
+	l3 := &profile.Location{ID: 3, Address: 0x30, Line: []profile.Line{{Line: 5}}}
+	inl := &profile.Profile{
+		SampleType: []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
+		TimeNanos:  at.UnixNano(), Mapping: []*profile.Mapping{mp}, Function: []*profile.Function{fa, fb, fc},
+		Location: []*profile.Location{l1, l2, l3},
+		Sample: []*profile.Sample{
+			{Location: []*profile.Location{l1, l2, l3}, Value: []int64{1, 10}, Label: map[string][]string{"comm": {"x"}}},
+			{Location: []*profile.Location{l2}, Value: []int64{1, 10}, Label: map[string][]string{"comm": {"x"}}},
+			{Location: []*profile.Location{l1}, Value: []int64{3, 30}},
+		},
+	}
+	cases = append(cases, fastCase{"inlined", cpu, encode(t, inl), time.Time{}, true})
+
+	// No samples/count type: one raw sample per pprof sample; heap picks
+	// inuse_space over the default.
+	heap := &profile.Profile{
+		SampleType:        []*profile.ValueType{{Type: "alloc_space", Unit: "bytes"}, {Type: "inuse_space", Unit: "bytes"}},
+		DefaultSampleType: "alloc_space", TimeNanos: at.UnixNano(), Function: []*profile.Function{fa}, Location: []*profile.Location{{ID: 1, Line: []profile.Line{{Function: fa}}}},
+	}
+	heap.Sample = []*profile.Sample{{Location: heap.Location, Value: []int64{100, 7}}}
+	cases = append(cases, fastCase{"heap without count", record.Meta{Type: record.ProfileType("heap"), Host: "h"}, encode(t, heap), time.Time{}, true})
+
+	// What the fast path leaves to the general one.
+	num := pproftest.NewCPU(at, time.Second).Sample(map[string]string{"comm": "a"}, []int64{1, 2}, "f").Profile()
+	num.Sample[0].NumLabel = map[string][]int64{"bytes": {4}}
+	cases = append(cases, fastCase{"numeric label", cpu, encode(t, num), time.Time{}, false})
+	multi := pproftest.NewCPU(at, time.Second).Sample(nil, []int64{1, 2}, "f").Profile()
+	multi.Sample[0].Label = map[string][]string{"comm": {"a", "b"}}
+	cases = append(cases, fastCase{"two values of a label", cpu, encode(t, multi), time.Time{}, false})
+	short := pproftest.NewCPU(at, time.Second).Sample(nil, []int64{1}, "f").Profile()
+	cases = append(cases, fastCase{"too few values", cpu, encode(t, short), time.Time{}, false})
+	neg := pproftest.NewCPU(at, time.Second).Sample(nil, []int64{1, -3}, "f").Profile()
+	cases = append(cases, fastCase{"negative value", cpu, encode(t, neg), time.Time{}, false})
+	cases = append(cases, fastCase{"no sample types", cpu, encode(t, &profile.Profile{TimeNanos: 1}), time.Time{}, false})
+	raw := encode(t, inl)
+	zr, err := gzip.NewReader(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := new(bytes.Buffer)
+	plain.ReadFrom(zr)
+	cases = append(cases, fastCase{"uncompressed", cpu, plain.Bytes(), time.Time{}, false})
+	cases = append(cases, fastCase{"truncated gzip", cpu, raw[:len(raw)/2], time.Time{}, false})
+	// A sample referencing location 9, which the table does not have.
+	bad := append([]byte(nil), plain.Bytes()...)
+	cases = append(cases, fastCase{"unknown location", cpu, gz(append(bad, 0x12, 0x04, 0x0a, 0x01, 0x09, 0x10)), time.Time{}, false})
+	cases = append(cases, fastCase{"concatenated", cpu, gz(append(append([]byte(nil), plain.Bytes()...), plain.Bytes()...)), time.Time{}, false})
+	return cases
+}
+
+// TestFastConvertMatchesGeneralPath: for every profile the fast path takes,
+// its documents are exactly those of DecodeProfile+Convert; agent-shaped
+// profiles do take it, and the ones it declines fail or succeed as before.
+func TestFastConvertMatchesGeneralPath(t *testing.T) {
+	names := testNames
+	for _, tc := range fastCases(t) {
+		t.Run(tc.name, func(t *testing.T) {
+			slow, slowErr := decodeConvert(names, tc.meta, tc.value, tc.fallback)
+			// Twice: the second run takes the stack IDs from the cache.
+			for range 2 {
+				fast, ok := fastConvert(names, tc.meta, tc.value, tc.fallback)
+				if ok != tc.wantFast {
+					t.Fatalf("fast path ok=%v, want %v (general path error: %v)", ok, tc.wantFast, slowErr)
+				}
+				if !ok {
+					continue
+				}
+				if slowErr != nil {
+					t.Fatalf("fast path took a profile the general path rejects: %v", slowErr)
+				}
+				if !reflect.DeepEqual(fast, slow) {
+					t.Fatalf("fast documents differ:\nfast %+v\nslow %+v", fast, slow)
+				}
+			}
+		})
+	}
+}
+
+// TestConvertUnknownLocationIsAnError: pprof leaves such a location nil; the
+// general path must reject it rather than crash the worker.
+func TestConvertUnknownLocationIsAnError(t *testing.T) {
+	for _, tc := range fastCases(t) {
+		if tc.name != "unknown location" {
+			continue
+		}
+		if _, err := decodeConvert(testNames, tc.meta, tc.value, tc.fallback); err == nil {
+			t.Fatal("a sample with an unknown location was accepted")
+		}
+		return
+	}
+	t.Fatal("no unknown-location case")
+}
+
+// FuzzFastConvert: on any input the fast path never panics, and whatever it
+// accepts the general path accepts with the same documents.
+func FuzzFastConvert(f *testing.F) {
+	for _, tc := range fastCases(f) {
+		if len(tc.value) < 64<<10 {
+			f.Add(tc.value)
+		}
+	}
+	f.Add(benchCorpus(f, 20, 3, 1.1, 1)[0].Val)
+	meta := record.Meta{Type: record.ProfileCPU, Host: "h"}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		fast, ok := fastConvert(testNames, meta, in, time.Unix(5, 0))
+		if !ok {
+			return
+		}
+		slow, err := decodeConvert(testNames, meta, in, time.Unix(5, 0))
+		if err != nil {
+			t.Fatalf("fast path accepted what the general path rejects: %v", err)
+		}
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("fast documents differ:\nfast %+v\nslow %+v", fast, slow)
+		}
+	})
+}
+
+// BenchmarkFastConvert is BenchmarkDecodeConvert's work on the fast path.
+func BenchmarkFastConvert(b *testing.B) {
+	for _, bc := range benchCorpora {
+		b.Run(bc.name, func(b *testing.B) {
+			recs := benchCorpus(b, bc.samples, bc.raw, bc.zipf, 20)
+			b.ReportAllocs()
+			docs := 0
+			for i := 0; b.Loop(); i++ {
+				r := recs[i%len(recs)]
+				d, ok := fastConvert(testNames, r.Meta, r.Val, r.Time)
+				if !ok {
+					b.Fatal("fast path declined a corpus profile")
+				}
+				docs += len(d.Samples)
+			}
+			b.ReportMetric(float64(docs)/b.Elapsed().Seconds(), "docs/s")
+		})
+	}
+}
