@@ -2,12 +2,14 @@ package indexer
 
 import (
 	"bytes"
-	"compress/gzip"
+	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/klauspost/compress/gzip"
 	"hash/maphash"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -130,6 +132,13 @@ type (
 	fastValueType struct{ typ, unit uint64 }
 )
 
+// aggBuf is the scratch of one samples document.
+type aggBuf struct {
+	pos    []int32
+	ids    []string
+	values []int64
+}
+
 // fastDecoder is the state of one profile's conversion, reused between
 // profiles (its slices keep their capacity).
 type fastDecoder struct {
@@ -157,6 +166,11 @@ type fastDecoder struct {
 	values []int64
 	buf    []byte
 	lkey   []byte
+
+	aggBufs     []aggBuf
+	stackByLocs map[[2]uint64]int32
+	byRawLabels map[[2]uint64]int32
+	stackIndex  map[string]int32
 
 	// Scratch for pprofx.LocationFrames.
 	loc  profile.Location
@@ -654,32 +668,51 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 		doc    indices.SampleDoc
 		raw    int64
 		ls     *labelSet
-		stacks map[string]int
+		pos    []int32 // index in docs.Stacks -> index in ids + 1
 		ids    []string
 		values []int64
 	}
 	sets := labelSets{}
-	byRawLabels := map[string]*agg{}
 	merged := map[string]*agg{}
 	var order []*agg
 	var docs Documents
-	seenStack := map[string]bool{}
-	stackByLocs := map[string]string{}
+	// Per profile: a sample's stack (by the hash of its location key) as an
+	// index in docs.Stacks, -1 without frames; aggregates by the hash of
+	// the raw label fields; stacks by ID.
+	if d.stackByLocs == nil {
+		d.stackByLocs = map[[2]uint64]int32{}
+		d.byRawLabels = map[[2]uint64]int32{}
+		d.stackIndex = map[string]int32{}
+	}
+	clear(d.stackByLocs)
+	clear(d.byRawLabels)
+	clear(d.stackIndex)
 	var locKey, labelKey []byte
+	type locField struct {
+		typ  int
+		u    uint64
+		data []byte
+	}
+	var locFields []locField
 	for _, s := range d.samples {
-		d.ids, d.values = d.ids[:0], d.values[:0]
-		locKey, labelKey = locKey[:0], labelKey[:0]
+		d.values = d.values[:0]
+		locFields = locFields[:0]
+		labelKey = labelKey[:0]
+		full := s
+		labelStart, labelEnd, labelsApart := -1, -1, false
 		for len(s) > 0 {
+			start := len(full) - len(s)
 			num, typ, u, data, rest, ok := field(s)
 			if !ok {
 				return Documents{}, false
 			}
 			s = rest
+			if labelStart >= 0 && num != 3 {
+				labelsApart = true
+			}
 			switch num {
 			case 1:
-				if d.ids, ok = appendVarints(d.ids, typ, u, data); !ok {
-					return Documents{}, false
-				}
+				locFields = append(locFields, locField{typ, u, data})
 			case 2:
 				if d.values, ok = appendVarints(d.values, typ, u, data); !ok {
 					return Documents{}, false
@@ -688,12 +721,19 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 				if typ != 2 {
 					return Documents{}, false
 				}
+				if labelStart < 0 {
+					labelStart = start
+				}
+				labelEnd = len(full) - len(s)
 				labelKey = binary.AppendUvarint(labelKey, 3<<3|2)
 				labelKey = binary.AppendUvarint(labelKey, uint64(len(data)))
 				labelKey = append(labelKey, data...)
 			default:
 				return Documents{}, false
 			}
+		}
+		if labelStart >= 0 && !labelsApart {
+			labelKey = full[labelStart:labelEnd] // the same label fields, uncopied
 		}
 		if valueIdx >= len(d.values) {
 			return Documents{}, false
@@ -702,24 +742,53 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 		if v < 0 {
 			return Documents{}, false
 		}
-		for _, id := range d.ids {
-			locKey = binary.AppendUvarint(locKey, id)
+		// The key of a sample's stack: the packed location IDs as they are
+		// (one field, the usual case) or re-encoded; IDs are decoded, and
+		// so validated, when the key is new.
+		locKey = locKey[:0]
+		packed := len(locFields) == 1 && locFields[0].typ == 2
+		if packed {
+			locKey = append(locKey, 0)
+			locKey = append(locKey, locFields[0].data...)
+		} else {
+			locKey = append(locKey, 1)
+			for _, f := range locFields {
+				var ok bool
+				if d.ids, ok = appendVarints(d.ids[:0], f.typ, f.u, f.data); !ok {
+					return Documents{}, false
+				}
+				for _, id := range d.ids {
+					locKey = binary.AppendUvarint(locKey, id)
+				}
+			}
 		}
-		stackID, ok := stackByLocs[string(locKey)]
+		lh := c.hash(locKey)
+		si, ok := d.stackByLocs[lh]
 		if !ok {
+			d.ids = d.ids[:0]
+			for _, f := range locFields {
+				if d.ids, ok = appendVarints(d.ids, f.typ, f.u, f.data); !ok {
+					return Documents{}, false
+				}
+			}
 			st, ok := d.stack(c)
 			if !ok {
 				return Documents{}, false
 			}
-			stackID = st.id
-			if stackID != "" && !seenStack[stackID] {
-				seenStack[stackID] = true
-				docs.Stacks = append(docs.Stacks, Stack{ID: stackID, Frames: st.frames, At: at})
+			si = -1
+			if st.id != "" {
+				if si, ok = d.stackIndex[st.id]; !ok {
+					si = int32(len(docs.Stacks))
+					d.stackIndex[st.id] = si
+					docs.Stacks = append(docs.Stacks, Stack{ID: st.id, Frames: st.frames, At: at})
+				}
 			}
-			stackByLocs[string(locKey)] = stackID
+			d.stackByLocs[lh] = si
 		}
-		a := byRawLabels[string(labelKey)]
-		if a == nil {
+		var a *agg
+		if ai, ok := d.byRawLabels[c.hash(labelKey)]; ok {
+			a = order[ai]
+		} else {
 			raw, ok := d.labels(labelKey)
 			if !ok {
 				return Documents{}, false
@@ -729,11 +798,24 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 			if a == nil {
 				a = &agg{doc: indices.SampleDoc{
 					Timestamp: at, Type: string(meta.Type), Host: ls.host, Service: ls.service, Labels: ls.labels,
-				}, ls: ls, stacks: map[string]int{}}
+				}, ls: ls}
+				// Scratch reused between profiles: SetStacks copies ids
+				// and values.
+				k := len(order)
+				if k == len(d.aggBufs) {
+					d.aggBufs = append(d.aggBufs, aggBuf{})
+				}
+				ab := &d.aggBufs[k]
+				if cap(ab.pos) < len(d.samples) {
+					ab.pos = make([]int32, len(d.samples))
+				}
+				a.pos = ab.pos[:len(d.samples)]
+				clear(a.pos)
+				a.ids, a.values = ab.ids[:0], ab.values[:0]
 				merged[ls.key] = a
 				order = append(order, a)
 			}
-			byRawLabels[string(labelKey)] = a
+			d.byRawLabels[c.hash(labelKey)] = int32(slices.Index(order, a))
 		}
 		raw := int64(1)
 		if countIdx >= 0 && countIdx < len(d.values) {
@@ -742,26 +824,42 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 		a.doc.Value += v
 		a.doc.Count += raw
 		a.raw += raw
-		if stackID == "" {
+		if si < 0 {
 			continue
 		}
-		i, ok := a.stacks[stackID]
-		if !ok {
-			i = len(a.ids)
-			a.stacks[stackID] = i
-			a.ids = append(a.ids, stackID)
+		i := a.pos[si] - 1
+		if i < 0 {
+			i = int32(len(a.ids))
+			a.pos[si] = i + 1
+			a.ids = append(a.ids, docs.Stacks[si].ID)
 			a.values = append(a.values, 0)
 		}
 		a.values[i] += v
 	}
 	docs.Samples = make([]Sample, 0, len(order))
-	for _, a := range order {
+	for k, a := range order {
 		doc := &a.doc
 		if err := doc.SetStacks(a.ids, a.values); err != nil {
 			return Documents{}, false
 		}
+		ab := &d.aggBufs[k]
+		ab.ids, ab.values = a.ids[:0], a.values[:0]
+		clear(ab.ids[:cap(ab.ids)])
 		id := indices.SampleID(doc.Host, doc.Type, at, a.ls.idLabels)
-		docs.Samples = append(docs.Samples, Sample{Index: index, ID: id, Doc: appendSampleDoc(nil, doc), Raw: a.raw})
+		docs.Samples = append(docs.Samples, Sample{Index: index, ID: id, Doc: appendSampleDoc(make([]byte, 0, sampleDocSize(doc)), doc), Raw: a.raw})
 	}
 	return docs, true
+}
+
+// sampleDocSize is about the size of d's JSON, so that appendSampleDoc
+// grows its buffer once or not at all.
+func sampleDocSize(d *indices.SampleDoc) int {
+	n := 160 + len(d.Type) + len(d.Host) + len(d.Service) + base64.StdEncoding.EncodedLen(len(d.StackValues))
+	for _, id := range d.StackIDs {
+		n += len(id) + 3
+	}
+	for k, v := range d.Labels {
+		n += len(k) + len(v) + 6
+	}
+	return n
 }
