@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/klauspost/compress/gzip"
 	"hash/maphash"
 	"io"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/pprof/profile"
+	"github.com/klauspost/compress/gzip"
 
 	"github.com/stackstream/stackstream/pkg/pprofx"
 	"github.com/stackstream/stackstream/schemas/indices"
@@ -53,7 +53,12 @@ func decodeConvert(names indices.Names, meta record.Meta, value []byte, fallback
 // the caller then takes the general path, which also explains the error.
 func fastConvert(names indices.Names, meta record.Meta, value []byte, fallback time.Time) (Documents, bool) {
 	d := fastDecoders.Get().(*fastDecoder)
-	defer fastDecoders.Put(d)
+	defer func() {
+		if d.raw.Cap() > 8<<20 {
+			d.raw = bytes.Buffer{} // do not keep a rare huge profile's buffer
+		}
+		fastDecoders.Put(d)
+	}()
 	if !d.decompress(value) {
 		return Documents{}, false
 	}
@@ -126,8 +131,6 @@ type (
 		lines                [2]int // range in fastDecoder.lines
 		hashed               bool
 		hash                 [2]uint64
-		frames               []indices.Frame // built only when a new stack needs them
-		framed               bool
 	}
 	fastValueType struct{ typ, unit uint64 }
 )
@@ -687,7 +690,7 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 	clear(d.stackByLocs)
 	clear(d.byRawLabels)
 	clear(d.stackIndex)
-	var locKey, labelKey []byte
+	var locKey, labelBuf, labelKey []byte
 	type locField struct {
 		typ  int
 		u    uint64
@@ -697,7 +700,7 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 	for _, s := range d.samples {
 		d.values = d.values[:0]
 		locFields = locFields[:0]
-		labelKey = labelKey[:0]
+		labelBuf = labelBuf[:0]
 		full := s
 		labelStart, labelEnd, labelsApart := -1, -1, false
 		for len(s) > 0 {
@@ -725,15 +728,18 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 					labelStart = start
 				}
 				labelEnd = len(full) - len(s)
-				labelKey = binary.AppendUvarint(labelKey, 3<<3|2)
-				labelKey = binary.AppendUvarint(labelKey, uint64(len(data)))
-				labelKey = append(labelKey, data...)
+				labelBuf = binary.AppendUvarint(labelBuf, 3<<3|2)
+				labelBuf = binary.AppendUvarint(labelBuf, uint64(len(data)))
+				labelBuf = append(labelBuf, data...)
 			default:
 				return Documents{}, false
 			}
 		}
+		// The label fields as they are when together (the usual case),
+		// else copied together; never appended to.
+		labelKey = labelBuf
 		if labelStart >= 0 && !labelsApart {
-			labelKey = full[labelStart:labelEnd] // the same label fields, uncopied
+			labelKey = full[labelStart:labelEnd:labelEnd]
 		}
 		if valueIdx >= len(d.values) {
 			return Documents{}, false

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"fmt"
+	"io"
 	"reflect"
 	"testing"
 	"time"
@@ -82,6 +83,18 @@ func fastCases(t testing.TB) []fastCase {
 		Sample(nil, []int64{4, 40}, "other").
 		Sample(map[string]string{"service": "checkout", "k8s_workload": "w"}, []int64{1, 1}).
 		Profile()), time.Time{}, true})
+	// Each sample's labels longer than the one before: reading one sample
+	// must not disturb the bytes of the next.
+	grow := pproftest.NewCPU(at, time.Second)
+	for i := range 6 {
+		l := map[string]string{"comm": "a"}
+		for j := range i * 3 {
+			l[fmt.Sprintf("key%02d", j)] = fmt.Sprintf("value-%d-%d", i, j)
+		}
+		grow.Sample(l, []int64{1, int64(i + 1)}, "f", fmt.Sprintf("g%d", i), "main")
+		grow.Sample(l, []int64{1, int64(i + 1)}, "f")
+	}
+	cases = append(cases, fastCase{"growing labels", cpu, encode(t, grow.Profile()), time.Time{}, true})
 	cases = append(cases, fastCase{"host label without header", record.Meta{Type: record.ProfileCPU}, encode(t, pproftest.NewCPU(at, time.Second).
 		Sample(map[string]string{"host": "h9", "comm": "a", "container_id": ""}, []int64{1, 5}, "f").
 		Sample(map[string]string{"host": "h8", "comm": "a"}, []int64{1, 7}, "f").
@@ -199,28 +212,47 @@ func TestConvertUnknownLocationIsAnError(t *testing.T) {
 }
 
 // FuzzFastConvert: on any input the fast path never panics, and whatever it
-// accepts the general path accepts with the same documents.
+// accepts the general path accepts with the same documents. Each input is
+// tried as the record value and, gzipped, as the pprof message, so that
+// mutations reach the protobuf walk.
 func FuzzFastConvert(f *testing.F) {
 	for _, tc := range fastCases(f) {
-		if len(tc.value) < 64<<10 {
+		if len(tc.value) < 4<<10 {
 			f.Add(tc.value)
+			if plain, err := gunzip(tc.value); err == nil {
+				f.Add(plain)
+			}
 		}
 	}
-	f.Add(benchCorpus(f, 20, 3, 1.1, 1)[0].Val)
+	small := benchCorpus(f, 12, 3, 1.1, 1)[0].Val
+	f.Add(small)
+	if plain, err := gunzip(small); err == nil {
+		f.Add(plain)
+	}
 	meta := record.Meta{Type: record.ProfileCPU, Host: "h"}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		fast, ok := fastConvert(testNames, meta, in, time.Unix(5, 0))
-		if !ok {
-			return
-		}
-		slow, err := decodeConvert(testNames, meta, in, time.Unix(5, 0))
-		if err != nil {
-			t.Fatalf("fast path accepted what the general path rejects: %v", err)
-		}
-		if !reflect.DeepEqual(fast, slow) {
-			t.Fatalf("fast documents differ:\nfast %+v\nslow %+v", fast, slow)
+		for _, value := range [][]byte{in, gz(in)} {
+			fast, ok := fastConvert(testNames, meta, value, time.Unix(5, 0))
+			if !ok {
+				continue
+			}
+			slow, err := decodeConvert(testNames, meta, value, time.Unix(5, 0))
+			if err != nil {
+				t.Fatalf("fast path accepted what the general path rejects: %v", err)
+			}
+			if !reflect.DeepEqual(fast, slow) {
+				t.Fatalf("fast documents differ:\nfast %+v\nslow %+v", fast, slow)
+			}
 		}
 	})
+}
+
+func gunzip(b []byte) ([]byte, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	return io.ReadAll(zr)
 }
 
 // BenchmarkFastConvert is BenchmarkDecodeConvert's work on the fast path.
