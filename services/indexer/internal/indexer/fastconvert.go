@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io"
-	"slices"
 	"sync"
 	"time"
 
@@ -137,7 +136,6 @@ type (
 
 // aggBuf is the scratch of one samples document.
 type aggBuf struct {
-	pos    []int32
 	ids    []string
 	values []int64
 }
@@ -174,6 +172,7 @@ type fastDecoder struct {
 	stackByLocs map[[2]uint64]int32
 	byRawLabels map[[2]uint64]int32
 	stackIndex  map[string]int32
+	aggStacks   map[uint64]int32 // aggregate index << 32 | stack index -> index in its ids
 
 	// Scratch for pprofx.LocationFrames.
 	loc  profile.Location
@@ -671,7 +670,7 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 		doc    indices.SampleDoc
 		raw    int64
 		ls     *labelSet
-		pos    []int32 // index in docs.Stacks -> index in ids + 1
+		k      uint64 // index in order << 32, the key prefix in d.aggStacks
 		ids    []string
 		values []int64
 	}
@@ -686,7 +685,9 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 		d.stackByLocs = map[[2]uint64]int32{}
 		d.byRawLabels = map[[2]uint64]int32{}
 		d.stackIndex = map[string]int32{}
+		d.aggStacks = map[uint64]int32{}
 	}
+	clear(d.aggStacks)
 	clear(d.stackByLocs)
 	clear(d.byRawLabels)
 	clear(d.stackIndex)
@@ -812,16 +813,12 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 					d.aggBufs = append(d.aggBufs, aggBuf{})
 				}
 				ab := &d.aggBufs[k]
-				if cap(ab.pos) < len(d.samples) {
-					ab.pos = make([]int32, len(d.samples))
-				}
-				a.pos = ab.pos[:len(d.samples)]
-				clear(a.pos)
+				a.k = uint64(k) << 32
 				a.ids, a.values = ab.ids[:0], ab.values[:0]
 				merged[ls.key] = a
 				order = append(order, a)
 			}
-			d.byRawLabels[c.hash(labelKey)] = int32(slices.Index(order, a))
+			d.byRawLabels[c.hash(labelKey)] = int32(a.k >> 32)
 		}
 		raw := int64(1)
 		if countIdx >= 0 && countIdx < len(d.values) {
@@ -833,10 +830,10 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 		if si < 0 {
 			continue
 		}
-		i := a.pos[si] - 1
-		if i < 0 {
+		i, ok := d.aggStacks[a.k|uint64(si)]
+		if !ok {
 			i = int32(len(a.ids))
-			a.pos[si] = i + 1
+			d.aggStacks[a.k|uint64(si)] = i
 			a.ids = append(a.ids, docs.Stacks[si].ID)
 			a.values = append(a.values, 0)
 		}
