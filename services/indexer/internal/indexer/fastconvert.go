@@ -134,6 +134,13 @@ type (
 	fastValueType struct{ typ, unit uint64 }
 )
 
+// locKey is where a sample's location key is kept (in
+// fastDecoder.keyArena) and its stack's index in the documents.
+type locKey struct {
+	off, n int
+	stack  int32
+}
+
 // aggBuf is the scratch of one samples document.
 type aggBuf struct {
 	ids    []string
@@ -169,8 +176,10 @@ type fastDecoder struct {
 	lkey   []byte
 
 	aggBufs     []aggBuf
-	stackByLocs map[[2]uint64]int32
-	byRawLabels map[[2]uint64]int32
+	stackByLocs map[uint64]int32 // 64-bit hash of a location key -> index in locKeys
+	locKeys     []locKey
+	keyArena    []byte
+	byRawLabels map[string]int32
 	stackIndex  map[string]int32
 	aggStacks   map[uint64]int32 // aggregate index << 32 | stack index -> index in its ids
 
@@ -682,16 +691,17 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 	// index in docs.Stacks, -1 without frames; aggregates by the hash of
 	// the raw label fields; stacks by ID.
 	if d.stackByLocs == nil {
-		d.stackByLocs = map[[2]uint64]int32{}
-		d.byRawLabels = map[[2]uint64]int32{}
+		d.stackByLocs = map[uint64]int32{}
+		d.byRawLabels = map[string]int32{}
 		d.stackIndex = map[string]int32{}
 		d.aggStacks = map[uint64]int32{}
 	}
 	clear(d.aggStacks)
 	clear(d.stackByLocs)
+	d.locKeys, d.keyArena = d.locKeys[:0], d.keyArena[:0]
 	clear(d.byRawLabels)
 	clear(d.stackIndex)
-	var locKey, labelBuf, labelKey []byte
+	var key, labelBuf, labelKey []byte
 	type locField struct {
 		typ  int
 		u    uint64
@@ -752,26 +762,33 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 		// The key of a sample's stack: the packed location IDs as they are
 		// (one field, the usual case) or re-encoded; IDs are decoded, and
 		// so validated, when the key is new.
-		locKey = locKey[:0]
+		key = key[:0]
 		packed := len(locFields) == 1 && locFields[0].typ == 2
 		if packed {
-			locKey = append(locKey, 0)
-			locKey = append(locKey, locFields[0].data...)
+			key = append(key, 0)
+			key = append(key, locFields[0].data...)
 		} else {
-			locKey = append(locKey, 1)
+			key = append(key, 1)
 			for _, f := range locFields {
 				var ok bool
 				if d.ids, ok = appendVarints(d.ids[:0], f.typ, f.u, f.data); !ok {
 					return Documents{}, false
 				}
 				for _, id := range d.ids {
-					locKey = binary.AppendUvarint(locKey, id)
+					key = binary.AppendUvarint(key, id)
 				}
 			}
 		}
-		lh := c.hash(locKey)
-		si, ok := d.stackByLocs[lh]
-		if !ok {
+		lh := maphash.Bytes(c.seeds[0], key)
+		var si int32
+		ki, ok := d.stackByLocs[lh]
+		if ok {
+			k := d.locKeys[ki]
+			if !bytes.Equal(d.keyArena[k.off:k.off+k.n], key) {
+				return Documents{}, false // a 64-bit collision: left to the general path
+			}
+			si = k.stack
+		} else {
 			d.ids = d.ids[:0]
 			for _, f := range locFields {
 				if d.ids, ok = appendVarints(d.ids, f.typ, f.u, f.data); !ok {
@@ -790,10 +807,12 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 					docs.Stacks = append(docs.Stacks, Stack{ID: st.id, Frames: st.frames, At: at})
 				}
 			}
-			d.stackByLocs[lh] = si
+			d.stackByLocs[lh] = int32(len(d.locKeys))
+			d.locKeys = append(d.locKeys, locKey{off: len(d.keyArena), n: len(key), stack: si})
+			d.keyArena = append(d.keyArena, key...)
 		}
 		var a *agg
-		if ai, ok := d.byRawLabels[c.hash(labelKey)]; ok {
+		if ai, ok := d.byRawLabels[string(labelKey)]; ok {
 			a = order[ai]
 		} else {
 			raw, ok := d.labels(labelKey)
@@ -818,7 +837,7 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 				merged[ls.key] = a
 				order = append(order, a)
 			}
-			d.byRawLabels[c.hash(labelKey)] = int32(a.k >> 32)
+			d.byRawLabels[string(labelKey)] = int32(a.k >> 32)
 		}
 		raw := int64(1)
 		if countIdx >= 0 && countIdx < len(d.values) {
