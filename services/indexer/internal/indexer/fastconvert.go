@@ -224,8 +224,8 @@ func varint(b []byte) (uint64, int) {
 }
 
 // field reads one protobuf field: its number, wire type, varint value or
-// length-delimited bytes, and the rest. Wire types 1 and 5 are read but
-// every field the fast path knows is varint or bytes, so callers reject them.
+// length-delimited bytes, and the rest. Other wire types give ok=false:
+// every field pprof defines is a varint or bytes.
 func field(b []byte) (num uint64, typ int, u uint64, data, rest []byte, ok bool) {
 	key, n := varint(b)
 	if n == 0 {
@@ -251,7 +251,7 @@ func field(b []byte) (num uint64, typ int, u uint64, data, rest []byte, ok bool)
 	return 0, 0, 0, nil, nil, false
 }
 
-// varints appends a repeated varint field (packed or not) to dst.
+// appendVarints appends a repeated varint field (packed or not) to dst.
 func appendVarints[T int64 | uint64](dst []T, typ int, u uint64, data []byte) ([]T, bool) {
 	if typ == 0 {
 		return append(dst, T(u)), true
