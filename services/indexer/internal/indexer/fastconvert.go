@@ -42,21 +42,36 @@ func decodeConvert(names indices.Names, meta record.Meta, value []byte, fallback
 	return docs, nil
 }
 
-// fastConvert turns a record value (gzip pprof) into the same Documents as
+// fastPath converts records without building a *profile.Profile. One per
+// Indexer: workers use it concurrently.
+type fastPath struct {
+	// decoders keeps decoders with their buffers between profiles.
+	decoders sync.Pool
+	// stacks maps the content hash of a stack's frames to its ID and frames
+	// across profiles, so indices.StackID (sha256) runs once per new stack
+	// rather than once per profile.
+	stacks *stackCache
+}
+
+func newFastPath() *fastPath {
+	return &fastPath{decoders: sync.Pool{New: func() any { return new(fastDecoder) }}, stacks: newStackCache(1 << 14)}
+}
+
+// convert turns a record value (gzip pprof) into the same Documents as
 // DecodeProfile followed by Convert, without building a *profile.Profile: it
 // walks the protobuf once, resolves each distinct stack and label set of the
 // profile once, and takes the IDs of stacks seen in earlier profiles from
-// fastStacks. It returns ok=false whenever the input has anything it does not
+// f.stacks. It returns ok=false whenever the input has anything it does not
 // handle exactly as the general path does (not gzip, malformed protobuf,
 // numeric labels, repeated label keys, unknown or sparse IDs, bad values...):
 // the caller then takes the general path, which also explains the error.
-func fastConvert(names indices.Names, meta record.Meta, value []byte, fallback time.Time) (Documents, bool) {
-	d := fastDecoders.Get().(*fastDecoder)
+func (f *fastPath) convert(names indices.Names, meta record.Meta, value []byte, fallback time.Time) (Documents, bool) {
+	d := f.decoders.Get().(*fastDecoder)
 	defer func() {
 		if d.raw.Cap() > 8<<20 {
 			d.raw = bytes.Buffer{} // do not keep a rare huge profile's buffer
 		}
-		fastDecoders.Put(d)
+		f.decoders.Put(d)
 	}()
 	if !d.decompress(value) {
 		return Documents{}, false
@@ -64,17 +79,8 @@ func fastConvert(names indices.Names, meta record.Meta, value []byte, fallback t
 	if !d.parse() {
 		return Documents{}, false
 	}
-	return d.convert(names, meta, fallback, fastStacks)
+	return d.convert(names, meta, fallback, f.stacks)
 }
-
-// fastDecoders keeps decoders with their buffers between profiles: workers
-// convert concurrently, each with its own decoder.
-var fastDecoders = sync.Pool{New: func() any { return new(fastDecoder) }}
-
-// fastStacks maps the content hash of a stack's frames to its ID and
-// frames across profiles, so indices.StackID (sha256) runs once per new
-// stack rather than once per profile.
-var fastStacks = newStackCache(1 << 14)
 
 // stackCache is a bounded, goroutine-safe map from a 128-bit content hash of
 // a stack to its ID and frames. It forgets everything when full.

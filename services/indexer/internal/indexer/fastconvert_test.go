@@ -178,7 +178,7 @@ func TestFastConvertMatchesGeneralPath(t *testing.T) {
 			slow, slowErr := decodeConvert(names, tc.meta, tc.value, tc.fallback)
 			// Twice: the second run takes the stack IDs from the cache.
 			for range 2 {
-				fast, ok := fastConvert(names, tc.meta, tc.value, tc.fallback)
+				fast, ok := testFast.convert(names, tc.meta, tc.value, tc.fallback)
 				if ok != tc.wantFast {
 					t.Fatalf("fast path ok=%v, want %v (general path error: %v)", ok, tc.wantFast, slowErr)
 				}
@@ -232,7 +232,7 @@ func FuzzFastConvert(f *testing.F) {
 	meta := record.Meta{Type: record.ProfileCPU, Host: "h"}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		for _, value := range [][]byte{in, gz(in)} {
-			fast, ok := fastConvert(testNames, meta, value, time.Unix(5, 0))
+			fast, ok := testFast.convert(testNames, meta, value, time.Unix(5, 0))
 			if !ok {
 				continue
 			}
@@ -264,7 +264,7 @@ func BenchmarkFastConvert(b *testing.B) {
 			docs := 0
 			for i := 0; b.Loop(); i++ {
 				r := recs[i%len(recs)]
-				d, ok := fastConvert(testNames, r.Meta, r.Val, r.Time)
+				d, ok := testFast.convert(testNames, r.Meta, r.Val, r.Time)
 				if !ok {
 					b.Fatal("fast path declined a corpus profile")
 				}
@@ -274,3 +274,6 @@ func BenchmarkFastConvert(b *testing.B) {
 		})
 	}
 }
+
+// testFast is the fast path of the tests: one shared cache, as in an Indexer.
+var testFast = newFastPath()

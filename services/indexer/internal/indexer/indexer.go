@@ -71,6 +71,7 @@ type Indexer struct {
 	log    *slog.Logger
 	m      *Metrics
 	stored map[string]struct{} // stack IDs OpenSearch acknowledged
+	fast   *fastPath
 }
 
 // ConsumerOpts are the client options the Indexer needs: a group reading
@@ -117,7 +118,7 @@ func New(kcl *kgo.Client, w *bulk.Writer, opts Options) *Indexer {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Indexer{kcl: kcl, w: w, opts: opts, log: opts.Logger, m: opts.Metrics, stored: map[string]struct{}{}}
+	return &Indexer{kcl: kcl, w: w, opts: opts, log: opts.Logger, m: opts.Metrics, stored: map[string]struct{}{}, fast: newFastPath()}
 }
 
 // batch is the work between two commits.
@@ -378,7 +379,7 @@ func (ix *Indexer) convert(r *kgo.Record) (Documents, error) {
 	}
 	// The fast path handles the profiles agents and the symbolizer write;
 	// anything else (and every error) takes the general one.
-	if docs, ok := fastConvert(ix.opts.Names, meta, r.Value, r.Timestamp); ok {
+	if docs, ok := ix.fast.convert(ix.opts.Names, meta, r.Value, r.Timestamp); ok {
 		return docs, nil
 	}
 	return decodeConvert(ix.opts.Names, meta, r.Value, r.Timestamp)
