@@ -135,8 +135,10 @@ func TestPipeline(t *testing.T) {
 		t.Fatalf("stackctl init: %v\n%s", err, out)
 	}
 	// Each service gets its own metrics port.
+	metricsAddr := map[string]string{}
 	for _, svc := range []string{"stackstream-symbolizer", "stackstream-indexer", "stackstream-rollup", "stackstream-query", "stackstream-agent"} {
-		start(t, filepath.Join(bin, svc), append(env, "STACKSTREAM_LISTEN_ADDR="+freeAddr(t)))
+		metricsAddr[svc] = freeAddr(t)
+		start(t, filepath.Join(bin, svc), append(env, "STACKSTREAM_LISTEN_ADDR="+metricsAddr[svc]))
 	}
 
 	base := "http://" + queryAddr + "/api/v1/"
@@ -214,6 +216,35 @@ func TestPipeline(t *testing.T) {
 		}
 		return false
 	})
+
+	// The indexer decoded the real agent's and symbolizer's profiles on its
+	// fast path; the general path is for other shapes and broken records.
+	fast, general := metricValue(t, metricsAddr["stackstream-indexer"], `stackstream_indexer_decoded_records_total{path="fast"}`),
+		metricValue(t, metricsAddr["stackstream-indexer"], `stackstream_indexer_decoded_records_total{path="general"}`)
+	if fast == 0 || general != 0 {
+		t.Errorf("indexer decoded %v records on the fast path and %v on the general one, want all on the fast path", fast, general)
+	}
+}
+
+// metricValue reads one sample of a Prometheus text exposition; absent is 0.
+func metricValue(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("metric %s: %v", line, err)
+			}
+			return f
+		}
+	}
+	return 0
 }
 
 type flameNode struct {

@@ -380,8 +380,10 @@ func (ix *Indexer) convert(r *kgo.Record) (Documents, error) {
 	// The fast path handles the profiles agents and the symbolizer write;
 	// anything else (and every error) takes the general one.
 	if docs, ok := ix.fast.convert(ix.opts.Names, meta, r.Value, r.Timestamp); ok {
+		ix.m.Decoded.WithLabelValues("fast").Inc()
 		return docs, nil
 	}
+	ix.m.Decoded.WithLabelValues("general").Inc()
 	return decodeConvert(ix.opts.Names, meta, r.Value, r.Timestamp)
 }
 

@@ -9,6 +9,7 @@ import (
 // Metrics of the indexer; bulk latency and retries are in Bulk.
 type Metrics struct {
 	Records  *prometheus.CounterVec // outcome: indexed, dlq
+	Decoded  *prometheus.CounterVec // path: fast, general
 	Docs     *prometheus.CounterVec // index kind: stacks, samples
 	Raw      prometheus.Counter
 	Batches  prometheus.Counter
@@ -24,6 +25,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Records: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "records_total",
 			Help: "Profile records processed, by outcome (indexed, dlq)."}, []string{"outcome"}),
+		Decoded: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "decoded_records_total",
+			Help: "Records decoded, by path: fast (agent- and symbolizer-shaped pprof) or general (anything else, errors included)."}, []string{"path"}),
 		Docs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "documents_total",
 			Help: "Documents sent, by kind (stacks, samples)."}, []string{"kind"}),
 		Raw: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "raw_samples_total",
@@ -39,7 +42,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Bulk: bulk.NewMetrics(reg, ns),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Records, m.Docs, m.Raw, m.Batches, m.Commits, m.BatchDur, m.Lag)
+		reg.MustRegister(m.Records, m.Decoded, m.Docs, m.Raw, m.Batches, m.Commits, m.BatchDur, m.Lag)
 	}
 	return m
 }
