@@ -62,19 +62,8 @@ func Convert(names indices.Names, meta record.Meta, p *profile.Profile, fallback
 	if len(p.SampleType) == 0 {
 		return Documents{}, fmt.Errorf("profile has no sample types")
 	}
-	valueIdx := pprofx.ValueIndex(p, string(meta.Type))
-	countIdx := -1
-	for i, st := range p.SampleType {
-		if st.Type == "samples" && st.Unit == "count" {
-			countIdx = i
-		}
-	}
-	at := fallback
-	if p.TimeNanos > 0 {
-		at = time.Unix(0, p.TimeNanos)
-	}
-	at = at.UTC()
-	index := names.Samples(at)
+	h := newHeader(names, meta, p, fallback)
+	valueIdx, countIdx, at := h.valueIdx, h.countIdx, h.at
 
 	// One document per label set (a process, mostly) with every stack it
 	// was seen in: see schemas/indices/stackvalues.go.
@@ -127,9 +116,7 @@ func Convert(names indices.Names, meta record.Meta, p *profile.Profile, fallback
 		}
 		a := merged[ls.key]
 		if a == nil {
-			a = &agg{doc: indices.SampleDoc{
-				Timestamp: at, Type: string(meta.Type), Host: ls.host, Service: ls.service, Labels: ls.labels,
-			}, ls: ls, stacks: map[string]int{}}
+			a = &agg{doc: ls.doc(at, meta.Type), ls: ls, stacks: map[string]int{}}
 			merged[ls.key] = a
 			order = append(order, a)
 		}
@@ -150,14 +137,56 @@ func Convert(names indices.Names, meta record.Meta, p *profile.Profile, fallback
 	}
 	docs.Samples = make([]Sample, 0, len(order))
 	for _, a := range order {
-		d := &a.doc
-		if err := d.SetStacks(a.ids, a.values); err != nil {
+		sample, err := h.sample(&a.doc, a.ls, a.ids, a.values, a.raw)
+		if err != nil {
 			return Documents{}, err
 		}
-		id := indices.SampleID(d.Host, d.Type, at, a.ls.idLabels)
-		docs.Samples = append(docs.Samples, Sample{Index: index, ID: id, Doc: appendSampleDoc(nil, d), Raw: a.raw})
+		docs.Samples = append(docs.Samples, sample)
 	}
 	return docs, nil
+}
+
+// header is what the documents of one profile share, for Convert and the
+// fast path alike.
+type header struct {
+	valueIdx int // the sample value documents store
+	countIdx int // the samples/count value (raw samples), -1 when absent
+	at       time.Time
+	index    string // the samples index of at
+}
+
+// newHeader reads p's sample types, default sample type and time; fallback
+// is the time when p carries none.
+func newHeader(names indices.Names, meta record.Meta, p *profile.Profile, fallback time.Time) header {
+	at := fallback
+	if p.TimeNanos > 0 {
+		at = time.Unix(0, p.TimeNanos)
+	}
+	at = at.UTC()
+	return header{valueIdx: pprofx.ValueIndex(p, string(meta.Type)), countIdx: pprofx.CountIndex(p), at: at, index: names.Samples(at)}
+}
+
+// sample is the document d of label set ls with its stacks ids and values,
+// representing raw raw samples.
+func (h header) sample(d *indices.SampleDoc, ls *labelSet, ids []string, values []int64, raw int64) (Sample, error) {
+	if err := d.SetStacks(ids, values); err != nil {
+		return Sample{}, err
+	}
+	id := indices.SampleID(d.Host, d.Type, h.at, ls.idLabels)
+	return Sample{Index: h.index, ID: id, Doc: appendSampleDoc(make([]byte, 0, sampleDocSize(d)), d), Raw: raw}, nil
+}
+
+// sampleDocSize is about the size of d's JSON, so that appendSampleDoc
+// grows its buffer once or not at all.
+func sampleDocSize(d *indices.SampleDoc) int {
+	n := 160 + len(d.Type) + len(d.Host) + len(d.Service) + base64.StdEncoding.EncodedLen(len(d.StackValues))
+	for _, id := range d.StackIDs {
+		n += len(id) + 3
+	}
+	for k, v := range d.Labels {
+		n += len(k) + len(v) + 6
+	}
+	return n
 }
 
 func stackDoc(frames []indices.Frame, at time.Time) indices.StackDoc {
@@ -180,6 +209,11 @@ type labelSet struct {
 	host, service string
 	key           string            // canonical: host, service, labels
 	idLabels      map[string]string // labels + service: the sample ID's label part
+}
+
+// doc is a samples document of ls at, without values yet.
+func (ls *labelSet) doc(at time.Time, typ record.ProfileType) indices.SampleDoc {
+	return indices.SampleDoc{Timestamp: at, Type: string(typ), Host: ls.host, Service: ls.service, Labels: ls.labels}
 }
 
 // labelSets caches labelSet by the raw labels of a sample.

@@ -11,7 +11,6 @@ import (
 	"github.com/stackstream/stackstream/pkg/pprofx"
 	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/schemas/record"
-	"github.com/stackstream/stackstream/services/indexer/internal/indexertest"
 )
 
 var testNames = indices.Names{Prefix: "t-"}
@@ -197,23 +196,9 @@ func FuzzConvert(f *testing.F) {
 // BenchmarkDecodeConvert is the CPU the indexer spends per profile of the
 // benchmark corpora (8 CPUs, 10 s profiles): decode plus documents.
 func BenchmarkDecodeConvert(b *testing.B) {
-	for _, bc := range []struct {
-		name    string
-		samples int
-		raw     int64
-		zipf    float64
-	}{
-		{"busy-100Hz", 300, 50, 0},
-		{"agent-19Hz-zipf", 1520, 1, 1.1},
-	} {
+	for _, bc := range benchCorpora {
 		b.Run(bc.name, func(b *testing.B) {
-			recs, _, err := indexertest.Corpus{
-				Seed: 2026, Hosts: 1, ProfilesPerHost: 20, Start: time.Unix(1700000000, 0), Interval: 10 * time.Second,
-				Stacks: 2000, Depth: 30, Processes: 10, SamplesPerProf: bc.samples, RawPerSample: bc.raw, Zipf: bc.zipf,
-			}.Build()
-			if err != nil {
-				b.Fatal(err)
-			}
+			recs := benchCorpus(b, bc.samples, bc.raw, bc.zipf, 20)
 			b.ReportAllocs()
 			docs := 0
 			for i := 0; b.Loop(); i++ {

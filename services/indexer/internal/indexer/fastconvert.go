@@ -2,7 +2,6 @@ package indexer
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -663,23 +662,14 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 		return Documents{}, false
 	}
 	types := make([]*profile.ValueType, len(d.sampleTypes))
-	countIdx := -1
 	for i, st := range d.sampleTypes {
 		types[i] = &profile.ValueType{Type: d.str(st.typ), Unit: d.str(st.unit)}
-		if types[i].Type == "samples" && types[i].Unit == "count" {
-			countIdx = i
-		}
 	}
 	if !d.validStr(d.defaultType) {
 		return Documents{}, false
 	}
-	valueIdx := pprofx.ValueIndex(&profile.Profile{SampleType: types, DefaultSampleType: d.str(uint64(d.defaultType))}, string(meta.Type))
-	at := fallback
-	if d.timeNanos > 0 {
-		at = time.Unix(0, d.timeNanos)
-	}
-	at = at.UTC()
-	index := names.Samples(at)
+	h := newHeader(names, meta, &profile.Profile{SampleType: types, DefaultSampleType: d.str(uint64(d.defaultType)), TimeNanos: d.timeNanos}, fallback)
+	valueIdx, countIdx, at := h.valueIdx, h.countIdx, h.at
 
 	type agg struct {
 		doc    indices.SampleDoc
@@ -828,9 +818,7 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 			ls := sets.get(raw, meta.Host)
 			a = merged[ls.key]
 			if a == nil {
-				a = &agg{doc: indices.SampleDoc{
-					Timestamp: at, Type: string(meta.Type), Host: ls.host, Service: ls.service, Labels: ls.labels,
-				}, ls: ls}
+				a = &agg{doc: ls.doc(at, meta.Type), ls: ls}
 				// Scratch reused between profiles: SetStacks copies ids
 				// and values.
 				k := len(order)
@@ -866,28 +854,14 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 	}
 	docs.Samples = make([]Sample, 0, len(order))
 	for k, a := range order {
-		doc := &a.doc
-		if err := doc.SetStacks(a.ids, a.values); err != nil {
+		sample, err := h.sample(&a.doc, a.ls, a.ids, a.values, a.raw)
+		if err != nil {
 			return Documents{}, false
 		}
 		ab := &d.aggBufs[k]
 		ab.ids, ab.values = a.ids[:0], a.values[:0]
 		clear(ab.ids[:cap(ab.ids)])
-		id := indices.SampleID(doc.Host, doc.Type, at, a.ls.idLabels)
-		docs.Samples = append(docs.Samples, Sample{Index: index, ID: id, Doc: appendSampleDoc(make([]byte, 0, sampleDocSize(doc)), doc), Raw: a.raw})
+		docs.Samples = append(docs.Samples, sample)
 	}
 	return docs, true
-}
-
-// sampleDocSize is about the size of d's JSON, so that appendSampleDoc
-// grows its buffer once or not at all.
-func sampleDocSize(d *indices.SampleDoc) int {
-	n := 160 + len(d.Type) + len(d.Host) + len(d.Service) + base64.StdEncoding.EncodedLen(len(d.StackValues))
-	for _, id := range d.StackIDs {
-		n += len(id) + 3
-	}
-	for k, v := range d.Labels {
-		n += len(k) + len(v) + 6
-	}
-	return n
 }
