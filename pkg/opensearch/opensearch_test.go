@@ -10,21 +10,30 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opensearch-project/opensearch-go/v4/opensearchapi"
+
 	"github.com/stackstream/stackstream/pkg/testenv"
 	"github.com/stackstream/stackstream/schemas/indices"
 )
 
-func TestTemplatesAndMappings(t *testing.T) {
-	url := testenv.OpenSearchURL(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cl, err := NewClient(ctx, Config{URLs: []string{url}, Timeout: 10 * time.Second})
+// testNode is a client of the real node and a prefix of the test's own,
+// whose indices and templates are removed at the end.
+func testNode(ctx context.Context, t *testing.T) (*opensearchapi.Client, string) {
+	t.Helper()
+	cl, err := NewClient(ctx, Config{URLs: []string{testenv.OpenSearchURL(t)}, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	prefix := testenv.Name(t, "t-") + "-"
-	names := indices.Names{Prefix: prefix}
 	t.Cleanup(func() { RemovePrefix(context.Background(), cl, prefix) })
+	return cl, prefix
+}
+
+func TestTemplatesAndMappings(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, prefix := testNode(ctx, t)
+	names := indices.Names{Prefix: prefix}
 
 	for run, want := range []string{"created", "unchanged"} {
 		res, err := ApplyTemplates(ctx, cl, prefix, indices.DefaultSettings)
@@ -104,16 +113,10 @@ func sampleDoc(t *testing.T, d indices.SampleDoc, ids []string, values ...int64)
 // on the real node, over new documents and over a document written before
 // stack_values existed, in an index created before the template had it.
 func TestStackScripts(t *testing.T) {
-	url := testenv.OpenSearchURL(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl, err := NewClient(ctx, Config{URLs: []string{url}, Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	prefix := testenv.Name(t, "t-") + "-"
+	cl, prefix := testNode(ctx, t)
 	names := indices.Names{Prefix: prefix}
-	t.Cleanup(func() { RemovePrefix(context.Background(), cl, prefix) })
 
 	// An index from before stack_values: the old mapping, an old document.
 	oldDay := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
@@ -157,7 +160,7 @@ func TestStackScripts(t *testing.T) {
 		"s": map[string]any{"scripted_metric": indices.StackSumsScript()},
 		"f": map[string]any{"sum": map[string]any{"script": indices.StacksValueScript([]string{"b", "c"})}},
 	}})
-	status, resp, err = Raw(ctx, cl, http.MethodPost, "/"+names.SamplesPattern()+"/_search", body)
+	status, resp, err := Raw(ctx, cl, http.MethodPost, "/"+names.SamplesPattern()+"/_search", body)
 	if err != nil || status != 200 {
 		t.Fatalf("search: %d %s %v", status, resp, err)
 	}
