@@ -17,7 +17,9 @@ import (
 	"time"
 
 	"github.com/google/pprof/profile"
+	"github.com/opensearch-project/opensearch-go/v4/opensearchapi"
 
+	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/services/query/internal/api"
 	"github.com/stackstream/stackstream/services/query/internal/querytest"
 )
@@ -25,20 +27,23 @@ import (
 // now is the fixed clock of the fixture tests.
 var now = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
-// fixtureServer indexes the querytest fixture once for the tests of this
-// file and serves the API over it.
 // fixtureServer indexes the querytest fixture and returns a function
 // serving the API over it with the given options.
 func fixtureServer(t *testing.T) func(api.Options) string {
 	t.Helper()
 	cl, names := querytest.Setup(t)
 	querytest.Index(t, cl, names, querytest.Fixture(names, now))
-	return func(opts api.Options) string {
-		opts.Now = func() time.Time { return now }
-		srv := httptest.NewServer(api.New(cl, names, opts, slog.New(slog.NewTextHandler(io.Discard, nil))))
-		t.Cleanup(srv.Close)
-		return srv.URL
-	}
+	return func(opts api.Options) string { return serve(t, cl, names, opts) }
+}
+
+// serve serves the API over cl and names, at the clock now, until the test
+// ends, and returns its base URL.
+func serve(t *testing.T, cl *opensearchapi.Client, names indices.Names, opts api.Options) string {
+	t.Helper()
+	opts.Now = func() time.Time { return now }
+	srv := httptest.NewServer(api.New(cl, names, opts, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	t.Cleanup(srv.Close)
+	return srv.URL
 }
 
 func get(t *testing.T, base, path string, params url.Values, out any) int {

@@ -1,9 +1,6 @@
 package api_test
 
 import (
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"net/url"
 	"testing"
 	"time"
@@ -27,13 +24,7 @@ func TestPackedAndOldSamples(t *testing.T) {
 	}
 	old := indices.SampleDoc{Timestamp: now.Add(-40 * time.Minute), Type: "cpu", Host: "h", Service: "s", StackIDs: []string{work}, Value: 7}
 	querytest.Index(t, cl, names, []querytest.Doc{workDoc, idleDoc, querytest.Sample(names, packed), querytest.Sample(names, old)})
-	serve := func(opts api.Options) string {
-		opts.Now = func() time.Time { return now }
-		srv := httptest.NewServer(api.New(cl, names, opts, slog.New(slog.NewTextHandler(io.Discard, nil))))
-		t.Cleanup(srv.Close)
-		return srv.URL
-	}
-	base := serve(api.Options{})
+	base := serve(t, cl, names, api.Options{})
 
 	t.Run("flamegraph", func(t *testing.T) {
 		var f api.FlamegraphResponse
@@ -58,7 +49,7 @@ func TestPackedAndOldSamples(t *testing.T) {
 
 	t.Run("past max stacks", func(t *testing.T) {
 		var f api.FlamegraphResponse
-		get(t, serve(api.Options{MaxStacks: 1}), "/api/v1/flamegraph", nil, &f)
+		get(t, serve(t, cl, names, api.Options{MaxStacks: 1}), "/api/v1/flamegraph", nil, &f)
 		if f.Total != 167 || !f.Truncated || len(f.Root.Children) != 2 ||
 			f.Root.Children[0].Name != "main.main" || f.Root.Children[0].Total != 107 ||
 			f.Root.Children[1].Name != "[other]" || f.Root.Children[1].Total != 60 {

@@ -1,9 +1,6 @@
 package api_test
 
 import (
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"slices"
@@ -31,8 +28,7 @@ func TestRegexpMatchesGo(t *testing.T) {
 		})
 	}
 	querytest.Index(t, cl, names, querytest.Samples(names, docs...))
-	srv := httptest.NewServer(api.New(cl, names, api.Options{Now: func() time.Time { return now }}, slog.New(slog.NewTextHandler(io.Discard, nil))))
-	defer srv.Close()
+	base := serve(t, cl, names, api.Options{})
 
 	for _, re := range []string{
 		`web-.*`, `(?i)web-.*`, `^web-1$`, `web-\d+`, `[a-c].b`, `a\.b`, `x\sy`, `.*\w`, `ü.*`, `(web|db)-1`,
@@ -49,7 +45,7 @@ func TestRegexpMatchesGo(t *testing.T) {
 			}
 			slices.Sort(want)
 			var got api.LabelValuesResponse
-			get(t, srv.URL, "/api/v1/labels/k8s_pod/values", url.Values{"query": {`{k8s_pod=~` + strconv.Quote(re) + `}`}}, &got)
+			get(t, base, "/api/v1/labels/k8s_pod/values", url.Values{"query": {`{k8s_pod=~` + strconv.Quote(re) + `}`}}, &got)
 			if !slices.Equal(got.Values, want) && !(len(got.Values) == 0 && len(want) == 0) {
 				t.Fatalf("=~ %q selected %q, Go matches %q", re, got.Values, want)
 			}

@@ -1,9 +1,6 @@
 package api_test
 
 import (
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"net/url"
 	"testing"
 	"time"
@@ -20,10 +17,9 @@ func TestUnknownStack(t *testing.T) {
 	cl, names := querytest.Setup(t)
 	querytest.Index(t, cl, names, querytest.Samples(names,
 		indices.SampleDoc{Timestamp: now.Add(-10 * time.Minute), Type: "cpu", Host: "h", Service: "s", StackIDs: []string{"no-such-stack"}, Value: 42}))
-	srv := httptest.NewServer(api.New(cl, names, api.Options{Now: func() time.Time { return now }}, slog.New(slog.NewTextHandler(io.Discard, nil))))
-	defer srv.Close()
+	base := serve(t, cl, names, api.Options{})
 	var f api.FlamegraphResponse
-	get(t, srv.URL, "/api/v1/flamegraph", url.Values{}, &f)
+	get(t, base, "/api/v1/flamegraph", url.Values{}, &f)
 	if f.Total != 42 || len(f.Root.Children) != 1 || f.Root.Children[0].Name != "[unknown stack]" || f.Root.Children[0].Self != 42 {
 		t.Fatalf("flame graph %+v, want one [unknown stack] node of 42", f.Root)
 	}

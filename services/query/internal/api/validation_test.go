@@ -3,7 +3,6 @@ package api_test
 import (
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -32,10 +31,7 @@ func backend(t *testing.T, h http.HandlerFunc, opts api.Options) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.Now = func() time.Time { return now }
-	srv := httptest.NewServer(api.New(cl, indices.Default, opts, slog.New(slog.NewTextHandler(io.Discard, nil))))
-	t.Cleanup(srv.Close)
-	return srv.URL
+	return serve(t, cl, indices.Default, opts)
 }
 
 func TestValidation(t *testing.T) {
