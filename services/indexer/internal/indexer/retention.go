@@ -59,18 +59,11 @@ func (r *Retention) Apply(ctx context.Context) ([]string, error) {
 	if r.Days <= 0 {
 		return nil, nil
 	}
-	status, body, err := opensearch.Raw(ctx, r.Client, http.MethodGet, "/_cat/indices/"+r.Names.SamplesPattern()+"?format=json&h=index&expand_wildcards=open,closed", nil)
-	if err != nil {
-		return nil, fmt.Errorf("list samples indices: %w", err)
-	}
-	if status != http.StatusOK {
-		return nil, fmt.Errorf("list samples indices: HTTP %d: %.200s", status, body)
-	}
 	var rows []struct {
 		Index string `json:"index"`
 	}
-	if err := json.Unmarshal(body, &rows); err != nil {
-		return nil, fmt.Errorf("parse index list: %w", err)
+	if err := r.get(ctx, "list samples indices", "/_cat/indices/"+r.Names.SamplesPattern()+"?format=json&h=index&expand_wildcards=open,closed", &rows); err != nil {
+		return nil, err
 	}
 	cutoff := r.Now().UTC().AddDate(0, 0, -r.Days)
 	var deleted []string
@@ -100,13 +93,6 @@ func (r *Retention) Merge(ctx context.Context) ([]string, error) {
 	if r.MergeAfter <= 0 {
 		return nil, nil
 	}
-	status, body, err := opensearch.Raw(ctx, r.Client, http.MethodGet, "/"+r.Names.SamplesPattern()+"/_stats/segments?level=indices&ignore_unavailable=true&allow_no_indices=true", nil)
-	if err != nil {
-		return nil, fmt.Errorf("read segment counts: %w", err)
-	}
-	if status != http.StatusOK {
-		return nil, fmt.Errorf("read segment counts: HTTP %d: %.200s", status, body)
-	}
 	var stats struct {
 		Indices map[string]struct {
 			Primaries struct {
@@ -116,8 +102,8 @@ func (r *Retention) Merge(ctx context.Context) ([]string, error) {
 			} `json:"primaries"`
 		} `json:"indices"`
 	}
-	if err := json.Unmarshal(body, &stats); err != nil {
-		return nil, fmt.Errorf("parse segment counts: %w", err)
+	if err := r.get(ctx, "read segment counts", "/"+r.Names.SamplesPattern()+"/_stats/segments?level=indices&ignore_unavailable=true&allow_no_indices=true", &stats); err != nil {
+		return nil, err
 	}
 	var merged []string
 	for index, st := range stats.Indices {
@@ -135,4 +121,20 @@ func (r *Retention) Merge(ctx context.Context) ([]string, error) {
 		merged = append(merged, index)
 	}
 	return merged, nil
+}
+
+// get decodes the JSON answer to a GET of path into out; what names the
+// request in errors.
+func (r *Retention) get(ctx context.Context, what, path string, out any) error {
+	status, body, err := opensearch.Raw(ctx, r.Client, http.MethodGet, path, nil)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if status != http.StatusOK {
+		return fmt.Errorf("%s: HTTP %d: %.200s", what, status, body)
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("%s: parse answer: %w", what, err)
+	}
+	return nil
 }
