@@ -148,7 +148,7 @@ func heaviest(values map[string]int64, n int) map[string]int64 {
 }
 
 func (a *API) rollupStackValues(ctx context.Context, s selection, minuteOnly bool) (*stackValues, int64, error) {
-	sv, hourly, err := a.sumByStack(ctx, a.rollupIndices(s.tr), a.rollupQuery(s, "stack", minuteOnly), true)
+	sv, hourly, err := a.sumByStack(ctx, a.rollupIndices(s.tr), a.rollupQuery(s, "stack", minuteOnly))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -161,7 +161,7 @@ func (a *API) rollupStackValues(ctx context.Context, s selection, minuteOnly boo
 // selection has more than MaxStacks stacks it stops paging and asks instead
 // for the MaxStacks heaviest ones (a terms aggregation ordered by value), so
 // the work stays bounded and the flame graph keeps what matters.
-func (a *API) sumByStack(ctx context.Context, idx []string, query map[string]any, countHourly bool) (*stackValues, int64, error) {
+func (a *API) sumByStack(ctx context.Context, idx []string, query map[string]any) (*stackValues, int64, error) {
 	sv := &stackValues{values: map[string]int64{}}
 	var hourly int64
 	var after map[string]any
@@ -179,9 +179,7 @@ func (a *API) sumByStack(ctx context.Context, idx []string, query map[string]any
 		aggs := map[string]any{"stacks": map[string]any{"composite": composite, "aggs": map[string]any{"v": map[string]any{"sum": map[string]any{"field": "value"}}}}}
 		if page == 0 {
 			aggs["total"] = map[string]any{"sum": map[string]any{"field": "value"}}
-			if countHourly {
-				aggs["hourly"] = hourlyCountAgg
-			}
+			aggs["hourly"] = hourlyCountAgg
 		}
 		var resp struct {
 			Aggregations struct {
