@@ -275,5 +275,38 @@ func BenchmarkFastConvert(b *testing.B) {
 	}
 }
 
+// BenchmarkFastConvertDecoded is BenchmarkFastConvert after decompression
+// (parse and convert of the raw pprof bytes), so that the work this package
+// does can be measured apart from gunzip, which depends on the record
+// encoding.
+func BenchmarkFastConvertDecoded(b *testing.B) {
+	for _, bc := range benchCorpora {
+		b.Run(bc.name, func(b *testing.B) {
+			recs := benchCorpus(b, bc.samples, bc.raw, bc.zipf, 20)
+			plain := make([][]byte, len(recs))
+			for i, r := range recs {
+				var err error
+				if plain[i], err = gunzip(r.Val); err != nil {
+					b.Fatal(err)
+				}
+			}
+			f := newFastPath()
+			d := new(fastDecoder)
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				r := recs[i%len(recs)]
+				// parse only reads d.raw: no copy needed.
+				d.raw = *bytes.NewBuffer(plain[i%len(recs)])
+				if !d.parse() {
+					b.Fatal("parse declined a corpus profile")
+				}
+				if _, ok := d.convert(testNames, r.Meta, r.Time, f.stacks); !ok {
+					b.Fatal("fast path declined a corpus profile")
+				}
+			}
+		})
+	}
+}
+
 // testFast is the fast path of the tests: one shared cache, as in an Indexer.
 var testFast = newFastPath()
