@@ -1,10 +1,12 @@
 package indices
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // A samples document holds one label set's part of one profile (a process,
@@ -31,23 +33,23 @@ func (d *SampleDoc) SetStacks(ids []string, values []int64) error {
 	if len(ids) != len(values) {
 		return fmt.Errorf("%d stack IDs, %d values", len(ids), len(values))
 	}
-	order := make([]int, len(ids))
-	for i := range order {
-		order[i] = i
+	if len(ids) == 0 {
+		d.StackIDs, d.StackValues = nil, nil
+		return nil
 	}
-	slices.SortFunc(order, func(a, b int) int {
-		switch {
-		case ids[a] < ids[b]:
-			return -1
-		case ids[a] > ids[b]:
-			return 1
-		}
-		return 0
-	})
+	// The indexer calls this for every samples document, so it sorts a
+	// permutation keyed by the IDs' first bytes (one integer compare
+	// decides almost every pair of hashed IDs) and packs in that order
+	// without a sorted copy of the values.
+	order := stackOrder(ids)
 	d.StackIDs = make([]string, len(ids))
-	sorted := make([]int64, len(ids))
-	for i, o := range order {
-		d.StackIDs[i], sorted[i] = ids[o], values[o]
+	var scale int64
+	for i := range ids {
+		o := i
+		if order != nil {
+			o = int(order[i].at)
+		}
+		d.StackIDs[i] = ids[o]
 		if ids[o] == "" {
 			return errors.New("empty stack ID")
 		}
@@ -55,15 +57,62 @@ func (d *SampleDoc) SetStacks(ids []string, values []int64) error {
 			return fmt.Errorf("stack %s listed twice", ids[o])
 		}
 	}
-	packed, err := PackStackValues(nil, sorted)
-	if err != nil {
-		return err
+	// Values in the order PackStackValues would see them, so that the same
+	// negative value is the one reported.
+	for i := range values {
+		v := values[i]
+		if order != nil {
+			v = values[order[i].at]
+		}
+		if v < 0 {
+			return fmt.Errorf("negative sample value %d", v)
+		}
+		scale = gcd(scale, v)
+	}
+	if scale == 0 {
+		scale = 1
+	}
+	// Most values take one byte; the scale up to five.
+	packed := make([]byte, 0, len(values)+binary.MaxVarintLen64)
+	packed = binary.AppendUvarint(packed, uint64(scale))
+	for i := range values {
+		v := values[i]
+		if order != nil {
+			v = values[order[i].at]
+		}
+		packed = binary.AppendUvarint(packed, uint64(v/scale))
 	}
 	d.StackValues = packed
-	if len(ids) == 0 {
-		d.StackIDs, d.StackValues = nil, nil
-	}
 	return nil
+}
+
+// stackRank is one ID's place in stackOrder: at is its index in ids, prefix
+// its first 8 bytes big-endian (zero-padded), which orders IDs as strings do
+// unless equal.
+type stackRank struct {
+	prefix uint64
+	at     int32
+}
+
+// stackOrder is the permutation that sorts ids, or nil when they are
+// already sorted.
+func stackOrder(ids []string) []stackRank {
+	if slices.IsSorted(ids) {
+		return nil
+	}
+	order := make([]stackRank, len(ids))
+	for i, id := range ids {
+		var b [8]byte
+		copy(b[:], id)
+		order[i] = stackRank{prefix: binary.BigEndian.Uint64(b[:]), at: int32(i)}
+	}
+	slices.SortFunc(order, func(a, b stackRank) int {
+		if a.prefix != b.prefix {
+			return cmp.Compare(a.prefix, b.prefix)
+		}
+		return strings.Compare(ids[a.at], ids[b.at])
+	})
+	return order
 }
 
 // PackStackValues appends the packed form of values to dst.

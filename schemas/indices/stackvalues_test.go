@@ -2,7 +2,12 @@ package indices
 
 import (
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -116,5 +121,109 @@ func FuzzUnpackStackValues(f *testing.F) {
 		if err != nil || !slices.Equal(v, w) {
 			t.Fatalf("round trip: %v -> %v (%v)", v, w, err)
 		}
+	})
+}
+
+// setStacksByIndex is SetStacks as first written (sort a permutation by a
+// closure over the IDs, pack a sorted copy): the reference the faster one
+// must match, errors included.
+func setStacksByIndex(d *SampleDoc, ids []string, values []int64) error {
+	if len(ids) != len(values) {
+		return fmt.Errorf("%d stack IDs, %d values", len(ids), len(values))
+	}
+	order := make([]int, len(ids))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(ids[a], ids[b]) })
+	d.StackIDs = make([]string, len(ids))
+	sorted := make([]int64, len(ids))
+	for i, o := range order {
+		d.StackIDs[i], sorted[i] = ids[o], values[o]
+		if ids[o] == "" {
+			return errors.New("empty stack ID")
+		}
+		if i > 0 && d.StackIDs[i] == d.StackIDs[i-1] {
+			return fmt.Errorf("stack %s listed twice", ids[o])
+		}
+	}
+	packed, err := PackStackValues(nil, sorted)
+	if err != nil {
+		return err
+	}
+	d.StackValues = packed
+	if len(ids) == 0 {
+		d.StackIDs, d.StackValues = nil, nil
+	}
+	return nil
+}
+
+// checkSetStacks fails t unless SetStacks and the reference agree.
+func checkSetStacks(t *testing.T, ids []string, values []int64) {
+	t.Helper()
+	var got, want SampleDoc
+	gotErr := got.SetStacks(ids, values)
+	wantErr := setStacksByIndex(&want, ids, values)
+	if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+		t.Fatalf("SetStacks(%q, %v) error %v, want %v", ids, values, gotErr, wantErr)
+	}
+	if wantErr == nil && !reflect.DeepEqual(got, want) {
+		t.Fatalf("SetStacks(%q, %v) = %+v, want %+v", ids, values, got, want)
+	}
+}
+
+// TestSetStacksMatchesReference: IDs that share their first 8 bytes, are
+// shorter than 8, contain zero bytes, repeat or are empty; hashed IDs in
+// random order; negative values at several places.
+func TestSetStacksMatchesReference(t *testing.T) {
+	for name, c := range map[string]struct {
+		ids    []string
+		values []int64
+	}{
+		"none":             {nil, nil},
+		"one":              {[]string{"a"}, []int64{7}},
+		"sorted":           {[]string{"a", "b", "c"}, []int64{2, 4, 6}},
+		"common prefix":    {[]string{"abcdefgh2", "abcdefgh1", "abcdefgh", "abcdefg"}, []int64{1, 2, 3, 4}},
+		"zero bytes":       {[]string{"a\x00", "a", "a\x00\x00", "\x00"}, []int64{5, 10, 15, 20}},
+		"high bytes":       {[]string{"\xff\xfe", "\xff", "\x7f"}, []int64{1, 1, 1}},
+		"twice unsorted":   {[]string{"b", "a", "b"}, []int64{1, 2, 3}},
+		"twice sorted":     {[]string{"a", "a"}, []int64{1, 2}},
+		"empty":            {[]string{"b", ""}, []int64{1, 2}},
+		"empty and twice":  {[]string{"b", "", "b", ""}, []int64{1, 2, 3, 4}},
+		"negatives":        {[]string{"c", "a", "b"}, []int64{-3, 1, -2}},
+		"negative and dup": {[]string{"c", "c"}, []int64{-3, 1}},
+		"zeros":            {[]string{"b", "a"}, []int64{0, 0}},
+		"lengths":          {[]string{"a"}, nil},
+	} {
+		t.Run(name, func(t *testing.T) { checkSetStacks(t, c.ids, c.values) })
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for n := range 300 {
+		ids := make([]string, n)
+		values := make([]int64, n)
+		for i := range ids {
+			ids[i] = StackID([]Frame{{Function: strconv.Itoa(rng.IntN(1 << 20))}})
+			values[i] = 52_631_578 * rng.Int64N(50)
+		}
+		checkSetStacks(t, ids, values)
+	}
+}
+
+// FuzzSetStacks: SetStacks agrees with the reference on any IDs (split from
+// the input at commas) and values.
+func FuzzSetStacks(f *testing.F) {
+	f.Add("b,a,c", int64(3), int64(2))
+	f.Add("abcdefgh2,abcdefgh1,abcdefgh", int64(-1), int64(1))
+	f.Add("a,,a", int64(0), int64(0))
+	f.Fuzz(func(t *testing.T, list string, v0, step int64) {
+		ids := strings.Split(list, ",")
+		if len(ids) > 1000 {
+			return
+		}
+		values := make([]int64, len(ids))
+		for i := range values {
+			values[i] = v0 + int64(i)*step
+		}
+		checkSetStacks(t, ids, values)
 	})
 }

@@ -146,10 +146,29 @@ type locKey struct {
 	stack  int32
 }
 
-// aggBuf is the scratch of one samples document.
+// aggBuf is the scratch of one samples document, reused between profiles.
 type aggBuf struct {
 	ids    []string
 	values []int64
+	// pos is a stack's index in ids and values + 1 (0: not yet), by its
+	// index in the profile's Documents.Stacks: a slice index instead of a
+	// map lookup on every sample. Reset when the buffer is taken.
+	pos []int32
+}
+
+// growZero extends s to n entries, the new ones zero.
+func growZero(s []int32, n int) []int32 {
+	if n <= len(s) {
+		return s
+	}
+	if n <= cap(s) {
+		t := s[:n]
+		clear(t[len(s):])
+		return t
+	}
+	t := make([]int32, n, max(n, 2*cap(s)))
+	copy(t, s)
+	return t
 }
 
 // fastDecoder is the state of one profile's conversion, reused between
@@ -180,13 +199,16 @@ type fastDecoder struct {
 	buf    []byte
 	lkey   []byte
 
-	aggBufs     []aggBuf
+	aggBufs     []*aggBuf
 	stackByLocs map[uint64]int32 // 64-bit hash of a location key -> index in locKeys
 	locKeys     []locKey
 	keyArena    []byte
 	byRawLabels map[string]int32
 	stackIndex  map[string]int32
-	aggStacks   map[uint64]int32 // aggregate index << 32 | stack index -> index in its ids
+	// lastStacks is how many stacks the previous profile had: the next
+	// one's Documents.Stacks starts with that capacity instead of growing
+	// (and copying) a dozen times.
+	lastStacks int
 
 	// Scratch for pprofx.LocationFrames.
 	loc  profile.Location
@@ -218,6 +240,15 @@ func (d *fastDecoder) decompress(value []byte) bool {
 
 // varint decodes as pprof does: at most 10 bytes, extra high bits dropped.
 func varint(b []byte) (uint64, int) {
+	// Field keys, string and location indices, lengths: most varints of a
+	// profile are one byte, and this test inlines where the loop does not.
+	if len(b) > 0 && b[0] < 0x80 {
+		return uint64(b[0]), 1
+	}
+	return varintLong(b)
+}
+
+func varintLong(b []byte) (uint64, int) {
 	var u uint64
 	for i := 0; i < 10 && i < len(b); i++ {
 		u |= uint64(b[i]&0x7f) << uint(7*i)
@@ -672,27 +703,24 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 	valueIdx, countIdx, at := h.valueIdx, h.countIdx, h.at
 
 	type agg struct {
-		doc    indices.SampleDoc
-		raw    int64
-		ls     *labelSet
-		k      uint64 // index in order << 32, the key prefix in d.aggStacks
-		ids    []string
-		values []int64
+		doc indices.SampleDoc
+		raw int64
+		ls  *labelSet
+		at  int32 // index in order
+		*aggBuf
 	}
 	sets := labelSets{}
 	merged := map[string]*agg{}
 	var order []*agg
 	var docs Documents
 	// Per profile: a sample's stack (by the hash of its location key) as an
-	// index in docs.Stacks, -1 without frames; aggregates by the hash of
-	// the raw label fields; stacks by ID.
+	// index in docs.Stacks, -1 without frames; aggregates by the raw label
+	// fields; stacks by ID.
 	if d.stackByLocs == nil {
 		d.stackByLocs = map[uint64]int32{}
 		d.byRawLabels = map[string]int32{}
 		d.stackIndex = map[string]int32{}
-		d.aggStacks = map[uint64]int32{}
 	}
-	clear(d.aggStacks)
 	clear(d.stackByLocs)
 	d.locKeys, d.keyArena = d.locKeys[:0], d.keyArena[:0]
 	clear(d.byRawLabels)
@@ -800,6 +828,9 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 				if si, ok = d.stackIndex[st.id]; !ok {
 					si = int32(len(docs.Stacks))
 					d.stackIndex[st.id] = si
+					if docs.Stacks == nil { // nil without stacks, as Convert's
+						docs.Stacks = make([]Stack, 0, max(d.lastStacks, 16))
+					}
 					docs.Stacks = append(docs.Stacks, Stack{ID: st.id, Frames: st.frames, At: at})
 				}
 			}
@@ -823,15 +854,16 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 				// and values.
 				k := len(order)
 				if k == len(d.aggBufs) {
-					d.aggBufs = append(d.aggBufs, aggBuf{})
+					d.aggBufs = append(d.aggBufs, new(aggBuf))
 				}
-				ab := &d.aggBufs[k]
-				a.k = uint64(k) << 32
-				a.ids, a.values = ab.ids[:0], ab.values[:0]
+				ab := d.aggBufs[k]
+				clear(ab.pos)
+				ab.ids, ab.values, ab.pos = ab.ids[:0], ab.values[:0], ab.pos[:0]
+				a.aggBuf, a.at = ab, int32(k)
 				merged[ls.key] = a
 				order = append(order, a)
 			}
-			d.byRawLabels[string(labelKey)] = int32(a.k >> 32)
+			d.byRawLabels[string(labelKey)] = a.at
 		}
 		raw := int64(1)
 		if countIdx >= 0 && countIdx < len(d.values) {
@@ -843,24 +875,25 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 		if si < 0 {
 			continue
 		}
-		i, ok := d.aggStacks[a.k|uint64(si)]
-		if !ok {
+		if int(si) >= len(a.pos) {
+			a.pos = growZero(a.pos, len(docs.Stacks))
+		}
+		i := a.pos[si] - 1
+		if i < 0 {
 			i = int32(len(a.ids))
-			d.aggStacks[a.k|uint64(si)] = i
+			a.pos[si] = i + 1
 			a.ids = append(a.ids, docs.Stacks[si].ID)
 			a.values = append(a.values, 0)
 		}
 		a.values[i] += v
 	}
+	d.lastStacks = len(docs.Stacks)
 	docs.Samples = make([]Sample, 0, len(order))
-	for k, a := range order {
+	for _, a := range order {
 		sample, err := h.sample(&a.doc, a.ls, a.ids, a.values, a.raw)
 		if err != nil {
 			return Documents{}, false
 		}
-		ab := &d.aggBufs[k]
-		ab.ids, ab.values = a.ids[:0], a.values[:0]
-		clear(ab.ids[:cap(ab.ids)])
 		docs.Samples = append(docs.Samples, sample)
 	}
 	return docs, true
