@@ -23,16 +23,38 @@ func testProfile() *profile.Profile {
 }
 
 func TestProfileRoundTrip(t *testing.T) {
-	b, err := EncodeProfile(testProfile())
+	for name, encode := range map[string]func(*profile.Profile) ([]byte, error){"compressed": EncodeProfile, "stored": EncodeProfileStored} {
+		b, err := encode(testProfile())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := DecodeProfile(b)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if p.Sample[0].Value[0] != 10 || p.Sample[0].Location[0].Line[0].Function.Name != "main.work" {
+			t.Fatalf("%s: decoded %v", name, p)
+		}
+		// What other pprof tools read: gzip around the protobuf.
+		if _, err := profile.Parse(bytes.NewReader(b)); err != nil {
+			t.Fatalf("%s: profile.Parse: %v", name, err)
+		}
+	}
+}
+
+func TestEncodeProfileStoredIsNotCompressed(t *testing.T) {
+	p := testProfile()
+	var raw bytes.Buffer
+	if err := p.WriteUncompressed(&raw); err != nil {
+		t.Fatal(err)
+	}
+	b, err := EncodeProfileStored(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := DecodeProfile(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.Sample[0].Value[0] != 10 || p.Sample[0].Location[0].Line[0].Function.Name != "main.work" {
-		t.Fatalf("decoded %v", p)
+	// The protobuf is in the value as it is: stored deflate blocks.
+	if !bytes.Contains(b, raw.Bytes()) {
+		t.Fatalf("stored value (%d bytes) does not contain the %d-byte protobuf", len(b), raw.Len())
 	}
 }
 

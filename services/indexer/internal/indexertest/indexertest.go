@@ -103,7 +103,8 @@ func (c Corpus) Build() ([]Record, Totals, error) {
 				tot.Value[ids[s]] += val
 				tot.Raw += raw
 			}
-			v, err := record.EncodeProfile(b.Profile())
+			// As the symbolizer writes them: stored gzip, in lz4 batches.
+			v, err := record.EncodeProfileStored(b.Profile())
 			if err != nil {
 				return nil, tot, err
 			}
@@ -138,7 +139,8 @@ func Setup(t testing.TB, brokers []string, url, name string, partitions int32) *
 	t.Helper()
 	ctx := context.Background()
 	e := &Env{Brokers: brokers, URL: url, Topics: record.TopicsFor(name + "."), Group: name + "-indexer", Names: indices.Names{Prefix: name + "-"}}
-	cl, err := kafka.NewClient(ctx, kafka.Config{Brokers: brokers, DialTimeout: 10 * time.Second})
+	cl, err := kafka.NewClient(ctx, kafka.Config{Brokers: brokers, DialTimeout: 10 * time.Second},
+		kgo.ProducerBatchCompression(kgo.Lz4Compression()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ type Symbolizer struct {
 	MissTTL           time.Duration `envconfig:"MISS_TTL" default:"5m" desc:"how long a build ID that no source has is not asked for again"`
 	SessionTimeout    time.Duration `envconfig:"SESSION_TIMEOUT" default:"45s" desc:"how long a crashed instance keeps its partitions (within the broker's group.min/max.session.timeout.ms)"`
 	MaxPollRecords    int           `envconfig:"MAX_POLL_RECORDS" default:"200" desc:"records per transaction at most"`
-	MaxOutputBytes    int           `envconfig:"MAX_OUTPUT_BYTES" default:"999000" desc:"largest symbolized record value; larger ones go to the DLQ (keep under the topic's max.message.bytes)"`
+	MaxOutputBytes    int           `envconfig:"MAX_OUTPUT_BYTES" default:"999000" desc:"largest symbolized record value: a profile larger uncompressed (stored gzip) is gzip-compressed, one still larger goes to the DLQ (keep under the topic's max.message.bytes)"`
 }
 
 var transactionalIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)

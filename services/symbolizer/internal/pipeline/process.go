@@ -46,7 +46,13 @@ func (p *Processor) Process(ctx context.Context, r *kgo.Record) Result {
 		return p.dead(r, err)
 	}
 	st := p.Symbolizer.Profile(ctx, prof)
-	val, err := record.EncodeProfile(prof)
+	// Stored gzip: the producer compresses batches (lz4), so every consumer
+	// group reads the profile without inflating it. One too large for the
+	// topic that way is compressed instead.
+	val, err := record.EncodeProfileStored(prof)
+	if err == nil && p.MaxOutputBytes > 0 && len(val) > p.MaxOutputBytes {
+		val, err = record.EncodeProfile(prof)
+	}
 	if err != nil {
 		return p.dead(r, err)
 	}

@@ -75,13 +75,56 @@ func FuzzProcess(f *testing.F) {
 func TestProcessOutputTooLarge(t *testing.T) {
 	p := fuzzProcessor(t)
 	p.MaxOutputBytes = 1024
+	res := p.Process(context.Background(), &kgo.Record{Topic: "f.profiles.raw", Value: manySamples(), Headers: record.Meta{Type: record.ProfileCPU}.Headers()})
+	if res.Err == nil || res.Reason != "output_too_large" || res.Out.Topic != "f.dlq" {
+		t.Fatalf("got %+v", res)
+	}
+}
+
+// manySamples is a profile whose stored encoding is a few times its gzip one.
+func manySamples() []byte {
 	b := pproftest.NewCPU(time.Unix(1700000000, 0), time.Second)
 	for i := 0; i < 500; i++ {
 		b.Sample(map[string]string{"i": string(rune('a' + i%26))}, []int64{1, 2}, "fn"+string(rune('a'+i%26))+string(rune('a'+i/26)))
 	}
 	v, _ := record.EncodeProfile(b.Profile())
-	res := p.Process(context.Background(), &kgo.Record{Topic: "f.profiles.raw", Value: v, Headers: record.Meta{Type: record.ProfileCPU}.Headers()})
-	if res.Err == nil || res.Reason != "output_too_large" || res.Out.Topic != "f.dlq" {
-		t.Fatalf("got %+v", res)
+	return v
+}
+
+func TestProcessWritesStoredGzip(t *testing.T) {
+	p := fuzzProcessor(t)
+	in := manySamples()
+	res := p.Process(context.Background(), &kgo.Record{Topic: "f.profiles.raw", Value: in, Headers: record.Meta{Type: record.ProfileCPU}.Headers()})
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	prof, err := record.DecodeProfile(res.Out.Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := record.EncodeProfileStored(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Out.Value) != len(want) || len(res.Out.Value) < 2*len(in) {
+		t.Fatalf("output is %d bytes, want the stored encoding (%d bytes; input gzip %d)", len(res.Out.Value), len(want), len(in))
+	}
+}
+
+func TestProcessCompressesWhenStoredIsTooLarge(t *testing.T) {
+	p := fuzzProcessor(t)
+	in := manySamples()
+	res := p.Process(context.Background(), &kgo.Record{Topic: "f.profiles.raw", Value: in, Headers: record.Meta{Type: record.ProfileCPU}.Headers()})
+	stored := len(res.Out.Value)
+	p.MaxOutputBytes = stored - 1
+	res = p.Process(context.Background(), &kgo.Record{Topic: "f.profiles.raw", Value: in, Headers: record.Meta{Type: record.ProfileCPU}.Headers()})
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if len(res.Out.Value) >= stored/2 {
+		t.Fatalf("output is %d bytes, want gzip-compressed (stored was %d)", len(res.Out.Value), stored)
+	}
+	if _, err := record.DecodeProfile(res.Out.Value); err != nil {
+		t.Fatal(err)
 	}
 }

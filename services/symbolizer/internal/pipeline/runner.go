@@ -171,6 +171,9 @@ func SessionOpts(group, rawTopic, transactionalID string, sessionTimeout time.Du
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.RequireStableFetchOffsets(),
 		kgo.TransactionTimeout(60 * time.Second),
+		// Profiles are written as stored gzip (see Processor.Process): the
+		// batch is what gets compressed, with the codec cheapest to read.
+		kgo.ProducerBatchCompression(kgo.Lz4Compression()),
 	}
 }
 
