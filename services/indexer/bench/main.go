@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"text/tabwriter"
@@ -147,7 +149,12 @@ func run(corpus indexertest.Corpus, rounds int, keep bool) error {
 		return err
 	}
 
+	osPID, err := nodePID(ctx, src)
+	if err != nil {
+		log.Printf("no CPU accounting of OpenSearch: %v", err)
+	}
 	var bareDurs, ixDurs []time.Duration
+	var bareCPU, ixCPU []cpuUse
 	var bareBytes, ixBytes int64
 	for round := range rounds {
 		bare := withNames(t, src, fmt.Sprintf("bench-bare-%s-r%d", stamp, round))
@@ -160,13 +167,14 @@ func run(corpus indexertest.Corpus, rounds int, keep bool) error {
 				renamed[i] = it
 			}
 			bodies := encodeBodies(renamed, 8<<20)
-			start := time.Now()
+			start, cpu := time.Now(), readCPU(osPID)
 			for _, b := range bodies {
 				if err := post(ctx, bare, b); err != nil {
 					return err
 				}
 			}
 			bareDurs = append(bareDurs, time.Since(start))
+			bareCPU = append(bareCPU, readCPU(osPID).since(cpu))
 			if err := bare.ReadStored(t).Check(want); err != nil {
 				return fmt.Errorf("bare loop stored wrong totals: %w", err)
 			}
@@ -174,11 +182,12 @@ func run(corpus indexertest.Corpus, rounds int, keep bool) error {
 		}
 		runIx := func() error {
 			// The indexer, timed from its first fetch to its last commit.
-			d, err := runIndexer(ctx, t, ix, osc)
+			d, cpu, err := runIndexer(ctx, t, ix, osc, osPID)
 			if err != nil {
 				return err
 			}
 			ixDurs = append(ixDurs, d)
+			ixCPU = append(ixCPU, cpu)
 			if err := ix.ReadStored(t).Check(want); err != nil {
 				return fmt.Errorf("indexer stored wrong totals: %w", err)
 			}
@@ -195,7 +204,8 @@ func run(corpus indexertest.Corpus, rounds int, keep bool) error {
 				return err
 			}
 		}
-		log.Printf("round %d: bare %.1f s, indexer %.1f s (%.0f%%)", round, bareDurs[round].Seconds(), ixDurs[round].Seconds(), 100*bareDurs[round].Seconds()/ixDurs[round].Seconds())
+		log.Printf("round %d: bare %.1f s (OpenSearch CPU %.1f s), indexer %.1f s (OpenSearch CPU %.1f s, indexer CPU %.1f s): %.0f%%", round,
+			bareDurs[round].Seconds(), bareCPU[round].node, ixDurs[round].Seconds(), ixCPU[round].node, ixCPU[round].self, 100*bareDurs[round].Seconds()/ixDurs[round].Seconds())
 		if round == rounds-1 {
 			var err error
 			if bareBytes, err = mergedSize(ctx, bare); err != nil {
@@ -227,7 +237,83 @@ func run(corpus indexertest.Corpus, rounds int, keep bool) error {
 		ratios[i] = time.Duration(1e6 * bareDurs[i].Seconds() / ixDurs[i].Seconds())
 	}
 	fmt.Printf("indexer / bare per round: median %.0f%%\n", float64(median(ratios))/1e4)
+	// CPU per profile does not depend on who else uses the machine: it says
+	// which side is the bottleneck when each has its own cores.
+	perProfile := func(cpu []cpuUse, f func(cpuUse) float64) float64 {
+		v := make([]time.Duration, len(cpu))
+		for i, c := range cpu {
+			v[i] = time.Duration(f(c) * 1e9)
+		}
+		return 1e3 * median(v).Seconds() / float64(len(recs))
+	}
+	node := func(c cpuUse) float64 { return c.node }
+	self := func(c cpuUse) float64 { return c.self }
+	if osPID > 0 {
+		fmt.Printf("CPU ms per profile (median of rounds): OpenSearch %.2f for the bare loop, %.2f for the indexer; the indexer itself %.2f (Kafka client, decoding, bulk requests)\n",
+			perProfile(bareCPU, node), perProfile(ixCPU, node), perProfile(ixCPU, self))
+	}
 	return nil
+}
+
+// cpuUse is CPU seconds (user and system) of the OpenSearch node and of
+// this process.
+type cpuUse struct{ node, self float64 }
+
+func (c cpuUse) since(start cpuUse) cpuUse { return cpuUse{c.node - start.node, c.self - start.self} }
+
+// readCPU reads the CPU time of the node (0 without its pid) and of this
+// process from /proc.
+func readCPU(nodePID int) cpuUse {
+	return cpuUse{node: procCPU(nodePID), self: procCPU(os.Getpid())}
+}
+
+// procCPU is utime+stime of a process, 0 when it cannot be read.
+func procCPU(pid int) float64 {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command (which may hold spaces) in parentheses:
+	// state is field 3, utime 14 and stime 15.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / clockTicks
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat times (100 on Linux).
+const clockTicks = 100
+
+// nodePID is the process ID of the OpenSearch node, when it runs on this
+// machine.
+func nodePID(ctx context.Context, e *indexertest.Env) (int, error) {
+	st, body, err := opensearch.Raw(ctx, e.OS, http.MethodGet, "/_nodes/_local/process?filter_path=nodes.*.process.id", nil)
+	if err != nil || st != http.StatusOK {
+		return 0, fmt.Errorf("node process: %d %s %v", st, body, err)
+	}
+	var r struct {
+		Nodes map[string]struct {
+			Process struct {
+				ID int `json:"id"`
+			} `json:"process"`
+		} `json:"nodes"`
+	}
+	if err := json.Unmarshal(body, &r); err != nil {
+		return 0, fmt.Errorf("node process: %w", err)
+	}
+	for _, n := range r.Nodes {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d/stat", n.Process.ID)); err != nil {
+			return 0, fmt.Errorf("node process %d is not on this machine", n.Process.ID)
+		}
+		return n.Process.ID, nil
+	}
+	return 0, errors.New("node process: no node")
 }
 
 // withNames is src's topics with a new group and index prefix, templates
@@ -247,11 +333,11 @@ func withNames(t *tb, src *indexertest.Env, name string) *indexertest.Env {
 // runIndexer runs an indexer over e's topic until it committed everything
 // and returns the time from its first fetch (joining a group takes a moment
 // a running indexer does not pay) to its last commit.
-func runIndexer(ctx context.Context, t *tb, e *indexertest.Env, osc *opensearchapi.Client) (time.Duration, error) {
+func runIndexer(ctx context.Context, t *tb, e *indexertest.Env, osc *opensearchapi.Client, osPID int) (time.Duration, cpuUse, error) {
 	kcl, err := kafka.NewClient(ctx, kafka.Config{Brokers: e.Brokers, DialTimeout: 10 * time.Second},
 		append(indexer.ConsumerOpts(e.Group, e.Topics.ProfilesSymbolized), kgo.FetchMaxBytes(64<<20))...)
 	if err != nil {
-		return 0, err
+		return 0, cpuUse{}, err
 	}
 	defer kcl.Close()
 	m := indexer.NewMetrics(nil)
@@ -264,11 +350,11 @@ func runIndexer(ctx context.Context, t *tb, e *indexertest.Env, osc *opensearcha
 	for testutil.CollectAndCount(m.Lag) == 0 {
 		time.Sleep(5 * time.Millisecond)
 	}
-	start := time.Now()
+	start, cpu := time.Now(), readCPU(osPID)
 	e.WaitCaughtUp(t, 30*time.Minute)
-	d := time.Since(start)
+	d, used := time.Since(start), readCPU(osPID).since(cpu)
 	cancel()
-	return d, <-done
+	return d, used, <-done
 }
 
 func median(ds []time.Duration) time.Duration {
