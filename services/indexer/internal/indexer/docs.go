@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -216,11 +217,49 @@ func (ls *labelSet) doc(at time.Time, typ record.ProfileType) indices.SampleDoc 
 	return indices.SampleDoc{Timestamp: at, Type: string(typ), Host: ls.host, Service: ls.service, Labels: ls.labels}
 }
 
-// labelSets caches labelSet by the raw labels of a sample.
+// labelSets caches labelSet by the raw labels of a sample, for one profile.
 type labelSets struct {
 	byRaw map[string]*labelSet
 	keys  []string
 	buf   []byte
+	// shared, when set, keeps label sets across profiles (the fast path's):
+	// a host's processes send the same labels every 10 s, and building a
+	// labelSet (maps, service, canonical key) cost more than the rest of
+	// a document.
+	shared *labelCache
+}
+
+// labelCache is a bounded, goroutine-safe map from the exact raw labels and
+// header host to their labelSet (immutable once built). It forgets
+// everything when full.
+type labelCache struct {
+	max int
+	mu  sync.RWMutex
+	m   map[string]*labelSet
+}
+
+func newLabelCache(max int) *labelCache {
+	return &labelCache{max: max, m: map[string]*labelSet{}}
+}
+
+// exactLabelKey is an unambiguous key of raw (its sorted keys in keys) and
+// headerHost: every string is length-prefixed, unlike labelSets.buf whose
+// separators a label could contain. labelSets.buf stays the per-profile key
+// so that both decode paths merge label sets alike.
+func exactLabelKey(b []byte, raw map[string][]string, keys []string, headerHost string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(headerHost)))
+	b = append(b, headerHost...)
+	for _, k := range keys {
+		b = binary.AppendUvarint(b, uint64(len(k)))
+		b = append(b, k...)
+		v := raw[k]
+		b = binary.AppendUvarint(b, uint64(len(v)))
+		for _, x := range v {
+			b = binary.AppendUvarint(b, uint64(len(x)))
+			b = append(b, x...)
+		}
+	}
+	return b
 }
 
 func (c *labelSets) get(raw map[string][]string, headerHost string) *labelSet {
@@ -241,6 +280,35 @@ func (c *labelSets) get(raw map[string][]string, headerHost string) *labelSet {
 	if ls, ok := c.byRaw[string(c.buf)]; ok {
 		return ls
 	}
+	if c.byRaw == nil {
+		c.byRaw = map[string]*labelSet{}
+	}
+	if c.shared == nil {
+		ls := newLabelSet(raw, headerHost)
+		c.byRaw[string(c.buf)] = ls
+		return ls
+	}
+	n := len(c.buf)
+	c.buf = exactLabelKey(c.buf, raw, c.keys, headerHost)
+	exact := c.buf[n:]
+	c.shared.mu.RLock()
+	ls, ok := c.shared.m[string(exact)]
+	c.shared.mu.RUnlock()
+	if !ok {
+		ls = newLabelSet(raw, headerHost)
+		c.shared.mu.Lock()
+		if len(c.shared.m) >= c.shared.max {
+			clear(c.shared.m)
+		}
+		c.shared.m[string(exact)] = ls
+		c.shared.mu.Unlock()
+	}
+	c.byRaw[string(c.buf[:n])] = ls
+	return ls
+}
+
+// newLabelSet builds the labelSet of raw labels.
+func newLabelSet(raw map[string][]string, headerHost string) *labelSet {
 	labels := record.Labels(raw)
 	ls := &labelSet{host: headerHost, service: record.DeriveService(labels)}
 	if ls.host == "" {
@@ -263,10 +331,6 @@ func (c *labelSets) get(raw map[string][]string, headerHost string) *labelSet {
 		labels = nil
 	}
 	ls.labels = labels
-	if c.byRaw == nil {
-		c.byRaw = map[string]*labelSet{}
-	}
-	c.byRaw[string(c.buf)] = ls
 	return ls
 }
 

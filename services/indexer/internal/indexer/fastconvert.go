@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"hash/maphash"
 	"io"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,10 +52,16 @@ type fastPath struct {
 	// across profiles, so indices.StackID (sha256) runs once per new stack
 	// rather than once per profile.
 	stacks *stackCache
+	// labels keeps label sets across profiles.
+	labels *labelCache
 }
 
 func newFastPath() *fastPath {
-	return &fastPath{decoders: sync.Pool{New: func() any { return new(fastDecoder) }}, stacks: newStackCache(1 << 14)}
+	return &fastPath{
+		decoders: sync.Pool{New: func() any { return new(fastDecoder) }},
+		stacks:   newStackCache(1 << 14),
+		labels:   newLabelCache(1 << 14),
+	}
 }
 
 // convert turns a record value (gzip pprof) into the same Documents as
@@ -78,7 +86,7 @@ func (f *fastPath) convert(names indices.Names, meta record.Meta, value []byte, 
 	if !d.parse() {
 		return Documents{}, false
 	}
-	return d.convert(names, meta, fallback, f.stacks)
+	return d.convert(names, meta, fallback, f)
 }
 
 // stackCache is a bounded, goroutine-safe map from a 128-bit content hash of
@@ -92,6 +100,7 @@ type stackCache struct {
 
 type cachedStack struct {
 	id     string
+	prefix uint64          // idPrefix(id)
 	frames []indices.Frame // shared, never modified
 }
 
@@ -148,16 +157,29 @@ type locKey struct {
 
 // aggBuf is the scratch of one samples document, reused between profiles.
 type aggBuf struct {
+	// cells sums the document's values by stack index in the profile's
+	// Documents.Stacks: a slice index on every sample instead of a map
+	// lookup. Reset when the buffer is taken.
+	cells []aggCell
+	// ids and values are cells in stack ID order, for SetStacks.
 	ids    []string
 	values []int64
-	// pos is a stack's index in ids and values + 1 (0: not yet), by its
-	// index in the profile's Documents.Stacks: a slice index instead of a
-	// map lookup on every sample. Reset when the buffer is taken.
-	pos []int32
+}
+
+type aggCell struct {
+	value int64
+	seen  bool // the stack is in the document, even with value 0
+}
+
+// locField is a location_id field of a sample: one ID or a packed list.
+type locField struct {
+	typ  int
+	u    uint64
+	data []byte
 }
 
 // growZero extends s to n entries, the new ones zero.
-func growZero(s []int32, n int) []int32 {
+func growZero[T any](s []T, n int) []T {
 	if n <= len(s) {
 		return s
 	}
@@ -166,7 +188,7 @@ func growZero(s []int32, n int) []int32 {
 		clear(t[len(s):])
 		return t
 	}
-	t := make([]int32, n, max(n, 2*cap(s)))
+	t := make([]T, n, max(n, 2*cap(s)))
 	copy(t, s)
 	return t
 }
@@ -204,7 +226,13 @@ type fastDecoder struct {
 	locKeys     []locKey
 	keyArena    []byte
 	byRawLabels map[string]int32
-	stackIndex  map[string]int32
+	stackIndex  map[uint64]int32 // idPrefix of a stack ID -> index in Documents.Stacks
+	stackPrefix []uint64         // idPrefix by index in Documents.Stacks
+	byID        []int32          // stack indices in ID order
+	sortKeys    []uint64         // scratch of sortStacks
+	key         []byte
+	labelBuf    []byte
+	locFields   []locField
 	// lastStacks is how many stacks the previous profile had: the next
 	// one's Documents.Stacks starts with that capacity instead of growing
 	// (and copying) a dozen times.
@@ -650,6 +678,7 @@ func (d *fastDecoder) stack(c *stackCache) (cachedStack, bool) {
 	s := cachedStack{frames: frames}
 	if len(frames) > 0 {
 		s.id = indices.StackID(frames)
+		s.prefix = idPrefix(s.id)
 	}
 	c.put(h, s)
 	return s, true
@@ -688,7 +717,8 @@ func (d *fastDecoder) labels(raw []byte) (map[string][]string, bool) {
 }
 
 // convert is Convert over the decoded tables; see Convert for the rules.
-func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback time.Time, c *stackCache) (Documents, bool) {
+func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback time.Time, f *fastPath) (Documents, bool) {
+	c := f.stacks
 	if len(d.sampleTypes) == 0 {
 		return Documents{}, false
 	}
@@ -709,33 +739,29 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 		at  int32 // index in order
 		*aggBuf
 	}
-	sets := labelSets{}
+	sets := labelSets{shared: f.labels}
 	merged := map[string]*agg{}
 	var order []*agg
 	var docs Documents
 	// Per profile: a sample's stack (by the hash of its location key) as an
 	// index in docs.Stacks, -1 without frames; aggregates by the raw label
-	// fields; stacks by ID.
+	// fields; stacks by the first 8 bytes of their ID (checked against the
+	// whole ID: a 64-bit integer hashes faster than a string).
 	if d.stackByLocs == nil {
 		d.stackByLocs = map[uint64]int32{}
 		d.byRawLabels = map[string]int32{}
-		d.stackIndex = map[string]int32{}
+		d.stackIndex = map[uint64]int32{}
 	}
 	clear(d.stackByLocs)
 	d.locKeys, d.keyArena = d.locKeys[:0], d.keyArena[:0]
 	clear(d.byRawLabels)
 	clear(d.stackIndex)
-	var key, labelBuf, labelKey []byte
-	type locField struct {
-		typ  int
-		u    uint64
-		data []byte
-	}
-	var locFields []locField
+	d.stackPrefix = d.stackPrefix[:0]
+	key, labelBuf, locFields := d.key[:0], d.labelBuf[:0], d.locFields[:0]
+	defer func() { d.key, d.labelBuf, d.locFields = key, labelBuf, locFields }()
 	for _, s := range d.samples {
 		d.values = d.values[:0]
 		locFields = locFields[:0]
-		labelBuf = labelBuf[:0]
 		full := s
 		labelStart, labelEnd, labelsApart := -1, -1, false
 		for len(s) > 0 {
@@ -763,18 +789,28 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 					labelStart = start
 				}
 				labelEnd = len(full) - len(s)
-				labelBuf = binary.AppendUvarint(labelBuf, 3<<3|2)
-				labelBuf = binary.AppendUvarint(labelBuf, uint64(len(data)))
-				labelBuf = append(labelBuf, data...)
 			default:
 				return Documents{}, false
 			}
 		}
 		// The label fields as they are when together (the usual case),
-		// else copied together; never appended to.
-		labelKey = labelBuf
-		if labelStart >= 0 && !labelsApart {
+		// else copied together (a second walk, rare); never appended to.
+		var labelKey []byte
+		if labelStart >= 0 {
 			labelKey = full[labelStart:labelEnd:labelEnd]
+		}
+		if labelsApart {
+			labelBuf = labelBuf[:0]
+			for r := full; len(r) > 0; {
+				num, _, _, data, rest, _ := field(r) // walked above
+				r = rest
+				if num == 3 {
+					labelBuf = binary.AppendUvarint(labelBuf, 3<<3|2)
+					labelBuf = binary.AppendUvarint(labelBuf, uint64(len(data)))
+					labelBuf = append(labelBuf, data...)
+				}
+			}
+			labelKey = labelBuf
 		}
 		if valueIdx >= len(d.values) {
 			return Documents{}, false
@@ -825,13 +861,16 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 			}
 			si = -1
 			if st.id != "" {
-				if si, ok = d.stackIndex[st.id]; !ok {
+				if si, ok = d.stackIndex[st.prefix]; !ok {
 					si = int32(len(docs.Stacks))
-					d.stackIndex[st.id] = si
+					d.stackIndex[st.prefix] = si
 					if docs.Stacks == nil { // nil without stacks, as Convert's
 						docs.Stacks = make([]Stack, 0, max(d.lastStacks, 16))
 					}
 					docs.Stacks = append(docs.Stacks, Stack{ID: st.id, Frames: st.frames, At: at})
+					d.stackPrefix = append(d.stackPrefix, st.prefix)
+				} else if docs.Stacks[si].ID != st.id {
+					return Documents{}, false // two IDs starting alike: left to the general path
 				}
 			}
 			d.stackByLocs[lh] = int32(len(d.locKeys))
@@ -857,8 +896,8 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 					d.aggBufs = append(d.aggBufs, new(aggBuf))
 				}
 				ab := d.aggBufs[k]
-				clear(ab.pos)
-				ab.ids, ab.values, ab.pos = ab.ids[:0], ab.values[:0], ab.pos[:0]
+				clear(ab.cells)
+				ab.cells = ab.cells[:0]
 				a.aggBuf, a.at = ab, int32(k)
 				merged[ls.key] = a
 				order = append(order, a)
@@ -875,26 +914,78 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 		if si < 0 {
 			continue
 		}
-		if int(si) >= len(a.pos) {
-			a.pos = growZero(a.pos, len(docs.Stacks))
+		if int(si) >= len(a.cells) {
+			a.cells = growZero(a.cells, len(docs.Stacks))
 		}
-		i := a.pos[si] - 1
-		if i < 0 {
-			i = int32(len(a.ids))
-			a.pos[si] = i + 1
-			a.ids = append(a.ids, docs.Stacks[si].ID)
-			a.values = append(a.values, 0)
-		}
-		a.values[i] += v
+		a.cells[si].value += v
+		a.cells[si].seen = true
 	}
 	d.lastStacks = len(docs.Stacks)
+	byID := d.sortStacks(docs.Stacks)
 	docs.Samples = make([]Sample, 0, len(order))
 	for _, a := range order {
+		a.ids, a.values = a.ids[:0], a.values[:0]
+		for _, at := range byID {
+			if int(at) < len(a.cells) && a.cells[at].seen {
+				a.ids = append(a.ids, docs.Stacks[at].ID)
+				a.values = append(a.values, a.cells[at].value)
+			}
+		}
 		sample, err := h.sample(&a.doc, a.ls, a.ids, a.values, a.raw)
+		clear(a.ids) // do not keep the IDs alive in the pool
 		if err != nil {
 			return Documents{}, false
 		}
 		docs.Samples = append(docs.Samples, sample)
 	}
 	return docs, true
+}
+
+// idPrefix is the first 8 bytes of a stack ID, big-endian (zero-padded):
+// integers ordered as the IDs are, unless equal.
+func idPrefix(id string) uint64 {
+	var b [8]byte
+	copy(b[:], id)
+	return binary.BigEndian.Uint64(b[:])
+}
+
+// sortStacks returns the indices of stacks in ID order (d.stackPrefix holds
+// their idPrefix). Each document then lists its stacks already sorted by
+// walking this order, and SetStacks finds them sorted: one sort per profile
+// instead of one per document. The sort is of plain integers, the first 6
+// bytes of an ID above a 16-bit index (a comparison function cost as much
+// as the rest of a document); IDs equal in those bytes, rare for hashes,
+// are then ordered by the whole ID.
+func (d *fastDecoder) sortStacks(stacks []Stack) []int32 {
+	byID := d.byID[:0]
+	defer func() { d.byID = byID }()
+	if len(stacks) > 1<<16 {
+		for i := range stacks {
+			byID = append(byID, int32(i))
+		}
+		slices.SortFunc(byID, func(x, y int32) int { return strings.Compare(stacks[x].ID, stacks[y].ID) })
+		return byID
+	}
+	keys := d.sortKeys[:0]
+	for i, p := range d.stackPrefix {
+		keys = append(keys, p&^0xffff|uint64(i))
+	}
+	slices.Sort(keys)
+	d.sortKeys = keys
+	for _, k := range keys {
+		byID = append(byID, int32(k&0xffff))
+	}
+	for i := 1; i < len(keys); i++ {
+		if keys[i]>>16 != keys[i-1]>>16 {
+			continue
+		}
+		j := i + 1
+		for j < len(keys) && keys[j]>>16 == keys[i]>>16 {
+			j++
+		}
+		group := byID[i-1 : j]
+		slices.SortFunc(group, func(x, y int32) int { return strings.Compare(stacks[x].ID, stacks[y].ID) })
+		i = j - 1
+	}
+	return byID
 }

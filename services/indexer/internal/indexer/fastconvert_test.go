@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"reflect"
 	"syscall"
 	"testing"
@@ -304,7 +305,7 @@ func BenchmarkFastConvertDecoded(b *testing.B) {
 				if !d.parse() {
 					b.Fatal("parse declined a corpus profile")
 				}
-				if _, ok := d.convert(testNames, r.Meta, r.Time, f.stacks); !ok {
+				if _, ok := d.convert(testNames, r.Meta, r.Time, f); !ok {
 					b.Fatal("fast path declined a corpus profile")
 				}
 			}
@@ -337,3 +338,38 @@ func processCPU(b *testing.B) time.Duration {
 
 // testFast is the fast path of the tests: one shared cache, as in an Indexer.
 var testFast = newFastPath()
+
+// TestSortStacks: stacks come out in ID order whether IDs differ in their
+// first 6 bytes (the integer sort) or not (the tie groups), and past the
+// 16-bit index too.
+func TestSortStacks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, n := range []int{0, 1, 2, 50, 1000, 1<<16 + 3} {
+		for _, alphabet := range []string{"ab", "0123456789abcdef", "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"} {
+			d := new(fastDecoder)
+			stacks := make([]Stack, 0, n)
+			seen := map[string]bool{}
+			for len(stacks) < n {
+				id := make([]byte, 8+rng.IntN(9)) // "ab" has room for 2^17 IDs
+				for i := range id {
+					id[i] = alphabet[rng.IntN(len(alphabet))]
+				}
+				if seen[string(id)] {
+					continue
+				}
+				seen[string(id)] = true
+				stacks = append(stacks, Stack{ID: string(id)})
+				d.stackPrefix = append(d.stackPrefix, idPrefix(string(id)))
+			}
+			got := d.sortStacks(stacks)
+			if len(got) != n {
+				t.Fatalf("n=%d: %d indices", n, len(got))
+			}
+			for i := 1; i < len(got); i++ {
+				if stacks[got[i-1]].ID >= stacks[got[i]].ID {
+					t.Fatalf("n=%d alphabet %q: %q before %q", n, alphabet, stacks[got[i-1]].ID, stacks[got[i]].ID)
+				}
+			}
+		}
+	}
+}
