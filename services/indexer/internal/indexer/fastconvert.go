@@ -148,11 +148,74 @@ type (
 	fastValueType struct{ typ, unit uint64 }
 )
 
-// locKey is where a sample's location key is kept (in
-// fastDecoder.keyArena) and its stack's index in the documents.
-type locKey struct {
+// arenaKey is where a key is kept (in fastDecoder.keyArena) and what it
+// stands for: a sample's location key its stack's index in the documents
+// (-1 without frames), a sample's label fields its aggregate's index.
+type arenaKey struct {
 	off, n int
-	stack  int32
+	val    int32
+}
+
+// hashSlots is an open-addressing table from a 64-bit maphash to an index
+// in a []arenaKey, for the two lookups every sample makes. The hash is
+// uniform already, so a slot is its low bits; a Go map spent about three
+// times as long per lookup. Equal hashes are the caller's to check against
+// the key bytes.
+type hashSlots struct {
+	slots []hashSlot
+	n     int
+}
+
+type hashSlot struct {
+	hash uint64
+	at   int32 // index + 1; 0 is an empty slot
+}
+
+// reset empties t, sized for about hint entries (the previous profile's).
+func (t *hashSlots) reset(hint int) {
+	size := 64
+	for size < 2*hint {
+		size *= 2
+	}
+	if len(t.slots) != size && (len(t.slots) < size || len(t.slots) > 4*size) {
+		t.slots = make([]hashSlot, size)
+	} else {
+		clear(t.slots)
+	}
+	t.n = 0
+}
+
+func (t *hashSlots) get(h uint64) (int32, bool) {
+	mask := uint64(len(t.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		s := t.slots[i]
+		if s.at == 0 {
+			return 0, false
+		}
+		if s.hash == h {
+			return s.at - 1, true
+		}
+	}
+}
+
+// put adds h, which t does not have, at index at.
+func (t *hashSlots) put(h uint64, at int32) {
+	if 2*(t.n+1) > len(t.slots) {
+		old := t.slots
+		t.slots, t.n = make([]hashSlot, 2*len(old)), 0
+		for _, s := range old {
+			if s.at != 0 {
+				t.put(s.hash, s.at-1)
+			}
+		}
+	}
+	mask := uint64(len(t.slots) - 1)
+	i := h & mask
+	for t.slots[i].at != 0 {
+		i = (i + 1) & mask
+	}
+	t.slots[i] = hashSlot{hash: h, at: at + 1}
+	t.n++
 }
 
 // aggBuf is the scratch of one samples document, reused between profiles.
@@ -222,10 +285,11 @@ type fastDecoder struct {
 	lkey   []byte
 
 	aggBufs     []*aggBuf
-	stackByLocs map[uint64]int32 // 64-bit hash of a location key -> index in locKeys
-	locKeys     []locKey
+	stackByLocs hashSlots // 64-bit hash of a location key -> index in locKeys
+	locKeys     []arenaKey
+	byRawLabels hashSlots // 64-bit hash of a sample's label fields -> index in labelKeys
+	labelKeys   []arenaKey
 	keyArena    []byte
-	byRawLabels map[string]int32
 	stackIndex  map[uint64]int32 // idPrefix of a stack ID -> index in Documents.Stacks
 	stackPrefix []uint64         // idPrefix by index in Documents.Stacks
 	byID        []int32          // stack indices in ID order
@@ -332,19 +396,58 @@ func appendVarints[T int64 | uint64](dst []T, typ int, u uint64, data []byte) ([
 }
 
 // scalars reads a message whose fields are all varints numbered 1..len(dst),
-// the last occurrence winning, as pprof does.
+// the last occurrence winning, as pprof does. It reads the two varints of a
+// field itself rather than through field: functions, lines and labels are
+// such messages, thousands per profile.
 func scalars(b []byte, dst []*uint64) bool {
 	for len(b) > 0 {
-		num, typ, u, _, rest, ok := field(b)
-		if !ok || typ != 0 || num == 0 || num > uint64(len(dst)) {
+		key, n := varint(b)
+		if n == 0 || key&7 != 0 || key>>3 == 0 || key>>3 > uint64(len(dst)) {
 			return false
 		}
-		if p := dst[num-1]; p != nil {
+		u, m := varint(b[n:])
+		if m == 0 {
+			return false
+		}
+		if p := dst[key>>3-1]; p != nil {
 			*p = u
 		}
-		b = rest
+		b = b[n+m:]
 	}
 	return true
+}
+
+// lenField reads a length-delimited field whose one-byte key is key.
+func lenField(b []byte, key byte) (data, rest []byte, ok bool) {
+	if len(b) < 2 || b[0] != key {
+		return nil, nil, false
+	}
+	l, n := varint(b[1:])
+	if n == 0 || l > uint64(len(b)-1-n) {
+		return nil, nil, false
+	}
+	b = b[1+n:]
+	return b[:l], b[l:], true
+}
+
+// usualSample splits a sample laid out as pprof's encoder writes it: one
+// packed location_id field, one packed value field, then the label fields
+// (maybe none). ok=false for anything else, which the general walk in
+// convert reads; this one skips its per-field bookkeeping.
+func usualSample(s []byte) (locs, values, labels []byte, ok bool) {
+	if locs, s, ok = lenField(s, 1<<3|2); !ok {
+		return nil, nil, nil, false
+	}
+	if values, s, ok = lenField(s, 2<<3|2); !ok {
+		return nil, nil, nil, false
+	}
+	labels = s[:len(s):len(s)] // never appended to
+	for len(s) > 0 {
+		if _, s, ok = lenField(s, 3<<3|2); !ok {
+			return nil, nil, nil, false
+		}
+	}
+	return locs, values, labels, true
 }
 
 func (d *fastDecoder) reset() {
@@ -503,19 +606,24 @@ func (d *fastDecoder) parse() bool {
 	return true
 }
 
+// parseLocation reads a location (as field and scalars would, inlined:
+// a profile has thousands).
 func (d *fastDecoder) parseLocation(b []byte) bool {
 	l := fastLocation{lines: [2]int{len(d.lines), len(d.lines)}}
 	for len(b) > 0 {
-		num, typ, u, data, rest, ok := field(b)
-		if !ok {
+		key, n := varint(b)
+		if n == 0 {
 			return false
 		}
-		b = rest
+		b = b[n:]
+		num, typ := key>>3, key&7
 		switch {
-		case num >= 1 && num <= 3 || num == 5:
-			if typ != 0 {
+		case typ == 0 && (num >= 1 && num <= 3 || num == 5):
+			u, m := varint(b)
+			if m == 0 {
 				return false
 			}
+			b = b[m:]
 			switch num {
 			case 1:
 				l.id = u
@@ -524,10 +632,13 @@ func (d *fastDecoder) parseLocation(b []byte) bool {
 			case 3:
 				l.address = u
 			}
-		case num == 4:
-			if typ != 2 {
+		case typ == 2 && num == 4:
+			size, m := varint(b)
+			if m == 0 || size > uint64(len(b)-m) {
 				return false
 			}
+			data := b[m : m+int(size)]
+			b = b[m+int(size):]
 			var ln fastLine
 			var skip uint64
 			if !scalars(data, []*uint64{&ln.function, &ln.line, &skip}) {
@@ -747,70 +858,28 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 	// index in docs.Stacks, -1 without frames; aggregates by the raw label
 	// fields; stacks by the first 8 bytes of their ID (checked against the
 	// whole ID: a 64-bit integer hashes faster than a string).
-	if d.stackByLocs == nil {
-		d.stackByLocs = map[uint64]int32{}
-		d.byRawLabels = map[string]int32{}
+	if d.stackIndex == nil {
 		d.stackIndex = map[uint64]int32{}
 	}
-	clear(d.stackByLocs)
-	d.locKeys, d.keyArena = d.locKeys[:0], d.keyArena[:0]
-	clear(d.byRawLabels)
+	d.stackByLocs.reset(len(d.locKeys))
+	d.byRawLabels.reset(len(d.labelKeys))
+	d.locKeys, d.labelKeys, d.keyArena = d.locKeys[:0], d.labelKeys[:0], d.keyArena[:0]
 	clear(d.stackIndex)
 	d.stackPrefix = d.stackPrefix[:0]
-	key, labelBuf, locFields := d.key[:0], d.labelBuf[:0], d.locFields[:0]
-	defer func() { d.key, d.labelBuf, d.locFields = key, labelBuf, locFields }()
+	key, locFields := d.key[:0], d.locFields[:0]
+	defer func() { d.key, d.locFields = key, locFields }()
 	for _, s := range d.samples {
 		d.values = d.values[:0]
 		locFields = locFields[:0]
-		full := s
-		labelStart, labelEnd, labelsApart := -1, -1, false
-		for len(s) > 0 {
-			start := len(full) - len(s)
-			num, typ, u, data, rest, ok := field(s)
-			if !ok {
-				return Documents{}, false
-			}
-			s = rest
-			if labelStart >= 0 && num != 3 {
-				labelsApart = true
-			}
-			switch num {
-			case 1:
-				locFields = append(locFields, locField{typ, u, data})
-			case 2:
-				if d.values, ok = appendVarints(d.values, typ, u, data); !ok {
-					return Documents{}, false
-				}
-			case 3:
-				if typ != 2 {
-					return Documents{}, false
-				}
-				if labelStart < 0 {
-					labelStart = start
-				}
-				labelEnd = len(full) - len(s)
-			default:
-				return Documents{}, false
-			}
-		}
-		// The label fields as they are when together (the usual case),
-		// else copied together (a second walk, rare); never appended to.
 		var labelKey []byte
-		if labelStart >= 0 {
-			labelKey = full[labelStart:labelEnd:labelEnd]
-		}
-		if labelsApart {
-			labelBuf = labelBuf[:0]
-			for r := full; len(r) > 0; {
-				num, _, _, data, rest, _ := field(r) // walked above
-				r = rest
-				if num == 3 {
-					labelBuf = binary.AppendUvarint(labelBuf, 3<<3|2)
-					labelBuf = binary.AppendUvarint(labelBuf, uint64(len(data)))
-					labelBuf = append(labelBuf, data...)
-				}
+		if locs, values, labels, ok := usualSample(s); ok {
+			locFields = append(locFields, locField{typ: 2, data: locs})
+			if d.values, ok = appendVarints(d.values, 2, 0, values); !ok {
+				return Documents{}, false
 			}
-			labelKey = labelBuf
+			labelKey = labels
+		} else if labelKey, ok = d.walkSample(s, &locFields); !ok {
+			return Documents{}, false
 		}
 		if valueIdx >= len(d.values) {
 			return Documents{}, false
@@ -841,13 +910,13 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 		}
 		lh := maphash.Bytes(c.seeds[0], key)
 		var si int32
-		ki, ok := d.stackByLocs[lh]
+		ki, ok := d.stackByLocs.get(lh)
 		if ok {
 			k := d.locKeys[ki]
 			if !bytes.Equal(d.keyArena[k.off:k.off+k.n], key) {
 				return Documents{}, false // a 64-bit collision: left to the general path
 			}
-			si = k.stack
+			si = k.val
 		} else {
 			d.ids = d.ids[:0]
 			for _, f := range locFields {
@@ -873,13 +942,18 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 					return Documents{}, false // two IDs starting alike: left to the general path
 				}
 			}
-			d.stackByLocs[lh] = int32(len(d.locKeys))
-			d.locKeys = append(d.locKeys, locKey{off: len(d.keyArena), n: len(key), stack: si})
+			d.stackByLocs.put(lh, int32(len(d.locKeys)))
+			d.locKeys = append(d.locKeys, arenaKey{off: len(d.keyArena), n: len(key), val: si})
 			d.keyArena = append(d.keyArena, key...)
 		}
 		var a *agg
-		if ai, ok := d.byRawLabels[string(labelKey)]; ok {
-			a = order[ai]
+		lbh := maphash.Bytes(c.seeds[0], labelKey)
+		if li, ok := d.byRawLabels.get(lbh); ok {
+			k := d.labelKeys[li]
+			if !bytes.Equal(d.keyArena[k.off:k.off+k.n], labelKey) {
+				return Documents{}, false // a 64-bit collision: left to the general path
+			}
+			a = order[k.val]
 		} else {
 			raw, ok := d.labels(labelKey)
 			if !ok {
@@ -902,7 +976,9 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 				merged[ls.key] = a
 				order = append(order, a)
 			}
-			d.byRawLabels[string(labelKey)] = a.at
+			d.byRawLabels.put(lbh, int32(len(d.labelKeys)))
+			d.labelKeys = append(d.labelKeys, arenaKey{off: len(d.keyArena), n: len(labelKey), val: a.at})
+			d.keyArena = append(d.keyArena, labelKey...)
 		}
 		raw := int64(1)
 		if countIdx >= 0 && countIdx < len(d.values) {
@@ -939,6 +1015,61 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 		docs.Samples = append(docs.Samples, sample)
 	}
 	return docs, true
+}
+
+// walkSample reads a sample field by field, whatever its layout: the
+// location_id fields into locFields, the values into d.values. labelKey is
+// the label fields as they are when together (the usual case), else copied
+// together into d.labelBuf (a second walk, rare); never appended to.
+func (d *fastDecoder) walkSample(s []byte, locFields *[]locField) (labelKey []byte, ok bool) {
+	full := s
+	labelStart, labelEnd, labelsApart := -1, -1, false
+	for len(s) > 0 {
+		start := len(full) - len(s)
+		num, typ, u, data, rest, ok := field(s)
+		if !ok {
+			return nil, false
+		}
+		s = rest
+		if labelStart >= 0 && num != 3 {
+			labelsApart = true
+		}
+		switch num {
+		case 1:
+			*locFields = append(*locFields, locField{typ, u, data})
+		case 2:
+			if d.values, ok = appendVarints(d.values, typ, u, data); !ok {
+				return nil, false
+			}
+		case 3:
+			if typ != 2 {
+				return nil, false
+			}
+			if labelStart < 0 {
+				labelStart = start
+			}
+			labelEnd = len(full) - len(s)
+		default:
+			return nil, false
+		}
+	}
+	if labelStart >= 0 {
+		labelKey = full[labelStart:labelEnd:labelEnd]
+	}
+	if labelsApart {
+		d.labelBuf = d.labelBuf[:0]
+		for r := full; len(r) > 0; {
+			num, _, _, data, rest, _ := field(r) // walked above
+			r = rest
+			if num == 3 {
+				d.labelBuf = binary.AppendUvarint(d.labelBuf, 3<<3|2)
+				d.labelBuf = binary.AppendUvarint(d.labelBuf, uint64(len(data)))
+				d.labelBuf = append(d.labelBuf, data...)
+			}
+		}
+		labelKey = d.labelBuf
+	}
+	return labelKey, true
 }
 
 // idPrefix is the first 8 bytes of a stack ID, big-endian (zero-padded):
