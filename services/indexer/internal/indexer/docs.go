@@ -173,8 +173,14 @@ func (h header) sample(d *indices.SampleDoc, ls *labelSet, ids []string, values 
 	if err := d.SetStacks(ids, values); err != nil {
 		return Sample{}, err
 	}
+	return h.encode(d, ls, raw), nil
+}
+
+// encode is the document d of label set ls, its stacks set, representing
+// raw raw samples.
+func (h header) encode(d *indices.SampleDoc, ls *labelSet, raw int64) Sample {
 	id := indices.SampleID(d.Host, d.Type, h.at, ls.idLabels)
-	return Sample{Index: h.index, ID: id, Doc: appendSampleDoc(make([]byte, 0, sampleDocSize(d)), d), Raw: raw}, nil
+	return Sample{Index: h.index, ID: id, Doc: appendSampleDoc(make([]byte, 0, sampleDocSize(d)), d), Raw: raw}
 }
 
 // sampleDocSize is about the size of d's JSON, so that appendSampleDoc

@@ -292,6 +292,7 @@ type fastDecoder struct {
 	keyArena    []byte
 	stackIndex  map[uint64]int32 // idPrefix of a stack ID -> index in Documents.Stacks
 	stackPrefix []uint64         // idPrefix by index in Documents.Stacks
+	packed      []byte           // a document's stack_values, until encoded
 	byID        []int32          // stack indices in ID order
 	sortKeys    []uint64         // scratch of sortStacks
 	key         []byte
@@ -430,24 +431,40 @@ func lenField(b []byte, key byte) (data, rest []byte, ok bool) {
 	return b[:l], b[l:], true
 }
 
-// usualSample splits a sample laid out as pprof's encoder writes it: one
-// packed location_id field, one packed value field, then the label fields
-// (maybe none). ok=false for anything else, which the general walk in
-// convert reads; this one skips its per-field bookkeeping.
-func usualSample(s []byte) (locs, values, labels []byte, ok bool) {
+// usualSample reads a sample laid out as pprof's encoder writes it: one
+// packed location_id field (more than two IDs), the values (packed, or one
+// field each when at most two), then the label fields (maybe none). It
+// appends the values to d.values; ok=false for anything else, which
+// walkSample reads: this skips its per-field bookkeeping.
+func (d *fastDecoder) usualSample(s []byte) (locs, labels []byte, ok bool) {
 	if locs, s, ok = lenField(s, 1<<3|2); !ok {
-		return nil, nil, nil, false
+		return nil, nil, false
 	}
-	if values, s, ok = lenField(s, 2<<3|2); !ok {
-		return nil, nil, nil, false
+	if len(s) > 0 && s[0] == 2<<3|2 {
+		var values []byte
+		if values, s, ok = lenField(s, 2<<3|2); !ok {
+			return nil, nil, false
+		}
+		if d.values, ok = appendVarints(d.values, 2, 0, values); !ok {
+			return nil, nil, false
+		}
+	} else {
+		for len(s) > 0 && s[0] == 2<<3 {
+			u, n := varint(s[1:])
+			if n == 0 {
+				return nil, nil, false
+			}
+			d.values = append(d.values, int64(u))
+			s = s[1+n:]
+		}
 	}
 	labels = s[:len(s):len(s)] // never appended to
 	for len(s) > 0 {
 		if _, s, ok = lenField(s, 3<<3|2); !ok {
-			return nil, nil, nil, false
+			return nil, nil, false
 		}
 	}
-	return locs, values, labels, true
+	return locs, labels, true
 }
 
 func (d *fastDecoder) reset() {
@@ -872,14 +889,14 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 		d.values = d.values[:0]
 		locFields = locFields[:0]
 		var labelKey []byte
-		if locs, values, labels, ok := usualSample(s); ok {
+		if locs, labels, ok := d.usualSample(s); ok {
 			locFields = append(locFields, locField{typ: 2, data: locs})
-			if d.values, ok = appendVarints(d.values, 2, 0, values); !ok {
+			labelKey = labels
+		} else {
+			d.values = d.values[:0] // walked again from the start
+			if labelKey, ok = d.walkSample(s, &locFields); !ok {
 				return Documents{}, false
 			}
-			labelKey = labels
-		} else if labelKey, ok = d.walkSample(s, &locFields); !ok {
-			return Documents{}, false
 		}
 		if valueIdx >= len(d.values) {
 			return Documents{}, false
@@ -934,7 +951,9 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 					si = int32(len(docs.Stacks))
 					d.stackIndex[st.prefix] = si
 					if docs.Stacks == nil { // nil without stacks, as Convert's
-						docs.Stacks = make([]Stack, 0, max(d.lastStacks, 16))
+						// Room for a bit more than the previous profile
+						// had: growing copies the slice.
+						docs.Stacks = make([]Stack, 0, max(d.lastStacks+d.lastStacks/4, 16))
 					}
 					docs.Stacks = append(docs.Stacks, Stack{ID: st.id, Frames: st.frames, At: at})
 					d.stackPrefix = append(d.stackPrefix, st.prefix)
@@ -1007,12 +1026,20 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 				a.values = append(a.values, a.cells[at].value)
 			}
 		}
-		sample, err := h.sample(&a.doc, a.ls, a.ids, a.values, a.raw)
-		clear(a.ids) // do not keep the IDs alive in the pool
-		if err != nil {
-			return Documents{}, false
+		// What SetStacks would do, without its copies: the IDs are sorted
+		// and unique by construction and the document is encoded right
+		// away. Sums can still overflow to negative values, which
+		// PackStackValues refuses as SetStacks would.
+		if len(a.ids) > 0 {
+			packed, err := indices.PackStackValues(d.packed[:0], a.values)
+			if err != nil {
+				return Documents{}, false
+			}
+			d.packed = packed
+			a.doc.StackIDs, a.doc.StackValues = a.ids, packed
 		}
-		docs.Samples = append(docs.Samples, sample)
+		docs.Samples = append(docs.Samples, h.encode(&a.doc, a.ls, a.raw))
+		clear(a.ids) // do not keep the IDs alive in the pool
 	}
 	return docs, true
 }
