@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/google/pprof/profile"
 	"github.com/klauspost/compress/gzip"
@@ -282,7 +283,7 @@ type fastDecoder struct {
 	ids    []uint64
 	values []int64
 	buf    []byte
-	lkey   []byte
+	lkey   [][2]uint64 // a stack's location hashes
 
 	aggBufs     []*aggBuf
 	stackByLocs hashSlots // 64-bit hash of a location key -> index in locKeys
@@ -291,6 +292,7 @@ type fastDecoder struct {
 	labelKeys   []arenaKey
 	keyArena    []byte
 	stackIndex  map[uint64]int32 // idPrefix of a stack ID -> index in Documents.Stacks
+	tableIDs    []uint64         // scratch of index
 	stackPrefix []uint64         // idPrefix by index in Documents.Stacks
 	packed      []byte           // a document's stack_values, until encoded
 	byID        []int32          // stack indices in ID order
@@ -485,11 +487,25 @@ func (d *fastDecoder) parse() bool {
 	b := d.raw.Bytes()
 	timeSeen := false
 	for len(b) > 0 {
-		num, typ, u, data, rest, ok := field(b)
-		if !ok {
-			return false
+		var num, u uint64
+		var typ int
+		var data []byte
+		if k := b[0]; k < 0x80 && k&7 == 2 {
+			// A one-byte key of a length-delimited field: nearly every
+			// field of a profile, read here as field would.
+			l, n := varint(b[1:])
+			if n == 0 || l > uint64(len(b)-1-n) {
+				return false
+			}
+			num, typ, data, b = uint64(k>>3), 2, b[1+n:1+n+int(l)], b[1+n+int(l):]
+		} else {
+			var rest []byte
+			var ok bool
+			if num, typ, u, data, rest, ok = field(b); !ok {
+				return false
+			}
+			b = rest
 		}
-		b = rest
 		switch num {
 		case 1, 11: // sample_type, period_type
 			if typ != 2 {
@@ -592,13 +608,27 @@ func (d *fastDecoder) parse() bool {
 		}
 	}
 	var ok bool
-	if d.mapByID, ok = index(d.mapByID, len(d.mappings), func(i int) uint64 { return d.mappings[i].id }); !ok {
+	// The IDs gathered into a slice first: index over a closure cost a
+	// call per ID.
+	d.tableIDs = d.tableIDs[:0]
+	for _, m := range d.mappings {
+		d.tableIDs = append(d.tableIDs, m.id)
+	}
+	if d.mapByID, ok = index(d.mapByID, d.tableIDs); !ok {
 		return false
 	}
-	if d.funcByID, ok = index(d.funcByID, len(d.functions), func(i int) uint64 { return d.functions[i].id }); !ok {
+	d.tableIDs = d.tableIDs[:0]
+	for _, f := range d.functions {
+		d.tableIDs = append(d.tableIDs, f.id)
+	}
+	if d.funcByID, ok = index(d.funcByID, d.tableIDs); !ok {
 		return false
 	}
-	if d.locByID, ok = index(d.locByID, len(d.locations), func(i int) uint64 { return d.locations[i].id }); !ok {
+	d.tableIDs = d.tableIDs[:0]
+	for _, l := range d.locations {
+		d.tableIDs = append(d.tableIDs, l.id)
+	}
+	if d.locByID, ok = index(d.locByID, d.tableIDs); !ok {
 		return false
 	}
 	for i := range d.locations {
@@ -681,13 +711,13 @@ func (d *fastDecoder) str(i uint64) string {
 	return d.strVals[i]
 }
 
-// index maps the IDs of n table entries to their index+1. IDs must be
+// index maps the IDs of a table's entries to their index+1. IDs must be
 // unique, non-zero and dense enough for a slice; anything else is left to
 // the general path.
-func index(dst []int32, n int, id func(int) uint64) ([]int32, bool) {
+func index(dst []int32, ids []uint64) ([]int32, bool) {
+	n := len(ids)
 	size := 0
-	for i := range n {
-		x := id(i)
+	for _, x := range ids {
 		if x == 0 || x > uint64(4*n+64) {
 			return dst, false
 		}
@@ -698,8 +728,7 @@ func index(dst []int32, n int, id func(int) uint64) ([]int32, bool) {
 	}
 	dst = dst[:size]
 	clear(dst)
-	for i := range n {
-		x := id(i)
+	for i, x := range ids {
 		if dst[x] != 0 {
 			return dst, false
 		}
@@ -781,21 +810,22 @@ func (d *fastDecoder) locationFrames(dst []indices.Frame, l *fastLocation) []ind
 // stack resolves the location IDs of a sample (d.ids) to a stack ID, adding
 // the stack to docs the first time the profile has it.
 func (d *fastDecoder) stack(c *stackCache) (cachedStack, bool) {
-	b := d.lkey[:0]
+	hs := d.lkey[:0]
 	for _, id := range d.ids {
 		i := lookup(d.locByID, id)
 		if i < 0 {
 			return cachedStack{}, false
 		}
-		h := d.locationHash(&d.locations[i], c)
-		b = binary.LittleEndian.AppendUint64(b, h[0])
-		b = binary.LittleEndian.AppendUint64(b, h[1])
+		hs = append(hs, d.locationHash(&d.locations[i], c))
 	}
-	d.lkey = b
+	d.lkey = hs
 	if len(d.ids) == 0 {
 		return cachedStack{}, true
 	}
-	h := c.hash(b)
+	// The location hashes' memory is the key: it is only compared within
+	// this process, so its byte order does not matter, and no bytes are
+	// copied.
+	h := c.hash(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(hs))), 16*len(hs)))
 	if s, ok := c.get(h); ok {
 		return s, true
 	}
