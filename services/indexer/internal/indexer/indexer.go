@@ -157,7 +157,10 @@ func (b *batch) lastRecords() []*kgo.Record {
 // cannot be stored or dead-lettered: its offsets are then left uncommitted.
 //
 // One batch is written while the next is polled and converted, so the
-// indexer's CPU work overlaps OpenSearch's. Rebalances wait until nothing
+// indexer's CPU work overlaps OpenSearch's. While a write is in flight the
+// next batch keeps filling up to BatchBytes instead of waiting for it: the
+// slower OpenSearch, the larger (and cheaper per document) the requests, and
+// conversion never stops for a batch that is merely due. Rebalances wait until nothing
 // polled is uncommitted: that happens whenever the stream idles, and at least
 // every MaxRebalanceDelay under load, when the pipeline is drained.
 func (ix *Indexer) Run(ctx context.Context) error {
@@ -188,7 +191,8 @@ func (ix *Indexer) Run(ctx context.Context) error {
 	for {
 		base, cancelBase := context.WithCancel(ctx)
 		pollCtx, cancelDeadline := base, context.CancelFunc(func() {})
-		if b.records > 0 {
+		if b.records > 0 && inflight == nil {
+			// With a write in flight, its end is the next deadline (below).
 			pollCtx, cancelDeadline = context.WithDeadline(base, b.started.Add(ix.opts.FlushInterval))
 		}
 		if inflight != nil {
@@ -234,7 +238,10 @@ func (ix *Indexer) Run(ctx context.Context) error {
 			}
 		}
 		now := ix.opts.Now()
-		if b.records > 0 && (b.bytes >= ix.opts.BatchBytes || !now.Before(b.started.Add(ix.opts.FlushInterval))) {
+		full := b.bytes >= ix.opts.BatchBytes
+		due := !now.Before(b.started.Add(ix.opts.FlushInterval))
+		if b.records > 0 && (full || (due && inflight == nil)) {
+			// Waits for the write in flight only when b is full.
 			err := ix.reap(inflight)
 			inflight = nil
 			if err != nil {

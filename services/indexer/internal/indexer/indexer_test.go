@@ -2,7 +2,13 @@ package indexer_test
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -352,5 +358,68 @@ func TestSecondInstanceJoinsUnderLoad(t *testing.T) {
 	}
 	if testutil.ToFloat64(first.metrics.Records.WithLabelValues("indexed")) == 0 {
 		t.Fatal("the first instance indexed nothing")
+	}
+}
+
+// TestBatchFillsWhileWriteInFlight holds the first bulk request at a proxy in
+// front of OpenSearch: records that arrive meanwhile are still converted into
+// the next batch, even after it is due, and go out in one request when the
+// write ends; nothing is committed before it is stored.
+func TestBatchFillsWhileWriteInFlight(t *testing.T) {
+	e := setup(t, 2)
+	recs, want, err := smallCorpus(6).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, err := url.Parse(e.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var bulks atomic.Int32
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/_bulk") {
+			bulks.Add(1)
+			<-release
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	defer free()
+
+	run := start(t, e, srv.URL)
+	decoded := func() int {
+		return int(testutil.ToFloat64(run.metrics.Decoded.WithLabelValues("fast")) + testutil.ToFloat64(run.metrics.Decoded.WithLabelValues("general")))
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s (bulk requests %d, records decoded %d)", what, bulks.Load(), decoded())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	e.Produce(t, recs[:1])
+	waitFor("the first bulk request", func() bool { return bulks.Load() == 1 })
+	e.Produce(t, recs[1:11])
+	waitFor("the second batch's first records", func() bool { return decoded() == 11 })
+	time.Sleep(600 * time.Millisecond) // three flush intervals: the batch is due
+	e.Produce(t, recs[11:])
+	waitFor("the records that arrived after the batch was due", func() bool { return decoded() == len(recs) })
+	if c := e.Committed(t); len(c) != 0 {
+		t.Fatalf("committed %v while the first write was held", c)
+	}
+	free()
+	e.WaitCaughtUp(t, time.Minute)
+	if n := bulks.Load(); n != 2 {
+		t.Errorf("%d bulk requests, want 2: the held one, then everything that arrived meanwhile", n)
+	}
+	if err := e.ReadStored(t).Check(want); err != nil {
+		t.Fatal(err)
 	}
 }
