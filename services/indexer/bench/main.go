@@ -44,6 +44,7 @@ func main() {
 	raw := flag.Int64("raw", 50, "raw samples per pprof sample: uniform in 1..raw")
 	zipf := flag.Float64("zipf", 0, "Zipf exponent (> 1) of the stack distribution; 0 is uniform")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	size := flag.Bool("size", true, "measure the bytes on disk after the last round (waits for retention leases and merges, 1-2 min)")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -59,7 +60,7 @@ func main() {
 		Interval: 10 * time.Second,
 		Stacks:   2000, Depth: 30, Processes: 10, SamplesPerProf: *samples, RawPerSample: *raw, Zipf: *zipf,
 	}
-	if err := run(corpus, *rounds, *keep); err != nil {
+	if err := run(corpus, *rounds, *keep, *size); err != nil {
 		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -91,7 +92,7 @@ func env(k, def string) string {
 	return def
 }
 
-func run(corpus indexertest.Corpus, rounds int, keep bool) error {
+func run(corpus indexertest.Corpus, rounds int, keep, size bool) error {
 	hosts, profiles := corpus.Hosts, corpus.ProfilesPerHost
 	ctx := context.Background()
 	brokers := strings.Split(env("STACKSTREAM_TEST_KAFKA_BROKERS", "127.0.0.1:9092"), ",")
@@ -206,7 +207,7 @@ func run(corpus indexertest.Corpus, rounds int, keep bool) error {
 		}
 		log.Printf("round %d: bare %.1f s (OpenSearch CPU %.1f s), indexer %.1f s (OpenSearch CPU %.1f s, indexer CPU %.1f s): %.0f%%", round,
 			bareDurs[round].Seconds(), bareCPU[round].node, ixDurs[round].Seconds(), ixCPU[round].node, ixCPU[round].self, 100*bareDurs[round].Seconds()/ixDurs[round].Seconds())
-		if round == rounds-1 {
+		if size && round == rounds-1 {
 			var err error
 			if bareBytes, err = mergedSize(ctx, bare); err != nil {
 				return err
@@ -222,9 +223,13 @@ func run(corpus indexertest.Corpus, rounds int, keep bool) error {
 	ixRate := float64(sampleDocs) / ixDur.Seconds()
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "writer\tmedian s\tsample docs/s\traw samples/s\tvs bare\tsamples store bytes\tbytes/raw sample\tbytes/doc\t")
-	row := func(name string, d time.Duration, rate float64, size int64) {
-		fmt.Fprintf(tw, "%s\t%.1f\t%.0f\t%.0f\t%.0f%%\t%d\t%.2f\t%.1f\t\n", name, d.Seconds(), rate, rate*float64(want.Raw)/float64(sampleDocs),
-			100*rate/bareRate, size, float64(size)/float64(want.Raw), float64(size)/float64(sampleDocs))
+	row := func(name string, d time.Duration, rate float64, bytes int64) {
+		store := "-\t-\t-"
+		if size {
+			store = fmt.Sprintf("%d\t%.2f\t%.1f", bytes, float64(bytes)/float64(want.Raw), float64(bytes)/float64(sampleDocs))
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%.0f\t%.0f\t%.0f%%\t%s\t\n", name, d.Seconds(), rate, rate*float64(want.Raw)/float64(sampleDocs),
+			100*rate/bareRate, store)
 	}
 	row("bare bulk loop", bareDur, bareRate, bareBytes)
 	row("stackstream-indexer", ixDur, ixRate, ixBytes)
