@@ -1,6 +1,7 @@
 package indexer
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 	"time"
@@ -242,3 +243,27 @@ func TestConvertHostFromLabelWhenHeaderEmpty(t *testing.T) {
 // TestFramesMatchPprofx guards the contract with the rollup service, which
 // extracts stacks with pkg/pprofx: one stack must hash to one StackID in the
 // stacks index and in the rollups.
+
+// TestJSONPlain: the 8-bytes-at-a-time test agrees with the byte-by-byte
+// rule for every byte value at every place of strings of several lengths,
+// and next to bytes that borrow.
+func TestJSONPlain(t *testing.T) {
+	plainByte := func(c byte) bool { return c >= 0x20 && c != '"' && c != '\\' && c < 0x80 }
+	for _, n := range []int{1, 7, 8, 9, 16, 17, 24} {
+		for _, fill := range []byte{'a', 0x20, 0x21, 0x7f, '0'} {
+			for at := range n {
+				for c := range 256 {
+					b := bytes.Repeat([]byte{fill}, n)
+					b[at] = byte(c)
+					want := plainByte(byte(c)) && plainByte(fill)
+					if got := jsonPlain(string(b)); got != want {
+						t.Fatalf("jsonPlain(%q) = %v, want %v", b, got, want)
+					}
+				}
+			}
+		}
+	}
+	if !jsonPlain("") || !jsonPlain("AbCdEfGh-_0123456789") {
+		t.Fatal("plain strings not plain")
+	}
+}

@@ -913,8 +913,8 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 	d.locKeys, d.labelKeys, d.keyArena = d.locKeys[:0], d.labelKeys[:0], d.keyArena[:0]
 	clear(d.stackIndex)
 	d.stackPrefix = d.stackPrefix[:0]
-	key, locFields := d.key[:0], d.locFields[:0]
-	defer func() { d.key, d.locFields = key, locFields }()
+	keyBuf, locFields := d.key[:0], d.locFields[:0]
+	defer func() { d.key, d.locFields = keyBuf, locFields }()
 	for _, s := range d.samples {
 		d.values = d.values[:0]
 		locFields = locFields[:0]
@@ -938,22 +938,26 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 		// The key of a sample's stack: the packed location IDs as they are
 		// (one field, the usual case) or re-encoded; IDs are decoded, and
 		// so validated, when the key is new.
-		key = key[:0]
-		packed := len(locFields) == 1 && locFields[0].typ == 2
-		if packed {
-			key = append(key, 0)
-			key = append(key, locFields[0].data...)
+		//
+		// Both forms can share one table: the re-encoded form is the IDs as
+		// uvarints, which is what packed IDs are, so equal bytes are equal
+		// IDs whichever form they came in (and the packed bytes are not
+		// copied).
+		var key []byte
+		if len(locFields) == 1 && locFields[0].typ == 2 {
+			key = locFields[0].data // never appended to
 		} else {
-			key = append(key, 1)
+			keyBuf = keyBuf[:0]
 			for _, f := range locFields {
 				var ok bool
 				if d.ids, ok = appendVarints(d.ids[:0], f.typ, f.u, f.data); !ok {
 					return Documents{}, false
 				}
 				for _, id := range d.ids {
-					key = binary.AppendUvarint(key, id)
+					keyBuf = binary.AppendUvarint(keyBuf, id)
 				}
 			}
+			key = keyBuf
 		}
 		lh := maphash.Bytes(c.seeds[0], key)
 		var si int32
