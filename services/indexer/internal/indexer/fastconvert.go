@@ -316,6 +316,13 @@ func (d *fastDecoder) decompress(value []byte) bool {
 	if len(value) < 2 || value[0] != 0x1f || value[1] != 0x8b {
 		return false
 	}
+	d.raw.Reset()
+	if out, ok := record.AppendStored(d.raw.AvailableBuffer(), value); ok {
+		// Stored gzip, as the symbolizer writes: the blocks are copied, not
+		// inflated (Write copies out onto itself unless append had to grow).
+		d.raw.Write(out)
+		return d.raw.Len() > 0
+	}
 	d.br.Reset(value)
 	if d.zr == nil {
 		zr, err := gzip.NewReader(&d.br)
@@ -326,7 +333,6 @@ func (d *fastDecoder) decompress(value []byte) bool {
 	} else if err := d.zr.Reset(&d.br); err != nil {
 		return false
 	}
-	d.raw.Reset()
 	if _, err := d.raw.ReadFrom(io.LimitReader(d.zr, record.MaxProfileBytes+1)); err != nil {
 		return false
 	}
