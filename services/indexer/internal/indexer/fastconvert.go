@@ -157,11 +157,11 @@ type arenaKey struct {
 	val    int32
 }
 
-// hashSlots is an open-addressing table from a 64-bit maphash to an index
-// in a []arenaKey, for the two lookups every sample makes. The hash is
-// uniform already, so a slot is its low bits; a Go map spent about three
-// times as long per lookup. Equal hashes are the caller's to check against
-// the key bytes.
+// hashSlots is an open-addressing table from a 64-bit hash to an index,
+// for the lookups every sample (or new stack) makes. The hash is uniform
+// already (maphash, or mixed), so a slot is its low bits; a Go map spent
+// about three times as long per lookup. Equal hashes are the caller's to
+// check against the key.
 type hashSlots struct {
 	slots []hashSlot
 	n     int
@@ -291,12 +291,12 @@ type fastDecoder struct {
 	byRawLabels hashSlots // 64-bit hash of a sample's label fields -> index in labelKeys
 	labelKeys   []arenaKey
 	keyArena    []byte
-	stackIndex  map[uint64]int32 // idPrefix of a stack ID -> index in Documents.Stacks
-	tableIDs    []uint64         // scratch of index
-	stackPrefix []uint64         // idPrefix by index in Documents.Stacks
-	packed      []byte           // a document's stack_values, until encoded
-	byID        []int32          // stack indices in ID order
-	sortKeys    []uint64         // scratch of sortStacks
+	stackIndex  hashSlots // mixed idPrefix of a stack ID -> index in Documents.Stacks
+	tableIDs    []uint64  // scratch of index
+	stackPrefix []uint64  // idPrefix by index in Documents.Stacks
+	packed      []byte    // a document's stack_values, until encoded
+	byID        []int32   // stack indices in ID order
+	sortKeys    []uint64  // scratch of sortStacks
 	key         []byte
 	labelBuf    []byte
 	locFields   []locField
@@ -911,24 +911,23 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 	// index in docs.Stacks, -1 without frames; aggregates by the raw label
 	// fields; stacks by the first 8 bytes of their ID (checked against the
 	// whole ID: a 64-bit integer hashes faster than a string).
-	if d.stackIndex == nil {
-		d.stackIndex = map[uint64]int32{}
-	}
 	d.stackByLocs.reset(len(d.locKeys))
 	d.byRawLabels.reset(len(d.labelKeys))
 	d.locKeys, d.labelKeys, d.keyArena = d.locKeys[:0], d.labelKeys[:0], d.keyArena[:0]
-	clear(d.stackIndex)
+	d.stackIndex.reset(d.lastStacks)
 	d.stackPrefix = d.stackPrefix[:0]
 	keyBuf, locFields := d.key[:0], d.locFields[:0]
 	defer func() { d.key, d.locFields = keyBuf, locFields }()
 	for _, s := range d.samples {
 		d.values = d.values[:0]
 		locFields = locFields[:0]
-		var labelKey []byte
-		if locs, labels, ok := d.usualSample(s); ok {
-			locFields = append(locFields, locField{typ: 2, data: locs})
-			labelKey = labels
-		} else {
+		// usual: the sample's location IDs are locs, packed, rather than
+		// in locFields (a local slice, not a store into the heap: the
+		// write barriers cost more than the rest of the sample).
+		var labelKey, locs []byte
+		var usual bool
+		if locs, labelKey, usual = d.usualSample(s); !usual {
+			var ok bool
 			d.values = d.values[:0] // walked again from the start
 			if labelKey, ok = d.walkSample(s, &locFields); !ok {
 				return Documents{}, false
@@ -950,8 +949,10 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 		// IDs whichever form they came in (and the packed bytes are not
 		// copied).
 		var key []byte
-		if len(locFields) == 1 && locFields[0].typ == 2 {
-			key = locFields[0].data // never appended to
+		if usual {
+			key = locs // never appended to
+		} else if len(locFields) == 1 && locFields[0].typ == 2 {
+			key = locFields[0].data
 		} else {
 			keyBuf = keyBuf[:0]
 			for _, f := range locFields {
@@ -976,6 +977,11 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 			si = k.val
 		} else {
 			d.ids = d.ids[:0]
+			if usual {
+				if d.ids, ok = appendVarints(d.ids, 2, 0, locs); !ok {
+					return Documents{}, false
+				}
+			}
 			for _, f := range locFields {
 				if d.ids, ok = appendVarints(d.ids, f.typ, f.u, f.data); !ok {
 					return Documents{}, false
@@ -987,9 +993,14 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 			}
 			si = -1
 			if st.id != "" {
-				if si, ok = d.stackIndex[st.prefix]; !ok {
+				// The prefix mixed so that its low bits, which pick the
+				// slot, depend on all of it (a bijection: equal hashes
+				// are equal prefixes).
+				ph := st.prefix * 0x9e3779b97f4a7c15
+				ph ^= ph >> 29
+				if si, ok = d.stackIndex.get(ph); !ok {
 					si = int32(len(docs.Stacks))
-					d.stackIndex[st.prefix] = si
+					d.stackIndex.put(ph, si)
 					if docs.Stacks == nil { // nil without stacks, as Convert's
 						// Room for a bit more than the previous profile
 						// had: growing copies the slice.
