@@ -1061,7 +1061,9 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 			continue
 		}
 		if int(si) >= len(a.cells) {
-			a.cells = growZero(a.cells, len(docs.Stacks))
+			// To the stacks' capacity at once: a document meets new stacks
+			// all along the profile.
+			a.cells = growZero(a.cells, cap(docs.Stacks))
 		}
 		a.cells[si].value += v
 		a.cells[si].seen = true
