@@ -61,6 +61,7 @@ const (
 	// rebalance timeout.
 	DefaultMaxRebalanceDelay = 10 * time.Second
 	pollRecords              = 1000
+	convertChunk             = 64
 )
 
 // Indexer is the consume-write-commit loop.
@@ -71,7 +72,12 @@ type Indexer struct {
 	log    *slog.Logger
 	m      *Metrics
 	stored map[string]struct{} // stack IDs OpenSearch acknowledged
-	fast   *fastPath
+	// sending is the stack IDs of the batch being written: the next batch
+	// need not send them again (each would come back a 409 conflict, which
+	// costs OpenSearch more than a stored document). Should that write
+	// fail, Run stops and the records are redelivered.
+	sending map[string]bool
+	fast    *fastPath
 }
 
 // ConsumerOpts are the client options the Indexer needs: a group reading
@@ -222,9 +228,24 @@ func (ix *Indexer) Run(ctx context.Context) error {
 				ix.m.Lag.WithLabelValues(strconv.Itoa(int(p.Partition))).Set(float64(p.HighWatermark - p.Records[n-1].Offset - 1))
 			}
 		})
-		recs := fetches.Records()
-		for i, c := range ix.convertAll(recs) {
-			ix.add(b, recs[i], c)
+		// A poll can hold up to pollRecords records: converted a chunk at a
+		// time, a batch that fills up is written at once rather than after
+		// the whole poll.
+		for recs := fetches.Records(); len(recs) > 0; {
+			chunk := recs[:min(len(recs), convertChunk)]
+			recs = recs[len(chunk):]
+			for i, c := range ix.convertAll(chunk) {
+				ix.add(b, chunk[i], c)
+			}
+			if b.bytes >= ix.opts.BatchBytes {
+				err := ix.reap(inflight)
+				inflight = nil
+				if err != nil {
+					return err
+				}
+				inflight = ix.start(writeCtx, b)
+				b = newBatch()
+			}
 		}
 
 		if ctx.Err() != nil {
@@ -283,6 +304,7 @@ func (f *flight) finished() bool {
 // start stores b in the background.
 func (ix *Indexer) start(ctx context.Context, b *batch) *flight {
 	f := &flight{b: b, done: make(chan struct{})}
+	ix.sending = b.stacks
 	go func() {
 		defer close(f.done)
 		f.err = ix.flush(ctx, b)
@@ -297,6 +319,7 @@ func (ix *Indexer) reap(f *flight) error {
 		return nil
 	}
 	<-f.done
+	ix.sending = nil
 	if f.err == nil && ix.opts.StackCacheSize > 0 {
 		if len(ix.stored)+len(f.b.stacks) > ix.opts.StackCacheSize {
 			clear(ix.stored)
@@ -350,7 +373,7 @@ func (ix *Indexer) add(b *batch, r *kgo.Record, c converted) {
 	}
 	stacksIndex := ix.opts.Names.Stacks()
 	for _, s := range docs.Stacks {
-		if b.stacks[s.ID] {
+		if b.stacks[s.ID] || ix.sending[s.ID] {
 			continue
 		}
 		if _, ok := ix.stored[s.ID]; ok {

@@ -364,7 +364,8 @@ func TestSecondInstanceJoinsUnderLoad(t *testing.T) {
 // TestBatchFillsWhileWriteInFlight holds the first bulk request at a proxy in
 // front of OpenSearch: records that arrive meanwhile are still converted into
 // the next batch, even after it is due, and go out in one request when the
-// write ends; nothing is committed before it is stored.
+// write ends, without the stacks the held request carries; nothing is
+// committed before it is stored.
 func TestBatchFillsWhileWriteInFlight(t *testing.T) {
 	e := setup(t, 2)
 	recs, want, err := smallCorpus(6).Build()
@@ -418,6 +419,10 @@ func TestBatchFillsWhileWriteInFlight(t *testing.T) {
 	e.WaitCaughtUp(t, time.Minute)
 	if n := bulks.Load(); n != 2 {
 		t.Errorf("%d bulk requests, want 2: the held one, then everything that arrived meanwhile", n)
+	}
+	// The second batch did not send again the stacks the held one carried.
+	if n := testutil.ToFloat64(run.metrics.Bulk.Docs.WithLabelValues("existed")); n != 0 {
+		t.Errorf("%v stack documents sent twice (409)", n)
 	}
 	if err := e.ReadStored(t).Check(want); err != nil {
 		t.Fatal(err)
