@@ -52,5 +52,5 @@ measure() {
 	unpin
 	echo
 }
-measure "busy hosts: 8 CPUs at 100 Hz, 300 (stack, process) pairs per 10 s profile" -samples 300 -raw 50
-measure "agent default: 8 CPUs at 19 Hz (1520 raw samples per 10 s profile), Zipf(1.1) stacks" -profiles 60 -samples 1520 -raw 1 -zipf 1.1
+measure "busy hosts: 8 CPUs at 100 Hz, 300 (stack, process) pairs per 10 s profile" -profiles 360 -samples 300 -raw 50
+measure "agent default: 8 CPUs at 19 Hz (1520 raw samples per 10 s profile), Zipf(1.1) stacks" -profiles 240 -samples 1520 -raw 1 -zipf 1.1
