@@ -30,8 +30,13 @@ func EncodeProfile(p *profile.Profile) ([]byte, error) {
 // compresses whole batches (lz4), so Kafka still stores and sends them
 // compressed.
 func EncodeProfileStored(p *profile.Profile) ([]byte, error) {
+	return EncodeProfileLevel(p, gzip.NoCompression)
+}
+
+// EncodeProfileLevel serializes p as gzip pprof at a compress/gzip level.
+func EncodeProfileLevel(p *profile.Profile, level int) ([]byte, error) {
 	var buf bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&buf, gzip.NoCompression)
+	zw, err := gzip.NewWriterLevel(&buf, level)
 	if err != nil {
 		return nil, fmt.Errorf("encode profile: %w", err)
 	}

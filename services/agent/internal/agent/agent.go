@@ -4,7 +4,6 @@
 package agent
 
 import (
-	"bytes"
 	"compress/gzip"
 	"context"
 	"fmt"
@@ -304,16 +303,5 @@ func (a *Agent) Close() error { return a.sampler.Close() }
 // fastest gzip level: the agent compresses every interval and the value is
 // small; the default level cost about a tenth of the agent's CPU.
 func encodeProfile(p *profile.Profile) ([]byte, error) {
-	var buf bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
-	if err != nil {
-		return nil, fmt.Errorf("encode profile: %w", err)
-	}
-	if err := p.WriteUncompressed(zw); err != nil {
-		return nil, fmt.Errorf("encode profile: %w", err)
-	}
-	if err := zw.Close(); err != nil {
-		return nil, fmt.Errorf("encode profile: %w", err)
-	}
-	return buf.Bytes(), nil
+	return record.EncodeProfileLevel(p, gzip.BestSpeed)
 }

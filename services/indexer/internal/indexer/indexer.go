@@ -183,15 +183,26 @@ func (ix *Indexer) Run(ctx context.Context) error {
 
 	b := newBatch()
 	var inflight *flight
-	drain := func() error {
+	// send waits for the write in flight, then writes b in the background.
+	send := func() error {
 		err := ix.reap(inflight)
 		inflight = nil
-		if err != nil || b.records == 0 {
+		if err != nil {
 			return err
 		}
-		f := ix.start(writeCtx, b)
+		inflight = ix.start(writeCtx, b)
 		b = newBatch()
-		return ix.reap(f)
+		return nil
+	}
+	drain := func() error {
+		if b.records > 0 {
+			if err := send(); err != nil {
+				return err
+			}
+		}
+		err := ix.reap(inflight)
+		inflight = nil
+		return err
 	}
 	released := ix.opts.Now()
 	for {
@@ -238,13 +249,9 @@ func (ix *Indexer) Run(ctx context.Context) error {
 				ix.add(b, chunk[i], c)
 			}
 			if b.bytes >= ix.opts.BatchBytes {
-				err := ix.reap(inflight)
-				inflight = nil
-				if err != nil {
+				if err := send(); err != nil {
 					return err
 				}
-				inflight = ix.start(writeCtx, b)
-				b = newBatch()
 			}
 		}
 
@@ -263,13 +270,9 @@ func (ix *Indexer) Run(ctx context.Context) error {
 		due := !now.Before(b.started.Add(ix.opts.FlushInterval))
 		if b.records > 0 && (full || (due && inflight == nil)) {
 			// Waits for the write in flight only when b is full.
-			err := ix.reap(inflight)
-			inflight = nil
-			if err != nil {
+			if err := send(); err != nil {
 				return err
 			}
-			inflight = ix.start(writeCtx, b)
-			b = newBatch()
 		}
 		switch {
 		case inflight == nil && b.records == 0:
