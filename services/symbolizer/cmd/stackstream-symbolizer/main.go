@@ -96,7 +96,11 @@ func runMain() error {
 	if err != nil {
 		return err
 	}
-	sess, err := kgo.NewGroupTransactSession(append(opts, pipeline.SessionOpts(cfg.Symbolizer.Group, topics.ProfilesRaw, txnID, cfg.Symbolizer.SessionTimeout)...)...)
+	codec, err := cfg.Symbolizer.BatchCodec() // checked by Validate
+	if err != nil {
+		return err
+	}
+	sess, err := kgo.NewGroupTransactSession(append(opts, pipeline.SessionOpts(cfg.Symbolizer.Group, topics.ProfilesRaw, txnID, cfg.Symbolizer.SessionTimeout, codec)...)...)
 	if err != nil {
 		return fmt.Errorf("kafka transact session: %w", err)
 	}

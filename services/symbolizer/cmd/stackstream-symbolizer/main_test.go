@@ -91,8 +91,11 @@ func TestKill9ExactlyOnce(t *testing.T) {
 	topics, cl := ktest.Topics(t, brokers, 4)
 	prefix := strings.TrimSuffix(topics.ProfilesRaw, record.TopicProfilesRaw)
 	group := testenv.Name(t, "grp-")
-	env := func(txnID string) []string {
+	// The instances compress their batches differently: consumers read
+	// both, and the setting is seen to apply.
+	env := func(txnID, codec string) []string {
 		return []string{
+			"STACKSTREAM_SYMBOLIZER_BATCH_COMPRESSION=" + codec,
 			"STACKSTREAM_KAFKA_BROKERS=" + strings.Join(brokers, ","),
 			"STACKSTREAM_KAFKA_TOPIC_PREFIX=" + prefix,
 			"STACKSTREAM_SYMBOLIZER_GROUP=" + group,
@@ -107,8 +110,8 @@ func TestKill9ExactlyOnce(t *testing.T) {
 		}
 	}
 	txnA, txnB := testenv.Name(t, "txn-a-"), testenv.Name(t, "txn-b-")
-	a := startProc(t, bin, env(txnA), "a")
-	b := startProc(t, bin, env(txnB), "b")
+	a := startProc(t, bin, env(txnA, "lz4"), "a")
+	b := startProc(t, bin, env(txnB, "zstd"), "b")
 
 	const n = 300
 	meta := record.Meta{Type: record.ProfileCPU, Host: "h", AgentVersion: "test"}
@@ -142,10 +145,10 @@ func TestKill9ExactlyOnce(t *testing.T) {
 	// transactional ID, which fences and aborts its open transaction.
 	time.Sleep(1500 * time.Millisecond)
 	a.kill9(t)
-	a = startProc(t, bin, env(txnA), "a2")
+	a = startProc(t, bin, env(txnA, "lz4"), "a2")
 	time.Sleep(1200 * time.Millisecond)
 	b.kill9(t)
-	b = startProc(t, bin, env(txnB), "b2")
+	b = startProc(t, bin, env(txnB, "zstd"), "b2")
 	wg.Wait()
 	if produceErr != nil {
 		t.Fatal(produceErr)
@@ -153,8 +156,10 @@ func TestKill9ExactlyOnce(t *testing.T) {
 
 	out := ktest.Consume(t, brokers, topics.ProfilesSymbolized, n, 3*time.Minute, 5*time.Second)
 	seen := map[int]int{}
+	codecs := map[uint8]int{}
 	want := corpus.Want()
 	for _, r := range out {
+		codecs[r.Attrs.CompressionType()]++
 		p, err := record.DecodeProfile(r.Value)
 		if err != nil {
 			t.Fatal(err)
@@ -188,6 +193,10 @@ func TestKill9ExactlyOnce(t *testing.T) {
 	}
 	if dups != 0 || missing != 0 || len(out) != n {
 		t.Fatalf("%d records for %d inputs: %d missing, %d duplicated", len(out), n, missing, dups)
+	}
+	// Kafka's codec numbers: 3 lz4, 4 zstd.
+	if codecs[3]+codecs[4] != n || codecs[4] == 0 {
+		t.Fatalf("records by batch codec %v, want lz4 (3) and zstd (4) only, some of each", codecs)
 	}
 	// Read uncommitted, the log also holds what the killed instances wrote
 	// in transactions that never committed: more records than inputs shows

@@ -15,7 +15,7 @@ func valid() Config {
 		Symbolizer: Symbolizer{
 			Group: "stackstream-symbolizer", DebugDirs: []string{"/usr/lib/debug"}, DebuginfodTimeout: time.Minute,
 			MaxTables: 512, TopicCacheBytes: 512 << 20, SessionTimeout: 45 * time.Second, MissTTL: 5 * time.Minute,
-			MaxPollRecords: 200, MaxOutputBytes: 999000,
+			MaxPollRecords: 200, MaxOutputBytes: 999000, BatchCompression: "lz4",
 		},
 	}
 }
@@ -32,6 +32,8 @@ func TestValidate(t *testing.T) {
 		{"short session", func(c *Config) { c.Symbolizer.SessionTimeout = time.Millisecond }, "SESSION_TIMEOUT"},
 		{"tiny output", func(c *Config) { c.Symbolizer.MaxOutputBytes = 10 }, "MAX_OUTPUT_BYTES"},
 		{"no tables", func(c *Config) { c.Symbolizer.MaxTables = 0 }, "MAX_TABLES"},
+		{"zstd batches", func(c *Config) { c.Symbolizer.BatchCompression = "zstd" }, ""},
+		{"unknown codec", func(c *Config) { c.Symbolizer.BatchCompression = "brotli" }, "STACKSTREAM_SYMBOLIZER_BATCH_COMPRESSION"},
 		{"bad debuginfod url", func(c *Config) { c.Symbolizer.DebuginfodURLs = "ftp://x" }, "debuginfod URL"},
 		{"two debuginfod urls", func(c *Config) { c.Symbolizer.DebuginfodURLs = "http://a:8002 https://b/x/" }, ""},
 		{"no brokers", func(c *Config) { c.Kafka.Brokers = nil }, "STACKSTREAM_KAFKA_BROKERS"},

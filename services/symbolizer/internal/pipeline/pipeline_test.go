@@ -55,7 +55,7 @@ func start(t *testing.T, brokers []string, topics record.Topics, group string, s
 	f := &source.Follower{Client: infoCl, Admin: kadm.NewClient(admCl), Topic: topics.Debuginfo, Store: store, Log: log,
 		OnApply: m.Debuginfo.WithLabelValues("applied").Inc, OnBad: m.Debuginfo.WithLabelValues("bad").Inc}
 	sess, err := kgo.NewGroupTransactSession(append([]kgo.Opt{kgo.SeedBrokers(brokers...)},
-		SessionOpts(group, topics.ProfilesRaw, testenv.Name(t, "txn-"), 0)...)...)
+		SessionOpts(group, topics.ProfilesRaw, testenv.Name(t, "txn-"), 0, kgo.Lz4Compression())...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

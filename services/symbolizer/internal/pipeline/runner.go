@@ -153,8 +153,8 @@ func (r *Runner) batch(ctx context.Context, fetches kgo.Fetches) error {
 
 // SessionOpts are the client options of the group transact session on the
 // raw topic: read committed, stable offsets, one transactional ID per
-// instance.
-func SessionOpts(group, rawTopic, transactionalID string, sessionTimeout time.Duration) []kgo.Opt {
+// instance, batches compressed with codec.
+func SessionOpts(group, rawTopic, transactionalID string, sessionTimeout time.Duration, codec kgo.CompressionCodec) []kgo.Opt {
 	if sessionTimeout <= 0 {
 		sessionTimeout = 45 * time.Second
 	}
@@ -172,8 +172,8 @@ func SessionOpts(group, rawTopic, transactionalID string, sessionTimeout time.Du
 		kgo.RequireStableFetchOffsets(),
 		kgo.TransactionTimeout(60 * time.Second),
 		// Profiles are written as stored gzip (see Processor.Process): the
-		// batch is what gets compressed, with the codec cheapest to read.
-		kgo.ProducerBatchCompression(kgo.Lz4Compression()),
+		// batch is what gets compressed.
+		kgo.ProducerBatchCompression(codec),
 	}
 }
 
