@@ -78,13 +78,23 @@ func BenchmarkAggregate(b *testing.B) {
 	b.ReportMetric(float64(docs)/float64(b.N), "docs/profile")
 }
 
-// BenchmarkDecodeAndAggregate adds decoding the gzip pprof record value, the
-// other half of the consumer's CPU work per record.
+// BenchmarkDecodeAndAggregate adds decoding the pprof record value, the
+// other half of the consumer's CPU work per record: gzip as agents write
+// it, stored as the symbolizer writes profiles.symbolized.
 func BenchmarkDecodeAndAggregate(b *testing.B) {
+	for _, enc := range []struct {
+		name   string
+		encode func(*profile.Profile) ([]byte, error)
+	}{{"gzip", record.EncodeProfile}, {"stored", record.EncodeProfileStored}} {
+		b.Run(enc.name, func(b *testing.B) { benchDecodeAndAggregate(b, enc.encode) })
+	}
+}
+
+func benchDecodeAndAggregate(b *testing.B, encode func(*profile.Profile) ([]byte, error)) {
 	profs := benchProfiles(60)
 	values := make([][]byte, len(profs))
 	for i, pr := range profs {
-		v, err := record.EncodeProfile(pr)
+		v, err := encode(pr)
 		if err != nil {
 			b.Fatal(err)
 		}
