@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unsafe"
 
@@ -232,20 +231,7 @@ type labelSets struct {
 	// a host's processes send the same labels every 10 s, and building a
 	// labelSet (maps, service, canonical key) cost more than the rest of
 	// a document.
-	shared *labelCache
-}
-
-// labelCache is a bounded, goroutine-safe map from the exact raw labels and
-// header host to their labelSet (immutable once built). It forgets
-// everything when full.
-type labelCache struct {
-	max int
-	mu  sync.RWMutex
-	m   map[string]*labelSet
-}
-
-func newLabelCache(max int) *labelCache {
-	return &labelCache{max: max, m: map[string]*labelSet{}}
+	shared *boundedMap[string, *labelSet] // by exactLabelKey
 }
 
 // exactLabelKey is an unambiguous key of raw (its sorted keys in keys) and
@@ -297,17 +283,10 @@ func (c *labelSets) get(raw map[string][]string, headerHost string) *labelSet {
 	n := len(c.buf)
 	c.buf = exactLabelKey(c.buf, raw, c.keys, headerHost)
 	exact := c.buf[n:]
-	c.shared.mu.RLock()
-	ls, ok := c.shared.m[string(exact)]
-	c.shared.mu.RUnlock()
+	ls, ok := c.shared.get(string(exact))
 	if !ok {
 		ls = newLabelSet(raw, headerHost)
-		c.shared.mu.Lock()
-		if len(c.shared.m) >= c.shared.max {
-			clear(c.shared.m)
-		}
-		c.shared.m[string(exact)] = ls
-		c.shared.mu.Unlock()
+		c.shared.put(string(exact), ls)
 	}
 	c.byRaw[string(c.buf[:n])] = ls
 	return ls

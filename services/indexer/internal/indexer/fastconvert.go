@@ -54,14 +54,14 @@ type fastPath struct {
 	// rather than once per profile.
 	stacks *stackCache
 	// labels keeps label sets across profiles.
-	labels *labelCache
+	labels *boundedMap[string, *labelSet]
 }
 
 func newFastPath() *fastPath {
 	return &fastPath{
 		decoders: sync.Pool{New: func() any { return new(fastDecoder) }},
 		stacks:   newStackCache(1 << 14),
-		labels:   newLabelCache(1 << 14),
+		labels:   newBoundedMap[string, *labelSet](1 << 14),
 	}
 }
 
@@ -90,13 +90,39 @@ func (f *fastPath) convert(names indices.Names, meta record.Meta, value []byte, 
 	return d.convert(names, meta, fallback, f)
 }
 
-// stackCache is a bounded, goroutine-safe map from a 128-bit content hash of
-// a stack to its ID and frames. It forgets everything when full.
+// boundedMap is a goroutine-safe map that forgets everything when it holds
+// max entries: the fast path's caches across profiles, whose values never
+// change once put.
+type boundedMap[K comparable, V any] struct {
+	max int
+	mu  sync.RWMutex
+	m   map[K]V
+}
+
+func newBoundedMap[K comparable, V any](max int) *boundedMap[K, V] {
+	return &boundedMap[K, V]{max: max, m: map[K]V{}}
+}
+
+func (c *boundedMap[K, V]) get(k K) (V, bool) {
+	c.mu.RLock()
+	v, ok := c.m[k]
+	c.mu.RUnlock()
+	return v, ok
+}
+
+func (c *boundedMap[K, V]) put(k K, v V) {
+	c.mu.Lock()
+	if len(c.m) >= c.max {
+		clear(c.m)
+	}
+	c.m[k] = v
+	c.mu.Unlock()
+}
+
+// stackCache maps a 128-bit content hash of a stack to its ID and frames.
 type stackCache struct {
 	seeds [2]maphash.Seed
-	max   int
-	mu    sync.RWMutex
-	m     map[[2]uint64]cachedStack
+	*boundedMap[[2]uint64, cachedStack]
 }
 
 type cachedStack struct {
@@ -106,27 +132,11 @@ type cachedStack struct {
 }
 
 func newStackCache(max int) *stackCache {
-	return &stackCache{seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, max: max, m: map[[2]uint64]cachedStack{}}
+	return &stackCache{seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, boundedMap: newBoundedMap[[2]uint64, cachedStack](max)}
 }
 
 func (c *stackCache) hash(b []byte) [2]uint64 {
 	return [2]uint64{maphash.Bytes(c.seeds[0], b), maphash.Bytes(c.seeds[1], b)}
-}
-
-func (c *stackCache) get(h [2]uint64) (cachedStack, bool) {
-	c.mu.RLock()
-	s, ok := c.m[h]
-	c.mu.RUnlock()
-	return s, ok
-}
-
-func (c *stackCache) put(h [2]uint64, s cachedStack) {
-	c.mu.Lock()
-	if len(c.m) >= c.max {
-		clear(c.m)
-	}
-	c.m[h] = s
-	c.mu.Unlock()
 }
 
 // Decoded tables of one profile; string fields are string table indices.
