@@ -266,10 +266,9 @@ func (ix *Indexer) Run(ctx context.Context) error {
 			}
 		}
 		now := ix.opts.Now()
-		full := b.bytes >= ix.opts.BatchBytes
-		due := !now.Before(b.started.Add(ix.opts.FlushInterval))
-		if b.records > 0 && (full || (due && inflight == nil)) {
-			// Waits for the write in flight only when b is full.
+		// A full batch went out above; a due one waits until nothing is
+		// in flight, filling meanwhile.
+		if b.records > 0 && inflight == nil && !now.Before(b.started.Add(ix.opts.FlushInterval)) {
 			if err := send(); err != nil {
 				return err
 			}
