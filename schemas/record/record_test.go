@@ -58,14 +58,6 @@ func TestEncodeProfileStoredIsNotCompressed(t *testing.T) {
 	}
 }
 
-func gz(b []byte) []byte {
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	zw.Write(b)
-	zw.Close()
-	return buf.Bytes()
-}
-
 func TestDecodeProfileRejects(t *testing.T) {
 	tests := []struct {
 		name string
@@ -73,9 +65,9 @@ func TestDecodeProfileRejects(t *testing.T) {
 		want error
 	}{
 		{"plain text", []byte("not a profile"), ErrNotGzip},
-		{"truncated gzip", gz([]byte("xx"))[:5], ErrNotGzip},
-		{"gzip of garbage", gz([]byte{0xff, 0xff, 0xff}), ErrNotPprof},
-		{"oversized", gz(make([]byte, MaxProfileBytes+10)), ErrTooLarge},
+		{"truncated gzip", gzipLevel(t, []byte("xx"), gzip.DefaultCompression)[:5], ErrNotGzip},
+		{"gzip of garbage", gzipLevel(t, []byte{0xff, 0xff, 0xff}, gzip.DefaultCompression), ErrNotPprof},
+		{"oversized", gzipLevel(t, make([]byte, MaxProfileBytes+10), gzip.DefaultCompression), ErrTooLarge},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

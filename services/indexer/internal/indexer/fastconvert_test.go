@@ -58,14 +58,6 @@ func encode(t testing.TB, p *profile.Profile) []byte {
 	return v
 }
 
-func gz(b []byte) []byte {
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	zw.Write(b)
-	zw.Close()
-	return buf.Bytes()
-}
-
 func fastCases(t testing.TB) []fastCase {
 	at := time.Date(2026, 11, 30, 23, 59, 58, 0, time.UTC)
 	cpu := record.Meta{Type: record.ProfileCPU, Host: "web-1"}
@@ -165,8 +157,8 @@ func fastCases(t testing.TB) []fastCase {
 	cases = append(cases, fastCase{"truncated gzip", cpu, raw[:len(raw)/2], time.Time{}, false})
 	// A sample referencing location 9, which the table does not have.
 	bad := append([]byte(nil), plain.Bytes()...)
-	cases = append(cases, fastCase{"unknown location", cpu, gz(append(bad, 0x12, 0x04, 0x0a, 0x01, 0x09, 0x10)), time.Time{}, false})
-	cases = append(cases, fastCase{"concatenated", cpu, gz(append(append([]byte(nil), plain.Bytes()...), plain.Bytes()...)), time.Time{}, false})
+	cases = append(cases, fastCase{"unknown location", cpu, pproftest.Gzip(append(bad, 0x12, 0x04, 0x0a, 0x01, 0x09, 0x10)), time.Time{}, false})
+	cases = append(cases, fastCase{"concatenated", cpu, pproftest.Gzip(append(append([]byte(nil), plain.Bytes()...), plain.Bytes()...)), time.Time{}, false})
 	return cases
 }
 
@@ -233,7 +225,7 @@ func FuzzFastConvert(f *testing.F) {
 	}
 	meta := record.Meta{Type: record.ProfileCPU, Host: "h"}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		for _, value := range [][]byte{in, gz(in)} {
+		for _, value := range [][]byte{in, pproftest.Gzip(in)} {
 			fast, ok := testFast.convert(testNames, meta, value, time.Unix(5, 0))
 			if !ok {
 				continue

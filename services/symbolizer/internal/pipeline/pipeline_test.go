@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"fmt"
 	"log/slog"
@@ -18,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/stackstream/stackstream/pkg/pproftest"
 	"github.com/stackstream/stackstream/pkg/replay"
 	"github.com/stackstream/stackstream/pkg/testenv"
 	"github.com/stackstream/stackstream/schemas/record"
@@ -108,14 +108,6 @@ func start(t *testing.T, brokers []string, topics record.Topics, group string, s
 	return s
 }
 
-func gz(b []byte) []byte {
-	var buf bytes.Buffer
-	w := gzip.NewWriter(&buf)
-	w.Write(b)
-	w.Close()
-	return buf.Bytes()
-}
-
 // TestSymbolizeEveryWay runs raw profiles whose binaries are known to each
 // source (debuginfo topic, debug dir, Debian's debuginfod) plus garbage
 // through the real broker, and checks the committed output.
@@ -139,12 +131,12 @@ func TestSymbolizeEveryWay(t *testing.T) {
 		}
 		recs = append(recs, &kgo.Record{Topic: topics.ProfilesRaw, Key: []byte("host-" + strconv.Itoa(i%5)), Value: v, Headers: meta.Headers()})
 	}
-	bomb := gz(make([]byte, record.MaxProfileBytes+1024))
+	bomb := pproftest.Gzip(make([]byte, record.MaxProfileBytes+1024))
 	badVersion := meta.Headers()
 	badVersion[0].Value = []byte("99")
 	garbage := map[string]*kgo.Record{
 		"not_gzip":       {Value: []byte("hello, not a profile"), Headers: meta.Headers()},
-		"not_pprof":      {Value: gz([]byte("\xff\xff\xff\xff garbage")), Headers: meta.Headers()},
+		"not_pprof":      {Value: pproftest.Gzip([]byte("\xff\xff\xff\xff garbage")), Headers: meta.Headers()},
 		"schema_version": {Value: recs[0].Value, Headers: badVersion},
 		"missing_header": {Value: recs[0].Value},
 		"too_large":      {Value: bomb, Headers: meta.Headers()},
