@@ -93,6 +93,10 @@ var (
 	ErrNotGzip              = errors.New("value is not gzip")
 	ErrTooLarge             = errors.New("value too large")
 	ErrNotPprof             = errors.New("value is not a pprof profile")
+	// ErrInvalidProfile: the value parses as pprof but is not self-consistent
+	// (a sample naming a location the profile does not define, a value count
+	// that differs from the sample types, ...).
+	ErrInvalidProfile = errors.New("invalid profile")
 )
 
 // Meta is what the headers of a profile record say.
