@@ -52,3 +52,61 @@ func Labels(l map[string][]string) map[string]string {
 	}
 	return out
 }
+
+// ContractLabels are the label names of this contract (above). The samples
+// index maps each as its own keyword field (labels.<name>); any other label
+// travels as a "name=value" pair, so odd keys cannot grow the mapping.
+var ContractLabels = []string{
+	LabelPID, LabelComm, LabelExecutable, LabelSystemdUnit, LabelContainerID,
+	LabelK8sPod, LabelK8sNamespace, LabelK8sContainer, LabelK8sWorkload,
+}
+
+// IsContractLabel reports whether name is one of ContractLabels.
+func IsContractLabel(name string) bool {
+	for _, l := range ContractLabels {
+		if l == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Caps on what identifies a process in the indices: longer host names, service
+// names and label values are not a real host's, and label keys outside the
+// pattern below are refused, so that "a" and "a.b" cannot collide in a mapping.
+const (
+	MaxHostBytes       = 256
+	MaxServiceBytes    = 256
+	MaxLabelKeyBytes   = 64
+	MaxLabelValueBytes = 512
+)
+
+// ValidLabelKey reports whether k matches [a-zA-Z_][a-zA-Z0-9_]{0,63}, the
+// label key pattern of Prometheus bounded to MaxLabelKeyBytes.
+func ValidLabelKey(k string) bool {
+	if k == "" || len(k) > MaxLabelKeyBytes {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		switch {
+		case c == '_', 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case '0' <= c && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// TruncateUTF8 cuts s to at most n bytes without splitting a UTF-8 sequence.
+func TruncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && i < len(s) && s[i]&0xC0 == 0x80 {
+		i--
+	}
+	return s[:i]
+}

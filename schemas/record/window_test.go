@@ -41,3 +41,28 @@ func TestSubPart(t *testing.T) {
 		t.Fatalf("SubPart(\"2\", 0) = %q", got)
 	}
 }
+
+func TestValidLabelKey(t *testing.T) {
+	for k, want := range map[string]bool{
+		"pid": true, "_x": true, "A9_b": true, "": false, "9a": false, "a.b": false,
+		"a-b": false, "é": false, string(make([]byte, 65)): false,
+	} {
+		if got := ValidLabelKey(k); got != want {
+			t.Errorf("ValidLabelKey(%q) = %v, want %v", k, got, want)
+		}
+	}
+}
+
+func TestTruncateUTF8(t *testing.T) {
+	for _, tc := range []struct {
+		s    string
+		n    int
+		want string
+	}{
+		{"abc", 5, "abc"}, {"abcdef", 3, "abc"}, {"aé", 2, "a"}, {"aéb", 3, "aé"}, {"€", 2, ""},
+	} {
+		if got := TruncateUTF8(tc.s, tc.n); got != tc.want {
+			t.Errorf("TruncateUTF8(%q, %d) = %q, want %q", tc.s, tc.n, got, tc.want)
+		}
+	}
+}
