@@ -214,19 +214,34 @@ func (a *Agent) memory(start time.Time, dur time.Duration) *profile.Profile {
 }
 
 func (a *Agent) publishProfile(typ record.ProfileType, p *profile.Profile) {
-	values, err := encodeBounded(p, maxProfileRecordBytes)
+	recs, err := a.profileRecords(typ, p, maxProfileRecordBytes)
 	if err != nil {
 		a.d.Log.Error("encode profile", "type", typ, "err", err)
 		return
 	}
-	for _, value := range values {
-		a.d.Publisher.Publish(string(typ), &kgo.Record{
-			Topic:   a.d.Topics.ProfilesRaw,
-			Key:     []byte(a.cfg.HostID),
-			Value:   value,
-			Headers: record.Meta{Type: typ, Host: a.cfg.HostID, AgentVersion: a.d.Version}.Headers(),
-		})
+	for _, r := range recs {
+		a.d.Publisher.Publish(string(typ), r)
 	}
+}
+
+// profileRecords encodes p into records of at most limit value bytes. The
+// parts of a split interval share its time, so each carries record.HeaderPart:
+// downstream, a process present in two parts must get two sample documents,
+// not one that the later part overwrites.
+func (a *Agent) profileRecords(typ record.ProfileType, p *profile.Profile, limit int) ([]*kgo.Record, error) {
+	values, err := encodeBounded(p, limit)
+	if err != nil {
+		return nil, err
+	}
+	recs := make([]*kgo.Record, 0, len(values))
+	for i, value := range values {
+		headers := record.Meta{Type: typ, Host: a.cfg.HostID, AgentVersion: a.d.Version}.Headers()
+		if len(values) > 1 {
+			headers = append(headers, kgo.RecordHeader{Key: record.HeaderPart, Value: []byte(record.SubPart("", i))})
+		}
+		recs = append(recs, &kgo.Record{Topic: a.d.Topics.ProfilesRaw, Key: []byte(a.cfg.HostID), Value: value, Headers: headers})
+	}
+	return recs, nil
 }
 
 // maxProfileRecordBytes keeps a profile record under Kafka's default
