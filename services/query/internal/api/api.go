@@ -155,10 +155,12 @@ func (a *API) handle(mux *http.ServeMux, path string, h handler) {
 		ctx, cancel := context.WithTimeout(r.Context(), a.opts.Timeout)
 		defer cancel()
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		id := newRequestID()
+		w.Header().Set("X-Request-Id", id)
 		out, err := h(ctx, sw, r)
 		switch {
 		case err != nil:
-			a.writeError(sw, r, err)
+			a.writeError(sw, r, id, err)
 		case out != nil:
 			writeJSON(sw, http.StatusOK, out)
 		}

@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -148,28 +150,47 @@ func truncate(s string, n int) string {
 var errTimeout = errors.New("query timed out")
 
 // writeError picks the status for err and writes the agreed error body.
-func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
+// Only a client's own mistakes (400) are explained in the answer: anything
+// else would show OpenSearch's paths, index names and error bodies to whoever
+// can reach the port, so the answer carries the request ID and the log the
+// detail under the same ID.
+func (a *API) writeError(w http.ResponseWriter, r *http.Request, id string, err error) {
 	var pe *paramError
-	status, param, msg := http.StatusInternalServerError, "", err.Error()
+	status, param := http.StatusInternalServerError, ""
+	msg := "internal error: see the query service's log for request " + id
 	switch {
 	case errors.As(err, &pe):
-		status, param = http.StatusBadRequest, pe.param
+		status, param, msg = http.StatusBadRequest, pe.param, err.Error()
 	case errors.Is(err, errTimeout) || errors.Is(err, context.DeadlineExceeded):
 		status = http.StatusGatewayTimeout
-		msg = fmt.Sprintf("query took longer than %s (STACKSTREAM_QUERY_TIMEOUT): narrow the range or the selector", a.opts.Timeout)
+		msg = fmt.Sprintf("query took longer than %s (STACKSTREAM_QUERY_TIMEOUT): narrow the range or the selector (request %s)", a.opts.Timeout, id)
+		a.logger.Warn("query timed out", "request_id", id, "path", r.URL.Path, "err", err)
 	case errors.Is(err, errNotFound):
 		status = http.StatusNotFound
+		msg = "not found: see the query service's log for request " + id
+		a.logger.Warn("query found nothing to read", "request_id", id, "path", r.URL.Path, "err", err)
 	case r.Context().Err() != nil:
 		// The client went away: nobody reads the answer, nothing failed here.
 		status = 499
+		a.logger.Debug("client went away", "request_id", id, "path", r.URL.Path, "err", err)
 	default:
-		a.logger.Error("query failed", "path", r.URL.Path, "query", r.URL.RawQuery, "err", err)
+		a.logger.Error("query failed", "request_id", id, "path", r.URL.Path, "query", r.URL.RawQuery, "err", err)
 		a.metrics.errors.Inc()
 	}
-	writeJSON(w, status, errorBody{Error: msg, Parameter: param})
+	writeJSON(w, status, errorBody{Error: msg, Parameter: param, RequestID: id})
 }
 
 type errorBody struct {
 	Error     string `json:"error"`
 	Parameter string `json:"parameter,omitempty"`
+	RequestID string `json:"request_id,omitempty"`
+}
+
+// newRequestID names one request in the answer and the log. It is made
+// here, never taken from the request, so a client cannot forge log lines
+// or make two requests share an ID.
+func newRequestID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

@@ -1,8 +1,10 @@
 package api_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -10,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,13 +103,42 @@ func TestBackendFailures(t *testing.T) {
 		}
 	})
 	t.Run("opensearch error", func(t *testing.T) {
-		base := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		os := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusInternalServerError)
-			io.WriteString(w, `{"error":"boom"}`)
-		}, api.Options{})
-		var e errorBody
-		if code := get(t, base, "/api/v1/top", nil, &e); code != http.StatusInternalServerError || !strings.Contains(e.Error, "boom") {
-			t.Fatalf("HTTP %d %+v, want 500 with the OpenSearch error", code, e)
+			io.WriteString(w, `{"error":"boom in [secret-index]"}`)
+		}))
+		t.Cleanup(os.Close)
+		cl, err := opensearchapi.NewClient(opensearchapi.Config{Client: osgo.Config{Addresses: []string{os.URL}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logs syncBuffer
+		srv := httptest.NewServer(api.New(cl, indices.Default, api.Options{Now: func() time.Time { return now }}, slog.New(slog.NewTextHandler(&logs, nil))))
+		t.Cleanup(srv.Close)
+		resp, err := http.Get(srv.URL + "/api/v1/top")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		var e struct {
+			Error     string `json:"error"`
+			RequestID string `json:"request_id"`
+		}
+		if err := json.Unmarshal(raw, &e); err != nil {
+			t.Fatalf("decode %q: %v", raw, err)
+		}
+		id := resp.Header.Get("X-Request-Id")
+		if resp.StatusCode != http.StatusInternalServerError || id == "" || e.RequestID != id || !strings.Contains(e.Error, id) {
+			t.Fatalf("HTTP %d %s (X-Request-Id %q), want 500 naming the request ID", resp.StatusCode, raw, id)
+		}
+		for _, internal := range []string{"boom", "secret-index", "_search", "stackstream-", "opensearch", "HTTP 500"} {
+			if strings.Contains(string(raw), internal) {
+				t.Errorf("answer %s shows backend detail %q", raw, internal)
+			}
+		}
+		if log := logs.String(); !strings.Contains(log, "request_id="+id) || !strings.Contains(log, "boom in [secret-index]") {
+			t.Errorf("log lacks the request ID %s or OpenSearch's answer:\n%s", id, log)
 		}
 	})
 	t.Run("unknown endpoint", func(t *testing.T) {
@@ -156,4 +188,22 @@ func TestExamples(t *testing.T) {
 			}
 		})
 	}
+}
+
+// syncBuffer collects a logger's output written from the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

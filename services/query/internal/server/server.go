@@ -5,6 +5,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
@@ -48,7 +49,10 @@ func New(cl *opensearchapi.Client, names indices.Names, opts Options, reg *prome
 	ready := func(ctx context.Context) error {
 		status, _, err := opensearch.Raw(ctx, cl, http.MethodGet, "/", nil)
 		if err != nil {
-			return fmt.Errorf("opensearch: %w", err)
+			// /readyz is open to anyone who reaches the port: the node's
+			// address and the transport's error go to the log only.
+			logger.Warn("opensearch does not answer", "err", err)
+			return errors.New("opensearch does not answer (see the log)")
 		}
 		if status != http.StatusOK {
 			return fmt.Errorf("opensearch answered HTTP %d", status)
