@@ -4,11 +4,15 @@ package kafka
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
@@ -31,6 +35,7 @@ type Config struct {
 	SASLMechanism         string        `envconfig:"SASL_MECHANISM" desc:"PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty for none"`
 	SASLUsername          string        `envconfig:"SASL_USERNAME"`
 	SASLPassword          string        `envconfig:"SASL_PASSWORD" desc:"never logged"`
+	SASLAllowPlaintext    bool          `envconfig:"SASL_ALLOW_PLAINTEXT" default:"false" desc:"allow SASL PLAIN without TLS (sends the password in clear)"`
 	DialTimeout           time.Duration `envconfig:"DIAL_TIMEOUT" default:"10s" desc:"how long start-up waits for a broker"`
 }
 
@@ -47,12 +52,61 @@ func (c Config) Validate() error {
 			return fmt.Errorf("STACKSTREAM_KAFKA_BROKERS: %q lacks a port: use host:port", b)
 		}
 	}
-	switch strings.ToUpper(c.SASLMechanism) {
+	mech := strings.ToUpper(c.SASLMechanism)
+	switch mech {
 	case "", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
 	default:
 		return fmt.Errorf("STACKSTREAM_KAFKA_SASL_MECHANISM=%q is not supported: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", c.SASLMechanism)
 	}
+	switch {
+	case mech == "" && (c.SASLUsername != "" || c.SASLPassword != ""):
+		return errors.New("STACKSTREAM_KAFKA_SASL_USERNAME/STACKSTREAM_KAFKA_SASL_PASSWORD are set but STACKSTREAM_KAFKA_SASL_MECHANISM is empty: set it to SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN")
+	case mech != "" && c.SASLUsername == "":
+		return fmt.Errorf("STACKSTREAM_KAFKA_SASL_MECHANISM=%s needs STACKSTREAM_KAFKA_SASL_USERNAME (and STACKSTREAM_KAFKA_SASL_PASSWORD)", mech)
+	// PLAIN puts the password itself on the wire; SCRAM never sends it.
+	case mech == "PLAIN" && !c.TLS && !c.SASLAllowPlaintext:
+		return errors.New("STACKSTREAM_KAFKA_SASL_MECHANISM=PLAIN without STACKSTREAM_KAFKA_TLS=true would send the password in clear: set STACKSTREAM_KAFKA_TLS=true, use SCRAM-SHA-512, or set STACKSTREAM_KAFKA_SASL_ALLOW_PLAINTEXT=true to accept that")
+	}
+	// TLS files without TLS would be ignored silently: the connection the
+	// operator meant to secure would go out in clear.
+	if !c.TLS {
+		for _, f := range []struct{ name, value string }{
+			{"STACKSTREAM_KAFKA_TLS_CA_FILE", c.TLSCAFile},
+			{"STACKSTREAM_KAFKA_TLS_CERT_FILE", c.TLSCertFile},
+			{"STACKSTREAM_KAFKA_TLS_KEY_FILE", c.TLSKeyFile},
+		} {
+			if f.value != "" {
+				return fmt.Errorf("%s is set but STACKSTREAM_KAFKA_TLS is false: set STACKSTREAM_KAFKA_TLS=true", f.name)
+			}
+		}
+		if c.TLSInsecureSkipVerify {
+			return errors.New("STACKSTREAM_KAFKA_TLS_INSECURE_SKIP_VERIFY is set but STACKSTREAM_KAFKA_TLS is false: set STACKSTREAM_KAFKA_TLS=true")
+		}
+	}
 	return nil
+}
+
+// String prints the settings with the password masked, so a config printed
+// with %v or %+v (alone or inside a service's config) never shows it.
+func (c Config) String() string {
+	return fmt.Sprintf("%+v", c.redacted())
+}
+
+// GoString does the same for %#v.
+func (c Config) GoString() string { return c.String() }
+
+// LogValue does the same for slog.
+func (c Config) LogValue() slog.Value { return slog.AnyValue(c.redacted()) }
+
+// redactedConfig has Config's fields but none of its methods, so printing it
+// does not recurse.
+type redactedConfig Config
+
+func (c Config) redacted() redactedConfig {
+	if c.SASLPassword != "" {
+		c.SASLPassword = "REDACTED"
+	}
+	return redactedConfig(c)
 }
 
 // Opts turns the connection settings into client options.
@@ -111,7 +165,37 @@ func Ping(ctx context.Context, cl *kgo.Client, c Config) error {
 	ctx, cancel := context.WithTimeout(ctx, c.DialTimeout)
 	defer cancel()
 	if err := cl.Ping(ctx); err != nil {
-		return fmt.Errorf("kafka: no broker answered at STACKSTREAM_KAFKA_BROKERS=%s within %s (%v): start Kafka or fix the address", strings.Join(c.Brokers, ","), c.DialTimeout, err)
+		return explain(err, c)
 	}
 	return nil
+}
+
+// explain turns a failed ping into one line that names the variables to fix:
+// rejected credentials, a certificate either side refused, or no answer.
+// The password never appears (neither franz-go's nor the broker's messages
+// carry it).
+func explain(err error, c Config) error {
+	brokers := strings.Join(c.Brokers, ",")
+	var (
+		verify  *tls.CertificateVerificationError
+		unknown x509.UnknownAuthorityError
+		host    x509.HostnameError
+		alert   tls.AlertError
+		recErr  tls.RecordHeaderError
+	)
+	switch {
+	case errors.Is(err, kerr.SaslAuthenticationFailed):
+		return fmt.Errorf("kafka: %s rejected SASL %s authentication as user %q (%v): fix STACKSTREAM_KAFKA_SASL_USERNAME/STACKSTREAM_KAFKA_SASL_PASSWORD",
+			brokers, strings.ToUpper(c.SASLMechanism), c.SASLUsername, err)
+	case errors.Is(err, kerr.UnsupportedSaslMechanism), errors.Is(err, kerr.IllegalSaslState):
+		return fmt.Errorf("kafka: %s does not accept SASL %s here (%v): fix STACKSTREAM_KAFKA_SASL_MECHANISM or the listener in STACKSTREAM_KAFKA_BROKERS",
+			brokers, strings.ToUpper(c.SASLMechanism), err)
+	case errors.As(err, &verify), errors.As(err, &unknown), errors.As(err, &host):
+		return fmt.Errorf("kafka: TLS: the certificate of %s is not trusted (%v): set STACKSTREAM_KAFKA_TLS_CA_FILE to the CA that signed it", brokers, err)
+	case errors.As(err, &alert):
+		return fmt.Errorf("kafka: TLS: %s refused the handshake (%v): check the client certificate in STACKSTREAM_KAFKA_TLS_CERT_FILE/STACKSTREAM_KAFKA_TLS_KEY_FILE (its CA must be one the broker trusts)", brokers, err)
+	case errors.As(err, &recErr):
+		return fmt.Errorf("kafka: TLS: %s does not speak TLS (%v): unset STACKSTREAM_KAFKA_TLS or point STACKSTREAM_KAFKA_BROKERS at the TLS listener", brokers, err)
+	}
+	return fmt.Errorf("kafka: no broker answered at STACKSTREAM_KAFKA_BROKERS=%s within %s (%v): start Kafka or fix the address", brokers, c.DialTimeout, err)
 }

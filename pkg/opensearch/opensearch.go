@@ -6,11 +6,17 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -29,6 +35,7 @@ type Config struct {
 	Password              string        `envconfig:"PASSWORD" desc:"basic auth password, never logged"`
 	TLSCAFile             string        `envconfig:"TLS_CA_FILE" desc:"PEM CA bundle to verify nodes"`
 	TLSInsecureSkipVerify bool          `envconfig:"TLS_INSECURE_SKIP_VERIFY" default:"false"`
+	AllowPlaintextAuth    bool          `envconfig:"ALLOW_PLAINTEXT_AUTH" default:"false" desc:"allow basic auth over http:// to a host other than loopback (sends the password in clear)"`
 	Timeout               time.Duration `envconfig:"TIMEOUT" default:"30s" desc:"per-request timeout"`
 }
 
@@ -37,12 +44,94 @@ func (c Config) Validate() error {
 	if len(c.URLs) == 0 || c.URLs[0] == "" {
 		return fmt.Errorf("STACKSTREAM_OPENSEARCH_URL is empty: set it to a node URL such as http://127.0.0.1:9200")
 	}
-	for _, u := range c.URLs {
-		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
-			return fmt.Errorf("STACKSTREAM_OPENSEARCH_URL: %q must start with http:// or https://", u)
+	for _, raw := range c.URLs {
+		shown := RedactURL(raw)
+		if !strings.HasPrefix(raw, "http://") && !strings.HasPrefix(raw, "https://") {
+			return fmt.Errorf("STACKSTREAM_OPENSEARCH_URL: %q must start with http:// or https://", shown)
+		}
+		u, err := url.Parse(raw)
+		if err != nil || u.Host == "" {
+			// url's own error quotes the whole URL, credentials included.
+			return fmt.Errorf("STACKSTREAM_OPENSEARCH_URL: %q is not a valid URL: use scheme://host:port", shown)
+		}
+		// Basic auth sends the password with every request: over http:// it
+		// may only go to this host itself.
+		if u.Scheme == "http" && (c.Username != "" || c.Password != "" || u.User != nil) && !isLoopback(u.Hostname()) && !c.AllowPlaintextAuth {
+			return fmt.Errorf("STACKSTREAM_OPENSEARCH_URL=%s is http:// to a host other than loopback and basic auth would send the password in clear: use https://, or set STACKSTREAM_OPENSEARCH_ALLOW_PLAINTEXT_AUTH=true to accept that", shown)
 		}
 	}
+	if c.Password != "" && c.Username == "" {
+		return errors.New("STACKSTREAM_OPENSEARCH_PASSWORD is set but STACKSTREAM_OPENSEARCH_USERNAME is empty: set both or neither")
+	}
 	return nil
+}
+
+// isLoopback is true for localhost and loopback addresses; names are not
+// resolved (a name that resolves elsewhere tomorrow is not loopback).
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// RedactURL returns u without its userinfo (shown as ***@), so URLs can be
+// printed in errors and logs. A string that does not parse is cut before its
+// last '@'.
+func RedactURL(u string) string {
+	p, err := url.Parse(u)
+	// "user:pass@host" parses as scheme "user" with an opaque part.
+	if err != nil || strings.Contains(p.Opaque, "@") {
+		if i := strings.LastIndex(u, "@"); i >= 0 {
+			if j := strings.Index(u, "://"); j >= 0 && j < i {
+				return u[:j+3] + "***" + u[i:]
+			}
+			return "***" + u[i:]
+		}
+		return u
+	}
+	if p.User == nil {
+		return u
+	}
+	p.User = nil
+	return strings.Replace(p.String(), "://", "://***@", 1)
+}
+
+// redactURLs joins the URLs, each without its userinfo.
+func redactURLs(us []string) string {
+	out := make([]string, len(us))
+	for i, u := range us {
+		out[i] = RedactURL(u)
+	}
+	return strings.Join(out, ",")
+}
+
+// String prints the settings with the password and the URLs' userinfo
+// masked, so a config printed with %v or %+v (alone or inside a service's
+// config) never shows them.
+func (c Config) String() string { return fmt.Sprintf("%+v", c.redacted()) }
+
+// GoString does the same for %#v.
+func (c Config) GoString() string { return c.String() }
+
+// LogValue does the same for slog.
+func (c Config) LogValue() slog.Value { return slog.AnyValue(c.redacted()) }
+
+// redactedConfig has Config's fields but none of its methods, so printing it
+// does not recurse.
+type redactedConfig Config
+
+func (c Config) redacted() redactedConfig {
+	if c.Password != "" {
+		c.Password = "REDACTED"
+	}
+	urls := make([]string, len(c.URLs))
+	for i, u := range c.URLs {
+		urls[i] = RedactURL(u)
+	}
+	c.URLs = urls
+	return redactedConfig(c)
 }
 
 // NewClient builds a client and checks that the cluster answers and accepts
@@ -82,15 +171,67 @@ func Check(ctx context.Context, cl *opensearchapi.Client, c Config) error {
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
 	status, body, err := Raw(ctx, cl, http.MethodGet, "/", nil)
+	urls := redactURLs(c.URLs)
+	var (
+		verify  *tls.CertificateVerificationError
+		unknown x509.UnknownAuthorityError
+		host    x509.HostnameError
+		alert   tls.AlertError
+		recErr  tls.RecordHeaderError
+	)
 	switch {
+	case err != nil && (errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &host)):
+		return fmt.Errorf("opensearch: TLS: the certificate of %s is not trusted (%v): set STACKSTREAM_OPENSEARCH_TLS_CA_FILE to the CA that signed it", urls, redactErr(err, c))
+	case err != nil && errors.As(err, &alert):
+		return fmt.Errorf("opensearch: TLS: %s refused the handshake (%v)", urls, redactErr(err, c))
+	case err != nil && errors.As(err, &recErr):
+		return fmt.Errorf("opensearch: TLS: %s does not speak TLS (%v): use http:// in STACKSTREAM_OPENSEARCH_URL", urls, redactErr(err, c))
 	case err != nil:
-		return fmt.Errorf("opensearch: no answer at STACKSTREAM_OPENSEARCH_URL=%s (%v): start OpenSearch or fix the URL", strings.Join(c.URLs, ","), err)
-	case status == http.StatusUnauthorized || status == http.StatusForbidden:
-		return fmt.Errorf("opensearch: %s rejected the credentials of STACKSTREAM_OPENSEARCH_USERNAME=%q (HTTP %d): fix STACKSTREAM_OPENSEARCH_USERNAME/STACKSTREAM_OPENSEARCH_PASSWORD", strings.Join(c.URLs, ","), c.Username, status)
+		return fmt.Errorf("opensearch: no answer at STACKSTREAM_OPENSEARCH_URL=%s (%v): start OpenSearch or fix the URL", urls, redactErr(err, c))
+	case status == http.StatusUnauthorized:
+		return fmt.Errorf("opensearch: %s rejected the credentials of user %q (HTTP 401): fix STACKSTREAM_OPENSEARCH_USERNAME/STACKSTREAM_OPENSEARCH_PASSWORD", urls, c.user())
+	case status == http.StatusForbidden:
+		return fmt.Errorf("opensearch: %s accepted user %q but denies it cluster:monitor/main (HTTP 403): give the user's role that permission", urls, c.user())
+	case status == http.StatusBadRequest && bytes.Contains(body, []byte("plain HTTP request was sent to HTTPS port")):
+		return fmt.Errorf("opensearch: %s expects https:// (HTTP 400): fix STACKSTREAM_OPENSEARCH_URL", urls)
 	case status != http.StatusOK:
-		return fmt.Errorf("opensearch: %s answered HTTP %d: %s", strings.Join(c.URLs, ","), status, truncate(body, 200))
+		return fmt.Errorf("opensearch: %s answered HTTP %d: %s", urls, status, truncate(body, 200))
 	}
 	return nil
+}
+
+// user is the basic-auth user, from the settings or else a URL's userinfo.
+func (c Config) user() string {
+	if c.Username != "" {
+		return c.Username
+	}
+	for _, raw := range c.URLs {
+		if u, err := url.Parse(raw); err == nil && u.User != nil {
+			return u.User.Username()
+		}
+	}
+	return ""
+}
+
+// redactErr is err's text without the URLs' userinfo or the password: a
+// transport error quotes the request URL, and net/http masks only the
+// password part of it.
+func redactErr(err error, c Config) string {
+	s := err.Error()
+	for _, raw := range c.URLs {
+		if u, perr := url.Parse(raw); perr == nil && u.User != nil {
+			s = strings.ReplaceAll(s, u.User.String()+"@", "***@")
+			s = strings.ReplaceAll(s, u.User.Username()+":***@", "***@")
+			s = strings.ReplaceAll(s, u.User.Username()+"@", "***@")
+			if pw, ok := u.User.Password(); ok && pw != "" {
+				s = strings.ReplaceAll(s, pw, "***")
+			}
+		}
+	}
+	if c.Password != "" {
+		s = strings.ReplaceAll(s, c.Password, "***")
+	}
+	return s
 }
 
 // Raw performs a request with a JSON body (nil for none) and returns the
