@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -192,9 +193,10 @@ func (a *API) cpuTotal(ctx context.Context, s selection) (int64, error) {
 
 // searchValues matches services, hosts and label values in one request.
 // Long ranges read services and hosts from the per-service rollups; label
-// values only exist in the samples.
+// values only exist in the samples: as labels.<name> fields (the contract's,
+// and any label in older documents) and as label_pairs "name=value".
 func (a *API) searchValues(ctx context.Context, s selection, kw string, limit int, total int64) ([]SearchResult, error) {
-	labels, err := a.labelNames(ctx)
+	labels, err := a.mappingLabels(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -243,6 +245,16 @@ func (a *API) searchValues(ctx context.Context, s selection, kw string, limit in
 	if len(res) == 0 {
 		sampleAggs["service"], sampleAggs["host"] = valueAgg("service"), valueAgg("host")
 	}
+	// A document holds several pairs: the filter finds those with a
+	// matching value, include keeps the matching pairs' buckets only.
+	quoted, err := selector.LuceneRegexp("(?i)" + regexp.QuoteMeta(kw))
+	if err != nil {
+		return nil, fmt.Errorf("search label pairs: %w", err)
+	}
+	pairs := valueAgg(selector.PairsField)
+	pairs["filter"] = map[string]any{"wildcard": map[string]any{selector.PairsField: map[string]any{"value": "*=" + wildcardValue(kw), "case_insensitive": true}}}
+	pairs["aggs"].(map[string]any)["m"].(map[string]any)["terms"].(map[string]any)["include"] = "[a-zA-Z0-9_]+=.*" + quoted + ".*"
+	sampleAggs["pairs"] = pairs
 	var out struct {
 		Aggregations map[string]matches `json:"aggregations"`
 	}
@@ -255,5 +267,29 @@ func (a *API) searchValues(ctx context.Context, s selection, kw string, limit in
 	for i, l := range labels {
 		res = collect("label", l, out.Aggregations[fmt.Sprintf("l%d", i)], res)
 	}
-	return res, nil
+	for _, b := range out.Aggregations["pairs"].M.Buckets {
+		if name, value, ok := strings.Cut(b.Key, "="); ok {
+			res = append(res, SearchResult{Kind: "label", Label: name, Name: value, Share: b.V.Value / float64(total)})
+		}
+	}
+	return mergeResults(res), nil
+}
+
+// mergeResults adds up results naming the same value: a label outside the
+// contract is found both in older documents' labels.<name> and in newer
+// ones' label_pairs.
+func mergeResults(res []SearchResult) []SearchResult {
+	type key struct{ kind, label, name string }
+	at := make(map[key]int, len(res))
+	out := res[:0]
+	for _, r := range res {
+		k := key{r.Kind, r.Label, r.Name}
+		if i, ok := at[k]; ok {
+			out[i].Share += r.Share
+			continue
+		}
+		at[k] = len(out)
+		out = append(out, r)
+	}
+	return out
 }

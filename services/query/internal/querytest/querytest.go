@@ -20,6 +20,7 @@ import (
 	"github.com/stackstream/stackstream/pkg/opensearch"
 	"github.com/stackstream/stackstream/pkg/testenv"
 	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/schemas/record"
 )
 
 // Setup connects to the test OpenSearch (skipping, or failing under CI=true,
@@ -232,4 +233,99 @@ func Index(t testing.TB, cl *opensearchapi.Client, names indices.Names, docs []D
 	if err := Refresh(ctx, cl, names); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// PairForm rewrites samples documents (from Sample or Samples) into the
+// form the indexer writes since label_pairs: labels of
+// record.ContractLabels stay labels.<name>, every other label becomes a
+// "name=value" in label_pairs and its name in label_names. Documents
+// written before keep every label as labels.<name> (Sample's form).
+func PairForm(docs []Doc) []Doc {
+	out := make([]Doc, len(docs))
+	for i, d := range docs {
+		s, ok := d.Body.(indices.SampleDoc)
+		if !ok {
+			panic(fmt.Sprintf("querytest.PairForm: %T is not a samples document", d.Body))
+		}
+		raw, err := json.Marshal(s)
+		if err != nil {
+			panic(fmt.Sprintf("querytest.PairForm: %v", err))
+		}
+		var body map[string]any
+		if err := json.Unmarshal(raw, &body); err != nil {
+			panic(fmt.Sprintf("querytest.PairForm: %v", err))
+		}
+		contract := map[string]string{}
+		var pairs, names []string
+		for k, v := range s.Labels {
+			if record.IsContractLabel(k) {
+				contract[k] = v
+				continue
+			}
+			pairs = append(pairs, k+"="+v)
+			names = append(names, k)
+		}
+		slices.Sort(pairs)
+		slices.Sort(names)
+		delete(body, "labels")
+		if len(contract) > 0 {
+			body["labels"] = contract
+		}
+		if len(pairs) > 0 {
+			body["label_pairs"], body["label_names"] = pairs, names
+		}
+		out[i] = Doc{Index: d.Index, ID: d.ID, Body: body}
+	}
+	return out
+}
+
+// MapKeywords creates index (from its template) if it does not exist and
+// maps each of fields ("label_pairs", "labels.team") as a keyword unless it
+// is mapped already, so that documents of both label forms can be indexed
+// into it whichever form the samples template of this tree maps; the
+// services add new template fields to existing indices the same way.
+func MapKeywords(ctx context.Context, cl *opensearchapi.Client, index string, fields ...string) error {
+	status, body, err := opensearch.Raw(ctx, cl, http.MethodPut, "/"+index, nil)
+	if err != nil {
+		return fmt.Errorf("create index %s: %w", index, err)
+	}
+	if status != http.StatusOK && !bytes.Contains(body, []byte("resource_already_exists_exception")) {
+		return fmt.Errorf("create index %s: HTTP %d: %.300s", index, status, body)
+	}
+	status, body, err = opensearch.Raw(ctx, cl, http.MethodGet, "/"+index+"/_mapping/field/"+strings.Join(fields, ","), nil)
+	if err != nil || status != http.StatusOK {
+		return fmt.Errorf("read mapping of %s: HTTP %d %.300s: %v", index, status, body, err)
+	}
+	var mapped map[string]struct {
+		Mappings map[string]json.RawMessage `json:"mappings"`
+	}
+	if err := json.Unmarshal(body, &mapped); err != nil {
+		return fmt.Errorf("decode mapping of %s: %w", index, err)
+	}
+	props := map[string]any{}
+	for _, f := range fields {
+		if _, ok := mapped[index].Mappings[f]; ok {
+			continue
+		}
+		parent, name, nested := strings.Cut(f, ".")
+		if !nested {
+			props[f] = map[string]any{"type": "keyword"}
+			continue
+		}
+		obj, _ := props[parent].(map[string]any)
+		if obj == nil {
+			obj = map[string]any{"properties": map[string]any{}}
+			props[parent] = obj
+		}
+		obj["properties"].(map[string]any)[name] = map[string]any{"type": "keyword"}
+	}
+	if len(props) == 0 {
+		return nil
+	}
+	raw, _ := json.Marshal(map[string]any{"properties": props})
+	status, body, err = opensearch.Raw(ctx, cl, http.MethodPut, "/"+index+"/_mapping", raw)
+	if err != nil || status != http.StatusOK {
+		return fmt.Errorf("map %v in %s: HTTP %d %.300s: %v", fields, index, status, body, err)
+	}
+	return nil
 }

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/stackstream/stackstream/schemas/record"
 )
 
 // Op is a matcher's comparison.
@@ -36,8 +38,13 @@ type Selector []Matcher
 // ErrSyntax is wrapped by every parse error.
 var ErrSyntax = errors.New("bad selector")
 
-// MaxLength bounds the selector text so a request cannot make us build huge queries.
-const MaxLength = 4096
+// Bounds of one selector, so a request cannot make us build huge queries:
+// every matcher becomes up to four OpenSearch clauses (two for labels
+// outside the contract), each regular expression an automaton.
+const (
+	MaxLength   = 4096
+	MaxMatchers = 32
+)
 
 // Parse reads s. Whitespace is allowed around tokens; "" and "{}" select everything.
 func Parse(s string) (Selector, error) {
@@ -64,6 +71,9 @@ func Parse(s string) (Selector, error) {
 		m, err := p.matcher()
 		if err != nil {
 			return nil, err
+		}
+		if len(sel) == MaxMatchers {
+			return nil, p.errorf("more than %d matchers: select with fewer labels", MaxMatchers)
 		}
 		sel = append(sel, m)
 		p.space()
@@ -115,6 +125,10 @@ func (p *parser) matcher() (Matcher, error) {
 	name := p.s[start:p.pos]
 	if name == "" {
 		return Matcher{}, p.errorf("expected a label name such as service, host or k8s_pod")
+	}
+	if !record.ValidLabelKey(name) {
+		p.pos = start
+		return Matcher{}, p.errorf("label name %q: use letters, digits and _ (not first), at most %d bytes", truncate(name, 80), record.MaxLabelKeyBytes)
 	}
 	p.space()
 	var op Op
@@ -199,8 +213,17 @@ func (s Selector) String() string {
 	return "{" + strings.Join(parts, ",") + "}"
 }
 
+// Fields of the samples index for labels outside record.ContractLabels
+// (schemas/opensearch.md): "name=value" pairs and the names alone. Documents
+// written before them keep every label as labels.<name>.
+const (
+	PairsField = "label_pairs"
+	NamesField = "label_names"
+)
+
 // Field is the OpenSearch field holding label name: service, host and type
-// are top-level fields, every other label lives under labels.
+// are top-level fields, every other label lives under labels (for labels
+// outside the contract, only in documents written before PairsField).
 func Field(name string) string {
 	switch name {
 	case "service", "host", "type":
@@ -208,6 +231,24 @@ func Field(name string) string {
 	}
 	return "labels." + name
 }
+
+// InPairs reports whether label name is kept in PairsField and NamesField
+// (and in Field(name) by older documents): every label but service, host,
+// type and record.ContractLabels.
+func InPairs(name string) bool {
+	switch name {
+	case "service", "host", "type":
+		return false
+	}
+	return !record.IsContractLabel(name)
+}
+
+// Pair is the PairsField value of a label.
+func Pair(name, value string) string { return name + "=" + value }
+
+// PairsRegexp is the Lucene regular expression selecting the PairsField
+// values of label name whose value matches lucene (already Lucene syntax).
+func PairsRegexp(name, lucene string) string { return literal(name+"=") + "(" + lucene + ")" }
 
 // OnlyFields reports whether every matcher names one of fields, so the
 // selector can run against an index (the rollups) that only has those.
@@ -228,58 +269,96 @@ func (s Selector) OnlyFields(fields ...string) bool {
 
 // Clauses returns the selector as bool-query parts: filter clauses (all must
 // match) and must_not clauses. Like Prometheus, a missing label equals "".
+// A label outside the contract is matched in both forms a document may have
+// it in: labels.<name> (older documents) or PairsField/NamesField.
 func (s Selector) Clauses() (filter, mustNot []any) {
 	for _, m := range s {
 		field := Field(m.Name)
-		exists := map[string]any{"exists": map[string]any{"field": field}}
+		pairs := InPairs(m.Name)
+		// has matches documents with the label, in either form; absent
+		// lists clauses of which none may match for the label to be missing.
+		has := exists(field)
+		absent := []any{has}
+		if pairs {
+			byName := term(NamesField, m.Name)
+			has = anyOf(has, byName)
+			absent = append(absent, byName)
+		}
+		equal := term(field, m.Value)
+		if pairs {
+			equal = anyOf(equal, term(PairsField, Pair(m.Name, m.Value)))
+		}
 		switch m.Op {
 		case Equal:
 			if m.Value == "" {
-				mustNot = append(mustNot, exists)
+				mustNot = append(mustNot, absent...)
 			} else {
-				filter = append(filter, term(field, m.Value))
+				filter = append(filter, equal)
 			}
 		case NotEqual:
 			if m.Value == "" {
-				filter = append(filter, exists)
+				filter = append(filter, has)
 			} else {
-				mustNot = append(mustNot, term(field, m.Value))
+				mustNot = append(mustNot, equal)
 			}
 		case Regexp:
-			re := regexpQuery(field, m.Value)
+			re := regexpClause(m.Name, field, pairs, m.Value)
 			if matchesEmpty(m.Value) {
-				filter = append(filter, map[string]any{"bool": map[string]any{
-					"should":               []any{re, map[string]any{"bool": map[string]any{"must_not": []any{exists}}}},
-					"minimum_should_match": 1,
-				}})
+				filter = append(filter, anyOf(re, map[string]any{"bool": map[string]any{"must_not": absent}}))
 			} else {
 				filter = append(filter, re)
 			}
 		case NotRegexp:
-			mustNot = append(mustNot, regexpQuery(field, m.Value))
+			mustNot = append(mustNot, regexpClause(m.Name, field, pairs, m.Value))
 			if matchesEmpty(m.Value) {
-				filter = append(filter, exists)
+				filter = append(filter, has)
 			}
 		}
 	}
 	return filter, mustNot
 }
 
-func term(field, value string) map[string]any {
-	return map[string]any{"term": map[string]any{field: value}}
+func exists(field string) map[string]any {
+	return map[string]any{"exists": map[string]any{"field": field}}
 }
 
-// regexpQuery uses Lucene's regexp query, anchored like Prometheus
-// matchers, with the expression rewritten from Go's syntax (toLucene);
-// flags NONE keeps Lucene's extra operators (~ & @ <>) out.
-func regexpQuery(field, value string) map[string]any {
+// anyOf matches documents matching any of the clauses.
+func anyOf(clauses ...any) map[string]any {
+	return map[string]any{"bool": map[string]any{"should": clauses, "minimum_should_match": 1}}
+}
+
+// regexpClause matches label name's value against the Go expression value,
+// in labels.<name> and, for labels outside the contract, in PairsField.
+func regexpClause(name, field string, pairs bool, value string) map[string]any {
 	lucene, err := toLucene(value)
 	if err != nil {
 		// Parse refuses these; a Selector built by hand matches literally.
 		lucene = literal(value)
 	}
+	re := regexpQuery(field, lucene)
+	if !pairs {
+		return re
+	}
+	return anyOf(re, regexpQuery(PairsField, PairsRegexp(name, lucene)))
+}
+
+// LuceneRegexp is a Go (RE2) expression in the syntax of OpenSearch's
+// regexp query and terms include (see toLucene).
+func LuceneRegexp(expr string) (string, error) { return toLucene(expr) }
+
+func term(field, value string) map[string]any {
+	return map[string]any{"term": map[string]any{field: value}}
+}
+
+// regexpQuery uses Lucene's regexp query, anchored like Prometheus
+// matchers, with an expression already rewritten from Go's syntax
+// (toLucene); flags NONE keeps Lucene's extra operators (~ & @ <>) out.
+func regexpQuery(field, lucene string) map[string]any {
 	return map[string]any{"regexp": map[string]any{field: map[string]any{"value": lucene, "flags": "NONE"}}}
 }
+
+// Literal is s as a Lucene regular expression matching s only.
+func Literal(s string) string { return literal(s) }
 
 func literal(s string) string {
 	var b strings.Builder
@@ -292,4 +371,11 @@ func literal(s string) string {
 func matchesEmpty(value string) bool {
 	re, err := regexp.Compile("^(?:" + value + ")$")
 	return err == nil && re.MatchString("")
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
 }

@@ -1,9 +1,11 @@
 package selector
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -23,7 +25,8 @@ func TestParse(t *testing.T) {
 		{"escapes", `{service="a\"b\\c"}`, Selector{{"service", Equal, `a"b\c`}}},
 		{"single quote with double inside", `{service='a"b'}`, Selector{{"service", Equal, `a"b`}}},
 		{"raw", "{service=`a\\b`}", Selector{{"service", Equal, `a\b`}}},
-		{"dotted name", `{k8s.pod="x"}`, Selector{{"k8s.pod", Equal, "x"}}},
+		{"longest name", "{" + strings.Repeat("a", 64) + `="x"}`, Selector{{strings.Repeat("a", 64), Equal, "x"}}},
+		{"most matchers", "{" + strings.Repeat(`a="x",`, MaxMatchers) + "}", slices.Repeat(Selector{{"a", Equal, "x"}}, MaxMatchers)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -54,6 +57,10 @@ func TestParseErrors(t *testing.T) {
 		{"not closed", `{service="a",`, "expected a label name"},
 		{"too long", "{" + strings.Repeat(" ", MaxLength) + "}", "longer than"},
 		{"invalid utf8", "{service=\"\xff\"}", "UTF-8"},
+		{"dotted name", `{k8s.pod="x"}`, `label name "k8s.pod": use letters, digits and _`},
+		{"dashed name", `{a-b="x"}`, `label name "a-b"`},
+		{"name too long", "{" + strings.Repeat("a", 65) + `="x"}`, "at most 64 bytes"},
+		{"too many matchers", "{" + strings.Repeat(`a="x",`, MaxMatchers+1) + "}", "more than 32 matchers"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -69,18 +76,47 @@ func TestParseErrors(t *testing.T) {
 }
 
 func TestClauses(t *testing.T) {
-	sel, err := Parse(`{service="checkout",host!="b",k8s_pod=~"web-.*",comm!~"x",unit="",zone!="",rack=~"r1|"}`)
+	// comm and k8s_pod are contract labels (labels.<name> only); zone,
+	// rack, unit and team are not: older documents hold them as
+	// labels.<name>, newer ones in label_pairs and label_names.
+	sel, err := Parse(`{service="checkout",host!="b",k8s_pod=~"web-.*",comm!~"x",unit="",zone!="",rack=~"r1|",team="a",team!="b",team!~"c.d"}`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	filter, mustNot := sel.Clauses()
-	got, _ := json.Marshal(map[string]any{"filter": filter, "must_not": mustNot})
-	want := `{"filter":[{"term":{"service":"checkout"}},` +
-		`{"regexp":{"labels.k8s_pod":{"flags":"NONE","value":"web\\-(.)*"}}},` +
-		`{"exists":{"field":"labels.zone"}},` +
-		`{"bool":{"minimum_should_match":1,"should":[{"regexp":{"labels.rack":{"flags":"NONE","value":"(r1|())"}}},{"bool":{"must_not":[{"exists":{"field":"labels.rack"}}]}}]}}],` +
-		`"must_not":[{"term":{"host":"b"}},{"regexp":{"labels.comm":{"flags":"NONE","value":"x"}}},{"exists":{"field":"labels.unit"}}]}`
-	if string(got) != want {
+	got, _ := json.MarshalIndent(map[string]any{"filter": filter, "must_not": mustNot}, "", " ")
+	want := `{
+ "filter": [
+  {"term": {"service": "checkout"}},
+  {"regexp": {"labels.k8s_pod": {"flags": "NONE", "value": "web\\-(.)*"}}},
+  {"bool": {"minimum_should_match": 1, "should": [
+     {"exists": {"field": "labels.zone"}},
+     {"term": {"label_names": "zone"}}]}},
+  {"bool": {"minimum_should_match": 1, "should": [
+     {"bool": {"minimum_should_match": 1, "should": [
+        {"regexp": {"labels.rack": {"flags": "NONE", "value": "(r1|())"}}},
+        {"regexp": {"label_pairs": {"flags": "NONE", "value": "rack\\=((r1|()))"}}}]}},
+     {"bool": {"must_not": [
+        {"exists": {"field": "labels.rack"}},
+        {"term": {"label_names": "rack"}}]}}]}},
+  {"bool": {"minimum_should_match": 1, "should": [
+     {"term": {"labels.team": "a"}},
+     {"term": {"label_pairs": "team=a"}}]}}
+ ],
+ "must_not": [
+  {"term": {"host": "b"}},
+  {"regexp": {"labels.comm": {"flags": "NONE", "value": "x"}}},
+  {"exists": {"field": "labels.unit"}},
+  {"term": {"label_names": "unit"}},
+  {"bool": {"minimum_should_match": 1, "should": [
+     {"term": {"labels.team": "b"}},
+     {"term": {"label_pairs": "team=b"}}]}},
+  {"bool": {"minimum_should_match": 1, "should": [
+     {"regexp": {"labels.team": {"flags": "NONE", "value": "c.d"}}},
+     {"regexp": {"label_pairs": {"flags": "NONE", "value": "team\\=(c.d)"}}}]}}
+ ]
+}`
+	if compact(t, string(got)) != compact(t, want) {
 		t.Fatalf("clauses\n got %s\nwant %s", got, want)
 	}
 	if sel.OnlyFields("service", "host") {
@@ -153,4 +189,13 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("round trip of %q: %#v != %#v", s, sel, again)
 		}
 	})
+}
+
+func compact(t *testing.T, s string) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := json.Compact(&b, []byte(s)); err != nil {
+		t.Fatalf("compact %s: %v", s, err)
+	}
+	return b.String()
 }

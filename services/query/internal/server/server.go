@@ -5,9 +5,9 @@ package server
 
 import (
 	"context"
-	"errors"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
