@@ -89,6 +89,16 @@ func Listen(addr string, h http.Handler) (*Server, error) {
 	return &Server{srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, ln: ln}, nil
 }
 
+// ListenServer is Listen with the caller's http.Server (its time-outs and
+// header limits), for a service that faces clients; srv.Handler serves.
+func ListenServer(addr string, srv *http.Server) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	return &Server{srv: srv, ln: ln}, nil
+}
+
 // Addr is the bound address (useful with port 0).
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -33,6 +35,9 @@ type Config struct {
 	AuthToken     string        `envconfig:"QUERY_AUTH_TOKEN" desc:"require this Bearer token on the API and UI; never logged"`
 	BasicUser     string        `envconfig:"QUERY_BASIC_AUTH_USER" desc:"require HTTP basic auth with this user on the API and UI"`
 	BasicPassword string        `envconfig:"QUERY_BASIC_AUTH_PASSWORD" desc:"password of STACKSTREAM_QUERY_BASIC_AUTH_USER; never logged"`
+	AllowedHosts  string        `envconfig:"QUERY_ALLOWED_HOSTS" desc:"Host header names served (any port), comma separated; * serves any (unsafe on loopback: DNS rebinding); default the listen host, localhost, 127.0.0.1, [::1] (and the machine's addresses when listening on all)"`
+	MaxConcurrent int           `envconfig:"QUERY_MAX_CONCURRENT" default:"0" desc:"API requests running at once; 0 is twice GOMAXPROCS, at least 4"`
+	QueueWait     time.Duration `envconfig:"QUERY_QUEUE_WAIT" default:"2s" desc:"how long an API request waits for a free slot before a 503 with Retry-After"`
 
 	OpenSearch opensearch.Config      `envconfig:"OPENSEARCH"`
 	Index      opensearch.IndexConfig `envconfig:"OPENSEARCH_INDEX"`
@@ -48,6 +53,17 @@ func (c Config) Validate() error {
 	}
 	if c.MaxStacks < 1 || c.MaxNodes < 1 {
 		return fmt.Errorf("STACKSTREAM_QUERY_MAX_STACKS=%d and STACKSTREAM_QUERY_MAX_NODES=%d must be positive", c.MaxStacks, c.MaxNodes)
+	}
+	if c.AllowedHosts != "" {
+		if _, err := server.ParseAllowedHosts(c.AllowedHosts); err != nil {
+			return err
+		}
+	}
+	if c.MaxConcurrent < 0 || c.MaxConcurrent > 10000 {
+		return fmt.Errorf("STACKSTREAM_QUERY_MAX_CONCURRENT=%d must be from 0 (twice GOMAXPROCS) to 10000", c.MaxConcurrent)
+	}
+	if c.QueueWait <= 0 || c.QueueWait > c.Timeout {
+		return fmt.Errorf("STACKSTREAM_QUERY_QUEUE_WAIT=%s must be positive and at most STACKSTREAM_QUERY_TIMEOUT (%s)", c.QueueWait, c.Timeout)
 	}
 	if (c.BasicUser == "") != (c.BasicPassword == "") {
 		return errors.New("set both STACKSTREAM_QUERY_BASIC_AUTH_USER and STACKSTREAM_QUERY_BASIC_AUTH_PASSWORD, or neither")
@@ -75,6 +91,17 @@ func runMain() error {
 	if err != nil {
 		return err
 	}
+	allowed := server.DefaultAllowedHosts(cfg.ListenAddr)
+	if cfg.AllowedHosts != "" {
+		allowed, _ = server.ParseAllowedHosts(cfg.AllowedHosts) // checked by Validate
+	}
+	if slices.Contains(allowed, "*") {
+		logger.Warn("any Host header is served (STACKSTREAM_QUERY_ALLOWED_HOSTS=*): on a loopback or private address, pages of other sites can read the API through DNS rebinding")
+	}
+	maxConcurrent := cfg.MaxConcurrent
+	if maxConcurrent == 0 {
+		maxConcurrent = server.DefaultMaxConcurrent()
+	}
 	handler := server.New(cl, cfg.Index.Names(), server.Options{
 		API: api.Options{
 			Timeout: cfg.Timeout, MaxRange: cfg.MaxRange, RawMaxRange: cfg.RawMaxRange,
@@ -82,12 +109,14 @@ func runMain() error {
 		},
 		UI:        uiHandler(),
 		AuthToken: cfg.AuthToken, BasicUser: cfg.BasicUser, BasicPassword: cfg.BasicPassword,
+		AllowedHosts: allowed, MaxConcurrent: maxConcurrent, QueueWait: cfg.QueueWait,
 	}, reg, logger)
-	srv, err := telemetry.Listen(cfg.ListenAddr, handler)
+	srv, err := telemetry.ListenServer(cfg.ListenAddr, server.HTTPServer(handler, cfg.Timeout, cfg.QueueWait))
 	if err != nil {
 		return err
 	}
-	logger.Info("serving", "addr", srv.Addr(), "auth", cfg.AuthToken != "" || cfg.BasicUser != "", "index_prefix", cfg.Index.Prefix)
+	logger.Info("serving", "addr", srv.Addr(), "auth", cfg.AuthToken != "" || cfg.BasicUser != "", "index_prefix", cfg.Index.Prefix,
+		"allowed_hosts", strings.Join(allowed, ","), "max_concurrent", maxConcurrent)
 
 	var g run.Group
 	// The server is the only component: a signal stops it, draining requests.

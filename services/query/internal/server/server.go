@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/opensearch-project/opensearch-go/v4/opensearchapi"
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,6 +34,17 @@ type Options struct {
 	AuthToken string
 	// BasicUser and BasicPassword, when set, are accepted as HTTP basic auth.
 	BasicUser, BasicPassword string
+	// AllowedHosts are the Host header names (any port) served; "*" serves
+	// any. nil: DefaultAllowedHosts("") (the loopback names).
+	AllowedHosts []string
+	// MaxConcurrent API requests run at once (0: DefaultMaxConcurrent());
+	// others wait up to QueueWait (0: DefaultQueueWait) for a slot, then
+	// get 503 with Retry-After. Health, metrics, config and UI files are
+	// not limited.
+	MaxConcurrent int
+	QueueWait     time.Duration
+	// MaxURLBytes bounds an API request's path and query (0: DefaultMaxURLBytes).
+	MaxURLBytes int
 }
 
 // AuthEnabled reports whether the API and UI require credentials.
@@ -59,11 +71,27 @@ func New(cl *opensearchapi.Client, names indices.Names, opts Options, reg *prome
 		}
 		return nil
 	}
+	if opts.AllowedHosts == nil {
+		opts.AllowedHosts = DefaultAllowedHosts("")
+	}
+	if opts.MaxConcurrent <= 0 {
+		opts.MaxConcurrent = DefaultMaxConcurrent()
+	}
+	if opts.QueueWait <= 0 {
+		opts.QueueWait = DefaultQueueWait
+	}
+	if opts.MaxURLBytes <= 0 {
+		opts.MaxURLBytes = DefaultMaxURLBytes
+	}
+	rej := newRejections(reg)
 	mux := telemetry.Mux(reg, ready)
 	apiHandler := api.New(cl, names, opts.API, logger)
 	// The UI reads /api/v1/config to learn whether to ask for credentials.
 	mux.Handle("GET /api/v1/config", apiHandler)
-	mux.Handle("/api/", requireAuth(opts, apiHandler))
+	// Credentials are checked before a slot is taken, so requests without
+	// them cannot crowd out those with.
+	limit := newLimiter(opts.MaxConcurrent, opts.QueueWait, rej)
+	mux.Handle("/api/", limitURL(opts.MaxURLBytes, rej, requireAuth(opts, limit.wrap(apiHandler))))
 	ui := opts.UI
 	if ui == nil {
 		ui = http.HandlerFunc(placeholder)
@@ -76,7 +104,7 @@ func New(cl *opensearchapi.Client, names indices.Names, opts Options, reg *prome
 		ui = requireAuth(opts, ui)
 	}
 	mux.Handle("/", ui)
-	return mux
+	return checkHost(opts.AllowedHosts, rej, mux)
 }
 
 func placeholder(w http.ResponseWriter, r *http.Request) {
