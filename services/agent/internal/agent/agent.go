@@ -45,17 +45,18 @@ type Deps struct {
 
 // Agent samples and publishes until its context ends.
 type Agent struct {
-	cfg      Config
-	d        Deps
-	m        *metrics
-	sampler  *sampler.Sampler
-	ks       *proc.Kallsyms
-	ps       *processes
-	heaps    []heap.Target
-	http     *http.Client
-	known    map[string]bool
-	last     time.Time
-	pageSize int64
+	cfg        Config
+	d          Deps
+	m          *metrics
+	sampler    *sampler.Sampler
+	ks         *proc.Kallsyms
+	ps         *processes
+	heaps      []heap.Target
+	heapLimits heap.Limits
+	http       *http.Client
+	known      map[string]bool
+	last       time.Time
+	pageSize   int64
 }
 
 // New loads the BPF program and starts sampling.
@@ -84,9 +85,10 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	fs := proc.FS{Root: cfg.ProcRoot}
 	a := &Agent{
 		cfg: cfg, d: d, m: newMetrics(d.Registry), ps: newProcesses(fs, targets), heaps: heaps,
-		http:     &http.Client{Timeout: cfg.Interval / 2},
-		known:    map[string]bool{},
-		pageSize: int64(os.Getpagesize()),
+		heapLimits: cfg.heapLimits(),
+		http:       heap.NewClient(cfg.heapLimits()),
+		known:      map[string]bool{},
+		pageSize:   int64(os.Getpagesize()),
 	}
 	for id := range d.KnownBuildIDs {
 		a.known[id] = true
@@ -176,10 +178,10 @@ func (a *Agent) Tick(ctx context.Context) {
 		}
 	}
 	for _, t := range a.heaps {
-		p, err := heap.Scrape(ctx, a.http, t)
+		p, err := heap.Scrape(ctx, a.http, t, a.heapLimits)
 		if err != nil {
 			a.m.heapErrors.Inc()
-			a.d.Log.Warn("scrape heap profile", "service", t.Service, "err", err)
+			a.d.Log.Warn("scrape heap profile", "service", t.Service, "url", t.URL, "err", err)
 			continue
 		}
 		a.publishProfile(record.ProfileHeap, p)

@@ -3,25 +3,38 @@ package agent
 import (
 	"fmt"
 	"time"
+
+	"github.com/stackstream/stackstream/services/agent/internal/heap"
 )
 
 // Config is read from STACKSTREAM_AGENT_* and overridden by flags.
 type Config struct {
-	HostID        string        `envconfig:"HOST_ID" desc:"record key and host of every profile (default: the hostname)"`
-	Frequency     int           `envconfig:"FREQUENCY" default:"19" desc:"samples per second per CPU"`
-	Interval      time.Duration `envconfig:"INTERVAL" default:"10s" desc:"how often profiles are built and sent"`
-	SystemdUnits  []string      `envconfig:"SYSTEMD_UNITS" desc:"profile only these systemd units (comma separated)"`
-	PIDs          []int         `envconfig:"PIDS" desc:"profile only these process IDs"`
-	Cgroups       []string      `envconfig:"CGROUPS" desc:"profile only processes under these cgroup paths"`
-	Comm          string        `envconfig:"COMM" desc:"profile only processes whose comm matches this regexp"`
-	CountsMapSize int           `envconfig:"COUNTS_MAP_SIZE" default:"16384" desc:"distinct (pid, stacks) keys per interval"`
-	StacksMapSize int           `envconfig:"STACKS_MAP_SIZE" default:"16384" desc:"distinct stacks per interval"`
-	BufferRecords int           `envconfig:"BUFFER_RECORDS" default:"1000" desc:"records held while Kafka is unreachable; more are dropped and counted"`
-	BufferBytes   int           `envconfig:"BUFFER_BYTES" default:"67108864" desc:"bytes held while Kafka is unreachable"`
-	Memory        bool          `envconfig:"MEMORY" default:"true" desc:"publish the memory (RSS) profile every interval"`
-	HeapEndpoints []string      `envconfig:"HEAP_ENDPOINTS" desc:"pprof heap endpoints to scrape, [service=]http://host:port/debug/pprof/heap"`
-	ProcRoot      string        `envconfig:"PROC_ROOT" default:"/proc" desc:"where the host's /proc is mounted"`
-	MemoryLimit   int64         `envconfig:"MEMORY_LIMIT" default:"20971520" desc:"soft limit of the Go heap in bytes (GOMEMLIMIT wins when set); 0 for none"`
+	HostID                 string        `envconfig:"HOST_ID" desc:"record key and host of every profile (default: the hostname)"`
+	Frequency              int           `envconfig:"FREQUENCY" default:"19" desc:"samples per second per CPU"`
+	Interval               time.Duration `envconfig:"INTERVAL" default:"10s" desc:"how often profiles are built and sent"`
+	SystemdUnits           []string      `envconfig:"SYSTEMD_UNITS" desc:"profile only these systemd units (comma separated)"`
+	PIDs                   []int         `envconfig:"PIDS" desc:"profile only these process IDs"`
+	Cgroups                []string      `envconfig:"CGROUPS" desc:"profile only processes under these cgroup paths"`
+	Comm                   string        `envconfig:"COMM" desc:"profile only processes whose comm matches this regexp"`
+	CountsMapSize          int           `envconfig:"COUNTS_MAP_SIZE" default:"16384" desc:"distinct (pid, stacks) keys per interval"`
+	StacksMapSize          int           `envconfig:"STACKS_MAP_SIZE" default:"16384" desc:"distinct stacks per interval"`
+	BufferRecords          int           `envconfig:"BUFFER_RECORDS" default:"1000" desc:"records held while Kafka is unreachable; more are dropped and counted"`
+	BufferBytes            int           `envconfig:"BUFFER_BYTES" default:"67108864" desc:"bytes held while Kafka is unreachable"`
+	Memory                 bool          `envconfig:"MEMORY" default:"true" desc:"publish the memory (RSS) profile every interval"`
+	HeapEndpoints          []string      `envconfig:"HEAP_ENDPOINTS" desc:"pprof heap endpoints to scrape, [service=]http://host:port/debug/pprof/heap"`
+	HeapMaxCompressedBytes int64         `envconfig:"HEAP_MAX_COMPRESSED_BYTES" default:"4194304" desc:"largest heap scrape response body"`
+	HeapMaxBytes           int64         `envconfig:"HEAP_MAX_BYTES" default:"8388608" desc:"largest heap profile once decompressed"`
+	HeapMaxEntries         int           `envconfig:"HEAP_MAX_ENTRIES" default:"200000" desc:"most messages (samples, locations, functions, strings, labels, lines) in a heap profile"`
+	HeapTimeout            time.Duration `envconfig:"HEAP_TIMEOUT" default:"5s" desc:"time limit of one heap scrape (at most half the interval)"`
+	ProcRoot               string        `envconfig:"PROC_ROOT" default:"/proc" desc:"where the host's /proc is mounted"`
+	MemoryLimit            int64         `envconfig:"MEMORY_LIMIT" default:"20971520" desc:"soft limit of the Go heap in bytes (GOMEMLIMIT wins when set); 0 for none"`
+}
+
+// heapLimits are the scrape limits; a scrape gets at most half the interval,
+// so slow endpoints cannot make the ticks fall behind.
+func (c Config) heapLimits() heap.Limits {
+	timeout := min(c.HeapTimeout, c.Interval/2)
+	return heap.Limits{MaxCompressedBytes: c.HeapMaxCompressedBytes, MaxBytes: c.HeapMaxBytes, MaxEntries: c.HeapMaxEntries, Timeout: timeout}
 }
 
 // Validate checks values that parse but cannot work.
@@ -37,6 +50,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_AGENT_BUFFER_RECORDS=%d: use at least 1", c.BufferRecords)
 	case c.BufferBytes < 1<<20:
 		return fmt.Errorf("STACKSTREAM_AGENT_BUFFER_BYTES=%d: use at least 1048576", c.BufferBytes)
+	case c.HeapMaxCompressedBytes < 1024:
+		return fmt.Errorf("STACKSTREAM_AGENT_HEAP_MAX_COMPRESSED_BYTES=%d: use at least 1024", c.HeapMaxCompressedBytes)
+	case c.HeapMaxBytes < 1024:
+		return fmt.Errorf("STACKSTREAM_AGENT_HEAP_MAX_BYTES=%d: use at least 1024", c.HeapMaxBytes)
+	case c.HeapMaxEntries < 16:
+		return fmt.Errorf("STACKSTREAM_AGENT_HEAP_MAX_ENTRIES=%d: use at least 16", c.HeapMaxEntries)
+	case c.HeapTimeout <= 0:
+		return fmt.Errorf("STACKSTREAM_AGENT_HEAP_TIMEOUT=%s: use a positive duration", c.HeapTimeout)
 	case c.MemoryLimit < 0:
 		return fmt.Errorf("STACKSTREAM_AGENT_MEMORY_LIMIT=%d: use 0 (none) or a number of bytes", c.MemoryLimit)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/stackstream/stackstream/pkg/testenv"
 	"github.com/stackstream/stackstream/schemas/debuginfo"
 	"github.com/stackstream/stackstream/schemas/record"
+	"github.com/stackstream/stackstream/services/agent/internal/heap"
 	"github.com/stackstream/stackstream/services/agent/internal/publish"
 )
 
@@ -78,6 +79,10 @@ func start(t *testing.T, e env, cfg Config, extra ...kgo.Opt) *running {
 		cfg.BufferRecords = 1000
 	}
 	cfg.BufferBytes = 64 << 20
+	if cfg.HeapTimeout == 0 {
+		d := heap.DefaultLimits
+		cfg.HeapMaxCompressedBytes, cfg.HeapMaxBytes, cfg.HeapMaxEntries, cfg.HeapTimeout = d.MaxCompressedBytes, d.MaxBytes, d.MaxEntries, 500*time.Millisecond
+	}
 	cfg.ProcRoot = "/proc"
 	cfg.HostID = "test-host"
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
