@@ -129,14 +129,50 @@ func TestDeriveService(t *testing.T) {
 	}
 }
 
+// FuzzDecodeProfile feeds DecodeProfileLimits (gzip values) and
+// ParseProfile (the same bytes as an uncompressed protobuf) anything: what
+// they accept must be a profile pprof calls valid, every location of every
+// sample defined, and no call may allocate more than the limits allow.
 func FuzzDecodeProfile(f *testing.F) {
-	b, _ := EncodeProfile(testProfile())
+	l := DefaultLimits()
+	l.MaxDecompressedBytes = 1 << 20
+	l.MaxDecodeHeapBytes = 4 << 20
+	// The decode's budget, the decompressed buffer grown up to three times
+	// its size and copied once, and the gzip reader.
+	bound := uint64(l.MaxDecodeHeapBytes) + 4*uint64(l.MaxDecompressedBytes) + 256<<10
+	p := testProfile()
+	var raw bytes.Buffer
+	if err := p.WriteUncompressed(&raw); err != nil {
+		f.Fatal(err)
+	}
+	for _, seed := range [][]byte{raw.Bytes(), baseProfile(), baseProfile().bytes(fieldProfileSample, sample(1, []uint64{1, 1}, 2))} {
+		f.Add(seed) // raw protobuf, for ParseProfile
+		f.Add(gzipLevel(f, seed, gzip.BestSpeed))
+		f.Add(gzipLevel(f, seed, gzip.NoCompression))
+	}
+	b, _ := EncodeProfile(p)
 	f.Add(b)
 	f.Add([]byte{0x1f, 0x8b})
+	f.Add([]byte{fieldProfileSample<<3 | wireBytes, 2, fieldSampleLocationID<<3 | wireVarint, 7})
 	f.Fuzz(func(t *testing.T, in []byte) {
-		p, err := DecodeProfile(in)
-		if err == nil && p == nil {
-			t.Fatal("nil profile without error")
+		check := func(name string, decode func() (*profile.Profile, error)) {
+			var p *profile.Profile
+			var err error
+			got := allocated(func() { p, err = decode() })
+			if got > bound {
+				t.Fatalf("%s of %d bytes allocated %d bytes, bound %d", name, len(in), got, bound)
+			}
+			if err != nil {
+				return
+			}
+			if p == nil {
+				t.Fatalf("%s: nil profile without error", name)
+			}
+			if err := p.CheckValid(); err != nil {
+				t.Fatalf("%s accepted an invalid profile: %v", name, err)
+			}
 		}
+		check("DecodeProfileLimits", func() (*profile.Profile, error) { return DecodeProfileLimits(in, l) })
+		check("ParseProfile", func() (*profile.Profile, error) { return ParseProfile(in, l) })
 	})
 }

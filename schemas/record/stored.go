@@ -12,6 +12,11 @@ import (
 // MaxProfileBytes): the caller then reads the value with a gzip reader, which
 // handles what is valid and explains what is not.
 func AppendStored(dst, value []byte) (out []byte, ok bool) {
+	return appendStored(dst, value, MaxProfileBytes)
+}
+
+// appendStored is AppendStored refusing content beyond limit bytes.
+func appendStored(dst, value []byte, limit int) (out []byte, ok bool) {
 	// The header (RFC 1952): magic, method deflate, no flags, then mtime,
 	// extra flags and OS, which do not matter.
 	if len(value) < 10 || value[0] != 0x1f || value[1] != 0x8b || value[2] != 8 || value[3] != 0 {
@@ -29,7 +34,7 @@ func AppendStored(dst, value []byte) (out []byte, ok bool) {
 		}
 		final := b[0]&1 == 1
 		n := binary.LittleEndian.Uint16(b[1:])
-		if binary.LittleEndian.Uint16(b[3:]) != ^n || len(b)-5 < int(n) || len(dst)-start+int(n) > MaxProfileBytes {
+		if binary.LittleEndian.Uint16(b[3:]) != ^n || len(b)-5 < int(n) || len(dst)-start+int(n) > limit {
 			return dst[:start], false
 		}
 		dst = append(dst, b[5:5+int(n)]...)
