@@ -48,8 +48,8 @@ func (c Config) Validate() error {
 	if c.Timeout <= 0 {
 		return fmt.Errorf("STACKSTREAM_QUERY_TIMEOUT=%s must be positive", c.Timeout)
 	}
-	if c.MaxRange < time.Hour {
-		return fmt.Errorf("STACKSTREAM_QUERY_MAX_RANGE=%s must be at least 1h", c.MaxRange)
+	if c.MaxRange < time.Hour || c.MaxRange > 10*365*24*time.Hour {
+		return fmt.Errorf("STACKSTREAM_QUERY_MAX_RANGE=%s must be from 1h to 87600h (10 years)", c.MaxRange)
 	}
 	if c.MaxStacks < 1 || c.MaxNodes < 1 {
 		return fmt.Errorf("STACKSTREAM_QUERY_MAX_STACKS=%d and STACKSTREAM_QUERY_MAX_NODES=%d must be positive", c.MaxStacks, c.MaxNodes)

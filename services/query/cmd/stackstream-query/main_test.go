@@ -28,6 +28,7 @@ func TestValidate(t *testing.T) {
 	}{
 		{"timeout", func(c *Config) { c.Timeout = 0 }, "STACKSTREAM_QUERY_TIMEOUT"},
 		{"max range", func(c *Config) { c.MaxRange = time.Minute }, "STACKSTREAM_QUERY_MAX_RANGE"},
+		{"max range past 10 years", func(c *Config) { c.MaxRange = 100 * 365 * 24 * time.Hour }, "STACKSTREAM_QUERY_MAX_RANGE"},
 		{"max stacks", func(c *Config) { c.MaxStacks = 0 }, "STACKSTREAM_QUERY_MAX_STACKS"},
 		{"basic user without password", func(c *Config) { c.BasicUser = "ann" }, "STACKSTREAM_QUERY_BASIC_AUTH_PASSWORD"},
 		{"allowed host with a port", func(c *Config) { c.AllowedHosts = "localhost:8080" }, "STACKSTREAM_QUERY_ALLOWED_HOSTS"},

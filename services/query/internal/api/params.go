@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -38,24 +39,41 @@ func (r timeRange) Duration() time.Duration { return r.To.Sub(r.From) }
 
 var relative = regexp.MustCompile(`^now(?:-([0-9]{1,6})(s|m|h|d|w))?$`)
 
+// Times must lie in [minTime, maxTime): OpenSearch's dates and Go's
+// nanosecond arithmetic both hold them, and nothing profiled lies outside.
+var (
+	minTime = time.Unix(0, 0).UTC()
+	maxTime = time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+// maxRelative bounds "now-<n><unit>", so n times the unit cannot overflow.
+const maxRelative = 100 * 365 * 24 * time.Hour
+
 // parseTime reads RFC 3339, unix milliseconds, "now" or "now-<n><s|m|h|d|w>".
 func parseTime(param, s string, now time.Time) (time.Time, error) {
 	s = strings.TrimSpace(s)
+	var t time.Time
 	if m := relative.FindStringSubmatch(s); m != nil {
 		if m[1] == "" {
 			return now, nil
 		}
 		n, _ := strconv.Atoi(m[1])
 		unit := map[string]time.Duration{"s": time.Second, "m": time.Minute, "h": time.Hour, "d": 24 * time.Hour, "w": 7 * 24 * time.Hour}[m[2]]
-		return now.Add(-time.Duration(n) * unit), nil
+		if time.Duration(n) > maxRelative/unit {
+			return time.Time{}, badParam(param, "%q reaches back more than 100 years", s)
+		}
+		t = now.Add(-time.Duration(n) * unit)
+	} else if rt, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		t = rt.UTC()
+	} else if ms, err := strconv.ParseInt(s, 10, 64); err == nil && len(s) >= 10 && len(s) <= 14 {
+		t = time.UnixMilli(ms).UTC()
+	} else {
+		return time.Time{}, badParam(param, "cannot parse %q: use RFC 3339 or now-1h", truncate(s, 64))
 	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t.UTC(), nil
+	if t.Before(minTime) || !t.Before(maxTime) {
+		return time.Time{}, badParam(param, "%s is outside the years 1970 to 2261", t.Format(time.RFC3339))
 	}
-	if ms, err := strconv.ParseInt(s, 10, 64); err == nil && len(s) >= 10 && len(s) <= 14 {
-		return time.UnixMilli(ms).UTC(), nil
-	}
-	return time.Time{}, badParam(param, "cannot parse %q: use RFC 3339 or now-1h", truncate(s, 64))
+	return t, nil
 }
 
 // parseRange reads fromParam/toParam (defaults now-1h and now) and checks the
@@ -119,8 +137,9 @@ func parseInt(q url.Values, param string, def, min, max int) (int, error) {
 	return n, nil
 }
 
-// parseStep reads a step as a Go duration ("5m") or seconds ("300").
-func parseStep(q url.Values) (time.Duration, error) {
+// parseStep reads a step as a Go duration ("5m") or seconds ("300"), at
+// most maxStep.
+func parseStep(q url.Values, maxStep time.Duration) (time.Duration, error) {
 	s := q.Get("step")
 	if s == "" {
 		return 0, nil
@@ -128,13 +147,19 @@ func parseStep(q url.Values) (time.Duration, error) {
 	d, err := time.ParseDuration(s)
 	if err != nil {
 		secs, err2 := strconv.ParseFloat(s, 64)
-		if err2 != nil {
+		if err2 != nil || math.IsNaN(secs) || math.IsInf(secs, 0) {
 			return 0, badParam("step", "cannot parse %q: use a duration such as 60s or 5m", truncate(s, 64))
+		}
+		if secs > maxStep.Seconds() {
+			return 0, badParam("step", "%q is longer than the longest range %s (STACKSTREAM_QUERY_MAX_RANGE)", truncate(s, 64), maxStep)
 		}
 		d = time.Duration(secs * float64(time.Second))
 	}
 	if d <= 0 {
-		return 0, badParam("step", "%q must be positive", s)
+		return 0, badParam("step", "%q must be positive", truncate(s, 64))
+	}
+	if d > maxStep {
+		return 0, badParam("step", "%q is longer than the longest range %s (STACKSTREAM_QUERY_MAX_RANGE)", truncate(s, 64), maxStep)
 	}
 	return d, nil
 }

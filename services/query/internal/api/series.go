@@ -133,7 +133,7 @@ func (a *API) handleSeries(ctx context.Context, _ http.ResponseWriter, r *http.R
 		return nil, err
 	}
 	typ, sel, tr := s.typ, s.sel, s.tr
-	reqStep, err := parseStep(q)
+	reqStep, err := parseStep(q, a.opts.MaxRange)
 	if err != nil {
 		return nil, err
 	}
