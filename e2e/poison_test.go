@@ -359,8 +359,10 @@ func poisonCases(t *testing.T) []*poisonCase {
 		{name: "huge-label-value", want: either, reasons: []string{reasonTooLarge, reasonInvalid, "label"},
 			build: hugeLabelValue(now)},
 		{name: "long-host", want: either, reasons: []string{reasonTooLarge, reasonInvalid, "host"},
-			hostFor: func(p path) string { return "poison-long-host-" + string(p) + "-" + strings.Repeat("h", 300-len("poison-long-host-raw-")) },
-			build:   goodRecords(now)},
+			hostFor: func(p path) string {
+				return "poison-long-host-" + string(p) + "-" + strings.Repeat("h", 300-len("poison-long-host-raw-"))
+			},
+			build: goodRecords(now)},
 		{name: "split-interval", want: mustCount, build: splitInterval(now)},
 		{name: "build-ids-3000", rawOnly: true, want: mustCount, drain: 100 * time.Second,
 			build: randomBuildIDs(now, rng, 3000)},
