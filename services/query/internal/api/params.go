@@ -186,6 +186,9 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, id string, err 
 	switch {
 	case errors.As(err, &pe):
 		status, param, msg = http.StatusBadRequest, pe.param, err.Error()
+	case errors.Is(err, errRegexpTooComplex):
+		status, param = http.StatusBadRequest, "query"
+		msg = "a regular expression of the selector is too complex for OpenSearch (more than 10000 automaton states once determinized): simplify it, e.g. fewer alternatives under a repetition"
 	case errors.Is(err, errTimeout) || errors.Is(err, context.DeadlineExceeded):
 		status = http.StatusGatewayTimeout
 		msg = fmt.Sprintf("query took longer than %s (STACKSTREAM_QUERY_TIMEOUT): narrow the range or the selector (request %s)", a.opts.Timeout, id)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,16 @@ import (
 
 // errNotFound answers 404.
 var errNotFound = errors.New("not found")
+
+// errRegexpTooComplex is OpenSearch refusing a selector's regular
+// expression: its automaton needs more than 10000 states (the length is
+// checked when parsing). The user's expression is the cause: a 400.
+var errRegexpTooComplex = errors.New("regular expression too complex")
+
+func tooComplex(resp []byte) bool {
+	return bytes.Contains(resp, []byte("Determinizing")) || bytes.Contains(resp, []byte("too_complex_to_determinize")) ||
+		bytes.Contains(resp, []byte("index.max_regex_length"))
+}
 
 // search runs one _search over the named indices. Index names come from the
 // prefix and dates only, never from the request. Missing indices (a day
@@ -90,6 +101,9 @@ func (a *API) do(ctx context.Context, method, path string, body any, out any) er
 	if status/100 != 2 {
 		if status == http.StatusNotFound {
 			return fmt.Errorf("opensearch %s %s: %w", method, path, errNotFound)
+		}
+		if status == http.StatusBadRequest && tooComplex(resp) {
+			return fmt.Errorf("opensearch %s %s: %w: %s", method, path, errRegexpTooComplex, truncate(string(resp), 500))
 		}
 		return fmt.Errorf("opensearch %s %s: HTTP %d: %s", method, path, status, truncate(string(resp), 500))
 	}

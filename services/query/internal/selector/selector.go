@@ -44,6 +44,10 @@ var ErrSyntax = errors.New("bad selector")
 const (
 	MaxLength   = 4096
 	MaxMatchers = 32
+	// MaxRegexpLength is OpenSearch's index.max_regex_length default: a
+	// longer regexp query fails on the node. It bounds an expression in
+	// Lucene's syntax, where (?i) and repetitions grow (x{100} is 100 x).
+	MaxRegexpLength = 1000
 )
 
 // Parse reads s. Whitespace is allowed around tokens; "" and "{}" select everything.
@@ -151,10 +155,18 @@ func (p *parser) matcher() (Matcher, error) {
 	}
 	if op == Regexp || op == NotRegexp {
 		if _, err := regexp.Compile("^(?:" + value + ")$"); err != nil {
-			return Matcher{}, fmt.Errorf("%w: label %s: regular expression %q: %v", ErrSyntax, name, value, err)
+			return Matcher{}, fmt.Errorf("%w: label %s: regular expression %q: %v", ErrSyntax, name, truncate(value, 200), err)
 		}
-		if _, err := toLucene(value); err != nil {
-			return Matcher{}, fmt.Errorf("%w: label %s: regular expression %q: %v", ErrSyntax, name, value, err)
+		lucene, err := toLucene(value)
+		if err != nil {
+			return Matcher{}, fmt.Errorf("%w: label %s: regular expression %q: %v", ErrSyntax, name, truncate(value, 200), err)
+		}
+		if InPairs(name) {
+			lucene = PairsRegexp(name, lucene)
+		}
+		if len(lucene) > MaxRegexpLength {
+			return Matcher{}, fmt.Errorf("%w: label %s: regular expression %q is %d characters in OpenSearch's syntax (repetitions and (?i) expanded), more than %d: simplify it",
+				ErrSyntax, name, truncate(value, 200), len(lucene), MaxRegexpLength)
 		}
 	}
 	return Matcher{Name: name, Op: op, Value: value}, nil

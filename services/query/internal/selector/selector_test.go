@@ -25,6 +25,7 @@ func TestParse(t *testing.T) {
 		{"escapes", `{service="a\"b\\c"}`, Selector{{"service", Equal, `a"b\c`}}},
 		{"single quote with double inside", `{service='a"b'}`, Selector{{"service", Equal, `a"b`}}},
 		{"raw", "{service=`a\\b`}", Selector{{"service", Equal, `a\b`}}},
+		{"longest regexp", `{comm=~"a{1000}"}`, Selector{{"comm", Regexp, "a{1000}"}}},
 		{"longest name", "{" + strings.Repeat("a", 64) + `="x"}`, Selector{{strings.Repeat("a", 64), Equal, "x"}}},
 		{"most matchers", "{" + strings.Repeat(`a="x",`, MaxMatchers) + "}", slices.Repeat(Selector{{"a", Equal, "x"}}, MaxMatchers)},
 	}
@@ -60,6 +61,8 @@ func TestParseErrors(t *testing.T) {
 		{"dotted name", `{k8s.pod="x"}`, `label name "k8s.pod": use letters, digits and _`},
 		{"dashed name", `{a-b="x"}`, `label name "a-b"`},
 		{"name too long", "{" + strings.Repeat("a", 65) + `="x"}`, "at most 64 bytes"},
+		{"regexp too long for opensearch", `{comm=~"(?i)k{300}"}`, "more than 1000"},
+		{"regexp with the pair prefix too long", `{team=~"a{995}"}`, "1003 characters"},
 		{"too many matchers", "{" + strings.Repeat(`a="x",`, MaxMatchers+1) + "}", "more than 32 matchers"},
 	}
 	for _, tc := range tests {
