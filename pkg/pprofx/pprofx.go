@@ -19,7 +19,12 @@ import (
 // lines (the symbolizer could not resolve it) becomes one frame named
 // binary+0xaddress, so it still says where the time went. The indexer and
 // the rollup both call it: a different rule would give the same stack two IDs.
+// A nil location (record.DecodeProfile refuses profiles that have one)
+// becomes one frame named MissingLocation rather than a panic.
 func LocationFrames(dst []indices.Frame, loc *profile.Location) []indices.Frame {
+	if loc == nil {
+		return append(dst, indices.Frame{Function: MissingLocation})
+	}
 	binary := ""
 	if loc.Mapping != nil && loc.Mapping.File != "" {
 		binary = filepath.Base(loc.Mapping.File)
@@ -41,9 +46,16 @@ func LocationFrames(dst []indices.Frame, loc *profile.Location) []indices.Frame 
 	return dst
 }
 
+// MissingLocation names the frame of a location a sample refers to but the
+// profile does not define.
+const MissingLocation = "[missing location]"
+
 // UnresolvedName names a location that has no lines: binary+0xaddress, or
 // 0xaddress without a mapped file.
 func UnresolvedName(loc *profile.Location) string {
+	if loc == nil {
+		return MissingLocation
+	}
 	name := "0x" + strconv.FormatUint(loc.Address, 16)
 	if loc.Mapping != nil && loc.Mapping.File != "" {
 		name = filepath.Base(loc.Mapping.File) + "+" + name
@@ -54,6 +66,9 @@ func UnresolvedName(loc *profile.Location) string {
 // StackFrames returns the frames of a sample, leaf first, as
 // indices.StackID expects them.
 func StackFrames(s *profile.Sample) []indices.Frame {
+	if s == nil {
+		return nil
+	}
 	frames := make([]indices.Frame, 0, len(s.Location))
 	for _, loc := range s.Location {
 		frames = LocationFrames(frames, loc)
@@ -79,14 +94,14 @@ func ValueIndex(p *profile.Profile, profileType string) int {
 	idx := len(p.SampleType) - 1
 	if p.DefaultSampleType != "" {
 		for i, st := range p.SampleType {
-			if st.Type == p.DefaultSampleType {
+			if st != nil && st.Type == p.DefaultSampleType {
 				idx = i
 			}
 		}
 	}
 	for _, want := range valueTypes[profileType] {
 		for i, st := range p.SampleType {
-			if st.Type == want {
+			if st != nil && st.Type == want {
 				idx = i
 			}
 		}
@@ -98,7 +113,7 @@ func ValueIndex(p *profile.Profile, profileType string) int {
 // sample row stands for), or -1 when the profile has none.
 func CountIndex(p *profile.Profile) int {
 	for i, st := range p.SampleType {
-		if st.Type == "samples" && st.Unit == "count" {
+		if st != nil && st.Type == "samples" && st.Unit == "count" {
 			return i
 		}
 	}

@@ -1,11 +1,15 @@
 package pprofx
 
 import (
+	"bytes"
 	"testing"
+	"time"
 
 	"github.com/google/pprof/profile"
 
+	"github.com/stackstream/stackstream/pkg/pproftest"
 	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/schemas/record"
 )
 
 func TestStackFrames(t *testing.T) {
@@ -85,4 +89,52 @@ func TestValueIndex(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestNilSafe: a sample naming a location the profile does not define used
+// to reach here as a nil *profile.Location and panic the consumer.
+func TestNilSafe(t *testing.T) {
+	s := &profile.Sample{Location: []*profile.Location{nil, {Address: 0x10}}}
+	got := StackFrames(s)
+	want := []indices.Frame{{Function: MissingLocation}, {Function: "0x10"}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("StackFrames = %v, want %v", got, want)
+	}
+	if StackFrames(nil) != nil || UnresolvedName(nil) != MissingLocation {
+		t.Fatal("nil sample or location")
+	}
+	p := &profile.Profile{SampleType: []*profile.ValueType{nil, {Type: "cpu"}}, DefaultSampleType: "x"}
+	if ValueIndex(p, "cpu") != 1 || CountIndex(p) != -1 {
+		t.Fatal("nil sample type")
+	}
+}
+
+// FuzzProfile: nothing record.ParseProfile accepts makes the frame and
+// value helpers panic. Seeded with raw protobuf (record.ParseProfile reads
+// it uncompressed).
+func FuzzProfile(f *testing.F) {
+	b := pproftest.NewCPU(time.Unix(1, 0), time.Second)
+	b.Sample(map[string]string{"comm": "a"}, []int64{1, 10}, "leaf", "main")
+	m := b.Mapping(0x1000, 0x2000, 0, "/bin/app", "abcd")
+	b.AddressSample(nil, []int64{2, 20}, m, 0x1100, 0x1200)
+	var raw bytes.Buffer
+	if err := b.Profile().WriteUncompressed(&raw); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(raw.Bytes())
+	l := record.DefaultLimits()
+	l.MaxDecompressedBytes, l.MaxDecodeHeapBytes = 1<<20, 4<<20
+	f.Fuzz(func(t *testing.T, in []byte) {
+		p, err := record.ParseProfile(in, l)
+		if err != nil {
+			return
+		}
+		for _, typ := range []string{"cpu", "memory", "heap", "alloc", "other"} {
+			ValueIndex(p, typ)
+		}
+		CountIndex(p)
+		for _, s := range p.Sample {
+			StackFrames(s)
+		}
+	})
 }
