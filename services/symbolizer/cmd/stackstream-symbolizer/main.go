@@ -114,7 +114,10 @@ func runMain() error {
 
 	runner := &pipeline.Runner{
 		Session:        sess,
-		Processor:      &pipeline.Processor{Symbolizer: &symbolize.Symbolizer{Tables: chain}, Topics: topics, MaxOutputBytes: cfg.Symbolizer.MaxOutputBytes},
+		Processor: &pipeline.Processor{
+			Symbolizer: &symbolize.Symbolizer{Tables: chain}, Topics: topics, MaxOutputBytes: cfg.Symbolizer.MaxOutputBytes,
+			Log: log, OnPanic: metrics.Panics.Inc,
+		},
 		Metrics:        metrics,
 		Log:            log,
 		MaxPollRecords: cfg.Symbolizer.MaxPollRecords,

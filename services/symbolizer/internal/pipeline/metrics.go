@@ -18,6 +18,9 @@ type Metrics struct {
 	Transactions *prometheus.CounterVec // result: committed, aborted
 	Debuginfo    *prometheus.CounterVec // result: applied, bad
 	FetchErrors  *prometheus.CounterVec // source
+	Split        prometheus.Counter     // profiles written as several parts
+	SplitParts   prometheus.Counter     // records those parts took
+	Panics       prometheus.Counter     // panics recovered at the record boundary
 }
 
 // NewMetrics registers the symbolizer's metrics on reg.
@@ -47,8 +50,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		FetchErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stackstream_symbolizer_source_errors_total", Help: "Failed debug info fetches (not counting plain not-found), by source.",
 		}, []string{"source"}),
+		Split: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stackstream_symbolizer_split_profiles_total", Help: "Symbolized profiles too large for one record, written as several parts.",
+		}),
+		SplitParts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stackstream_symbolizer_split_parts_total", Help: "Records written for the parts of split profiles.",
+		}),
+		Panics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stackstream_symbolizer_panics_total", Help: "Panics recovered at the record boundary (counted when they happen; the record goes to the DLQ with reason panic).",
+		}),
 	}
-	reg.MustRegister(m.Profiles, m.Frames, m.Cache, m.DLQ, m.Lag, m.Transactions, m.Debuginfo, m.FetchErrors)
+	reg.MustRegister(m.Profiles, m.Frames, m.Cache, m.DLQ, m.Lag, m.Transactions, m.Debuginfo, m.FetchErrors, m.Split, m.SplitParts, m.Panics)
 	for _, r := range []string{"hit", "miss"} {
 		m.Cache.WithLabelValues("binary", r)
 		m.Cache.WithLabelValues("address", r)

@@ -61,7 +61,7 @@ func start(t *testing.T, brokers []string, topics record.Topics, group string, s
 	}
 	r := &Runner{
 		Session:        sess,
-		Processor:      &Processor{Symbolizer: &symbolize.Symbolizer{Tables: chain}, Topics: topics, MaxOutputBytes: 999000},
+		Processor:      &Processor{Symbolizer: &symbolize.Symbolizer{Tables: chain}, Topics: topics, MaxOutputBytes: 999000, Log: log, OnPanic: m.Panics.Inc},
 		Metrics:        m,
 		Log:            log,
 		MaxPollRecords: 7,

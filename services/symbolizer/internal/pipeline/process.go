@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"runtime/debug"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -17,61 +19,137 @@ import (
 // ServiceName is written into DLQ records.
 const ServiceName = "stackstream-symbolizer"
 
-// ErrOutputTooLarge means the symbolized profile would not fit in one record.
-var ErrOutputTooLarge = errors.New("symbolized profile too large")
+var (
+	// ErrOutputTooLarge means one sample of the symbolized profile does not
+	// fit in a record even alone.
+	ErrOutputTooLarge = errors.New("symbolized sample too large")
+	// ErrPanic means processing a record panicked: a bug, reached through
+	// the record's content, that the recover at the record boundary caught.
+	ErrPanic = errors.New("panic while processing record")
+)
 
-// Processor turns one raw record into its output record.
+// recordOverhead is what a record adds to its value, key and headers inside
+// a batch (lengths, offsets, timestamps as varints), with room to spare.
+const recordOverhead = 64
+
+// Processor turns one raw record into its output records.
 type Processor struct {
-	Symbolizer     *symbolize.Symbolizer
-	Topics         record.Topics
+	Symbolizer *symbolize.Symbolizer
+	Topics     record.Topics
+	// MaxOutputBytes bounds one output record: value, key and headers.
+	// A symbolized profile larger than that is split into parts that fit.
 	MaxOutputBytes int
+	// Log receives the stack of a recovered panic; nil discards it.
+	Log *slog.Logger
+	// OnPanic counts recovered panics as they happen (not at commit).
+	OnPanic func()
 }
 
-// Result is the record to produce for one input, and what happened.
+// Result is what to produce for one input, and what happened.
 type Result struct {
-	Out    *kgo.Record
-	Err    error  // why Out is a dead letter; nil when it is the symbolized profile
+	// Out holds the symbolized profile, or its parts when it had to be
+	// split, or one dead letter. A part whose single sample does not fit
+	// in a record is a dead letter among the parts.
+	Out    []*kgo.Record
+	Err    error  // why (part of) the input went to the DLQ; nil when none did
 	Reason string // short label of Err for metrics
+	Parts  int    // symbolized records in Out
 	Stats  symbolize.Stats
 }
 
-// Process symbolizes r. It never fails: input that cannot be processed
-// becomes a DLQ record carrying the reason and the original coordinates.
-func (p *Processor) Process(ctx context.Context, r *kgo.Record) Result {
+// Process symbolizes r. It never fails and never panics: input that cannot
+// be processed becomes a DLQ record carrying the reason and the original
+// coordinates, and a panic on the way (the last line of defence; each cause
+// found gets its own fix) becomes the DLQ reason "panic".
+func (p *Processor) Process(ctx context.Context, r *kgo.Record) (res Result) {
+	defer func() {
+		if v := recover(); v != nil {
+			if p.OnPanic != nil {
+				p.OnPanic()
+			}
+			if p.Log != nil {
+				p.Log.Error("recovered panic, sending record to dlq", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			}
+			res = p.dead(r, fmt.Errorf("%w: %v", ErrPanic, v))
+		}
+	}()
+	return p.process(ctx, r)
+}
+
+func (p *Processor) process(ctx context.Context, r *kgo.Record) Result {
 	if _, err := record.ParseMeta(r.Headers); err != nil {
 		return p.dead(r, err)
+	}
+	limit := p.valueLimit(r)
+	if limit < p.MaxOutputBytes/2 {
+		return p.dead(r, fmt.Errorf("%w: key and headers take %d of the %d bytes of a record (STACKSTREAM_SYMBOLIZER_MAX_OUTPUT_BYTES)", record.ErrTooLarge, p.MaxOutputBytes-limit, p.MaxOutputBytes))
 	}
 	prof, err := record.DecodeProfile(r.Value)
 	if err != nil {
 		return p.dead(r, err)
 	}
 	st := p.Symbolizer.Profile(ctx, prof)
-	// Stored gzip: the producer compresses batches (lz4), so every consumer
-	// group reads the profile without inflating it. One too large for the
-	// topic that way is compressed instead.
-	val, err := record.EncodeProfileStored(prof)
-	if err == nil && p.MaxOutputBytes > 0 && len(val) > p.MaxOutputBytes {
-		val, err = record.EncodeProfile(prof)
-	}
+	pieces, err := splitToFit(prof, limit)
 	if err != nil {
 		return p.dead(r, err)
 	}
-	if p.MaxOutputBytes > 0 && len(val) > p.MaxOutputBytes {
-		return p.dead(r, fmt.Errorf("%w: %d bytes gzip, limit %d (STACKSTREAM_SYMBOLIZER_MAX_OUTPUT_BYTES)", ErrOutputTooLarge, len(val), p.MaxOutputBytes))
+	res := Result{Stats: st}
+	parent := record.HeaderValue(r.Headers, record.HeaderPart)
+	for i, pc := range pieces {
+		h := r.Headers
+		if len(pieces) > 1 {
+			h = withHeader(r.Headers, record.HeaderPart, record.SubPart(parent, i))
+		}
+		if pc.oversized != nil {
+			// One sample that fits no record: it goes to the DLQ as the
+			// part it would have been, and the other parts go on.
+			val, eerr := record.EncodeProfile(pc.oversized)
+			if eerr != nil {
+				return p.dead(r, eerr)
+			}
+			cut := *r
+			cut.Value, cut.Headers = val, h
+			res.Err = fmt.Errorf("%w: %d bytes gzip, limit %d (STACKSTREAM_SYMBOLIZER_MAX_OUTPUT_BYTES less key and headers)", ErrOutputTooLarge, len(val), limit)
+			res.Reason = Reason(res.Err)
+			res.Out = append(res.Out, record.DLQRecord(p.Topics.DLQ, ServiceName, &cut, res.Err))
+			continue
+		}
+		res.Out = append(res.Out, &kgo.Record{
+			Topic:     p.Topics.ProfilesSymbolized,
+			Key:       r.Key,
+			Value:     pc.value,
+			Headers:   h,
+			Timestamp: r.Timestamp,
+		})
+		res.Parts++
 	}
-	out := &kgo.Record{
-		Topic:     p.Topics.ProfilesSymbolized,
-		Key:       r.Key,
-		Value:     val,
-		Headers:   r.Headers,
-		Timestamp: r.Timestamp,
+	return res
+}
+
+// valueLimit is how many bytes of an output record are left for the value
+// once r's key and headers (which the output keeps) are counted.
+func (p *Processor) valueLimit(r *kgo.Record) int {
+	n := len(r.Key) + recordOverhead + len(record.HeaderPart) + 16
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value) + 8
 	}
-	return Result{Out: out, Stats: st}
+	return p.MaxOutputBytes - n
+}
+
+// withHeader is h with key set to value (replaced, or appended), copied.
+func withHeader(h []kgo.RecordHeader, key, value string) []kgo.RecordHeader {
+	out := make([]kgo.RecordHeader, 0, len(h)+1)
+	for _, x := range h {
+		if x.Key != key {
+			out = append(out, x)
+		}
+	}
+	return append(out, kgo.RecordHeader{Key: key, Value: []byte(value)})
 }
 
 func (p *Processor) dead(r *kgo.Record, err error) Result {
 	return Result{
-		Out:    record.DLQRecord(p.Topics.DLQ, ServiceName, r, err),
+		Out:    []*kgo.Record{record.DLQRecord(p.Topics.DLQ, ServiceName, r, err)},
 		Err:    err,
 		Reason: Reason(err),
 	}
@@ -80,6 +158,8 @@ func (p *Processor) dead(r *kgo.Record, err error) Result {
 // Reason labels err for the DLQ metric.
 func Reason(err error) string {
 	switch {
+	case errors.Is(err, ErrPanic):
+		return "panic"
 	case errors.Is(err, record.ErrUnknownSchemaVersion):
 		return "schema_version"
 	case errors.Is(err, record.ErrMissingHeader):
@@ -88,6 +168,8 @@ func Reason(err error) string {
 		return "profile_type"
 	case errors.Is(err, record.ErrTooLarge):
 		return "too_large"
+	case errors.Is(err, record.ErrInvalidProfile):
+		return "invalid_profile"
 	case errors.Is(err, record.ErrNotGzip):
 		return "not_gzip"
 	case errors.Is(err, record.ErrNotPprof):

@@ -65,6 +65,8 @@ func (r *Runner) batch(ctx context.Context, fetches kgo.Fetches) error {
 		stats      symbolize.Stats
 		dlq        = map[string]int{}
 		symbolized int
+		split      int // inputs written as several parts
+		parts      int // records those parts took
 	)
 	fetches.EachRecord(func(rec *kgo.Record) {
 		if ctx.Err() != nil {
@@ -74,9 +76,14 @@ func (r *Runner) batch(ctx context.Context, fetches kgo.Fetches) error {
 		if res.Err != nil {
 			r.Log.Warn("send record to dlq", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "reason", res.Err)
 			dlq[res.Reason]++
-		} else {
+		}
+		if res.Parts > 0 {
 			symbolized++
 			stats.Add(res.Stats)
+			if res.Parts > 1 {
+				split++
+				parts += res.Parts
+			}
 		}
 		results = append(results, res)
 	})
@@ -104,9 +111,11 @@ func (r *Runner) batch(ctx context.Context, fetches kgo.Fetches) error {
 		}
 	}
 	for _, res := range results {
-		// Not ctx: a shutdown must not cut a batch half way; End decides
-		// the batch's fate.
-		r.Session.Produce(context.Background(), res.Out, promise)
+		for _, out := range res.Out {
+			// Not ctx: a shutdown must not cut a batch half way; End
+			// decides the batch's fate.
+			r.Session.Produce(context.Background(), out, promise)
+		}
 	}
 
 	endCtx, cancel := context.WithTimeout(context.Background(), endTimeout)
@@ -137,6 +146,8 @@ func (r *Runner) batch(ctx context.Context, fetches kgo.Fetches) error {
 	}
 	r.Metrics.Transactions.WithLabelValues("committed").Inc()
 	r.Metrics.Profiles.WithLabelValues("symbolized").Add(float64(symbolized))
+	r.Metrics.Split.Add(float64(split))
+	r.Metrics.SplitParts.Add(float64(parts))
 	for reason, n := range dlq {
 		r.Metrics.Profiles.WithLabelValues("dlq").Add(float64(n))
 		r.Metrics.DLQ.WithLabelValues(reason).Add(float64(n))

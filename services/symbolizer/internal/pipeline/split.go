@@ -1,0 +1,123 @@
+package pipeline
+
+import (
+	"github.com/google/pprof/profile"
+
+	"github.com/stackstream/stackstream/schemas/record"
+)
+
+// encodeFitting returns p as a record value of at most limit bytes: stored
+// gzip when that fits (every consumer then reads it without inflating),
+// else gzip-compressed, else nil.
+func encodeFitting(p *profile.Profile, limit int) ([]byte, error) {
+	val, err := record.EncodeProfileStored(p)
+	if err != nil {
+		return nil, err
+	}
+	if len(val) <= limit {
+		return val, nil
+	}
+	val, err = record.EncodeProfile(p)
+	if err != nil {
+		return nil, err
+	}
+	if len(val) <= limit {
+		return val, nil
+	}
+	return nil, nil
+}
+
+// piece is one part of a split profile: its value, or the single sample
+// that does not fit in a record even alone.
+type piece struct {
+	value     []byte
+	oversized *profile.Profile
+}
+
+// splitToFit encodes p into values of at most limit bytes each. A profile
+// that does not fit is split by samples into parts that each carry only the
+// mappings, locations and functions their samples use (the encoder writes
+// only the strings these name), with p's time, duration, types and
+// comments, so every part is a complete profile and the values of the
+// parts add up to p's. Parts come out in sample order.
+func splitToFit(p *profile.Profile, limit int) ([]piece, error) {
+	var out []piece
+	var fit func(q *profile.Profile, size int) error
+	fit = func(q *profile.Profile, size int) error {
+		val, err := encodeFitting(q, limit)
+		if err != nil {
+			return err
+		}
+		if val != nil {
+			out = append(out, piece{value: val})
+			return nil
+		}
+		if len(q.Sample) <= 1 {
+			out = append(out, piece{oversized: q})
+			return nil
+		}
+		// Cut into as many parts as the size suggests (a quarter more, as
+		// parts repeat the locations they share), at least two; a part
+		// that still does not fit is cut again.
+		if size <= 0 {
+			size = limit * 2
+		}
+		n := min(len(q.Sample), max(2, (size/limit)*5/4+1))
+		for i := 0; i < n; i++ {
+			lo, hi := i*len(q.Sample)/n, (i+1)*len(q.Sample)/n
+			if err := fit(subProfile(q, q.Sample[lo:hi]), 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	size := 0
+	if gz, err := record.EncodeProfile(p); err == nil {
+		size = len(gz)
+	}
+	if err := fit(p, size); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// subProfile is p with only samples and what they reference. Mappings,
+// locations and functions are shared with p, keeping their IDs.
+func subProfile(p *profile.Profile, samples []*profile.Sample) *profile.Profile {
+	q := &profile.Profile{
+		SampleType:        p.SampleType,
+		DefaultSampleType: p.DefaultSampleType,
+		Sample:            samples,
+		Comments:          p.Comments,
+		DocURL:            p.DocURL,
+		DropFrames:        p.DropFrames,
+		KeepFrames:        p.KeepFrames,
+		TimeNanos:         p.TimeNanos,
+		DurationNanos:     p.DurationNanos,
+		PeriodType:        p.PeriodType,
+		Period:            p.Period,
+	}
+	locs := map[*profile.Location]bool{}
+	funcs := map[*profile.Function]bool{}
+	maps := map[*profile.Mapping]bool{}
+	for _, s := range samples {
+		for _, l := range s.Location {
+			if locs[l] {
+				continue
+			}
+			locs[l] = true
+			q.Location = append(q.Location, l)
+			if m := l.Mapping; m != nil && !maps[m] {
+				maps[m] = true
+				q.Mapping = append(q.Mapping, m)
+			}
+			for _, ln := range l.Line {
+				if f := ln.Function; f != nil && !funcs[f] {
+					funcs[f] = true
+					q.Function = append(q.Function, f)
+				}
+			}
+		}
+	}
+	return q
+}
