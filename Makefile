@@ -29,6 +29,13 @@ down: ## stop them
 status: ## show whether they run
 	deploy/local/status.sh
 
+.PHONY: up-secure down-secure
+up-secure: ## start the secured Kafka (SASL_SSL SCRAM-SHA-512, mTLS) and OpenSearch (security plugin) beside them
+	deploy/local/secure-up.sh
+
+down-secure: ## stop them
+	deploy/local/secure-down.sh
+
 build: ## binaries into bin/
 	@mkdir -p $(BIN)
 	@for b in $(BUILDABLE); do echo "build $$(basename $$b)"; go build -o $(BIN)/$$(basename $$b) ./$$b; done
