@@ -192,7 +192,7 @@ func explain(err error, c Config) error {
 			brokers, strings.ToUpper(c.SASLMechanism), err)
 	case errors.As(err, &verify), errors.As(err, &unknown), errors.As(err, &host):
 		return fmt.Errorf("kafka: TLS: the certificate of %s is not trusted (%v): set STACKSTREAM_KAFKA_TLS_CA_FILE to the CA that signed it", brokers, err)
-	case errors.As(err, &alert):
+	case errors.As(err, &alert) || tlsconfig.IsRemoteAlert(err):
 		return fmt.Errorf("kafka: TLS: %s refused the handshake (%v): check the client certificate in STACKSTREAM_KAFKA_TLS_CERT_FILE/STACKSTREAM_KAFKA_TLS_KEY_FILE (its CA must be one the broker trusts)", brokers, err)
 	case errors.As(err, &recErr):
 		return fmt.Errorf("kafka: TLS: %s does not speak TLS (%v): unset STACKSTREAM_KAFKA_TLS or point STACKSTREAM_KAFKA_BROKERS at the TLS listener", brokers, err)

@@ -182,7 +182,7 @@ func Check(ctx context.Context, cl *opensearchapi.Client, c Config) error {
 	switch {
 	case err != nil && (errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &host)):
 		return fmt.Errorf("opensearch: TLS: the certificate of %s is not trusted (%v): set STACKSTREAM_OPENSEARCH_TLS_CA_FILE to the CA that signed it", urls, redactErr(err, c))
-	case err != nil && errors.As(err, &alert):
+	case err != nil && (errors.As(err, &alert) || tlsconfig.IsRemoteAlert(err)):
 		return fmt.Errorf("opensearch: TLS: %s refused the handshake (%v)", urls, redactErr(err, c))
 	case err != nil && errors.As(err, &recErr):
 		return fmt.Errorf("opensearch: TLS: %s does not speak TLS (%v): use http:// in STACKSTREAM_OPENSEARCH_URL", urls, redactErr(err, c))

@@ -4,8 +4,11 @@ package tlsconfig
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"net"
 	"os"
+	"strings"
 )
 
 // Config names the files of a TLS client setup. The Var fields name the
@@ -44,4 +47,17 @@ func Build(c Config) (*tls.Config, error) {
 		tc.Certificates = []tls.Certificate{cert}
 	}
 	return tc, nil
+}
+
+// IsRemoteAlert reports whether err is a TLS alert the peer sent, such as a
+// server refusing the client's certificate ("remote error: tls: bad
+// certificate"). crypto/tls reports those as a *net.OpError with the
+// operation "remote error" around an unexported type; clients that flatten
+// errors keep only the text, which is checked as well.
+func IsRemoteAlert(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "remote error" {
+		return true
+	}
+	return err != nil && strings.Contains(err.Error(), "remote error: tls: ")
 }
