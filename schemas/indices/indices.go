@@ -9,9 +9,12 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/stackstream/stackstream/schemas/record"
 )
 
 //go:embed templates/*.json
@@ -154,6 +157,11 @@ type StackDoc struct {
 // one profile with one label set. StackIDs and StackValues are set with
 // SetStacks and read with Stacks (see stackvalues.go); Value is the total,
 // stacks or not, and Count the raw samples merged.
+//
+// Labels holds the contract labels only (record.ContractLabels, each mapped
+// as labels.<name>); every other label is a "name=value" string of
+// LabelPairs and its name in LabelNames, so that label keys cannot add
+// fields to the mapping. SetLabels fills the three from one label set.
 type SampleDoc struct {
 	Timestamp   time.Time         `json:"@timestamp"`
 	Type        string            `json:"type"`
@@ -164,7 +172,36 @@ type SampleDoc struct {
 	Value       int64             `json:"value"`
 	Count       int64             `json:"count,omitempty"`
 	Labels      map[string]string `json:"labels,omitempty"`
+	LabelPairs  []string          `json:"label_pairs,omitempty"`
+	LabelNames  []string          `json:"label_names,omitempty"`
 }
+
+// SetLabels stores labels in d: the contract labels in Labels, the others
+// as sorted LabelPairs and LabelNames. Keys and values are taken as they
+// are; the indexer validates and caps them before.
+func (d *SampleDoc) SetLabels(labels map[string]string) {
+	d.Labels, d.LabelPairs, d.LabelNames = nil, nil, nil
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if record.IsContractLabel(k) {
+			if d.Labels == nil {
+				d.Labels = map[string]string{}
+			}
+			d.Labels[k] = labels[k]
+			continue
+		}
+		d.LabelPairs = append(d.LabelPairs, LabelPair(k, labels[k]))
+		d.LabelNames = append(d.LabelNames, k)
+	}
+}
+
+// LabelPair is the label_pairs entry of a label: "name=value". A name holds
+// no "=" (record.ValidLabelKey), so the first "=" splits it.
+func LabelPair(name, value string) string { return name + "=" + value }
 
 // Rollup kinds and resolutions.
 const (
@@ -219,7 +256,21 @@ func StackID(frames []Frame) string {
 // where a profile is identified by host, type and its own time. A replay
 // overwrites the whole document, so re-symbolized stacks replace the old ones.
 func SampleID(host, profileType string, profileTime time.Time, labels map[string]string) string {
-	parts := []string{host, profileType, strconv.FormatInt(profileTime.UnixNano(), 10)}
+	return SampleIDPart(host, profileType, profileTime, "", labels)
+}
+
+// SampleIDPart is SampleID for one part of a profile split into several
+// records (record.HeaderPart): the parts share host, type and time, and a
+// process present in two of them must get two documents. An empty part is
+// SampleID, so records that were not split keep the IDs they always had. The
+// part goes right after the time: labels add an even number of hashed
+// strings, so an ID with a part never equals one without.
+func SampleIDPart(host, profileType string, profileTime time.Time, part string, labels map[string]string) string {
+	parts := make([]string, 0, 4+2*len(labels))
+	parts = append(parts, host, profileType, strconv.FormatInt(profileTime.UnixNano(), 10))
+	if part != "" {
+		parts = append(parts, part)
+	}
 	parts = append(parts, sortedLabels(labels)...)
 	return hashID(parts...)
 }

@@ -2,8 +2,11 @@ package indices
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/stackstream/stackstream/schemas/record"
 )
 
 func TestTemplatesApplySettings(t *testing.T) {
@@ -75,5 +78,80 @@ func TestTemplateNamesMatchTemplates(t *testing.T) {
 		if tpl.Name != names[i] {
 			t.Errorf("template %d named %s, TemplateNames says %s", i, tpl.Name, names[i])
 		}
+	}
+}
+
+func TestSampleIDPart(t *testing.T) {
+	at := time.Unix(100, 0)
+	labels := map[string]string{"pid": "1", "service": "api"}
+	if SampleIDPart("h", "cpu", at, "", labels) != SampleID("h", "cpu", at, labels) {
+		t.Fatal("an empty part changed the ID: replays of records that were not split would duplicate")
+	}
+	p0, p1 := SampleIDPart("h", "cpu", at, "0", labels), SampleIDPart("h", "cpu", at, "1", labels)
+	if p0 == p1 || p0 == SampleID("h", "cpu", at, labels) {
+		t.Fatalf("parts share an ID: %s %s", p0, p1)
+	}
+}
+
+// TestSamplesTemplateMapsContractLabels: the samples mapping declares
+// exactly record.ContractLabels under labels (not dynamic), and the other
+// labels' two fields, so no label key can add a field.
+func TestSamplesTemplateMapsContractLabels(t *testing.T) {
+	ts, err := Default.Templates(DefaultSettings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Template struct {
+			Mappings struct {
+				Dynamic          string            `json:"dynamic"`
+				DynamicTemplates []json.RawMessage `json:"dynamic_templates"`
+				Properties       map[string]struct {
+					Type        string `json:"type"`
+					Dynamic     *bool  `json:"dynamic"`
+					IgnoreAbove int    `json:"ignore_above"`
+					Properties  map[string]struct {
+						Type        string `json:"type"`
+						IgnoreAbove int    `json:"ignore_above"`
+					} `json:"properties"`
+				} `json:"properties"`
+			} `json:"mappings"`
+		} `json:"template"`
+	}
+	if err := json.Unmarshal(ts[1].Body, &doc); err != nil {
+		t.Fatal(err)
+	}
+	m := doc.Template.Mappings
+	if m.Dynamic != "strict" || len(m.DynamicTemplates) != 0 {
+		t.Fatalf("samples mapping dynamic=%q with %d dynamic templates, want strict and none", m.Dynamic, len(m.DynamicTemplates))
+	}
+	labels := m.Properties["labels"]
+	if labels.Dynamic == nil || *labels.Dynamic || len(labels.Properties) != len(record.ContractLabels) {
+		t.Fatalf("labels = %+v, want dynamic false with the %d contract labels", labels, len(record.ContractLabels))
+	}
+	for _, name := range record.ContractLabels {
+		if p := labels.Properties[name]; p.Type != "keyword" || p.IgnoreAbove != record.MaxLabelValueBytes {
+			t.Errorf("labels.%s = %+v, want keyword with ignore_above %d", name, p, record.MaxLabelValueBytes)
+		}
+	}
+	for _, f := range []string{"label_pairs", "label_names"} {
+		if m.Properties[f].Type != "keyword" {
+			t.Errorf("%s = %+v, want keyword", f, m.Properties[f])
+		}
+	}
+}
+
+func TestSetLabels(t *testing.T) {
+	var d SampleDoc
+	d.SetLabels(map[string]string{"pid": "1", "zone": "a", "comm": "api", "Rack": "r=2"})
+	if len(d.Labels) != 2 || d.Labels["pid"] != "1" || d.Labels["comm"] != "api" {
+		t.Fatalf("Labels = %v, want the contract labels pid and comm", d.Labels)
+	}
+	if !slices.Equal(d.LabelPairs, []string{"Rack=r=2", "zone=a"}) || !slices.Equal(d.LabelNames, []string{"Rack", "zone"}) {
+		t.Fatalf("pairs %q names %q", d.LabelPairs, d.LabelNames)
+	}
+	d.SetLabels(nil)
+	if d.Labels != nil || d.LabelPairs != nil || d.LabelNames != nil {
+		t.Fatalf("SetLabels(nil) left %+v", d)
 	}
 }

@@ -119,7 +119,7 @@ func run(corpus indexertest.Corpus, rounds int, keep, size bool) error {
 		if err != nil {
 			return err
 		}
-		docs, err := indexer.Convert(base, r.Meta, p, r.Time)
+		docs, err := indexer.Convert(base, r.Meta, "", p, r.Time)
 		if err != nil {
 			return err
 		}

@@ -71,8 +71,11 @@ func runMain() error {
 		FlushInterval:   cfg.Indexer.FlushInterval,
 		ShutdownTimeout: cfg.Indexer.ShutdownTimeout,
 		Workers:         cfg.Indexer.Workers,
-		Logger:          log,
-		Metrics:         metrics,
+		// Older profiles would land in an index retention deletes.
+		MaxAge:       time.Duration(cfg.Indexer.RetentionDays) * 24 * time.Hour,
+		MaxClockSkew: cfg.Indexer.MaxClockSkew,
+		Logger:       log,
+		Metrics:      metrics,
 	})
 	retention := &indexer.Retention{
 		Client: osc, Names: names, Days: cfg.Indexer.RetentionDays, MergeAfter: cfg.Indexer.MergeAfter,

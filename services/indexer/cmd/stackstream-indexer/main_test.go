@@ -134,6 +134,7 @@ func TestConfigErrors(t *testing.T) {
 		{"bad duration", []string{"STACKSTREAM_INDEXER_FLUSH_INTERVAL=soon"}, "STACKSTREAM_INDEXER_FLUSH_INTERVAL", 1},
 		{"negative merge age", []string{"STACKSTREAM_INDEXER_MERGE_AFTER=-1h"}, "STACKSTREAM_INDEXER_MERGE_AFTER=-1h0m0s must be 0", 1},
 		{"negative workers", []string{"STACKSTREAM_INDEXER_WORKERS=-2"}, "STACKSTREAM_INDEXER_WORKERS=-2 must be 0", 1},
+		{"negative clock skew", []string{"STACKSTREAM_INDEXER_MAX_CLOCK_SKEW=-1m"}, "STACKSTREAM_INDEXER_MAX_CLOCK_SKEW=-1m0s must be positive", 1},
 		{"no opensearch", []string{"STACKSTREAM_OPENSEARCH_URL=http://127.0.0.1:1"}, "STACKSTREAM_OPENSEARCH_URL=http://127.0.0.1:1", 1},
 		{"no topics", []string{"STACKSTREAM_KAFKA_TOPIC_PREFIX=no-such-prefix-" + strconv.Itoa(os.Getpid()) + ".",
 			"STACKSTREAM_INDEXER_GROUP=no-such-group-" + strconv.Itoa(os.Getpid())}, "profiles.symbolized is missing: run stackctl init", 1},

@@ -31,6 +31,7 @@ type Indexer struct {
 	RetentionInterval time.Duration `envconfig:"RETENTION_INTERVAL" default:"1h" desc:"how often retention runs"`
 	MergeAfter        time.Duration `envconfig:"MERGE_AFTER" default:"1h" desc:"force-merge a daily samples index to one segment this long after its day ended; 0 never"`
 	Workers           int           `envconfig:"WORKERS" default:"0" desc:"profiles decoded in parallel; 0 is one per CPU"`
+	MaxClockSkew      time.Duration `envconfig:"MAX_CLOCK_SKEW" default:"10m" desc:"profiles stamped later than now plus this go to the DLQ (time_out_of_range), as do those older than the retention"`
 }
 
 // Validate checks values that parse but cannot work.
@@ -61,6 +62,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_INDEXER_MERGE_AFTER=%s must be 0 (never) or positive", i.MergeAfter)
 	case i.Workers < 0:
 		return fmt.Errorf("STACKSTREAM_INDEXER_WORKERS=%d must be 0 (one per CPU) or positive", i.Workers)
+	case i.MaxClockSkew <= 0:
+		return fmt.Errorf("STACKSTREAM_INDEXER_MAX_CLOCK_SKEW=%s must be positive (default 10m)", i.MaxClockSkew)
 	case i.RetentionInterval <= 0:
 		return fmt.Errorf("STACKSTREAM_INDEXER_RETENTION_INTERVAL=%s must be positive", i.RetentionInterval)
 	case c.Index.Shards < 1:

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -22,7 +23,35 @@ import (
 type Documents struct {
 	Stacks  []Stack
 	Samples []Sample
+	// At is the profile's time, which chose the samples index.
+	At time.Time
+	// Labels counts what the label rules changed in Samples.
+	Labels LabelDrops
 }
+
+// MaxLabelsPerSample caps the labels of a samples document (besides host and
+// service): the contract labels are kept first, then the others in key
+// order; the rest are dropped and counted (LabelDrops.TooMany).
+const MaxLabelsPerSample = 64
+
+// LabelDrops counts label changes, once per samples document they apply to:
+// keys outside record.ValidLabelKey dropped, values cut to
+// record.MaxLabelValueBytes, labels past MaxLabelsPerSample dropped, and
+// services cut to record.MaxServiceBytes.
+type LabelDrops struct {
+	InvalidKey, ValueTruncated, TooMany, ServiceTruncated int
+}
+
+func (l *LabelDrops) add(o LabelDrops) {
+	l.InvalidKey += o.InvalidKey
+	l.ValueTruncated += o.ValueTruncated
+	l.TooMany += o.TooMany
+	l.ServiceTruncated += o.ServiceTruncated
+}
+
+// errHostTooLong: a host name longer than record.MaxHostBytes is not a real
+// host's, and cutting it could merge two hosts: the record goes to the DLQ.
+var errHostTooLong = errors.New("host name too long")
 
 // Stack is a distinct stack of a profile. Its document is encoded only when
 // needed (Doc): most stacks were stored before and are not sent again.
@@ -56,13 +85,14 @@ type Sample struct {
 var promotedLabels = map[string]bool{record.LabelHost: true, record.LabelService: true}
 
 // Convert turns a decoded profile into documents. host comes from the record
-// header (or the sample's host label when the header is empty); fallback is
-// the time used when the profile carries none (the record's timestamp).
-func Convert(names indices.Names, meta record.Meta, p *profile.Profile, fallback time.Time) (Documents, error) {
+// header (or the sample's host label when the header is empty); part is the
+// record's record.HeaderPart ("" when the profile was not split); fallback
+// is the time used when the profile carries none (the record's timestamp).
+func Convert(names indices.Names, meta record.Meta, part string, p *profile.Profile, fallback time.Time) (Documents, error) {
 	if len(p.SampleType) == 0 {
 		return Documents{}, fmt.Errorf("profile has no sample types")
 	}
-	h := newHeader(names, meta, p, fallback)
+	h := newHeader(names, meta, part, p, fallback)
 	valueIdx, countIdx, at := h.valueIdx, h.countIdx, h.at
 
 	// One document per label set (a process, mostly) with every stack it
@@ -78,7 +108,7 @@ func Convert(names indices.Names, meta record.Meta, p *profile.Profile, fallback
 	labelSets := labelSets{}
 	merged := map[string]*agg{} // by labelSet.key
 	var order []*agg
-	var docs Documents
+	docs := Documents{At: at}
 	seenStack := map[string]bool{}
 	stackByLocs := map[string]string{}
 	var locKey []byte
@@ -110,6 +140,9 @@ func Convert(names indices.Names, meta record.Meta, p *profile.Profile, fallback
 			stackByLocs[string(locKey)] = stackID
 		}
 		ls := labelSets.get(s.Label, meta.Host)
+		if ls.err != nil {
+			return Documents{}, ls.err
+		}
 		raw := int64(1)
 		if countIdx >= 0 && countIdx < len(s.Value) {
 			raw = s.Value[countIdx]
@@ -119,6 +152,7 @@ func Convert(names indices.Names, meta record.Meta, p *profile.Profile, fallback
 			a = &agg{doc: ls.doc(at, meta.Type), ls: ls, stacks: map[string]int{}}
 			merged[ls.key] = a
 			order = append(order, a)
+			docs.Labels.add(ls.drops)
 		}
 		a.doc.Value += v
 		a.doc.Count += raw
@@ -153,17 +187,18 @@ type header struct {
 	countIdx int // the samples/count value (raw samples), -1 when absent
 	at       time.Time
 	index    string // the samples index of at
+	part     string // record.HeaderPart: part of the sample IDs
 }
 
 // newHeader reads p's sample types, default sample type and time; fallback
 // is the time when p carries none.
-func newHeader(names indices.Names, meta record.Meta, p *profile.Profile, fallback time.Time) header {
+func newHeader(names indices.Names, meta record.Meta, part string, p *profile.Profile, fallback time.Time) header {
 	at := fallback
 	if p.TimeNanos > 0 {
 		at = time.Unix(0, p.TimeNanos)
 	}
 	at = at.UTC()
-	return header{valueIdx: pprofx.ValueIndex(p, string(meta.Type)), countIdx: pprofx.CountIndex(p), at: at, index: names.Samples(at)}
+	return header{valueIdx: pprofx.ValueIndex(p, string(meta.Type)), countIdx: pprofx.CountIndex(p), at: at, index: names.Samples(at), part: part}
 }
 
 // sample is the document d of label set ls with its stacks ids and values,
@@ -178,19 +213,16 @@ func (h header) sample(d *indices.SampleDoc, ls *labelSet, ids []string, values 
 // encode is the document d of label set ls, its stacks set, representing
 // raw raw samples.
 func (h header) encode(d *indices.SampleDoc, ls *labelSet, raw int64) Sample {
-	id := indices.SampleID(d.Host, d.Type, h.at, ls.idLabels)
-	return Sample{Index: h.index, ID: id, Doc: appendSampleDoc(make([]byte, 0, sampleDocSize(d)), d), Raw: raw}
+	id := indices.SampleIDPart(d.Host, d.Type, h.at, h.part, ls.idLabels)
+	return Sample{Index: h.index, ID: id, Doc: appendSampleDoc(make([]byte, 0, sampleDocSize(d, ls.fields)), d, ls.fields), Raw: raw}
 }
 
-// sampleDocSize is about the size of d's JSON, so that appendSampleDoc
-// grows its buffer once or not at all.
-func sampleDocSize(d *indices.SampleDoc) int {
-	n := 160 + len(d.Type) + len(d.Host) + len(d.Service) + base64.StdEncoding.EncodedLen(len(d.StackValues))
+// sampleDocSize is about the size of d's JSON with its label fields, so
+// that appendSampleDoc grows its buffer once or not at all.
+func sampleDocSize(d *indices.SampleDoc, labelFields []byte) int {
+	n := 160 + len(d.Type) + len(d.Host) + len(d.Service) + base64.StdEncoding.EncodedLen(len(d.StackValues)) + len(labelFields)
 	for _, id := range d.StackIDs {
 		n += len(id) + 3
-	}
-	for k, v := range d.Labels {
-		n += len(k) + len(v) + 6
 	}
 	return n
 }
@@ -211,15 +243,22 @@ func stackDoc(frames []indices.Frame, at time.Time) indices.StackDoc {
 // label set of a profile (a profile repeats a process's labels on every one
 // of its samples).
 type labelSet struct {
-	labels        map[string]string // without the promoted and empty ones
 	host, service string
-	key           string            // canonical: host, service, labels
-	idLabels      map[string]string // labels + service: the sample ID's label part
+	// labels is the document's label fields (SampleDoc.SetLabels of the
+	// labels kept) and fields their JSON, ready to append.
+	labels   indices.SampleDoc
+	fields   []byte
+	key      string            // canonical: host, service, labels
+	idLabels map[string]string // labels + service: the sample ID's label part
+	drops    LabelDrops
+	err      error // the host is too long: the record goes to the DLQ
+	size     int   // about the bytes ls holds, for the caches' budget
 }
 
 // doc is a samples document of ls at, without values yet.
 func (ls *labelSet) doc(at time.Time, typ record.ProfileType) indices.SampleDoc {
-	return indices.SampleDoc{Timestamp: at, Type: string(typ), Host: ls.host, Service: ls.service, Labels: ls.labels}
+	return indices.SampleDoc{Timestamp: at, Type: string(typ), Host: ls.host, Service: ls.service,
+		Labels: ls.labels.Labels, LabelPairs: ls.labels.LabelPairs, LabelNames: ls.labels.LabelNames}
 }
 
 // labelSets caches labelSet by the raw labels of a sample, for one profile.
@@ -286,36 +325,68 @@ func (c *labelSets) get(raw map[string][]string, headerHost string) *labelSet {
 	ls, ok := c.shared.get(string(exact))
 	if !ok {
 		ls = newLabelSet(raw, headerHost)
-		c.shared.put(string(exact), ls)
+		c.shared.put(string(exact), ls, ls.size+len(exact))
 	}
 	c.byRaw[string(c.buf[:n])] = ls
 	return ls
 }
 
-// newLabelSet builds the labelSet of raw labels.
+// newLabelSet builds the labelSet of raw labels: host and service promoted
+// to fields of their own, empty values dropped, then the label rules (see
+// LabelDrops) applied.
 func newLabelSet(raw map[string][]string, headerHost string) *labelSet {
 	labels := record.Labels(raw)
 	ls := &labelSet{host: headerHost, service: record.DeriveService(labels)}
 	if ls.host == "" {
 		ls.host = labels[record.LabelHost]
 	}
-	for k := range labels {
-		if promotedLabels[k] || labels[k] == "" {
-			delete(labels, k)
+	if len(ls.host) > record.MaxHostBytes {
+		ls.err = fmt.Errorf("%w: %d bytes, at most %d: %q...", errHostTooLong, len(ls.host), record.MaxHostBytes, record.TruncateUTF8(ls.host, 64))
+	}
+	if len(ls.service) > record.MaxServiceBytes {
+		ls.service = record.TruncateUTF8(ls.service, record.MaxServiceBytes)
+		ls.drops.ServiceTruncated++
+	}
+	keys := make([]string, 0, len(labels))
+	for k, v := range labels {
+		if promotedLabels[k] || v == "" {
+			continue
+		}
+		if !record.ValidLabelKey(k) {
+			ls.drops.InvalidKey++
+			continue
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	// The contract labels first (at most len(record.ContractLabels)), then
+	// the others in key order up to the cap.
+	kept := make(map[string]string, min(len(keys), MaxLabelsPerSample)+1)
+	for pass := range 2 {
+		for _, k := range keys {
+			if record.IsContractLabel(k) != (pass == 0) {
+				continue
+			}
+			if len(kept) == MaxLabelsPerSample {
+				ls.drops.TooMany++
+				continue
+			}
+			v := labels[k]
+			if len(v) > record.MaxLabelValueBytes {
+				v = record.TruncateUTF8(v, record.MaxLabelValueBytes)
+				ls.drops.ValueTruncated++
+			}
+			kept[k] = v
 		}
 	}
-	ls.key = ls.host + "\x00" + ls.service + "\x00" + labelKey(labels)
+	ls.key = ls.host + "\x00" + ls.service + "\x00" + labelKey(kept)
+	ls.labels.SetLabels(kept)
+	ls.fields = appendLabelFields(nil, &ls.labels)
 	// The service is part of the identity too: a label set without it would
 	// merge two services' samples of one stack.
-	ls.idLabels = make(map[string]string, len(labels)+1)
-	for k, v := range labels {
-		ls.idLabels[k] = v
-	}
-	ls.idLabels[record.LabelService] = ls.service
-	if len(labels) == 0 {
-		labels = nil
-	}
-	ls.labels = labels
+	kept[record.LabelService] = ls.service
+	ls.idLabels = kept
+	ls.size = 256 + len(ls.host) + 2*len(ls.service) + 3*len(ls.key) + len(ls.fields)
 	return ls
 }
 
@@ -342,8 +413,9 @@ func sortedKeys(l map[string]string) []string {
 }
 
 // appendSampleDoc encodes d as json.Marshal would (labels in key order),
-// without reflection: it runs once per document on the hot path.
-func appendSampleDoc(b []byte, d *indices.SampleDoc) []byte {
+// without reflection: it runs once per document on the hot path. Its label
+// fields are labelFields, appendLabelFields of d computed once per label set.
+func appendSampleDoc(b []byte, d *indices.SampleDoc, labelFields []byte) []byte {
 	b = append(b, `{"@timestamp":"`...)
 	b = d.Timestamp.AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","type":`...)
@@ -370,6 +442,13 @@ func appendSampleDoc(b []byte, d *indices.SampleDoc) []byte {
 		b = append(b, `,"count":`...)
 		b = strconv.AppendInt(b, d.Count, 10)
 	}
+	b = append(b, labelFields...)
+	return append(b, '}')
+}
+
+// appendLabelFields appends the labels, label_pairs and label_names fields
+// of d, each with its leading comma, as json.Marshal would.
+func appendLabelFields(b []byte, d *indices.SampleDoc) []byte {
 	if len(d.Labels) > 0 {
 		b = append(b, `,"labels":{`...)
 		for i, k := range sortedKeys(d.Labels) {
@@ -382,7 +461,23 @@ func appendSampleDoc(b []byte, d *indices.SampleDoc) []byte {
 		}
 		b = append(b, '}')
 	}
-	return append(b, '}')
+	for _, f := range []struct {
+		name   string
+		values []string
+	}{{`,"label_pairs":[`, d.LabelPairs}, {`,"label_names":[`, d.LabelNames}} {
+		if len(f.values) == 0 {
+			continue
+		}
+		b = append(b, f.name...)
+		for i, v := range f.values {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, v)
+		}
+		b = append(b, ']')
+	}
+	return b
 }
 
 // appendString appends s as a JSON string.

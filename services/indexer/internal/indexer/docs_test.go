@@ -3,6 +3,10 @@ package indexer
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,7 +39,7 @@ func TestConvertOneDocumentPerLabelSet(t *testing.T) {
 		Sample(b, []int64{1, 10}, "leaf", "main").
 		Sample(a, []int64{4, 40}, "other", "main").
 		Profile()
-	docs, err := Convert(testNames, record.Meta{Type: record.ProfileCPU, Host: "web-1"}, p, time.Time{})
+	docs, err := Convert(testNames, record.Meta{Type: record.ProfileCPU, Host: "web-1"}, "", p, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +71,7 @@ func TestConvertOneDocumentPerLabelSet(t *testing.T) {
 		t.Fatalf("index %s raw %d", docs.Samples[0].Index, docs.Samples[0].Raw)
 	}
 	// Deterministic: converting again gives the same IDs and documents.
-	again, _ := Convert(testNames, record.Meta{Type: record.ProfileCPU, Host: "web-1"}, p, time.Time{})
+	again, _ := Convert(testNames, record.Meta{Type: record.ProfileCPU, Host: "web-1"}, "", p, time.Time{})
 	for i := range docs.Samples {
 		if docs.Samples[i].ID != again.Samples[i].ID || string(docs.Samples[i].Doc) != string(again.Samples[i].Doc) {
 			t.Fatal("sample documents differ between two conversions of one profile")
@@ -80,7 +84,7 @@ func TestConvertOneDocumentPerLabelSet(t *testing.T) {
 
 func TestConvertRejectsNegativeValues(t *testing.T) {
 	p := pproftest.NewCPU(time.Now(), time.Second).Sample(nil, []int64{1, -5}, "f").Profile()
-	if _, err := Convert(testNames, record.Meta{Type: record.ProfileCPU, Host: "h"}, p, time.Now()); err == nil {
+	if _, err := Convert(testNames, record.Meta{Type: record.ProfileCPU, Host: "h"}, "", p, time.Now()); err == nil {
 		t.Fatal("a negative value was accepted")
 	}
 }
@@ -90,7 +94,7 @@ func TestConvertMemoryIsStackless(t *testing.T) {
 	p := pproftest.NewMemory(at, time.Minute).
 		Sample(map[string]string{"pid": "7", "systemd_unit": "db.service"}, []int64{4096}).
 		Profile()
-	docs, err := Convert(testNames, record.Meta{Type: record.ProfileMemory, Host: "h"}, p, time.Time{})
+	docs, err := Convert(testNames, record.Meta{Type: record.ProfileMemory, Host: "h"}, "", p, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +111,7 @@ func TestConvertUsesFallbackTime(t *testing.T) {
 	p := pproftest.NewCPU(time.Unix(0, 0), time.Second).Sample(nil, []int64{1, 1}, "f").Profile()
 	p.TimeNanos = 0
 	fallback := time.Date(2025, 5, 6, 7, 8, 9, 0, time.UTC)
-	docs, err := Convert(testNames, record.Meta{Type: record.ProfileCPU, Host: "h"}, p, fallback)
+	docs, err := Convert(testNames, record.Meta{Type: record.ProfileCPU, Host: "h"}, "", p, fallback)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,10 +154,10 @@ func TestFrames(t *testing.T) {
 
 func TestConvertRejectsBrokenProfiles(t *testing.T) {
 	p := pproftest.NewCPU(time.Now(), time.Second).Sample(nil, []int64{1}, "f").Profile() // 1 value for 2 types
-	if _, err := Convert(testNames, record.Meta{Type: record.ProfileCPU}, p, time.Now()); err == nil {
+	if _, err := Convert(testNames, record.Meta{Type: record.ProfileCPU}, "", p, time.Now()); err == nil {
 		t.Fatal("a sample with too few values was accepted")
 	}
-	if _, err := Convert(testNames, record.Meta{Type: record.ProfileCPU}, &profile.Profile{}, time.Now()); err == nil {
+	if _, err := Convert(testNames, record.Meta{Type: record.ProfileCPU}, "", &profile.Profile{}, time.Now()); err == nil {
 		t.Fatal("a profile without sample types was accepted")
 	}
 }
@@ -172,7 +176,7 @@ func FuzzConvert(f *testing.F) {
 		if err != nil {
 			return
 		}
-		docs, err := Convert(testNames, record.Meta{Type: record.ProfileCPU, Host: "h"}, p, time.Unix(0, 0))
+		docs, err := Convert(testNames, record.Meta{Type: record.ProfileCPU, Host: "h"}, "", p, time.Unix(0, 0))
 		if err != nil {
 			return
 		}
@@ -208,7 +212,7 @@ func BenchmarkDecodeConvert(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				d, err := Convert(testNames, r.Meta, p, r.Time)
+				d, err := Convert(testNames, r.Meta, "", p, r.Time)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -224,7 +228,7 @@ func TestConvertHostFromLabelWhenHeaderEmpty(t *testing.T) {
 		Sample(map[string]string{"host": "h9", "comm": "a", "container_id": ""}, []int64{1, 5}, "f").
 		Sample(map[string]string{"host": "h8", "comm": "a"}, []int64{1, 7}, "f").
 		Profile()
-	docs, err := Convert(testNames, record.Meta{Type: record.ProfileCPU}, p, time.Time{})
+	docs, err := Convert(testNames, record.Meta{Type: record.ProfileCPU}, "", p, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,5 +269,112 @@ func TestJSONPlain(t *testing.T) {
 	}
 	if !jsonPlain("") || !jsonPlain("AbCdEfGh-_0123456789") {
 		t.Fatal("plain strings not plain")
+	}
+}
+
+// oddLabels has a label of every kind the label rules change: keys outside
+// the pattern, a value too long, more labels than MaxLabelsPerSample, a
+// service too long, next to contract and other labels that pass.
+func oddLabels() map[string]string {
+	l := map[string]string{
+		"pid": "42", "comm": "api", "zone": "eu-1",
+		"a.b": "dot", "a-b": "dash", "9lives": "digit", "": "empty key", "x y": "space",
+		"note":    strings.Repeat("ü", record.MaxLabelValueBytes), // 1,024 bytes
+		"service": strings.Repeat("s", record.MaxServiceBytes+10),
+	}
+	for i := range MaxLabelsPerSample {
+		l[fmt.Sprintf("extra_%02d", i)] = "v"
+	}
+	return l
+}
+
+func TestLabelRules(t *testing.T) {
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	p := pproftest.NewCPU(at, time.Second).Sample(oddLabels(), []int64{1, 5}, "f").Profile()
+	docs, err := Convert(testNames, record.Meta{Type: record.ProfileCPU, Host: "h"}, "", p, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := decodeSample(t, docs.Samples[0])
+	if len(d.Labels) != 2 || d.Labels["pid"] != "42" || d.Labels["comm"] != "api" {
+		t.Fatalf("labels = %v, want the contract labels pid and comm only", d.Labels)
+	}
+	if len(d.Service) != record.MaxServiceBytes {
+		t.Fatalf("service of %d bytes, want it cut to %d", len(d.Service), record.MaxServiceBytes)
+	}
+	// 64 labels: pid and comm, then 62 others in key order: extra_00 to
+	// extra_61 ("extra_" sorts before "note" and "zone").
+	if len(d.LabelPairs) != MaxLabelsPerSample-2 || len(d.LabelNames) != len(d.LabelPairs) ||
+		d.LabelPairs[0] != "extra_00=v" || d.LabelNames[61] != "extra_61" {
+		t.Fatalf("%d label pairs (%q...), want %d from extra_00", len(d.LabelPairs), d.LabelPairs[:min(3, len(d.LabelPairs))], MaxLabelsPerSample-2)
+	}
+	want := LabelDrops{InvalidKey: 5, TooMany: 4, ServiceTruncated: 1} // a.b, a-b, 9lives, "", "x y"; note, zone, extra_62, extra_63
+	if docs.Labels != want {
+		t.Fatalf("drops %+v, want %+v", docs.Labels, want)
+	}
+
+	// Fewer others: the long value is kept, cut on a UTF-8 boundary.
+	l := map[string]string{"note": strings.Repeat("ü", record.MaxLabelValueBytes), "k8s_pod": "p"}
+	p = pproftest.NewCPU(at, time.Second).Sample(l, []int64{1, 5}, "f").Profile()
+	if docs, err = Convert(testNames, record.Meta{Type: record.ProfileCPU, Host: "h"}, "", p, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	d = decodeSample(t, docs.Samples[0])
+	if len(d.LabelPairs) != 1 || d.LabelPairs[0] != "note="+strings.Repeat("ü", record.MaxLabelValueBytes/2) ||
+		docs.Labels != (LabelDrops{ValueTruncated: 1}) || d.Labels["k8s_pod"] != "p" {
+		t.Fatalf("doc %+v, drops %+v: want note cut to %d bytes", d, docs.Labels, record.MaxLabelValueBytes)
+	}
+}
+
+func TestHostTooLongIsAnError(t *testing.T) {
+	p := pproftest.NewCPU(time.Unix(1700000000, 0), time.Second).
+		Sample(map[string]string{"host": strings.Repeat("h", record.MaxHostBytes+1)}, []int64{1, 5}, "f").Profile()
+	if _, err := Convert(testNames, record.Meta{Type: record.ProfileCPU}, "", p, time.Time{}); !errors.Is(err, errHostTooLong) {
+		t.Fatalf("Convert = %v, want errHostTooLong", err)
+	}
+}
+
+// TestPartsHaveTheirOwnIDs: the parts of a split profile share host, type,
+// time and label sets; their documents must not overwrite each other, and a
+// record that was not split keeps the ID it always had.
+func TestPartsHaveTheirOwnIDs(t *testing.T) {
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	v := encode(t, pproftest.NewCPU(at, time.Second).Sample(map[string]string{"pid": "1", "comm": "a"}, []int64{1, 5}, "f").Profile())
+	meta := record.Meta{Type: record.ProfileCPU, Host: "h"}
+	ids := map[string]string{}
+	for _, part := range []string{"", "0", "1"} {
+		slow, err := decodeConvert(testNames, meta, part, v, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fast, ok := testFast.convert(testNames, meta, part, v, time.Time{})
+		if !ok || !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("part %q: fast path ok=%v, documents differ", part, ok)
+		}
+		ids[part] = slow.Samples[0].ID
+	}
+	if ids["0"] == ids["1"] || ids["0"] == ids[""] {
+		t.Fatalf("IDs %v: parts share an ID", ids)
+	}
+	if want := indices.SampleID("h", "cpu", at, map[string]string{"pid": "1", "comm": "a", "service": "a"}); ids[""] != want {
+		t.Fatalf("unsplit ID %s, want %s as before parts existed", ids[""], want)
+	}
+}
+
+// TestSampleDocIsJSON: appendSampleDoc's bytes decode to the document they
+// encode, label fields included.
+func TestSampleDocIsJSON(t *testing.T) {
+	d := indices.SampleDoc{Timestamp: time.Date(2026, 11, 30, 1, 2, 3, 4, time.UTC), Type: "cpu", Host: "h\"", Service: "s\\", Value: 7, Count: 2}
+	d.SetLabels(map[string]string{"pid": "1", "comm": "ä", "zone": "a\x00b", "rack": "r=1"})
+	if err := d.SetStacks([]string{"a", "b"}, []int64{3, 4}); err != nil {
+		t.Fatal(err)
+	}
+	b := appendSampleDoc(nil, &d, appendLabelFields(nil, &d))
+	var got indices.SampleDoc
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	if !reflect.DeepEqual(got, d) {
+		t.Fatalf("decoded %+v, want %+v", got, d)
 	}
 }

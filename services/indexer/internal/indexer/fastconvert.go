@@ -3,7 +3,6 @@ package indexer
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"io"
@@ -23,7 +22,7 @@ import (
 
 // decodeConvert is the general path: google/pprof's decoder, then Convert.
 // Its errors are what the DLQ records say.
-func decodeConvert(names indices.Names, meta record.Meta, value []byte, fallback time.Time) (Documents, error) {
+func decodeConvert(names indices.Names, meta record.Meta, part string, value []byte, fallback time.Time) (Documents, error) {
 	p, err := record.DecodeProfile(value)
 	if err != nil {
 		return Documents{}, fmt.Errorf("decode profile: %w", err)
@@ -33,11 +32,11 @@ func decodeConvert(names indices.Names, meta record.Meta, value []byte, fallback
 	for _, s := range p.Sample {
 		for _, loc := range s.Location {
 			if loc == nil {
-				return Documents{}, errors.New("decode profile: sample references an unknown location")
+				return Documents{}, fmt.Errorf("decode profile: %w: a sample references an unknown location", record.ErrInvalidProfile)
 			}
 		}
 	}
-	docs, err := Convert(names, meta, p, fallback)
+	docs, err := Convert(names, meta, part, p, fallback)
 	if err != nil {
 		return Documents{}, fmt.Errorf("convert profile: %w", err)
 	}
@@ -57,11 +56,20 @@ type fastPath struct {
 	labels *boundedMap[string, *labelSet]
 }
 
+// Bounds of the fast path's caches: entries, and about the bytes they hold
+// (a hostile profile's stacks or label sets can be large).
+const (
+	stackCacheEntries = 1 << 14
+	stackCacheBytes   = 64 << 20
+	labelCacheEntries = 1 << 14
+	labelCacheBytes   = 32 << 20
+)
+
 func newFastPath() *fastPath {
 	return &fastPath{
 		decoders: sync.Pool{New: func() any { return new(fastDecoder) }},
-		stacks:   newStackCache(1 << 14),
-		labels:   newBoundedMap[string, *labelSet](1 << 14),
+		stacks:   newStackCache(stackCacheEntries, stackCacheBytes),
+		labels:   newBoundedMap[string, *labelSet](labelCacheEntries, labelCacheBytes),
 	}
 }
 
@@ -73,34 +81,37 @@ func newFastPath() *fastPath {
 // handle exactly as the general path does (not gzip, malformed protobuf,
 // numeric labels, repeated label keys, unknown or sparse IDs, bad values...):
 // the caller then takes the general path, which also explains the error.
-func (f *fastPath) convert(names indices.Names, meta record.Meta, value []byte, fallback time.Time) (Documents, bool) {
+func (f *fastPath) convert(names indices.Names, meta record.Meta, part string, value []byte, fallback time.Time) (docs Documents, ok bool) {
 	d := f.decoders.Get().(*fastDecoder)
+	returned := false
 	defer func() {
+		if !returned {
+			return // a panic: the decoder's state is not to be trusted again
+		}
 		if d.raw.Cap() > 8<<20 {
 			d.raw = bytes.Buffer{} // do not keep a rare huge profile's buffer
 		}
 		f.decoders.Put(d)
 	}()
-	if !d.decompress(value) {
-		return Documents{}, false
+	if d.decompress(value) && d.parse() {
+		docs, ok = d.convert(names, meta, part, fallback, f)
 	}
-	if !d.parse() {
-		return Documents{}, false
-	}
-	return d.convert(names, meta, fallback, f)
+	returned = true
+	return docs, ok
 }
 
 // boundedMap is a goroutine-safe map that forgets everything when it holds
-// max entries: the fast path's caches across profiles, whose values never
-// change once put.
+// max entries or about maxBytes: the fast path's caches across profiles,
+// whose values never change once put.
 type boundedMap[K comparable, V any] struct {
-	max int
-	mu  sync.RWMutex
-	m   map[K]V
+	max, maxBytes int
+	mu            sync.RWMutex
+	m             map[K]V
+	bytes         int
 }
 
-func newBoundedMap[K comparable, V any](max int) *boundedMap[K, V] {
-	return &boundedMap[K, V]{max: max, m: map[K]V{}}
+func newBoundedMap[K comparable, V any](max, maxBytes int) *boundedMap[K, V] {
+	return &boundedMap[K, V]{max: max, maxBytes: maxBytes, m: map[K]V{}}
 }
 
 func (c *boundedMap[K, V]) get(k K) (V, bool) {
@@ -110,12 +121,19 @@ func (c *boundedMap[K, V]) get(k K) (V, bool) {
 	return v, ok
 }
 
-func (c *boundedMap[K, V]) put(k K, v V) {
+// put adds k, whose value holds about size bytes. A value larger than a
+// quarter of the budget is not kept: it would flush the others.
+func (c *boundedMap[K, V]) put(k K, v V, size int) {
+	if size > c.maxBytes/4 {
+		return
+	}
 	c.mu.Lock()
-	if len(c.m) >= c.max {
+	if len(c.m) >= c.max || c.bytes+size > c.maxBytes {
 		clear(c.m)
+		c.bytes = 0
 	}
 	c.m[k] = v
+	c.bytes += size
 	c.mu.Unlock()
 }
 
@@ -131,8 +149,8 @@ type cachedStack struct {
 	frames []indices.Frame // shared, never modified
 }
 
-func newStackCache(max int) *stackCache {
-	return &stackCache{seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, boundedMap: newBoundedMap[[2]uint64, cachedStack](max)}
+func newStackCache(max, maxBytes int) *stackCache {
+	return &stackCache{seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, boundedMap: newBoundedMap[[2]uint64, cachedStack](max, maxBytes)}
 }
 
 func (c *stackCache) hash(b []byte) [2]uint64 {
@@ -652,8 +670,10 @@ func (d *fastDecoder) parse() bool {
 		if l.mapping != 0 && lookup(d.mapByID, l.mapping) < 0 {
 			return false
 		}
+		// pprof's CheckValid (record.DecodeProfile) refuses a line
+		// without a function, as one naming a function the table lacks.
 		for _, ln := range d.lines[l.lines[0]:l.lines[1]] {
-			if ln.function != 0 && lookup(d.funcByID, ln.function) < 0 {
+			if lookup(d.funcByID, ln.function) < 0 {
 				return false
 			}
 		}
@@ -850,11 +870,15 @@ func (d *fastDecoder) stack(c *stackCache) (cachedStack, bool) {
 		frames = d.locationFrames(frames, &d.locations[lookup(d.locByID, id)])
 	}
 	s := cachedStack{frames: frames}
+	size := 64
 	if len(frames) > 0 {
 		s.id = indices.StackID(frames)
 		s.prefix = idPrefix(s.id)
+		for _, f := range frames {
+			size += 64 + len(f.Function) + len(f.File) + len(f.Binary)
+		}
 	}
-	c.put(h, s)
+	c.put(h, s, size)
 	return s, true
 }
 
@@ -891,7 +915,7 @@ func (d *fastDecoder) labels(raw []byte) (map[string][]string, bool) {
 }
 
 // convert is Convert over the decoded tables; see Convert for the rules.
-func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback time.Time, f *fastPath) (Documents, bool) {
+func (d *fastDecoder) convert(names indices.Names, meta record.Meta, part string, fallback time.Time, f *fastPath) (Documents, bool) {
 	c := f.stacks
 	if len(d.sampleTypes) == 0 {
 		return Documents{}, false
@@ -903,7 +927,7 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 	if !d.validStr(d.defaultType) {
 		return Documents{}, false
 	}
-	h := newHeader(names, meta, &profile.Profile{SampleType: types, DefaultSampleType: d.str(uint64(d.defaultType)), TimeNanos: d.timeNanos}, fallback)
+	h := newHeader(names, meta, part, &profile.Profile{SampleType: types, DefaultSampleType: d.str(uint64(d.defaultType)), TimeNanos: d.timeNanos}, fallback)
 	valueIdx, countIdx, at := h.valueIdx, h.countIdx, h.at
 
 	type agg struct {
@@ -916,7 +940,7 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 	sets := labelSets{shared: f.labels}
 	merged := map[string]*agg{}
 	var order []*agg
-	var docs Documents
+	docs := Documents{At: at}
 	// Per profile: a sample's stack (by the hash of its location key) as an
 	// index in docs.Stacks, -1 without frames; aggregates by the raw label
 	// fields; stacks by the first 8 bytes of their ID (checked against the
@@ -943,7 +967,8 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 				return Documents{}, false
 			}
 		}
-		if valueIdx >= len(d.values) {
+		// One value per sample type, as pprof's CheckValid requires.
+		if len(d.values) != len(d.sampleTypes) {
 			return Documents{}, false
 		}
 		v := d.values[valueIdx]
@@ -1040,6 +1065,9 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 				return Documents{}, false
 			}
 			ls := sets.get(raw, meta.Host)
+			if ls.err != nil {
+				return Documents{}, false // the general path explains it
+			}
 			a = merged[ls.key]
 			if a == nil {
 				a = &agg{doc: ls.doc(at, meta.Type), ls: ls}
@@ -1055,6 +1083,7 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, fallback ti
 				a.aggBuf, a.at = ab, int32(k)
 				merged[ls.key] = a
 				order = append(order, a)
+				docs.Labels.add(ls.drops)
 			}
 			d.byRawLabels.put(lbh, int32(len(d.labelKeys)))
 			d.labelKeys = append(d.labelKeys, arenaKey{off: len(d.keyArena), n: len(labelKey), val: a.at})

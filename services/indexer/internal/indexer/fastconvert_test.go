@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -93,6 +94,12 @@ func fastCases(t testing.TB) []fastCase {
 		Sample(map[string]string{"host": "h9", "comm": "a", "container_id": ""}, []int64{1, 5}, "f").
 		Sample(map[string]string{"host": "h8", "comm": "a"}, []int64{1, 7}, "f").
 		Profile()), time.Time{}, true})
+	cases = append(cases, fastCase{"odd labels", cpu, encode(t, pproftest.NewCPU(at, time.Second).
+		Sample(oddLabels(), []int64{1, 5}, "f").
+		Sample(map[string]string{"a": "1", "a.b": "2", "a-b": "3", "k8s_pod": strings.Repeat("é", 300)}, []int64{1, 7}, "f").
+		Profile()), time.Time{}, true})
+	cases = append(cases, fastCase{"host too long", record.Meta{Type: record.ProfileCPU, Host: strings.Repeat("h", record.MaxHostBytes+1)},
+		encode(t, pproftest.NewCPU(at, time.Second).Sample(nil, []int64{1, 5}, "f").Profile()), time.Time{}, false})
 	mem := pproftest.NewMemory(at, time.Second)
 	mem.Sample(map[string]string{"pid": "7", "comm": "db"}, []int64{1 << 20})
 	mem.Sample(map[string]string{"pid": "8", "comm": "db"}, []int64{2 << 20})
@@ -105,14 +112,15 @@ func fastCases(t testing.TB) []fastCase {
 	un.AddressSample(map[string]string{"comm": "app"}, []int64{2, 20}, m, 0x400010, 0x400020)
 	cases = append(cases, fastCase{"unsymbolized, fallback time", cpu, encode(t, un.Profile()), at.Add(time.Hour), true})
 
-	// Inlined lines, file names, line numbers, a function without name.
+	// Inlined lines, file names, line numbers, a function without name, a
+	// location without lines or mapping.
 	fa := &profile.Function{ID: 1, Name: "inlined", Filename: "a.c"}
 	fb := &profile.Function{ID: 2, Name: "outer", Filename: "b.c"}
 	fc := &profile.Function{ID: 3, SystemName: "_Z3sysv"}
 	mp := &profile.Mapping{ID: 1, Start: 0x1000, Limit: 0x2000, File: "/lib/libx.so"}
 	l1 := &profile.Location{ID: 1, Mapping: mp, Address: 0x1010, Line: []profile.Line{{Function: fa, Line: 3}, {Function: fb, Line: 9}}}
 	l2 := &profile.Location{ID: 2, Mapping: mp, Address: 0x1020, Line: []profile.Line{{Function: fc, Line: 4}}}
-	l3 := &profile.Location{ID: 3, Address: 0x30, Line: []profile.Line{{Line: 5}}}
+	l3 := &profile.Location{ID: 3, Address: 0x30}
 	inl := &profile.Profile{
 		SampleType: []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
 		TimeNanos:  at.UnixNano(), Mapping: []*profile.Mapping{mp}, Function: []*profile.Function{fa, fb, fc},
@@ -146,6 +154,11 @@ func fastCases(t testing.TB) []fastCase {
 	neg := pproftest.NewCPU(at, time.Second).Sample(nil, []int64{1, -3}, "f").Profile()
 	cases = append(cases, fastCase{"negative value", cpu, encode(t, neg), time.Time{}, false})
 	cases = append(cases, fastCase{"no sample types", cpu, encode(t, &profile.Profile{TimeNanos: 1}), time.Time{}, false})
+	long := pproftest.NewCPU(at, time.Second).Sample(nil, []int64{1, 2, 3}, "f").Profile()
+	cases = append(cases, fastCase{"more values than types", cpu, encode(t, long), time.Time{}, false})
+	nofn := pproftest.NewCPU(at, time.Second).Sample(nil, []int64{1, 2}, "f").Profile()
+	nofn.Location[0].Line = append(nofn.Location[0].Line, profile.Line{Line: 7})
+	cases = append(cases, fastCase{"line without function", cpu, encode(t, nofn), time.Time{}, false})
 	raw := encode(t, inl)
 	zr, err := gzip.NewReader(bytes.NewReader(raw))
 	if err != nil {
@@ -169,10 +182,10 @@ func TestFastConvertMatchesGeneralPath(t *testing.T) {
 	names := testNames
 	for _, tc := range fastCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
-			slow, slowErr := decodeConvert(names, tc.meta, tc.value, tc.fallback)
+			slow, slowErr := decodeConvert(names, tc.meta, "", tc.value, tc.fallback)
 			// Twice: the second run takes the stack IDs from the cache.
 			for range 2 {
-				fast, ok := testFast.convert(names, tc.meta, tc.value, tc.fallback)
+				fast, ok := testFast.convert(names, tc.meta, "", tc.value, tc.fallback)
 				if ok != tc.wantFast {
 					t.Fatalf("fast path ok=%v, want %v (general path error: %v)", ok, tc.wantFast, slowErr)
 				}
@@ -197,7 +210,7 @@ func TestConvertUnknownLocationIsAnError(t *testing.T) {
 		if tc.name != "unknown location" {
 			continue
 		}
-		if _, err := decodeConvert(testNames, tc.meta, tc.value, tc.fallback); err == nil {
+		if _, err := decodeConvert(testNames, tc.meta, "", tc.value, tc.fallback); err == nil {
 			t.Fatal("a sample with an unknown location was accepted")
 		}
 		return
@@ -226,11 +239,11 @@ func FuzzFastConvert(f *testing.F) {
 	meta := record.Meta{Type: record.ProfileCPU, Host: "h"}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		for _, value := range [][]byte{in, pproftest.Gzip(in)} {
-			fast, ok := testFast.convert(testNames, meta, value, time.Unix(5, 0))
+			fast, ok := testFast.convert(testNames, meta, "", value, time.Unix(5, 0))
 			if !ok {
 				continue
 			}
-			slow, err := decodeConvert(testNames, meta, value, time.Unix(5, 0))
+			slow, err := decodeConvert(testNames, meta, "", value, time.Unix(5, 0))
 			if err != nil {
 				t.Fatalf("fast path accepted what the general path rejects: %v", err)
 			}
@@ -259,7 +272,7 @@ func BenchmarkFastConvert(b *testing.B) {
 			cpu := startCPU(b)
 			for i := 0; b.Loop(); i++ {
 				r := recs[i%len(recs)]
-				d, ok := testFast.convert(testNames, r.Meta, r.Val, r.Time)
+				d, ok := testFast.convert(testNames, r.Meta, "", r.Val, r.Time)
 				if !ok {
 					b.Fatal("fast path declined a corpus profile")
 				}
@@ -297,7 +310,7 @@ func BenchmarkFastConvertDecoded(b *testing.B) {
 				if !d.parse() {
 					b.Fatal("parse declined a corpus profile")
 				}
-				if _, ok := d.convert(testNames, r.Meta, r.Time, f); !ok {
+				if _, ok := d.convert(testNames, r.Meta, "", r.Time, f); !ok {
 					b.Fatal("fast path declined a corpus profile")
 				}
 			}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -46,9 +47,17 @@ type Options struct {
 	// Workers decode and convert the records of a poll in parallel; 0 is
 	// one per CPU. Documents are added to the batch in record order.
 	Workers int
-	Logger  *slog.Logger
-	Metrics *Metrics
-	Now     func() time.Time
+	// MaxAge and MaxClockSkew are the window of profile times indexed:
+	// [now - MaxAge, now + MaxClockSkew]. A profile outside it goes to the
+	// DLQ (time_out_of_range): it would create an index retention deletes at
+	// once, or one for a future day it never deletes. MaxAge is the
+	// retention (0 accepts any past time); MaxClockSkew 0 is
+	// record.DefaultMaxClockSkew.
+	MaxAge       time.Duration
+	MaxClockSkew time.Duration
+	Logger       *slog.Logger
+	Metrics      *Metrics
+	Now          func() time.Time
 }
 
 // Defaults of Options.
@@ -78,6 +87,9 @@ type Indexer struct {
 	// fail, Run stops and the records are redelivered.
 	sending map[string]bool
 	fast    *fastPath
+	// convertRecord is convert; tests replace it to reach the record
+	// boundary's recover.
+	convertRecord func(*kgo.Record) (Documents, error)
 }
 
 // ConsumerOpts are the client options the Indexer needs: a group reading
@@ -124,7 +136,12 @@ func New(kcl *kgo.Client, w *bulk.Writer, opts Options) *Indexer {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Indexer{kcl: kcl, w: w, opts: opts, log: opts.Logger, m: opts.Metrics, stored: map[string]struct{}{}, fast: newFastPath()}
+	if opts.MaxClockSkew <= 0 {
+		opts.MaxClockSkew = record.DefaultMaxClockSkew
+	}
+	ix := &Indexer{kcl: kcl, w: w, opts: opts, log: opts.Logger, m: opts.Metrics, stored: map[string]struct{}{}, fast: newFastPath()}
+	ix.convertRecord = ix.convert
+	return ix
 }
 
 // batch is the work between two commits.
@@ -352,12 +369,26 @@ func (ix *Indexer) convertAll(recs []*kgo.Record) []converted {
 				if i >= len(recs) {
 					return
 				}
-				out[i].docs, out[i].err = ix.convert(recs[i])
+				out[i].docs, out[i].err = ix.convertSafe(recs[i])
 			}
 		})
 	}
 	wg.Wait()
 	return out
+}
+
+// convertSafe is the record boundary: nothing in a record's content may stop
+// the loop, so a panic while converting it becomes its DLQ reason. The
+// panic is a bug to fix (its stack is logged); this is the last line.
+func (ix *Indexer) convertSafe(r *kgo.Record) (docs Documents, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			ix.log.Error("convert record panicked", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			docs, err = Documents{}, &deadLetter{reason: ReasonPanic, err: fmt.Errorf("convert record: panic: %v", p)}
+		}
+	}()
+	return ix.convertRecord(r)
 }
 
 // add turns a converted record into documents of b, or into a dead letter.
@@ -369,8 +400,7 @@ func (ix *Indexer) add(b *batch, r *kgo.Record, c converted) {
 	b.last[topicPartition{r.Topic, r.Partition}] = r
 	docs, err := c.docs, c.err
 	if err != nil {
-		ix.log.Warn("dead-letter record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
-		b.dlq = append(b.dlq, record.DLQRecord(ix.opts.DLQTopic, Service, r, err))
+		b.dlq = append(b.dlq, ix.deadLetter(r, err))
 		return
 	}
 	stacksIndex := ix.opts.Names.Stacks()
@@ -383,8 +413,7 @@ func (ix *Indexer) add(b *batch, r *kgo.Record, c converted) {
 		}
 		doc, err := s.Doc()
 		if err != nil {
-			ix.log.Warn("dead-letter record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
-			b.dlq = append(b.dlq, record.DLQRecord(ix.opts.DLQTopic, Service, r, err))
+			b.dlq = append(b.dlq, ix.deadLetter(r, err))
 			return
 		}
 		b.stacks[s.ID] = true
@@ -404,19 +433,79 @@ func (ix *Indexer) add(b *batch, r *kgo.Record, c converted) {
 func (ix *Indexer) convert(r *kgo.Record) (Documents, error) {
 	meta, err := record.ParseMeta(r.Headers)
 	if err != nil {
-		return Documents{}, fmt.Errorf("parse headers: %w", err)
+		return Documents{}, &deadLetter{reason: ReasonHeaders, err: fmt.Errorf("parse headers: %w", err)}
 	}
 	if meta.Host == "" {
 		meta.Host = string(r.Key)
 	}
+	part := record.HeaderValue(r.Headers, record.HeaderPart)
 	// The fast path handles the profiles agents and the symbolizer write;
 	// anything else (and every error) takes the general one.
-	if docs, ok := ix.fast.convert(ix.opts.Names, meta, r.Value, r.Timestamp); ok {
+	docs, ok := ix.fast.convert(ix.opts.Names, meta, part, r.Value, r.Timestamp)
+	if ok {
 		ix.m.Decoded.WithLabelValues("fast").Inc()
-		return docs, nil
+	} else {
+		ix.m.Decoded.WithLabelValues("general").Inc()
+		if docs, err = decodeConvert(ix.opts.Names, meta, part, r.Value, r.Timestamp); err != nil {
+			return Documents{}, err
+		}
 	}
-	ix.m.Decoded.WithLabelValues("general").Inc()
-	return decodeConvert(ix.opts.Names, meta, r.Value, r.Timestamp)
+	if err := record.CheckTime(docs.At, ix.opts.Now(), ix.opts.MaxAge, ix.opts.MaxClockSkew); err != nil {
+		return Documents{}, fmt.Errorf("check profile time: %w", err)
+	}
+	ix.m.countLabelDrops(docs.Labels)
+	return docs, nil
+}
+
+// DLQ reasons: the value of stackstream_indexer_dlq_records_total's reason
+// label, and the first word of a DLQ record's reason header.
+const (
+	ReasonHeaders     = "headers"           // missing or unknown headers
+	ReasonNotGzip     = "not_gzip"          // value not gzip, or corrupt
+	ReasonNotPprof    = "not_pprof"         // not a pprof message
+	ReasonTooLarge    = "too_large"         // beyond a decode limit
+	ReasonInvalid     = "invalid_profile"   // pprof, but not self-consistent
+	ReasonTime        = "time_out_of_range" // outside [now - MaxAge, now + MaxClockSkew]
+	ReasonHostTooLong = "host_too_long"     // host beyond record.MaxHostBytes
+	ReasonPanic       = "panic"             // converting it panicked (a bug)
+	ReasonRejected    = "rejected"          // OpenSearch refused a document for good
+)
+
+// deadLetter is an error with its DLQ reason.
+type deadLetter struct {
+	reason string
+	err    error
+}
+
+func (d *deadLetter) Error() string { return d.err.Error() }
+func (d *deadLetter) Unwrap() error { return d.err }
+
+// reasonOf maps a record's error to its DLQ reason.
+func reasonOf(err error) string {
+	var dl *deadLetter
+	switch {
+	case errors.As(err, &dl):
+		return dl.reason
+	case errors.Is(err, record.ErrTimeOutOfRange):
+		return ReasonTime
+	case errors.Is(err, errHostTooLong):
+		return ReasonHostTooLong
+	case errors.Is(err, record.ErrTooLarge):
+		return ReasonTooLarge
+	case errors.Is(err, record.ErrNotGzip):
+		return ReasonNotGzip
+	case errors.Is(err, record.ErrNotPprof):
+		return ReasonNotPprof
+	}
+	return ReasonInvalid
+}
+
+// deadLetter is the DLQ record of r, which cannot be indexed because of err.
+func (ix *Indexer) deadLetter(r *kgo.Record, err error) *kgo.Record {
+	reason := reasonOf(err)
+	ix.m.DLQ.WithLabelValues(reason).Inc()
+	ix.log.Warn("dead-letter record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason, "err", err)
+	return record.DLQRecord(ix.opts.DLQTopic, Service, r, fmt.Errorf("%s: %w", reason, err))
 }
 
 // flush stores b's documents, dead-letters the records OpenSearch rejected
@@ -437,9 +526,8 @@ func (ix *Indexer) flush(ctx context.Context, b *batch) error {
 			continue
 		}
 		dead[r] = true
-		reason := fmt.Errorf("opensearch rejected document %s/%s: HTTP %d: %s", rj.Item.Index, rj.Item.ID, rj.Status, rj.Reason)
-		ix.log.Warn("dead-letter record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", reason)
-		b.dlq = append(b.dlq, record.DLQRecord(ix.opts.DLQTopic, Service, r, reason))
+		b.dlq = append(b.dlq, ix.deadLetter(r, &deadLetter{reason: ReasonRejected,
+			err: fmt.Errorf("opensearch rejected document %s/%s: HTTP %d: %s", rj.Item.Index, rj.Item.ID, rj.Status, rj.Reason)}))
 	}
 	if len(b.dlq) > 0 {
 		if err := ix.kcl.ProduceSync(ctx, b.dlq...).FirstErr(); err != nil {

@@ -47,8 +47,9 @@ type running struct {
 	metrics *indexer.Metrics
 }
 
-// start runs an indexer of e's group writing to osURL.
-func start(t *testing.T, e *indexertest.Env, osURL string) *running {
+// start runs an indexer of e's group writing to osURL, with opts applied to
+// its Options.
+func start(t *testing.T, e *indexertest.Env, osURL string, opts ...func(*indexer.Options)) *running {
 	t.Helper()
 	ctx := context.Background()
 	kcl, err := kafka.NewClient(ctx, kafka.Config{Brokers: e.Brokers, DialTimeout: 10 * time.Second},
@@ -61,9 +62,13 @@ func start(t *testing.T, e *indexertest.Env, osURL string) *running {
 		t.Fatal(err)
 	}
 	m := indexer.NewMetrics(nil)
-	ix := indexer.New(kcl, bulk.New(osc, bulk.Options{Backoff: 50 * time.Millisecond, MaxBackoff: time.Second, Metrics: m.Bulk}), indexer.Options{
+	o := indexer.Options{
 		Names: e.Names, DLQTopic: e.Topics.DLQ, FlushInterval: 200 * time.Millisecond, ShutdownTimeout: 5 * time.Second, Metrics: m,
-	})
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	ix := indexer.New(kcl, bulk.New(osc, bulk.Options{Backoff: 50 * time.Millisecond, MaxBackoff: time.Second, Metrics: m.Bulk}), o)
 	rctx, cancel := context.WithCancel(ctx)
 	r := &running{cancel: cancel, done: make(chan error, 1), metrics: m}
 	go func() {
@@ -181,7 +186,7 @@ func TestOpenSearchOutage(t *testing.T) {
 }
 
 // TestDeadLetters sends a record that cannot be decoded and one whose sample
-// document breaks the mapping: both go to the DLQ with a reason, and every
+// document the index refuses: both go to the DLQ with a reason, and every
 // other record is stored.
 func TestDeadLetters(t *testing.T) {
 	e := setup(t, 1)
@@ -195,14 +200,18 @@ func TestDeadLetters(t *testing.T) {
 		at = at.Add(time.Second)
 		return indexertest.Record{Host: "h1", Meta: meta, Time: at, Val: v}
 	}
-	// labels.x becomes a keyword; a later labels.x.y needs labels.x to be an
-	// object, which the mapping cannot change into.
-	e.Produce(t, []indexertest.Record{mk(map[string]string{"x": "1"}, "a")})
+	// The day's index with label_pairs made a long by hand: a document with
+	// labels outside the contract is refused with a mapping error.
+	body := `{"mappings":{"properties":{"label_pairs":{"type":"long"}}}}`
+	if st, resp, err := opensearch.Raw(context.Background(), e.OS, http.MethodPut, "/"+e.Names.Samples(at), []byte(body)); err != nil || st != http.StatusOK {
+		t.Fatalf("create index: %d %s %v", st, resp, err)
+	}
+	e.Produce(t, []indexertest.Record{mk(map[string]string{"comm": "a"}, "a")})
 	r := start(t, e, e.URL)
 	e.WaitCaughtUp(t, time.Minute)
 
-	bad := mk(map[string]string{"x.y": "2"}, "b")
-	good := mk(map[string]string{"x": "3"}, "c")
+	bad := mk(map[string]string{"x": "2"}, "b")
+	good := mk(map[string]string{"comm": "c"}, "c")
 	garbage := indexertest.Record{Host: "h1", Meta: meta, Time: at, Val: []byte("not a profile")}
 	e.Produce(t, []indexertest.Record{bad, garbage, good})
 	e.WaitCaughtUp(t, time.Minute)
@@ -224,11 +233,16 @@ func TestDeadLetters(t *testing.T) {
 		}
 		reasons[off] = record.HeaderValue(d.Headers, record.HeaderDLQReason)
 	}
-	if !strings.Contains(reasons[1], "HTTP 400") || !strings.Contains(reasons[1], "labels.x") {
+	if !strings.HasPrefix(reasons[1], indexer.ReasonRejected+": ") || !strings.Contains(reasons[1], "HTTP 400") || !strings.Contains(reasons[1], "label_pairs") {
 		t.Fatalf("mapping reject reason = %q", reasons[1])
 	}
-	if !strings.Contains(reasons[2], "not gzip") {
+	if !strings.HasPrefix(reasons[2], indexer.ReasonNotGzip+": ") || !strings.Contains(reasons[2], "not gzip") {
 		t.Fatalf("undecodable reason = %q", reasons[2])
+	}
+	for _, reason := range []string{indexer.ReasonRejected, indexer.ReasonNotGzip} {
+		if n := testutil.ToFloat64(r.metrics.DLQ.WithLabelValues(reason)); n != 1 {
+			t.Fatalf("dlq_records_total{reason=%q} = %v, want 1", reason, n)
+		}
 	}
 	if n := e.CountDocs(t, e.Names.SamplesPattern()); n != 2 {
 		t.Fatalf("samples index holds %d docs, want the 2 valid ones", n)

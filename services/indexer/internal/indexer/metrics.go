@@ -15,8 +15,23 @@ type Metrics struct {
 	Batches  prometheus.Counter
 	Commits  *prometheus.CounterVec // result: ok, error
 	BatchDur prometheus.Histogram
-	Lag      *prometheus.GaugeVec // partition
-	Bulk     *bulk.Metrics
+	Lag      *prometheus.GaugeVec   // partition
+	DLQ      *prometheus.CounterVec // reason: see the Reason constants
+	// LabelsDropped counts label changes by reason: invalid_key,
+	// value_truncated, too_many, service_truncated (see LabelDrops).
+	LabelsDropped *prometheus.CounterVec
+	Bulk          *bulk.Metrics
+}
+
+func (m *Metrics) countLabelDrops(d LabelDrops) {
+	for _, c := range []struct {
+		reason string
+		n      int
+	}{{"invalid_key", d.InvalidKey}, {"value_truncated", d.ValueTruncated}, {"too_many", d.TooMany}, {"service_truncated", d.ServiceTruncated}} {
+		if c.n > 0 {
+			m.LabelsDropped.WithLabelValues(c.reason).Add(float64(c.n))
+		}
+	}
 }
 
 // NewMetrics creates and registers (when reg is not nil) the indexer metrics.
@@ -39,10 +54,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Time to write, dead-letter and commit one batch.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
 		Lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "consumer_lag_records",
 			Help: "Records behind the high watermark, per partition, as of the last fetch."}, []string{"partition"}),
+		DLQ: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "dlq_records_total",
+			Help: "Records sent to the DLQ, by reason (headers, not_gzip, not_pprof, too_large, invalid_profile, time_out_of_range, host_too_long, panic, rejected)."}, []string{"reason"}),
+		LabelsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "labels_dropped_total",
+			Help: "Labels dropped or cut, once per samples document, by reason (invalid_key, value_truncated, too_many, service_truncated)."}, []string{"reason"}),
 		Bulk: bulk.NewMetrics(reg, ns),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Records, m.Decoded, m.Docs, m.Raw, m.Batches, m.Commits, m.BatchDur, m.Lag)
+		reg.MustRegister(m.Records, m.Decoded, m.Docs, m.Raw, m.Batches, m.Commits, m.BatchDur, m.Lag, m.DLQ, m.LabelsDropped)
 	}
 	return m
 }
