@@ -6,6 +6,7 @@ package agent
 import (
 	"compress/gzip"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -41,6 +42,8 @@ type Deps struct {
 	KnownBuildIDs map[string]bool // already on the debuginfo topic
 	Version       string
 	Now           func() time.Time
+
+	noMapFiles bool // tests: open mapped files by path only, as without CAP_SYS_ADMIN
 }
 
 // Agent samples and publishes until its context ends.
@@ -84,12 +87,13 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	}
 	fs := proc.FS{Root: cfg.ProcRoot}
 	a := &Agent{
-		cfg: cfg, d: d, m: newMetrics(d.Registry), ps: newProcesses(fs, targets), heaps: heaps,
+		cfg: cfg, d: d, m: newMetrics(d.Registry), ps: newProcesses(fs, targets, newFileGate(cfg.FileTimeout, d.Now)), heaps: heaps,
 		heapLimits: cfg.heapLimits(),
 		http:       heap.NewClient(cfg.heapLimits()),
 		known:      map[string]bool{},
 		pageSize:   int64(os.Getpagesize()),
 	}
+	a.ps.mapFiles = !d.noMapFiles
 	for id := range d.KnownBuildIDs {
 		a.known[id] = true
 	}
@@ -289,7 +293,20 @@ func (a *Agent) publishDebuginfo(b *binary) bool {
 		return false
 	}
 	a.known[b.buildID] = true
-	d, err := elfinfo.Extract(b.openAs)
+	var d *debuginfo.File
+	var err error
+	fs, src, mapFiles := a.ps.fs, *b, a.ps.mapFiles
+	if gerr := a.ps.files.do(b.mapping.Dev, func() { d, err = extract(fs, src, mapFiles, elfinfo.DefaultLimits) }); gerr != nil {
+		err = gerr
+	}
+	if errors.Is(err, elfinfo.ErrTooLarge) {
+		// Its symbols would not fit a debuginfo value: say so, as for an
+		// encoding over the bound.
+		a.m.debuginfo.WithLabelValues("too_large").Inc()
+		a.d.Log.Debug("publish debuginfo", "path", b.path, "build_id", b.buildID, "result", "too_large", "err", err)
+		a.d.Publisher.Publish(kindDebuginfo, &kgo.Record{Topic: a.d.Topics.Debuginfo, Key: []byte(b.buildID), Value: debuginfo.Marker(b.buildID, debuginfo.KindTooLarge)})
+		return true
+	}
 	if err != nil {
 		// Not retried: a file that cannot be read now (deleted, malformed)
 		// would fail and log every interval.

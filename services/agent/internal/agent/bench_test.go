@@ -13,7 +13,7 @@ import (
 // each, built into a profile and encoded.
 func BenchmarkBuildCPUProfile(b *testing.B) {
 	targets, _ := proc.NewTargets(nil, nil, nil, "", -1)
-	ps := newProcesses(proc.FS{Root: b.TempDir()}, targets)
+	ps := newProcesses(proc.FS{Root: b.TempDir()}, targets, newFileGate(time.Second, time.Now))
 	exe := &binary{path: "/usr/bin/app", buildID: "0123456789abcdef0123456789abcdef01234567"}
 	for pid := 1; pid <= 50; pid++ {
 		p := &process{info: proc.Info{PID: pid, StartTime: 1, Comm: "app"}, targeted: true, mapsRead: 1}

@@ -26,6 +26,7 @@ type Config struct {
 	HeapMaxBytes           int64         `envconfig:"HEAP_MAX_BYTES" default:"8388608" desc:"largest heap profile once decompressed"`
 	HeapMaxEntries         int           `envconfig:"HEAP_MAX_ENTRIES" default:"200000" desc:"most messages (samples, locations, functions, strings, labels, lines) in a heap profile"`
 	HeapTimeout            time.Duration `envconfig:"HEAP_TIMEOUT" default:"5s" desc:"time limit of one heap scrape (at most half the interval)"`
+	FileTimeout            time.Duration `envconfig:"FILE_TIMEOUT" default:"5s" desc:"longest wait for one read of a process's binary (a hung FUSE or NFS server); its device is then skipped for 10 minutes"`
 	ProcRoot               string        `envconfig:"PROC_ROOT" default:"/proc" desc:"where the host's /proc is mounted"`
 	MemoryLimit            int64         `envconfig:"MEMORY_LIMIT" default:"20971520" desc:"soft limit of the Go heap in bytes (GOMEMLIMIT wins when set); 0 for none"`
 }
@@ -58,6 +59,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_AGENT_HEAP_MAX_ENTRIES=%d: use at least 16", c.HeapMaxEntries)
 	case c.HeapTimeout <= 0:
 		return fmt.Errorf("STACKSTREAM_AGENT_HEAP_TIMEOUT=%s: use a positive duration", c.HeapTimeout)
+	case c.FileTimeout <= 0:
+		return fmt.Errorf("STACKSTREAM_AGENT_FILE_TIMEOUT=%s: use a positive duration", c.FileTimeout)
 	case c.MemoryLimit < 0:
 		return fmt.Errorf("STACKSTREAM_AGENT_MEMORY_LIMIT=%d: use 0 (none) or a number of bytes", c.MemoryLimit)
 	}

@@ -68,6 +68,12 @@ type running struct {
 // through a proxy) are added to the producer.
 func start(t *testing.T, e env, cfg Config, extra ...kgo.Opt) *running {
 	t.Helper()
+	return startWith(t, e, cfg, Deps{}, extra...)
+}
+
+// startWith is start with deps' test fields (noMapFiles) set.
+func startWith(t *testing.T, e env, cfg Config, deps Deps, extra ...kgo.Opt) *running {
+	t.Helper()
 	if cfg.Frequency == 0 {
 		cfg.Frequency = 99
 	}
@@ -79,6 +85,9 @@ func start(t *testing.T, e env, cfg Config, extra ...kgo.Opt) *running {
 		cfg.BufferRecords = 1000
 	}
 	cfg.BufferBytes = 64 << 20
+	if cfg.FileTimeout == 0 {
+		cfg.FileTimeout = 5 * time.Second
+	}
 	if cfg.HeapTimeout == 0 {
 		d := heap.DefaultLimits
 		cfg.HeapMaxCompressedBytes, cfg.HeapMaxBytes, cfg.HeapMaxEntries, cfg.HeapTimeout = d.MaxCompressedBytes, d.MaxBytes, d.MaxEntries, 500*time.Millisecond
@@ -108,7 +117,8 @@ func start(t *testing.T, e env, cfg Config, extra ...kgo.Opt) *running {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(cfg, Deps{Log: log, Registry: reg, Publisher: r.pub, Topics: e.topics, KnownBuildIDs: known, Version: "test"})
+	deps.Log, deps.Registry, deps.Publisher, deps.Topics, deps.KnownBuildIDs, deps.Version = log, reg, r.pub, e.topics, known, "test"
+	a, err := New(cfg, deps)
 	if err != nil {
 		cl.Close()
 		t.Fatal(err)

@@ -1,12 +1,10 @@
 package agent
 
 import (
-	"debug/elf"
 	"sort"
 	"strconv"
 
 	"github.com/stackstream/stackstream/schemas/record"
-	"github.com/stackstream/stackstream/services/agent/internal/elfinfo"
 	"github.com/stackstream/stackstream/services/agent/internal/proc"
 )
 
@@ -27,12 +25,17 @@ type mapping struct {
 	file *binary // nil for anonymous and special mappings
 }
 
-// binary is one executable file, shared by every process mapping it.
+// binary is one executable file's content, shared by every process mapping it.
 type binary struct {
-	path    string // as seen by the first process mapping it
-	openAs  string // through /proc/PID/root, to reach containers' files
+	id      proc.FileID // device, inode, size, mtime, ctime when its build ID was read
+	path    string      // as seen by the first process mapping it
 	buildID string
 	err     error // why there is no build ID
+	// The newest process mapping it, through which its symbols are read:
+	// the first may be gone.
+	pid     int
+	mapping proc.Mapping
+	used    uint64 // interval it was last looked up in
 }
 
 type fileKey struct {
@@ -40,18 +43,25 @@ type fileKey struct {
 	inode uint64
 }
 
+// maxBinaries bounds the binary cache: a host runs a few hundred distinct
+// executables and libraries; more are evicted, least recently used first.
+const maxBinaries = 4096
+
 // processes caches process identities and mappings, and binaries by
-// device+inode, so a busy host costs /proc reads only for new processes.
+// device+inode (checked against size, mtime and ctime on every lookup), so a
+// busy host costs /proc reads only for new processes.
 type processes struct {
 	fs       proc.FS
 	targets  *proc.Targets
 	procs    map[int]*process
 	binaries map[fileKey]*binary
 	interval uint64
+	files    *fileGate
+	mapFiles bool // open mapped files through /proc/PID/map_files first
 }
 
-func newProcesses(fs proc.FS, t *proc.Targets) *processes {
-	return &processes{fs: fs, targets: t, procs: map[int]*process{}, binaries: map[fileKey]*binary{}}
+func newProcesses(fs proc.FS, t *proc.Targets, files *fileGate) *processes {
+	return &processes{fs: fs, targets: t, procs: map[int]*process{}, binaries: map[fileKey]*binary{}, files: files, mapFiles: true}
 }
 
 // get returns the cached process pid, reading it on first sight. A process
@@ -136,23 +146,54 @@ func (ps *processes) readMaps(p *process) {
 	p.maps = maps
 }
 
+// binary returns the file of mapping m of pid. The cached entry for its
+// device and inode is served only while the file still has the size, mtime
+// and ctime it had when its build ID was read: an inode number reused by a
+// new file, or a file rewritten in place, is read again. A file that cannot
+// be checked (gone, replaced, not regular, blocked) gets no build ID and is
+// not cached.
 func (ps *processes) binary(pid int, m proc.Mapping) *binary {
 	k := fileKey{m.Dev, m.Inode}
-	if b, ok := ps.binaries[k]; ok {
-		// Through the newest process mapping it: the first may be gone.
-		b.openAs = ps.fs.OpenPath(pid, m)
-		return b
+	cached := ps.binaries[k]
+	var cachedID *proc.FileID
+	if cached != nil {
+		id := cached.id
+		cachedID = &id
 	}
-	b := &binary{path: m.Path, openAs: ps.fs.OpenPath(pid, m)}
-	f, err := elf.Open(b.openAs)
-	if err == nil {
-		b.buildID, b.err = elfinfo.BuildID(f)
-		f.Close()
-	} else {
-		b.err = err
+	var in inspection
+	fs, mapFiles := ps.fs, ps.mapFiles
+	if err := ps.files.do(m.Dev, func() { in = identify(fs, pid, m, mapFiles, cachedID) }); err != nil {
+		in = inspection{err: err}
+	}
+	if in.err != nil && !in.read {
+		return &binary{path: m.Path, err: in.err}
+	}
+	if !in.read {
+		cached.pid, cached.mapping, cached.used = pid, m, ps.interval
+		return cached
+	}
+	b := &binary{id: in.id, path: m.Path, buildID: in.buildID, err: in.err, pid: pid, mapping: m, used: ps.interval}
+	if cached == nil && len(ps.binaries) >= maxBinaries {
+		ps.evictBinaries()
 	}
 	ps.binaries[k] = b
 	return b
+}
+
+// evictBinaries forgets the least recently used quarter of the cache.
+// Processes still mapping an evicted binary keep their pointer to it.
+func (ps *processes) evictBinaries() {
+	used := make([]uint64, 0, len(ps.binaries))
+	for _, b := range ps.binaries {
+		used = append(used, b.used)
+	}
+	sort.Slice(used, func(i, j int) bool { return used[i] < used[j] })
+	cut := used[len(used)/4]
+	for k, b := range ps.binaries {
+		if b.used <= cut {
+			delete(ps.binaries, k)
+		}
+	}
 }
 
 // sweep forgets processes not seen for keep intervals, and those whose PID

@@ -8,10 +8,13 @@ import (
 	"crypto/sha256"
 	"debug/elf"
 	"debug/gosym"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"syscall"
 
 	"github.com/stackstream/stackstream/schemas/debuginfo"
 )
@@ -55,11 +58,15 @@ func BuildID(f *elf.File) (string, error) {
 		}
 		return "", false
 	}
+	// Notes are a few dozen bytes; a file may declare thousands of huge
+	// ones, so all of them together are read up to maxNoteBytes.
+	budget := int64(maxNoteBytes)
 	for _, p := range f.Progs {
-		if p.Type != elf.PT_NOTE {
+		if p.Type != elf.PT_NOTE || budget <= 0 {
 			continue
 		}
-		data, err := io.ReadAll(io.LimitReader(p.Open(), 1<<20))
+		data, err := io.ReadAll(io.LimitReader(p.Open(), budget))
+		budget -= int64(len(data))
 		if err != nil {
 			continue
 		}
@@ -68,10 +75,11 @@ func BuildID(f *elf.File) (string, error) {
 		}
 	}
 	for _, s := range f.Sections {
-		if s.Type != elf.SHT_NOTE {
+		if s.Type != elf.SHT_NOTE || s.Size > uint64(budget) {
 			continue
 		}
 		data, err := s.Data()
+		budget -= int64(len(data))
 		if err != nil {
 			continue
 		}
@@ -84,6 +92,9 @@ func BuildID(f *elf.File) (string, error) {
 	}
 	return "", ErrNoBuildID
 }
+
+// maxNoteBytes bounds the note bytes BuildID reads in one file.
+const maxNoteBytes = 1 << 20
 
 // GoBuildIDKey turns a Go build ID ("actionID/contentID/...", ~83 bytes)
 // into a 40-hex-digit key like a GNU build ID: consumers accept only short
@@ -107,24 +118,164 @@ func Segments(f *elf.File) []debuginfo.Segment {
 	return out
 }
 
-// Extract builds the debuginfo of the ELF file at path. A binary with no
-// symbols at all yields Kind NoSymbols.
-func Extract(path string) (d *debuginfo.File, err error) {
-	// debug/elf and debug/gosym read whatever binaries run on the host; a
-	// malformed one must cost its debuginfo, not the agent.
+// Limits bound what reading one binary may cost: the binaries are other
+// processes' files, and debug/elf allocates what their headers claim.
+type Limits struct {
+	// MaxSectionBytes bounds each symbol section read (.symtab, .strtab,
+	// .dynsym, .dynstr, .gopclntab; their size once decompressed), default
+	// 64 MiB. A binary with a larger one gets a KindTooLarge marker: its
+	// symbols would not fit the 8 MiB debuginfo bound anyway.
+	MaxSectionBytes uint64
+	// MaxGoFuncs bounds the functions a .gopclntab may declare (default
+	// 500,000; kubelet has ~80k): debug/gosym allocates ~160 bytes for each
+	// declared function before reading any.
+	MaxGoFuncs uint64
+}
+
+// DefaultLimits are the documented defaults (docs/AGENT.md).
+var DefaultLimits = Limits{MaxSectionBytes: 64 << 20, MaxGoFuncs: 500_000}
+
+// ErrMalformed is returned for files debug/elf cannot be trusted with.
+var ErrMalformed = errors.New("malformed elf")
+
+// ErrTooLarge is returned when a symbol section exceeds Limits.
+var ErrTooLarge = errors.New("symbol tables too large")
+
+// Open parses the ELF headers of r, a file of size bytes. debug/elf inflates
+// a compressed section-name table to whatever size it claims while parsing
+// the headers, so a file with one is refused before debug/elf sees it.
+func Open(r io.ReaderAt, size int64) (f *elf.File, err error) {
 	defer func() {
-		if r := recover(); r != nil {
-			d, err = nil, fmt.Errorf("read elf %s: malformed: %v", path, r)
+		if p := recover(); p != nil {
+			f, err = nil, fmt.Errorf("%w: %v", ErrMalformed, p)
 		}
 	}()
-	f, err := elf.Open(path)
+	sr := io.NewSectionReader(r, 0, size)
+	if err := checkSectionNames(sr); err != nil {
+		return nil, err
+	}
+	f, err = elf.NewFile(sr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return f, nil
+}
+
+// checkSectionNames refuses an ELF file whose section-name table is
+// compressed (SHF_COMPRESSED): no linker writes one.
+func checkSectionNames(r io.ReaderAt) error {
+	var ident [elf.EI_NIDENT + 48]byte
+	if _, err := r.ReadAt(ident[:], 0); err != nil {
+		return fmt.Errorf("%w: read header: %v", ErrMalformed, err)
+	}
+	if string(ident[:4]) != elf.ELFMAG {
+		return fmt.Errorf("%w: bad magic", ErrMalformed)
+	}
+	var order binary.ByteOrder = binary.LittleEndian
+	if elf.Data(ident[elf.EI_DATA]) == elf.ELFDATA2MSB {
+		order = binary.BigEndian
+	}
+	// Offsets of e_shoff, e_shentsize, e_shstrndx and of sh_flags and
+	// sh_link in a section header (elf.h).
+	var shoff uint64
+	var shentsize, shstrndx uint16
+	var flagsOff, linkOff int
+	var flags func([]byte) uint64
+	switch elf.Class(ident[elf.EI_CLASS]) {
+	case elf.ELFCLASS64:
+		shoff, shentsize, shstrndx = order.Uint64(ident[0x28:]), order.Uint16(ident[0x3a:]), order.Uint16(ident[0x3e:])
+		flagsOff, linkOff = 8, 40
+		flags = func(b []byte) uint64 { return order.Uint64(b) }
+	case elf.ELFCLASS32:
+		shoff, shentsize, shstrndx = uint64(order.Uint32(ident[0x20:])), order.Uint16(ident[0x2e:]), order.Uint16(ident[0x32:])
+		flagsOff, linkOff = 8, 24
+		flags = func(b []byte) uint64 { return uint64(order.Uint32(b)) }
+	default:
+		return fmt.Errorf("%w: bad class", ErrMalformed)
+	}
+	if shoff == 0 || shstrndx == uint16(elf.SHN_UNDEF) {
+		return nil
+	}
+	if int(shentsize) < linkOff+4 {
+		return fmt.Errorf("%w: section header size %d", ErrMalformed, shentsize)
+	}
+	hdr := make([]byte, shentsize)
+	idx := uint64(shstrndx)
+	if shstrndx == uint16(elf.SHN_XINDEX) {
+		// The real index is in section 0's sh_link.
+		if _, err := r.ReadAt(hdr, int64(shoff)); err != nil {
+			return fmt.Errorf("%w: read section 0: %v", ErrMalformed, err)
+		}
+		idx = uint64(order.Uint32(hdr[linkOff:]))
+	}
+	off := shoff + idx*uint64(shentsize)
+	if off < shoff || off > 1<<62 {
+		return fmt.Errorf("%w: section-name table header out of range", ErrMalformed)
+	}
+	if _, err := r.ReadAt(hdr, int64(off)); err != nil {
+		return fmt.Errorf("%w: read section-name table header: %v", ErrMalformed, err)
+	}
+	if flags(hdr[flagsOff:])&uint64(elf.SHF_COMPRESSED) != 0 {
+		return fmt.Errorf("%w: compressed section-name table", ErrMalformed)
+	}
+	return nil
+}
+
+// Extract builds the debuginfo of the ELF file at path, with DefaultLimits.
+// The file is opened without following a final symlink and without
+// blocking, and must be a regular file; the agent reads mapped files with
+// ExtractFile from a descriptor it checked itself.
+func Extract(path string) (*debuginfo.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open elf %s: %w", path, err)
 	}
 	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat elf %s: %w", path, err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("open elf %s: %w: not a regular file", path, ErrMalformed)
+	}
+	ef, err := Open(f, st.Size())
+	if err != nil {
+		return nil, fmt.Errorf("open elf %s: %w", path, err)
+	}
+	d, err := ExtractFile(ef, DefaultLimits)
+	if err != nil {
+		return nil, fmt.Errorf("read elf %s: %w", path, err)
+	}
+	return d, nil
+}
+
+// ExtractFile builds the debuginfo of f within lim. A binary with no symbols
+// at all yields Kind NoSymbols; one whose symbol sections exceed lim,
+// ErrTooLarge (publish a KindTooLarge marker).
+func ExtractFile(f *elf.File, lim Limits) (d *debuginfo.File, err error) {
+	// debug/elf and debug/gosym read whatever binaries run on the host; a
+	// malformed one must cost its debuginfo, not the agent.
+	defer func() {
+		if r := recover(); r != nil {
+			d, err = nil, fmt.Errorf("%w: %v", ErrMalformed, r)
+		}
+	}()
 	id, err := BuildID(f)
 	if err != nil {
-		return nil, fmt.Errorf("read build id of %s: %w", path, err)
+		return nil, fmt.Errorf("read build id: %w", err)
+	}
+	for _, s := range f.Sections {
+		switch s.Type {
+		case elf.SHT_SYMTAB, elf.SHT_DYNSYM:
+			if err := checkSection(f, s, lim); err != nil {
+				return nil, err
+			}
+			if int(s.Link) < len(f.Sections) {
+				if err := checkSection(f, f.Sections[s.Link], lim); err != nil {
+					return nil, err
+				}
+			}
+		}
 	}
 	out := &debuginfo.File{BuildID: id, Kind: debuginfo.KindSymbols, Segments: Segments(f)}
 	seen := map[uint64]bool{}
@@ -136,10 +287,12 @@ func Extract(path string) (d *debuginfo.File, err error) {
 		out.Symbols = append(out.Symbols, s)
 	}
 	// pclntab first: it names every Go function, with exact sizes.
-	if syms, err := goSymbols(f); err == nil {
-		for _, s := range syms {
-			add(s)
-		}
+	syms, err := goSymbols(f, lim)
+	if errors.Is(err, ErrTooLarge) {
+		return nil, err
+	}
+	for _, s := range syms {
+		add(s)
 	}
 	for _, read := range []func() ([]elf.Symbol, error){f.Symbols, f.DynamicSymbols} {
 		syms, err := read()
@@ -159,16 +312,30 @@ func Extract(path string) (d *debuginfo.File, err error) {
 	return out, nil
 }
 
+func checkSection(f *elf.File, s *elf.Section, lim Limits) error {
+	if s.Size > lim.MaxSectionBytes {
+		return fmt.Errorf("%w: section %s of %d bytes over %d", ErrTooLarge, s.Name, s.Size, lim.MaxSectionBytes)
+	}
+	return nil
+}
+
 // goSymbols reads functions from .gopclntab, present in stripped Go binaries.
-func goSymbols(f *elf.File) ([]debuginfo.Symbol, error) {
+func goSymbols(f *elf.File, lim Limits) ([]debuginfo.Symbol, error) {
 	pcln := f.Section(".gopclntab")
 	text := f.Section(".text")
 	if pcln == nil || text == nil {
 		return nil, errors.New("not a Go binary")
 	}
+	if err := checkSection(f, pcln, lim); err != nil {
+		return nil, err
+	}
 	data, err := pcln.Data()
 	if err != nil {
 		return nil, fmt.Errorf("read .gopclntab: %w", err)
+	}
+	if n := pclnFuncs(data, f.ByteOrder); n > lim.MaxGoFuncs || n > uint64(len(data))/8 {
+		// Each function takes at least 8 bytes of the function table.
+		return nil, fmt.Errorf("%w: .gopclntab declares %d functions in %d bytes (at most %d)", ErrTooLarge, n, len(data), lim.MaxGoFuncs)
 	}
 	// Since Go 1.18 the pclntab header records runtime.text itself; text.Addr
 	// is the fallback older formats need.
@@ -181,6 +348,22 @@ func goSymbols(f *elf.File) ([]debuginfo.Symbol, error) {
 		out = append(out, debuginfo.Symbol{Addr: fn.Entry, Size: fn.End - fn.Entry, Name: fn.Name})
 	}
 	return out, nil
+}
+
+// pclnFuncs reads the function count of a pclntab header (runtime/symtab.go,
+// pcHeader: magic uint32, pad1, pad2, minLC, ptrSize uint8, nfunc int),
+// 0 when the header is not one debug/gosym reads.
+func pclnFuncs(data []byte, order binary.ByteOrder) uint64 {
+	if len(data) < 16 {
+		return 0
+	}
+	switch ptr := data[7]; ptr {
+	case 4:
+		return uint64(order.Uint32(data[8:]))
+	case 8:
+		return order.Uint64(data[8:])
+	}
+	return 0
 }
 
 // Encode returns the debuginfo value to publish for d and its kind: the

@@ -229,9 +229,3 @@ func ParseMaps(b []byte) ([]Mapping, error) {
 	}
 	return out, nil
 }
-
-// OpenPath is the path through which the file of a mapping of pid can be
-// opened even from another mount namespace (a container's file system).
-func (fs FS) OpenPath(pid int, m Mapping) string {
-	return filepath.Join(fs.Root, strconv.Itoa(pid), "root", m.Path)
-}
