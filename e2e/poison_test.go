@@ -356,8 +356,14 @@ func poisonCases(t *testing.T) []*poisonCase {
 		},
 		{name: "odd-label-keys", want: either, reasons: []string{reasonTooLarge, reasonInvalid, "label"},
 			build: oddLabelKeys(now)},
-		{name: "huge-label-value", want: either, reasons: []string{reasonTooLarge, reasonInvalid, "label"},
-			build: hugeLabelValue(now)},
+		// One 2 MB label value is over the decoder's 64 KiB string limit;
+		// the same 2 MB as 32 values under it reaches the indexer, ~12 MB
+		// of JSON if it does not cap label values (the bulk body and
+		// Lucene's term limits).
+		{name: "label-value-2MB", want: mustDLQ, reasons: []string{reasonTooLarge},
+			build: escapableLabels(now, 1, 2<<20)},
+		{name: "label-values-32x64KB", want: either, reasons: []string{reasonTooLarge, reasonInvalid, "label"},
+			build: escapableLabels(now, 32, 64<<10-1)},
 		{name: "long-host", want: either, reasons: []string{reasonTooLarge, reasonInvalid, "host"},
 			hostFor: func(p path) string {
 				return "poison-long-host-" + string(p) + "-" + strings.Repeat("h", 300-len("poison-long-host-raw-"))
@@ -571,14 +577,15 @@ func oddLabelKeys(at time.Time) func(*testing.T, string) ([]*kgo.Record, int64) 
 	}
 }
 
-// hugeLabelValue puts a 2 MB label value of characters JSON escapes (six
-// bytes each for the control ones) on three processes: ~30 MB of bulk body
-// if nothing caps it, a few KB of record.
-func hugeLabelValue(at time.Time) func(*testing.T, string) ([]*kgo.Record, int64) {
+// escapableLabels gives n processes each a label value of size bytes of
+// characters JSON escapes (six bytes each for the control ones), distinct
+// per process.
+func escapableLabels(at time.Time, n, size int) func(*testing.T, string) ([]*kgo.Record, int64) {
 	return func(t *testing.T, host string) ([]*kgo.Record, int64) {
-		v := strings.Repeat("\x01\"\\<>&\u2028\x1f", 2<<20/10)
+		const unit = "\x01\"\\<>&\u2028\x1f" // 10 bytes
 		b := pproftest.NewCPU(at, 10*time.Second)
-		for i := range 3 {
+		for i := range n {
+			v := fmt.Sprintf("%04d", i) + strings.Repeat(unit, (size-4)/len(unit))
 			b.Sample(map[string]string{record.LabelPID: strconv.Itoa(2000 + i), record.LabelComm: "blob", "blob": v},
 				[]int64{2, 2 * tick}, "poison.blob", "poison.main")
 		}
@@ -897,7 +904,7 @@ func drain(ctx context.Context, t *testing.T, k *kafkaView, consumers []*consume
 			t.Errorf("not checked by %s, broken earlier: %s", cn.svc.base, cn.broken)
 		}
 	}
-	deadline := time.Now().Add(c.drain)
+	deadline, lastLog := time.Now().Add(c.drain), time.Now()
 	for {
 		pending := ""
 		for _, cn := range consumers {
@@ -919,6 +926,10 @@ func drain(ctx context.Context, t *testing.T, k *kafkaView, consumers []*consume
 		}
 		if pending == "" {
 			return
+		}
+		if time.Since(lastLog) >= 10*time.Second {
+			t.Logf("waiting for %s", pending)
+			lastLog = time.Now()
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			for _, cn := range consumers {
