@@ -1,7 +1,25 @@
 // Package bulk writes documents to OpenSearch with the _bulk API: requests
 // bounded by bytes, transient failures retried with backoff until they succeed
-// or the context ends, permanent per-item rejections handed back to the caller
-// (for the DLQ). Consumers commit their offsets only after Write returned nil.
+// or the context ends, permanent rejections handed back to the caller (for
+// the DLQ). Consumers commit their offsets only after Write returned nil.
+//
+// What is permanent and what is retried:
+//
+//   - 2xx per item: stored; 409 on op_type create: stored before.
+//   - 429 and 5xx, per item or for the whole request, connection errors and
+//     time-outs: retried (only the items concerned), with exponential backoff
+//     from Backoff doubling to MaxBackoff, with jitter.
+//   - 413 for the whole request (the body exceeds the node's
+//     http.max_content_length) and any other whole-request 4xx but 429 and
+//     401/403/404/407: the request is split in halves, down to one document,
+//     so that only the document at fault is rejected; one document that still
+//     gets it is rejected with that status.
+//   - 401, 403, 404 and 407 for the whole request: retried. They come from
+//     credentials, roles or a proxy an operator can fix, not from the
+//     documents, and rejecting would dead-letter everything meanwhile.
+//   - Any other per-item status (mapping errors such as
+//     mapper_parsing_exception, illegal_argument_exception, other 4xx):
+//     rejected.
 package bulk
 
 import (
@@ -30,7 +48,8 @@ type Item struct {
 }
 
 // Rejected is an item OpenSearch refused for good (a mapping error, another
-// 4xx): retrying it cannot help, so it belongs in the DLQ.
+// 4xx, a document too large for the node): retrying it cannot help, so it
+// belongs in the DLQ. Index and ID tell the caller which record it came from.
 type Rejected struct {
 	Item   Item
 	Status int
@@ -83,17 +102,16 @@ func New(cl *opensearchapi.Client, opts Options) *Writer {
 }
 
 // Write sends all items in bulk requests bounded by MaxBytes. Transient
-// failures (429, 5xx, connection errors, timeouts) are retried with exponential
-// backoff until they succeed or ctx ends (then it returns ctx.Err()). Items
-// rejected permanently (mapping errors, other 4xx) are returned, not retried.
-// Returns nil error only when every item is stored or rejected.
+// failures are retried with exponential backoff until they succeed or ctx
+// ends (then it returns ctx.Err()); permanent ones are returned, not retried
+// (see the package comment). Returns nil error only when every item is
+// stored or rejected.
 func (w *Writer) Write(ctx context.Context, items []Item) ([]Rejected, error) {
 	var rejected []Rejected
 	var body bytes.Buffer
-	pending := make([]int, 0, len(items))
 	for start := 0; start < len(items); {
 		body.Reset()
-		pending = pending[:0]
+		var idx []int
 		end := start
 		for end < len(items) {
 			before := body.Len()
@@ -103,10 +121,10 @@ func (w *Writer) Write(ctx context.Context, items []Item) ([]Rejected, error) {
 				body.Truncate(before)
 				break
 			}
-			pending = append(pending, end)
+			idx = append(idx, end)
 			end++
 		}
-		rej, err := w.send(ctx, items, pending, body.Bytes())
+		rej, err := w.send(ctx, items, idx, body.Bytes())
 		rejected = append(rejected, rej...)
 		if err != nil {
 			return rejected, err
@@ -116,8 +134,9 @@ func (w *Writer) Write(ctx context.Context, items []Item) ([]Rejected, error) {
 	return rejected, nil
 }
 
-// send writes the items at idx (already encoded in body) until each is stored
-// or rejected, re-sending only the items that failed transiently.
+// send writes the items at idx (already encoded in body, when not nil) until
+// each is stored or rejected, re-sending only the items that failed
+// transiently, and splitting the request when OpenSearch refuses it whole.
 func (w *Writer) send(ctx context.Context, items []Item, idx []int, body []byte) ([]Rejected, error) {
 	var rejected []Rejected
 	backoff := w.opts.Backoff
@@ -135,26 +154,28 @@ func (w *Writer) send(ctx context.Context, items []Item, idx []int, body []byte)
 			case <-time.After(d):
 			}
 			backoff = min(2*backoff, w.opts.MaxBackoff)
-			var b bytes.Buffer
-			for _, i := range idx {
-				appendItem(&b, &items[i])
-			}
-			body = b.Bytes()
+			body = nil
+		}
+		if body == nil {
+			body = encode(items, idx)
 		}
 		if err := ctx.Err(); err != nil {
 			return rejected, err
 		}
-		results, status, err := w.do(ctx, body, len(idx))
+		resp, err := w.do(ctx, body, len(idx))
 		if err != nil {
 			if ctx.Err() != nil {
 				return rejected, ctx.Err()
 			}
-			w.m.Failures.WithLabelValues(failureReason(status)).Inc()
+			w.m.Failures.WithLabelValues(failureReason(resp.status)).Inc()
 			continue
+		}
+		if resp.refused {
+			return w.split(ctx, items, idx, len(body), resp, rejected)
 		}
 		var retry []int
 		for k, i := range idx {
-			r := results[k]
+			r := resp.items[k]
 			switch {
 			case r.Status >= 200 && r.Status < 300:
 				w.m.Docs.WithLabelValues("stored").Inc()
@@ -171,13 +192,58 @@ func (w *Writer) send(ctx context.Context, items []Item, idx []int, body []byte)
 			return rejected, nil
 		}
 		w.m.Failures.WithLabelValues("item_transient").Inc()
-		idx = retry
+		idx, body = retry, nil
 	}
+}
+
+// split handles a request OpenSearch refused whole (resp.refused): its one
+// item is rejected, or its halves are sent on their own, so that only the
+// document at fault is rejected and every other one is stored.
+func (w *Writer) split(ctx context.Context, items []Item, idx []int, size int, resp response, rejected []Rejected) ([]Rejected, error) {
+	if len(idx) == 1 {
+		w.m.Docs.WithLabelValues("rejected").Inc()
+		reason := resp.reason
+		if resp.status == http.StatusRequestEntityTooLarge {
+			reason = fmt.Sprintf("a request of this document alone (%d bytes) is too large for OpenSearch (http.max_content_length): %s", size, reason)
+		}
+		return append(rejected, Rejected{Item: items[idx[0]], Status: resp.status, Reason: reason}), nil
+	}
+	w.m.Splits.Inc()
+	half := len(idx) / 2
+	for _, part := range [][]int{idx[:half], idx[half:]} {
+		rej, err := w.send(ctx, items, part, nil)
+		rejected = append(rejected, rej...)
+		if err != nil {
+			return rejected, err
+		}
+	}
+	return rejected, nil
+}
+
+// encode is the bulk body of the items at idx.
+func encode(items []Item, idx []int) []byte {
+	var b bytes.Buffer
+	for _, i := range idx {
+		appendItem(&b, &items[i])
+	}
+	return b.Bytes()
 }
 
 // transient reports whether an item status may succeed when sent again.
 func transient(status int) bool {
 	return status == http.StatusTooManyRequests || status >= 500
+}
+
+// refusedWhole reports whether a whole-request status is about the request's
+// content (so splitting it finds the document at fault) rather than a
+// passing condition or the configuration (retried).
+func refusedWhole(status int) bool {
+	switch status {
+	case http.StatusTooManyRequests, http.StatusUnauthorized, http.StatusForbidden,
+		http.StatusNotFound, http.StatusProxyAuthRequired:
+		return false
+	}
+	return status >= 400 && status < 500
 }
 
 func failureReason(status int) string {
@@ -203,78 +269,119 @@ func (r itemResult) reason() string {
 		} `json:"caused_by"`
 	}
 	if json.Unmarshal(r.Error, &e) != nil || e.Type == "" {
-		return string(r.Error)
+		return truncate(r.Error, 500)
 	}
 	s := e.Type + ": " + e.Reason
 	if e.CausedBy != nil {
 		s += " (" + e.CausedBy.Type + ": " + e.CausedBy.Reason + ")"
 	}
-	return s
+	return truncate([]byte(s), 1000)
 }
 
+// response is what one bulk request got: per-item results, or the whole
+// request refused for its content (refused, with status and reason).
+type response struct {
+	status  int
+	items   []itemResult
+	refused bool
+	reason  string
+}
+
+// Bounds of a bulk response read into memory: a node answers about 100
+// bytes per stored item and a few hundred per failed one.
+const (
+	maxResponseBase    = 16 << 20
+	maxResponsePerItem = 2 << 10
+)
+
 // do performs one bulk request of n items. A non-nil error means the whole
-// request failed transiently (status 0 for a connection error); per-item
-// outcomes are in the results. A request-level permanent error (400) is turned
-// into that status for every item so the items are rejected, not retried.
-func (w *Writer) do(ctx context.Context, body []byte, n int) ([]itemResult, int, error) {
+// request failed transiently (resp.status 0 for a connection error).
+func (w *Writer) do(ctx context.Context, body []byte, n int) (response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "/_bulk", bytes.NewReader(body))
 	if err != nil {
-		return nil, 0, err
+		return response{}, fmt.Errorf("build bulk request: %w", err)
 	}
 	req.Header = http.Header{"Content-Type": {"application/x-ndjson"}}
 	start := time.Now()
 	resp, err := w.cl.Client.Perform(req)
 	if err != nil {
-		return nil, 0, fmt.Errorf("bulk request: %w", err)
+		return response{}, fmt.Errorf("bulk request: %w", err)
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
+	limit := int64(maxResponseBase) + int64(n)*maxResponsePerItem
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	w.m.Latency.Observe(time.Since(start).Seconds())
 	w.m.Requests.Inc()
 	w.m.Bytes.Add(float64(len(body)))
-	if err != nil {
-		return nil, resp.StatusCode, fmt.Errorf("read bulk response: %w", err)
-	}
+	out := response{status: resp.StatusCode}
 	switch {
-	case resp.StatusCode == http.StatusBadRequest:
-		// The request as a whole is malformed; retrying it cannot help.
-		out := make([]itemResult, n)
-		msg, _ := json.Marshal(truncate(raw, 500))
-		for k := range out {
-			out[k] = itemResult{Status: resp.StatusCode, Error: msg}
-		}
-		return out, resp.StatusCode, nil
+	case err != nil:
+		return out, fmt.Errorf("read bulk response: %w", err)
+	case int64(len(raw)) > limit:
+		return out, fmt.Errorf("read bulk response: more than %d bytes for %d items", limit, n)
+	case refusedWhole(resp.StatusCode):
+		out.refused, out.reason = true, fmt.Sprintf("HTTP %d: %s", resp.StatusCode, requestError(raw))
+		return out, nil
 	case resp.StatusCode != http.StatusOK:
-		// 429, 5xx, and also 401/403/404 of a misconfigured proxy: an operator
-		// can fix those, so waiting beats rejecting every document.
-		return nil, resp.StatusCode, fmt.Errorf("bulk request: HTTP %d: %s", resp.StatusCode, truncate(raw, 200))
+		return out, fmt.Errorf("bulk request: HTTP %d: %s", resp.StatusCode, truncate(raw, 200))
 	}
+	if out.items, err = parseResponse(raw, n); err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+// requestError is the reason of a refused request: the error's type and
+// reason when the body is OpenSearch's JSON error, else the body's start.
+func requestError(raw []byte) string {
+	var e struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(raw, &e) == nil && len(e.Error) > 0 {
+		return itemResult{Error: e.Error}.reason()
+	}
+	return truncate(raw, 500)
+}
+
+// parseResponse reads the per-item results of a 200 bulk response of n
+// items.
+func parseResponse(raw []byte, n int) ([]itemResult, error) {
+	out := make([]itemResult, n)
 	if allStored(raw) {
 		// The common case: no item failed, so the per-item array (megabytes
 		// for a large request) need not be decoded.
-		out := make([]itemResult, n)
 		for k := range out {
 			out[k].Status = http.StatusCreated
 		}
-		return out, resp.StatusCode, nil
+		return out, nil
 	}
 	var parsed struct {
-		Errors bool                    `json:"errors"`
-		Items  []map[string]itemResult `json:"items"`
+		Items []struct {
+			Index  *itemResult `json:"index"`
+			Create *itemResult `json:"create"`
+			Update *itemResult `json:"update"`
+			Delete *itemResult `json:"delete"`
+		} `json:"items"`
 	}
 	if err := json.Unmarshal(raw, &parsed); err != nil {
-		return nil, resp.StatusCode, fmt.Errorf("parse bulk response: %w", err)
+		return nil, fmt.Errorf("parse bulk response: %w", err)
 	}
 	if len(parsed.Items) != n {
-		return nil, resp.StatusCode, fmt.Errorf("bulk response has %d items for %d sent", len(parsed.Items), n)
+		return nil, fmt.Errorf("parse bulk response: %d items for %d sent", len(parsed.Items), n)
 	}
-	out := make([]itemResult, n)
 	for k, it := range parsed.Items {
-		for _, r := range it { // one key: the op type
-			out[k] = r
+		var r *itemResult
+		for _, op := range []*itemResult{it.Index, it.Create, it.Update, it.Delete} {
+			if op != nil {
+				r = op
+			}
 		}
+		if r == nil {
+			return nil, fmt.Errorf("parse bulk response: item %d has no operation", k)
+		}
+		out[k] = *r
 	}
-	return out, resp.StatusCode, nil
+	return out, nil
 }
 
 // allStored reports whether a bulk response says no item failed: its

@@ -9,8 +9,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -309,4 +314,160 @@ func TestAllStored(t *testing.T) {
 			t.Errorf("allStored(%s) = %v, want %v", tt.in, got, tt.want)
 		}
 	}
+}
+
+// faultProxy is a reverse proxy in front of the real node that answers a
+// bulk request itself when fault says so (status > 0), else forwards it.
+func faultProxy(t *testing.T, fault func(body []byte) (status int, answer string)) *httptest.Server {
+	t.Helper()
+	target, err := neturl.Parse(testenv.OpenSearchURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/_bulk") {
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadGateway)
+				return
+			}
+			if status, answer := fault(body); status > 0 {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(status)
+				io.WriteString(w, answer)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.ContentLength = int64(len(body))
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestRequestTooLargeIsSplit: the node (behind a proxy that enforces a
+// 16 KiB http.max_content_length, as OpenSearch does with its own limit)
+// refuses the request with 413; the writer splits it down to the one
+// document too large, rejects that one with 413 and stores every other.
+func TestRequestTooLargeIsSplit(t *testing.T) {
+	cl := client(t, testenv.OpenSearchURL(t))
+	index := testIndex(t, cl)
+	const maxContent = 16 << 10
+	var refused atomic.Int32
+	srv := faultProxy(t, func(body []byte) (int, string) {
+		if len(body) > maxContent {
+			refused.Add(1)
+			return http.StatusRequestEntityTooLarge, `{"error":{"type":"content_too_long_exception","reason":"request body is too large"},"status":413}`
+		}
+		return 0, ""
+	})
+	m := NewMetrics(nil, "")
+	w := New(client(t, srv.URL), Options{Metrics: m})
+	in := items(index, 200, false)
+	in[137].Doc = []byte(`{"n": 137, "s": "` + strings.Repeat("x", maxContent) + `"}`)
+	done := make(chan struct{})
+	var rej []Rejected
+	var err error
+	go func() {
+		defer close(done)
+		rej, err = w.Write(context.Background(), in)
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("Write still retrying a request the node refuses as too large")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rej) != 1 || rej[0].Item.ID != "doc-137" || rej[0].Status != http.StatusRequestEntityTooLarge || !strings.Contains(rej[0].Reason, "http.max_content_length") {
+		t.Fatalf("rejected %+v, want doc-137 with 413", rej)
+	}
+	if got := stored(t, cl, index); len(got) != 199 {
+		t.Fatalf("stored %d documents, want the 199 others", len(got))
+	}
+	if refused.Load() == 0 || testutil.ToFloat64(m.Splits) == 0 {
+		t.Fatalf("%d requests refused, %v splits: the proxy's limit was not reached", refused.Load(), testutil.ToFloat64(m.Splits))
+	}
+}
+
+// TestWholeRequestStatuses: what the writer does with a whole request
+// answered 400, 422, 429, 503 or 401 (injected in front of the real node):
+// refusals of the content are split down to the document at fault, the
+// others retried until the node stores everything.
+func TestWholeRequestStatuses(t *testing.T) {
+	tests := []struct {
+		name   string
+		status int
+		// poison: refused whenever the request holds doc-7; else only the
+		// first two requests are answered with status.
+		poison bool
+	}{
+		{"400 isolates the document", http.StatusBadRequest, true},
+		{"422 isolates the document", http.StatusUnprocessableEntity, true},
+		{"429 retried", http.StatusTooManyRequests, false},
+		{"503 retried", http.StatusServiceUnavailable, false},
+		{"401 retried", http.StatusUnauthorized, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cl := client(t, testenv.OpenSearchURL(t))
+			index := testIndex(t, cl)
+			var n atomic.Int32
+			srv := faultProxy(t, func(body []byte) (int, string) {
+				if tt.poison && bytes.Contains(body, []byte(`"doc-7"`)) || !tt.poison && n.Add(1) <= 2 {
+					return tt.status, `{"error":{"type":"test_exception","reason":"injected"},"status":` + strconv.Itoa(tt.status) + `}`
+				}
+				return 0, ""
+			})
+			m := NewMetrics(nil, "")
+			w := New(client(t, srv.URL), Options{Backoff: time.Millisecond, Metrics: m})
+			rej, err := w.Write(context.Background(), items(index, 20, false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := 20
+			if tt.poison {
+				want = 19
+				if len(rej) != 1 || rej[0].Item.ID != "doc-7" || rej[0].Status != tt.status || !strings.Contains(rej[0].Reason, "test_exception: injected") {
+					t.Fatalf("rejected %+v, want doc-7 alone with %d", rej, tt.status)
+				}
+			} else if len(rej) != 0 || testutil.ToFloat64(m.Retries) != 2 {
+				t.Fatalf("rejected %+v after %v retries, want none after 2", rej, testutil.ToFloat64(m.Retries))
+			}
+			if got := stored(t, cl, index); len(got) != want {
+				t.Fatalf("stored %d, want %d", len(got), want)
+			}
+		})
+	}
+}
+
+// FuzzParseResponse: any bulk response body gives n results or an error,
+// never a panic, and decoding it allocates in proportion to its size.
+func FuzzParseResponse(f *testing.F) {
+	f.Add([]byte(`{"took":3,"errors":false,"items":[{"index":{"status":201}}]}`), 1)
+	f.Add([]byte(`{"took":3,"errors":true,"items":[{"index":{"status":400,"error":{"type":"mapper_parsing_exception","reason":"failed","caused_by":{"type":"x","reason":"y"}}}},{"create":{"status":409}}]}`), 2)
+	f.Add([]byte(`{"errors":true,"items":[{}]}`), 1)
+	f.Add([]byte(`{"errors":true,"items":[{"update":{"status":429,"error":"plain"}}]}`), 1)
+	f.Add([]byte(`{"error":{"type":"content_too_long_exception","reason":"too long"},"status":413}`), 3)
+	f.Fuzz(func(t *testing.T, raw []byte, n int) {
+		n = min(max(n, 0), 1<<16)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		out, err := parseResponse(raw, n)
+		if err == nil && len(out) != n {
+			t.Fatalf("%d results for %d items", len(out), n)
+		}
+		for _, r := range out {
+			_ = r.reason()
+			_ = transient(r.Status)
+		}
+		_ = requestError(raw)
+		runtime.ReadMemStats(&after)
+		if got, bound := after.TotalAlloc-before.TotalAlloc, uint64(1<<20+64*n+200*len(raw)); got > bound {
+			t.Fatalf("parsing %d bytes for %d items allocated %d bytes (bound %d)", len(raw), n, got, bound)
+		}
+	})
 }

@@ -11,6 +11,7 @@ type Metrics struct {
 	Retries  prometheus.Counter
 	Failures *prometheus.CounterVec // reason: connection, http_<status>, item_transient
 	Latency  prometheus.Histogram
+	Splits   prometheus.Counter // requests split after OpenSearch refused them whole (413, 400, ...)
 }
 
 // NewMetrics creates the metrics under namespace (e.g. "stackstream_indexer")
@@ -37,6 +38,10 @@ func NewMetrics(reg prometheus.Registerer, namespace string) *Metrics {
 			Namespace: namespace, Subsystem: "bulk", Name: "transient_failures_total",
 			Help: "Transient failures, by reason (connection, http_<status>, item_transient).",
 		}, []string{"reason"}),
+		Splits: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "bulk", Name: "splits_total",
+			Help: "Bulk requests split in halves because OpenSearch refused them whole (413 too large, 400, another 4xx).",
+		}),
 		Latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Subsystem: "bulk", Name: "request_duration_seconds",
 			Help:    "Latency of bulk requests.",
@@ -44,7 +49,7 @@ func NewMetrics(reg prometheus.Registerer, namespace string) *Metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Docs, m.Requests, m.Bytes, m.Retries, m.Failures, m.Latency)
+		reg.MustRegister(m.Docs, m.Requests, m.Bytes, m.Retries, m.Failures, m.Latency, m.Splits)
 	}
 	return m
 }

@@ -5,8 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -284,5 +288,53 @@ func TestTemplateUpgradesOldIndex(t *testing.T) {
 		if err != nil || st != http.StatusOK || json.Unmarshal(body, &resp) != nil || resp.Count != want {
 			t.Fatalf("%s: %d %s %v, want count %d", q, st, body, err, want)
 		}
+	}
+}
+
+// TestDocumentTooLargeForNode: OpenSearch (behind a proxy enforcing a
+// 16 KiB http.max_content_length, which the node itself only takes at
+// start-up) refuses requests with 413. The record whose labels make its
+// document larger than that goes to the DLQ as too_large; the records
+// around it are stored and committed, and nothing is retried forever.
+func TestDocumentTooLargeForNode(t *testing.T) {
+	e := setup(t, 1)
+	target, err := url.Parse(e.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const maxContent = 16 << 10
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > maxContent {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusRequestEntityTooLarge)
+			io.WriteString(w, `{"error":{"type":"content_too_long_exception","reason":"request body too large"},"status":413}`)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+
+	at := time.Now().UTC().Add(-time.Hour).Truncate(time.Second)
+	big := map[string]string{"comm": "big"}
+	for i := range 40 {
+		big[fmt.Sprintf("label_%02d", i)] = strings.Repeat("v", 500)
+	}
+	var in []indexertest.Record
+	for i, l := range []map[string]string{{"comm": "a"}, big, {"comm": "c"}} {
+		in = append(in, cpuRecord(t, "h", at.Add(time.Duration(i)*time.Second), []map[string]string{l}, "f", fmt.Sprint("g", i)))
+	}
+	e.Produce(t, in)
+	r := start(t, e, srv.URL)
+	e.WaitCaughtUp(t, time.Minute)
+	reasons := dlqReasons(t, e, 1)
+	if !strings.HasPrefix(reasons["1"], indexer.ReasonTooLarge+": ") || !strings.Contains(reasons["1"], "HTTP 413") {
+		t.Fatalf("DLQ reason %q, want too_large with HTTP 413", reasons["1"])
+	}
+	if n := e.CountDocs(t, e.Names.SamplesPattern()); n != 2 {
+		t.Fatalf("%d sample documents, want the 2 other records'", n)
+	}
+	if n := testutil.ToFloat64(r.metrics.Bulk.Splits); n == 0 {
+		t.Fatal("no request was split: the proxy's limit was not reached")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -463,7 +464,7 @@ const (
 	ReasonHeaders     = "headers"           // missing or unknown headers
 	ReasonNotGzip     = "not_gzip"          // value not gzip, or corrupt
 	ReasonNotPprof    = "not_pprof"         // not a pprof message
-	ReasonTooLarge    = "too_large"         // beyond a decode limit
+	ReasonTooLarge    = "too_large"         // beyond a decode limit, or a document too large for OpenSearch (413)
 	ReasonInvalid     = "invalid_profile"   // pprof, but not self-consistent
 	ReasonTime        = "time_out_of_range" // outside [now - MaxAge, now + MaxClockSkew]
 	ReasonHostTooLong = "host_too_long"     // host beyond record.MaxHostBytes
@@ -526,7 +527,11 @@ func (ix *Indexer) flush(ctx context.Context, b *batch) error {
 			continue
 		}
 		dead[r] = true
-		b.dlq = append(b.dlq, ix.deadLetter(r, &deadLetter{reason: ReasonRejected,
+		reason := ReasonRejected
+		if rj.Status == http.StatusRequestEntityTooLarge {
+			reason = ReasonTooLarge
+		}
+		b.dlq = append(b.dlq, ix.deadLetter(r, &deadLetter{reason: reason,
 			err: fmt.Errorf("opensearch rejected document %s/%s: HTTP %d: %s", rj.Item.Index, rj.Item.ID, rj.Status, rj.Reason)}))
 	}
 	if len(b.dlq) > 0 {

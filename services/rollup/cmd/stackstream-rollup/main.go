@@ -37,7 +37,9 @@ type Settings struct {
 	Group           string        `envconfig:"GROUP" default:"stackstream-rollup" desc:"consumer group on profiles.symbolized"`
 	AllowedLateness time.Duration `envconfig:"ALLOWED_LATENESS" default:"2m" desc:"a window is written once the partition's newest event time passes its end by this much"`
 	Retention       time.Duration `envconfig:"RETENTION" default:"10m" desc:"a written window stays in memory this long for late profiles; later ones go to the DLQ"`
-	MaxFuture       time.Duration `envconfig:"MAX_FUTURE" default:"10m" desc:"profiles stamped further ahead of this host's clock go to the DLQ"`
+	MaxClockSkew    time.Duration `envconfig:"MAX_CLOCK_SKEW" default:"10m" desc:"profiles stamped further ahead of this host's clock go to the DLQ"`
+	MaxAge          time.Duration `envconfig:"MAX_AGE" default:"168h" desc:"profiles older than this (wall clock) go to the DLQ; keep it at STACKSTREAM_INDEXER_RETENTION_DAYS; 0 accepts any past time"`
+	MaxStateBytes   int64         `envconfig:"MAX_STATE_BYTES" default:"268435456" desc:"window state held in memory; a profile that would pass it goes to the DLQ (state_full)"`
 	MaxPollRecords  int           `envconfig:"MAX_POLL_RECORDS" default:"1000" desc:"records folded in between two writes"`
 	FlushTimeout    time.Duration `envconfig:"FLUSH_TIMEOUT" default:"30s" desc:"bound of the final write on shutdown or partition revoke"`
 	IdleFlush       time.Duration `envconfig:"IDLE_FLUSH" default:"1m" desc:"write the open windows of a partition without records for this long; 0 disables"`
@@ -60,8 +62,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_ROLLUP_ALLOWED_LATENESS=%s is negative: use 0 or more, e.g. 2m", s.AllowedLateness)
 	case s.Retention < 0:
 		return fmt.Errorf("STACKSTREAM_ROLLUP_RETENTION=%s is negative: use 0 or more, e.g. 10m", s.Retention)
-	case s.MaxFuture <= 0:
-		return fmt.Errorf("STACKSTREAM_ROLLUP_MAX_FUTURE=%s must be positive, e.g. 10m", s.MaxFuture)
+	case s.MaxClockSkew <= 0:
+		return fmt.Errorf("STACKSTREAM_ROLLUP_MAX_CLOCK_SKEW=%s must be positive, e.g. 10m", s.MaxClockSkew)
+	case s.MaxAge < 0:
+		return fmt.Errorf("STACKSTREAM_ROLLUP_MAX_AGE=%s is negative: use 0 (any past time) or more, e.g. 168h", s.MaxAge)
+	case s.MaxStateBytes < 16<<20:
+		return fmt.Errorf("STACKSTREAM_ROLLUP_MAX_STATE_BYTES=%d is below 16 MiB: use e.g. 268435456", s.MaxStateBytes)
 	case s.MaxPollRecords <= 0:
 		return fmt.Errorf("STACKSTREAM_ROLLUP_MAX_POLL_RECORDS=%d must be positive, e.g. 1000", s.MaxPollRecords)
 	case s.IdleFlush < 0:
@@ -104,7 +110,9 @@ func runMain() error {
 		Group:  cfg.Rollup.Group,
 		Window: aggregate.Config{
 			AllowedLateness: cfg.Rollup.AllowedLateness, Retention: cfg.Rollup.Retention,
-			MaxFuture: cfg.Rollup.MaxFuture, Names: cfg.Index.Names(), Now: time.Now,
+			MaxClockSkew: cfg.Rollup.MaxClockSkew, MaxAge: cfg.Rollup.MaxAge,
+			Budget: &aggregate.Budget{MaxBytes: cfg.Rollup.MaxStateBytes},
+			Names:  cfg.Index.Names(), Now: time.Now,
 		},
 		MaxPollRecords: cfg.Rollup.MaxPollRecords,
 		FlushTimeout:   cfg.Rollup.FlushTimeout,

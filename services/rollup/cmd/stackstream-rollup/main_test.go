@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/stackstream/stackstream/pkg/config"
+	"github.com/stackstream/stackstream/services/rollup/internal/aggregate"
 )
 
 func TestConfigRejectsBadValues(t *testing.T) {
@@ -19,6 +20,9 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		{"blank group", "STACKSTREAM_ROLLUP_GROUP", " ", "STACKSTREAM_ROLLUP_GROUP is empty"},
 		{"zero poll", "STACKSTREAM_ROLLUP_MAX_POLL_RECORDS", "0", "STACKSTREAM_ROLLUP_MAX_POLL_RECORDS=0 must be positive"},
 		{"tiny bulk", "STACKSTREAM_ROLLUP_BULK_MAX_BYTES", "100", "STACKSTREAM_ROLLUP_BULK_MAX_BYTES=100 is below 1 MiB"},
+		{"zero skew", "STACKSTREAM_ROLLUP_MAX_CLOCK_SKEW", "0s", "STACKSTREAM_ROLLUP_MAX_CLOCK_SKEW=0s must be positive"},
+		{"negative max age", "STACKSTREAM_ROLLUP_MAX_AGE", "-1h", "STACKSTREAM_ROLLUP_MAX_AGE=-1h0m0s is negative"},
+		{"tiny state", "STACKSTREAM_ROLLUP_MAX_STATE_BYTES", "1000", "STACKSTREAM_ROLLUP_MAX_STATE_BYTES=1000 is below 16 MiB"},
 		{"broker without port", "STACKSTREAM_KAFKA_BROKERS", "localhost", "STACKSTREAM_KAFKA_BROKERS"},
 	}
 	for _, tt := range tests {
@@ -38,7 +42,8 @@ func TestConfigDefaults(t *testing.T) {
 	if err := config.Load(&cfg, nil, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.ListenAddr != "127.0.0.1:9104" || cfg.Rollup.AllowedLateness.String() != "2m0s" || cfg.Rollup.Group != "stackstream-rollup" {
+	if cfg.ListenAddr != "127.0.0.1:9104" || cfg.Rollup.AllowedLateness.String() != "2m0s" || cfg.Rollup.Group != "stackstream-rollup" ||
+		cfg.Rollup.MaxClockSkew.String() != "10m0s" || cfg.Rollup.MaxAge.String() != "168h0m0s" || cfg.Rollup.MaxStateBytes != aggregate.DefaultMaxStateBytes {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 	if err := config.Load(&cfg, []string{"-h"}, io.Discard); !errors.Is(err, config.ErrHelp) {

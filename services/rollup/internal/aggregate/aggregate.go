@@ -26,12 +26,15 @@ import (
 	"github.com/stackstream/stackstream/schemas/record"
 )
 
-// Errors of Add that send the record to the DLQ.
+// Errors of Add that send the record to the DLQ. A time outside the
+// accepted window is record.ErrTimeOutOfRange.
 var (
 	ErrNoTime      = errors.New("profile has no time")
-	ErrFutureTime  = errors.New("profile time is in the future")
 	ErrNoValues    = errors.New("profile has no sample types")
 	ErrShortSample = errors.New("sample has fewer values than the profile declares")
+	// ErrStateFull: folding the profile in would hold more documents in
+	// memory than the Budget allows.
+	ErrStateFull = errors.New("rollup state full")
 )
 
 // Config tunes the windows.
@@ -43,13 +46,47 @@ type Config struct {
 	// profile can still update it by recomputation. Later than that the
 	// profile is too late.
 	Retention time.Duration
-	// MaxFuture rejects profiles stamped further than this past now, so one
-	// host with a wrong clock cannot push the watermark and close everyone's
-	// windows.
-	MaxFuture time.Duration
-	Names     indices.Names
-	Now       func() time.Time
+	// MaxClockSkew rejects profiles stamped further than this past now, so
+	// one host with a wrong clock cannot push the watermark, close everyone's
+	// windows, and create an index for a month retention never deletes.
+	// 0 means record.DefaultMaxClockSkew.
+	MaxClockSkew time.Duration
+	// MaxAge rejects profiles older than this before now (wall clock): their
+	// documents would land in indices retention deletes, or recreate them.
+	// 0 accepts any past time.
+	MaxAge time.Duration
+	// Budget bounds the documents the partitions sharing it hold in memory;
+	// nil leaves them unbounded.
+	Budget *Budget
+	Names  indices.Names
+	Now    func() time.Time
 }
+
+// Budget bounds the heap that the window state of every Partition sharing it
+// (one rollup instance) holds: each series of a window (a kind, type,
+// service and host), each document in it, and each memory profile's sum in
+// a memory document is charged a measured size plus the bytes of its names
+// (TestStateBytesBound checks that the charge is above the heap held). A
+// window's charge is returned when it is evicted, a partition's when it is
+// released. A profile that would go past MaxBytes is refused with
+// ErrStateFull and nothing of it is kept. Like Partition, it is not safe for
+// concurrent use.
+type Budget struct {
+	MaxBytes int64
+	used     int64
+}
+
+// Used is the bytes charged.
+func (b *Budget) Used() int64 { return b.used }
+
+// Charges of the Budget, measured by TestStateBytesBound with a margin: a
+// document (its docState and map entry), a memory profile's sum, a series
+// (its map and entry); names are charged their length on top.
+const (
+	docBytes    = 176
+	memBytes    = 64
+	seriesBytes = 420
+)
 
 // Outcome says what Add did with a profile.
 type Outcome int
@@ -111,6 +148,7 @@ type window struct {
 	minOffset int64
 	closed    bool
 	dirty     int
+	bytes     int64 // charged to the Budget
 }
 
 // Checkpoint travels with a committed offset (as commit metadata) so that a
@@ -166,6 +204,8 @@ type Partition struct {
 	lastCommitted int64
 	lastNext      int64
 	stacks        map[uint64][]*stackInfo // by hash of the frames, across profiles
+	stackBytes    int                     // held by stacks
+	bytes         int64                   // charged to the Budget by windows
 	frames        []indices.Frame         // scratch
 	out           map[seriesKey]*scratch  // a profile's sums, reused
 	deltas        []delta
@@ -224,8 +264,12 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 	if at <= 0 {
 		return 0, ErrNoTime
 	}
-	if limit := p.cfg.Now().Add(p.cfg.MaxFuture); p.cfg.MaxFuture > 0 && at > limit.UnixNano() {
-		return 0, fmt.Errorf("%w: %s is after now+%s", ErrFutureTime, time.Unix(0, at).UTC().Format(time.RFC3339), p.cfg.MaxFuture)
+	skew := p.cfg.MaxClockSkew
+	if skew <= 0 {
+		skew = record.DefaultMaxClockSkew
+	}
+	if err := record.CheckTime(time.Unix(0, at), p.cfg.Now(), p.cfg.MaxAge, skew); err != nil {
+		return 0, err
 	}
 	vi := pprofx.ValueIndex(prof, string(in.Type))
 	if vi < 0 {
@@ -245,13 +289,22 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 		return TooLate, nil
 	}
 	p.contributions(in, vi)
+	var targets []windowKey
 	for _, res := range []string{indices.ResolutionMinute, indices.ResolutionHour} {
 		size := windowSize(res)
 		if in.Offset < p.restored.Next && p.evicted(truncate(at, size)+int64(size), p.restored.Floor) {
 			// Written whole and evicted before the last commit.
 			continue
 		}
-		w := p.window(res, at, in.Offset)
+		targets = append(targets, windowKey{res: res, start: truncate(at, size)})
+	}
+	if b := p.cfg.Budget; b != nil {
+		if n := p.newBytes(targets, in.Offset); b.used+n > b.MaxBytes {
+			return 0, fmt.Errorf("%w: the profile adds %d bytes of documents to the %d held, limit %d", ErrStateFull, n, b.used, b.MaxBytes)
+		}
+	}
+	for _, k := range targets {
+		w := p.window(k.res, at, in.Offset)
 		for sk, sc := range p.out {
 			if len(sc.names) == 0 {
 				continue
@@ -260,6 +313,7 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 			if ws == nil {
 				ws = &series{docs: make(map[string]*docState, len(sc.names))}
 				w.series[sk] = ws
+				p.charge(w, seriesBytes+int64(len(sk.service)+len(sk.host)))
 			}
 			for name, i := range sc.names {
 				p.fold(w, ws, name, &p.deltas[i], in.Offset)
@@ -280,6 +334,7 @@ func (p *Partition) fold(w *window, ws *series, name string, d *delta, offset in
 	if ds == nil {
 		ds = &docState{firstOffset: offset}
 		ws.docs[name] = ds
+		p.charge(w, docBytes+int64(len(name)))
 	}
 	ds.value += d.value
 	ds.self += d.self
@@ -289,12 +344,85 @@ func (p *Partition) fold(w *window, ws *series, name string, d *delta, offset in
 		if ds.mem == nil {
 			ds.mem = map[int64]int64{}
 		}
+		if _, ok := ds.mem[offset]; !ok {
+			p.charge(w, memBytes)
+		}
 		ds.mem[offset] += d.mem
 	}
 	if !ds.dirty {
 		ds.dirty = true
 		w.dirty++
 	}
+}
+
+func (p *Partition) charge(w *window, n int64) {
+	w.bytes += n
+	p.bytes += n
+	if p.cfg.Budget != nil {
+		p.cfg.Budget.used += n
+	}
+}
+
+// newBytes is what folding the profile in p.out into the target windows
+// would charge. At most every series and name of p.out is new in every
+// window; only when that bound does not fit the budget are they looked up,
+// which costs as much as the fold itself.
+func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
+	var bound int64
+	for sk, sc := range p.out {
+		if len(sc.names) == 0 {
+			continue
+		}
+		bound += seriesBytes + int64(len(sk.service)+len(sk.host))
+		for name := range sc.names {
+			bound += docBytes + memBytes + int64(len(name))
+		}
+	}
+	bound *= int64(len(targets))
+	if b := p.cfg.Budget; b == nil || b.used+bound <= b.MaxBytes {
+		return bound
+	}
+	var n int64
+	for _, k := range targets {
+		w := p.windows[k]
+		for sk, sc := range p.out {
+			if len(sc.names) == 0 {
+				continue
+			}
+			var ws *series
+			if w != nil {
+				ws = w.series[sk]
+			}
+			if ws == nil {
+				n += seriesBytes + int64(len(sk.service)+len(sk.host))
+			}
+			for name, i := range sc.names {
+				var ds *docState
+				if ws != nil {
+					ds = ws.docs[name]
+				}
+				if ds == nil {
+					n += docBytes + int64(len(name))
+				}
+				if p.deltas[i].hasMem {
+					if _, ok := ds.mem[offset]; ds == nil || !ok {
+						n += memBytes
+					}
+				}
+			}
+		}
+	}
+	return n
+}
+
+// Release returns the partition's charge to the Budget: call it when the
+// partition's state is dropped (revoked or lost).
+func (p *Partition) Release() {
+	if p.cfg.Budget != nil {
+		p.cfg.Budget.used -= p.bytes
+	}
+	p.bytes = 0
+	clear(p.windows)
 }
 
 type mark struct{ offset, watermark int64 }
@@ -338,8 +466,25 @@ type stackInfo struct {
 	funcs  []string // distinct, so recursion counts a function once in total
 }
 
-// maxCachedStacks bounds the stack cache; past it the cache starts over.
-const maxCachedStacks = 1 << 18
+// maxCachedStacks and maxCachedStackBytes bound the stack cache: a stack
+// holds a frame per line of its locations, and each frame's names can be
+// long (up to record.Limits' MaxStringBytes); past either the cache starts
+// over.
+const (
+	maxCachedStacks     = 1 << 18
+	maxCachedStackBytes = 32 << 20
+)
+
+// stackBytes is an upper bound of what caching a stack of frames holds: the
+// frames (56 bytes each), their names, its function list (16 bytes per
+// frame at most), its ID and its entry.
+func stackBytes(frames []indices.Frame) int {
+	n := 256
+	for _, f := range frames {
+		n += 56 + 16 + len(f.Function) + len(f.File) + len(f.Binary)
+	}
+	return n
+}
 
 var stackSeed = maphash.MakeSeed()
 
@@ -371,11 +516,14 @@ func (p *Partition) stack(s *profile.Sample) *stackInfo {
 			return st
 		}
 	}
-	if len(p.stacks) >= maxCachedStacks {
+	size := stackBytes(p.frames)
+	if len(p.stacks) >= maxCachedStacks || p.stackBytes+size > maxCachedStackBytes {
 		clear(p.stacks)
+		p.stackBytes = 0
 	}
 	st := newStackInfo(slices.Clone(p.frames))
 	p.stacks[sum] = append(p.stacks[sum], st)
+	p.stackBytes += size
 	return st
 }
 
@@ -590,6 +738,7 @@ func (p *Partition) Evict() int {
 	n := 0
 	for k, w := range p.windows {
 		if w.dirty == 0 && p.evicted(w.end, p.watermark) {
+			p.charge(w, -w.bytes)
 			delete(p.windows, k)
 			n++
 		}
@@ -628,3 +777,6 @@ func (p *Partition) Committed(offset int64, cp Checkpoint) {
 	}
 	p.marks = append(p.marks[:0], p.marks[i:]...)
 }
+
+// DefaultMaxStateBytes is the default Budget of a rollup instance.
+const DefaultMaxStateBytes = 256 << 20

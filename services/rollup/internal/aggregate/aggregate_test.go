@@ -19,7 +19,7 @@ var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 
 func testConfig() Config {
 	return Config{
-		AllowedLateness: 2 * time.Minute, Retention: 5 * time.Minute, MaxFuture: time.Hour,
+		AllowedLateness: 2 * time.Minute, Retention: 5 * time.Minute, MaxClockSkew: time.Hour,
 		Names: indices.Names{Prefix: "t-"}, Now: func() time.Time { return t0.Add(24 * time.Hour) },
 	}
 }
@@ -295,7 +295,7 @@ func TestAddRejects(t *testing.T) {
 		want error
 	}{
 		{"no time", &profile.Profile{SampleType: []*profile.ValueType{{Type: "cpu"}}}, ErrNoTime},
-		{"future", cpu(t0.Add(48 * time.Hour)), ErrFutureTime},
+		{"future", cpu(t0.Add(48 * time.Hour)), record.ErrTimeOutOfRange},
 		{"no sample types", &profile.Profile{TimeNanos: t0.UnixNano()}, ErrNoValues},
 		{"short sample", &profile.Profile{TimeNanos: t0.UnixNano(), SampleType: []*profile.ValueType{{Type: "samples"}, {Type: "cpu"}}, Sample: []*profile.Sample{{Value: []int64{1}}}}, ErrShortSample},
 	}

@@ -14,6 +14,8 @@ type metrics struct {
 	openWindows  prometheus.Gauge
 	lag          *prometheus.GaugeVec
 	watermark    *prometheus.GaugeVec
+	panics       prometheus.Counter
+	stateBytes   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -37,9 +39,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Records behind the partition's high watermark after the last fetch."}, []string{"partition"}),
 		watermark: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "watermark_seconds",
 			Help: "Newest event time seen on the partition (unix seconds)."}, []string{"partition"}),
+		panics: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "panics_total",
+			Help: "Records whose processing panicked (sent to the DLQ with reason panic): each is a bug to fix."}),
+		stateBytes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "state_bytes",
+			Help: "Bytes of window state charged against STACKSTREAM_ROLLUP_MAX_STATE_BYTES."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.records, m.dlq, m.docs, m.writeSeconds, m.commits, m.commitErrors, m.openWindows, m.lag, m.watermark)
+		reg.MustRegister(m.records, m.dlq, m.docs, m.writeSeconds, m.commits, m.commitErrors, m.openWindows, m.lag, m.watermark, m.panics, m.stateBytes)
 	}
 	return m
 }

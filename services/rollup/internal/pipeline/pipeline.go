@@ -10,10 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/google/pprof/profile"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -49,7 +51,10 @@ type Config struct {
 	// The windows stay in memory, so later records still recompute them.
 	// 0 disables it.
 	IdleFlush time.Duration
-	Now       func() time.Time
+	// Limits bound what decoding one record may allocate; the zero value
+	// means record.DefaultLimits.
+	Limits record.Limits
+	Now    func() time.Time
 }
 
 // Rollup is the consumer. Build it with New, create the Kafka client with
@@ -68,6 +73,8 @@ type Rollup struct {
 	// count as handled, so every later flush sends them before it commits:
 	// a commit never passes a record that is neither counted nor in the DLQ.
 	unsent []*kgo.Record
+	// decode reads a record value; tests replace it to reach the recover.
+	decode func([]byte) (*profile.Profile, error)
 }
 
 // New builds a Rollup writing through w.
@@ -81,7 +88,12 @@ func New(cfg Config, w Writer, log *slog.Logger, reg prometheus.Registerer) *Rol
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Rollup{cfg: cfg, w: w, log: log, m: newMetrics(reg), parts: map[int32]*aggregate.Partition{}, active: map[int32]time.Time{}}
+	if cfg.Limits == (record.Limits{}) {
+		cfg.Limits = record.DefaultLimits()
+	}
+	r := &Rollup{cfg: cfg, w: w, log: log, m: newMetrics(reg), parts: map[int32]*aggregate.Partition{}, active: map[int32]time.Time{}}
+	r.decode = func(v []byte) (*profile.Profile, error) { return record.DecodeProfileLimits(v, r.cfg.Limits) }
+	return r
 }
 
 // ClientOpts are the consumer options the Kafka client needs.
@@ -196,8 +208,11 @@ func (r *Rollup) flushIdle(ctx context.Context) error {
 	return r.flush(ctx, idle, nil, true)
 }
 
-// process folds one record in, or returns the DLQ record for it.
-func (r *Rollup) process(part *aggregate.Partition, rec *kgo.Record) *kgo.Record {
+// process folds one record in, or returns the DLQ record for it. A record
+// is a fault boundary: a panic while processing it (none is known: each
+// cause found was fixed where it arose) sends it to the DLQ with reason
+// "panic", counted by stackstream_rollup_panics_total, and the loop goes on.
+func (r *Rollup) process(part *aggregate.Partition, rec *kgo.Record) (dlq *kgo.Record) {
 	toDLQ := func(reason string, err error) *kgo.Record {
 		part.Advance(rec.Offset)
 		r.m.records.WithLabelValues("dlq").Inc()
@@ -205,16 +220,28 @@ func (r *Rollup) process(part *aggregate.Partition, rec *kgo.Record) *kgo.Record
 		r.log.Warn("record to dlq", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "reason", reason, "err", err)
 		return record.DLQRecord(r.cfg.Topics.DLQ, ServiceName, rec, err)
 	}
+	defer func() {
+		if v := recover(); v != nil {
+			r.m.panics.Inc()
+			r.log.Error("panic processing record", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "panic", v, "stack", string(debug.Stack()))
+			dlq = toDLQ("panic", fmt.Errorf("process record: panic: %v", v))
+		}
+	}()
 	meta, err := record.ParseMeta(rec.Headers)
 	if err != nil {
 		return toDLQ("headers", fmt.Errorf("parse headers: %w", err))
 	}
-	prof, err := record.DecodeProfile(rec.Value)
+	prof, err := r.decode(rec.Value)
 	if err != nil {
-		return toDLQ("decode", fmt.Errorf("decode profile: %w", err))
+		return toDLQ(decodeReason(err), fmt.Errorf("decode profile: %w", err))
 	}
 	out, err := part.Add(aggregate.Input{Profile: prof, Type: meta.Type, Host: meta.Host, Offset: rec.Offset, Fallback: rec.Timestamp})
 	switch {
+	case errors.Is(err, record.ErrTimeOutOfRange):
+		return toDLQ("time_out_of_range", fmt.Errorf("aggregate profile: %w (the window is STACKSTREAM_ROLLUP_MAX_AGE=%s back, STACKSTREAM_ROLLUP_MAX_CLOCK_SKEW=%s ahead)",
+			err, r.cfg.Window.MaxAge, r.cfg.Window.MaxClockSkew))
+	case errors.Is(err, aggregate.ErrStateFull):
+		return toDLQ("state_full", fmt.Errorf("aggregate profile: %w (windows in memory: raise STACKSTREAM_ROLLUP_MAX_STATE_BYTES or spread the partitions over more instances; replay the rollup group from before it to include it)", err))
 	case err != nil:
 		return toDLQ("profile", fmt.Errorf("aggregate profile: %w", err))
 	case out == aggregate.TooLate:
@@ -226,6 +253,17 @@ func (r *Rollup) process(part *aggregate.Partition, rec *kgo.Record) *kgo.Record
 		r.m.records.WithLabelValues("added").Inc()
 	}
 	return nil
+}
+
+// decodeReason is the DLQ reason and metric label of a decode error.
+func decodeReason(err error) string {
+	switch {
+	case errors.Is(err, record.ErrTooLarge):
+		return "too_large"
+	case errors.Is(err, record.ErrInvalidProfile):
+		return "invalid_profile"
+	}
+	return "decode"
 }
 
 // flush sends the DLQ records, writes the pending documents of parts (all of
@@ -335,6 +373,9 @@ func (r *Rollup) commit(ctx context.Context, parts map[int32]*aggregate.Partitio
 	if len(parts) == len(r.parts) { // a revoke sees only some partitions
 		r.m.openWindows.Set(float64(open))
 	}
+	if b := r.cfg.Window.Budget; b != nil {
+		r.m.stateBytes.Set(float64(b.Used()))
+	}
 	if len(offsets) == 0 {
 		return nil
 	}
@@ -425,6 +466,9 @@ func (r *Rollup) assigned(ctx context.Context, cl *kgo.Client, assigned map[stri
 	ps := assigned[r.cfg.Topics.ProfilesSymbolized]
 	cps := r.checkpoints(ctx, ps)
 	for _, p := range ps {
+		if old := r.parts[p]; old != nil {
+			old.Release()
+		}
 		r.parts[p] = aggregate.NewPartition(r.cfg.Window, cps[p])
 	}
 	r.log.Info("partitions assigned", "topic", r.cfg.Topics.ProfilesSymbolized, "partitions", ps)
@@ -450,6 +494,9 @@ func (r *Rollup) revoked(ctx context.Context, cl *kgo.Client, revoked map[string
 		r.log.Warn("flush revoked partitions", "partitions", ps, "err", err)
 	}
 	for _, p := range ps {
+		if part := r.parts[p]; part != nil {
+			part.Release()
+		}
 		delete(r.parts, p)
 		delete(r.active, p)
 		r.m.lag.DeleteLabelValues(strconv.Itoa(int(p)))
@@ -463,6 +510,9 @@ func (r *Rollup) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, p := range lost[r.cfg.Topics.ProfilesSymbolized] {
+		if part := r.parts[p]; part != nil {
+			part.Release()
+		}
 		delete(r.parts, p)
 		delete(r.active, p)
 	}

@@ -50,7 +50,7 @@ func newEnv(t testing.TB, partitions int32) *env {
 	e.topics = record.TopicsFor(testenv.Name(t, "t-") + ".")
 	e.group = testenv.Name(t, "g-")
 	e.names = indices.Names{Prefix: testenv.Name(t, "r-") + "-"}
-	e.window = aggregate.Config{AllowedLateness: time.Minute, Retention: time.Minute, MaxFuture: time.Hour, Names: e.names, Now: time.Now}
+	e.window = aggregate.Config{AllowedLateness: time.Minute, Retention: time.Minute, MaxClockSkew: time.Hour, Names: e.names, Now: time.Now}
 
 	prod, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
 	if err != nil {
