@@ -1,7 +1,11 @@
 package elfinfo
 
 import (
+	"bytes"
+	"compress/zlib"
 	"debug/elf"
+	"encoding/binary"
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -147,4 +151,86 @@ func TestGoBuildIDFallback(t *testing.T) {
 	if err != nil || d.BuildID != id || d.Kind != debuginfo.KindSymbols {
 		t.Fatalf("Extract = %+v, %v", d, err)
 	}
+}
+
+// TestExtractBounds feeds binaries whose headers claim more than the limits
+// allow: each is refused before debug/elf or debug/gosym allocates for it.
+func TestExtractBounds(t *testing.T) {
+	dir := t.TempDir()
+	cExe := workload.BuildC(t, dir, "c-bounds", false)
+	goExe := workload.BuildGo(t, dir, "go-bounds", true)
+	open := func(t *testing.T, b []byte) (*elf.File, error) {
+		t.Helper()
+		return Open(bytes.NewReader(b), int64(len(b)))
+	}
+	read := func(t *testing.T, path string) []byte {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	t.Run("symbol table over the section bound", func(t *testing.T) {
+		f, err := open(t, read(t, cExe))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ExtractFile(f, Limits{MaxSectionBytes: 1 << 10, MaxGoFuncs: DefaultLimits.MaxGoFuncs}); !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("ExtractFile = %v, want ErrTooLarge", err)
+		}
+	})
+	t.Run("more Go functions than the bound", func(t *testing.T) {
+		f, err := open(t, read(t, goExe))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ExtractFile(f, Limits{MaxSectionBytes: DefaultLimits.MaxSectionBytes, MaxGoFuncs: 10}); !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("ExtractFile = %v, want ErrTooLarge", err)
+		}
+	})
+	t.Run("pclntab claiming 2^40 functions", func(t *testing.T) {
+		b := read(t, goExe)
+		f, err := open(t, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pcln := f.Section(".gopclntab")
+		if pcln == nil || b[pcln.Offset+7] != 8 {
+			t.Fatal("no 64-bit .gopclntab")
+		}
+		binary.LittleEndian.PutUint64(b[pcln.Offset+8:], 1<<40)
+		if f, err = open(t, b); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ExtractFile(f, DefaultLimits); !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("ExtractFile = %v, want ErrTooLarge", err)
+		}
+	})
+	t.Run("compressed section-name table", func(t *testing.T) {
+		b := read(t, cExe)
+		// The names become a zlib stream of 64 MiB of zeros (~64 KiB),
+		// appended to the file, which debug/elf would inflate while parsing
+		// the headers.
+		const claimed = 64 << 20
+		var z bytes.Buffer
+		zw := zlib.NewWriter(&z)
+		zw.Write(make([]byte, claimed))
+		zw.Close()
+		chdr := make([]byte, 24) // Elf64_Chdr
+		binary.LittleEndian.PutUint32(chdr, uint32(elf.COMPRESS_ZLIB))
+		binary.LittleEndian.PutUint64(chdr[8:], claimed)
+		binary.LittleEndian.PutUint64(chdr[16:], 1)
+		shoff := binary.LittleEndian.Uint64(b[0x28:])
+		shstrndx := uint64(binary.LittleEndian.Uint16(b[0x3e:]))
+		shentsize := uint64(binary.LittleEndian.Uint16(b[0x3a:]))
+		sh := b[shoff+shstrndx*shentsize:]
+		binary.LittleEndian.PutUint64(sh[8:], binary.LittleEndian.Uint64(sh[8:])|uint64(elf.SHF_COMPRESSED)) // sh_flags
+		binary.LittleEndian.PutUint64(sh[24:], uint64(len(b)))                                               // sh_offset
+		binary.LittleEndian.PutUint64(sh[32:], uint64(len(chdr)+z.Len()))                                    // sh_size
+		b = append(append(b, chdr...), z.Bytes()...)
+		if _, err := open(t, b); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("Open = %v, want ErrMalformed", err)
+		}
+	})
 }
