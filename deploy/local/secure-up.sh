@@ -22,9 +22,10 @@ sec certs
 sec credentials
 
 declare -A pending=()
+declare -A NAME=([kafka]=kafka [os]=opensearch)
 for s in kafka os; do
   if sec "$s-running" >/dev/null && sec "$s-ready"; then
-    say "secured $s already running"
+    say "secured ${NAME[$s]} already running"
   else
     sec "$s-start"
     pending[$s]=1
@@ -33,8 +34,8 @@ done
 
 report() {
   local s=$1 why=$2 log
-  log=$(sec log "$([[ $s == os ]] && echo opensearch || echo kafka)")
-  echo "up-secure: secured $s $why; log: $log" >&2
+  log=$(sec log "${NAME[$s]}")
+  echo "up-secure: secured ${NAME[$s]} $why; log: $log" >&2
   show_log_tail "$s" "$log"
 }
 
@@ -43,7 +44,7 @@ while ((${#pending[@]} > 0)); do
   for s in "${!pending[@]}"; do
     if sec "$s-ready"; then
       if [[ $s == kafka ]] && ! sec kafka-probe; then continue; fi
-      say "secured $s ready in $((SECONDS - start))s"
+      say "secured ${NAME[$s]} ready in $((SECONDS - start))s"
       unset "pending[$s]"
     elif ! sec "$s-running" >/dev/null; then
       report "$s" "exited during start-up"
@@ -60,6 +61,7 @@ while ((${#pending[@]} > 0)); do
   sleep 1
 done
 
+sec os-sync
 env_file=$(sec env)
 sec status
 say "certificates: $STATE_DIR/secure/certs (ca.pem, client.pem/client-key.pem; other-ca.pem and other-client*.pem are from an untrusted CA)"

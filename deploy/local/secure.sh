@@ -14,6 +14,7 @@
 #   secure.sh fetch          download the security plugin and build the node's home (once)
 #   secure.sh kafka-start|kafka-ready|kafka-probe|kafka-stop|kafka-running
 #   secure.sh os-start|os-ready|os-stop|os-running
+#   secure.sh os-sync        after a restart, apply changed users/roles with securityadmin
 #   secure.sh status         one line per server
 #   secure.sh env            write and print the state file the tests read
 #   secure.sh log kafka|opensearch
@@ -493,6 +494,8 @@ os_start() {
   load_credentials
   if [[ $(id -u) == 0 ]]; then ensure_user; fi
   run=$(os_rundir)
+  # An empty data dir means the plugin loads config/opensearch-security at this start.
+  if [[ -z $(ls -A "$run/data" 2>/dev/null) ]]; then touch "$SO/fresh"; else rm -f "$SO/fresh"; fi
   os_config "$run"
   echo "$run" >"$SO/node-dir"
   [[ -f $SO_LOG ]] && mv -f "$SO_LOG" "$SO_LOG.1"
@@ -510,6 +513,30 @@ os_ready() {
   [[ -s $SO/curl-admin.conf ]] &&
     curl -fsS --max-time 5 -K "$SO/curl-admin.conf" -o /dev/null \
       "$SO_URL/_cluster/health?wait_for_status=yellow&timeout=2s" 2>/dev/null
+}
+
+# The security index keeps the configuration of the first start; when roles, their
+# mapping, authentication or the passwords changed since, push the files with the
+# plugin's securityadmin tool, authenticated by the admin certificate.
+security_sum() {
+  local sec=$1/config/opensearch-security
+  cat "$sec/config.yml" "$sec/roles.yml" "$sec/roles_mapping.yml" "$CREDS" | sha256sum | cut -d' ' -f1
+}
+
+os_sync() {
+  local run sum
+  run=$(<"$SO/node-dir")
+  sum=$(security_sum "$run")
+  if [[ -f $SO/fresh ]]; then
+    rm -f "$SO/fresh"
+  elif [[ $(cat "$SO/security.sum" 2>/dev/null) != "$sum" ]]; then
+    say "security configuration changed since the node's first start: applying it with securityadmin"
+    OPENSEARCH_JAVA_HOME=$JAVA_HOME_17 bash "$run/home/plugins/opensearch-security/tools/securityadmin.sh" \
+      -cd "$run/config/opensearch-security" -icl -nhnv -cacert "$CERTS/ca.pem" \
+      -cert "$CERTS/admin.pem" -key "$CERTS/admin-key.pem" -h 127.0.0.1 -p "$SECURE_OS_PORT" \
+      >"$SO/securityadmin.log" 2>&1 || { show_log_tail securityadmin "$SO/securityadmin.log"; die "securityadmin failed"; }
+  fi
+  echo "$sum" >"$SO/security.sum"
 }
 
 # ---- state file, status -------------------------------------------------------------
@@ -570,9 +597,10 @@ case ${1:-} in
   os-start) os_start ;;
   os-ready) os_ready ;;
   os-running) pid_alive "$SO_PID" "$SO_MATCH" ;;
+  os-sync) os_sync ;;
   os-stop) stop_pid "secured opensearch" "$SO_PID" "$SO_MATCH" ;;
   status) status ;;
   env) write_env ;;
   log) case ${2:-} in kafka) echo "$SK_LOG" ;; opensearch) echo "$SO_LOG" ;; *) exit 2 ;; esac ;;
-  *) echo "usage: $0 certs|credentials|fetch|preflight|kafka-start|kafka-ready|kafka-probe|kafka-running|kafka-stop|os-start|os-ready|os-running|os-stop|status|env|log kafka|opensearch" >&2; exit 2 ;;
+  *) echo "usage: $0 certs|credentials|fetch|preflight|kafka-start|kafka-ready|kafka-probe|kafka-running|kafka-stop|os-start|os-ready|os-running|os-sync|os-stop|status|env|log kafka|opensearch" >&2; exit 2 ;;
 esac
