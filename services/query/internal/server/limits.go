@@ -202,7 +202,11 @@ func checkHost(allowed []string, rej rejections, next http.Handler) http.Handler
 // than maxBytes, before anything parses them.
 func limitURL(maxBytes int, rej rejections, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if n := len(r.URL.RawPath) + len(r.URL.Path) + len(r.URL.RawQuery); n > maxBytes {
+		n := len(r.RequestURI)
+		if n == 0 { // a request made in process, not read off a connection
+			n = len(r.URL.EscapedPath()) + len(r.URL.RawQuery)
+		}
+		if n > maxBytes {
 			rej.total.WithLabelValues("url_too_long").Inc()
 			writeError(w, http.StatusRequestURITooLong, fmt.Sprintf("request URL of %d bytes is longer than %d: shorten the selectors", n, maxBytes))
 			return
