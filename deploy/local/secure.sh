@@ -67,6 +67,10 @@ if [[ $(id -u) == 0 ]]; then
   as_user=(setpriv --reuid="$OPENSEARCH_USER" --regid="$OPENSEARCH_USER" --init-groups --)
 fi
 
+any_running() {
+  pid_alive "$SK_PID" "$SK_MATCH" >/dev/null || pid_alive "$SO_PID" "$SO_MATCH" >/dev/null
+}
+
 # ---- certificates -------------------------------------------------------------------
 
 # new_ca NAME CN: a self-signed CA, valid 30 days.
@@ -94,6 +98,11 @@ certs() {
   if [[ -f $CERTS/.complete ]] && openssl x509 -checkend 86400 -noout -in "$CERTS/ca.pem" >/dev/null 2>&1; then
     return 0
   fi
+  # Running servers hold the old ones: new files would not match them.
+  if [[ -f $CERTS/.complete ]] && any_running; then
+    say "warning: the certificates in $CERTS expire within a day; run make down-secure and make up-secure to renew them"
+    return 0
+  fi
   rm -rf "$CERTS"
   mkdir -p "$CERTS"
   chmod 700 "$CERTS"
@@ -119,6 +128,7 @@ certs() {
 
 credentials() {
   [[ -s $CREDS ]] && return 0
+  any_running && die "$CREDS is missing while the secured servers run: run make down-secure first"
   # New passwords cannot match the users stored in existing data: start both anew.
   rm -rf "$SK/data"
   local dir
