@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -28,8 +29,9 @@ const (
 	// maxLabelNames bounds the label names read from label_names (the
 	// distinct names of the range; the indexer caps labels per sample).
 	maxLabelNames = 1000
-	// labelNamesRange is the default range /labels reads label_names in.
-	labelNamesRange = "now-24h"
+	// labelNamesRange is the default range /labels reads label_names in
+	// (shorter if STACKSTREAM_QUERY_MAX_RANGE is).
+	labelNamesRange = 24 * time.Hour
 )
 
 // mappingLabels lists service, host and every labels.* field of the samples
@@ -91,7 +93,7 @@ func (a *API) rangeLabels(ctx context.Context, tr timeRange) ([]string, error) {
 	if err := a.search(ctx, a.sampleIndices(tr), body, &out); err != nil {
 		return nil, fmt.Errorf("label names: %w", err)
 	}
-	var names []string
+	names := []string{} // not nil: an empty answer is cached too
 	for _, name := range record.ContractLabels {
 		if out.Aggregations[name].DocCount > 0 {
 			names = append(names, name)
@@ -118,7 +120,7 @@ func (a *API) handleLabels(ctx context.Context, _ http.ResponseWriter, r *http.R
 	q := r.URL.Query()
 	explicit := q.Get("from") != "" || q.Get("to") != ""
 	if q.Get("from") == "" {
-		q.Set("from", labelNamesRange)
+		q.Set("from", strconv.FormatInt(a.opts.Now().Add(-min(labelNamesRange, a.opts.MaxRange)).UnixMilli(), 10))
 	}
 	tr, err := parseRange(q, "from", "to", a.opts.Now(), a.opts.MaxRange)
 	if err != nil {

@@ -86,6 +86,17 @@ func TestLabelForms(t *testing.T) {
 			t.Fatalf("labels %q, want %q", got.Labels, want)
 		}
 	})
+	t.Run("labels with a range limit under a day", func(t *testing.T) {
+		var got api.LabelsResponse
+		if code := get(t, serve(t, cl, names, api.Options{MaxRange: time.Hour}), "/api/v1/labels", nil, &got); code != http.StatusOK {
+			t.Fatalf("HTTP %d", code)
+		}
+		// The last hour holds the new documents and one old one.
+		want := []string{"comm", "host", "service", "team", "team_b", "zone"}
+		if !reflect.DeepEqual(got.Labels, want) {
+			t.Fatalf("labels %q, want %q", got.Labels, want)
+		}
+	})
 	t.Run("values", func(t *testing.T) {
 		for name, want := range map[string][]string{
 			"team":   {"blue", "g=1", "red"},
