@@ -20,7 +20,8 @@ import (
 // references, and its parse is estimated at 56 MB; a busy 96-core host
 // sampled at 100 Hz for 10 s gives at most 96,000 samples of at most
 // 127+127 frames (the agent's kernel and user stack depth), which the agent
-// splits into records under 900 KB.
+// splits into records under 900 KB. The zero Limits refuses every profile:
+// start from DefaultLimits and change what differs.
 type Limits struct {
 	// MaxDecompressedBytes bounds the protobuf after gunzip.
 	MaxDecompressedBytes int

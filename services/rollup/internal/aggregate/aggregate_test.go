@@ -1,6 +1,7 @@
 package aggregate
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -450,6 +451,9 @@ func TestRestartRebuildsExactly(t *testing.T) {
 // FuzzAdd feeds any profile the pprof parser accepts (the consumer has
 // decoded it already) through Add and the document builder: bad content is
 // an error or a document, never a panic.
+// FuzzAdd: whatever the consumer's decoder accepts (gzip values, and the
+// same bytes as a raw protobuf) goes through Add, within a small state
+// budget, and the document builder without panicking.
 func FuzzAdd(f *testing.F) {
 	for _, p := range []*profile.Profile{
 		cpu(t0),
@@ -460,16 +464,31 @@ func FuzzAdd(f *testing.F) {
 			f.Fatal(err)
 		}
 		f.Add(b, uint8(0))
+		var raw bytes.Buffer
+		if err := p.WriteUncompressed(&raw); err != nil {
+			f.Fatal(err)
+		}
+		f.Add(raw.Bytes(), uint8(1))
 	}
+	l := record.DefaultLimits()
+	l.MaxDecompressedBytes, l.MaxDecodeHeapBytes = 1<<20, 4<<20
 	f.Fuzz(func(t *testing.T, data []byte, typ uint8) {
-		prof, err := profile.ParseData(data)
+		prof, err := record.DecodeProfileLimits(data, l)
+		if errors.Is(err, record.ErrNotGzip) {
+			prof, err = record.ParseProfile(data, l)
+		}
 		if err != nil {
 			return
 		}
-		p := NewPartition(testConfig(), Checkpoint{})
+		cfg := testConfig()
+		cfg.Budget = &Budget{MaxBytes: 64 << 10}
+		p := NewPartition(cfg, Checkpoint{})
 		in := Input{Profile: prof, Type: record.ProfileTypes[int(typ)%len(record.ProfileTypes)], Offset: 1, Fallback: t0}
 		if _, err := p.Add(in); err != nil {
 			return
+		}
+		if cfg.Budget.Used() > cfg.Budget.MaxBytes {
+			t.Fatalf("state %d bytes, budget %d", cfg.Budget.Used(), cfg.Budget.MaxBytes)
 		}
 		for _, d := range p.Pending(true) {
 			if d.ID == "" || d.Index == "" {
