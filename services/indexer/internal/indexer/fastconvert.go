@@ -20,8 +20,8 @@ import (
 	"github.com/stackstream/stackstream/schemas/record"
 )
 
-// decodeConvert is the general path: google/pprof's decoder, then Convert.
-// Its errors are what the DLQ records say.
+// decodeConvert is the general path: google/pprof's decoder within
+// record.DefaultLimits, then Convert. Its errors are what the DLQ records say.
 func decodeConvert(names indices.Names, meta record.Meta, part string, value []byte, fallback time.Time) (Documents, error) {
 	p, err := record.DecodeProfile(value)
 	if err != nil {
@@ -54,6 +54,35 @@ type fastPath struct {
 	stacks *stackCache
 	// labels keeps label sets across profiles.
 	labels *boundedMap[string, *labelSet]
+	// limits are the general path's (record.DecodeProfile): a profile
+	// beyond them is left to it, which says which limit.
+	limits fastLimits
+}
+
+// fastLimits is how the fast path stays within record.Limits without
+// walking every profile twice: limits.Check cost about a third of a 19 Hz
+// profile's conversion. A limit on a count of the whole profile (samples,
+// labels, locations, lines, strings...) or on the decode heap cannot be
+// passed by a protobuf shorter than checkAbove, since each element takes
+// at least one or two bytes on the wire and at most maxHeapPerWireByte of
+// heap (TestFastLimitsBound checks it with the costliest elements); such
+// profiles are checked while the decoder walks them, for the limits on one
+// element (sample types, stack depth, labels of a sample, string bytes,
+// mappings, comments, one period type), and longer ones by Check first.
+type fastLimits struct {
+	record.Limits
+	checkAbove int
+}
+
+// maxHeapPerWireByte bounds the decode heap per protobuf byte of any
+// element record.Limits estimates (the costliest, a sample with one label,
+// is about 200 bytes of heap per byte).
+const maxHeapPerWireByte = 256
+
+func newFastLimits(l record.Limits) fastLimits {
+	n := min(2*l.MaxSamples, 2*l.MaxLabels, l.MaxSampleLocations, 2*l.MaxLocations,
+		2*l.MaxFunctions, 2*l.MaxLines, 2*l.MaxStrings, int(l.MaxDecodeHeapBytes/maxHeapPerWireByte))
+	return fastLimits{Limits: l, checkAbove: n}
 }
 
 // Bounds of the fast path's caches: entries, and about the bytes they hold
@@ -65,11 +94,18 @@ const (
 	labelCacheBytes   = 32 << 20
 )
 
+// check is record.Limits.Check for a protobuf of checkAbove bytes or more;
+// shorter ones are checked as they are walked.
+func (l *fastLimits) check(raw []byte) bool {
+	return len(raw) < l.checkAbove || l.Check(raw) == nil
+}
+
 func newFastPath() *fastPath {
 	return &fastPath{
 		decoders: sync.Pool{New: func() any { return new(fastDecoder) }},
 		stacks:   newStackCache(stackCacheEntries, stackCacheBytes),
 		labels:   newBoundedMap[string, *labelSet](labelCacheEntries, labelCacheBytes),
+		limits:   newFastLimits(record.DefaultLimits()),
 	}
 }
 
@@ -93,7 +129,7 @@ func (f *fastPath) convert(names indices.Names, meta record.Meta, part string, v
 		}
 		f.decoders.Put(d)
 	}()
-	if d.decompress(value) && d.parse() {
+	if d.decompress(value, f.limits.MaxDecompressedBytes) && f.limits.check(d.raw.Bytes()) && d.parse(&f.limits) {
 		docs, ok = d.convert(names, meta, part, fallback, f)
 	}
 	returned = true
@@ -307,6 +343,7 @@ type fastDecoder struct {
 
 	timeNanos, defaultType int64
 	checkStrs              []int64 // string indices pprof resolves (and so must be valid)
+	limits                 *fastLimits
 
 	ids    []uint64
 	values []int64
@@ -340,7 +377,7 @@ type fastDecoder struct {
 	plns []profile.Line
 }
 
-func (d *fastDecoder) decompress(value []byte) bool {
+func (d *fastDecoder) decompress(value []byte, limit int) bool {
 	if len(value) < 2 || value[0] != 0x1f || value[1] != 0x8b {
 		return false
 	}
@@ -361,10 +398,10 @@ func (d *fastDecoder) decompress(value []byte) bool {
 	} else if err := d.zr.Reset(&d.br); err != nil {
 		return false
 	}
-	if _, err := d.raw.ReadFrom(io.LimitReader(d.zr, record.MaxProfileBytes+1)); err != nil {
+	if _, err := d.raw.ReadFrom(io.LimitReader(d.zr, int64(limit)+1)); err != nil {
 		return false
 	}
-	return d.raw.Len() > 0 && d.raw.Len() <= record.MaxProfileBytes
+	return d.raw.Len() > 0 && d.raw.Len() <= limit
 }
 
 // varint decodes as pprof does: at most 10 bytes, extra high bits dropped.
@@ -515,11 +552,14 @@ func (d *fastDecoder) reset() {
 	d.timeNanos, d.defaultType = 0, 0
 }
 
-// parse walks the profile message, keeping samples as raw bytes for later.
-func (d *fastDecoder) parse() bool {
+// parse walks the profile message, keeping samples as raw bytes for later,
+// and checks the limits on one element of l.
+func (d *fastDecoder) parse(l *fastLimits) bool {
 	d.reset()
+	d.limits = l
 	b := d.raw.Bytes()
-	timeSeen := false
+	timeSeen, periodSeen := false, false
+	comments := 0
 	for len(b) > 0 {
 		var num, u uint64
 		var typ int
@@ -551,7 +591,14 @@ func (d *fastDecoder) parse() bool {
 			}
 			if num == 1 {
 				d.sampleTypes = append(d.sampleTypes, vt)
+				if len(d.sampleTypes) > l.MaxSampleTypes {
+					return false
+				}
 			} else {
+				if periodSeen {
+					return false // pprof keeps the last; Limits refuses two
+				}
+				periodSeen = true
 				d.checkStrs = append(d.checkStrs, int64(vt.typ), int64(vt.unit))
 			}
 		case 2:
@@ -569,6 +616,9 @@ func (d *fastDecoder) parse() bool {
 				return false
 			}
 			d.mappings = append(d.mappings, m)
+			if len(d.mappings) > l.MaxMappings {
+				return false
+			}
 		case 4:
 			if typ != 2 || !d.parseLocation(data) {
 				return false
@@ -588,7 +638,7 @@ func (d *fastDecoder) parse() bool {
 				return false
 			}
 			d.strs = append(d.strs, data)
-			if len(d.strs[0]) != 0 {
+			if len(d.strs[0]) != 0 || len(data) > l.MaxStringBytes {
 				return false
 			}
 		case 7, 8, 10, 12, 15: // drop_frames, keep_frames, duration, period, doc_url
@@ -605,8 +655,12 @@ func (d *fastDecoder) parse() bool {
 			timeSeen = true
 			d.timeNanos = int64(u)
 		case 13: // comments
+			n := len(d.checkStrs)
 			var ok bool
 			if d.checkStrs, ok = appendVarints(d.checkStrs, typ, u, data); !ok || (typ != 0 && typ != 2) {
+				return false
+			}
+			if comments += len(d.checkStrs) - n; comments > l.MaxComments {
 				return false
 			}
 		case 14:
@@ -883,10 +937,14 @@ func (d *fastDecoder) stack(c *stackCache) (cachedStack, bool) {
 }
 
 // labels decodes the label submessages of a sample as pprof's Label map.
-// Numeric labels and repeated keys are left to the general path.
+// Numeric labels, repeated keys and more labels than the limit are left to
+// the general path.
 func (d *fastDecoder) labels(raw []byte) (map[string][]string, bool) {
 	var out map[string][]string
-	for len(raw) > 0 {
+	for n := 0; len(raw) > 0; n++ {
+		if n == d.limits.MaxLabelsPerSample {
+			return nil, false
+		}
 		_, _, _, data, rest, _ := field(raw) // validated by the caller
 		raw = rest
 		var key, str, num, unit uint64
@@ -1021,6 +1079,9 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, part string
 				if d.ids, ok = appendVarints(d.ids, f.typ, f.u, f.data); !ok {
 					return Documents{}, false
 				}
+			}
+			if len(d.ids) > d.limits.MaxLocationsPerSample {
+				return Documents{}, false
 			}
 			st, ok := d.stack(c)
 			if !ok {

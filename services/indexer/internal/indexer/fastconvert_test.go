@@ -3,6 +3,7 @@ package indexer
 import (
 	"bytes"
 	"compress/gzip"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -159,6 +160,36 @@ func fastCases(t testing.TB) []fastCase {
 	nofn := pproftest.NewCPU(at, time.Second).Sample(nil, []int64{1, 2}, "f").Profile()
 	nofn.Location[0].Line = append(nofn.Location[0].Line, profile.Line{Line: 7})
 	cases = append(cases, fastCase{"line without function", cpu, encode(t, nofn), time.Time{}, false})
+	// Beyond the limits on one element of record.DefaultLimits, which a
+	// short protobuf can pass (the fast path checks them as it walks).
+	lim := record.DefaultLimits()
+	deep := pproftest.NewCPU(at, time.Second)
+	frames := make([]string, lim.MaxLocationsPerSample+1)
+	for i := range frames {
+		frames[i] = fmt.Sprint("f", i)
+	}
+	cases = append(cases, fastCase{"stack too deep", cpu, encode(t, deep.Sample(nil, []int64{1, 2}, frames...).Profile()), time.Time{}, false})
+	many := map[string]string{}
+	for i := range lim.MaxLabelsPerSample + 1 {
+		many[fmt.Sprint("l", i)] = "v"
+	}
+	cases = append(cases, fastCase{"too many labels in a sample", cpu, encode(t, pproftest.NewCPU(at, time.Second).Sample(many, []int64{1, 2}, "f").Profile()), time.Time{}, false})
+	types := pproftest.NewCPU(at, time.Second).Sample(nil, make([]int64, lim.MaxSampleTypes+1), "f").Profile()
+	for len(types.SampleType) <= lim.MaxSampleTypes {
+		types.SampleType = append(types.SampleType, &profile.ValueType{Type: fmt.Sprint("t", len(types.SampleType)), Unit: "count"})
+	}
+	cases = append(cases, fastCase{"too many sample types", cpu, encode(t, types), time.Time{}, false})
+	cases = append(cases, fastCase{"string too long", cpu, encode(t, pproftest.NewCPU(at, time.Second).Sample(nil, []int64{1, 2}, strings.Repeat("f", lim.MaxStringBytes+1)).Profile()), time.Time{}, false})
+	comments := pproftest.NewCPU(at, time.Second).Sample(nil, []int64{1, 2}, "f").Profile()
+	for range lim.MaxComments + 1 {
+		comments.Comments = append(comments.Comments, "c")
+	}
+	cases = append(cases, fastCase{"too many comments", cpu, encode(t, comments), time.Time{}, false})
+	maps := pproftest.NewCPU(at, time.Second)
+	for i := range lim.MaxMappings + 1 {
+		maps.Mapping(uint64(i)<<12, uint64(i+1)<<12, 0, "m", "")
+	}
+	cases = append(cases, fastCase{"too many mappings", cpu, encode(t, maps.Sample(nil, []int64{1, 2}, "f").Profile()), time.Time{}, false})
 	raw := encode(t, inl)
 	zr, err := gzip.NewReader(bytes.NewReader(raw))
 	if err != nil {
@@ -171,6 +202,9 @@ func fastCases(t testing.TB) []fastCase {
 	// A sample referencing location 9, which the table does not have.
 	bad := append([]byte(nil), plain.Bytes()...)
 	cases = append(cases, fastCase{"unknown location", cpu, pproftest.Gzip(append(bad, 0x12, 0x04, 0x0a, 0x01, 0x09, 0x10)), time.Time{}, false})
+	// Two period types: pprof keeps the last, record.Limits refuses it.
+	period := append(append([]byte(nil), plain.Bytes()...), 0x5a, 0x04, 0x08, 0x00, 0x10, 0x00, 0x5a, 0x04, 0x08, 0x00, 0x10, 0x00)
+	cases = append(cases, fastCase{"two period types", cpu, pproftest.Gzip(period), time.Time{}, false})
 	cases = append(cases, fastCase{"concatenated", cpu, pproftest.Gzip(append(append([]byte(nil), plain.Bytes()...), plain.Bytes()...)), time.Time{}, false})
 	return cases
 }
@@ -307,7 +341,7 @@ func BenchmarkFastConvertDecoded(b *testing.B) {
 				r := recs[i%len(recs)]
 				// parse only reads d.raw: no copy needed.
 				d.raw = *bytes.NewBuffer(plain[i%len(recs)])
-				if !d.parse() {
+				if !d.parse(&f.limits) {
 					b.Fatal("parse declined a corpus profile")
 				}
 				if _, ok := d.convert(testNames, r.Meta, "", r.Time, f); !ok {
@@ -376,5 +410,37 @@ func TestSortStacks(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestFastLimitsBound: no protobuf shorter than checkAbove, made of the
+// elements that cost the most decode heap per wire byte, passes a limit of
+// record.DefaultLimits on the whole profile or its heap estimate: the fast
+// path may skip limits.Check below it. (Mappings, limited to 65,536, are
+// counted as the fast path walks.)
+func TestFastLimitsBound(t *testing.T) {
+	l := newFastLimits(record.DefaultLimits())
+	if l.checkAbove < 900<<10 {
+		t.Fatalf("checkAbove = %d: records the symbolizer writes (up to 900 KiB) would all be walked twice", l.checkAbove)
+	}
+	patterns := []struct {
+		name string
+		elem []byte
+	}{
+		{"samples with one label", []byte{0x12, 0x02, 0x1a, 0x00}},
+		{"samples with two labels", []byte{0x12, 0x04, 0x1a, 0x00, 0x1a, 0x00}},
+		{"empty samples", []byte{0x12, 0x00}},
+		{"location references", []byte{0x12, 0x0a, 0x0a, 0x08, 1, 1, 1, 1, 1, 1, 1, 1}},
+		{"functions", []byte{0x2a, 0x00}},
+		{"locations with a line", []byte{0x22, 0x02, 0x22, 0x00}},
+		{"strings", []byte{0x32, 0x00}},
+	}
+	for _, p := range patterns {
+		t.Run(p.name, func(t *testing.T) {
+			raw := bytes.Repeat(p.elem, (l.checkAbove-1)/len(p.elem))
+			if err := l.Check(raw); errors.Is(err, record.ErrTooLarge) {
+				t.Fatalf("%d bytes (< checkAbove %d) pass a limit: %v", len(raw), l.checkAbove, err)
+			}
+		})
 	}
 }
