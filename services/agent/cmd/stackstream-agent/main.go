@@ -102,7 +102,7 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 	log.Info("debuginfo already published", "topic", topics.Debuginfo, "build_ids", len(known))
 
 	reg := telemetry.NewRegistry()
-	pub := publish.New(cl, log, publish.NewMetrics(reg))
+	pub := publish.New(cl, log, publish.NewMetrics(reg), c.Agent.Hold())
 	a, err := agent.New(c.Agent, agent.Deps{
 		Log: log, Registry: reg, Publisher: pub, Topics: topics, KnownBuildIDs: known, Version: version,
 	})

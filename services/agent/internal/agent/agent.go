@@ -166,19 +166,26 @@ func (a *Agent) Tick(ctx context.Context) {
 		a.m.samples.Add(float64(s.Count))
 		a.m.cpuNanos.Add(float64(s.PeriodNanos))
 	}
-	// Debuginfo first, so a symbolizer reading the profile likely finds it.
+	// The profile is held (off this goroutine) until the debuginfo of the
+	// binaries it introduces is acknowledged: a symbolizer reading it then
+	// finds their symbols on the debuginfo topic.
 	published := 0
+	var acks []*publish.Ack
 	for b := range cpu.binaries {
-		if a.publishDebuginfo(b) {
+		read, ack := a.publishDebuginfo(b)
+		if read {
 			published++
+		}
+		if ack != nil {
+			acks = append(acks, ack)
 		}
 	}
 	if len(cpu.p.Sample) > 0 {
-		a.publishProfile(record.ProfileCPU, cpu.p)
+		a.publishProfile(record.ProfileCPU, cpu.p, acks)
 	}
 	if a.cfg.Memory {
 		if mem := a.memory(start, dur); len(mem.Sample) > 0 {
-			a.publishProfile(record.ProfileMemory, mem)
+			a.publishProfile(record.ProfileMemory, mem, nil)
 		}
 	}
 	for _, t := range a.heaps {
@@ -188,7 +195,7 @@ func (a *Agent) Tick(ctx context.Context) {
 			a.d.Log.Warn("scrape heap profile", "service", t.Service, "url", t.URL, "err", err)
 			continue
 		}
-		a.publishProfile(record.ProfileHeap, p)
+		a.publishProfile(record.ProfileHeap, p, nil)
 	}
 	a.ps.sweep(3)
 	a.m.processes.Set(float64(len(a.ps.procs)))
@@ -219,14 +226,16 @@ func (a *Agent) memory(start time.Time, dur time.Duration) *profile.Profile {
 	return p
 }
 
-func (a *Agent) publishProfile(typ record.ProfileType, p *profile.Profile) {
+// publishProfile publishes p once the records of after are answered;
+// profiles keep their order whatever they wait for.
+func (a *Agent) publishProfile(typ record.ProfileType, p *profile.Profile, after []*publish.Ack) {
 	recs, err := a.profileRecords(typ, p, maxProfileRecordBytes)
 	if err != nil {
 		a.d.Log.Error("encode profile", "type", typ, "err", err)
 		return
 	}
 	for _, r := range recs {
-		a.d.Publisher.Publish(string(typ), r)
+		a.d.Publisher.PublishAfter(string(typ), r, after)
 	}
 }
 
@@ -287,10 +296,11 @@ func encodeBounded(p *profile.Profile, limit int) ([][]byte, error) {
 }
 
 // publishDebuginfo sends the symbols of b once per build ID, and reports
-// whether it read the binary.
-func (a *Agent) publishDebuginfo(b *binary) bool {
+// whether it read the binary and the answer to the record it published (nil
+// when none).
+func (a *Agent) publishDebuginfo(b *binary) (read bool, ack *publish.Ack) {
 	if a.known[b.buildID] {
-		return false
+		return false, nil
 	}
 	a.known[b.buildID] = true
 	var d *debuginfo.File
@@ -304,15 +314,14 @@ func (a *Agent) publishDebuginfo(b *binary) bool {
 		// encoding over the bound.
 		a.m.debuginfo.WithLabelValues("too_large").Inc()
 		a.d.Log.Debug("publish debuginfo", "path", b.path, "build_id", b.buildID, "result", "too_large", "err", err)
-		a.d.Publisher.Publish(kindDebuginfo, &kgo.Record{Topic: a.d.Topics.Debuginfo, Key: []byte(b.buildID), Value: debuginfo.Marker(b.buildID, debuginfo.KindTooLarge)})
-		return true
+		return true, a.d.Publisher.Publish(kindDebuginfo, &kgo.Record{Topic: a.d.Topics.Debuginfo, Key: []byte(b.buildID), Value: debuginfo.Marker(b.buildID, debuginfo.KindTooLarge)})
 	}
 	if err != nil {
 		// Not retried: a file that cannot be read now (deleted, malformed)
 		// would fail and log every interval.
 		a.m.debuginfo.WithLabelValues("error").Inc()
 		a.d.Log.Warn("extract debuginfo", "path", b.path, "build_id", b.buildID, "err", err)
-		return true
+		return true, nil
 	}
 	// The ELF and pclntab tables read above are garbage now: collect them
 	// before encoding allocates its own, so the two do not add up in RSS.
@@ -321,13 +330,12 @@ func (a *Agent) publishDebuginfo(b *binary) bool {
 	if err != nil {
 		a.m.debuginfo.WithLabelValues("error").Inc()
 		a.d.Log.Error("encode debuginfo", "path", b.path, "err", err)
-		return true
+		return true, nil
 	}
 	result := map[debuginfo.Kind]string{debuginfo.KindSymbols: "symbols", debuginfo.KindNoSymbols: "no_symbols", debuginfo.KindTooLarge: "too_large"}[kind]
 	a.m.debuginfo.WithLabelValues(result).Inc()
 	a.d.Log.Debug("publish debuginfo", "path", b.path, "build_id", b.buildID, "result", result, "symbols", len(d.Symbols), "bytes", len(value))
-	a.d.Publisher.Publish(kindDebuginfo, &kgo.Record{Topic: a.d.Topics.Debuginfo, Key: []byte(b.buildID), Value: value})
-	return true
+	return true, a.d.Publisher.Publish(kindDebuginfo, &kgo.Record{Topic: a.d.Topics.Debuginfo, Key: []byte(b.buildID), Value: value})
 }
 
 // Close stops sampling.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stackstream/stackstream/services/agent/internal/heap"
+	"github.com/stackstream/stackstream/services/agent/internal/publish"
 )
 
 // Config is read from STACKSTREAM_AGENT_* and overridden by flags.
@@ -27,6 +28,7 @@ type Config struct {
 	HeapMaxEntries         int           `envconfig:"HEAP_MAX_ENTRIES" default:"200000" desc:"most messages (samples, locations, functions, strings, labels, lines) in a heap profile"`
 	HeapTimeout            time.Duration `envconfig:"HEAP_TIMEOUT" default:"5s" desc:"time limit of one heap scrape (at most half the interval)"`
 	FileTimeout            time.Duration `envconfig:"FILE_TIMEOUT" default:"5s" desc:"longest wait for one read of a process's binary (a hung FUSE or NFS server); its device is then skipped for 10 minutes"`
+	DebuginfoHold          time.Duration `envconfig:"DEBUGINFO_HOLD" default:"30s" desc:"longest a profile waits for the debuginfo of a new binary it names to be acknowledged"`
 	ProcRoot               string        `envconfig:"PROC_ROOT" default:"/proc" desc:"where the host's /proc is mounted"`
 	MemoryLimit            int64         `envconfig:"MEMORY_LIMIT" default:"20971520" desc:"soft limit of the Go heap in bytes (GOMEMLIMIT wins when set); 0 for none"`
 }
@@ -36,6 +38,11 @@ type Config struct {
 func (c Config) heapLimits() heap.Limits {
 	timeout := min(c.HeapTimeout, c.Interval/2)
 	return heap.Limits{MaxCompressedBytes: c.HeapMaxCompressedBytes, MaxBytes: c.HeapMaxBytes, MaxEntries: c.HeapMaxEntries, Timeout: timeout}
+}
+
+// Hold is how profiles wait for their debuginfo.
+func (c Config) Hold() publish.HoldConfig {
+	return publish.HoldConfig{Max: c.DebuginfoHold, Records: publish.DefaultHold.Records}
 }
 
 // Validate checks values that parse but cannot work.
@@ -61,6 +68,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_AGENT_HEAP_TIMEOUT=%s: use a positive duration", c.HeapTimeout)
 	case c.FileTimeout <= 0:
 		return fmt.Errorf("STACKSTREAM_AGENT_FILE_TIMEOUT=%s: use a positive duration", c.FileTimeout)
+	case c.DebuginfoHold <= 0:
+		return fmt.Errorf("STACKSTREAM_AGENT_DEBUGINFO_HOLD=%s: use a positive duration", c.DebuginfoHold)
 	case c.MemoryLimit < 0:
 		return fmt.Errorf("STACKSTREAM_AGENT_MEMORY_LIMIT=%d: use 0 (none) or a number of bytes", c.MemoryLimit)
 	}

@@ -166,7 +166,7 @@ func fileAgent(t *testing.T, e env, mapFiles bool) (*Agent, *prometheus.Registry
 	}
 	t.Cleanup(cl.Close)
 	reg := prometheus.NewRegistry()
-	pub := publish.New(cl, log, publish.NewMetrics(reg))
+	pub := publish.New(cl, log, publish.NewMetrics(reg), publish.DefaultHold)
 	targets, err := proc.NewTargets(nil, nil, nil, "", os.Getpid())
 	if err != nil {
 		t.Fatal(err)

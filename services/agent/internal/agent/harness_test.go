@@ -62,6 +62,16 @@ type running struct {
 
 	mu      sync.Mutex
 	results map[string]int // kind/outcome -> count
+	events  []event        // records handed to the producer and answered, in order
+}
+
+// event is a record handed to the producer or answered by the broker.
+type event struct {
+	kind     string
+	acked    bool     // false: handed to the producer
+	err      error    // of an answer
+	key      string   // debuginfo: the build ID
+	buildIDs []string // cpu: the build IDs of its mappings
 }
 
 // start runs an agent with cfg against e; extra client options (a dialer
@@ -85,6 +95,9 @@ func startWith(t *testing.T, e env, cfg Config, deps Deps, extra ...kgo.Opt) *ru
 		cfg.BufferRecords = 1000
 	}
 	cfg.BufferBytes = 64 << 20
+	if cfg.DebuginfoHold == 0 {
+		cfg.DebuginfoHold = 30 * time.Second
+	}
 	if cfg.FileTimeout == 0 {
 		cfg.FileTimeout = 5 * time.Second
 	}
@@ -103,10 +116,26 @@ func startWith(t *testing.T, e env, cfg Config, deps Deps, extra ...kgo.Opt) *ru
 	}
 	reg := prometheus.NewRegistry()
 	r := &running{reg: reg, stopped: make(chan struct{}), results: map[string]int{}}
-	r.pub = publish.New(cl, log, publish.NewMetrics(reg))
-	r.pub.OnResult = func(kind string, _ *kgo.Record, err error) {
+	r.pub = publish.New(cl, log, publish.NewMetrics(reg), cfg.Hold())
+	r.pub.OnProduce = func(kind string, rec *kgo.Record) {
+		ev := event{kind: kind, key: string(rec.Key)}
+		if kind == string(record.ProfileCPU) {
+			if p, err := record.DecodeProfile(rec.Value); err == nil {
+				for _, m := range p.Mapping {
+					if m.BuildID != "" {
+						ev.buildIDs = append(ev.buildIDs, m.BuildID)
+					}
+				}
+			}
+		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
+		r.events = append(r.events, ev)
+	}
+	r.pub.OnResult = func(kind string, rec *kgo.Record, err error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.events = append(r.events, event{kind: kind, acked: true, err: err, key: string(rec.Key)})
 		if err != nil {
 			r.results[kind+"/error"]++
 		} else {
