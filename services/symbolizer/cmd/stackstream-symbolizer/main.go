@@ -56,21 +56,27 @@ func runMain() error {
 
 	// The topic store tells the chain when a build ID gets new debug info,
 	// so a cached miss does not outlive the arrival of its symbols.
-	var chain *source.Chain
+	var (
+		chain    *source.Chain
+		follower *source.Follower
+	)
 	store := source.NewTopic(cfg.Symbolizer.TopicCacheBytes, func(id string) { chain.Forget(id) })
 	sources := []source.Source{store}
 	if dirs := cfg.Dirs(); len(dirs) > 0 {
-		sources = append(sources, source.Dirs{Dirs: dirs})
+		sources = append(sources, source.Dirs{Dirs: dirs, Limits: cfg.Symbolizer.ELFLimits()})
 	}
 	if len(urls) > 0 {
-		sources = append(sources, source.NewDebuginfod(urls, cfg.Symbolizer.DebuginfodTimeout))
+		d := source.NewDebuginfod(urls, cfg.Symbolizer.DebuginfodTimeout)
+		d.MaxDownloadBytes, d.Limits = cfg.Symbolizer.DebuginfodMaxBytes, cfg.Symbolizer.ELFLimits()
+		sources = append(sources, d)
 	}
 	chain = source.NewChain(source.Options{
-		MaxTables: cfg.Symbolizer.MaxTables,
-		MissTTL:   cfg.Symbolizer.MissTTL,
-		Now:       time.Now,
-		Log:       log,
-		Metrics:   metrics.ChainMetrics(),
+		MaxTables:     cfg.Symbolizer.MaxTables,
+		MaxTableBytes: cfg.Symbolizer.MaxTableBytes,
+		MissTTL:       cfg.Symbolizer.MissTTL,
+		Now:           time.Now,
+		Log:           log,
+		Metrics:       metrics.ChainMetrics(),
 	}, sources...)
 
 	admCl, err := kafka.NewClient(ctx, cfg.Kafka)
@@ -86,10 +92,13 @@ func runMain() error {
 		return err
 	}
 	defer infoCl.Close()
-	follower := &source.Follower{
+	// Fetches still running when the instance stops are cancelled.
+	defer chain.Close()
+	follower = &source.Follower{
 		Client: infoCl, Admin: kadm.NewClient(admCl), Topic: topics.Debuginfo, Store: store, Log: log,
-		OnBad:   metrics.Debuginfo.WithLabelValues("bad").Inc,
-		OnApply: metrics.Debuginfo.WithLabelValues("applied").Inc,
+		OnBad:    metrics.Debuginfo.WithLabelValues("bad").Inc,
+		OnReject: metrics.Debuginfo.WithLabelValues("rejected").Inc,
+		OnApply:  metrics.Debuginfo.WithLabelValues("applied").Inc,
 	}
 
 	opts, err := cfg.Kafka.Opts()
@@ -113,9 +122,10 @@ func runMain() error {
 	defer sess.Close()
 
 	runner := &pipeline.Runner{
-		Session:        sess,
+		Session: sess,
 		Processor: &pipeline.Processor{
-			Symbolizer: &symbolize.Symbolizer{Tables: chain}, Topics: topics, MaxOutputBytes: cfg.Symbolizer.MaxOutputBytes,
+			Symbolizer: &symbolize.Symbolizer{Tables: chain, Concurrency: cfg.Symbolizer.LookupConcurrency, Budget: cfg.Symbolizer.LookupBudget},
+			Topics:     topics, MaxOutputBytes: cfg.Symbolizer.MaxOutputBytes,
 			Log: log, OnPanic: metrics.Panics.Inc,
 		},
 		Metrics:        metrics,
@@ -173,13 +183,30 @@ func runMain() error {
 	}
 	g.Add(srv.Run, srv.Stop)
 
-	log.Info("starting", "listen", srv.Addr(), "debuginfo_topic", topics.Debuginfo, "debug_dirs", cfg.Dirs(), "debuginfod", urls)
+	log.Info("starting", "listen", srv.Addr(), "debuginfo_topic", topics.Debuginfo, "debug_dirs", cfg.Dirs(), "debuginfod", source.RedactURLs(urls))
 	if err := g.Run(); err != nil {
 		log.Error("symbolizer stopped", "err", err)
 		return err
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// waitDebuginfo is the chain's wait on a miss: up to d for the follower
+// (set once it exists) to read the debuginfo topic to its end as of the
+// miss. d of 0 turns it off.
+func waitDebuginfo(f **source.Follower, d time.Duration) func(context.Context, time.Time) bool {
+	if d <= 0 {
+		return nil
+	}
+	return func(ctx context.Context, since time.Time) bool {
+		if *f == nil {
+			return false
+		}
+		ctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		return (*f).WaitEnd(ctx, since) == nil
+	}
 }
 
 // checkTopics stops start-up with one clear line when stackctl init has not

@@ -13,6 +13,7 @@ import (
 	"github.com/stackstream/stackstream/pkg/kafka"
 	"github.com/stackstream/stackstream/pkg/telemetry"
 	"github.com/stackstream/stackstream/services/symbolizer/internal/source"
+	"github.com/stackstream/stackstream/services/symbolizer/internal/symtab"
 )
 
 // Config of stackstream-symbolizer.
@@ -25,18 +26,27 @@ type Config struct {
 
 // Symbolizer holds the settings of this service alone (STACKSTREAM_SYMBOLIZER_*).
 type Symbolizer struct {
-	Group             string        `envconfig:"GROUP" default:"stackstream-symbolizer" desc:"Kafka consumer group on profiles.raw"`
-	TransactionalID   string        `envconfig:"TRANSACTIONAL_ID" desc:"Kafka transactional ID, unique per running instance and stable across its restarts (default stackstream-symbolizer-<hostname>)"`
-	DebugDirs         []string      `envconfig:"DEBUG_DIRS" default:"/usr/lib/debug" desc:"directories with the .build-id/xx/rest.debug layout, comma separated; empty to disable"`
-	DebuginfodURLs    string        `envconfig:"DEBUGINFOD_URLS" desc:"debuginfod servers, space separated (default: the DEBUGINFOD_URLS variable)"`
-	DebuginfodTimeout time.Duration `envconfig:"DEBUGINFOD_TIMEOUT" default:"60s" desc:"longest one debuginfod download may take"`
-	MaxTables         int           `envconfig:"MAX_TABLES" default:"512" desc:"symbol tables (one per binary) kept in memory"`
-	TopicCacheBytes   int           `envconfig:"TOPIC_CACHE_BYTES" default:"536870912" desc:"bytes of compressed debuginfo topic values kept in memory"`
-	MissTTL           time.Duration `envconfig:"MISS_TTL" default:"5m" desc:"how long a build ID that no source has is not asked for again"`
-	SessionTimeout    time.Duration `envconfig:"SESSION_TIMEOUT" default:"45s" desc:"how long a crashed instance keeps its partitions (within the broker's group.min/max.session.timeout.ms)"`
-	MaxPollRecords    int           `envconfig:"MAX_POLL_RECORDS" default:"200" desc:"records per transaction at most"`
-	MaxOutputBytes    int           `envconfig:"MAX_OUTPUT_BYTES" default:"999000" desc:"largest symbolized record value: a profile larger uncompressed (stored gzip) is gzip-compressed, one still larger goes to the DLQ (keep under the topic's max.message.bytes)"`
-	BatchCompression  string        `envconfig:"BATCH_COMPRESSION" default:"lz4" desc:"codec of the record batches written to profiles.symbolized: lz4 (cheapest for the indexer and rollup to read), zstd (about a quarter smaller on the broker), snappy or none"`
+	Group              string        `envconfig:"GROUP" default:"stackstream-symbolizer" desc:"Kafka consumer group on profiles.raw"`
+	TransactionalID    string        `envconfig:"TRANSACTIONAL_ID" desc:"Kafka transactional ID, unique per running instance and stable across its restarts (default stackstream-symbolizer-<hostname>)"`
+	DebugDirs          []string      `envconfig:"DEBUG_DIRS" default:"/usr/lib/debug" desc:"directories with the .build-id/xx/rest.debug layout, comma separated; empty to disable"`
+	DebuginfodURLs     string        `envconfig:"DEBUGINFOD_URLS" desc:"debuginfod servers, space separated (default: the DEBUGINFOD_URLS variable)"`
+	DebuginfodTimeout  time.Duration `envconfig:"DEBUGINFOD_TIMEOUT" default:"60s" desc:"longest one debuginfod download may take"`
+	DebuginfodMaxBytes int64         `envconfig:"DEBUGINFOD_MAX_BYTES" default:"536870912" desc:"largest file downloaded from debuginfod (to a temporary file); larger ones are an error and the binary's frames stay addresses"`
+	MaxSectionBytes    int64         `envconfig:"MAX_SECTION_BYTES" default:"67108864" desc:"largest ELF section read, as inflated (compressed DWARF states its own size); a part of the table (symbols, DWARF, pclntab) with a larger section is left out"`
+	MaxELFBytes        int64         `envconfig:"MAX_ELF_BYTES" default:"134217728" desc:"sections read from one ELF file together, as inflated; parts past it are left out"`
+	MaxTables          int           `envconfig:"MAX_TABLES" default:"512" desc:"symbol tables (one per binary) kept in memory"`
+	MaxTableBytes      int           `envconfig:"MAX_TABLE_BYTES" default:"268435456" desc:"estimated memory of the symbol tables kept; least recently used go first"`
+	TopicCacheBytes    int           `envconfig:"TOPIC_CACHE_BYTES" default:"268435456" desc:"bytes of compressed debuginfo topic values (and markers) kept in memory; least recently used go first"`
+	MissTTL            time.Duration `envconfig:"MISS_TTL" default:"5m" desc:"how long a build ID that no source has is not asked for again"`
+	MaxMisses          int           `envconfig:"MAX_MISSES" default:"65536" desc:"build IDs remembered as missing; the oldest are forgotten first"`
+	LookupConcurrency  int           `envconfig:"LOOKUP_CONCURRENCY" default:"4" desc:"debug info fetches (all sources) running at once"`
+	LookupBudget       time.Duration `envconfig:"LOOKUP_BUDGET" default:"5s" desc:"longest one record waits for the debug info of its binaries; frames of binaries not found in time keep their addresses (the fetch goes on and serves later records)"`
+	LookupTimeout      time.Duration `envconfig:"LOOKUP_TIMEOUT" default:"2m" desc:"longest one fetch of a build ID through every source may take"`
+	DebuginfoWait      time.Duration `envconfig:"DEBUGINFO_WAIT" default:"2s" desc:"on a miss, longest wait for the debuginfo follower to read the topic up to its end as of the miss, before asking the topic again; 0 to not wait"`
+	SessionTimeout     time.Duration `envconfig:"SESSION_TIMEOUT" default:"45s" desc:"how long a crashed instance keeps its partitions (within the broker's group.min/max.session.timeout.ms)"`
+	MaxPollRecords     int           `envconfig:"MAX_POLL_RECORDS" default:"200" desc:"records per transaction at most"`
+	MaxOutputBytes     int           `envconfig:"MAX_OUTPUT_BYTES" default:"999000" desc:"largest symbolized record value: a profile larger uncompressed (stored gzip) is gzip-compressed, one still larger goes to the DLQ (keep under the topic's max.message.bytes)"`
+	BatchCompression   string        `envconfig:"BATCH_COMPRESSION" default:"lz4" desc:"codec of the record batches written to profiles.symbolized: lz4 (cheapest for the indexer and rollup to read), zstd (about a quarter smaller on the broker), snappy or none"`
 }
 
 // BatchCodec is the franz-go codec named by BatchCompression.
@@ -71,12 +81,30 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_DEBUGINFOD_TIMEOUT=%s must be positive", s.DebuginfodTimeout)
 	case s.MaxTables < 1:
 		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_MAX_TABLES=%d must be at least 1", s.MaxTables)
+	case s.MaxTableBytes < 1<<20:
+		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_MAX_TABLE_BYTES=%d is too small: use at least 1048576", s.MaxTableBytes)
+	case s.DebuginfodMaxBytes < 1<<20:
+		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_DEBUGINFOD_MAX_BYTES=%d is too small: use at least 1048576", s.DebuginfodMaxBytes)
+	case s.MaxSectionBytes < 1<<20:
+		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_MAX_SECTION_BYTES=%d is too small: use at least 1048576", s.MaxSectionBytes)
+	case s.MaxELFBytes < s.MaxSectionBytes:
+		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_MAX_ELF_BYTES=%d is smaller than STACKSTREAM_SYMBOLIZER_MAX_SECTION_BYTES=%d: use at least that", s.MaxELFBytes, s.MaxSectionBytes)
 	case s.TopicCacheBytes < 1<<20:
 		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_TOPIC_CACHE_BYTES=%d is too small: use at least 1048576", s.TopicCacheBytes)
 	case s.SessionTimeout < time.Second:
 		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_SESSION_TIMEOUT=%s is too short: use at least 6s (the broker's default minimum)", s.SessionTimeout)
 	case s.MissTTL < 0:
 		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_MISS_TTL=%s must not be negative", s.MissTTL)
+	case s.MaxMisses < 1:
+		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_MAX_MISSES=%d must be at least 1", s.MaxMisses)
+	case s.LookupConcurrency < 1 || s.LookupConcurrency > 256:
+		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_LOOKUP_CONCURRENCY=%d: use 1 to 256", s.LookupConcurrency)
+	case s.LookupBudget <= 0:
+		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_LOOKUP_BUDGET=%s must be positive", s.LookupBudget)
+	case s.LookupTimeout <= 0:
+		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_LOOKUP_TIMEOUT=%s must be positive", s.LookupTimeout)
+	case s.DebuginfoWait < 0 || s.DebuginfoWait > time.Minute:
+		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_DEBUGINFO_WAIT=%s: use 0 to 1m", s.DebuginfoWait)
 	case s.MaxPollRecords < 1:
 		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_MAX_POLL_RECORDS=%d must be at least 1", s.MaxPollRecords)
 	case s.MaxOutputBytes < 1<<10:
@@ -89,6 +117,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_DEBUGINFOD_URLS / DEBUGINFOD_URLS: %w", err)
 	}
 	return nil
+}
+
+// ELFLimits are the limits of reading one ELF file.
+func (s Symbolizer) ELFLimits() symtab.Limits {
+	return symtab.Limits{MaxSectionBytes: s.MaxSectionBytes, MaxFileBytes: s.MaxELFBytes}
 }
 
 // DebuginfodURLList is the configured server list, falling back to the

@@ -16,7 +16,7 @@ type Metrics struct {
 	DLQ          *prometheus.CounterVec // reason
 	Lag          *prometheus.GaugeVec   // partition
 	Transactions *prometheus.CounterVec // result: committed, aborted
-	Debuginfo    *prometheus.CounterVec // result: applied, bad
+	Debuginfo    *prometheus.CounterVec // result: applied, bad, rejected
 	FetchErrors  *prometheus.CounterVec // source
 	Split        prometheus.Counter     // profiles written as several parts
 	SplitParts   prometheus.Counter     // records those parts took
@@ -45,7 +45,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "stackstream_symbolizer_transactions_total", Help: "Kafka transactions ended, by result (committed, aborted).",
 		}, []string{"result"}),
 		Debuginfo: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "stackstream_symbolizer_debuginfo_records_total", Help: "Records read from the debuginfo topic, by result (applied, bad).",
+			Name: "stackstream_symbolizer_debuginfo_records_total", Help: "Records read from the debuginfo topic, by result (applied, bad: does not decode or names another build ID, rejected: poorer than the value held).",
 		}, []string{"result"}),
 		FetchErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stackstream_symbolizer_source_errors_total", Help: "Failed debug info fetches (not counting plain not-found), by source.",

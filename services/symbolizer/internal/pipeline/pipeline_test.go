@@ -37,14 +37,36 @@ type symbolizer struct {
 // start runs the symbolizer in-process the way main wires it.
 func start(t *testing.T, brokers []string, topics record.Topics, group string, sources ...source.Source) *symbolizer {
 	t.Helper()
+	return startWith(t, startOpts{debuginfoWait: 30 * time.Second}, brokers, topics, group, sources...)
+}
+
+type startOpts struct {
+	debuginfoWait time.Duration // 0: no wait on a miss
+	infoOpts      []kgo.Opt     // more options of the debuginfo follower's client
+}
+
+func startWith(t *testing.T, o startOpts, brokers []string, topics record.Topics, group string, sources ...source.Source) *symbolizer {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
-	var chain *source.Chain
+	var (
+		chain *source.Chain
+		f     *source.Follower
+	)
+	var wait func(context.Context, time.Time) bool
+	if o.debuginfoWait > 0 {
+		wait = func(ctx context.Context, since time.Time) bool {
+			ctx, cancel := context.WithTimeout(ctx, o.debuginfoWait)
+			defer cancel()
+			return f.WaitEnd(ctx, since) == nil
+		}
+	}
 	store := source.NewTopic(64<<20, func(id string) { chain.Forget(id) })
-	chain = source.NewChain(source.Options{MissTTL: time.Minute, Log: log, Metrics: m.ChainMetrics()}, append([]source.Source{store}, sources...)...)
+	chain = source.NewChain(source.Options{MissTTL: time.Minute, Log: log, Metrics: m.ChainMetrics(), WaitDebuginfo: wait},
+		append([]source.Source{store}, sources...)...)
 
-	infoCl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, DebuginfoOpts(topics.Debuginfo)...)...)
+	infoCl, err := kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, DebuginfoOpts(topics.Debuginfo)...), o.infoOpts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,8 +74,8 @@ func start(t *testing.T, brokers []string, topics record.Topics, group string, s
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &source.Follower{Client: infoCl, Admin: kadm.NewClient(admCl), Topic: topics.Debuginfo, Store: store, Log: log,
-		OnApply: m.Debuginfo.WithLabelValues("applied").Inc, OnBad: m.Debuginfo.WithLabelValues("bad").Inc}
+	f = &source.Follower{Client: infoCl, Admin: kadm.NewClient(admCl), Topic: topics.Debuginfo, Store: store, Log: log,
+		OnApply: m.Debuginfo.WithLabelValues("applied").Inc, OnBad: m.Debuginfo.WithLabelValues("bad").Inc, OnReject: m.Debuginfo.WithLabelValues("rejected").Inc}
 	sess, err := kgo.NewGroupTransactSession(append([]kgo.Opt{kgo.SeedBrokers(brokers...)},
 		SessionOpts(group, topics.ProfilesRaw, testenv.Name(t, "txn-"), 0, kgo.Lz4Compression())...)...)
 	if err != nil {
@@ -61,7 +83,7 @@ func start(t *testing.T, brokers []string, topics record.Topics, group string, s
 	}
 	r := &Runner{
 		Session:        sess,
-		Processor:      &Processor{Symbolizer: &symbolize.Symbolizer{Tables: chain}, Topics: topics, MaxOutputBytes: 999000, Log: log, OnPanic: m.Panics.Inc},
+		Processor:      &Processor{Symbolizer: &symbolize.Symbolizer{Tables: chain, Budget: 2 * time.Minute}, Topics: topics, MaxOutputBytes: 999000, Log: log, OnPanic: m.Panics.Inc},
 		Metrics:        m,
 		Log:            log,
 		MaxPollRecords: 7,
@@ -101,6 +123,7 @@ func start(t *testing.T, brokers []string, topics record.Topics, group string, s
 			t.Errorf("runner: %v", err)
 		}
 		sess.Close()
+		chain.Close()
 		infoCl.Close()
 		admCl.Close()
 	}

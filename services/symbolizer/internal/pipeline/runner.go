@@ -189,9 +189,12 @@ func SessionOpts(group, rawTopic, transactionalID string, sessionTimeout time.Du
 }
 
 // DebuginfoOpts are the client options of the debuginfo follower: no
-// group, from the start, values up to the topic's raised size limit.
+// group, from the start, values up to the topic's raised size limit, and
+// transaction markers kept so the follower's position reaches the topic's
+// end when a marker is the last record.
 func DebuginfoOpts(topic string) []kgo.Opt {
 	return []kgo.Opt{
+		kgo.KeepControlRecords(),
 		kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),

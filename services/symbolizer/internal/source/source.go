@@ -41,23 +41,43 @@ type Metrics struct {
 	FetchError func(source string)
 }
 
-// Chain asks its sources in order and keeps an LRU of tables plus a list of
-// build IDs none of them had, each forgotten after MissTTL.
+// Chain asks its sources in order and keeps an LRU of tables plus a
+// bounded list of build IDs none of them had, each forgotten after MissTTL.
+// At most LookupConcurrency fetches run at once; a fetch runs on its own
+// (bounded by LookupTimeout), so a caller that stops waiting for it still
+// gets its answer cached for the next one.
 type Chain struct {
-	sources  []Source
-	max      int
-	missTTL  time.Duration
-	now      func() time.Time
-	log      *slog.Logger
-	metrics  Metrics
+	sources   []Source
+	max       int
+	maxBytes  int
+	missTTL   time.Duration
+	maxMisses int
+	timeout   time.Duration
+	wait      func(ctx context.Context, since time.Time) bool
+	now       func() time.Time
+	log       *slog.Logger
+	metrics   Metrics
+	slots     chan struct{}
+	base      context.Context
+	stop      context.CancelFunc
+
 	mu       sync.Mutex
 	lru      *list.List // of *symtab.Table, most recent first
 	byID     map[string]*list.Element
-	misses   map[string]time.Time // build ID -> when to try again
+	misses   map[string]*list.Element // of *miss, in missList
+	missList *list.List               // oldest first: all share one TTL
 	inflight map[string]*call
 	// fallbacks holds, for a cached table, the table of the same build ID
 	// from a later source (nil: none has it), fetched on a first miss.
 	fallbacks map[*symtab.Table]*symtab.Table
+	fetches   int // fetches started, for tests and metrics
+	running   int
+	peak      int // most fetches running at once
+}
+
+type miss struct {
+	id    string
+	until time.Time
 }
 
 type call struct {
@@ -67,11 +87,27 @@ type call struct {
 
 // Options configure a Chain.
 type Options struct {
-	MaxTables int           // tables kept in memory
-	MissTTL   time.Duration // how long "nobody has it" is believed
-	Now       func() time.Time
-	Log       *slog.Logger
-	Metrics   Metrics
+	MaxTables int // tables kept in memory
+	// MaxTableBytes bounds the estimated memory of the tables kept
+	// (symtab.Table.Bytes); 0 means no bound but MaxTables.
+	MaxTableBytes int
+	MissTTL       time.Duration // how long "nobody has it" is believed
+	// MaxMisses bounds the build IDs remembered as missing (oldest go
+	// first); 0 means 65,536.
+	MaxMisses int
+	// LookupConcurrency bounds the fetches running at once; 0 means 4.
+	LookupConcurrency int
+	// LookupTimeout bounds one fetch through every source; 0 means 2m.
+	LookupTimeout time.Duration
+	// WaitDebuginfo, when set, is called after every source missed a
+	// build ID: it waits (bounded by ctx) until the debuginfo topic has
+	// been read up to its end as of since, and reports whether it was;
+	// the first source is then asked again. A profile can arrive just
+	// before the follower reads the value the agent published for it.
+	WaitDebuginfo func(ctx context.Context, since time.Time) bool
+	Now           func() time.Time
+	Log           *slog.Logger
+	Metrics       Metrics
 }
 
 // NewChain builds a chain over sources, asked in the given order.
@@ -85,63 +121,153 @@ func NewChain(opts Options, sources ...Source) *Chain {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
+	if opts.MaxMisses <= 0 {
+		opts.MaxMisses = 1 << 16
+	}
+	if opts.LookupConcurrency <= 0 {
+		opts.LookupConcurrency = 4
+	}
+	if opts.LookupTimeout <= 0 {
+		opts.LookupTimeout = 2 * time.Minute
+	}
+	base, stop := context.WithCancel(context.Background())
 	return &Chain{
-		sources: sources, max: opts.MaxTables, missTTL: opts.MissTTL, now: opts.Now, log: opts.Log, metrics: opts.Metrics,
-		lru: list.New(), byID: map[string]*list.Element{}, misses: map[string]time.Time{}, inflight: map[string]*call{},
-		fallbacks: map[*symtab.Table]*symtab.Table{},
+		sources: sources, max: opts.MaxTables, maxBytes: opts.MaxTableBytes, missTTL: opts.MissTTL, maxMisses: opts.MaxMisses,
+		timeout: opts.LookupTimeout, wait: opts.WaitDebuginfo, now: opts.Now, log: opts.Log, metrics: opts.Metrics,
+		slots: make(chan struct{}, opts.LookupConcurrency), base: base, stop: stop,
+		lru: list.New(), byID: map[string]*list.Element{}, misses: map[string]*list.Element{}, missList: list.New(),
+		inflight: map[string]*call{}, fallbacks: map[*symtab.Table]*symtab.Table{},
 	}
 }
 
-// Table returns the table of buildID, or nil when no source has it.
-// Concurrent callers for one build ID share one fetch.
-func (c *Chain) Table(ctx context.Context, buildID string) *symtab.Table {
+// Close cancels the fetches still running.
+func (c *Chain) Close() { c.stop() }
+
+// LookupStats are the chain's counts of fetches and misses.
+type LookupStats struct {
+	Fetches     int // fetches started
+	PeakRunning int // most fetches running at once
+	Misses      int // build IDs remembered as missing
+}
+
+// Stats returns the chain's counts.
+func (c *Chain) Stats() LookupStats {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	return LookupStats{Fetches: c.fetches, PeakRunning: c.peak, Misses: len(c.misses)}
+}
+
+// cached answers from the cache, under c.mu: the table, or done with a
+// nil table for a remembered miss.
+func (c *Chain) cached(buildID string) (tab *symtab.Table, done bool) {
 	if el, ok := c.byID[buildID]; ok {
 		c.lru.MoveToFront(el)
-		c.mu.Unlock()
-		c.count(c.metrics.CacheHit)
-		return el.Value.(*symtab.Table)
+		return el.Value.(*symtab.Table), true
 	}
-	if until, ok := c.misses[buildID]; ok {
-		if c.now().Before(until) {
-			c.mu.Unlock()
-			c.count(c.metrics.CacheHit)
-			return nil
+	if el, ok := c.misses[buildID]; ok {
+		if c.now().Before(el.Value.(*miss).until) {
+			return nil, true
 		}
+		c.missList.Remove(el)
 		delete(c.misses, buildID)
 	}
-	if cl, ok := c.inflight[buildID]; ok {
+	return nil, false
+}
+
+// remember notes buildID as missing, under c.mu, dropping expired and, past
+// MaxMisses, the oldest entries.
+func (c *Chain) remember(buildID string) {
+	if el, ok := c.misses[buildID]; ok {
+		c.missList.Remove(el)
+	}
+	now := c.now()
+	c.misses[buildID] = c.missList.PushBack(&miss{id: buildID, until: now.Add(c.missTTL)})
+	for c.missList.Len() > 0 {
+		front := c.missList.Front().Value.(*miss)
+		if c.missList.Len() <= c.maxMisses && now.Before(front.until) {
+			break
+		}
+		c.missList.Remove(c.missList.Front())
+		delete(c.misses, front.id)
+	}
+}
+
+// Table returns the table of buildID, or nil when no source has it or ctx
+// ended first. Concurrent callers for one build ID share one fetch, which
+// goes on after ctx ends, so its answer is cached for the next caller.
+func (c *Chain) Table(ctx context.Context, buildID string) *symtab.Table {
+	c.mu.Lock()
+	if tab, done := c.cached(buildID); done {
 		c.mu.Unlock()
+		c.count(c.metrics.CacheHit)
+		return tab
+	}
+	cl, ok := c.inflight[buildID]
+	c.mu.Unlock()
+	if !ok {
+		c.count(c.metrics.CacheMiss)
+		if !ValidBuildID(buildID) {
+			return nil
+		}
+		// A slot first: a record naming thousands of unknown build IDs
+		// waits here, within its own time budget, not in the sources.
 		select {
-		case <-cl.done:
+		case c.slots <- struct{}{}:
 		case <-ctx.Done():
 			return nil
 		}
-		return cl.tab
+		c.mu.Lock()
+		if tab, done := c.cached(buildID); done {
+			c.mu.Unlock()
+			<-c.slots
+			return tab
+		}
+		if cl, ok = c.inflight[buildID]; !ok {
+			cl = &call{done: make(chan struct{})}
+			c.inflight[buildID] = cl
+			c.fetches++
+			c.running++
+			c.peak = max(c.peak, c.running)
+			go c.run(buildID, cl, c.now())
+		} else {
+			<-c.slots
+		}
+		c.mu.Unlock()
 	}
-	cl := &call{done: make(chan struct{})}
-	c.inflight[buildID] = cl
-	c.mu.Unlock()
-	c.count(c.metrics.CacheMiss)
+	select {
+	case <-cl.done:
+		return cl.tab
+	case <-ctx.Done():
+		return nil
+	}
+}
 
+// run fetches buildID in a slot, caches the answer and hands it to the
+// callers waiting on cl.
+func (c *Chain) run(buildID string, cl *call, missed time.Time) {
+	ctx, cancel := context.WithTimeout(c.base, c.timeout)
+	defer cancel()
 	tab := c.fetch(ctx, buildID)
-
+	if tab == nil && c.wait != nil && len(c.sources) > 0 && c.base.Err() == nil {
+		// Asked again only once the debuginfo topic has been read to its
+		// end as of the miss: a miss that was not a race is not repeated.
+		if c.wait(ctx, missed) {
+			tab = c.fetchFrom(ctx, buildID, 0, 1)
+		}
+	}
 	c.mu.Lock()
 	delete(c.inflight, buildID)
+	c.running--
 	if tab != nil {
 		c.byID[buildID] = c.lru.PushFront(tab)
-		for c.lru.Len() > c.max {
-			old := c.lru.Remove(c.lru.Back()).(*symtab.Table)
-			delete(c.byID, old.BuildID)
-			c.dropFallbacks(old)
-		}
-	} else if ctx.Err() == nil {
-		c.misses[buildID] = c.now().Add(c.missTTL)
+		c.evict()
+	} else if c.base.Err() == nil {
+		c.remember(buildID)
 	}
 	c.mu.Unlock()
+	<-c.slots
 	cl.tab = tab
 	close(cl.done)
-	return tab
 }
 
 // Fallback returns the table of the same build ID from the first source
@@ -164,7 +290,13 @@ func (c *Chain) Fallback(ctx context.Context, after *symtab.Table) *symtab.Table
 			break
 		}
 	}
-	fb = c.fetchFrom(ctx, after.BuildID, next)
+	select {
+	case c.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil
+	}
+	fb = c.fetchFrom(ctx, after.BuildID, next, len(c.sources))
+	<-c.slots
 	if ctx.Err() != nil {
 		return fb
 	}
@@ -172,6 +304,46 @@ func (c *Chain) Fallback(ctx context.Context, after *symtab.Table) *symtab.Table
 	c.fallbacks[after] = fb
 	c.mu.Unlock()
 	return fb
+}
+
+// evict drops the least recently used tables while there are more than
+// MaxTables or they hold more than MaxTableBytes; the newest always stays.
+func (c *Chain) evict() {
+	total := 0
+	if c.maxBytes > 0 {
+		for el := c.lru.Front(); el != nil; el = el.Next() {
+			total += c.held(el.Value.(*symtab.Table))
+		}
+	}
+	for c.lru.Len() > 1 && (c.lru.Len() > c.max || (c.maxBytes > 0 && total > c.maxBytes)) {
+		old := c.lru.Remove(c.lru.Back()).(*symtab.Table)
+		delete(c.byID, old.BuildID)
+		if c.maxBytes > 0 {
+			total -= c.held(old)
+		}
+		c.dropFallbacks(old)
+	}
+}
+
+// held is what tab holds with the fallback tables behind it.
+func (c *Chain) held(tab *symtab.Table) int {
+	n := 0
+	for hops := 0; tab != nil && hops < 8; hops++ {
+		n += tab.Bytes()
+		tab = c.fallbacks[tab]
+	}
+	return n
+}
+
+// TableBytes is the estimated memory of the tables the chain holds.
+func (c *Chain) TableBytes() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for el := c.lru.Front(); el != nil; el = el.Next() {
+		n += c.held(el.Value.(*symtab.Table))
+	}
+	return n
 }
 
 // dropFallbacks forgets the chain of fallback tables behind tab.
@@ -184,17 +356,21 @@ func (c *Chain) dropFallbacks(tab *symtab.Table) {
 }
 
 func (c *Chain) fetch(ctx context.Context, buildID string) *symtab.Table {
-	return c.fetchFrom(ctx, buildID, 0)
+	return c.fetchFrom(ctx, buildID, 0, len(c.sources))
 }
 
-func (c *Chain) fetchFrom(ctx context.Context, buildID string, first int) *symtab.Table {
-	if !ValidBuildID(buildID) || first >= len(c.sources) {
+// fetchFrom asks sources[first:end] in order.
+func (c *Chain) fetchFrom(ctx context.Context, buildID string, first, end int) *symtab.Table {
+	if !ValidBuildID(buildID) || first >= end {
 		return nil
 	}
-	for _, s := range c.sources[first:] {
+	for _, s := range c.sources[first:end] {
 		tab, err := s.Fetch(ctx, buildID)
 		if err == nil {
 			tab.BuildID, tab.Source = buildID, s.Name()
+			if tab.Skipped != nil {
+				c.log.Warn("debug info read in part", "source", s.Name(), "build_id", buildID, "err", tab.Skipped)
+			}
 			return tab
 		}
 		if !errors.Is(err, ErrNotFound) {
@@ -212,7 +388,10 @@ func (c *Chain) fetchFrom(ctx context.Context, buildID string, first int) *symta
 func (c *Chain) Forget(buildID string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.misses, buildID)
+	if el, ok := c.misses[buildID]; ok {
+		c.missList.Remove(el)
+		delete(c.misses, buildID)
+	}
 	if el, ok := c.byID[buildID]; ok {
 		c.lru.Remove(el)
 		delete(c.byID, buildID)

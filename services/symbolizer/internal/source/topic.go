@@ -35,7 +35,22 @@ type topicValue struct {
 	buildID string
 	kind    debuginfo.Kind
 	value   []byte // encoded KindSymbols value; nil for markers
+	symbols int    // symbols and lines of the value: how rich it is
+	lines   int
 }
+
+// bytes is what v holds in memory: markers count too, so a flood of them
+// is bounded like values.
+func (v *topicValue) bytes() int { return len(v.value) + len(v.buildID) + entryOverhead }
+
+// entryOverhead is the bookkeeping of one build ID held (list element, map
+// entry, struct).
+const entryOverhead = 160
+
+// ErrNotRicher means a debuginfo value would replace one with more symbols
+// (or a marker, or a tombstone, would replace symbols): anyone who can write
+// the topic could otherwise blank a binary's symbols fleet-wide.
+var ErrNotRicher = errors.New("debuginfo value has fewer symbols than the one held")
 
 // NewTopic returns an empty store. onChange is called (outside the lock)
 // when a build ID's value changes, so cached answers can be dropped.
@@ -77,37 +92,61 @@ func (t *Topic) Len() int {
 	return len(t.byID)
 }
 
+// Bytes is what the store holds, as it counts against its budget.
+func (t *Topic) Bytes() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.bytes
+}
+
 // Apply stores one record of the topic: a value replaces the build ID's
-// previous one, a tombstone (nil value) deletes it.
+// previous one unless that one is richer (ErrNotRicher), a tombstone (nil
+// value) deletes a marker. A value must name the build ID of its key and
+// be at most debuginfo.MaxEncodedBytes.
 func (t *Topic) Apply(key, value []byte) error {
 	id := string(key)
+	if !ValidBuildID(id) {
+		return fmt.Errorf("%w: key %.80q is not a build id", debuginfo.ErrBadFormat, id)
+	}
 	var v *topicValue
 	if value != nil {
+		if len(value) > debuginfo.MaxEncodedBytes {
+			return fmt.Errorf("%w: %d bytes, limit %d", debuginfo.ErrTooLarge, len(value), debuginfo.MaxEncodedBytes)
+		}
 		f, err := debuginfo.Decode(value)
 		if err != nil {
 			return err
 		}
-		if f.BuildID != "" && f.BuildID != id {
-			return fmt.Errorf("%w: key %q holds build id %q", debuginfo.ErrBadFormat, id, f.BuildID)
+		if f.BuildID != id {
+			return fmt.Errorf("%w: key %q holds build id %.80q", debuginfo.ErrBadFormat, id, f.BuildID)
 		}
 		v = &topicValue{buildID: id, kind: f.Kind}
 		if f.Kind == debuginfo.KindSymbols {
-			v.value = value
+			v.value, v.symbols, v.lines = value, len(f.Symbols), len(f.Lines)
 		}
 	}
 	t.mu.Lock()
 	if el, ok := t.byID[id]; ok {
-		t.bytes -= len(el.Value.(*topicValue).value)
+		old := el.Value.(*topicValue)
+		if old.kind == debuginfo.KindSymbols && (v == nil || v.symbols < old.symbols || (v.symbols == old.symbols && v.lines < old.lines)) {
+			t.mu.Unlock()
+			what := "a tombstone"
+			if v != nil {
+				what = fmt.Sprintf("kind %d with %d symbols and %d lines", v.kind, v.symbols, v.lines)
+			}
+			return fmt.Errorf("%w: build id %s holds %d symbols and %d lines, the new value is %s", ErrNotRicher, id, old.symbols, old.lines, what)
+		}
+		t.bytes -= old.bytes()
 		t.lru.Remove(el)
 		delete(t.byID, id)
 	}
 	if v != nil {
 		t.byID[id] = t.lru.PushFront(v)
-		t.bytes += len(v.value)
+		t.bytes += v.bytes()
 		for t.bytes > t.maxBytes && t.lru.Len() > 1 {
 			old := t.lru.Remove(t.lru.Back()).(*topicValue)
 			delete(t.byID, old.buildID)
-			t.bytes -= len(old.value)
+			t.bytes -= old.bytes()
 		}
 	}
 	t.mu.Unlock()
@@ -124,19 +163,119 @@ const quietPoll = 3 * time.Second
 // Follower reads the debuginfo topic from its start into a Topic store and
 // keeps following it.
 type Follower struct {
-	Client  *kgo.Client // consuming the debuginfo topic from the start, no group
-	Admin   *kadm.Client
-	Topic   string
-	Store   *Topic
-	Log     *slog.Logger
-	OnBad   func() // a value that does not decode
-	OnApply func()
+	Client   *kgo.Client // consuming the debuginfo topic from the start, no group
+	Admin    *kadm.Client
+	Topic    string
+	Store    *Topic
+	Log      *slog.Logger
+	OnBad    func() // a value that does not decode or names another build ID
+	OnReject func() // a value poorer than the one held (ErrNotRicher)
+	OnApply  func()
 	// StartRetry is how long retriable errors listing the topic's offsets
 	// at start are retried; 0 means two minutes.
 	StartRetry time.Duration
 
 	caughtUp     chan struct{}
 	caughtUpOnce sync.Once
+
+	posMu   sync.Mutex
+	pos     map[int32]int64 // per partition, the offset after the last record read (control records too)
+	moved   chan struct{}   // closed and replaced whenever pos moves
+	listing *endListing     // the latest listing of the topic's end offsets
+}
+
+// endListing is one listing of the debuginfo topic's end offsets (read
+// committed), shared by every miss that happened before it started.
+type endListing struct {
+	started time.Time
+	done    chan struct{}
+	ends    map[int32]int64
+	err     error
+}
+
+// advance notes that partition p has been read up to next.
+func (f *Follower) advance(p int32, next int64) {
+	f.posMu.Lock()
+	defer f.posMu.Unlock()
+	if f.pos == nil {
+		f.pos = map[int32]int64{}
+	}
+	if next <= f.pos[p] {
+		return
+	}
+	f.pos[p] = next
+	if f.moved != nil {
+		close(f.moved)
+		f.moved = nil
+	}
+}
+
+// WaitEnd waits until the follower has read every record the topic held
+// (committed) at a moment at or after since, or ctx ends. A lookup that
+// missed at since then knows whether the agent's value for it was already
+// on the topic, even if the follower had not read it yet.
+func (f *Follower) WaitEnd(ctx context.Context, since time.Time) error {
+	l := f.listEnds(since)
+	select {
+	case <-l.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if l.err != nil {
+		return l.err
+	}
+	for {
+		f.posMu.Lock()
+		reached := true
+		for p, end := range l.ends {
+			if f.pos[p] < end {
+				reached = false
+				break
+			}
+		}
+		if reached {
+			f.posMu.Unlock()
+			return nil
+		}
+		if f.moved == nil {
+			f.moved = make(chan struct{})
+		}
+		moved := f.moved
+		f.posMu.Unlock()
+		select {
+		case <-moved:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// listEnds returns a listing started at or after since, starting one if
+// there is none: a burst of misses costs one request to the broker.
+func (f *Follower) listEnds(since time.Time) *endListing {
+	f.posMu.Lock()
+	defer f.posMu.Unlock()
+	if l := f.listing; l != nil && !l.started.Before(since) {
+		return l
+	}
+	l := &endListing{started: time.Now(), done: make(chan struct{})}
+	f.listing = l
+	go func() {
+		defer close(l.done)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		listed, err := f.Admin.ListCommittedOffsets(ctx, f.Topic)
+		if err == nil {
+			err = listed.Error()
+		}
+		if err != nil {
+			l.err = fmt.Errorf("list end offsets of %s: %w", f.Topic, err)
+			return
+		}
+		l.ends = map[int32]int64{}
+		listed.Each(func(o kadm.ListedOffset) { l.ends[o.Partition] = o.Offset })
+	}()
+	return l
 }
 
 // CaughtUp is closed once every record that existed at start has been
@@ -213,9 +352,18 @@ func (f *Follower) Run(ctx context.Context) error {
 			}
 		})
 		fetches.EachRecord(func(r *kgo.Record) {
+			// Control records (transaction markers, kept by DebuginfoOpts)
+			// only move the position: the topic's end can be one.
+			defer f.advance(r.Partition, r.Offset+1)
+			if r.Attrs.IsControl() {
+				return
+			}
 			if err := f.Store.Apply(r.Key, r.Value); err != nil {
-				f.Log.Warn("skip debuginfo record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "build_id", string(r.Key), "err", err)
-				if f.OnBad != nil {
+				f.Log.Warn("skip debuginfo record", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "build_id", fmt.Sprintf("%.80q", r.Key), "err", err)
+				switch {
+				case errors.Is(err, ErrNotRicher) && f.OnReject != nil:
+					f.OnReject()
+				case !errors.Is(err, ErrNotRicher) && f.OnBad != nil:
 					f.OnBad()
 				}
 			} else if f.OnApply != nil {
@@ -259,6 +407,14 @@ func (f *Follower) pending(ctx context.Context) (map[int32]int64, error) {
 			pending[o.Partition] = o.Offset
 		}
 	})
+	// A partition with nothing to read is read to its end already.
+	defer func() {
+		ends.Each(func(o kadm.ListedOffset) {
+			if _, ok := pending[o.Partition]; !ok {
+				f.advance(o.Partition, o.Offset)
+			}
+		})
+	}()
 	// Start offsets matter for the catch-up check: a compacted or deleted
 	// prefix means the first record can be past 0.
 	starts, err := f.Admin.ListStartOffsets(ctx, f.Topic)

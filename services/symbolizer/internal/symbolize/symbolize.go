@@ -6,6 +6,8 @@ import (
 	"context"
 	"path/filepath"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/google/pprof/profile"
 
@@ -36,6 +38,9 @@ type Stats struct {
 	Already     int            // locations that arrived with lines
 	AddrHits    int            // lookups answered by a table's address cache
 	AddrLookups int
+	// OverBudget is 1 when the record's lookup budget ended before every
+	// build ID was answered; those binaries' frames stay addresses.
+	OverBudget int
 }
 
 // Add accumulates o into s.
@@ -50,10 +55,69 @@ func (s *Stats) Add(o Stats) {
 	s.Already += o.Already
 	s.AddrHits += o.AddrHits
 	s.AddrLookups += o.AddrLookups
+	s.OverBudget += o.OverBudget
 }
 
 // Symbolizer rewrites profiles in place.
-type Symbolizer struct{ Tables Tables }
+type Symbolizer struct {
+	Tables Tables
+	// Concurrency is how many build IDs of one profile are looked up at
+	// once; 0 means 4. The Tables bound the fetches of all profiles.
+	Concurrency int
+	// Budget bounds the time one profile waits for its lookups; 0 means
+	// no bound. Frames of binaries not found in time keep their address.
+	Budget time.Duration
+}
+
+// lookup finds the tables of the build IDs of p's mappings that have
+// locations left to resolve, Concurrency at a time, within Budget.
+func (s *Symbolizer) lookup(ctx context.Context, p *profile.Profile) (context.Context, context.CancelFunc, map[string]*symtab.Table) {
+	var ids []string
+	seen := map[string]bool{}
+	for _, loc := range p.Location {
+		if m := loc.Mapping; len(loc.Line) == 0 && m != nil && m.BuildID != "" && !seen[m.BuildID] {
+			seen[m.BuildID] = true
+			ids = append(ids, m.BuildID)
+		}
+	}
+	cancel := context.CancelFunc(func() {})
+	if s.Budget > 0 {
+		ctx, cancel = context.WithTimeout(ctx, s.Budget)
+	}
+	tabs := make(map[string]*symtab.Table, len(ids))
+	workers := s.Concurrency
+	if workers <= 0 {
+		workers = 4
+	}
+	workers = min(workers, len(ids))
+	if workers <= 1 {
+		for _, id := range ids {
+			tabs[id] = s.Tables.Table(ctx, id)
+		}
+		return ctx, cancel, tabs
+	}
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		next = make(chan string)
+	)
+	for range workers {
+		wg.Go(func() {
+			for id := range next {
+				tab := s.Tables.Table(ctx, id)
+				mu.Lock()
+				tabs[id] = tab
+				mu.Unlock()
+			}
+		})
+	}
+	for _, id := range ids {
+		next <- id
+	}
+	close(next)
+	wg.Wait()
+	return ctx, cancel, tabs
+}
 
 type funcKey struct{ name, system, file string }
 
@@ -105,7 +169,12 @@ func (s *Symbolizer) Profile(ctx context.Context, p *profile.Profile) Stats {
 	}
 	callerOnly := callerOnlyLocations(p)
 	fallbacks, _ := s.Tables.(Fallbacks)
-	tables := map[*profile.Mapping]*symtab.Table{} // nil values: no table
+	bctx, cancel, byID := s.lookup(ctx, p)
+	defer cancel()
+	if bctx.Err() != nil && ctx.Err() == nil {
+		st.OverBudget = 1
+	}
+	ctx = bctx
 
 	for _, loc := range p.Location {
 		if len(loc.Line) > 0 {
@@ -115,11 +184,7 @@ func (s *Symbolizer) Profile(ctx context.Context, p *profile.Profile) Stats {
 		m := loc.Mapping
 		var tab *symtab.Table
 		if m != nil && m.BuildID != "" {
-			var ok bool
-			if tab, ok = tables[m]; !ok {
-				tab = s.Tables.Table(ctx, m.BuildID)
-				tables[m] = tab
-			}
+			tab = byID[m.BuildID]
 		}
 		// A caller's address is the return address, the instruction after
 		// the call, which can belong to the next line or even the next

@@ -5,21 +5,51 @@ import (
 	"debug/dwarf"
 	"debug/elf"
 	"debug/gosym"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"sort"
+	"strings"
 )
 
 // ErrNoSymbols means a binary carries nothing to symbolize with (stripped,
 // no DWARF, no pclntab); a source treats it as not found.
 var ErrNoSymbols = errors.New("binary has no symbols, DWARF or Go pclntab")
 
+// ErrSectionTooLarge means sections of an ELF file would inflate beyond
+// Limits; they are not read, and the table is built from the others.
+var ErrSectionTooLarge = errors.New("elf sections too large")
+
+// Limits bound the memory reading one ELF file takes. A compressed section
+// (SHF_COMPRESSED, .zdebug_*) states its inflated size, and debug/elf
+// inflates it to that size: a 509 KiB file can claim gigabytes. Each part
+// of the table (symbol tables, DWARF, Go pclntab) is read only when its
+// sections fit, with their sizes as stated.
+type Limits struct {
+	// MaxSectionBytes bounds one section as inflated.
+	MaxSectionBytes int64
+	// MaxFileBytes bounds the sections read from one file together.
+	MaxFileBytes int64
+}
+
+// DefaultLimits are the limits of FromELF.
+func DefaultLimits() Limits {
+	return Limits{MaxSectionBytes: 64 << 20, MaxFileBytes: 128 << 20}
+}
+
 // FromELF builds a table from an ELF executable, shared object or separate
-// debug file. Files come from servers and disks the symbolizer does not
-// control: a parser panic on a malformed file is returned as an error.
-func FromELF(r io.ReaderAt, buildID, source string) (t *Table, err error) {
+// debug file, within DefaultLimits.
+func FromELF(r io.ReaderAt, buildID, source string) (*Table, error) {
+	return FromELFLimits(r, buildID, source, DefaultLimits())
+}
+
+// FromELFLimits builds a table from an ELF file, reading only sections
+// within lim; what was left out is in the table's Skipped. Files come from
+// servers and disks the symbolizer does not control: a parser panic on a
+// malformed file is returned as an error.
+func FromELFLimits(r io.ReaderAt, buildID, source string, lim Limits) (t *Table, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			t, err = nil, fmt.Errorf("read elf: malformed file: %v", p)
@@ -31,6 +61,7 @@ func FromELF(r io.ReaderAt, buildID, source string) (t *Table, err error) {
 	}
 	defer ef.Close()
 	t = &Table{BuildID: buildID, Source: source}
+	budget := &sectionBudget{lim: lim, left: lim.MaxFileBytes}
 	for _, p := range ef.Progs {
 		if p.Type != elf.PT_LOAD || p.Flags&elf.PF_X == 0 {
 			continue
@@ -40,8 +71,14 @@ func FromELF(r io.ReaderAt, buildID, source string) (t *Table, err error) {
 			offsetKnown: p.Filesz > 0,
 		})
 	}
-	for _, load := range []func() ([]elf.Symbol, error){ef.Symbols, ef.DynamicSymbols} {
-		syms, err := load()
+	for _, load := range []struct {
+		typ  elf.SectionType
+		read func() ([]elf.Symbol, error)
+	}{{elf.SHT_SYMTAB, ef.Symbols}, {elf.SHT_DYNSYM, ef.DynamicSymbols}} {
+		if !budget.take(symbolSections(ef, load.typ)...) {
+			continue
+		}
+		syms, err := load.read()
 		if err != nil {
 			continue // ErrNoSymbols from debug/elf: this table is absent
 		}
@@ -53,7 +90,9 @@ func FromELF(r io.ReaderAt, buildID, source string) (t *Table, err error) {
 		}
 	}
 	t.finishSymbols()
-	if d, err := ef.DWARF(); err == nil {
+	if !budget.take(dwarfSections(ef)...) {
+		// Lines and inlines are lost, the symbol tables are kept.
+	} else if d, err := ef.DWARF(); err == nil {
 		// Every DIE takes at least one byte of .debug_info: more entries
 		// than bytes means a corrupt file is making debug/dwarf go round.
 		budget := 1 << 20
@@ -63,22 +102,105 @@ func FromELF(r io.ReaderAt, buildID, source string) (t *Table, err error) {
 		// Broken DWARF loses lines and inlines, not the symbol table.
 		_ = t.loadDWARF(d, budget)
 	}
-	if pcln, text := ef.Section(".gopclntab"), ef.Section(".text"); pcln != nil && text != nil && pcln.Type != elf.SHT_NOBITS {
+	if pcln, text := ef.Section(".gopclntab"), ef.Section(".text"); pcln != nil && text != nil && pcln.Type != elf.SHT_NOBITS && budget.take(pcln) {
 		if data, err := pcln.Data(); err == nil {
 			if tab, err := gosym.NewTable(nil, gosym.NewLineTable(data, text.Addr)); err == nil {
-				t.gosym = &goTable{tab: tab}
+				t.gosym = &goTable{tab: tab, bytes: len(data)}
 			}
 		}
 	}
+	t.Skipped = errors.Join(budget.skipped...)
 	if t.Empty() {
+		if t.Skipped != nil {
+			return nil, fmt.Errorf("read elf: %w", t.Skipped)
+		}
 		return nil, ErrNoSymbols
 	}
+	t.size = t.estimateBytes()
 	return t, nil
+}
+
+// sectionBudget hands out the bytes of Limits to the parts of a table.
+type sectionBudget struct {
+	lim     Limits
+	left    int64
+	skipped []error
+}
+
+// take reports whether secs fit, as inflated, and counts them if so.
+func (b *sectionBudget) take(secs ...*elf.Section) bool {
+	var sum int64
+	for _, s := range secs {
+		n := inflatedSize(s)
+		if n > b.lim.MaxSectionBytes {
+			b.skipped = append(b.skipped, fmt.Errorf("%w: %s inflates to %d bytes, limit %d per section (STACKSTREAM_SYMBOLIZER_MAX_SECTION_BYTES)", ErrSectionTooLarge, s.Name, n, b.lim.MaxSectionBytes))
+			return false
+		}
+		sum += n
+	}
+	if sum > b.left {
+		names := make([]string, 0, len(secs))
+		for _, s := range secs {
+			names = append(names, s.Name)
+		}
+		b.skipped = append(b.skipped, fmt.Errorf("%w: %v inflate to %d bytes, %d left of %d per file (STACKSTREAM_SYMBOLIZER_MAX_ELF_BYTES)", ErrSectionTooLarge, names, sum, b.left, b.lim.MaxFileBytes))
+		return false
+	}
+	b.left -= sum
+	return true
+}
+
+// inflatedSize is the size debug/elf makes of s when it reads it: the size
+// a compressed section states, else its size in the file.
+func inflatedSize(s *elf.Section) int64 {
+	if s.Type == elf.SHT_NOBITS {
+		return 0
+	}
+	size := s.Size // SHF_COMPRESSED: the header's stated size
+	if s.Flags&elf.SHF_COMPRESSED == 0 && strings.HasPrefix(s.Name, ".zdebug") {
+		var h [12]byte
+		if n, _ := s.ReadAt(h[:], 0); n == len(h) && string(h[:4]) == "ZLIB" {
+			size = binary.BigEndian.Uint64(h[4:])
+		}
+	}
+	return int64(min(size, 1<<62))
+}
+
+// symbolSections are the sections of the symbol table of type typ and its
+// string table.
+func symbolSections(ef *elf.File, typ elf.SectionType) []*elf.Section {
+	var out []*elf.Section
+	for _, s := range ef.Sections {
+		if s.Type == typ {
+			out = append(out, s)
+			if int(s.Link) < len(ef.Sections) {
+				out = append(out, ef.Sections[s.Link])
+			}
+			break
+		}
+	}
+	return out
+}
+
+// dwarfSections are the sections ef.DWARF reads: every .debug_* and
+// .zdebug_* section, and their relocations in relocatable files.
+func dwarfSections(ef *elf.File) []*elf.Section {
+	var out []*elf.Section
+	for _, s := range ef.Sections {
+		name := strings.TrimPrefix(strings.TrimPrefix(s.Name, ".rela"), ".rel")
+		if strings.HasPrefix(name, ".debug_") || strings.HasPrefix(name, ".zdebug_") {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // goTable answers from the Go runtime's own pc tables, which survive
 // `go build -ldflags=-s -w`.
-type goTable struct{ tab *gosym.Table }
+type goTable struct {
+	tab   *gosym.Table
+	bytes int // of the pclntab it reads
+}
 
 func (g *goTable) lookup(pc uint64) []Frame {
 	fn := g.tab.PCToFunc(pc)

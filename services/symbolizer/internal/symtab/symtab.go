@@ -64,6 +64,10 @@ type Table struct {
 	BuildID string
 	// Source names where the table came from (topic, local, debuginfod).
 	Source string
+	// Skipped says which parts of the file were left out for Limits.
+	Skipped error
+
+	size int // estimated bytes of the tables, without the caches
 
 	segments []segment
 	syms     []symbol  // sorted by addr
@@ -81,6 +85,59 @@ type Table struct {
 // Empty reports whether the table has nothing to resolve addresses with.
 func (t *Table) Empty() bool {
 	return len(t.syms) == 0 && len(t.subs) == 0 && t.gosym == nil
+}
+
+// Bytes estimates the memory the table holds: its sorted tables, names
+// and the address cache as filled so far. Tables are evicted by it.
+func (t *Table) Bytes() int {
+	t.mu.Lock()
+	n := len(t.cache) + len(t.readable)
+	t.mu.Unlock()
+	return t.size + n*cacheEntryBytes
+}
+
+// Per-element costs of estimateBytes, rounded up from the struct sizes and
+// the maps' overhead.
+const (
+	symbolBytes     = 40
+	lineBytes       = 16
+	scopeBytes      = 160
+	subRangeBytes   = 24
+	cacheEntryBytes = 160
+	// gosym builds a function table from pclntab about its size again.
+	goTableFactor = 3
+)
+
+func (t *Table) estimateBytes() int {
+	n := 256 + len(t.segments)*40 + len(t.syms)*symbolBytes + len(t.lines)*lineBytes + len(t.subs)*subRangeBytes
+	for _, s := range t.syms {
+		n += len(s.sys)
+	}
+	for _, f := range t.files {
+		n += 16 + len(f)
+	}
+	seen := map[*scope]bool{}
+	var walk func(s *scope)
+	walk = func(s *scope) {
+		if seen[s] {
+			return
+		}
+		seen[s] = true
+		n += scopeBytes + 16*len(s.ranges) + len(s.name) + len(s.callFile)
+		if s.sys != s.name {
+			n += len(s.sys)
+		}
+		for _, c := range s.children {
+			walk(c)
+		}
+	}
+	for _, r := range t.subs {
+		walk(r.node)
+	}
+	if t.gosym != nil {
+		n += goTableFactor * t.gosym.bytes
+	}
+	return n
 }
 
 // Vaddr converts a runtime address inside a mapping (start, limit, file
@@ -272,5 +329,6 @@ func FromDebuginfo(f *debuginfo.File, source string) *Table {
 		t.lines = append(t.lines, lineRow{addr: l.Addr, file: t.internFile(idx, l.File), line: l.Line})
 	}
 	slices.SortStableFunc(t.lines, func(a, b lineRow) int { return cmp.Compare(a.addr, b.addr) })
+	t.size = t.estimateBytes()
 	return t
 }

@@ -274,6 +274,13 @@ func Addr2Line(t testing.TB, file string, vaddr uint64) []string {
 // executable). It is stopped when the test ends.
 func Debuginfod(t testing.TB, dir string, wait ...string) string {
 	t.Helper()
+	return DebuginfodEnv(t, dir, nil, wait...)
+}
+
+// DebuginfodEnv is Debuginfod with more environment for the server, such
+// as DEBUGINFOD_URLS to make it ask upstream servers for what it lacks.
+func DebuginfodEnv(t testing.TB, dir string, env []string, wait ...string) string {
+	t.Helper()
 	Need(t, "debuginfod")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -288,6 +295,7 @@ func Debuginfod(t testing.TB, dir string, wait ...string) string {
 	cmd := exec.Command("debuginfod", "-p", strconv.Itoa(port), "-d", filepath.Join(t.TempDir(), "db.sqlite"),
 		"-F", "-t", "1", "-g", "0", "-c", "1", dir)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start debuginfod: %v", err)
 	}
@@ -298,6 +306,18 @@ func Debuginfod(t testing.TB, dir string, wait ...string) string {
 	})
 	url := fmt.Sprintf("http://127.0.0.1:%d", port)
 	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(url + "/metrics")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			out, _ := os.ReadFile(logf.Name())
+			t.Fatalf("debuginfod at %s does not answer after 60s; log:\n%s", url, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	for _, id := range wait {
 		for {
 			if servedAny(url, id) {
