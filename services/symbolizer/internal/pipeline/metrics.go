@@ -21,6 +21,7 @@ type Metrics struct {
 	Split        prometheus.Counter     // profiles written as several parts
 	SplitParts   prometheus.Counter     // records those parts took
 	Panics       prometheus.Counter     // panics recovered at the record boundary
+	OverBudget   prometheus.Counter     // records whose lookups ran out of time
 }
 
 // NewMetrics registers the symbolizer's metrics on reg.
@@ -59,8 +60,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Panics: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stackstream_symbolizer_panics_total", Help: "Panics recovered at the record boundary (counted when they happen; the record goes to the DLQ with reason panic).",
 		}),
+		OverBudget: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stackstream_symbolizer_lookup_budget_exceeded_total", Help: "Profiles written before every build ID was looked up (STACKSTREAM_SYMBOLIZER_LOOKUP_BUDGET); the frames left keep their addresses.",
+		}),
 	}
-	reg.MustRegister(m.Profiles, m.Frames, m.Cache, m.DLQ, m.Lag, m.Transactions, m.Debuginfo, m.FetchErrors, m.Split, m.SplitParts, m.Panics)
+	reg.MustRegister(m.Profiles, m.Frames, m.Cache, m.DLQ, m.Lag, m.Transactions, m.Debuginfo, m.FetchErrors, m.Split, m.SplitParts, m.Panics, m.OverBudget)
 	for _, r := range []string{"hit", "miss"} {
 		m.Cache.WithLabelValues("binary", r)
 		m.Cache.WithLabelValues("address", r)
@@ -88,4 +92,5 @@ func (m *Metrics) addStats(st symbolize.Stats) {
 	m.Frames.WithLabelValues(symbolize.SourceAlready).Add(float64(st.Already))
 	m.Cache.WithLabelValues("address", "hit").Add(float64(st.AddrHits))
 	m.Cache.WithLabelValues("address", "miss").Add(float64(st.AddrLookups - st.AddrHits))
+	m.OverBudget.Add(float64(st.OverBudget))
 }
