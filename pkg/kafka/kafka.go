@@ -177,11 +177,12 @@ func Ping(ctx context.Context, cl *kgo.Client, c Config) error {
 func explain(err error, c Config) error {
 	brokers := strings.Join(c.Brokers, ",")
 	var (
-		verify  *tls.CertificateVerificationError
-		unknown x509.UnknownAuthorityError
-		host    x509.HostnameError
-		alert   tls.AlertError
-		recErr  tls.RecordHeaderError
+		verify   *tls.CertificateVerificationError
+		unknown  x509.UnknownAuthorityError
+		host     x509.HostnameError
+		alert    tls.AlertError
+		recErr   tls.RecordHeaderError
+		firstEOF *kgo.ErrFirstReadEOF
 	)
 	switch {
 	case errors.Is(err, kerr.SaslAuthenticationFailed):
@@ -196,6 +197,13 @@ func explain(err error, c Config) error {
 		return fmt.Errorf("kafka: TLS: %s refused the handshake (%v): check the client certificate in STACKSTREAM_KAFKA_TLS_CERT_FILE/STACKSTREAM_KAFKA_TLS_KEY_FILE (its CA must be one the broker trusts)", brokers, err)
 	case errors.As(err, &recErr):
 		return fmt.Errorf("kafka: TLS: %s does not speak TLS (%v): unset STACKSTREAM_KAFKA_TLS or point STACKSTREAM_KAFKA_BROKERS at the TLS listener", brokers, err)
+	// franz-go recognises a TLS alert read as a response size, in text only.
+	case strings.Contains(err.Error(), "plaintext connection speaking to a tls endpoint"):
+		return fmt.Errorf("kafka: %s expects TLS (%v): set STACKSTREAM_KAFKA_TLS=true (and STACKSTREAM_KAFKA_TLS_CA_FILE)", brokers, err)
+	case errors.As(err, &firstEOF):
+		// The broker hung up before answering: usually TLS on one side only,
+		// or SASL the listener does not expect.
+		return fmt.Errorf("kafka: %s closed the connection before answering (%v): make STACKSTREAM_KAFKA_TLS and STACKSTREAM_KAFKA_SASL_MECHANISM match the listener in STACKSTREAM_KAFKA_BROKERS", brokers, err)
 	}
 	return fmt.Errorf("kafka: no broker answered at STACKSTREAM_KAFKA_BROKERS=%s within %s (%v): start Kafka or fix the address", brokers, c.DialTimeout, err)
 }

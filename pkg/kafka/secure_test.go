@@ -134,3 +134,33 @@ func TestSecureRejected(t *testing.T) {
 		})
 	}
 }
+
+// TestTLSToPlaintextListener: TLS to the plain broker fails with a line
+// naming the settings that must match the listener.
+func TestTLSToPlaintextListener(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	cfg := Config{Brokers: brokers, TopicPrefix: "x.", DialTimeout: 5 * time.Second, TLS: true}
+	cl, err := NewClient(context.Background(), cfg)
+	if err == nil {
+		cl.Close()
+		t.Fatal("NewClient succeeded")
+	}
+	if !strings.Contains(err.Error(), "closed the connection before answering") || !strings.Contains(err.Error(), "STACKSTREAM_KAFKA_TLS") {
+		t.Fatalf("NewClient error = %v, want one naming STACKSTREAM_KAFKA_TLS", err)
+	}
+}
+
+// TestPlaintextToTLSListener: a client without TLS or SASL at the SASL_SSL
+// listener fails with a line naming the settings that must match it.
+func TestPlaintextToTLSListener(t *testing.T) {
+	e := testenv.Secure(t)
+	cfg := Config{Brokers: e.KafkaSASLBrokers, TopicPrefix: "x.", DialTimeout: 5 * time.Second}
+	cl, err := NewClient(context.Background(), cfg)
+	if err == nil {
+		cl.Close()
+		t.Fatal("NewClient succeeded")
+	}
+	if !strings.Contains(err.Error(), "expects TLS") || !strings.Contains(err.Error(), "STACKSTREAM_KAFKA_TLS=true") {
+		t.Fatalf("NewClient error = %v, want one naming STACKSTREAM_KAFKA_TLS", err)
+	}
+}
