@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -198,6 +199,23 @@ func TestPoison(t *testing.T) {
 	outcomes = attribute(t, cases, dlq)
 	t.Run("dlq", func(t *testing.T) { checkDLQ(t, cases, outcomes, produced, dlq) })
 
+	// Hostile data stored does not break the reading side either.
+	t.Run("query-api", func(t *testing.T) {
+		for _, u := range []string{
+			"labels",
+			"labels/comm/values?type=cpu" + rangeParams(from, to),
+			"search?q=poison" + rangeParams(from, to),
+			"search?q=blob" + rangeParams(from, to),
+			"top?type=cpu&limit=20" + rangeParams(from, to),
+			"flamegraph?type=cpu" + rangeParams(from, to),
+			"series?type=cpu&group_by=host" + rangeParams(from, to),
+			"diff?type=cpu&base=" + url.QueryEscape(`{host="poison-good-raw"}`) + "&compare=" + url.QueryEscape(`{host="poison-large-profile-sym"}`) + rangeParams(from, to),
+		} {
+			if _, err := getBody(base + u); err != nil {
+				t.Error(err)
+			}
+		}
+	})
 	t.Run("lag", func(t *testing.T) {
 		for _, c := range consumers {
 			if c.broken != "" {
@@ -1189,6 +1207,10 @@ func cut(s string, n int) string {
 	return s
 }
 
+func rangeParams(from, to time.Time) string {
+	return "&from=" + url.QueryEscape(from.UTC().Format(time.RFC3339)) + "&to=" + url.QueryEscape(to.UTC().Format(time.RFC3339))
+}
+
 // totalCheck is one expected total in the query API.
 type totalCheck struct {
 	name string
@@ -1211,7 +1233,7 @@ func checkTotals(ctx context.Context, t *testing.T, base string, from, to time.T
 			broken[c.svc.base] = c.broken
 		}
 	}
-	rng := "&from=" + url.QueryEscape(from.UTC().Format(time.RFC3339)) + "&to=" + url.QueryEscape(to.UTC().Format(time.RFC3339))
+	rng := rangeParams(from, to)
 	var checks []*totalCheck
 	for _, c := range cases {
 		if c.want == mustDLQ {
@@ -1223,19 +1245,18 @@ func checkTotals(ctx context.Context, t *testing.T, base string, from, to time.T
 				continue
 			}
 			sel := "&query=" + url.QueryEscape(c.selector(p))
-			for _, q := range []struct{ svc, url string }{
-				{svcIndexer, base + "flamegraph?type=cpu&max_nodes=10" + rng + sel},
-				{svcRollup, base + "series?type=cpu&group_by=host" + rng + sel},
+			for _, q := range []struct {
+				svc, what, url string
+				of             func([]byte) (float64, error)
+			}{
+				{svcIndexer, "flamegraph", base + "flamegraph?type=cpu&max_nodes=10" + rng + sel, flameTotal},
+				{svcIndexer, "pprof", base + "pprof?type=cpu" + rng + sel, pprofTotal},
+				{svcRollup, "series", base + "series?type=cpu&group_by=host" + rng + sel, seriesTotal},
 			} {
 				if c.want == either && o.dead(q.svc) {
 					continue
 				}
-				tc := &totalCheck{name: c.name + "/" + string(p) + "/" + strings.TrimPrefix(q.svc, "stackstream-"), url: q.url, want: c.cpu[p]}
-				if strings.Contains(q.url, "flamegraph") {
-					tc.of = flameTotal
-				} else {
-					tc.of = seriesTotal
-				}
+				tc := &totalCheck{name: c.name + "/" + string(p) + "/" + q.what, url: q.url, want: c.cpu[p], of: q.of}
 				for _, svc := range []string{svcSymbolizer, q.svc} {
 					if why := broken[svc]; why != "" && (svc != svcSymbolizer || p == pathRaw) {
 						tc.why = svc + " " + why
@@ -1245,15 +1266,15 @@ func checkTotals(ctx context.Context, t *testing.T, base string, from, to time.T
 			}
 		}
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	for {
 		left := 0
 		for _, tc := range checks {
 			if tc.done || tc.why != "" {
 				continue
 			}
-			var body json.RawMessage
-			if err := getJSON(tc.url, &body); err != nil {
+			body, err := getBody(tc.url)
+			if err != nil {
 				tc.got = err.Error()
 				left++
 				continue
@@ -1286,6 +1307,28 @@ func checkTotals(ctx context.Context, t *testing.T, base string, from, to time.T
 			}
 		})
 	}
+}
+
+func getBody(u string) ([]byte, error) {
+	resp, err := http.Get(u)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %d %s", u, resp.StatusCode, cut(string(body), 500))
+	}
+	return body, err
+}
+
+// pprofTotal sums the exported profile's samples.
+func pprofTotal(b []byte) (float64, error) {
+	p, err := profile.ParseData(b)
+	if err != nil {
+		return 0, err
+	}
+	return float64(cpuOf(p)), nil
 }
 
 func flameTotal(b []byte) (float64, error) {
