@@ -38,14 +38,16 @@ func TestSecretsNeverLogged(t *testing.T) {
 	const (
 		queryToken         = "query-token-0d5c7e1f9a"
 		queryBasicPassword = "query-basic-pw-62b0d4"
+		dbgUser            = "dbg-user-7f3a"
+		dbgPassword        = "dbg-secret-51c2e8"
 		wrongKafka         = "wrong-kafka-pw-3e9d1b"
 		wrongOpenSearch    = "wrong-os-pw-8a4f60"
 	)
 	// What must never be printed; the user names of URLs with userinfo only
 	// in that form.
 	secrets := []string{
-		e.KafkaPassword, e.AdminPassword, e.IndexerPassword, queryToken, queryBasicPassword, wrongKafka, wrongOpenSearch,
-		"://" + e.AdminUsername + ":", "://" + e.AdminUsername + "@",
+		e.KafkaPassword, e.AdminPassword, e.IndexerPassword, queryToken, queryBasicPassword, dbgPassword, wrongKafka, wrongOpenSearch,
+		"://" + e.AdminUsername + ":", "://" + e.AdminUsername + "@", dbgUser,
 	}
 
 	kafkaSCRAM := []string{
@@ -82,6 +84,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 		"STACKSTREAM_CTL_PARTITIONS=1",
 		"STACKSTREAM_SYMBOLIZER_GROUP=" + name + "-symbolizer",
 		"STACKSTREAM_SYMBOLIZER_TRANSACTIONAL_ID=" + name + "-symbolizer-0",
+		"STACKSTREAM_SYMBOLIZER_DEBUGINFOD_URLS=https://" + dbgUser + ":" + dbgPassword + "@127.0.0.1:1/",
 		"STACKSTREAM_INDEXER_GROUP=" + name + "-indexer",
 		"STACKSTREAM_ROLLUP_GROUP=" + name + "-rollup",
 		"STACKSTREAM_AGENT_INTERVAL=2s",
