@@ -170,7 +170,17 @@ func TestSecretsNeverLogged(t *testing.T) {
 		}
 	}
 	for _, p := range procs {
-		record(p.name, p.stop(t))
+		out := p.stop(t)
+		record(p.name, out)
+		// The role stackstream_indexer must hold what the indexer does at
+		// start-up and in its first retention pass.
+		if p.name == "stackstream-indexer" {
+			for _, denied := range []string{"security_exception", "no permissions", "HTTP 403"} {
+				if strings.Contains(out, denied) {
+					t.Errorf("the indexer as user %s was refused something (%q):\n%s", e.IndexerUsername, denied, tail(out, 3000))
+				}
+			}
+		}
 	}
 
 	// -h with every credential set: the table shows defaults, never values.
