@@ -90,6 +90,15 @@ func TestPoison(t *testing.T) {
 		"STACKSTREAM_QUERY_LISTEN_ADDR=" + queryAddr,
 	}
 	t.Cleanup(func() { cleanup(t, brokers, name, osURL) })
+	// Registered before the services start, so it runs after they stopped
+	// (a group with members cannot be deleted).
+	t.Cleanup(func() {
+		cl, err := kafka.NewClient(context.Background(), kafka.Config{Brokers: brokers, DialTimeout: 5 * time.Second})
+		if err == nil {
+			kadm.NewClient(cl).DeleteGroups(context.Background(), name+"-symbolizer", name+"-indexer", name+"-rollup")
+			cl.Close()
+		}
+	})
 
 	ctl := exec.Command(filepath.Join(bin, "stackctl"), "init")
 	ctl.Env = append(os.Environ(), env...)
@@ -178,6 +187,7 @@ func TestPoison(t *testing.T) {
 				if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
 					t.Fatalf("produce good record: %v", err)
 				}
+				produced = append(produced, &producedRecord{c: good, path: path, host: good.host(path), rec: r})
 			}
 			good.cpu[path] = cpu
 		}
@@ -197,7 +207,7 @@ func TestPoison(t *testing.T) {
 	// window, which the totals waited for: read the DLQ again for reasons.
 	dlq = readAll(ctx, t, brokers, topics.DLQ)
 	outcomes = attribute(t, cases, dlq)
-	t.Run("dlq", func(t *testing.T) { checkDLQ(t, cases, outcomes, produced, dlq) })
+	t.Run("dlq", func(t *testing.T) { checkDLQ(t, topics.ProfilesRaw, cases, outcomes, produced, dlq) })
 
 	// Hostile data stored does not break the reading side either.
 	t.Run("query-api", func(t *testing.T) {
@@ -1110,7 +1120,7 @@ const (
 // checkDLQ checks each case's dead letters against what it wants, and that
 // every dead letter is whole or cut with the header saying so, with the
 // original coordinates and a reason of its case.
-func checkDLQ(t *testing.T, cases []*poisonCase, outcomes map[casePath]outcome, produced []*producedRecord, dlq []*kgo.Record) {
+func checkDLQ(t *testing.T, rawTopic string, cases []*poisonCase, outcomes map[casePath]outcome, produced []*producedRecord, dlq []*kgo.Record) {
 	byCoord := map[string]*producedRecord{}
 	for _, p := range produced {
 		byCoord[fmt.Sprintf("%s/%d/%d", p.rec.Topic, p.rec.Partition, p.rec.Offset)] = p
@@ -1142,9 +1152,15 @@ func checkDLQ(t *testing.T, cases []*poisonCase, outcomes map[casePath]outcome, 
 				t.Errorf("dlq %s by %s: no %s header", label, svc, h)
 			}
 		}
-		// A dead letter of a record this test produced: the value is the
-		// original, or cut to fit and saying so.
-		if p := byCoord[coord]; p != nil && !bytes.Equal(r.Value, p.rec.Value) {
+		// Coordinates: a dead letter of a record this test produced (not of
+		// the symbolizer's output) names where that record is.
+		p := byCoord[coord]
+		if ok && (record.HeaderValue(r.Headers, record.HeaderDLQTopic) == rawTopic || cp.path == pathSym) &&
+			(p == nil || p.host != cp.c.host(cp.path)) {
+			t.Errorf("dlq %s by %s: coordinates %s are not those of the record produced", label, svc, coord)
+		}
+		// The value is the original, or cut to fit and saying so.
+		if p != nil && !bytes.Equal(r.Value, p.rec.Value) {
 			if trunc == "" || !bytes.HasPrefix(p.rec.Value, r.Value) {
 				t.Errorf("dlq %s by %s: value of %d bytes is not the original %d bytes, nor its start with a stackstream-dlq-truncated header (%q)",
 					label, svc, len(r.Value), len(p.rec.Value), trunc)
