@@ -175,12 +175,21 @@ func (e *env) docs() map[string]indices.RollupDoc {
 	e.t.Helper()
 	ctx := context.Background()
 	pattern := e.names.RollupsPattern()
-	if status, body, err := opensearch.Raw(ctx, e.os, http.MethodPost, "/"+pattern+"/_refresh", nil); err != nil || status != http.StatusOK {
-		e.t.Fatalf("refresh: %d %s %v", status, body, err)
+	// A rollups index created moments ago answers 503 until its shards
+	// start, which takes seconds on a loaded machine.
+	var status int
+	var body []byte
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if status, body, err = opensearch.Raw(ctx, e.os, http.MethodPost, "/"+pattern+"/_refresh", nil); err == nil && status == http.StatusOK {
+			status, body, err = opensearch.Raw(ctx, e.os, http.MethodPost, "/"+pattern+"/_search?size=10000", []byte(`{"query":{"match_all":{}}}`))
+		}
+		if (err == nil && status == http.StatusOK) || time.Now().After(deadline) {
+			break
+		}
 	}
-	status, body, err := opensearch.Raw(ctx, e.os, http.MethodPost, "/"+pattern+"/_search?size=10000", []byte(`{"query":{"match_all":{}}}`))
 	if err != nil || status != http.StatusOK {
-		e.t.Fatalf("search: %d %s %v", status, body, err)
+		e.t.Fatalf("refresh and search: %d %s %v", status, body, err)
 	}
 	var resp struct {
 		Hits struct {
