@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"errors"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/stackstream/stackstream/schemas/record"
 	"github.com/stackstream/stackstream/services/agent/internal/proc"
@@ -89,7 +91,10 @@ func (ps *processes) get(pid int, comm string) *process {
 	return p
 }
 
-// labelsOf returns the sample labels of a process (DESIGN.md).
+// labelsOf returns the sample labels of a process (DESIGN.md). Their values
+// come from the process (its comm, executable path, cgroup path, environment):
+// they are made valid UTF-8 and cut to record.MaxLabelValueBytes, the
+// service to record.MaxServiceBytes.
 func labelsOf(info proc.Info) map[string]string {
 	l := map[string]string{
 		record.LabelPID:  strconv.Itoa(info.PID),
@@ -105,7 +110,12 @@ func labelsOf(info proc.Info) map[string]string {
 	set(record.LabelContainerID, info.Cgroup.ContainerID)
 	set(record.LabelK8sPod, info.K8sPod)
 	set(record.LabelK8sNamespace, info.K8sNS)
-	l[record.LabelService] = record.DeriveService(l)
+	// From the whole values: the executable's base name is at its end.
+	service := record.TruncateUTF8(strings.ToValidUTF8(record.DeriveService(l), "\uFFFD"), record.MaxServiceBytes)
+	for k, v := range l {
+		l[k] = record.TruncateUTF8(strings.ToValidUTF8(v, "\uFFFD"), record.MaxLabelValueBytes)
+	}
+	l[record.LabelService] = service
 	return l
 }
 
@@ -131,9 +141,11 @@ func find(maps []mapping, addr uint64) *mapping {
 func (ps *processes) readMaps(p *process) {
 	p.mapsRead = ps.interval + 1
 	raw, err := ps.fs.ReadMaps(p.info.PID)
-	if err != nil {
+	if err != nil && !errors.Is(err, proc.ErrTooLarge) {
 		return
 	}
+	// Past a bound, the mappings read until then: the lowest addresses,
+	// where the executable itself usually is.
 	maps := make([]mapping, 0, len(raw))
 	for _, m := range raw {
 		mm := mapping{Mapping: m}

@@ -8,10 +8,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // FS reads a proc file system mounted at Root ("/proc" on a host; a fake tree
@@ -38,16 +40,58 @@ func (fs FS) path(pid int, name string) string {
 // ErrGone is returned when the process exited.
 var ErrGone = errors.New("process gone")
 
-func (fs FS) read(pid int, name string) ([]byte, error) {
-	b, err := os.ReadFile(fs.path(pid, name))
+// ErrTooLarge is returned for a /proc file over its bound.
+var ErrTooLarge = errors.New("proc file too large")
+
+// Bounds on what is read from another process's /proc files. The process
+// controls their size: its environment (up to a quarter of its stack limit),
+// its number of mappings (vm.max_map_count, 65530 by default, can be raised),
+// the depth of its cgroup path.
+const (
+	MaxStatBytes    = 4 << 10  // /proc/PID/stat and statm: a 16-byte comm and numbers
+	MaxCgroupBytes  = 64 << 10 // /proc/PID/cgroup: one path per hierarchy
+	MaxEnvironBytes = 1 << 20  // /proc/PID/environ: read up to here, the rest ignored
+	// /proc/PID/maps is read line by line, never whole.
+	MaxMapsLineBytes = 8 << 10 // the kernel prints at most a page of path
+	MaxMapsLines     = 1 << 17 // twice the default vm.max_map_count
+	MaxExecMappings  = 8192    // executable mappings kept per process
+)
+
+// open opens a /proc file of pid, mapping a process that is gone to ErrGone.
+func (fs FS) open(pid int, name string) (*os.File, error) {
+	f, err := os.Open(fs.path(pid, name))
 	if errors.Is(err, os.ErrNotExist) || errors.Is(err, errSearch) {
 		return nil, fmt.Errorf("read %s of pid %d: %w", name, pid, ErrGone)
 	}
-	return b, err
+	return f, err
+}
+
+// read reads a /proc file of pid of at most max bytes; a larger one is
+// ErrTooLarge, unless truncate: then its first max bytes are returned.
+func (fs FS) read(pid int, name string, max int64, truncate bool) ([]byte, error) {
+	f, err := fs.open(pid, name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if errors.Is(err, errSearch) {
+		return nil, fmt.Errorf("read %s of pid %d: %w", name, pid, ErrGone)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s of pid %d: %w", name, pid, err)
+	}
+	if int64(len(b)) > max {
+		if !truncate {
+			return nil, fmt.Errorf("read %s of pid %d: %w: over %d bytes", name, pid, ErrTooLarge, max)
+		}
+		b = b[:max]
+	}
+	return b, nil
 }
 
 // errSearch matches the ESRCH some /proc files return once a process is a zombie.
-var errSearch = errors.New("no such process")
+var errSearch = syscall.ESRCH
 
 // Stat is the part of /proc/PID/stat the agent uses.
 type Stat struct {
@@ -60,7 +104,7 @@ type Stat struct {
 
 // ReadStat parses /proc/PID/stat.
 func (fs FS) ReadStat(pid int) (Stat, error) {
-	b, err := fs.read(pid, "stat")
+	b, err := fs.read(pid, "stat", MaxStatBytes, false)
 	if err != nil {
 		return Stat{}, err
 	}
@@ -115,13 +159,19 @@ func (fs FS) ReadInfo(pid int) (Info, error) {
 	if exe, err := os.Readlink(fs.path(pid, "exe")); err == nil {
 		info.Executable = strings.TrimSuffix(exe, " (deleted)")
 	}
-	if b, err := fs.read(pid, "cgroup"); err == nil {
+	if b, err := fs.read(pid, "cgroup", MaxCgroupBytes, false); err == nil {
 		info.Cgroup = ParseCgroup(string(b))
 	}
 	if info.Cgroup.K8sPodUID != "" {
 		// Without the API server, the pod name is the container's hostname and
 		// the namespace is known only when the pod exports it.
-		if env, err := fs.read(pid, "environ"); err == nil {
+		if env, err := fs.read(pid, "environ", MaxEnvironBytes, true); err == nil {
+			// Only whole entries: one cut at the bound is not a value.
+			if i := bytes.LastIndexByte(env, 0); i >= 0 {
+				env = env[:i]
+			} else {
+				env = nil
+			}
 			for _, kv := range bytes.Split(env, []byte{0}) {
 				k, v, _ := strings.Cut(string(kv), "=")
 				switch k {
@@ -153,7 +203,7 @@ func (fs FS) PIDs() ([]int, error) {
 
 // RSSBytes reads the resident set size of pid from /proc/PID/statm.
 func (fs FS) RSSBytes(pid int) (int64, error) {
-	b, err := fs.read(pid, "statm")
+	b, err := fs.read(pid, "statm", MaxStatBytes, false)
 	if err != nil {
 		return 0, err
 	}
@@ -176,22 +226,35 @@ type Mapping struct {
 	Path                 string
 }
 
-// ReadMaps returns the executable mappings of pid.
+// ReadMaps returns the executable mappings of pid, reading its maps line by
+// line within the Max* bounds. Past a bound it returns the mappings read
+// until then with an error wrapping ErrTooLarge.
 func (fs FS) ReadMaps(pid int) ([]Mapping, error) {
-	b, err := fs.read(pid, "maps")
+	f, err := fs.open(pid, "maps")
 	if err != nil {
 		return nil, err
 	}
-	return ParseMaps(b)
+	defer f.Close()
+	maps, err := parseMaps(f)
+	if errors.Is(err, errSearch) {
+		return nil, fmt.Errorf("read maps of pid %d: %w", pid, ErrGone)
+	}
+	return maps, err
 }
 
 // ParseMaps parses /proc/PID/maps and keeps executable mappings, including
 // anonymous ones (JIT code), which have no path.
-func ParseMaps(b []byte) ([]Mapping, error) {
+func ParseMaps(b []byte) ([]Mapping, error) { return parseMaps(bytes.NewReader(b)) }
+
+func parseMaps(r io.Reader) ([]Mapping, error) {
 	var out []Mapping
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), MaxMapsLineBytes)
+	lines := 0
 	for sc.Scan() {
+		if lines++; lines > MaxMapsLines {
+			return out, fmt.Errorf("parse maps: %w: more than %d lines", ErrTooLarge, MaxMapsLines)
+		}
 		// start-end perms offset dev inode path
 		f := strings.Fields(sc.Text())
 		if len(f) < 5 {
@@ -215,6 +278,9 @@ func ParseMaps(b []byte) ([]Mapping, error) {
 		if m.Offset, err = strconv.ParseUint(f[2], 16, 64); err != nil {
 			return nil, fmt.Errorf("parse maps offset %q: %w", f[2], err)
 		}
+		if len(out) == MaxExecMappings {
+			return out, fmt.Errorf("parse maps: %w: more than %d executable mappings", ErrTooLarge, MaxExecMappings)
+		}
 		m.Dev = f[3]
 		if m.Inode, err = strconv.ParseUint(f[4], 10, 64); err != nil {
 			return nil, fmt.Errorf("parse maps inode %q: %w", f[4], err)
@@ -224,7 +290,9 @@ func ParseMaps(b []byte) ([]Mapping, error) {
 		}
 		out = append(out, m)
 	}
-	if err := sc.Err(); err != nil {
+	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
+		return out, fmt.Errorf("parse maps: %w: a line over %d bytes", ErrTooLarge, MaxMapsLineBytes)
+	} else if err != nil {
 		return nil, fmt.Errorf("parse maps: %w", err)
 	}
 	return out, nil

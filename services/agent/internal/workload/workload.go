@@ -156,7 +156,14 @@ func Start(t testing.TB, exe string, spin time.Duration) *Process {
 	if spin > 0 {
 		arg = fmt.Sprintf("%.3f", spin.Seconds())
 	}
-	cmd := exec.Command(exe, arg)
+	return StartArgs(t, exe, arg)
+}
+
+// StartArgs runs exe with args, a program that prints "done" (see Wait);
+// the process is killed when the test ends.
+func StartArgs(t testing.TB, exe string, args ...string) *Process {
+	t.Helper()
+	cmd := exec.Command(exe, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
