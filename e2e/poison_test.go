@@ -2,15 +2,12 @@ package e2e
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -21,8 +18,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -83,6 +78,7 @@ func TestPoison(t *testing.T) {
 		"STACKSTREAM_INDEXER_GROUP=" + name + "-indexer",
 		"STACKSTREAM_INDEXER_RETENTION_DAYS=" + strconv.Itoa(poisonRetentionDays),
 		"STACKSTREAM_ROLLUP_GROUP=" + name + "-rollup",
+		"STACKSTREAM_ROLLUP_MAX_AGE=" + strconv.Itoa(poisonRetentionDays*24) + "h",
 		"STACKSTREAM_ROLLUP_ALLOWED_LATENESS=5s",
 		// The rollup writes the minute windows of a quiet partition after
 		// this long; the test's records all fall in the last minutes.
@@ -150,49 +146,35 @@ func TestPoison(t *testing.T) {
 		return resp.StatusCode == http.StatusOK
 	})
 
-	cases := poisonCases(t)
 	var produced []*producedRecord
-	for _, c := range cases {
-		t.Run("case/"+c.name, func(t *testing.T) {
-			for _, path := range c.paths() {
-				recs, cpu := c.build(t, c.host(path))
-				for _, r := range recs {
-					r.Topic = topics.ProfilesRaw
-					if path == pathSym {
-						r.Topic = topics.ProfilesSymbolized
-					}
-					if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
-						t.Fatalf("produce %s (%d bytes) to %s: %v", c.name, len(r.Value), r.Topic, err)
-					}
-					produced = append(produced, &producedRecord{c: c, path: path, host: c.host(path), rec: r})
-				}
-				t.Logf("%s: %d record(s) to %s, %d bytes, %d ns of CPU", path, len(recs), recs[0].Topic, totalBytes(recs), cpu)
-				c.cpu[path] = cpu
-			}
-			drain(ctx, t, k, consumers, c)
-		})
-	}
-	// The last consumer standing decides nothing: a record after all the
-	// poison that must be queryable.
-	good := &poisonCase{name: "good", want: mustCount, build: goodRecords(time.Now())}
-	good.init()
-	t.Run("case/good", func(t *testing.T) {
-		for _, path := range good.paths() {
-			recs, cpu := good.build(t, good.host(path))
+	// run produces each path's records of c, then waits for every consumer.
+	run := func(t *testing.T, c *poisonCase) {
+		for _, path := range c.paths() {
+			recs, cpu := c.build(t, c.host(path))
 			for _, r := range recs {
 				r.Topic = topics.ProfilesRaw
 				if path == pathSym {
 					r.Topic = topics.ProfilesSymbolized
 				}
 				if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
-					t.Fatalf("produce good record: %v", err)
+					t.Fatalf("produce %s (%d bytes) to %s: %v", c.name, len(r.Value), r.Topic, err)
 				}
-				produced = append(produced, &producedRecord{c: good, path: path, host: good.host(path), rec: r})
+				produced = append(produced, &producedRecord{c: c, path: path, host: c.host(path), rec: r})
 			}
-			good.cpu[path] = cpu
+			t.Logf("%s: %d record(s) to %s, %d bytes, %d ns of CPU", path, len(recs), recs[0].Topic, totalBytes(recs), cpu)
+			c.cpu[path] = cpu
 		}
-		drain(ctx, t, k, consumers, good)
-	})
+		drain(ctx, t, k, consumers, c)
+	}
+	cases := poisonCases(t)
+	for _, c := range cases {
+		t.Run("case/"+c.name, func(t *testing.T) { run(t, c) })
+	}
+	// After all the poison, a valid record of now must still be indexed,
+	// rolled up and queryable.
+	good := &poisonCase{name: "good", want: mustCount, build: goodRecords(time.Now())}
+	good.init()
+	t.Run("case/good", func(t *testing.T) { run(t, good) })
 	cases = append(cases, good)
 
 	// Every DLQ record is attributed to its case by its key (the host).
@@ -272,8 +254,9 @@ func TestPoison(t *testing.T) {
 	t.Logf("debuginfod stub: %d lookups, at most %d at once", n, peak)
 }
 
-// poisonRetentionDays is the indexer's retention in this test: samples
-// indices may be dated from today minus this to tomorrow.
+// poisonRetentionDays is the indexer's retention and the rollup's maximum
+// profile age in this test: indices may be dated from today minus this to
+// tomorrow.
 const poisonRetentionDays = 7
 
 type path string
@@ -423,648 +406,6 @@ func poisonCases(t *testing.T) []*poisonCase {
 		c.init()
 	}
 	return cases
-}
-
-func meta(host string) record.Meta {
-	return record.Meta{Type: record.ProfileCPU, Host: host, AgentVersion: "poison-test"}
-}
-
-func encode(t *testing.T, p *profile.Profile) []byte {
-	t.Helper()
-	v, err := record.EncodeProfile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-func cpuOf(p *profile.Profile) int64 {
-	var n int64
-	for _, s := range p.Sample {
-		n += s.Value[len(s.Value)-1]
-	}
-	return n
-}
-
-const tick = 10_000_000 // ns of CPU per sample, 100 Hz
-
-// goodRecords is one valid CPU profile at at.
-func goodRecords(at time.Time) func(*testing.T, string) ([]*kgo.Record, int64) {
-	return func(t *testing.T, host string) ([]*kgo.Record, int64) {
-		b := pproftest.NewCPU(at, 10*time.Second)
-		l := map[string]string{record.LabelPID: "42", record.LabelComm: "poison", record.LabelService: "poison"}
-		b.Sample(l, []int64{7, 7 * tick}, "poison.leaf", "poison.mid", "poison.main")
-		b.Sample(l, []int64{3, 3 * tick}, "poison.other", "poison.main")
-		p := b.Profile()
-		return []*kgo.Record{{Key: []byte(host), Value: encode(t, p), Headers: meta(host).Headers()}}, cpuOf(p)
-	}
-}
-
-func withHeaders(build func(*testing.T, string) ([]*kgo.Record, int64), h func(host string) []kgo.RecordHeader) func(*testing.T, string) ([]*kgo.Record, int64) {
-	return func(t *testing.T, host string) ([]*kgo.Record, int64) {
-		recs, cpu := build(t, host)
-		for _, r := range recs {
-			r.Headers = h(host)
-		}
-		return recs, cpu
-	}
-}
-
-// value is a record with valid headers and the value v.
-func value(v []byte) func(*testing.T, string) ([]*kgo.Record, int64) {
-	return func(t *testing.T, host string) ([]*kgo.Record, int64) {
-		return []*kgo.Record{{Key: []byte(host), Value: v, Headers: meta(host).Headers()}}, 0
-	}
-}
-
-func junk(rng *rand.Rand, n int) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(rng.Uint32())
-	}
-	b[0] = 'J' // never the gzip magic
-	return b
-}
-
-// notPprof fails the test unless b is indeed no pprof profile.
-func notPprof(t *testing.T, b []byte) []byte {
-	if _, err := profile.ParseUncompressed(b); err == nil {
-		t.Fatalf("fixture %.20q... parses as pprof", b)
-	}
-	return b
-}
-
-// pb writes protobuf by hand, for profiles the pprof package refuses to
-// write.
-type pb []byte
-
-func (b pb) varint(v uint64) pb {
-	for v >= 0x80 {
-		b = append(b, byte(v)|0x80)
-		v >>= 7
-	}
-	return append(b, byte(v))
-}
-func (b pb) uint(field int, v uint64) pb { return b.varint(uint64(field) << 3).varint(v) }
-func (b pb) bytes(field int, v []byte) pb {
-	return append(b.varint(uint64(field)<<3|2).varint(uint64(len(v))), v...)
-}
-func (b pb) packed(field int, vs ...uint64) pb {
-	var p pb
-	for _, v := range vs {
-		p = p.varint(v)
-	}
-	return b.bytes(field, p)
-}
-
-// profileHeader is a CPU profile's sample types, string table, time and
-// period, with one function and location (ID 1) when withLocation.
-func profileHeader(at time.Time, withLocation bool) pb {
-	strs := []string{"", "samples", "count", "cpu", "nanoseconds", "poison.bomb"}
-	var p pb
-	p = p.bytes(1, pb(nil).uint(1, 1).uint(2, 2))
-	p = p.bytes(1, pb(nil).uint(1, 3).uint(2, 4))
-	if withLocation {
-		p = p.bytes(5, pb(nil).uint(1, 1).uint(2, 5).uint(3, 5))
-		p = p.bytes(4, pb(nil).uint(1, 1).bytes(4, pb(nil).uint(1, 1)))
-	}
-	for _, s := range strs {
-		p = p.bytes(6, []byte(s))
-	}
-	p = p.uint(9, uint64(at.UnixNano())).uint(10, uint64(10*time.Second))
-	p = p.bytes(11, pb(nil).uint(1, 3).uint(2, 4)).uint(12, tick)
-	return p
-}
-
-// missingLocation is issue 11's first case: a valid gzip pprof whose one
-// sample names location 7, which the profile does not define.
-func missingLocation(t *testing.T, at time.Time) []byte {
-	p := profileHeader(at, false).bytes(2, pb(nil).packed(1, 7).packed(2, 1, tick))
-	var buf bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
-	zw.Write(p)
-	zw.Close()
-	return buf.Bytes()
-}
-
-// gzipBomb is a small record inflating to about size bytes of pprof: one
-// valid sample, repeated.
-func gzipBomb(t *testing.T, at time.Time, size int) []byte {
-	sample := pb(nil).bytes(2, pb(nil).packed(1, 1).packed(2, 1, tick))
-	chunk := bytes.Repeat(sample, 64<<10/len(sample))
-	var buf bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
-	zw.Write(profileHeader(at, true))
-	for n := 0; n < size; n += len(chunk) {
-		zw.Write(chunk)
-	}
-	zw.Close()
-	return buf.Bytes()
-}
-
-// oddLabelKeys carries 2,000 distinct label keys no mapping should take as
-// field names: dots (a vs a.b), dashes, spaces, digits first, unicode, and
-// keys past the length cap.
-func oddLabelKeys(at time.Time) func(*testing.T, string) ([]*kgo.Record, int64) {
-	key := func(n int) string {
-		switch {
-		case n == 0:
-			return "a"
-		case n == 1:
-			return "a.b"
-		}
-		switch n % 8 {
-		case 0:
-			return fmt.Sprintf("a.%d", n)
-		case 1:
-			return fmt.Sprintf("a.b.%d", n)
-		case 2:
-			return fmt.Sprintf("dash-%d", n)
-		case 3:
-			return fmt.Sprintf("%d", n)
-		case 4:
-			return fmt.Sprintf("ключ.%d", n)
-		case 5:
-			return fmt.Sprintf("with space %d", n)
-		case 6:
-			return fmt.Sprintf("🔥%d", n)
-		default:
-			return strings.Repeat("long", 20) + strconv.Itoa(n)
-		}
-	}
-	return func(t *testing.T, host string) ([]*kgo.Record, int64) {
-		b := pproftest.NewCPU(at, 10*time.Second)
-		seen := map[string]bool{}
-		for i := range 250 {
-			l := map[string]string{record.LabelPID: strconv.Itoa(1000 + i), record.LabelComm: "odd"}
-			for j := range 8 {
-				k := key(i*8 + j)
-				seen[k] = true
-				l[k] = "v"
-			}
-			b.Sample(l, []int64{1, tick}, "poison.odd", "poison.main")
-		}
-		if len(seen) != 2000 {
-			t.Fatalf("odd label keys: %d distinct, want 2000", len(seen))
-		}
-		p := b.Profile()
-		return []*kgo.Record{{Key: []byte(host), Value: encode(t, p), Headers: meta(host).Headers()}}, cpuOf(p)
-	}
-}
-
-// escapableLabels gives n processes each a label value of size bytes of
-// characters JSON escapes (six bytes each for the control ones), distinct
-// per process.
-func escapableLabels(at time.Time, n, size int) func(*testing.T, string) ([]*kgo.Record, int64) {
-	return func(t *testing.T, host string) ([]*kgo.Record, int64) {
-		const unit = "\x01\"\\<>&\u2028\x1f" // 10 bytes
-		b := pproftest.NewCPU(at, 10*time.Second)
-		for i := range n {
-			v := fmt.Sprintf("%04d", i) + strings.Repeat(unit, (size-4)/len(unit))
-			b.Sample(map[string]string{record.LabelPID: strconv.Itoa(2000 + i), record.LabelComm: "blob", "blob": v},
-				[]int64{2, 2 * tick}, "poison.blob", "poison.main")
-		}
-		p := b.Profile()
-		return []*kgo.Record{{Key: []byte(host), Value: encode(t, p), Headers: meta(host).Headers()}}, cpuOf(p)
-	}
-}
-
-// splitInterval is one host's interval in two records, as the agent splits
-// one too large: same host, time and labels, parts "0" and "1".
-func splitInterval(at time.Time) func(*testing.T, string) ([]*kgo.Record, int64) {
-	return func(t *testing.T, host string) ([]*kgo.Record, int64) {
-		l := map[string]string{record.LabelPID: "4", record.LabelComm: "split"}
-		p0 := pproftest.NewCPU(at, 10*time.Second).
-			Sample(l, []int64{5, 5 * tick}, "split.a", "split.main").Profile()
-		p1 := pproftest.NewCPU(at, 10*time.Second).
-			Sample(l, []int64{3, 3 * tick}, "split.a", "split.main").
-			Sample(l, []int64{2, 2 * tick}, "split.b", "split.main").Profile()
-		var recs []*kgo.Record
-		for i, p := range []*profile.Profile{p0, p1} {
-			h := append(meta(host).Headers(), kgo.RecordHeader{Key: record.HeaderPart, Value: []byte(strconv.Itoa(i))})
-			recs = append(recs, &kgo.Record{Key: []byte(host), Value: encode(t, p), Headers: h})
-		}
-		return recs, cpuOf(p0) + cpuOf(p1)
-	}
-}
-
-// randomBuildIDs is a raw profile with n mappings, each with a build ID no
-// source knows and one sample in it.
-func randomBuildIDs(at time.Time, rng *rand.Rand, n int) func(*testing.T, string) ([]*kgo.Record, int64) {
-	return func(t *testing.T, host string) ([]*kgo.Record, int64) {
-		b := pproftest.NewCPU(at, 10*time.Second)
-		l := map[string]string{record.LabelPID: "5", record.LabelComm: "buildids"}
-		for i := range n {
-			id := make([]byte, 20)
-			for j := range id {
-				id[j] = byte(rng.Uint32())
-			}
-			start := uint64(0x7f0000000000) + uint64(i)<<20
-			m := b.Mapping(start, start+1<<20, 0, fmt.Sprintf("/opt/poison/lib%04d.so", i), hex.EncodeToString(id))
-			b.AddressSample(l, []int64{1, tick}, m, start+0x1234)
-		}
-		p := b.Profile()
-		return []*kgo.Record{{Key: []byte(host), Value: encode(t, p), Headers: meta(host).Headers()}}, cpuOf(p)
-	}
-}
-
-// largeProfile is issue 11's case 12: google/pprof's own large.cpu (a real
-// 1.2 MB Go CPU profile, 20,430 samples, each its own stack), re-timed to
-// at. Its gzip value is over 1 MiB, so its symbolized form cannot fit one
-// record of the symbolizer's default size, compressed or not.
-func largeProfile(t *testing.T, at time.Time) func(*testing.T, string) ([]*kgo.Record, int64) {
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/google/pprof").Output()
-	if err != nil {
-		t.Fatalf("locate the github.com/google/pprof module for its testdata: %v", err)
-	}
-	raw, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "internal", "proftest", "testdata", "large.cpu"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := profile.ParseData(raw)
-	if err != nil {
-		t.Fatalf("parse large.cpu: %v", err)
-	}
-	p.TimeNanos = at.UnixNano()
-	v := encode(t, p)
-	if len(v) <= 1<<20 {
-		t.Fatalf("large profile fixture is %d bytes gzip, want over 1 MiB", len(v))
-	}
-	return func(t *testing.T, host string) ([]*kgo.Record, int64) {
-		return []*kgo.Record{{Key: []byte(host), Value: v, Headers: meta(host).Headers()}}, cpuOf(p)
-	}
-}
-
-func totalBytes(recs []*kgo.Record) int {
-	n := 0
-	for _, r := range recs {
-		n += len(r.Value)
-	}
-	return n
-}
-
-type producedRecord struct {
-	c    *poisonCase
-	path path
-	host string
-	rec  *kgo.Record // with the partition and offset it got
-}
-
-// service is one running binary.
-type service struct {
-	base string
-	cmd  *exec.Cmd
-	log  string
-	// peak is the highest VmHWM seen while it ran: a process that exits
-	// takes its own with it.
-	peak atomic.Int64
-}
-
-// watchRSS samples every service's VmHWM until ctx ends.
-func watchRSS(ctx context.Context, svcs map[string]*service) {
-	for {
-		for _, s := range svcs {
-			if v, ok := s.peakRSS(); ok && v > s.peak.Load() {
-				s.peak.Store(v)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// startLogged runs bin like start does, but into a log file: a panic's
-// first lines (the panicking goroutine) are what name the cause, and a
-// 4,000-byte tail of a goroutine dump does not show them.
-func startLogged(t *testing.T, bin, logDir string, env []string) *service {
-	t.Helper()
-	s := &service{base: filepath.Base(bin), log: filepath.Join(logDir, filepath.Base(bin)+".log")}
-	f, err := os.Create(s.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.cmd = exec.Command(bin)
-	s.cmd.Env = append(os.Environ(), env...)
-	s.cmd.Stdout, s.cmd.Stderr = f, f
-	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	t.Logf("%s pid %d", s.base, s.cmd.Process.Pid)
-	t.Cleanup(func() {
-		s.cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { s.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			s.cmd.Process.Kill()
-			<-done
-		}
-		f.Close()
-		if t.Failed() {
-			t.Logf("---- %s (%s) ----\n%s", s.base, s.log, s.excerpt())
-		}
-	})
-	return s
-}
-
-// excerpt is the start of a panic, or the log's tail.
-func (s *service) excerpt() string {
-	b, _ := os.ReadFile(s.log)
-	out := string(b)
-	if i := strings.Index(out, "panic: "); i >= 0 {
-		out = out[i:]
-		if len(out) > 3000 {
-			out = out[:3000] + "..."
-		}
-		return out
-	}
-	return tail(out, 3000)
-}
-
-// state is "" while the process runs, else what became of it. The test
-// never waits for it before cleanup, so an exited one is a zombie.
-func (s *service) state() string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
-	if err != nil {
-		return "gone"
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "State:"); ok {
-			v = strings.TrimSpace(v)
-			if strings.HasPrefix(v, "Z") || strings.HasPrefix(v, "X") {
-				return "exited (" + v + ")"
-			}
-			return ""
-		}
-	}
-	return "no State in /proc status"
-}
-
-// peakRSS is VmHWM in bytes.
-func (s *service) peakRSS() (int64, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
-	if err != nil {
-		return 0, false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10, err == nil
-		}
-	}
-	return 0, false
-}
-
-// consumer is a service with the group and topic whose lag says whether it
-// has handled everything.
-type consumer struct {
-	svc    *service
-	group  string
-	topic  string
-	rollup bool
-	// broken says in which case the consumer exited or stalled; later cases
-	// do not wait for it (each would only time out again).
-	broken string
-}
-
-type kafkaView struct {
-	brokers []string
-	adm     *kadm.Client
-}
-
-var rollupCheckpoint = regexp.MustCompile(`next=(-?\d+)`)
-
-// lag is the number of records of c's topic that c has not handled: from
-// its committed offset (for the rollup, the next= of its checkpoint when
-// further) to the end readable with read_committed, not counting the
-// transaction markers the symbolizer's commits leave (a consumer commits
-// the offset after its last record; the marker after it is no record).
-func (k *kafkaView) lag(ctx context.Context, c *consumer) (int64, error) {
-	ends, err := k.adm.ListCommittedOffsets(ctx, c.topic)
-	if err != nil {
-		return -1, fmt.Errorf("list end offsets of %s: %w", c.topic, err)
-	}
-	offs, err := k.adm.FetchOffsetsForTopics(ctx, c.group, c.topic)
-	if err != nil {
-		return -1, fmt.Errorf("fetch offsets of group %s: %w", c.group, err)
-	}
-	gaps := map[int32][2]int64{}
-	var ferr error
-	ends.Each(func(lo kadm.ListedOffset) {
-		if lo.Err != nil {
-			ferr = lo.Err
-			return
-		}
-		start := int64(0)
-		if o, ok := offs.Lookup(c.topic, lo.Partition); ok && o.Err == nil && o.At >= 0 {
-			start = o.At
-			if m := rollupCheckpoint.FindStringSubmatch(o.Metadata); c.rollup && m != nil {
-				n, _ := strconv.ParseInt(m[1], 10, 64)
-				start = max(start, n)
-			}
-		}
-		if start < lo.Offset {
-			gaps[lo.Partition] = [2]int64{start, lo.Offset}
-		}
-	})
-	if ferr != nil {
-		return -1, ferr
-	}
-	if len(gaps) == 0 {
-		return 0, nil
-	}
-	return k.countRecords(ctx, c.topic, gaps)
-}
-
-// countRecords counts the data records in [start, end) of each partition.
-func (k *kafkaView) countRecords(ctx context.Context, topic string, gaps map[int32][2]int64) (int64, error) {
-	at := map[int32]kgo.Offset{}
-	for p, g := range gaps {
-		at[p] = kgo.NewOffset().At(g[0])
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.brokers...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: at}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
-		kgo.FetchMaxPartitionBytes(1<<20))
-	if err != nil {
-		return -1, err
-	}
-	defer cl.Close()
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	var n int64
-	left := len(gaps)
-	done := map[int32]bool{}
-	for left > 0 {
-		fs := cl.PollFetches(pctx)
-		if pctx.Err() != nil {
-			// Not read to the end: count the rest as lag.
-			var rest int64
-			for p, g := range gaps {
-				if !done[p] {
-					rest += g[1] - g[0]
-				}
-			}
-			return n + rest, nil
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			g := gaps[r.Partition]
-			if done[r.Partition] || r.Offset >= g[1] {
-				return
-			}
-			if !r.Attrs.IsControl() {
-				n++
-			}
-			if r.Offset >= g[1]-1 {
-				done[r.Partition] = true
-				left--
-			}
-		})
-	}
-	return n, nil
-}
-
-// drain waits until every consumer has handled everything produced so far,
-// in pipeline order (the symbolizer's output is committed with its offsets,
-// so once its lag is zero, its output counts in the others' lag), and logs
-// how long each took. A consumer that exits or does not finish in time is
-// broken from then on.
-func drain(ctx context.Context, t *testing.T, k *kafkaView, consumers []*consumer, c *poisonCase) {
-	t.Helper()
-	for _, cn := range consumers {
-		if cn.broken != "" {
-			t.Errorf("not checked by %s, broken earlier: %s", cn.svc.base, cn.broken)
-		}
-	}
-	start := time.Now()
-	deadline, lastLog := start.Add(c.drain), start
-	took := map[*consumer]time.Duration{}
-	for {
-		pending := ""
-		upstream := true // the symbolizer (first) is done or broken
-		for i, cn := range consumers {
-			if cn.broken != "" {
-				continue
-			}
-			if st := cn.svc.state(); st != "" {
-				cn.broken = fmt.Sprintf("%s in case %s", st, c.name)
-				t.Errorf("%s %s:\n%s", cn.svc.base, cn.broken, cn.svc.excerpt())
-				continue
-			}
-			if _, ok := took[cn]; ok {
-				continue
-			}
-			lag, err := k.lag(ctx, cn)
-			switch {
-			case err != nil || lag != 0:
-				if pending == "" {
-					pending = fmt.Sprintf("%s: lag %d on %s (%v)", cn.svc.base, lag, cn.topic, err)
-				}
-			case upstream:
-				took[cn] = time.Since(start)
-			}
-			if i == 0 {
-				_, upstream = took[cn]
-			}
-		}
-		if pending == "" && len(took) == len(consumers)-brokenCount(consumers) {
-			var parts []string
-			for _, cn := range consumers {
-				if d, ok := took[cn]; ok {
-					parts = append(parts, fmt.Sprintf("%s %.1fs", strings.TrimPrefix(cn.svc.base, "stackstream-"), d.Seconds()))
-				}
-			}
-			t.Logf("handled by %s", strings.Join(parts, ", "))
-			return
-		}
-		if time.Since(lastLog) >= 10*time.Second {
-			t.Logf("after %.0fs waiting for %s", time.Since(start).Seconds(), pending)
-			lastLog = time.Now()
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			for _, cn := range consumers {
-				if cn.broken == "" && strings.HasPrefix(pending, cn.svc.base+":") {
-					cn.broken = fmt.Sprintf("stalled in case %s (%s after %s)", c.name, pending, c.drain)
-					t.Errorf("%s %s; log tail:\n%s", cn.svc.base, cn.broken, tail(readFile(cn.svc.log), 2000))
-				}
-			}
-			return
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-}
-
-func brokenCount(consumers []*consumer) int {
-	n := 0
-	for _, cn := range consumers {
-		if cn.broken != "" {
-			n++
-		}
-	}
-	return n
-}
-
-func readFile(p string) string {
-	b, _ := os.ReadFile(p)
-	return string(b)
-}
-
-// readAll reads topic from the start to its read-committed end.
-func readAll(ctx context.Context, t *testing.T, brokers []string, topic string) []*kgo.Record {
-	t.Helper()
-	adm := kadm.NewClient(mustClient(t, brokers))
-	defer adm.Close()
-	ends, err := adm.ListCommittedOffsets(ctx, topic)
-	if err != nil {
-		t.Fatalf("end offsets of %s: %v", topic, err)
-	}
-	want := map[int32]int64{}
-	ends.Each(func(lo kadm.ListedOffset) {
-		if lo.Offset > 0 {
-			want[lo.Partition] = lo.Offset
-		}
-	})
-	if len(want) == 0 {
-		return nil
-	}
-	cl := mustClient(t, brokers, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(), kgo.FetchMaxBytes(64<<20))
-	defer cl.Close()
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	var out []*kgo.Record
-	for len(want) > 0 {
-		fs := cl.PollFetches(pctx)
-		if pctx.Err() != nil {
-			t.Fatalf("read %s: not at the end after 30s (left: %v)", topic, want)
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			end, ok := want[r.Partition]
-			if !ok || r.Offset >= end {
-				return
-			}
-			if !r.Attrs.IsControl() {
-				out = append(out, r)
-			}
-			if r.Offset >= end-1 {
-				delete(want, r.Partition)
-			}
-		})
-	}
-	return out
-}
-
-func mustClient(t *testing.T, brokers []string, opts ...kgo.Opt) *kgo.Client {
-	t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cl
 }
 
 // outcome is what the DLQ says of one path of one case.
@@ -1431,58 +772,4 @@ func checkIndices(t *testing.T, osURL, prefix string) {
 			t.Errorf("%s maps %d labels.* fields outside the contract's, e.g. %q", ix, len(odd), odd[:min(len(odd), 10)])
 		}
 	}
-}
-
-// slowDebuginfod answers every lookup 404 after a delay, as a remote
-// debuginfod server that does not know a build ID does, and counts the
-// lookups and how many were in flight at once.
-type slowDebuginfod struct {
-	url         string
-	n, cur, max atomic.Int64
-}
-
-func newSlowDebuginfod(t *testing.T, delay time.Duration) *slowDebuginfod {
-	d := &slowDebuginfod{}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		d.n.Add(1)
-		c := d.cur.Add(1)
-		mu.Lock()
-		if c > d.max.Load() {
-			d.max.Store(c)
-		}
-		mu.Unlock()
-		defer d.cur.Add(-1)
-		time.Sleep(delay)
-		http.NotFound(w, r)
-	})}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	d.url = "http://" + ln.Addr().String()
-	return d
-}
-
-func (d *slowDebuginfod) stats() (n, peak int64) { return d.n.Load(), d.max.Load() }
-
-// buildPoisonBinaries builds the services this suite runs (not the agent:
-// it needs none, and another helper's half-done agent change must not fail it).
-func buildPoisonBinaries(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	// One go build: the five link in parallel.
-	args := []string{"build", "-o", dir + string(filepath.Separator),
-		"../services/symbolizer/cmd/stackstream-symbolizer",
-		"../services/indexer/cmd/stackstream-indexer",
-		"../services/rollup/cmd/stackstream-rollup",
-		"../services/query/cmd/stackstream-query",
-		"../services/ctl/cmd/stackctl",
-	}
-	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
-		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return dir
 }
