@@ -242,6 +242,18 @@ func (c *Chain) Table(ctx context.Context, buildID string) *symtab.Table {
 	}
 }
 
+// Cached answers from the cache alone: the table of buildID (nil for a
+// remembered miss) and true, or false when only a fetch can tell.
+func (c *Chain) Cached(buildID string) (*symtab.Table, bool) {
+	c.mu.Lock()
+	tab, done := c.cached(buildID)
+	c.mu.Unlock()
+	if done {
+		c.count(c.metrics.CacheHit)
+	}
+	return tab, done
+}
+
 // run fetches buildID in a slot, caches the answer and hands it to the
 // callers waiting on cl.
 func (c *Chain) run(buildID string, cl *call, missed time.Time) {

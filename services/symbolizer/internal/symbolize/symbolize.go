@@ -25,6 +25,12 @@ type Fallbacks interface {
 	Fallback(ctx context.Context, after *symtab.Table) *symtab.Table
 }
 
+// Cache is implemented by Tables that can answer from memory without
+// fetching: a profile whose binaries are all known then starts no lookup.
+type Cache interface {
+	Cached(buildID string) (*symtab.Table, bool)
+}
+
 // Source labels for frames that no table resolved.
 const (
 	SourceUnresolved = "unresolved"
@@ -72,19 +78,33 @@ type Symbolizer struct {
 // lookup finds the tables of the build IDs of p's mappings that have
 // locations left to resolve, Concurrency at a time, within Budget.
 func (s *Symbolizer) lookup(ctx context.Context, p *profile.Profile) (context.Context, context.CancelFunc, map[string]*symtab.Table) {
+	// Only mappings with locations left to resolve need a table.
 	var ids []string
-	seen := map[string]bool{}
+	tabs := make(map[string]*symtab.Table, len(p.Mapping))
+	cache, _ := s.Tables.(Cache)
+	seen := make(map[*profile.Mapping]bool, len(p.Mapping))
 	for _, loc := range p.Location {
-		if m := loc.Mapping; len(loc.Line) == 0 && m != nil && m.BuildID != "" && !seen[m.BuildID] {
-			seen[m.BuildID] = true
-			ids = append(ids, m.BuildID)
+		m := loc.Mapping
+		if len(loc.Line) > 0 || m == nil || m.BuildID == "" || seen[m] {
+			continue
 		}
+		seen[m] = true
+		if _, ok := tabs[m.BuildID]; ok {
+			continue
+		}
+		if cache != nil {
+			if tab, ok := cache.Cached(m.BuildID); ok {
+				tabs[m.BuildID] = tab
+				continue
+			}
+		}
+		tabs[m.BuildID] = nil
+		ids = append(ids, m.BuildID)
 	}
 	cancel := context.CancelFunc(func() {})
-	if s.Budget > 0 {
+	if s.Budget > 0 && len(ids) > 0 {
 		ctx, cancel = context.WithTimeout(ctx, s.Budget)
 	}
-	tabs := make(map[string]*symtab.Table, len(ids))
 	workers := s.Concurrency
 	if workers <= 0 {
 		workers = 4
