@@ -14,6 +14,7 @@ import (
 	"github.com/stackstream/stackstream/pkg/opensearch"
 	"github.com/stackstream/stackstream/pkg/pproftest"
 	"github.com/stackstream/stackstream/pkg/testenv"
+	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/schemas/record"
 	"github.com/stackstream/stackstream/services/indexer/internal/indexertest"
 )
@@ -73,5 +74,30 @@ func TestPanicIsDeadLettered(t *testing.T) {
 	}
 	if n := e.CountDocs(t, e.Names.SamplesPattern()); n != 2 {
 		t.Fatalf("%d sample documents, want those of the 2 other records", n)
+	}
+}
+
+// TestStackDocumentsBounded: a record whose new stacks would make more than
+// maxStackDocBytes of documents (4,096 frames of a 64 KiB name: 512 MiB of
+// JSON from a few hundred KB of pprof) goes to the DLQ as too_large before
+// any is encoded; the stacks of the record before it stay in the batch.
+func TestStackDocumentsBounded(t *testing.T) {
+	ix := New(nil, nil, Options{})
+	b := newBatch()
+	at := time.Now()
+	ok := Documents{Stacks: []Stack{{ID: "ok", Frames: []indices.Frame{{Function: "main"}}, At: at}}}
+	name := strings.Repeat("f", record.DefaultLimits().MaxStringBytes)
+	deep := make([]indices.Frame, record.DefaultLimits().MaxLocationsPerSample)
+	for i := range deep {
+		deep[i] = indices.Frame{Function: name, Line: int64(i)}
+	}
+	huge := Documents{Stacks: []Stack{{ID: "small", Frames: []indices.Frame{{Function: "g"}}, At: at}, {ID: "deep", Frames: deep, At: at}}}
+	ix.add(b, &kgo.Record{Offset: 1}, converted{docs: ok})
+	ix.add(b, &kgo.Record{Offset: 2}, converted{docs: huge})
+	if len(b.items) != 1 || b.items[0].ID != "ok" || len(b.stacks) != 1 || len(b.owner) != 1 {
+		t.Fatalf("batch holds %d items (%v), want only the first record's stack", len(b.items), b.stacks)
+	}
+	if len(b.dlq) != 1 || !strings.HasPrefix(record.HeaderValue(b.dlq[0].Headers, record.HeaderDLQReason), ReasonTooLarge+": ") {
+		t.Fatalf("DLQ %d records, want the deep record's as too_large", len(b.dlq))
 	}
 }

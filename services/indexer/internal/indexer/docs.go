@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,6 +54,23 @@ func (l *LabelDrops) add(o LabelDrops) {
 // host's, and cutting it could merge two hosts: the record goes to the DLQ.
 var errHostTooLong = errors.New("host name too long")
 
+// The samples documents of one record may take docBudgetBase plus
+// docBudgetPerByte bytes of JSON per byte of the record value, counted as
+// they are built (the label sets' fields, then the documents): labels reach
+// the string table by index, so a small record could otherwise name the same
+// 512-byte values in millions of documents. Real profiles stay far below (a
+// 19 Hz agent profile of 130 KB makes about 40 KB of documents).
+const (
+	docBudgetBase    = 256 << 10
+	docBudgetPerByte = 8
+)
+
+func docBudget(valueLen int) int { return docBudgetBase + docBudgetPerByte*valueLen }
+
+func errDocumentsTooLarge(budget int) error {
+	return fmt.Errorf("%w: the samples documents of the record take more than %d bytes of JSON", record.ErrTooLarge, budget)
+}
+
 // Stack is a distinct stack of a profile. Its document is encoded only when
 // needed (Doc): most stacks were stored before and are not sent again.
 type Stack struct {
@@ -89,6 +107,11 @@ var promotedLabels = map[string]bool{record.LabelHost: true, record.LabelService
 // record's record.HeaderPart ("" when the profile was not split); fallback
 // is the time used when the profile carries none (the record's timestamp).
 func Convert(names indices.Names, meta record.Meta, part string, p *profile.Profile, fallback time.Time) (Documents, error) {
+	return convert(names, meta, part, p, fallback, math.MaxInt)
+}
+
+// convert is Convert whose samples documents may take at most budget bytes.
+func convert(names indices.Names, meta record.Meta, part string, p *profile.Profile, fallback time.Time, budget int) (Documents, error) {
 	if len(p.SampleType) == 0 {
 		return Documents{}, fmt.Errorf("profile has no sample types")
 	}
@@ -143,6 +166,9 @@ func Convert(names indices.Names, meta record.Meta, part string, p *profile.Prof
 		if ls.err != nil {
 			return Documents{}, ls.err
 		}
+		if labelSets.bytes > budget {
+			return Documents{}, errDocumentsTooLarge(budget)
+		}
 		raw := int64(1)
 		if countIdx >= 0 && countIdx < len(s.Value) {
 			raw = s.Value[countIdx]
@@ -170,10 +196,14 @@ func Convert(names indices.Names, meta record.Meta, part string, p *profile.Prof
 		a.values[i] += v
 	}
 	docs.Samples = make([]Sample, 0, len(order))
+	size := 0
 	for _, a := range order {
 		sample, err := h.sample(&a.doc, a.ls, a.ids, a.values, a.raw)
 		if err != nil {
 			return Documents{}, err
+		}
+		if size += len(sample.Doc); size > budget {
+			return Documents{}, errDocumentsTooLarge(budget)
 		}
 		docs.Samples = append(docs.Samples, sample)
 	}
@@ -271,6 +301,9 @@ type labelSets struct {
 	// labelSet (maps, service, canonical key) cost more than the rest of
 	// a document.
 	shared *boundedMap[string, *labelSet] // by exactLabelKey
+	// bytes is the label fields' JSON of the distinct label sets got, so
+	// far: what the profile's documents will at least take.
+	bytes int
 }
 
 // exactLabelKey is an unambiguous key of raw (its sorted keys in keys) and
@@ -317,6 +350,7 @@ func (c *labelSets) get(raw map[string][]string, headerHost string) *labelSet {
 	if c.shared == nil {
 		ls := newLabelSet(raw, headerHost)
 		c.byRaw[string(c.buf)] = ls
+		c.bytes += len(ls.fields)
 		return ls
 	}
 	n := len(c.buf)
@@ -328,6 +362,7 @@ func (c *labelSets) get(raw map[string][]string, headerHost string) *labelSet {
 		c.shared.put(string(exact), ls, ls.size+len(exact))
 	}
 	c.byRaw[string(c.buf[:n])] = ls
+	c.bytes += len(ls.fields)
 	return ls
 }
 

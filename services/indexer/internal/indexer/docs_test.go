@@ -378,3 +378,21 @@ func TestSampleDocIsJSON(t *testing.T) {
 		t.Fatalf("decoded %+v, want %+v", got, d)
 	}
 }
+
+// TestDocumentBudget: label values reach the string table by index, so a
+// record of a few hundred KB could name the same 500-byte values in every
+// one of thousands of label sets; its documents are refused as too large
+// past docBudget, before they are all built.
+func TestDocumentBudget(t *testing.T) {
+	for _, tc := range fastCases(t) {
+		if tc.name != "documents over the budget" {
+			continue
+		}
+		_, err := decodeConvert(testNames, tc.meta, "", tc.value, tc.fallback)
+		if !errors.Is(err, record.ErrTooLarge) {
+			t.Fatalf("decodeConvert of %d bytes = %v, want ErrTooLarge", len(tc.value), err)
+		}
+		return
+	}
+	t.Fatal("no documents-over-the-budget case")
+}

@@ -36,7 +36,7 @@ func decodeConvert(names indices.Names, meta record.Meta, part string, value []b
 			}
 		}
 	}
-	docs, err := Convert(names, meta, part, p, fallback)
+	docs, err := convert(names, meta, part, p, fallback, docBudget(len(value)))
 	if err != nil {
 		return Documents{}, fmt.Errorf("convert profile: %w", err)
 	}
@@ -57,6 +57,11 @@ type fastPath struct {
 	// limits are the general path's (record.DecodeProfile): a profile
 	// beyond them is left to it, which says which limit.
 	limits fastLimits
+	// heavy, when set, is taken to convert a protobuf of checkAbove bytes
+	// or more: the Indexer shares it with the general path, so that only
+	// one large profile's tables (up to ~150 MiB within the limits) are
+	// held at a time. Smaller ones, nearly all, are not held.
+	heavy chan struct{}
 }
 
 // fastLimits is how the fast path stays within record.Limits without
@@ -119,20 +124,31 @@ func newFastPath() *fastPath {
 // the caller then takes the general path, which also explains the error.
 func (f *fastPath) convert(names indices.Names, meta record.Meta, part string, value []byte, fallback time.Time) (docs Documents, ok bool) {
 	d := f.decoders.Get().(*fastDecoder)
-	returned := false
+	keep := false
 	defer func() {
-		if !returned {
-			return // a panic: the decoder's state is not to be trusted again
+		// Not after a panic (the decoder's state is not to be trusted
+		// again), nor after a large profile, whose tables would stay.
+		if !keep {
+			return
 		}
 		if d.raw.Cap() > 8<<20 {
 			d.raw = bytes.Buffer{} // do not keep a rare huge profile's buffer
 		}
 		f.decoders.Put(d)
 	}()
-	if d.decompress(value, f.limits.MaxDecompressedBytes) && f.limits.check(d.raw.Bytes()) && d.parse(&f.limits) {
-		docs, ok = d.convert(names, meta, part, fallback, f)
+	if !d.decompress(value, f.limits.MaxDecompressedBytes) {
+		keep = true
+		return Documents{}, false
 	}
-	returned = true
+	large := d.raw.Len() >= f.limits.checkAbove
+	if large && f.heavy != nil {
+		f.heavy <- struct{}{}
+		defer func() { <-f.heavy }() // also when it panics
+	}
+	if f.limits.check(d.raw.Bytes()) && d.parse(&f.limits) {
+		docs, ok = d.convert(names, meta, part, fallback, f, docBudget(len(value)))
+	}
+	keep = !large
 	return docs, ok
 }
 
@@ -973,7 +989,7 @@ func (d *fastDecoder) labels(raw []byte) (map[string][]string, bool) {
 }
 
 // convert is Convert over the decoded tables; see Convert for the rules.
-func (d *fastDecoder) convert(names indices.Names, meta record.Meta, part string, fallback time.Time, f *fastPath) (Documents, bool) {
+func (d *fastDecoder) convert(names indices.Names, meta record.Meta, part string, fallback time.Time, f *fastPath, budget int) (Documents, bool) {
 	c := f.stacks
 	if len(d.sampleTypes) == 0 {
 		return Documents{}, false
@@ -1126,7 +1142,7 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, part string
 				return Documents{}, false
 			}
 			ls := sets.get(raw, meta.Host)
-			if ls.err != nil {
+			if ls.err != nil || sets.bytes > budget {
 				return Documents{}, false // the general path explains it
 			}
 			a = merged[ls.key]
@@ -1171,6 +1187,7 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, part string
 	d.lastStacks = len(docs.Stacks)
 	byID := d.sortStacks(docs.Stacks)
 	docs.Samples = make([]Sample, 0, len(order))
+	size := 0
 	for _, a := range order {
 		a.ids, a.values = a.ids[:0], a.values[:0]
 		for _, at := range byID {
@@ -1191,8 +1208,12 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, part string
 			d.packed = packed
 			a.doc.StackIDs, a.doc.StackValues = a.ids, packed
 		}
-		docs.Samples = append(docs.Samples, h.encode(&a.doc, a.ls, a.raw))
+		sample := h.encode(&a.doc, a.ls, a.raw)
 		clear(a.ids) // do not keep the IDs alive in the pool
+		if size += len(sample.Doc); size > budget {
+			return Documents{}, false
+		}
+		docs.Samples = append(docs.Samples, sample)
 	}
 	return docs, true
 }

@@ -190,6 +190,17 @@ func fastCases(t testing.TB) []fastCase {
 		maps.Mapping(uint64(i)<<12, uint64(i+1)<<12, 0, "m", "")
 	}
 	cases = append(cases, fastCase{"too many mappings", cpu, encode(t, maps.Sample(nil, []int64{1, 2}, "f").Profile()), time.Time{}, false})
+	// Few bytes of pprof naming the same long label values in many label
+	// sets: more documents than the record's budget.
+	wide := pproftest.NewCPU(at, time.Second)
+	for i := range 2000 {
+		l := map[string]string{"pid": fmt.Sprint(i)}
+		for j := range 60 {
+			l[fmt.Sprint("k", j)] = strings.Repeat("v", 500)
+		}
+		wide.Sample(l, []int64{1, 2}, "f")
+	}
+	cases = append(cases, fastCase{"documents over the budget", cpu, encode(t, wide.Profile()), time.Time{}, false})
 	raw := encode(t, inl)
 	zr, err := gzip.NewReader(bytes.NewReader(raw))
 	if err != nil {
@@ -344,7 +355,7 @@ func BenchmarkFastConvertDecoded(b *testing.B) {
 				if !d.parse(&f.limits) {
 					b.Fatal("parse declined a corpus profile")
 				}
-				if _, ok := d.convert(testNames, r.Meta, "", r.Time, f); !ok {
+				if _, ok := d.convert(testNames, r.Meta, "", r.Time, f, docBudget(len(r.Val))); !ok {
 					b.Fatal("fast path declined a corpus profile")
 				}
 			}

@@ -72,6 +72,18 @@ const (
 	DefaultMaxRebalanceDelay = 10 * time.Second
 	pollRecords              = 1000
 	convertChunk             = 64
+	convertChunkBytes        = 8 << 20
+	// maxStackDocBytes bounds the stacks documents one record sends,
+	// estimated before they are encoded: deep stacks of long names (64 KiB
+	// each within the decode limits) could make gigabytes.
+	maxStackDocBytes = 64 << 20
+	// generalDecodes bounds the records decoded on the general path at
+	// once, and the fast path's profiles of 1 MiB of protobuf or more:
+	// google/pprof's parser may allocate up to
+	// record.Limits.MaxDecodeHeapBytes (256 MiB) for one profile, and a
+	// stream of hostile records would all take that path. Agent- and
+	// symbolizer-shaped profiles (under 1 MiB) are not held.
+	generalDecodes = 1
 )
 
 // Indexer is the consume-write-commit loop.
@@ -88,6 +100,7 @@ type Indexer struct {
 	// fail, Run stops and the records are redelivered.
 	sending map[string]bool
 	fast    *fastPath
+	general chan struct{} // generalDecodes tokens
 	// convertRecord is convert; tests replace it to reach the record
 	// boundary's recover.
 	convertRecord func(*kgo.Record) (Documents, error)
@@ -140,7 +153,9 @@ func New(kcl *kgo.Client, w *bulk.Writer, opts Options) *Indexer {
 	if opts.MaxClockSkew <= 0 {
 		opts.MaxClockSkew = record.DefaultMaxClockSkew
 	}
-	ix := &Indexer{kcl: kcl, w: w, opts: opts, log: opts.Logger, m: opts.Metrics, stored: map[string]struct{}{}, fast: newFastPath()}
+	ix := &Indexer{kcl: kcl, w: w, opts: opts, log: opts.Logger, m: opts.Metrics, stored: map[string]struct{}{}, fast: newFastPath(),
+		general: make(chan struct{}, generalDecodes)}
+	ix.fast.heavy = ix.general
 	ix.convertRecord = ix.convert
 	return ix
 }
@@ -258,17 +273,23 @@ func (ix *Indexer) Run(ctx context.Context) error {
 			}
 		})
 		// A poll can hold up to pollRecords records: converted a chunk at a
-		// time, a batch that fills up is written at once rather than after
-		// the whole poll.
+		// time (at most convertChunk records and about convertChunkBytes of
+		// values, so that the documents held at once stay bounded), a batch
+		// that fills up is written at once rather than after the whole poll.
 		for recs := fetches.Records(); len(recs) > 0; {
-			chunk := recs[:min(len(recs), convertChunk)]
-			recs = recs[len(chunk):]
+			n, size := 0, 0
+			for n < len(recs) && n < convertChunk && size < convertChunkBytes {
+				size += len(recs[n].Value)
+				n++
+			}
+			chunk := recs[:n]
+			recs = recs[n:]
 			for i, c := range ix.convertAll(chunk) {
 				ix.add(b, chunk[i], c)
-			}
-			if b.bytes >= ix.opts.BatchBytes {
-				if err := send(); err != nil {
-					return err
+				if b.bytes >= ix.opts.BatchBytes {
+					if err := send(); err != nil {
+						return err
+					}
 				}
 			}
 		}
@@ -405,6 +426,7 @@ func (ix *Indexer) add(b *batch, r *kgo.Record, c converted) {
 		return
 	}
 	stacksIndex := ix.opts.Names.Stacks()
+	first, stackBytes := len(b.items), 0
 	for _, s := range docs.Stacks {
 		if b.stacks[s.ID] || ix.sending[s.ID] {
 			continue
@@ -412,8 +434,14 @@ func (ix *Indexer) add(b *batch, r *kgo.Record, c converted) {
 		if _, ok := ix.stored[s.ID]; ok {
 			continue
 		}
+		if stackBytes += stackDocEstimate(s.Frames); stackBytes > maxStackDocBytes {
+			b.unadd(first)
+			b.dlq = append(b.dlq, ix.deadLetter(r, fmt.Errorf("%w: the stacks documents of the record take more than %d bytes", record.ErrTooLarge, maxStackDocBytes)))
+			return
+		}
 		doc, err := s.Doc()
 		if err != nil {
+			b.unadd(first)
 			b.dlq = append(b.dlq, ix.deadLetter(r, err))
 			return
 		}
@@ -429,6 +457,29 @@ func (ix *Indexer) add(b *batch, r *kgo.Record, c converted) {
 		b.raw += s.Raw
 	}
 	b.samples += len(docs.Samples)
+}
+
+// unadd removes the stacks documents from items[first:] again: their record
+// goes to the DLQ.
+func (b *batch) unadd(first int) {
+	for _, it := range b.items[first:] {
+		delete(b.stacks, it.ID)
+		delete(b.owner, it.Index+"\x00"+it.ID)
+		b.bytes -= len(it.Doc) + len(it.ID) + len(it.Index) + 40
+	}
+	clear(b.items[first:])
+	b.items = b.items[:first]
+}
+
+// stackDocEstimate is about the size of a stacks document of frames (the
+// function names twice: frames and functions); JSON escapes can make a name
+// of control characters up to 6 times longer.
+func stackDocEstimate(frames []indices.Frame) int {
+	n := 128
+	for _, f := range frames {
+		n += 64 + 2*len(f.Function) + len(f.File) + len(f.Binary)
+	}
+	return n
 }
 
 func (ix *Indexer) convert(r *kgo.Record) (Documents, error) {
@@ -447,7 +498,7 @@ func (ix *Indexer) convert(r *kgo.Record) (Documents, error) {
 		ix.m.Decoded.WithLabelValues("fast").Inc()
 	} else {
 		ix.m.Decoded.WithLabelValues("general").Inc()
-		if docs, err = decodeConvert(ix.opts.Names, meta, part, r.Value, r.Timestamp); err != nil {
+		if docs, err = ix.decodeGeneral(meta, part, r); err != nil {
 			return Documents{}, err
 		}
 	}
@@ -456,6 +507,13 @@ func (ix *Indexer) convert(r *kgo.Record) (Documents, error) {
 	}
 	ix.m.countLabelDrops(docs.Labels)
 	return docs, nil
+}
+
+// decodeGeneral is decodeConvert, generalDecodes at a time.
+func (ix *Indexer) decodeGeneral(meta record.Meta, part string, r *kgo.Record) (Documents, error) {
+	ix.general <- struct{}{}
+	defer func() { <-ix.general }() // also when it panics
+	return decodeConvert(ix.opts.Names, meta, part, r.Value, r.Timestamp)
 }
 
 // DLQ reasons: the value of stackstream_indexer_dlq_records_total's reason
