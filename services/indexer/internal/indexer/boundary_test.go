@@ -101,3 +101,27 @@ func TestStackDocumentsBounded(t *testing.T) {
 		t.Fatalf("DLQ %d records, want the deep record's as too_large", len(b.dlq))
 	}
 }
+
+// TestHostTooLongRecord: a record whose host (header, or key when the
+// header is empty) is longer than record.MaxHostBytes goes to the DLQ even
+// when its profile has no sample to make a document of.
+func TestHostTooLongRecord(t *testing.T) {
+	ix := New(nil, nil, Options{})
+	empty, err := record.EncodeProfile(pproftest.NewCPU(time.Now(), time.Second).Profile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("h", record.MaxHostBytes+1)
+	for _, r := range []*kgo.Record{
+		{Headers: record.Meta{Type: record.ProfileCPU, Host: long}.Headers(), Value: empty},
+		{Key: []byte(long), Headers: record.Meta{Type: record.ProfileCPU}.Headers(), Value: empty},
+	} {
+		if _, err := ix.convert(r); reasonOf(err) != ReasonHostTooLong {
+			t.Fatalf("convert = %v, want %s", err, ReasonHostTooLong)
+		}
+	}
+	r := &kgo.Record{Headers: record.Meta{Type: record.ProfileCPU, Host: "h"}.Headers(), Value: empty}
+	if _, err := ix.convert(r); err != nil {
+		t.Fatalf("convert of a short host = %v", err)
+	}
+}

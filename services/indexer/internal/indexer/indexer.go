@@ -490,6 +490,11 @@ func (ix *Indexer) convert(r *kgo.Record) (Documents, error) {
 	if meta.Host == "" {
 		meta.Host = string(r.Key)
 	}
+	if len(meta.Host) > record.MaxHostBytes {
+		// Also for a profile without samples, which makes no document
+		// whose label set would say so.
+		return Documents{}, fmt.Errorf("%w: %d bytes, at most %d: %q...", errHostTooLong, len(meta.Host), record.MaxHostBytes, record.TruncateUTF8(meta.Host, 64))
+	}
 	part := record.HeaderValue(r.Headers, record.HeaderPart)
 	// The fast path handles the profiles agents and the symbolizer write;
 	// anything else (and every error) takes the general one.
