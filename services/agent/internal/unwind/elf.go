@@ -1,0 +1,100 @@
+package unwind
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"fmt"
+	"io"
+)
+
+// Compile reads the call-frame sections of the x86-64 ELF file in r (size
+// bytes) and compiles its unwind table. A file without call-frame information
+// gives an empty table, not an error: the unwinder falls back to frame
+// pointers there.
+func Compile(r io.ReaderAt, size int64, lim Limits) (t *Table, err error) {
+	defer func() {
+		// debug/elf is hardened, but a panic on a hostile file must cost one
+		// table, not the agent.
+		if p := recover(); p != nil {
+			t, err = nil, fmt.Errorf("%w: panic reading ELF: %v", ErrInvalid, p)
+		}
+	}()
+	if err := checkHeader(r, size); err != nil {
+		return nil, err
+	}
+	f, err := elf.NewFile(io.NewSectionReader(r, 0, size))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if f.Class != elf.ELFCLASS64 || f.Machine != elf.EM_X86_64 || f.Data != elf.ELFDATA2LSB {
+		return nil, fmt.Errorf("%w: %v %v %v (x86-64 only)", ErrUnsupported, f.Class, f.Machine, f.Data)
+	}
+	var st Stats
+	var eh, debug []fde
+	if s := f.Section(".eh_frame"); s != nil && s.Type != elf.SHT_NOBITS {
+		b, err := sectionData(s, size, lim)
+		if err != nil {
+			return nil, err
+		}
+		if eh, err = parseEntries(b, s.Addr, ehFrame, lim, &st); err != nil {
+			return nil, fmt.Errorf(".eh_frame: %w", err)
+		}
+	}
+	if s := f.Section(".debug_frame"); s != nil && s.Type != elf.SHT_NOBITS {
+		b, err := sectionData(s, size, lim)
+		if err != nil {
+			return nil, err
+		}
+		if debug, err = parseEntries(b, s.Addr, debugFrame, lim, &st); err != nil {
+			return nil, fmt.Errorf(".debug_frame: %w", err)
+		}
+	}
+	return build(eh, debug, lim, &st)
+}
+
+// sectionData reads a section after checking its sizes against the file and
+// the limits, so a header claiming gigabytes allocates nothing.
+func sectionData(s *elf.Section, fileSize int64, lim Limits) ([]byte, error) {
+	if s.FileSize > uint64(fileSize) || s.Offset > uint64(fileSize)-s.FileSize {
+		return nil, fmt.Errorf("%w: section %s (%d bytes at %d) past the end of a %d-byte file", ErrInvalid, s.Name, s.FileSize, s.Offset, fileSize)
+	}
+	if s.Size > uint64(lim.MaxSectionBytes) || s.FileSize > uint64(lim.MaxSectionBytes) {
+		return nil, fmt.Errorf("%w: section %s of %d bytes (limit %d)", ErrTooLarge, s.Name, s.Size, lim.MaxSectionBytes)
+	}
+	b := make([]byte, s.Size)
+	if _, err := io.ReadFull(s.Open(), b); err != nil {
+		return nil, fmt.Errorf("%w: read section %s: %v", ErrInvalid, s.Name, err)
+	}
+	return b, nil
+}
+
+// checkHeader checks the ELF header's tables against the file size before
+// debug/elf allocates for them: a 64-byte file claiming 65535 sections would
+// otherwise cost megabytes.
+func checkHeader(r io.ReaderAt, size int64) error {
+	var h [64]byte
+	if size < int64(len(h)) {
+		return fmt.Errorf("%w: %d bytes is too short for an ELF64 header", ErrInvalid, size)
+	}
+	if _, err := r.ReadAt(h[:], 0); err != nil {
+		return fmt.Errorf("%w: read ELF header: %v", ErrInvalid, err)
+	}
+	if string(h[:4]) != elf.ELFMAG {
+		return fmt.Errorf("%w: not an ELF file", ErrInvalid)
+	}
+	if elf.Class(h[elf.EI_CLASS]) != elf.ELFCLASS64 || elf.Data(h[elf.EI_DATA]) != elf.ELFDATA2LSB {
+		return fmt.Errorf("%w: %v %v (x86-64 only)", ErrUnsupported, elf.Class(h[elf.EI_CLASS]), elf.Data(h[elf.EI_DATA]))
+	}
+	le := binary.LittleEndian
+	table := func(name string, off uint64, entSize, num uint16) error {
+		n := uint64(entSize) * uint64(num)
+		if num != 0 && (off > uint64(size) || n > uint64(size)-off) {
+			return fmt.Errorf("%w: %s table (%d entries of %d bytes at %d) past the end of a %d-byte file", ErrInvalid, name, num, entSize, off, size)
+		}
+		return nil
+	}
+	if err := table("program header", le.Uint64(h[32:]), le.Uint16(h[54:]), le.Uint16(h[56:])); err != nil {
+		return err
+	}
+	return table("section header", le.Uint64(h[40:]), le.Uint16(h[58:]), le.Uint16(h[60:]))
+}

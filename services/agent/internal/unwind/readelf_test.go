@@ -1,0 +1,176 @@
+package unwind
+
+import (
+	"bufio"
+	"bytes"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// readelfRow is one row of `readelf --debug-dump=frames-interp`.
+type readelfRow struct {
+	pc       uint64
+	cfa      string // rsp+8, rbp+16, exp
+	rbp, ra  string // c-16, u, ...; "" when the column is absent
+	signal   bool   // the FDE's CIE has augmentation S
+	fdeStart uint64
+	fdeEnd   uint64
+}
+
+// readelfRows runs readelf on path and returns the interpreted rows of its
+// .eh_frame (or .debug_frame) section, the last row for each address of an
+// FDE, and for an FDE without instructions the row of its CIE at its start.
+func readelfRows(t testing.TB, path, section string) []readelfRow {
+	t.Helper()
+	out, err := exec.Command("readelf", "--wide", "-wN", "--debug-dump=frames-interp", path).Output()
+	if err != nil {
+		t.Fatalf("readelf %s: %v", path, err)
+	}
+	type cieInfo struct {
+		signal bool
+		row    readelfRow
+	}
+	cies := map[string]*cieInfo{}
+	var rows []readelfRow
+	var cols []string
+	var cur *cieInfo // the CIE being read
+	var fde *readelfRow
+	fdeRows := 0
+	in := false
+	flushFDE := func() {
+		if fde != nil && fdeRows == 0 {
+			r := *fde
+			if c := cies[fde.cfa]; c != nil {
+				r.cfa, r.rbp, r.ra = c.row.cfa, c.row.rbp, c.row.ra
+				r.pc = fde.fdeStart
+				rows = append(rows, r)
+			}
+		}
+		fde = nil
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "Contents of the ") {
+			flushFDE()
+			in = strings.HasPrefix(line, "Contents of the "+section+" section")
+			continue
+		}
+		if !in {
+			continue
+		}
+		var f []string
+		for _, w := range strings.Fields(line) {
+			// "r10 (r10)" is one value.
+			if strings.HasPrefix(w, "(") && len(f) > 0 {
+				f[len(f)-1] += " " + w
+				continue
+			}
+			f = append(f, w)
+		}
+		switch {
+		case len(f) >= 4 && f[3] == "CIE":
+			flushFDE()
+			cur = &cieInfo{signal: strings.Contains(f[4], "S")}
+			cies[f[0]] = cur
+		case len(f) >= 6 && f[3] == "FDE":
+			flushFDE()
+			cur = nil
+			cieOff := strings.TrimPrefix(f[4], "cie=")
+			lo, hi, _ := strings.Cut(strings.TrimPrefix(f[5], "pc="), "..")
+			start, _ := strconv.ParseUint(lo, 16, 64)
+			end, _ := strconv.ParseUint(hi, 16, 64)
+			c := cies[cieOff]
+			fde = &readelfRow{fdeStart: start, fdeEnd: end, cfa: cieOff, signal: c != nil && c.signal}
+			fdeRows = 0
+		case len(f) >= 2 && f[0] == "LOC":
+			cols = f[1:]
+		case len(f) >= 2 && len(f[0]) == 16:
+			pc, err := strconv.ParseUint(f[0], 16, 64)
+			if err != nil {
+				continue
+			}
+			r := readelfRow{pc: pc}
+			for i, v := range f[1:] {
+				if i >= len(cols) {
+					break
+				}
+				switch cols[i] {
+				case "CFA":
+					r.cfa = v
+				case "rbp":
+					r.rbp = v
+				case "ra":
+					r.ra = v
+				}
+			}
+			if cur != nil {
+				cur.row = r
+				continue
+			}
+			if fde == nil {
+				continue
+			}
+			r.signal, r.fdeStart, r.fdeEnd = fde.signal, fde.fdeStart, fde.fdeEnd
+			if len(rows) > 0 && fdeRows > 0 && rows[len(rows)-1].pc == pc {
+				rows[len(rows)-1] = r
+			} else {
+				rows = append(rows, r)
+			}
+			fdeRows++
+		}
+	}
+	flushFDE()
+	return rows
+}
+
+// wantRow is what Compile should make of a readelf row. ok is false for an
+// expression CFA, which may be the PLT rule or unsupported.
+func (r readelfRow) want() (Row, bool) {
+	w := Row{PC: uint32(r.pc)}
+	switch {
+	case r.ra == "u":
+		w.Rule = RuleEnd
+		return w, true
+	case r.signal:
+		w.Rule = RuleSignal
+		return w, true
+	case r.ra != "c-8":
+		w.Rule = RuleUnsupported
+		return w, true
+	case r.cfa == "exp":
+		return w, false
+	}
+	reg, off, ok := strings.Cut(r.cfa, "+")
+	n, err := strconv.Atoi(off)
+	switch {
+	case !ok || err != nil || n%8 != 0 || n < 0:
+		w.Rule = RuleUnsupported
+		return w, true
+	case reg == "rsp":
+		w.Rule = RuleRSP
+	case reg == "rbp":
+		w.Rule = RuleRBP
+	default:
+		w.Rule = RuleUnsupported
+		return w, true
+	}
+	w.Offset = uint16(n / 8)
+	switch {
+	case r.rbp == "" || r.rbp == "u" || r.rbp == "s":
+		w.RBP = RBPUnchanged
+	case strings.HasPrefix(r.rbp, "c"):
+		v, err := strconv.Atoi(r.rbp[1:])
+		if err != nil || v%8 != 0 || v/8 < -127 || v/8 > 127 {
+			w.RBP = RBPLost
+		} else {
+			w.RBP = int8(v / 8)
+		}
+	default:
+		w.RBP = RBPLost
+	}
+	return w, true
+}

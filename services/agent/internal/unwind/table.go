@@ -1,0 +1,212 @@
+// Package unwind compiles the call-frame information of an x86-64 ELF file
+// (.eh_frame, and .debug_frame where present) into a compact, sorted table of
+// unwind rows that the BPF unwinder binary-searches: for every instruction
+// address, how to find the caller's stack pointer (the canonical frame
+// address, CFA), its frame pointer and its return address.
+//
+// Only what an x86-64 unwinder needs survives: the CFA as rsp+N or rbp+N (or
+// the PLT expression), rbp as saved at CFA+N or unchanged, and the return
+// address, which the psABI places at CFA-8. Anything else is kept as a row
+// the unwinder knows it cannot follow, so it stops there and says why.
+package unwind
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+)
+
+// Sentinel errors of Compile and of the parsers under it.
+var (
+	ErrInvalid     = errors.New("invalid call-frame information")
+	ErrTooLarge    = errors.New("call-frame information too large")
+	ErrUnsupported = errors.New("unsupported object file")
+
+	errRowLimit = errors.New("row limit")
+)
+
+// Limits bound the work and memory of compiling one file's table: ELF files
+// are read from other processes' mappings and may be hostile.
+type Limits struct {
+	MaxSectionBytes int64 // each of .eh_frame and .debug_frame (after decompression)
+	MaxEntries      int   // CIEs and FDEs per section
+	MaxRows         int   // rows of the compiled table
+	MaxStateDepth   int   // DW_CFA_remember_state nesting
+}
+
+// DefaultLimits fit the largest binaries seen on servers (a Chromium-sized
+// .eh_frame is ~20 MiB with ~400k FDEs) with room.
+var DefaultLimits = Limits{
+	MaxSectionBytes: 128 << 20,
+	MaxEntries:      4 << 20,
+	MaxRows:         16 << 20,
+	MaxStateDepth:   64,
+}
+
+// Rule says how a row finds the canonical frame address.
+type Rule uint8
+
+// The values are shared with the BPF unwinder (bpf/profiler/unwind.h).
+const (
+	RuleNone        Rule = iota // no call-frame information covers the address
+	RuleRSP                     // CFA = rsp + Offset*8
+	RuleRBP                     // CFA = rbp + Offset*8
+	RulePLT                     // CFA = rsp + 8 + ((rip & 15) >= Offset ? 8 : 0): a PLT stub
+	RuleEnd                     // the return address is undefined: the outermost frame (_start, clone)
+	RuleSignal                  // a signal trampoline (CIE augmentation "S"): not unwound yet
+	RuleUnsupported             // a DWARF expression or a register other than rsp/rbp
+)
+
+func (r Rule) String() string {
+	switch r {
+	case RuleNone:
+		return "none"
+	case RuleRSP:
+		return "rsp"
+	case RuleRBP:
+		return "rbp"
+	case RulePLT:
+		return "plt"
+	case RuleEnd:
+		return "end"
+	case RuleSignal:
+		return "signal"
+	case RuleUnsupported:
+		return "unsupported"
+	}
+	return "unknown"
+}
+
+// RBP values other than a multiple of 8 from the CFA.
+const (
+	RBPUnchanged int8 = 0    // the caller's rbp is the current rbp
+	RBPLost      int8 = -128 // a rule the unwinder cannot follow: rbp is unknown in the caller
+)
+
+// Row is one unwind row, 8 bytes, laid out as struct unwind_row in
+// bpf/profiler/unwind.h. Offsets are in 8-byte units: on x86-64 the stack
+// pointer is always 8-aligned, so every CFA offset and every saved-register
+// slot is a multiple of 8, and a row whose values are not is RuleUnsupported.
+type Row struct {
+	PC     uint32 // first ELF virtual address the row covers, up to the next row's
+	Rule   Rule
+	RBP    int8   // rbp saved at CFA + RBP*8; RBPUnchanged; RBPLost
+	Offset uint16 // RuleRSP/RuleRBP: CFA offset / 8; RulePLT: the threshold
+}
+
+// RowBytes is the size of a Row in memory and in the BPF maps.
+const RowBytes = 8
+
+// CFAOffset is the CFA's offset in bytes from rsp or rbp.
+func (r Row) CFAOffset() int { return int(r.Offset) * 8 }
+
+// RBPOffset is the offset in bytes from the CFA of the saved rbp; 0 when rbp
+// is unchanged.
+func (r Row) RBPOffset() int { return int(r.RBP) * 8 }
+
+func (r Row) sameRule(o Row) bool {
+	return r.Rule == o.Rule && r.RBP == o.RBP && r.Offset == o.Offset
+}
+
+// Stats describe a compiled table.
+type Stats struct {
+	CIEs, FDEs       int // parsed from both sections
+	DebugFrameFDEs   int // .debug_frame FDEs kept (covering what .eh_frame does not)
+	BadEntries       int // CIEs/FDEs skipped as invalid or unsupported
+	HighFDEs         int // FDEs above 4 GiB, which a 32-bit row cannot name
+	Overlaps         int // FDEs cut short by a later FDE starting inside them
+	RowsBeforeDedupe int
+	Rules            [RuleUnsupported + 1]int // rows per rule
+}
+
+// Table is the sorted unwind rows of one ELF file.
+type Table struct {
+	Rows  []Row
+	Stats Stats
+}
+
+// Bytes is the size of the rows.
+func (t *Table) Bytes() int { return len(t.Rows) * RowBytes }
+
+// Lookup returns the row covering pc (an ELF virtual address).
+func (t *Table) Lookup(pc uint64) (Row, bool) {
+	if pc >= 1<<32 {
+		return Row{}, false
+	}
+	i := sort.Search(len(t.Rows), func(i int) bool { return uint64(t.Rows[i].PC) > pc }) - 1
+	if i < 0 {
+		return Row{}, false
+	}
+	return t.Rows[i], true
+}
+
+// paddingBytes: a gap between FDEs shorter than this is the alignment
+// padding between functions, never executed, so it gets no row of its own.
+const paddingBytes = 16
+
+// build turns FDEs into sorted, deduplicated rows. ehFDEs take precedence:
+// a .debug_frame FDE is used only where no .eh_frame FDE covers its range.
+func build(ehFDEs, debugFDEs []fde, lim Limits, st *Stats) (*Table, error) {
+	sort.Slice(ehFDEs, func(i, j int) bool { return ehFDEs[i].start < ehFDEs[j].start })
+	fdes := ehFDEs
+	for _, f := range debugFDEs {
+		i := sort.Search(len(ehFDEs), func(i int) bool { return ehFDEs[i].end > f.start })
+		if i < len(ehFDEs) && ehFDEs[i].start < f.end {
+			continue
+		}
+		fdes = append(fdes, f)
+		st.DebugFrameFDEs++
+	}
+	sort.SliceStable(fdes, func(i, j int) bool { return fdes[i].start < fdes[j].start })
+
+	rows := make([]Row, 0, len(fdes)*4)
+	var prevEnd uint64
+	emit := func(r Row) error {
+		st.RowsBeforeDedupe++
+		// A later row at the same address replaces the earlier one.
+		for len(rows) > 0 && rows[len(rows)-1].PC >= r.PC {
+			rows = rows[:len(rows)-1]
+		}
+		if len(rows) > 0 && rows[len(rows)-1].sameRule(r) {
+			return nil
+		}
+		if len(rows) >= lim.MaxRows {
+			return errRowLimit
+		}
+		rows = append(rows, r)
+		return nil
+	}
+	for _, f := range fdes {
+		if f.end > 1<<32 {
+			st.HighFDEs++
+			continue
+		}
+		if len(rows) > 0 && f.start < prevEnd {
+			st.Overlaps++
+		} else if len(rows) > 0 && f.start >= prevEnd+paddingBytes {
+			if err := emit(Row{PC: uint32(prevEnd), Rule: RuleNone}); err != nil {
+				return nil, fmt.Errorf("%w: more than %d unwind rows", ErrTooLarge, lim.MaxRows)
+			}
+		}
+		if err := runFDE(f, lim, emit); err != nil {
+			if errors.Is(err, errRowLimit) {
+				return nil, fmt.Errorf("%w: more than %d unwind rows", ErrTooLarge, lim.MaxRows)
+			}
+			// Rows from before the bad instruction may be wrong too.
+			st.BadEntries++
+			if err := emit(Row{PC: uint32(f.start), Rule: RuleUnsupported}); err != nil {
+				return nil, fmt.Errorf("%w: more than %d unwind rows", ErrTooLarge, lim.MaxRows)
+			}
+		}
+		prevEnd = f.end
+	}
+	if len(rows) > 0 {
+		if err := emit(Row{PC: uint32(prevEnd), Rule: RuleNone}); err != nil {
+			return nil, fmt.Errorf("%w: more than %d unwind rows", ErrTooLarge, lim.MaxRows)
+		}
+	}
+	for _, r := range rows {
+		st.Rules[r.Rule]++
+	}
+	return &Table{Rows: rows[:len(rows):len(rows)], Stats: *st}, nil
+}
