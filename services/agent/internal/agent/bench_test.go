@@ -6,6 +6,7 @@ import (
 
 	"github.com/stackstream/stackstream/services/agent/internal/proc"
 	"github.com/stackstream/stackstream/services/agent/internal/sampler"
+	"github.com/stackstream/stackstream/services/agent/internal/workload"
 )
 
 // BenchmarkBuildCPUProfile measures the user-space cost of one interval on a
@@ -38,5 +39,53 @@ func BenchmarkBuildCPUProfile(b *testing.B) {
 		if _, err := encodeBounded(c.p, maxProfileRecordBytes); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkReadMaps measures what a new process costs the agent: reading its
+// maps and checking each executable mapping's file off the tick goroutine:
+// binaries already confirmed this interval (checked: no file access), cached
+// from an earlier interval (hit: one stat each through map_files; O_PATH
+// open, fstat, close through the path), or not cached (miss: opened, checked
+// and their build ID read).
+func BenchmarkReadMaps(b *testing.B) {
+	exe := workload.BuildC(b, b.TempDir(), "benchmaps", false)
+	p := workload.Start(b, exe, 0)
+	targets, _ := proc.NewTargets(nil, nil, nil, "", -1)
+	for _, c := range []struct {
+		name     string
+		mapFiles bool
+		cached   bool
+		checked  bool
+	}{
+		{"map_files/checked", true, true, true}, {"map_files/hit", true, true, false}, {"map_files/miss", true, false, false},
+		{"path/checked", false, true, true}, {"path/hit", false, true, false}, {"path/miss", false, false, false},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			ps := newProcesses(proc.FS{Root: "/proc"}, targets, newFileGate(5*time.Second, time.Now))
+			ps.mapFiles = c.mapFiles
+			pr := &process{info: proc.Info{PID: p.PID, StartTime: 1}}
+			files := 0
+			for b.Loop() {
+				if !c.cached {
+					clear(ps.binaries)
+				}
+				if !c.checked {
+					ps.interval++
+				}
+				pr.mapsRead = 0
+				ps.readMaps(pr)
+				files = 0
+				for _, m := range pr.maps {
+					if m.file != nil {
+						files++
+						if m.file.buildID == "" {
+							b.Fatalf("no build ID for %s: %v", m.Path, m.file.err)
+						}
+					}
+				}
+			}
+			b.ReportMetric(float64(files), "files/op")
+		})
 	}
 }

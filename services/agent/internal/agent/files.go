@@ -89,15 +89,18 @@ type inspection struct {
 // and reads its build ID from that descriptor unless it is still the content
 // cached (same FileID).
 func identify(fs proc.FS, pid int, m proc.Mapping, mapFiles bool, cached *proc.FileID) (out inspection) {
+	if cached != nil {
+		// A stat alone tells whether the cached content is still there.
+		if id, err := fs.StatMapped(pid, m, mapFiles); err == nil && id == *cached {
+			return inspection{id: id}
+		}
+	}
 	mf, err := fs.OpenMapped(pid, m, mapFiles)
 	if err != nil {
 		return inspection{err: err}
 	}
 	defer mf.Close()
 	out.id = mf.ID
-	if cached != nil && *cached == mf.ID {
-		return out
-	}
 	out.read = true
 	f, err := mf.Open()
 	if err != nil {

@@ -122,6 +122,7 @@ func TestRewrittenBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := workload.Start(t, exe, 0)
+	t.Logf("first pid %d, second pid %d", first.PID, second.PID)
 	waitFor(t, 30*time.Second, "debuginfo of the second program", func() bool { return r.result("debuginfo/ok") >= 2 })
 	time.Sleep(2 * time.Second)
 	r.stop(t)
@@ -131,7 +132,9 @@ func TestRewrittenBinary(t *testing.T) {
 		t.Fatal("no samples of the second program")
 	}
 	var hot, total int64
+	leaves := map[string]int64{}
 	for _, s := range samples {
+		leaves[leafFunction(s, got.debuginfo)] += s.Value[0]
 		if m := leafMapping(s); m != nil && m.File == exe && m.BuildID != d.BuildID {
 			t.Fatalf("second program's frames carry build ID %s, its file's is %s", m.BuildID, d.BuildID)
 		}
@@ -141,7 +144,7 @@ func TestRewrittenBinary(t *testing.T) {
 		total += s.Value[0]
 	}
 	if hot*2 < total {
-		t.Fatalf("%s holds %d of %d samples", workload.GoHotFunction, hot, total)
+		t.Fatalf("%s holds %d of %d samples; leaves %v", workload.GoHotFunction, hot, total, leaves)
 	}
 }
 

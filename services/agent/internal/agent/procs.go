@@ -24,7 +24,8 @@ type process struct {
 // mapping is an executable mapping with its file's identity.
 type mapping struct {
 	proc.Mapping
-	file *binary // nil for anonymous and special mappings
+	file    *binary // nil for anonymous and special mappings
+	checked uint64  // interval+1 when file was last checked against the file system
 }
 
 // binary is one executable file's content, shared by every process mapping it.
@@ -38,6 +39,7 @@ type binary struct {
 	pid     int
 	mapping proc.Mapping
 	used    uint64 // interval it was last looked up in
+	checked uint64 // interval+1 when its FileID was last confirmed
 }
 
 type fileKey struct {
@@ -124,10 +126,29 @@ func labelsOf(info proc.Info) map[string]string {
 // loaded since).
 func (ps *processes) mappingOf(p *process, addr uint64) *mapping {
 	if m := find(p.maps, addr); m != nil || p.mapsRead == ps.interval+1 || p.info.StartTime == 0 {
+		if m != nil {
+			ps.recheck(p, m)
+		}
 		return m
 	}
 	ps.readMaps(p)
 	return find(p.maps, addr)
+}
+
+// recheck confirms, once per interval, that the binary of a mapping read in
+// an earlier interval is still the file's content: a file rewritten in place
+// gets its new build ID. When the check fails (the process is gone), the
+// binary stays what it was.
+func (ps *processes) recheck(p *process, m *mapping) {
+	if m.file == nil || m.file.buildID == "" || m.checked == ps.interval+1 {
+		return
+	}
+	m.checked = ps.interval + 1
+	// Checked through this process even when another one confirmed the file
+	// this interval: the binary must be what this process maps.
+	if b := ps.check(p.info.PID, m.Mapping); b.id != (proc.FileID{}) {
+		m.file = b
+	}
 }
 
 func find(maps []mapping, addr uint64) *mapping {
@@ -148,7 +169,7 @@ func (ps *processes) readMaps(p *process) {
 	// where the executable itself usually is.
 	maps := make([]mapping, 0, len(raw))
 	for _, m := range raw {
-		mm := mapping{Mapping: m}
+		mm := mapping{Mapping: m, checked: ps.interval + 1}
 		if m.Inode != 0 && m.Path != "" && m.Path[0] == '/' {
 			mm.file = ps.binary(p.info.PID, m)
 		}
@@ -167,6 +188,21 @@ func (ps *processes) readMaps(p *process) {
 func (ps *processes) binary(pid int, m proc.Mapping) *binary {
 	k := fileKey{m.Dev, m.Inode}
 	cached := ps.binaries[k]
+	if cached != nil && cached.checked == ps.interval+1 {
+		// Confirmed this interval: the processes of a build (a compiler run
+		// many times) cost one check per binary and interval, not one each.
+		// Its pid stays the one that confirmed it, alive this interval.
+		cached.used = ps.interval
+		return cached
+	}
+	return ps.check(pid, m)
+}
+
+// check confirms the file of mapping m of pid against the cache, reading
+// its build ID when it is not the cached content.
+func (ps *processes) check(pid int, m proc.Mapping) *binary {
+	k := fileKey{m.Dev, m.Inode}
+	cached := ps.binaries[k]
 	var cachedID *proc.FileID
 	if cached != nil {
 		id := cached.id
@@ -181,10 +217,10 @@ func (ps *processes) binary(pid int, m proc.Mapping) *binary {
 		return &binary{path: m.Path, err: in.err}
 	}
 	if !in.read {
-		cached.pid, cached.mapping, cached.used = pid, m, ps.interval
+		cached.pid, cached.mapping, cached.used, cached.checked = pid, m, ps.interval, ps.interval+1
 		return cached
 	}
-	b := &binary{id: in.id, path: m.Path, buildID: in.buildID, err: in.err, pid: pid, mapping: m, used: ps.interval}
+	b := &binary{id: in.id, path: m.Path, buildID: in.buildID, err: in.err, pid: pid, mapping: m, used: ps.interval, checked: ps.interval + 1}
 	if cached == nil && len(ps.binaries) >= maxBinaries {
 		ps.evictBinaries()
 	}

@@ -94,7 +94,7 @@ func (fs FS) OpenMapped(pid int, m Mapping, useMapFiles bool) (*MappedFile, erro
 	var via string
 	var err error
 	if useMapFiles {
-		via = filepath.Join(fs.Root, strconv.Itoa(pid), "map_files", fmt.Sprintf("%x-%x", m.Start, m.Limit))
+		via = fs.mapFilesPath(pid, m)
 		// The last component is a kernel-made link to the mapping's file, not
 		// one the process wrote; O_PATH opens nothing for reading.
 		fd, err = unix.Open(via, unix.O_PATH|unix.O_CLOEXEC, 0)
@@ -110,16 +110,51 @@ func (fs FS) OpenMapped(pid int, m Mapping, useMapFiles bool) (*MappedFile, erro
 		unix.Close(fd)
 		return nil, fmt.Errorf("stat %s: %w", via, err)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+	if err := check(&st, m, via, func(sfs *unix.Statfs_t) error { return unix.Fstatfs(fd, sfs) }); err != nil {
 		unix.Close(fd)
-		return nil, fmt.Errorf("open %s: %w (mode %#o)", via, ErrNotRegular, st.Mode&unix.S_IFMT)
-	}
-	if !sameFile(fd, &st, m) {
-		unix.Close(fd)
-		return nil, fmt.Errorf("open %s: %w: found %d:%d inode %d, maps said %s inode %d",
-			via, ErrNotMapped, unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino, m.Dev, m.Inode)
+		return nil, err
 	}
 	return &MappedFile{ID: fileIDOf(&st), fd: fd, via: via}, nil
+}
+
+// StatMapped returns the FileID of the file of mapping m of pid, checked as
+// OpenMapped checks it, without keeping it open: through map_files it is a
+// single stat (the agent calls it for every mapping of every new process).
+func (fs FS) StatMapped(pid int, m Mapping, useMapFiles bool) (FileID, error) {
+	if useMapFiles {
+		via := fs.mapFilesPath(pid, m)
+		var st unix.Stat_t
+		// stat follows only the kernel's link to the mapped file, and opens
+		// nothing.
+		if err := unix.Stat(via, &st); err == nil {
+			if err := check(&st, m, via, func(sfs *unix.Statfs_t) error { return unix.Statfs(via, sfs) }); err != nil {
+				return FileID{}, err
+			}
+			return fileIDOf(&st), nil
+		}
+	}
+	f, err := fs.OpenMapped(pid, m, useMapFiles)
+	if err != nil {
+		return FileID{}, err
+	}
+	defer f.Close()
+	return f.ID, nil
+}
+
+func (fs FS) mapFilesPath(pid int, m Mapping) string {
+	return filepath.Join(fs.Root, strconv.Itoa(pid), "map_files", fmt.Sprintf("%x-%x", m.Start, m.Limit))
+}
+
+// check says whether st is a regular file and the one the maps line named.
+func check(st *unix.Stat_t, m Mapping, via string, statfs func(*unix.Statfs_t) error) error {
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fmt.Errorf("open %s: %w (mode %#o)", via, ErrNotRegular, st.Mode&unix.S_IFMT)
+	}
+	if !sameFile(st, m, statfs) {
+		return fmt.Errorf("open %s: %w: found %d:%d inode %d, maps said %s inode %d",
+			via, ErrNotMapped, unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino, m.Dev, m.Inode)
+	}
+	return nil
 }
 
 // openInRoot opens m.Path as seen by pid: inside its root directory, with no
@@ -150,7 +185,7 @@ func (fs FS) openInRoot(pid int, m Mapping) (int, string, error) {
 // named. Kernels before 6.x print the device of an overlayfs file's backing
 // file in maps, while fstat gives the overlay's: there the inode must match
 // and the file must be on an overlay.
-func sameFile(fd int, st *unix.Stat_t, m Mapping) bool {
+func sameFile(st *unix.Stat_t, m Mapping, statfs func(*unix.Statfs_t) error) bool {
 	if st.Ino != m.Inode {
 		return false
 	}
@@ -158,7 +193,7 @@ func sameFile(fd int, st *unix.Stat_t, m Mapping) bool {
 		return true
 	}
 	var sfs unix.Statfs_t
-	return unix.Fstatfs(fd, &sfs) == nil && sfs.Type == unix.OVERLAYFS_SUPER_MAGIC
+	return statfs(&sfs) == nil && sfs.Type == unix.OVERLAYFS_SUPER_MAGIC
 }
 
 // parseDev reads the "major:minor" (hex) of a maps line.

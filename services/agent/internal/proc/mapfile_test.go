@@ -142,10 +142,14 @@ func TestOpenMapped(t *testing.T) {
 				pid, m := exeMapping(t, exe)
 				mappedInode := m.Inode
 				m = c.change(t, dir, exe, pid, m)
+				id, statErr := fs.StatMapped(pid, m, mapFiles)
 				f, err := fs.OpenMapped(pid, m, mapFiles)
 				if want != nil {
 					if !errors.Is(err, want) {
 						t.Fatalf("OpenMapped = %v, want %v", err, want)
+					}
+					if !errors.Is(statErr, want) {
+						t.Fatalf("StatMapped = %v, want %v", statErr, want)
 					}
 					return
 				}
@@ -153,6 +157,9 @@ func TestOpenMapped(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer f.Close()
+				if statErr != nil || id != f.ID {
+					t.Fatalf("StatMapped = %+v, %v; OpenMapped found %+v", id, statErr, f.ID)
+				}
 				if f.ID.Inode != mappedInode {
 					t.Fatalf("opened inode %d, the mapping's is %d", f.ID.Inode, mappedInode)
 				}
