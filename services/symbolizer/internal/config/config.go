@@ -35,8 +35,8 @@ type Symbolizer struct {
 	MaxSectionBytes    int64         `envconfig:"MAX_SECTION_BYTES" default:"67108864" desc:"largest ELF section read, as inflated (compressed DWARF states its own size); a part of the table (symbols, DWARF, pclntab) with a larger section is left out"`
 	MaxELFBytes        int64         `envconfig:"MAX_ELF_BYTES" default:"134217728" desc:"sections read from one ELF file together, as inflated; parts past it are left out"`
 	MaxTables          int           `envconfig:"MAX_TABLES" default:"512" desc:"symbol tables (one per binary) kept in memory"`
-	MaxTableBytes      int           `envconfig:"MAX_TABLE_BYTES" default:"268435456" desc:"estimated memory of the symbol tables kept; least recently used go first"`
-	TopicCacheBytes    int           `envconfig:"TOPIC_CACHE_BYTES" default:"268435456" desc:"bytes of compressed debuginfo topic values (and markers) kept in memory; least recently used go first"`
+	MaxTableBytes      int           `envconfig:"MAX_TABLE_BYTES" default:"134217728" desc:"estimated memory of the symbol tables kept; least recently used go first"`
+	TopicCacheBytes    int           `envconfig:"TOPIC_CACHE_BYTES" default:"134217728" desc:"bytes of compressed debuginfo topic values (and markers) kept in memory; least recently used go first"`
 	MissTTL            time.Duration `envconfig:"MISS_TTL" default:"5m" desc:"how long a build ID that no source has is not asked for again"`
 	MaxMisses          int           `envconfig:"MAX_MISSES" default:"65536" desc:"build IDs remembered as missing; the oldest are forgotten first"`
 	LookupConcurrency  int           `envconfig:"LOOKUP_CONCURRENCY" default:"4" desc:"debug info fetches (all sources) running at once"`

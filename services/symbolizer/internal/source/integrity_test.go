@@ -187,3 +187,36 @@ func testingAllocs() uint64 {
 	runtime.ReadMemStats(&m)
 	return m.TotalAlloc
 }
+
+// TestTopicCopiesValues: a record's value is a slice of its fetched batch;
+// the store keeps a copy, so it neither holds the batch nor sees it reused.
+func TestTopicCopiesValues(t *testing.T) {
+	v := symbolsValue(t, "aa11", 10, 10)
+	batch := append(append(make([]byte, 0, 3*len(v)), make([]byte, len(v))...), v...)
+	store := NewTopic(1<<20, nil)
+	if err := store.Apply([]byte("aa11"), batch[len(v):]); err != nil {
+		t.Fatal(err)
+	}
+	clear(batch)
+	if _, err := store.Fetch(context.Background(), "aa11"); err != nil {
+		t.Fatalf("value changed with its batch: %v", err)
+	}
+}
+
+// TestChainFallbackOfEvictedTable: a fallback looked up for a table the
+// chain has evicted meanwhile (another record's lookup pushed it out) is
+// not kept, or the evicted table would stay in memory as its key.
+func TestChainFallbackOfEvictedTable(t *testing.T) {
+	chain := NewChain(Options{MaxTables: 1}, tableSource{nsym: 10}, tableSource{nsym: 10})
+	ctx := context.Background()
+	a := chain.Table(ctx, "aa11")
+	chain.Table(ctx, "bb22") // evicts aa11
+	chain.Fallback(ctx, a)
+	b := chain.Table(ctx, "bb22")
+	chain.Fallback(ctx, b)
+	chain.mu.Lock()
+	defer chain.mu.Unlock()
+	if _, ok := chain.fallbacks[a]; ok || len(chain.fallbacks) != 1 {
+		t.Fatalf("fallbacks kept for %d tables, the evicted one included: %v", len(chain.fallbacks), ok)
+	}
+}

@@ -313,7 +313,19 @@ func (c *Chain) Fallback(ctx context.Context, after *symtab.Table) *symtab.Table
 		return fb
 	}
 	c.mu.Lock()
-	c.fallbacks[after] = fb
+	// Kept only with a table the chain still holds: an evicted one would
+	// stay in memory as this map's key.
+	if el, ok := c.byID[after.BuildID]; ok && el.Value.(*symtab.Table) == after {
+		c.fallbacks[after] = fb
+	} else if ok {
+		// after is itself a fallback held behind the chain's table.
+		for t := el.Value.(*symtab.Table); t != nil; t = c.fallbacks[t] {
+			if next, held := c.fallbacks[t]; held && next == after {
+				c.fallbacks[after] = fb
+				break
+			}
+		}
+	}
 	c.mu.Unlock()
 	return fb
 }

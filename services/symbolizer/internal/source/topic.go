@@ -1,6 +1,7 @@
 package source
 
 import (
+	"bytes"
 	"container/list"
 	"context"
 	"errors"
@@ -122,7 +123,9 @@ func (t *Topic) Apply(key, value []byte) error {
 		}
 		v = &topicValue{buildID: id, kind: f.Kind}
 		if f.Kind == debuginfo.KindSymbols {
-			v.value, v.symbols, v.lines = value, len(f.Symbols), len(f.Lines)
+			// A copy: the record's value is a slice of its whole fetched
+			// batch, which holding it would keep in memory uncounted.
+			v.value, v.symbols, v.lines = bytes.Clone(value), len(f.Symbols), len(f.Lines)
 		}
 	}
 	t.mu.Lock()
