@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stackstream/stackstream/pkg/pproftest"
+	"github.com/stackstream/stackstream/schemas/debuginfo"
 	"github.com/stackstream/stackstream/schemas/record"
 )
 
@@ -300,4 +301,93 @@ func totalBytes(recs []*kgo.Record) int {
 		n += len(r.Value)
 	}
 	return n
+}
+
+func randomHex(rng *rand.Rand, n int) string {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return hex.EncodeToString(b)
+}
+
+// Where the debuginfo case's binaries are mapped: the sampled address is at
+// file offset 0x1000, virtual address 0x401000 in the genuine symbols.
+const (
+	debuginfoVaddr  = 0x400000
+	debuginfoSample = 0x1000
+)
+
+// hostileDebuginfo is what a hostile writer of the debuginfo topic sends
+// around a genuine value for genuine: a poorer value, a too-large marker
+// and a tombstone under the same key, a richer value under mismatch whose
+// own build ID is genuine's, a non-hex key, 1.5 MB of junk, 16 values of
+// 4 MiB of gzip junk, and for each bomb ID a valid value whose string table
+// inflates ~150 KB to 120 MiB.
+func hostileDebuginfo(rng *rand.Rand, genuine, mismatch string, bombs []string) func(*testing.T) []*kgo.Record {
+	return func(t *testing.T) []*kgo.Record {
+		enc := func(f *debuginfo.File) []byte {
+			v, err := debuginfo.Encode(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		seg := []debuginfo.Segment{{Offset: 0, Vaddr: debuginfoVaddr, Filesz: 1 << 20}}
+		at := uint64(debuginfoVaddr + debuginfoSample)
+		rec := func(key string, v []byte) *kgo.Record { return &kgo.Record{Key: []byte(key), Value: v} }
+		recs := []*kgo.Record{
+			rec(genuine, enc(&debuginfo.File{BuildID: genuine, Kind: debuginfo.KindSymbols, Segments: seg,
+				Symbols: []debuginfo.Symbol{{Addr: at, Size: 0x100, Name: "poison_genuine"}, {Addr: at + 0x1000, Size: 0x100, Name: "poison_genuine_2"}},
+				Lines:   []debuginfo.Line{{Addr: at, File: "genuine.c", Line: 10}}})),
+			rec(genuine, enc(&debuginfo.File{BuildID: genuine, Kind: debuginfo.KindSymbols, Segments: seg,
+				Symbols: []debuginfo.Symbol{{Addr: at, Size: 0x100, Name: "poison_forged"}}})),
+			rec(genuine, debuginfo.Marker(genuine, debuginfo.KindTooLarge)),
+			rec(genuine, nil),
+			rec(mismatch, enc(&debuginfo.File{BuildID: genuine, Kind: debuginfo.KindSymbols, Segments: seg,
+				Symbols: []debuginfo.Symbol{{Addr: at, Size: 0x100, Name: "poison_forged"}, {Addr: at + 0x1000, Size: 0x100, Name: "poison_forged_2"}, {Addr: at + 0x2000, Size: 0x100, Name: "poison_forged_3"}}})),
+			rec("not-a-build-id", enc(&debuginfo.File{BuildID: "not-a-build-id", Kind: debuginfo.KindSymbols, Segments: seg,
+				Symbols: []debuginfo.Symbol{{Addr: at, Size: 0x100, Name: "poison_forged"}}})),
+			rec(randomHex(rng, 20), junk(rng, 1_500_000)),
+		}
+		for range 16 {
+			recs = append(recs, rec(randomHex(rng, 20), pproftest.Gzip(junk(rng, 4<<20))))
+		}
+		for _, id := range bombs {
+			var raw pb
+			raw = append(raw, "SSDI\x01"...)
+			raw = raw.varint(uint64(debuginfo.KindSymbols)).varint(uint64(len(id)))
+			raw = append(raw, id...)
+			raw = raw.varint(0).varint(1).varint(120 << 20) // no segments; one string
+			var buf bytes.Buffer
+			zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+			zw.Write(raw)
+			zeros := make([]byte, 1<<20)
+			for range 120 {
+				zw.Write(zeros)
+			}
+			zw.Write(pb(nil).varint(0).varint(0)) // no symbols, no lines
+			zw.Close()
+			recs = append(recs, rec(id, buf.Bytes()))
+		}
+		return recs
+	}
+}
+
+// debuginfoProfile samples one address in each of the genuine, the
+// mismatched and a bomb's binary.
+func debuginfoProfile(at time.Time, genuine, mismatch, bomb string) func(*testing.T, string) ([]*kgo.Record, int64) {
+	return func(t *testing.T, host string) ([]*kgo.Record, int64) {
+		b := pproftest.NewCPU(at, 10*time.Second)
+		l := map[string]string{record.LabelPID: "6", record.LabelComm: "debuginfo"}
+		for i, m := range []struct{ id, file string }{
+			{genuine, "/opt/poison/libgenuine.so"}, {mismatch, "/opt/poison/libmismatch.so"}, {bomb, "/opt/poison/libbomb.so"},
+		} {
+			start := uint64(0x7f1000000000) + uint64(i)<<24
+			mp := b.Mapping(start, start+1<<20, 0, m.file, m.id)
+			b.AddressSample(l, []int64{int64(3 + i), int64(3+i) * tick}, mp, start+debuginfoSample)
+		}
+		p := b.Profile()
+		return []*kgo.Record{{Key: []byte(host), Value: encode(t, p), Headers: meta(host).Headers()}}, cpuOf(p)
+	}
 }

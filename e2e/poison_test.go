@@ -149,6 +149,16 @@ func TestPoison(t *testing.T) {
 	var produced []*producedRecord
 	// run produces each path's records of c, then waits for every consumer.
 	run := func(t *testing.T, c *poisonCase) {
+		if c.debuginfo != nil {
+			recs := c.debuginfo(t)
+			for _, r := range recs {
+				r.Topic = topics.Debuginfo
+			}
+			if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				t.Fatalf("produce %s to %s: %v", c.name, topics.Debuginfo, err)
+			}
+			t.Logf("debuginfo: %d records, %d bytes", len(recs), totalBytes(recs))
+		}
 		for _, path := range c.paths() {
 			recs, cpu := c.build(t, c.host(path))
 			for _, r := range recs {
@@ -295,7 +305,11 @@ type poisonCase struct {
 	build func(t *testing.T, host string) ([]*kgo.Record, int64)
 	// hostFor overrides the host of a path (the long-host case).
 	hostFor func(path) string
-	drain   time.Duration // how long the consumers may take; default 90s
+	// debuginfo are records for the debuginfo topic, produced first.
+	debuginfo func(t *testing.T) []*kgo.Record
+	// frames must be in the flame graph of a counted path, noFrames not.
+	frames, noFrames []string
+	drain            time.Duration // how long the consumers may take; default 90s
 
 	cpu map[path]int64
 }
@@ -348,6 +362,8 @@ var (
 func poisonCases(t *testing.T) []*poisonCase {
 	now := time.Now()
 	rng := rand.New(rand.NewChaCha8([32]byte{'p', 'o', 'i', 's', 'o', 'n'}))
+	genuineID, mismatchID := randomHex(rng, 20), randomHex(rng, 20)
+	bombIDs := []string{randomHex(rng, 20), randomHex(rng, 20), randomHex(rng, 20)}
 	// The indexer and the rollup alike (issue 11): record.CheckTime.
 	timeReasons := []string{reasonTime}
 	cases := []*poisonCase{
@@ -390,6 +406,15 @@ func poisonCases(t *testing.T) []*poisonCase {
 		{name: "split-interval", want: mustCount, build: splitInterval(now)},
 		{name: "build-ids-3000", rawOnly: true, want: mustCount, drain: 120 * time.Second,
 			build: randomBuildIDs(now, rng, 3000)},
+		// The symbolizer's other topic: a forged, poorer, mismatched, marked
+		// or deleted value must not replace a binary's symbols; junk, a
+		// flood of 64 MiB and decompression bombs must not bloat it. The
+		// profile after them names the genuine binary, the mismatched one
+		// and a bomb.
+		{name: "debuginfo-hostile", rawOnly: true, want: mustCount,
+			debuginfo: hostileDebuginfo(rng, genuineID, mismatchID, bombIDs),
+			build:     debuginfoProfile(now, genuineID, mismatchID, bombIDs[0]),
+			frames:    []string{"poison_genuine"}, noFrames: []string{"poison_forged"}},
 		{name: "large-profile", want: mustCount, drain: 150 * time.Second, build: largeProfile(t, now)},
 		{name: "junk-1.5MB", want: mustDLQ, reasons: []string{reasonNotGzip},
 			build: value(junk(rng, 1_500_000))},
@@ -574,10 +599,37 @@ type totalCheck struct {
 	url  string
 	want int64
 	// of reads the total out of a response.
-	of   func([]byte) (float64, error)
-	got  string
-	done bool
-	why  string // set when it cannot be checked
+	of func([]byte) (float64, error)
+	// frames must be in the flame graph, noFrames not.
+	frames, noFrames []string
+	got              string
+	done             bool
+	why              string // set when it cannot be checked
+}
+
+// framesProblem says which of tc's frames a flame graph answer lacks or
+// holds wrongly; "" when none.
+func (tc *totalCheck) framesProblem(body []byte) string {
+	if len(tc.frames) == 0 && len(tc.noFrames) == 0 {
+		return ""
+	}
+	var fg struct {
+		Root flameNode `json:"root"`
+	}
+	if err := json.Unmarshal(body, &fg); err != nil {
+		return err.Error()
+	}
+	for _, f := range tc.frames {
+		if fg.Root.find(f) == nil {
+			return fmt.Sprintf("total right, but no frame %q", f)
+		}
+	}
+	for _, f := range tc.noFrames {
+		if fg.Root.find(f) != nil {
+			return fmt.Sprintf("total right, but a frame %q", f)
+		}
+	}
+	return ""
 }
 
 // checkTotals waits (one shared deadline) until every total the cases
@@ -606,7 +658,7 @@ func checkTotals(ctx context.Context, t *testing.T, base string, from, to time.T
 				svc, what, url string
 				of             func([]byte) (float64, error)
 			}{
-				{svcIndexer, "flamegraph", base + "flamegraph?type=cpu&max_nodes=10" + rng + sel, flameTotal},
+				{svcIndexer, "flamegraph", base + "flamegraph?type=cpu&max_nodes=1000" + rng + sel, flameTotal},
 				{svcIndexer, "pprof", base + "pprof?type=cpu" + rng + sel, pprofTotal},
 				{svcRollup, "series", base + "series?type=cpu&group_by=host" + rng + sel, seriesTotal},
 			} {
@@ -614,6 +666,9 @@ func checkTotals(ctx context.Context, t *testing.T, base string, from, to time.T
 					continue
 				}
 				tc := &totalCheck{name: c.name + "/" + string(p) + "/" + q.what, url: q.url, want: c.cpu[p], of: q.of}
+				if q.what == "flamegraph" {
+					tc.frames, tc.noFrames = c.frames, c.noFrames
+				}
 				for _, svc := range []string{svcSymbolizer, q.svc} {
 					if why := broken[svc]; why != "" && (svc != svcSymbolizer || p == pathRaw) {
 						tc.why = svc + " " + why
@@ -644,6 +699,11 @@ func checkTotals(ctx context.Context, t *testing.T, base string, from, to time.T
 			}
 			tc.got = strconv.FormatFloat(v, 'f', -1, 64)
 			if math.Abs(v-float64(tc.want)) <= max(1, float64(tc.want)*1e-9) {
+				if msg := tc.framesProblem(body); msg != "" {
+					tc.got = msg
+					left++
+					continue
+				}
 				tc.done = true
 				continue
 			}
