@@ -5,11 +5,46 @@ package profiler
 //	#define MAX_STACK_DEPTH 127
 const MaxStackDepth = 127
 
+// MaxUnwindDepth is the number of frames the table-driven unwinder walks.
+//
+//	#define UNWIND_MAX_FRAMES 128
+const MaxUnwindDepth = 128
+
+// MaxTableRows is the largest table the unwinder's binary search covers.
+//
+//	#define UNWIND_SEARCH_STEPS 24
+const MaxTableRows = 1 << 24
+
 // Indexes of the per-CPU `counters` array.
 const (
-	CounterSamples           = 0 // #define COUNTER_SAMPLES 0
-	CounterUserStackErrors   = 1 // #define COUNTER_USER_STACK_ERRORS 1
-	CounterKernelStackErrors = 2 // #define COUNTER_KERNEL_STACK_ERRORS 2
-	CounterCountsFull        = 3 // #define COUNTER_COUNTS_FULL 3
-	NumCounters              = 4 // #define COUNTER_MAX 4
+	CounterSamples           = 0  // #define COUNTER_SAMPLES 0
+	CounterUserStackErrors   = 1  // #define COUNTER_USER_STACK_ERRORS 1
+	CounterKernelStackErrors = 2  // #define COUNTER_KERNEL_STACK_ERRORS 2
+	CounterCountsFull        = 3  // #define COUNTER_COUNTS_FULL 3
+	CounterUnwindStacks      = 4  // #define COUNTER_UNWIND_STACKS 4
+	CounterUnwindComplete    = 5  // #define COUNTER_UNWIND_COMPLETE 5
+	CounterUnwindFPFrames    = 6  // #define COUNTER_UNWIND_FP_FRAMES 6
+	CounterUnwindNoRow       = 7  // #define COUNTER_UNWIND_NO_ROW 7
+	CounterUnwindUnsupported = 8  // #define COUNTER_UNWIND_UNSUPPORTED 8
+	CounterUnwindSignal      = 9  // #define COUNTER_UNWIND_SIGNAL 9
+	CounterUnwindRBPLost     = 10 // #define COUNTER_UNWIND_RBP_LOST 10
+	CounterUnwindReadErrors  = 11 // #define COUNTER_UNWIND_READ_ERRORS 11
+	CounterUnwindTruncated   = 12 // #define COUNTER_UNWIND_TRUNCATED 12
+	CounterUnwindStacksFull  = 13 // #define COUNTER_UNWIND_STACKS_FULL 13
+	NumCounters              = 14 // #define COUNTER_MAX 14
 )
+
+// Rules of struct unwind_row, the values of unwind.Rule.
+const (
+	RuleNone        = 0 // #define RULE_NONE 0
+	RuleRSP         = 1 // #define RULE_RSP 1
+	RuleRBP         = 2 // #define RULE_RBP 2
+	RulePLT         = 3 // #define RULE_PLT 3
+	RuleEnd         = 4 // #define RULE_END 4
+	RuleSignal      = 5 // #define RULE_SIGNAL 5
+	RuleUnsupported = 6 // #define RULE_UNSUPPORTED 6
+)
+
+// MappingPrefixBits is the LPM trie key's full prefix: 32 bits of pid and 64
+// of address after the prefixlen field.
+const MappingPrefixBits = 96

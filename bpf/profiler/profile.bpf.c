@@ -10,6 +10,7 @@
 
 #include <linux/bpf.h>
 #include <linux/bpf_perf_event.h>
+#include <linux/ptrace.h>
 #include <bpf/bpf_helpers.h>
 
 // Kept in sync with sampler.MaxStackDepth in Go.
@@ -20,7 +21,18 @@
 #define COUNTER_USER_STACK_ERRORS 1
 #define COUNTER_KERNEL_STACK_ERRORS 2
 #define COUNTER_COUNTS_FULL 3
-#define COUNTER_MAX 4
+// Unwinding with tables (unwind.h).
+#define COUNTER_UNWIND_STACKS 4       // stacks walked with tables
+#define COUNTER_UNWIND_COMPLETE 5     // ... that reached the outermost frame
+#define COUNTER_UNWIND_FP_FRAMES 6    // frames stepped with frame pointers (no table)
+#define COUNTER_UNWIND_NO_ROW 7       // addresses of a table covered by no row
+#define COUNTER_UNWIND_UNSUPPORTED 8  // rows the unwinder cannot follow
+#define COUNTER_UNWIND_SIGNAL 9       // signal trampolines (not unwound yet)
+#define COUNTER_UNWIND_RBP_LOST 10    // a CFA from rbp after rbp was lost
+#define COUNTER_UNWIND_READ_ERRORS 11 // user memory that could not be read
+#define COUNTER_UNWIND_TRUNCATED 12   // stacks deeper than UNWIND_MAX_FRAMES
+#define COUNTER_UNWIND_STACKS_FULL 13 // unwound-stack map full: frame pointers used
+#define COUNTER_MAX 14
 
 #define TASK_COMM_LEN 16
 
@@ -28,6 +40,10 @@ struct sample_key {
 	__u32 pid;
 	__s32 user_stack_id;
 	__s32 kernel_stack_id;
+	__u32 pad;
+	// Nonzero: the user stack was unwound with tables and is in
+	// unwound_stacks_N under this hash; user_stack_id is then -1.
+	__u64 user_stack_hash;
 	char comm[TASK_COMM_LEN];
 };
 
@@ -82,7 +98,9 @@ static __always_inline void count(__u32 idx)
 		(*v)++;
 }
 
-static __always_inline int record(void *ctx, void *counts, void *stacks, __u64 period)
+#include "unwind.h"
+
+static __always_inline int record(struct bpf_perf_event_data *ctx, void *counts, void *stacks, void *unwound, __u64 period)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	struct sample_key key = {};
@@ -92,9 +110,13 @@ static __always_inline int record(void *ctx, void *counts, void *stacks, __u64 p
 	key.pid = id >> 32;
 	bpf_get_current_comm(&key.comm, sizeof(key.comm));
 	key.kernel_stack_id = bpf_get_stackid(ctx, stacks, 0);
-	key.user_stack_id = bpf_get_stackid(ctx, stacks, BPF_F_USER_STACK);
+	key.user_stack_hash = unwind_user(ctx, key.pid, unwound);
+	if (key.user_stack_hash)
+		key.user_stack_id = -1;
+	else
+		key.user_stack_id = bpf_get_stackid(ctx, stacks, BPF_F_USER_STACK);
 	// A kernel thread has no user stack (-EFAULT): not an error.
-	if (key.user_stack_id < 0 && key.user_stack_id != -14)
+	if (key.user_stack_id < 0 && key.user_stack_id != -14 && !key.user_stack_hash)
 		count(COUNTER_USER_STACK_ERRORS);
 	if (key.kernel_stack_id < 0 && key.kernel_stack_id != -14)
 		count(COUNTER_KERNEL_STACK_ERRORS);
@@ -132,8 +154,8 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 
 	gen = bpf_map_lookup_elem(&generation, &zero);
 	if (gen && *gen == 1)
-		return record(ctx, &counts_1, &stacks_1, ctx->sample_period);
-	return record(ctx, &counts_0, &stacks_0, ctx->sample_period);
+		return record(ctx, &counts_1, &stacks_1, &unwound_stacks_1, ctx->sample_period);
+	return record(ctx, &counts_0, &stacks_0, &unwound_stacks_0, ctx->sample_period);
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -18,6 +18,8 @@ type ProfileSampleKey struct {
 	Pid           uint32
 	UserStackId   int32
 	KernelStackId int32
+	Pad           uint32
+	UserStackHash uint64
 	Comm          [16]int8
 }
 
@@ -27,17 +29,51 @@ type ProfileSampleValue struct {
 	PeriodNs uint64
 }
 
+type ProfileUnwindMapping struct {
+	_        structs.HostLayout
+	Bias     uint64
+	FirstRow uint32
+	Rows     uint32
+}
+
+type ProfileUnwindMappingKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Pid       uint32
+	Addr      uint64
+}
+
+type ProfileUnwindRow struct {
+	_      structs.HostLayout
+	Pc     uint32
+	Rule   uint8
+	Rbp    int8
+	Offset uint16
+}
+
+type ProfileUnwoundStack struct {
+	_      structs.HostLayout
+	Len    uint64
+	Frames [128]uint64
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ProfileMapCounters    = "counters"
-	ProfileMapCounts0     = "counts_0"
-	ProfileMapCounts1     = "counts_1"
-	ProfileMapGeneration  = "generation"
-	ProfileMapStacks0     = "stacks_0"
-	ProfileMapStacks1     = "stacks_1"
-	ProfileProgProfileCpu = "profile_cpu"
+	ProfileMapCounters        = "counters"
+	ProfileMapCounts0         = "counts_0"
+	ProfileMapCounts1         = "counts_1"
+	ProfileMapGeneration      = "generation"
+	ProfileMapStacks0         = "stacks_0"
+	ProfileMapStacks1         = "stacks_1"
+	ProfileMapUnwindMappings  = "unwind_mappings"
+	ProfileMapUnwindProcesses = "unwind_processes"
+	ProfileMapUnwindRows      = "unwind_rows"
+	ProfileMapUnwindScratch   = "unwind_scratch"
+	ProfileMapUnwoundStacks0  = "unwound_stacks_0"
+	ProfileMapUnwoundStacks1  = "unwound_stacks_1"
+	ProfileProgProfileCpu     = "profile_cpu"
 )
 
 // LoadProfile returns the embedded CollectionSpec for Profile.
@@ -89,12 +125,18 @@ type ProfileProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfileMapSpecs struct {
-	Counters   *ebpf.MapSpec `ebpf:"counters"`
-	Counts0    *ebpf.MapSpec `ebpf:"counts_0"`
-	Counts1    *ebpf.MapSpec `ebpf:"counts_1"`
-	Generation *ebpf.MapSpec `ebpf:"generation"`
-	Stacks0    *ebpf.MapSpec `ebpf:"stacks_0"`
-	Stacks1    *ebpf.MapSpec `ebpf:"stacks_1"`
+	Counters        *ebpf.MapSpec `ebpf:"counters"`
+	Counts0         *ebpf.MapSpec `ebpf:"counts_0"`
+	Counts1         *ebpf.MapSpec `ebpf:"counts_1"`
+	Generation      *ebpf.MapSpec `ebpf:"generation"`
+	Stacks0         *ebpf.MapSpec `ebpf:"stacks_0"`
+	Stacks1         *ebpf.MapSpec `ebpf:"stacks_1"`
+	UnwindMappings  *ebpf.MapSpec `ebpf:"unwind_mappings"`
+	UnwindProcesses *ebpf.MapSpec `ebpf:"unwind_processes"`
+	UnwindRows      *ebpf.MapSpec `ebpf:"unwind_rows"`
+	UnwindScratch   *ebpf.MapSpec `ebpf:"unwind_scratch"`
+	UnwoundStacks0  *ebpf.MapSpec `ebpf:"unwound_stacks_0"`
+	UnwoundStacks1  *ebpf.MapSpec `ebpf:"unwound_stacks_1"`
 }
 
 // ProfileVariableSpecs contains global variables before they are loaded into the kernel.
@@ -123,12 +165,18 @@ func (o *ProfileObjects) Close() error {
 //
 // It can be passed to LoadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfileMaps struct {
-	Counters   *ebpf.Map `ebpf:"counters"`
-	Counts0    *ebpf.Map `ebpf:"counts_0"`
-	Counts1    *ebpf.Map `ebpf:"counts_1"`
-	Generation *ebpf.Map `ebpf:"generation"`
-	Stacks0    *ebpf.Map `ebpf:"stacks_0"`
-	Stacks1    *ebpf.Map `ebpf:"stacks_1"`
+	Counters        *ebpf.Map `ebpf:"counters"`
+	Counts0         *ebpf.Map `ebpf:"counts_0"`
+	Counts1         *ebpf.Map `ebpf:"counts_1"`
+	Generation      *ebpf.Map `ebpf:"generation"`
+	Stacks0         *ebpf.Map `ebpf:"stacks_0"`
+	Stacks1         *ebpf.Map `ebpf:"stacks_1"`
+	UnwindMappings  *ebpf.Map `ebpf:"unwind_mappings"`
+	UnwindProcesses *ebpf.Map `ebpf:"unwind_processes"`
+	UnwindRows      *ebpf.Map `ebpf:"unwind_rows"`
+	UnwindScratch   *ebpf.Map `ebpf:"unwind_scratch"`
+	UnwoundStacks0  *ebpf.Map `ebpf:"unwound_stacks_0"`
+	UnwoundStacks1  *ebpf.Map `ebpf:"unwound_stacks_1"`
 }
 
 func (m *ProfileMaps) Close() error {
@@ -139,6 +187,12 @@ func (m *ProfileMaps) Close() error {
 		m.Generation,
 		m.Stacks0,
 		m.Stacks1,
+		m.UnwindMappings,
+		m.UnwindProcesses,
+		m.UnwindRows,
+		m.UnwindScratch,
+		m.UnwoundStacks0,
+		m.UnwoundStacks1,
 	)
 }
 

@@ -21,14 +21,28 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/stackstream/stackstream/bpf/profiler"
+	"github.com/stackstream/stackstream/services/agent/internal/unwind"
 )
 
 // Config sizes the sampler.
 type Config struct {
 	Frequency  int // samples per second per CPU
 	CountsSize int // distinct (pid, stacks, comm) keys per generation
-	StacksSize int // distinct stacks per generation
+	StacksSize int // distinct stacks per generation (each kind)
+	// Unwinding with tables: kernel memory for rows (8 bytes each; 0 keeps
+	// a single row, i.e. frame pointers only), LPM entries for the mappings
+	// of registered processes, and registered processes.
+	UnwindTableBytes int
+	UnwindMappings   int
+	UnwindProcesses  int
 }
+
+// Defaults of the unwinding part of Config.
+const (
+	DefaultUnwindTableBytes = 64 << 20
+	DefaultUnwindMappings   = 1 << 17
+	DefaultUnwindProcesses  = 8192
+)
 
 // Sample is the count of one (process, user stack, kernel stack).
 type Sample struct {
@@ -46,6 +60,17 @@ type Counters struct {
 	UserStackErrors   uint64
 	KernelStackErrors uint64
 	CountsFull        uint64
+	// Unwinding with tables (bpf/profiler/unwind.h).
+	UnwindStacks      uint64 // stacks walked with tables
+	UnwindComplete    uint64 // ... that reached the outermost frame
+	UnwindFPFrames    uint64 // frames stepped with frame pointers: no table
+	UnwindNoRow       uint64 // addresses no row covers
+	UnwindUnsupported uint64 // rows the unwinder cannot follow
+	UnwindSignal      uint64 // signal trampolines, not unwound yet
+	UnwindRBPLost     uint64
+	UnwindReadErrors  uint64
+	UnwindTruncated   uint64 // deeper than MaxUnwindDepth
+	UnwindStacksFull  uint64 // unwound-stack map full
 }
 
 // Sampler owns the BPF objects and perf events.
@@ -59,6 +84,10 @@ type Sampler struct {
 	mu         sync.Mutex // serializes Drain
 	gen        uint32     // generation currently recording
 	countsFull uint64     // CounterCountsFull at the last drain
+
+	unwindMu sync.Mutex // the row allocator and the registered processes
+	rows     *rowAllocator
+	procKeys map[int][]profiler.ProfileUnwindMappingKey
 }
 
 // New loads the program and starts sampling on every online CPU.
@@ -78,10 +107,17 @@ func New(log *slog.Logger, cfg Config) (*Sampler, error) {
 	for _, name := range []string{profiler.ProfileMapCounts0, profiler.ProfileMapCounts1} {
 		spec.Maps[name].MaxEntries = uint32(cfg.CountsSize)
 	}
-	for _, name := range []string{profiler.ProfileMapStacks0, profiler.ProfileMapStacks1} {
+	for _, name := range []string{profiler.ProfileMapStacks0, profiler.ProfileMapStacks1, profiler.ProfileMapUnwoundStacks0, profiler.ProfileMapUnwoundStacks1} {
 		spec.Maps[name].MaxEntries = uint32(cfg.StacksSize)
 	}
-	s := &Sampler{log: log, cfg: cfg}
+	rows := max(cfg.UnwindTableBytes/unwind.RowBytes, 1)
+	if rows > 1<<30 {
+		return nil, fmt.Errorf("unwind table budget %d bytes: at most %d", cfg.UnwindTableBytes, (1<<30)*unwind.RowBytes)
+	}
+	spec.Maps[profiler.ProfileMapUnwindRows].MaxEntries = uint32(rows)
+	spec.Maps[profiler.ProfileMapUnwindMappings].MaxEntries = uint32(max(cfg.UnwindMappings, 1))
+	spec.Maps[profiler.ProfileMapUnwindProcesses].MaxEntries = uint32(max(cfg.UnwindProcesses, 1))
+	s := &Sampler{log: log, cfg: cfg, rows: newRowAllocator(uint32(rows)), procKeys: map[int][]profiler.ProfileUnwindMappingKey{}}
 	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
@@ -180,9 +216,9 @@ func (s *Sampler) Drain() (samples []Sample, entries int, err error) {
 	// A program that read the old generation just before the flip may still
 	// be writing; BPF programs run for microseconds.
 	time.Sleep(2 * time.Millisecond)
-	counts, stacks := s.objs.Counts0, s.objs.Stacks0
+	counts, stacks, unwound := s.objs.Counts0, s.objs.Stacks0, s.objs.UnwoundStacks0
 	if idle == 1 {
-		counts, stacks = s.objs.Counts1, s.objs.Stacks1
+		counts, stacks, unwound = s.objs.Counts1, s.objs.Stacks1, s.objs.UnwoundStacks1
 	}
 
 	var (
@@ -211,13 +247,30 @@ func (s *Sampler) Drain() (samples []Sample, entries int, err error) {
 		cache[id] = st
 		return st
 	}
+	var us profiler.ProfileUnwoundStack
+	unwoundCache := map[uint64][]uint64{}
+	unwoundStack := func(hash uint64) []uint64 {
+		if st, ok := unwoundCache[hash]; ok {
+			return st
+		}
+		var st []uint64
+		if err := unwound.Lookup(hash, &us); err == nil {
+			st = append(st, us.Frames[:min(int(us.Len), len(us.Frames))]...)
+		}
+		unwoundCache[hash] = st
+		return st
+	}
 	it := counts.Iterate()
 	for it.Next(&key, &val) {
 		keys = append(keys, key)
+		user := stack(key.UserStackId)
+		if key.UserStackHash != 0 {
+			user = unwoundStack(key.UserStackHash)
+		}
 		samples = append(samples, Sample{
 			PID:         int(key.Pid),
 			Comm:        commString(key.Comm),
-			User:        stack(key.UserStackId),
+			User:        user,
 			Kernel:      stack(key.KernelStackId),
 			Count:       val.Count,
 			PeriodNanos: val.PeriodNs,
@@ -234,6 +287,9 @@ func (s *Sampler) Drain() (samples []Sample, entries int, err error) {
 	for id := range cache {
 		stacks.Delete(uint32(id))
 	}
+	for h := range unwoundCache {
+		unwound.Delete(h)
+	}
 	// A sample whose count could not be stored (counts map full) left its
 	// stacks behind, referenced by no key: clear them, or they would
 	// accumulate until no new stack fits.
@@ -247,6 +303,15 @@ func (s *Sampler) Drain() (samples []Sample, entries int, err error) {
 		}
 		for _, id := range orphans {
 			stacks.Delete(id)
+		}
+		var h uint64
+		var hashes []uint64
+		uit := unwound.Iterate()
+		for uit.Next(&h, &us) {
+			hashes = append(hashes, h)
+		}
+		for _, h := range hashes {
+			unwound.Delete(h)
 		}
 	}
 	return samples, len(keys), nil
@@ -266,7 +331,9 @@ func commString(c [16]int8) string {
 // Counters reads the cumulative counters summed over CPUs.
 func (s *Sampler) Counters() (Counters, error) {
 	var c Counters
-	dst := []*uint64{&c.Samples, &c.UserStackErrors, &c.KernelStackErrors, &c.CountsFull}
+	dst := []*uint64{&c.Samples, &c.UserStackErrors, &c.KernelStackErrors, &c.CountsFull,
+		&c.UnwindStacks, &c.UnwindComplete, &c.UnwindFPFrames, &c.UnwindNoRow, &c.UnwindUnsupported,
+		&c.UnwindSignal, &c.UnwindRBPLost, &c.UnwindReadErrors, &c.UnwindTruncated, &c.UnwindStacksFull}
 	for i := range profiler.NumCounters {
 		var perCPU []uint64
 		if err := s.objs.Counters.Lookup(uint32(i), &perCPU); err != nil {

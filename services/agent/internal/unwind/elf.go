@@ -49,7 +49,16 @@ func Compile(r io.ReaderAt, size int64, lim Limits) (t *Table, err error) {
 			return nil, fmt.Errorf(".debug_frame: %w", err)
 		}
 	}
-	return build(eh, debug, lim, &st)
+	t, err = build(eh, debug, lim, &st)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD {
+			t.Loads = append(t.Loads, Load{Offset: p.Off, Vaddr: p.Vaddr, FileSize: p.Filesz})
+		}
+	}
+	return t, nil
 }
 
 // sectionData reads a section after checking its sizes against the file and

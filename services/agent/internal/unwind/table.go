@@ -122,7 +122,25 @@ type Stats struct {
 // Table is the sorted unwind rows of one ELF file.
 type Table struct {
 	Rows  []Row
+	Loads []Load // PT_LOAD segments: where the file's addresses are mapped
 	Stats Stats
+}
+
+// Load is a PT_LOAD program header.
+type Load struct {
+	Offset, Vaddr, FileSize uint64
+}
+
+// Bias returns what to subtract from an address of a mapping at start of the
+// file at offset to get the ELF virtual address the rows use.
+func (t *Table) Bias(start, offset uint64) (uint64, bool) {
+	const pageMask = 4095
+	for _, l := range t.Loads {
+		if l.Offset&^pageMask <= offset && offset < l.Offset+l.FileSize {
+			return start - offset + l.Offset - l.Vaddr, true
+		}
+	}
+	return 0, false
 }
 
 // Bytes is the size of the rows.

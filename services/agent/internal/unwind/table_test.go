@@ -67,13 +67,13 @@ func buildRust(t testing.TB, src string) string {
 const chainC = `
 #include <stdlib.h>
 volatile unsigned long sink;
-__attribute__((noinline)) unsigned long leaf(unsigned long n) {
+__attribute__((noinline, noipa)) unsigned long leaf(unsigned long n) {
 	unsigned long x = n;
 	for (unsigned long i = 0; i < n; i++) x = x * 6364136223846793005UL + i;
 	return x;
 }
-__attribute__((noinline)) unsigned long b(unsigned long n) { unsigned long buf[64]; for (int i = 0; i < 64; i++) buf[i] = leaf(n + i); return buf[n % 64] + 1; }
-__attribute__((noinline)) unsigned long a(unsigned long n) { return b(n) * 3 + 1; }
+__attribute__((noinline, noipa)) unsigned long b(unsigned long n) { unsigned long buf[64]; for (int i = 0; i < 64; i++) buf[i] = leaf(n + i); return buf[n % 64] + 1; }
+__attribute__((noinline, noipa)) unsigned long a(unsigned long n) { return b(n) * 3 + 1; }
 int main(int argc, char **argv) {
 	unsigned long n = argc > 1 ? strtoul(argv[1], 0, 10) : 1000;
 	for (;;) sink += a(n);

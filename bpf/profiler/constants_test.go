@@ -1,0 +1,49 @@
+package profiler
+
+import (
+	"os"
+	"regexp"
+	"strconv"
+	"testing"
+)
+
+// TestConstantsMatchC: every #define mirrored in constants.go has the value
+// the C source gives it.
+func TestConstantsMatchC(t *testing.T) {
+	defines := map[string]int{}
+	re := regexp.MustCompile(`(?m)^#define ([A-Z_0-9]+) \(?(-?[0-9]+)\)?`)
+	for _, f := range []string{"profile.bpf.c", "unwind.h"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+			v, _ := strconv.Atoi(m[2])
+			defines[m[1]] = v
+		}
+	}
+	want := map[string]int{
+		"MAX_STACK_DEPTH": MaxStackDepth, "UNWIND_MAX_FRAMES": MaxUnwindDepth,
+		"COUNTER_SAMPLES": CounterSamples, "COUNTER_USER_STACK_ERRORS": CounterUserStackErrors,
+		"COUNTER_KERNEL_STACK_ERRORS": CounterKernelStackErrors, "COUNTER_COUNTS_FULL": CounterCountsFull,
+		"COUNTER_UNWIND_STACKS": CounterUnwindStacks, "COUNTER_UNWIND_COMPLETE": CounterUnwindComplete,
+		"COUNTER_UNWIND_FP_FRAMES": CounterUnwindFPFrames, "COUNTER_UNWIND_NO_ROW": CounterUnwindNoRow,
+		"COUNTER_UNWIND_UNSUPPORTED": CounterUnwindUnsupported, "COUNTER_UNWIND_SIGNAL": CounterUnwindSignal,
+		"COUNTER_UNWIND_RBP_LOST": CounterUnwindRBPLost, "COUNTER_UNWIND_READ_ERRORS": CounterUnwindReadErrors,
+		"COUNTER_UNWIND_TRUNCATED": CounterUnwindTruncated, "COUNTER_UNWIND_STACKS_FULL": CounterUnwindStacksFull,
+		"COUNTER_MAX": NumCounters,
+		"RULE_NONE":   RuleNone, "RULE_RSP": RuleRSP, "RULE_RBP": RuleRBP, "RULE_PLT": RulePLT,
+		"RULE_END": RuleEnd, "RULE_SIGNAL": RuleSignal, "RULE_UNSUPPORTED": RuleUnsupported,
+	}
+	for name, v := range want {
+		got, ok := defines[name]
+		if !ok {
+			t.Errorf("#define %s not found", name)
+		} else if got != v {
+			t.Errorf("#define %s %d, Go has %d", name, got, v)
+		}
+	}
+	if 1<<defines["UNWIND_SEARCH_STEPS"] != MaxTableRows {
+		t.Errorf("UNWIND_SEARCH_STEPS %d, Go MaxTableRows %d", defines["UNWIND_SEARCH_STEPS"], MaxTableRows)
+	}
+}

@@ -1,0 +1,302 @@
+// SPDX-License-Identifier: GPL-2.0
+//
+// User-stack unwinder driven by the unwind rows the agent compiles from
+// .eh_frame/.debug_frame (services/agent/internal/unwind). For a process the
+// agent has registered, each frame's instruction address is looked up in the
+// process's mappings (an LPM trie keyed by pid and address), then in the
+// mapping's table of rows (a binary search in one large array), and the rule
+// found gives the caller's stack pointer, frame pointer and return address.
+// A mapping without a table is stepped over with frame pointers.
+
+#include <bpf/bpf_endian.h>
+
+// Kept in sync with unwind.Rule in Go.
+#define RULE_NONE 0
+#define RULE_RSP 1
+#define RULE_RBP 2
+#define RULE_PLT 3
+#define RULE_END 4
+#define RULE_SIGNAL 5
+#define RULE_UNSUPPORTED 6
+
+#define RBP_LOST (-128)
+
+// Frames per unwound stack; sampler.MaxUnwindDepth in Go.
+#define UNWIND_MAX_FRAMES 128
+// Binary-search steps: a table has at most 2^24 rows (unwind.Limits).
+#define UNWIND_SEARCH_STEPS 24
+
+// One row of a compiled table (unwind.Row in Go): 8 bytes.
+struct unwind_row {
+	__u32 pc;     // first ELF virtual address the row covers
+	__u8 rule;    // RULE_*
+	__s8 rbp;     // rbp saved at CFA + 8*rbp; 0: unchanged; RBP_LOST
+	__u16 offset; // RULE_RSP/RULE_RBP: CFA offset / 8; RULE_PLT: the threshold
+};
+
+// LPM trie key: pid and address in network byte order, prefixlen counting
+// bits after the prefixlen field (32 of pid + up to 64 of address).
+struct unwind_mapping_key {
+	__u32 prefixlen;
+	__u32 pid;
+	__u64 addr;
+};
+
+struct unwind_mapping {
+	__u64 bias;      // ELF virtual address = address - bias
+	__u32 first_row; // index in unwind_rows
+	__u32 rows;      // 0: no table, frame pointers
+};
+
+struct unwound_stack {
+	__u64 len;
+	__u64 frames[UNWIND_MAX_FRAMES];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); // resized to the row budget before loading
+	__type(key, __u32);
+	__type(value, struct unwind_row);
+} unwind_rows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 65536); // resized before loading
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct unwind_mapping_key);
+	__type(value, struct unwind_mapping);
+} unwind_mappings SEC(".maps");
+
+// Processes whose mappings the agent has registered; others keep the
+// kernel's frame-pointer walk.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192); // resized before loading
+	__type(key, __u32);
+	__type(value, __u32);
+} unwind_processes SEC(".maps");
+
+#define UNWOUND_MAP(name)                                  \
+	struct {                                           \
+		__uint(type, BPF_MAP_TYPE_HASH);           \
+		__uint(max_entries, 10240);                \
+		__uint(map_flags, BPF_F_NO_PREALLOC);      \
+		__type(key, __u64);                        \
+		__type(value, struct unwound_stack);       \
+	} name SEC(".maps")
+
+UNWOUND_MAP(unwound_stacks_0);
+UNWOUND_MAP(unwound_stacks_1);
+
+// The stack being built: too large for the 512-byte BPF stack.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct unwound_stack);
+} unwind_scratch SEC(".maps");
+
+struct unwind_state {
+	__u64 pc, sp, bp;
+	__u32 pid;
+	__u32 len;
+	__u64 hash;
+	__u8 bp_valid;
+	__u8 done;
+};
+
+// find_row returns the row covering pc in the table of m, or NULL.
+static __always_inline struct unwind_row *find_row(struct unwind_mapping *m, __u64 pc)
+{
+	__u32 lo = m->first_row, hi = m->first_row + m->rows;
+	struct unwind_row *row;
+
+	if (pc >= (1ULL << 32))
+		return NULL;
+	row = bpf_map_lookup_elem(&unwind_rows, &lo);
+	if (!row || row->pc > pc)
+		return NULL;
+	// Invariant: row[lo].pc <= pc, and pc < row[hi].pc or hi is the end.
+	for (int i = 0; i < UNWIND_SEARCH_STEPS; i++) {
+		__u32 mid;
+		if (hi - lo <= 1)
+			break;
+		mid = lo + (hi - lo) / 2;
+		row = bpf_map_lookup_elem(&unwind_rows, &mid);
+		if (!row)
+			return NULL;
+		if (row->pc <= pc)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	if (hi - lo > 1) {
+		count(COUNTER_UNWIND_UNSUPPORTED);
+		return NULL;
+	}
+	return bpf_map_lookup_elem(&unwind_rows, &lo);
+}
+
+// frame_pointer_step unwinds one frame through rbp: the fallback for code the
+// agent has no table for.
+static __always_inline int frame_pointer_step(struct unwind_state *s)
+{
+	__u64 frame[2];
+
+	if (!s->bp_valid || s->bp == 0) {
+		s->done = 1;
+		return 0;
+	}
+	if (bpf_probe_read_user(frame, sizeof(frame), (void *)s->bp)) {
+		count(COUNTER_UNWIND_READ_ERRORS);
+		return -1;
+	}
+	count(COUNTER_UNWIND_FP_FRAMES);
+	s->sp = s->bp + 16;
+	s->bp = frame[0];
+	s->pc = frame[1];
+	return 0;
+}
+
+static long unwind_step(__u64 index, struct unwind_state *s)
+{
+	struct unwind_mapping_key key = {};
+	struct unwind_mapping *m;
+	struct unwind_row *row;
+	struct unwound_stack *out;
+	__u32 zero = 0, len = s->len;
+	__u64 pc = s->pc, lookup_pc, cfa, ra;
+
+	if (pc == 0 || s->done)
+		return 1;
+	out = bpf_map_lookup_elem(&unwind_scratch, &zero);
+	if (!out || len >= UNWIND_MAX_FRAMES)
+		return 1;
+	out->frames[len] = pc;
+	s->len = len + 1;
+	s->hash = (s->hash ^ pc) * 0x100000001b3ULL;
+
+	// A return address follows its call: look up the call, which may be the
+	// last instruction of a function that does not return.
+	lookup_pc = len == 0 ? pc : pc - 1;
+	key.prefixlen = 96;
+	key.pid = bpf_htonl(s->pid);
+	key.addr = bpf_cpu_to_be64(lookup_pc);
+	m = bpf_map_lookup_elem(&unwind_mappings, &key);
+	if (!m || m->rows == 0) {
+		if (frame_pointer_step(s))
+			return 1;
+		return s->done ? 1 : 0;
+	}
+	row = find_row(m, lookup_pc - m->bias);
+	if (!row || row->rule == RULE_NONE) {
+		count(COUNTER_UNWIND_NO_ROW);
+		if (frame_pointer_step(s))
+			return 1;
+		return s->done ? 1 : 0;
+	}
+	switch (row->rule) {
+	case RULE_END:
+		count(COUNTER_UNWIND_COMPLETE);
+		s->done = 1;
+		return 1;
+	case RULE_RSP:
+		cfa = s->sp + (__u64)row->offset * 8;
+		break;
+	case RULE_RBP:
+		if (!s->bp_valid) {
+			count(COUNTER_UNWIND_RBP_LOST);
+			return 1;
+		}
+		cfa = s->bp + (__u64)row->offset * 8;
+		break;
+	case RULE_PLT:
+		cfa = s->sp + 8 + ((lookup_pc & 15) >= row->offset ? 8 : 0);
+		break;
+	case RULE_SIGNAL:
+		count(COUNTER_UNWIND_SIGNAL);
+		return 1;
+	default:
+		count(COUNTER_UNWIND_UNSUPPORTED);
+		return 1;
+	}
+	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8))) {
+		count(COUNTER_UNWIND_READ_ERRORS);
+		return 1;
+	}
+	if (row->rbp == RBP_LOST) {
+		s->bp_valid = 0;
+	} else if (row->rbp != 0) {
+		if (bpf_probe_read_user(&s->bp, sizeof(s->bp), (void *)(cfa + (__s64)row->rbp * 8))) {
+			count(COUNTER_UNWIND_READ_ERRORS);
+			return 1;
+		}
+		s->bp_valid = 1;
+	}
+	s->sp = cfa;
+	s->pc = ra;
+	if (ra == 0) {
+		// Threads started by clone end on a zero return address.
+		count(COUNTER_UNWIND_COMPLETE);
+		return 1;
+	}
+	return 0;
+}
+
+// user_regs returns the user-space registers of the sampled task: the
+// sample's own when it interrupted user space, else those saved on entry to
+// the kernel.
+static __always_inline int user_regs(struct bpf_perf_event_data *ctx, struct pt_regs *regs)
+{
+	if ((ctx->regs.cs & 3) == 3) {
+		*regs = ctx->regs;
+		return 0;
+	}
+	struct task_struct *task = bpf_get_current_task_btf();
+	long uregs = bpf_task_pt_regs(task);
+	if (!uregs)
+		return -1;
+	return bpf_probe_read_kernel(regs, sizeof(*regs), (void *)uregs);
+}
+
+// unwind_user walks the user stack of a registered process into
+// unwound_stacks and returns its hash, or 0 when the process is not
+// registered (the caller keeps the frame-pointer stack id).
+static __always_inline __u64 unwind_user(struct bpf_perf_event_data *ctx, __u32 pid, void *stacks)
+{
+	struct unwind_state s = {};
+	struct unwound_stack *out;
+	struct pt_regs regs;
+	__u32 zero = 0;
+
+	if (!bpf_map_lookup_elem(&unwind_processes, &pid))
+		return 0;
+	if (user_regs(ctx, &regs)) {
+		count(COUNTER_UNWIND_READ_ERRORS);
+		return 0;
+	}
+	s.pid = pid;
+	s.pc = regs.rip;
+	s.sp = regs.rsp;
+	s.bp = regs.rbp;
+	s.bp_valid = 1;
+	s.hash = 0xcbf29ce484222325ULL;
+	count(COUNTER_UNWIND_STACKS);
+	bpf_loop(UNWIND_MAX_FRAMES, unwind_step, &s, 0);
+	if (s.len >= UNWIND_MAX_FRAMES && !s.done && s.pc != 0)
+		count(COUNTER_UNWIND_TRUNCATED);
+	out = bpf_map_lookup_elem(&unwind_scratch, &zero);
+	if (!out || s.len == 0)
+		return 0;
+	out->len = s.len;
+	s.hash ^= s.len;
+	if (s.hash == 0)
+		s.hash = 1;
+	if (bpf_map_update_elem(stacks, &s.hash, out, BPF_NOEXIST) != 0 &&
+	    !bpf_map_lookup_elem(stacks, &s.hash)) {
+		count(COUNTER_UNWIND_STACKS_FULL);
+		return 0;
+	}
+	return s.hash;
+}

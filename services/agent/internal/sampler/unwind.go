@@ -1,0 +1,193 @@
+package sampler
+
+import (
+	"fmt"
+	"math/bits"
+	"sort"
+
+	"github.com/stackstream/stackstream/bpf/profiler"
+	"github.com/stackstream/stackstream/services/agent/internal/unwind"
+)
+
+// rowRange is a free range of the unwind_rows array.
+type rowRange struct{ first, n uint32 }
+
+// rowAllocator hands out contiguous ranges of the unwind_rows array,
+// first fit, merging neighbours on free.
+type rowAllocator struct {
+	free []rowRange // sorted by first, never adjacent
+}
+
+func newRowAllocator(capacity uint32) *rowAllocator {
+	return &rowAllocator{free: []rowRange{{0, capacity}}}
+}
+
+func (a *rowAllocator) alloc(n uint32) (uint32, bool) {
+	for i, r := range a.free {
+		if r.n < n {
+			continue
+		}
+		first := r.first
+		if r.n == n {
+			a.free = append(a.free[:i], a.free[i+1:]...)
+		} else {
+			a.free[i] = rowRange{r.first + n, r.n - n}
+		}
+		return first, true
+	}
+	return 0, false
+}
+
+func (a *rowAllocator) release(first, n uint32) {
+	i := sort.Search(len(a.free), func(i int) bool { return a.free[i].first > first })
+	a.free = append(a.free, rowRange{})
+	copy(a.free[i+1:], a.free[i:])
+	a.free[i] = rowRange{first, n}
+	// Merge with the next, then with the previous.
+	if i+1 < len(a.free) && a.free[i].first+a.free[i].n == a.free[i+1].first {
+		a.free[i].n += a.free[i+1].n
+		a.free = append(a.free[:i+1], a.free[i+2:]...)
+	}
+	if i > 0 && a.free[i-1].first+a.free[i-1].n == a.free[i].first {
+		a.free[i-1].n += a.free[i].n
+		a.free = append(a.free[:i], a.free[i+1:]...)
+	}
+}
+
+// LoadRows copies a table into the unwind_rows array and returns the index
+// of its first row.
+func (s *Sampler) LoadRows(rows []unwind.Row) (uint32, error) {
+	if len(rows) == 0 || len(rows) > profiler.MaxTableRows {
+		return 0, fmt.Errorf("load %d unwind rows: a table has 1..%d", len(rows), profiler.MaxTableRows)
+	}
+	s.unwindMu.Lock()
+	defer s.unwindMu.Unlock()
+	first, ok := s.rows.alloc(uint32(len(rows)))
+	if !ok {
+		return 0, fmt.Errorf("load %d unwind rows: %w", len(rows), unwind.ErrNoRoom)
+	}
+	const batch = 1 << 15
+	keys := make([]uint32, 0, min(batch, len(rows)))
+	for off := 0; off < len(rows); off += batch {
+		chunk := rows[off:min(off+batch, len(rows))]
+		keys = keys[:0]
+		for i := range chunk {
+			keys = append(keys, first+uint32(off+i))
+		}
+		if _, err := s.objs.UnwindRows.BatchUpdate(keys, chunk, nil); err != nil {
+			s.rows.release(first, uint32(len(rows)))
+			return 0, fmt.Errorf("write unwind rows: %w", err)
+		}
+	}
+	return first, nil
+}
+
+// FreeRows returns a table's range to the budget. No registered process may
+// name it any more.
+func (s *Sampler) FreeRows(first uint32, n int) {
+	s.unwindMu.Lock()
+	defer s.unwindMu.Unlock()
+	s.rows.release(first, uint32(n))
+}
+
+// RowCapacity is the number of rows the budget holds.
+func (s *Sampler) RowCapacity() int { return int(s.objs.UnwindRows.MaxEntries()) }
+
+// SetProcess registers the executable mappings of pid: from then on its user
+// stacks are unwound with tables (and frame pointers where a mapping has
+// none). A second call replaces the first.
+func (s *Sampler) SetProcess(pid int, mappings []unwind.Mapping) error {
+	s.unwindMu.Lock()
+	defer s.unwindMu.Unlock()
+	old := s.procKeys[pid]
+	var keys []profiler.ProfileUnwindMappingKey
+	for _, m := range mappings {
+		if m.Limit <= m.Start {
+			continue
+		}
+		val := profiler.ProfileUnwindMapping{Bias: m.Bias, FirstRow: m.FirstRow, Rows: m.Rows}
+		for _, p := range prefixes(m.Start, m.Limit) {
+			k := mappingKey(pid, p.addr, p.bits)
+			if err := s.objs.UnwindMappings.Put(k, val); err != nil {
+				s.deleteKeys(keys)
+				return fmt.Errorf("register mapping %#x-%#x of pid %d: %w", m.Start, m.Limit, pid, err)
+			}
+			keys = append(keys, k)
+		}
+	}
+	// Entries of the old registration that the new one did not overwrite.
+	fresh := make(map[profiler.ProfileUnwindMappingKey]bool, len(keys))
+	for _, k := range keys {
+		fresh[k] = true
+	}
+	var stale []profiler.ProfileUnwindMappingKey
+	for _, k := range old {
+		if !fresh[k] {
+			stale = append(stale, k)
+		}
+	}
+	s.deleteKeys(stale)
+	s.procKeys[pid] = keys
+	if err := s.objs.UnwindProcesses.Put(uint32(pid), uint32(1)); err != nil {
+		return fmt.Errorf("register pid %d for unwinding: %w", pid, err)
+	}
+	return nil
+}
+
+// RemoveProcess forgets pid's mappings: its stacks go back to frame pointers.
+func (s *Sampler) RemoveProcess(pid int) {
+	s.unwindMu.Lock()
+	defer s.unwindMu.Unlock()
+	s.objs.UnwindProcesses.Delete(uint32(pid))
+	s.deleteKeys(s.procKeys[pid])
+	delete(s.procKeys, pid)
+}
+
+// MappingEntries is the number of LPM trie entries in use.
+func (s *Sampler) MappingEntries() int {
+	s.unwindMu.Lock()
+	defer s.unwindMu.Unlock()
+	n := 0
+	for _, k := range s.procKeys {
+		n += len(k)
+	}
+	return n
+}
+
+func (s *Sampler) deleteKeys(keys []profiler.ProfileUnwindMappingKey) {
+	for _, k := range keys {
+		s.objs.UnwindMappings.Delete(k)
+	}
+}
+
+// mappingKey builds an LPM key: pid and address big-endian, as the trie
+// compares bytes from the first.
+func mappingKey(pid int, addr uint64, addrBits int) profiler.ProfileUnwindMappingKey {
+	return profiler.ProfileUnwindMappingKey{
+		Prefixlen: uint32(32 + addrBits),
+		Pid:       bits.ReverseBytes32(uint32(pid)),
+		Addr:      bits.ReverseBytes64(addr),
+	}
+}
+
+type prefix struct {
+	addr uint64
+	bits int // leading bits that must match
+}
+
+// prefixes covers [start, limit) with the fewest aligned power-of-two blocks.
+func prefixes(start, limit uint64) []prefix {
+	var out []prefix
+	for start < limit {
+		size := uint64(1) << 63
+		if start != 0 {
+			size = start & -start
+		}
+		for size > limit-start {
+			size >>= 1
+		}
+		out = append(out, prefix{addr: start, bits: 64 - bits.TrailingZeros64(size)})
+		start += size
+	}
+	return out
+}

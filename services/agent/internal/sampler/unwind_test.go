@@ -1,0 +1,380 @@
+package sampler
+
+import (
+	"bufio"
+	"debug/elf"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stackstream/stackstream/pkg/testenv"
+	"github.com/stackstream/stackstream/services/agent/internal/proc"
+	"github.com/stackstream/stackstream/services/agent/internal/unwind"
+)
+
+// Programs with a known call chain, built with -O2 -fomit-frame-pointer: a
+// frame-pointer walk loses every caller of a function that sets up no frame.
+const chainC = `
+#include <stdlib.h>
+volatile unsigned long sink;
+__attribute__((noinline, noipa)) unsigned long leaf(unsigned long n) {
+	unsigned long x = n;
+	for (unsigned long i = 0; i < n; i++) x = x * 6364136223846793005UL + i;
+	return x;
+}
+__attribute__((noinline, noipa)) unsigned long b(unsigned long n) {
+	unsigned long buf[64];
+	for (int i = 0; i < 64; i++) buf[i] = leaf(n + i);
+	return buf[n % 64] + 1;
+}
+__attribute__((noinline, noipa)) unsigned long a(unsigned long n) { return b(n) * 3 + 1; }
+int main(int argc, char **argv) {
+	unsigned long n = argc > 1 ? strtoul(argv[1], 0, 10) : 1000;
+	for (;;) sink += a(n);
+}
+`
+
+const recursionC = `
+volatile unsigned long sink;
+__attribute__((noinline)) void spin(void) { for (;;) sink++; }
+__attribute__((noinline, noipa)) unsigned long rec(int n) {
+	volatile char buf[24];
+	buf[n % 24] = (char)n;
+	if (n == 0) spin();
+	unsigned long r = rec(n - 1);
+	sink += buf[n % 24];
+	return r + 1;
+}
+int main(void) { return (int)rec(110); }
+`
+
+func buildC(t *testing.T, src string, flags ...string) string {
+	t.Helper()
+	if len(flags) == 0 {
+		flags = []string{"-O2", "-fomit-frame-pointer"}
+	}
+	dir := t.TempDir()
+	c := filepath.Join(dir, "prog.c")
+	if err := os.WriteFile(c, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "prog")
+	if out, err := exec.Command("gcc", append(flags, "-o", bin, c)...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// symbolizer names the addresses of one process by its maps and the symbol
+// tables (static, then dynamic) of its files.
+type symbolizer struct {
+	maps []mapLine
+	syms map[string][]symbol
+}
+
+type mapLine struct {
+	start, limit, offset uint64
+	path                 string
+}
+
+type symbol struct {
+	addr, size uint64
+	name       string
+}
+
+func newSymbolizer(t *testing.T, pid int) *symbolizer {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	s := &symbolizer{syms: map[string][]symbol{}}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fl := strings.Fields(sc.Text())
+		if len(fl) < 6 || !strings.HasPrefix(fl[5], "/") {
+			continue
+		}
+		lo, hi, _ := strings.Cut(fl[0], "-")
+		start, _ := strconv.ParseUint(lo, 16, 64)
+		limit, _ := strconv.ParseUint(hi, 16, 64)
+		off, _ := strconv.ParseUint(fl[2], 16, 64)
+		s.maps = append(s.maps, mapLine{start, limit, off, fl[5]})
+	}
+	return s
+}
+
+func (s *symbolizer) symbols(path string) []symbol {
+	if syms, ok := s.syms[path]; ok {
+		return syms
+	}
+	var syms []symbol
+	if f, err := elf.Open(path); err == nil {
+		st, _ := f.Symbols()
+		dy, _ := f.DynamicSymbols()
+		for _, sym := range append(st, dy...) {
+			if elf.ST_TYPE(sym.Info) == elf.STT_FUNC && sym.Value != 0 {
+				syms = append(syms, symbol{sym.Value, sym.Size, sym.Name})
+			}
+		}
+		f.Close()
+	}
+	sort.Slice(syms, func(i, j int) bool { return syms[i].addr < syms[j].addr })
+	s.syms[path] = syms
+	return syms
+}
+
+// name returns "base:function" (or "base:?"), "?" outside every file.
+func (s *symbolizer) name(addr uint64) string {
+	for _, m := range s.maps {
+		if addr < m.start || addr >= m.limit {
+			continue
+		}
+		f, err := elf.Open(m.path)
+		if err != nil {
+			return filepath.Base(m.path) + ":?"
+		}
+		var vaddr uint64
+		found := false
+		entry := f.Entry
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_LOAD && p.Off&^4095 <= m.offset && m.offset < p.Off+p.Filesz {
+				vaddr, found = addr-m.start+m.offset-p.Off+p.Vaddr, true
+				break
+			}
+		}
+		f.Close()
+		if !found {
+			return filepath.Base(m.path) + ":?"
+		}
+		syms := s.symbols(m.path)
+		i := sort.Search(len(syms), func(i int) bool { return syms[i].addr > vaddr }) - 1
+		if i >= 0 && (syms[i].size == 0 || vaddr < syms[i].addr+syms[i].size) {
+			return filepath.Base(m.path) + ":" + syms[i].name
+		}
+		// A stripped executable's _start has no symbol: it is the entry
+		// point, a few instructions long.
+		if vaddr >= entry && vaddr < entry+64 {
+			return filepath.Base(m.path) + ":_start"
+		}
+		return filepath.Base(m.path) + ":?"
+	}
+	return "?"
+}
+
+// unwindRun samples cmd with tables loaded for it and returns its samples
+// as symbolized stacks, outermost frame last.
+func unwindRun(t *testing.T, cmd *exec.Cmd, d time.Duration) ([][]string, []uint64, Counters, unwind.RegistryStats) {
+	t.Helper()
+	testenv.Root(t)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s, err := New(log, Config{Frequency: 199, CountsSize: 4096, StacksSize: 4096,
+		UnwindTableBytes: 16 << 20, UnwindMappings: 4096, UnwindProcesses: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	pid := cmd.Process.Pid
+	// Let the dynamic loader map the libraries.
+	time.Sleep(100 * time.Millisecond)
+	reg := unwind.NewRegistry(log, proc.FS{Root: "/proc"}, s, unwind.DefaultLimits)
+	if err := reg.AddProcess(pid); err != nil {
+		t.Fatal(err)
+	}
+	s.Drain()
+	time.Sleep(d)
+	samples, _, err := s.Drain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sym := newSymbolizer(t, pid)
+	var stacks [][]string
+	var counts []uint64
+	for _, smp := range samples {
+		if smp.PID != pid {
+			continue
+		}
+		var st []string
+		for i, pc := range smp.User {
+			// A return address follows its call, which may end a function.
+			if i > 0 {
+				pc--
+			}
+			st = append(st, sym.name(pc))
+		}
+		if testing.Verbose() && len(st) < 6 {
+			t.Logf("raw %x", smp.User)
+		}
+		stacks = append(stacks, st)
+		counts = append(counts, smp.Count)
+	}
+	c, err := s.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stats := reg.Stats()
+	reg.RemoveProcess(pid)
+	if n := s.MappingEntries(); n != 0 {
+		t.Errorf("%d mapping entries left after RemoveProcess", n)
+	}
+	return stacks, counts, c, stats
+}
+
+// complete reports whether a stack reaches a thread's root.
+func complete(st []string) bool {
+	if len(st) == 0 {
+		return false
+	}
+	last := st[len(st)-1]
+	return strings.HasSuffix(last, ":_start") || strings.HasSuffix(last, ":clone3") || strings.HasSuffix(last, ":start_thread")
+}
+
+func summarize(stacks [][]string, counts []uint64) (completeShare float64, medianDepth int, total uint64) {
+	var done uint64
+	var depths []int
+	for i, st := range stacks {
+		total += counts[i]
+		if complete(st) {
+			done += counts[i]
+		}
+		for range counts[i] {
+			depths = append(depths, len(st))
+		}
+	}
+	sort.Ints(depths)
+	if total == 0 {
+		return 0, 0, 0
+	}
+	return float64(done) / float64(total), depths[len(depths)/2], total
+}
+
+// TestUnwindKnownChain: every sample of leaf has its whole chain from _start,
+// which frame pointers cannot give at -O2 -fomit-frame-pointer.
+func TestUnwindKnownChain(t *testing.T) {
+	t.Run("tables", func(t *testing.T) {
+		c := knownChain(t, buildC(t, chainC))
+		if c.UnwindFPFrames != 0 {
+			t.Errorf("%d frames stepped with frame pointers", c.UnwindFPFrames)
+		}
+	})
+	// The program's own functions have no CFI, only frame pointers: they are
+	// stepped with rbp, libc and _start with tables. At -O0, because GCC
+	// sets up no frame in leaf at -O2 even with -fno-omit-frame-pointer (a
+	// frame-pointer walk would lose b).
+	t.Run("frame-pointer fallback", func(t *testing.T) {
+		c := knownChain(t, buildC(t, chainC, "-O0", "-fno-omit-frame-pointer", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables"))
+		if c.UnwindNoRow == 0 || c.UnwindFPFrames == 0 {
+			t.Errorf("counters %+v: no frame-pointer step", c)
+		}
+	})
+}
+
+func knownChain(t *testing.T, bin string) Counters {
+	stacks, counts, c, stats := unwindRun(t, exec.Command(bin, "5000"), 2*time.Second)
+	share, depth, total := summarize(stacks, counts)
+	t.Logf("%d samples, %.1f%% complete, median depth %d; counters %+v; registry %+v", total, 100*share, depth, c, stats)
+	if total < 50 {
+		t.Fatalf("only %d samples", total)
+	}
+	want := []string{"prog:leaf", "prog:b", "prog:a", "prog:main"}
+	var exact uint64
+	for i, st := range stacks {
+		// The innermost frame is leaf, or b between two calls of leaf.
+		s := st
+		if len(s) > 0 && s[0] == "prog:b" {
+			s = append([]string{"prog:leaf"}, s...)
+		}
+		if len(s) >= 6 && strings.Join(s[:4], " ") == strings.Join(want, " ") && complete(s) {
+			mid := s[4 : len(s)-1]
+			libc := len(mid) > 0
+			for _, f := range mid {
+				libc = libc && strings.HasPrefix(f, "libc.so.6:")
+			}
+			if libc && s[len(s)-1] == "prog:_start" {
+				exact += counts[i]
+				continue
+			}
+		}
+		if counts[i]*100 > total {
+			t.Errorf("%d samples: %s", counts[i], strings.Join(st, " <- "))
+		}
+	}
+	if exact*100 < total*99 {
+		t.Fatalf("%d of %d samples have leaf <- b <- a <- main <- libc <- _start", exact, total)
+	}
+	if c.UnwindStacks == 0 || c.UnwindComplete == 0 {
+		t.Fatalf("counters %+v: no table walk", c)
+	}
+	return c
+}
+
+// TestUnwindDeepRecursion: 110 frames of rec between spin and main.
+func TestUnwindDeepRecursion(t *testing.T) {
+	bin := buildC(t, recursionC)
+	stacks, counts, c, _ := unwindRun(t, exec.Command(bin), time.Second)
+	share, depth, total := summarize(stacks, counts)
+	t.Logf("%d samples, %.1f%% complete, median depth %d; counters %+v", total, 100*share, depth, c)
+	if total < 20 {
+		t.Fatalf("only %d samples", total)
+	}
+	for i, st := range stacks {
+		recs := 0
+		for _, f := range st {
+			if f == "prog:rec" {
+				recs++
+			}
+		}
+		if recs != 111 || st[0] != "prog:spin" || st[112] != "prog:main" || !complete(st) {
+			if len(st) > 8 {
+				st = append(st[:4:4], append([]string{"..."}, st[len(st)-4:]...)...)
+			}
+			t.Errorf("%d samples: %d rec frames, %d frames: %s", counts[i], recs, len(stacks[i]), strings.Join(st, " <- "))
+		}
+	}
+}
+
+// TestUnwindXZ: Debian's xz, built without frame pointers, through liblzma.
+func TestUnwindXZ(t *testing.T) {
+	in := filepath.Join(t.TempDir(), "in")
+	var data []byte
+	for _, p := range []string{"/usr/bin/xz", "/lib/x86_64-linux-gnu/libc.so.6", "/usr/bin/python3"} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data = append(data, b...)
+	}
+	for len(data) < 64<<20 {
+		data = append(data, data...)
+	}
+	if err := os.WriteFile(in, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", "exec xz -9e -T1 -c "+in+" > /dev/null")
+	stacks, counts, c, stats := unwindRun(t, cmd, 3*time.Second)
+	share, depth, total := summarize(stacks, counts)
+	t.Logf("%d samples, %.1f%% complete, median depth %d; counters %+v; registry %+v", total, 100*share, depth, c, stats)
+	if total < 50 {
+		t.Fatalf("only %d samples", total)
+	}
+	for i, st := range stacks {
+		if !complete(st) && counts[i]*50 > total {
+			t.Errorf("%d samples incomplete: %s", counts[i], strings.Join(st, " <- "))
+		}
+	}
+	if share < 0.99 {
+		t.Fatalf("%.1f%% of samples complete, want 99%%", 100*share)
+	}
+}
