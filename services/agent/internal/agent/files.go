@@ -26,9 +26,11 @@ var (
 
 // fileGate runs the reads of other processes' files off the tick goroutine.
 // Opening with O_PATH|O_NONBLOCK does not wait for a FIFO's writer, but a
-// FUSE or NFS server that never answers blocks even a stat: such a read is
-// left behind after timeout, its device skipped for slowFor, and at most
-// maxStuck reads may be left behind at once.
+// FUSE or NFS server that never answers blocks even a stat, and a process
+// stuck in a page fault on such a file blocks readers of its maps and
+// environ: such a read is left behind after timeout, its device (or the
+// process, "pid:N") skipped for slowFor, and at most maxStuck reads may be
+// left behind at once.
 type fileGate struct {
 	timeout  time.Duration
 	slowFor  time.Duration
@@ -72,8 +74,27 @@ func (g *fileGate) do(dev string, fn func()) error {
 			<-done
 			g.stuck.Add(-1)
 		}()
+		if len(g.slowDevs) >= maxSlowKeys {
+			g.pruneSlow()
+		}
 		g.slowDevs[dev] = g.now().Add(g.slowFor)
 		return fmt.Errorf("%w after %s on device %s", ErrFileTimeout, g.timeout, dev)
+	}
+}
+
+// maxSlowKeys bounds the devices and processes remembered as slow.
+const maxSlowKeys = 1024
+
+// pruneSlow forgets the keys whose pause is over, or all of them when none is.
+func (g *fileGate) pruneSlow() {
+	now := g.now()
+	for k, until := range g.slowDevs {
+		if !now.Before(until) {
+			delete(g.slowDevs, k)
+		}
+	}
+	if len(g.slowDevs) >= maxSlowKeys {
+		clear(g.slowDevs)
 	}
 }
 

@@ -82,7 +82,14 @@ func (ps *processes) get(pid int, comm string) *process {
 		return p
 	}
 	// The sample's comm is the thread's name; labels use the process's.
-	info, err := ps.fs.ReadInfo(pid)
+	// Reading environ waits for the process's mmap lock, which a process
+	// stuck in a page fault on a FUSE file holds: off the tick, bounded.
+	var info proc.Info
+	var err error
+	fs := ps.fs
+	if gerr := ps.files.do(procKey(pid), func() { info, err = fs.ReadInfo(pid) }); gerr != nil {
+		err = gerr
+	}
 	if err != nil {
 		info = proc.Info{PID: pid, Comm: comm}
 	}
@@ -92,6 +99,10 @@ func (ps *processes) get(pid int, comm string) *process {
 	ps.procs[pid] = p
 	return p
 }
+
+// procKey is the file gate's key for the /proc files of pid: a process whose
+// files block is skipped like a device that does.
+func procKey(pid int) string { return "pid:" + strconv.Itoa(pid) }
 
 // labelsOf returns the sample labels of a process (DESIGN.md). Their values
 // come from the process (its comm, executable path, cgroup path, environment):
@@ -161,7 +172,13 @@ func find(maps []mapping, addr uint64) *mapping {
 
 func (ps *processes) readMaps(p *process) {
 	p.mapsRead = ps.interval + 1
-	raw, err := ps.fs.ReadMaps(p.info.PID)
+	// maps, like environ, waits for the process's mmap lock.
+	var raw []proc.Mapping
+	var err error
+	fs, pid := ps.fs, p.info.PID
+	if gerr := ps.files.do(procKey(pid), func() { raw, err = fs.ReadMaps(pid) }); gerr != nil {
+		err = gerr
+	}
 	if err != nil && !errors.Is(err, proc.ErrTooLarge) {
 		return
 	}
