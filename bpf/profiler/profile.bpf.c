@@ -27,7 +27,7 @@
 #define COUNTER_UNWIND_FP_FRAMES 6    // frames stepped with frame pointers (no table)
 #define COUNTER_UNWIND_NO_ROW 7       // addresses of a table covered by no row
 #define COUNTER_UNWIND_UNSUPPORTED 8  // rows the unwinder cannot follow
-#define COUNTER_UNWIND_SIGNAL 9       // signal trampolines (not unwound yet)
+#define COUNTER_UNWIND_SIGNAL 9       // signal frames unwound through
 #define COUNTER_UNWIND_RBP_LOST 10    // a CFA from rbp after rbp was lost
 #define COUNTER_UNWIND_READ_ERRORS 11 // user memory that could not be read
 #define COUNTER_UNWIND_TRUNCATED 12   // stacks deeper than UNWIND_MAX_FRAMES

@@ -21,6 +21,15 @@
 
 #define RBP_LOST (-128)
 
+// Where __restore_rt finds the registers the kernel saved when it delivered
+// a signal: rsp points at struct ucontext (rt_sigframe's return address was
+// popped by the handler's ret), uc_mcontext starts 40 bytes in, and
+// struct sigcontext holds r8..r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp,
+// rip (asm/sigcontext.h).
+#define SIGFRAME_RBP (40 + 10 * 8)
+#define SIGFRAME_RSP (40 + 15 * 8)
+#define SIGFRAME_RIP (40 + 16 * 8)
+
 // Frames per unwound stack; sampler.MaxUnwindDepth in Go.
 #define UNWIND_MAX_FRAMES 128
 // Binary-search steps: a table has at most 2^24 rows (unwind.Limits).
@@ -104,6 +113,8 @@ struct unwind_state {
 	__u64 hash;
 	__u8 bp_valid;
 	__u8 done;
+	// The next pc was interrupted, not called from: look it up as is.
+	__u8 exact_pc;
 };
 
 // find_row returns the row covering pc in the table of m, or NULL.
@@ -179,7 +190,8 @@ static long unwind_step(__u64 index, struct unwind_state *s)
 
 	// A return address follows its call: look up the call, which may be the
 	// last instruction of a function that does not return.
-	lookup_pc = len == 0 ? pc : pc - 1;
+	lookup_pc = len == 0 || s->exact_pc ? pc : pc - 1;
+	s->exact_pc = 0;
 	key.prefixlen = 96;
 	key.pid = bpf_htonl(s->pid);
 	key.addr = bpf_cpu_to_be64(lookup_pc);
@@ -214,9 +226,19 @@ static long unwind_step(__u64 index, struct unwind_state *s)
 	case RULE_PLT:
 		cfa = s->sp + 8 + ((lookup_pc & 15) >= row->offset ? 8 : 0);
 		break;
-	case RULE_SIGNAL:
+	case RULE_SIGNAL: {
+		__u64 sp = s->sp;
 		count(COUNTER_UNWIND_SIGNAL);
-		return 1;
+		if (bpf_probe_read_user(&s->bp, sizeof(s->bp), (void *)(sp + SIGFRAME_RBP)) ||
+		    bpf_probe_read_user(&s->sp, sizeof(s->sp), (void *)(sp + SIGFRAME_RSP)) ||
+		    bpf_probe_read_user(&s->pc, sizeof(s->pc), (void *)(sp + SIGFRAME_RIP))) {
+			count(COUNTER_UNWIND_READ_ERRORS);
+			return 1;
+		}
+		s->bp_valid = 1;
+		s->exact_pc = 1;
+		return 0;
+	}
 	default:
 		count(COUNTER_UNWIND_UNSUPPORTED);
 		return 1;

@@ -66,7 +66,7 @@ type Counters struct {
 	UnwindFPFrames    uint64 // frames stepped with frame pointers: no table
 	UnwindNoRow       uint64 // addresses no row covers
 	UnwindUnsupported uint64 // rows the unwinder cannot follow
-	UnwindSignal      uint64 // signal trampolines, not unwound yet
+	UnwindSignal      uint64 // signal frames unwound through
 	UnwindRBPLost     uint64
 	UnwindReadErrors  uint64
 	UnwindTruncated   uint64 // deeper than MaxUnwindDepth

@@ -55,6 +55,24 @@ __attribute__((noinline, noipa)) unsigned long rec(int n) {
 int main(void) { return (int)rec(110); }
 `
 
+// The handler never returns: samples land in handler_leaf, called by the
+// handler, entered through libc's __restore_rt while interrupted() ran.
+const signalC = `
+#include <signal.h>
+#include <sys/time.h>
+volatile unsigned long sink;
+__attribute__((noinline, noipa)) void handler_leaf(void) { for (;;) sink++; }
+__attribute__((noinline, noipa)) void on_alarm(int sig) { handler_leaf(); sink += sig; }
+__attribute__((noinline, noipa)) void interrupted(void) { for (;;) sink += 2; }
+int main(void) {
+	struct itimerval it = { .it_value = { .tv_usec = 20000 } };
+	signal(SIGALRM, on_alarm);
+	setitimer(ITIMER_REAL, &it, 0);
+	interrupted();
+	return 0;
+}
+`
+
 func buildC(t *testing.T, src string, flags ...string) string {
 	t.Helper()
 	if len(flags) == 0 {
@@ -376,5 +394,32 @@ func TestUnwindXZ(t *testing.T) {
 	}
 	if share < 0.99 {
 		t.Fatalf("%.1f%% of samples complete, want 99%%", 100*share)
+	}
+}
+
+// TestUnwindSignalFrame: through the kernel's signal frame into the
+// interrupted function and on to _start.
+func TestUnwindSignalFrame(t *testing.T) {
+	bin := buildC(t, signalC)
+	stacks, counts, c, _ := unwindRun(t, exec.Command(bin), time.Second)
+	share, depth, total := summarize(stacks, counts)
+	t.Logf("%d samples, %.1f%% complete, median depth %d; counters %+v", total, 100*share, depth, c)
+	if total < 20 {
+		t.Fatalf("only %d samples", total)
+	}
+	var exact uint64
+	for i, st := range stacks {
+		if len(st) >= 7 && st[0] == "prog:handler_leaf" && st[1] == "prog:on_alarm" &&
+			strings.HasPrefix(st[2], "libc.so.6:") && st[3] == "prog:interrupted" && st[4] == "prog:main" && complete(st) {
+			exact += counts[i]
+			continue
+		}
+		t.Errorf("%d samples: %s", counts[i], strings.Join(st, " <- "))
+	}
+	if exact*100 < total*99 {
+		t.Fatalf("%d of %d samples have handler_leaf <- on_alarm <- __restore_rt <- interrupted <- main ... _start", exact, total)
+	}
+	if c.UnwindSignal == 0 {
+		t.Fatalf("counters %+v: no signal frame", c)
 	}
 }

@@ -53,7 +53,7 @@ const (
 	RuleRBP                     // CFA = rbp + Offset*8
 	RulePLT                     // CFA = rsp + 8 + ((rip & 15) >= Offset ? 8 : 0): a PLT stub
 	RuleEnd                     // the return address is undefined: the outermost frame (_start, clone)
-	RuleSignal                  // a signal trampoline (CIE augmentation "S"): not unwound yet
+	RuleSignal                  // a signal trampoline (CIE augmentation "S"): registers from the kernel's signal frame
 	RuleUnsupported             // a DWARF expression or a register other than rsp/rbp
 )
 
