@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"testing"
 
 	"github.com/stackstream/stackstream/schemas/debuginfo"
@@ -218,5 +219,58 @@ func TestChainFallbackOfEvictedTable(t *testing.T) {
 	defer chain.mu.Unlock()
 	if _, ok := chain.fallbacks[a]; ok || len(chain.fallbacks) != 1 {
 		t.Fatalf("fallbacks kept for %d tables, the evicted one included: %v", len(chain.fallbacks), ok)
+	}
+}
+
+// gatedSource answers only once release is closed, counting its calls.
+type gatedSource struct {
+	release chan struct{}
+	mu      sync.Mutex
+	calls   int
+}
+
+func (*gatedSource) Name() string { return "gated" }
+func (g *gatedSource) Fetch(ctx context.Context, id string) (*symtab.Table, error) {
+	g.mu.Lock()
+	g.calls++
+	g.mu.Unlock()
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return tableSource{nsym: 10}.Fetch(ctx, id)
+}
+
+// TestFallbackOutlivesItsCaller: a record that stops waiting for a
+// fallback (its budget ended) leaves the fetch running; its answer is kept
+// for the next record instead of being fetched again.
+func TestFallbackOutlivesItsCaller(t *testing.T) {
+	gated := &gatedSource{release: make(chan struct{})}
+	chain := NewChain(Options{MaxTables: 10}, tableSource{nsym: 1}, gated)
+	defer chain.Close()
+	tab := chain.Table(context.Background(), "aa11")
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for {
+			gated.mu.Lock()
+			started := gated.calls > 0
+			gated.mu.Unlock()
+			if started {
+				cancel()
+				return
+			}
+			runtime.Gosched()
+		}
+	}()
+	if fb := chain.Fallback(ctx, tab); fb != nil {
+		t.Fatal("fallback answered before its source did")
+	}
+	close(gated.release)
+	if fb := chain.Fallback(context.Background(), tab); fb == nil || fb.Source != "gated" {
+		t.Fatalf("fallback: %+v", fb)
+	}
+	if gated.calls != 1 {
+		t.Fatalf("source asked %d times, want once", gated.calls)
 	}
 }

@@ -67,6 +67,9 @@ type Chain struct {
 	misses   map[string]*list.Element // of *miss, in missList
 	missList *list.List               // oldest first: all share one TTL
 	inflight map[string]*call
+	// fbInflight holds the fallback fetches running, by the table they
+	// follow.
+	fbInflight map[*symtab.Table]*call
 	// fallbacks holds, for a cached table, the table of the same build ID
 	// from a later source (nil: none has it), fetched on a first miss.
 	fallbacks map[*symtab.Table]*symtab.Table
@@ -136,7 +139,7 @@ func NewChain(opts Options, sources ...Source) *Chain {
 		timeout: opts.LookupTimeout, wait: opts.WaitDebuginfo, now: opts.Now, log: opts.Log, metrics: opts.Metrics,
 		slots: make(chan struct{}, opts.LookupConcurrency), base: base, stop: stop,
 		lru: list.New(), byID: map[string]*list.Element{}, misses: map[string]*list.Element{}, missList: list.New(),
-		inflight: map[string]*call{}, fallbacks: map[*symtab.Table]*symtab.Table{},
+		inflight: map[string]*call{}, fbInflight: map[*symtab.Table]*call{}, fallbacks: map[*symtab.Table]*symtab.Table{},
 	}
 }
 
@@ -211,6 +214,9 @@ func (c *Chain) Table(ctx context.Context, buildID string) *symtab.Table {
 		}
 		// A slot first: a record naming thousands of unknown build IDs
 		// waits here, within its own time budget, not in the sources.
+		if ctx.Err() != nil {
+			return nil // a select would start a fetch half the time
+		}
 		select {
 		case c.slots <- struct{}{}:
 		case <-ctx.Done():
@@ -290,11 +296,54 @@ func (c *Chain) run(buildID string, cl *call, missed time.Time) {
 // the table they follow.
 func (c *Chain) Fallback(ctx context.Context, after *symtab.Table) *symtab.Table {
 	c.mu.Lock()
-	fb, ok := c.fallbacks[after]
-	c.mu.Unlock()
-	if ok {
+	if fb, ok := c.fallbacks[after]; ok {
+		c.mu.Unlock()
 		return fb
 	}
+	cl, ok := c.fbInflight[after]
+	c.mu.Unlock()
+	if !ok {
+		// Like Table: a slot within the caller's time, then a fetch of its
+		// own, so its answer is kept even when the caller stopped waiting.
+		if ctx.Err() != nil {
+			return nil // a select would start a fetch half the time
+		}
+		select {
+		case c.slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		c.mu.Lock()
+		if fb, done := c.fallbacks[after]; done {
+			c.mu.Unlock()
+			<-c.slots
+			return fb
+		}
+		if cl, ok = c.fbInflight[after]; !ok {
+			cl = &call{done: make(chan struct{})}
+			c.fbInflight[after] = cl
+			c.fetches++
+			c.running++
+			c.peak = max(c.peak, c.running)
+			go c.runFallback(after, cl)
+		} else {
+			<-c.slots
+		}
+		c.mu.Unlock()
+	}
+	select {
+	case <-cl.done:
+		return cl.tab
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+// runFallback fetches the table of after's build ID from the sources after
+// after's, in a slot, and keeps it with after.
+func (c *Chain) runFallback(after *symtab.Table, cl *call) {
+	ctx, cancel := context.WithTimeout(c.base, c.timeout)
+	defer cancel()
 	next := len(c.sources)
 	for i, s := range c.sources {
 		if s.Name() == after.Source {
@@ -302,32 +351,37 @@ func (c *Chain) Fallback(ctx context.Context, after *symtab.Table) *symtab.Table
 			break
 		}
 	}
-	select {
-	case c.slots <- struct{}{}:
-	case <-ctx.Done():
-		return nil
-	}
-	fb = c.fetchFrom(ctx, after.BuildID, next, len(c.sources))
-	<-c.slots
-	if ctx.Err() != nil {
-		return fb
-	}
+	fb := c.fetchFrom(ctx, after.BuildID, next, len(c.sources))
 	c.mu.Lock()
+	delete(c.fbInflight, after)
+	c.running--
 	// Kept only with a table the chain still holds: an evicted one would
 	// stay in memory as this map's key.
-	if el, ok := c.byID[after.BuildID]; ok && el.Value.(*symtab.Table) == after {
+	if c.base.Err() == nil && c.holds(after) {
 		c.fallbacks[after] = fb
-	} else if ok {
-		// after is itself a fallback held behind the chain's table.
-		for t := el.Value.(*symtab.Table); t != nil; t = c.fallbacks[t] {
-			if next, held := c.fallbacks[t]; held && next == after {
-				c.fallbacks[after] = fb
-				break
-			}
+		if fb != nil {
+			c.evict()
 		}
 	}
 	c.mu.Unlock()
-	return fb
+	<-c.slots
+	cl.tab = fb
+	close(cl.done)
+}
+
+// holds reports whether tab is a table the chain keeps, or a fallback
+// behind one, under c.mu.
+func (c *Chain) holds(tab *symtab.Table) bool {
+	el, ok := c.byID[tab.BuildID]
+	if !ok {
+		return false
+	}
+	for t, hops := el.Value.(*symtab.Table), 0; t != nil && hops < 8; t, hops = c.fallbacks[t], hops+1 {
+		if t == tab {
+			return true
+		}
+	}
+	return false
 }
 
 // evict drops the least recently used tables while there are more than
