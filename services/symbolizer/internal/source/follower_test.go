@@ -35,7 +35,7 @@ func TestFollowerStartsBeforeItsTopic(t *testing.T) {
 		defer cancel()
 		adm.DeleteTopics(ctx, topic)
 	})
-	infoCl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+	infoCl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.KeepControlRecords(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		t.Fatal(err)
@@ -121,5 +121,90 @@ func TestFollowerGivesUpOnMissingTopic(t *testing.T) {
 		t.Fatal("caught up on a topic that does not exist")
 	case <-time.After(time.Minute):
 		t.Fatal("follower still retrying a minute after StartRetry of 1s")
+	}
+}
+
+// TestWaitEndAfterTransaction: the debuginfo topic ends with a transaction
+// marker, which is never a value. WaitEnd, as a miss calls it, still sees
+// the follower reach the end (control records move its position), instead
+// of waiting out its time.
+func TestWaitEndAfterTransaction(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	topic := testenv.Name(t, "sym-") + ".debuginfo"
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	adm := kadm.NewClient(cl)
+	ctx := context.Background()
+	if _, err := adm.CreateTopic(ctx, 2, 1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		adm.DeleteTopics(ctx, topic)
+	})
+	infoCl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.KeepControlRecords(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(infoCl.Close)
+	store := NewTopic(1<<20, nil)
+	f := &Follower{Client: infoCl, Admin: adm, Topic: topic, Store: store, Log: slog.New(slog.DiscardHandler)}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go f.Run(runCtx)
+	select {
+	case <-f.CaughtUp():
+	case <-time.After(time.Minute):
+		t.Fatal("follower did not start")
+	}
+
+	txn, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID(testenv.Name(t, "txn-")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txn.Close()
+	sym, err := debuginfo.Encode(&debuginfo.File{BuildID: "aa11", Kind: debuginfo.KindSymbols,
+		Segments: []debuginfo.Segment{{Vaddr: 0x1000, Filesz: 0x1000}}, Symbols: []debuginfo.Symbol{{Addr: 0x1000, Size: 0x10, Name: "f"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte("aa11"), Value: sym}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	// The coordinator writes the marker after EndTransaction returns: wait
+	// until the topic ends with it (value + marker = 2 offsets).
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		ends, err := adm.ListEndOffsets(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total := int64(0)
+		ends.Each(func(o kadm.ListedOffset) { total += o.Offset })
+		if total == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("topic holds %d offsets, want the value and its marker", total)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitCtx, stop := context.WithTimeout(ctx, 30*time.Second)
+	defer stop()
+	if err := f.WaitEnd(waitCtx, time.Now()); err != nil {
+		t.Fatalf("WaitEnd: %v (the follower never reached the marker that ends the topic)", err)
+	}
+	if _, err := store.Fetch(ctx, "aa11"); err != nil {
+		t.Fatalf("value not applied when WaitEnd returned: %v", err)
 	}
 }
