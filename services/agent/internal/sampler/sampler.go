@@ -49,6 +49,7 @@ type Sample struct {
 	PID         int
 	Comm        string
 	User        []uint64 // innermost first; nil when unavailable
+	Unwound     bool     // User was unwound with tables (a registered process), not by the kernel's frame-pointer walk
 	Kernel      []uint64
 	Count       uint64
 	PeriodNanos uint64 // CPU time: the sum of sampling periods
@@ -271,6 +272,7 @@ func (s *Sampler) Drain() (samples []Sample, entries int, err error) {
 			PID:         int(key.Pid),
 			Comm:        commString(key.Comm),
 			User:        user,
+			Unwound:     key.UserStackHash != 0,
 			Kernel:      stack(key.KernelStackId),
 			Count:       val.Count,
 			PeriodNanos: val.PeriodNs,

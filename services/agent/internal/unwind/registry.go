@@ -22,6 +22,7 @@ type Mapping struct {
 // Loader is the BPF side: the sampler's unwind maps.
 type Loader interface {
 	LoadRows(rows []Row) (first uint32, err error)
+	RowCapacity() int
 	FreeRows(first uint32, n int)
 	SetProcess(pid int, mappings []Mapping) error
 	RemoveProcess(pid int)
@@ -71,48 +72,148 @@ func NewRegistry(log *slog.Logger, fs proc.FS, loader Loader, lim Limits) *Regis
 		tables: map[proc.FileID]*table{}, procs: map[int][]proc.FileID{}}
 }
 
-// AddProcess reads pid's executable mappings, loads the tables of their
-// files not loaded yet and registers the process. Mappings whose table
-// cannot be had (no CFI, no room, unreadable) are registered without one.
-func (r *Registry) AddProcess(pid int) error {
-	maps, err := r.fs.ReadMaps(pid)
+// Prepared is what Prepare read of one process: its executable mappings
+// and the compiled tables of files the registry had not seen.
+type Prepared struct {
+	PID      int
+	mappings []preparedMapping
+	// Compiled counts the tables compiled, Failed the files that could not
+	// be opened or compiled (they are unwound with frame pointers).
+	Compiled, Failed int
+}
+
+type preparedMapping struct {
+	m     proc.Mapping
+	id    proc.FileID
+	table *Table // nil: the registry had the file, or it failed (err)
+	err   error
+}
+
+// Prepare reads pid's executable mappings and compiles the tables of the
+// files not in seen. It touches no registry state, so the agent can run it
+// off its tick under a time limit (a file on a hung FUSE server blocks).
+// mapFiles opens files through /proc/PID/map_files first (proc.OpenMapped).
+func Prepare(fs proc.FS, pid int, seen map[proc.FileID]bool, lim Limits, mapFiles bool) (Prepared, error) {
+	p := Prepared{PID: pid}
+	maps, err := fs.ReadMaps(pid)
 	if err != nil && len(maps) == 0 {
-		return fmt.Errorf("read maps of pid %d: %w", pid, err)
+		return p, fmt.Errorf("read maps of pid %d: %w", pid, err)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.clock++
-	var ids []proc.FileID
-	var out []Mapping
+	compiled := map[proc.FileID]*Table{}
 	for _, m := range maps {
 		if m.Path == "" || strings.HasPrefix(m.Path, "[") {
 			continue // JIT code, the vDSO: frame pointers
 		}
-		mf, err := r.fs.OpenMapped(pid, m, true)
+		mf, err := fs.OpenMapped(pid, m, mapFiles)
 		if err != nil {
-			r.log.Debug("open mapped file", "pid", pid, "path", m.Path, "err", err)
+			p.Failed++
 			continue
 		}
-		t := r.tableOf(mf, m.Path)
+		pm := preparedMapping{m: m, id: mf.ID}
+		if t, ok := compiled[mf.ID]; ok {
+			pm.table = t
+		} else if !seen[mf.ID] {
+			pm.table, pm.err = compileMapped(mf, lim)
+			compiled[mf.ID] = pm.table
+			if pm.err != nil {
+				p.Failed++
+			} else {
+				p.Compiled++
+			}
+		}
 		mf.Close()
+		p.mappings = append(p.mappings, pm)
+	}
+	return p, nil
+}
+
+func compileMapped(mf *proc.MappedFile, lim Limits) (*Table, error) {
+	f, err := mf.Open()
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	t, err := Compile(f, mf.ID.Size, lim)
+	if err != nil {
+		return nil, err
+	}
+	if len(t.Rows) == 0 {
+		return nil, ErrNoCFI
+	}
+	return t, nil
+}
+
+// ErrNoCFI: the file has neither .eh_frame nor .debug_frame rows.
+var ErrNoCFI = errors.New("no call-frame information")
+
+// Seen returns the files the registry has a table for or failed on, for
+// Prepare.
+func (r *Registry) Seen() map[proc.FileID]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[proc.FileID]bool, len(r.tables))
+	for id := range r.tables {
+		out[id] = true
+	}
+	return out
+}
+
+// Commit loads the tables Prepare compiled and registers the process's
+// mappings. Mappings whose table cannot be had (no CFI, no room) are
+// registered without one: frame pointers.
+func (r *Registry) Commit(p Prepared) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.clock++
+	// The tables this process shares are referenced before new ones are
+	// loaded, so that making room never evicts them.
+	for _, pm := range p.mappings {
+		if t := r.tables[pm.id]; t != nil {
+			t.used = r.clock
+		}
+	}
+	var ids []proc.FileID
+	var out []Mapping
+	for _, pm := range p.mappings {
+		t := r.tables[pm.id]
+		if t == nil {
+			t = r.load(pm)
+			if errors.Is(t.err, errEvicted) {
+				continue // compiled again at the next registration
+			}
+			r.tables[pm.id] = t
+		}
 		t.refs++
 		t.used = r.clock
-		ids = append(ids, mf.ID)
+		ids = append(ids, pm.id)
 		if t.err != nil {
 			continue
 		}
-		bias, ok := (&Table{Loads: t.loads}).Bias(m.Start, m.Offset)
+		bias, ok := (&Table{Loads: t.loads}).Bias(pm.m.Start, pm.m.Offset)
 		if !ok {
 			continue
 		}
-		out = append(out, Mapping{Start: m.Start, Limit: m.Limit, Bias: bias, FirstRow: t.first, Rows: uint32(t.rows)})
+		out = append(out, Mapping{Start: pm.m.Start, Limit: pm.m.Limit, Bias: bias, FirstRow: t.first, Rows: uint32(t.rows)})
 	}
-	r.release(r.procs[pid])
-	r.procs[pid] = ids
-	if err := r.loader.SetProcess(pid, out); err != nil {
-		return fmt.Errorf("register pid %d: %w", pid, err)
+	r.release(r.procs[p.PID])
+	r.procs[p.PID] = ids
+	if len(r.tables) > maxFiles {
+		r.forgetFailed()
+	}
+	if err := r.loader.SetProcess(p.PID, out); err != nil {
+		return fmt.Errorf("register pid %d: %w", p.PID, err)
 	}
 	return nil
+}
+
+// AddProcess is Prepare and Commit in one, for callers that need no time
+// limit.
+func (r *Registry) AddProcess(pid int) error {
+	p, err := Prepare(r.fs, pid, r.Seen(), r.lim, true)
+	if err != nil {
+		return err
+	}
+	return r.Commit(p)
 }
 
 // RemoveProcess unregisters pid (it exited): its tables become evictable.
@@ -132,41 +233,46 @@ func (r *Registry) release(ids []proc.FileID) {
 	}
 }
 
-// tableOf returns the table of a mapped file, compiling and loading it the
-// first time the file is seen.
-func (r *Registry) tableOf(mf *proc.MappedFile, path string) *table {
-	if t, ok := r.tables[mf.ID]; ok {
+// load copies a prepared table into the BPF array, evicting tables no
+// process maps while there is no room.
+func (r *Registry) load(pm preparedMapping) *table {
+	t := &table{err: pm.err}
+	if pm.table == nil {
+		if t.err == nil {
+			// Seen when Prepare ran, evicted since: compiled again next time.
+			t.err = errEvicted
+		}
 		return t
 	}
-	t := &table{}
-	r.tables[mf.ID] = t
-	f, err := mf.Open()
-	if err != nil {
-		t.err = err
+	t.loads = pm.table.Loads
+	if len(pm.table.Rows) > r.loader.RowCapacity() {
+		t.err = fmt.Errorf("%w: %d rows, the budget holds %d", ErrNoRoom, len(pm.table.Rows), r.loader.RowCapacity())
 		return t
 	}
-	defer f.Close()
-	compiled, err := Compile(f, mf.ID.Size, r.lim)
-	if err != nil {
-		t.err = err
-		r.log.Debug("compile unwind table", "path", path, "err", err)
-		return t
-	}
-	if len(compiled.Rows) == 0 {
-		t.err = errors.New("no call-frame information")
-		return t
-	}
-	t.loads = compiled.Loads
 	for {
-		first, err := r.loader.LoadRows(compiled.Rows)
+		first, err := r.loader.LoadRows(pm.table.Rows)
 		if err == nil {
-			t.first, t.rows = first, len(compiled.Rows)
+			t.first, t.rows = first, len(pm.table.Rows)
 			return t
 		}
 		if !errors.Is(err, ErrNoRoom) || !r.evictOne() {
 			t.err = err
-			r.log.Debug("load unwind table", "path", path, "rows", len(compiled.Rows), "err", err)
+			r.log.Debug("load unwind table", "path", pm.m.Path, "rows", len(pm.table.Rows), "err", err)
 			return t
+		}
+	}
+}
+
+var errEvicted = errors.New("table evicted while the process was prepared")
+
+// maxFiles bounds the files remembered, with or without a table: past it,
+// the failures no process maps are forgotten (their files are retried).
+const maxFiles = 8192
+
+func (r *Registry) forgetFailed() {
+	for id, t := range r.tables {
+		if t.err != nil && t.refs == 0 {
+			delete(r.tables, id)
 		}
 	}
 }
@@ -176,7 +282,7 @@ func (r *Registry) evictOne() bool {
 	var victim proc.FileID
 	var vt *table
 	for id, t := range r.tables {
-		if t.refs == 0 && t.rows > 0 && (vt == nil || t.used < vt.used) {
+		if t.refs == 0 && t.rows > 0 && t.used < r.clock && (vt == nil || t.used < vt.used) {
 			victim, vt = id, t
 		}
 	}

@@ -1,0 +1,128 @@
+package unwind
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/stackstream/stackstream/pkg/testenv"
+	"github.com/stackstream/stackstream/services/agent/internal/proc"
+)
+
+// fakeLoader counts rows against a capacity, as the BPF array does.
+type fakeLoader struct {
+	capacity, used int
+	next           uint32
+	loads          int
+	live           map[uint32]int // first -> rows
+	procs          map[int][]Mapping
+}
+
+func newFakeLoader(capacity int) *fakeLoader {
+	return &fakeLoader{capacity: capacity, live: map[uint32]int{}, procs: map[int][]Mapping{}}
+}
+
+func (l *fakeLoader) LoadRows(rows []Row) (uint32, error) {
+	if l.used+len(rows) > l.capacity {
+		return 0, fmt.Errorf("load: %w", ErrNoRoom)
+	}
+	first := l.next
+	l.next += uint32(len(rows))
+	l.used += len(rows)
+	l.live[first] = len(rows)
+	l.loads++
+	return first, nil
+}
+
+func (l *fakeLoader) RowCapacity() int { return l.capacity }
+
+func (l *fakeLoader) FreeRows(first uint32, n int) {
+	if l.live[first] != n {
+		panic(fmt.Sprintf("free %d rows at %d, loaded %d", n, first, l.live[first]))
+	}
+	delete(l.live, first)
+	l.used -= n
+}
+
+func (l *fakeLoader) SetProcess(pid int, m []Mapping) error { l.procs[pid] = m; return nil }
+func (l *fakeLoader) RemoveProcess(pid int)                 { delete(l.procs, pid) }
+
+func startProcess(t *testing.T, name string, args ...string) int {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	time.Sleep(50 * time.Millisecond) // the dynamic loader maps the libraries
+	return cmd.Process.Pid
+}
+
+// TestRegistrySharesAndEvicts: two processes of one binary load its tables
+// once; tables of exited processes stay until their room is needed, then go
+// least recently used first.
+func TestRegistrySharesAndEvicts(t *testing.T) {
+	testenv.Root(t) // map_files
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	fs := proc.FS{Root: "/proc"}
+	sleep := compileFile(t, "/usr/bin/sleep")
+	py := startProcess(t, python3Path(t), "-c", "import time; time.sleep(60)")
+	need := 0
+	prep, err := Prepare(fs, py, nil, DefaultLimits, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[*Table]bool{}
+	for _, pm := range prep.mappings {
+		if pm.table != nil && !seen[pm.table] {
+			seen[pm.table] = true
+			need += len(pm.table.Rows)
+		}
+	}
+	// Room for python3's files (libc and ld.so among them) and half of
+	// sleep's table: python3 fits only once sleep's table is evicted.
+	l := newFakeLoader(need + len(sleep.Rows)/2)
+	r := NewRegistry(log, fs, l, DefaultLimits)
+
+	a, b := startProcess(t, "sleep", "60"), startProcess(t, "sleep", "61")
+	for _, pid := range []int{a, b} {
+		if err := r.AddProcess(pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := r.Stats()
+	if l.loads != 3 || st.Tables != 3 || st.Processes != 2 {
+		// sleep, libc, ld.so
+		t.Fatalf("two sleeps: %d loads, stats %+v", l.loads, st)
+	}
+	if len(l.procs[a]) < 3 || l.procs[a][0].Rows == 0 {
+		t.Fatalf("mappings of sleep: %+v", l.procs[a])
+	}
+	r.RemoveProcess(a)
+	r.RemoveProcess(b)
+	if len(l.procs) != 0 {
+		t.Fatalf("processes left: %v", l.procs)
+	}
+	// python3 maps libc and ld.so again (shared, still loaded) and needs
+	// room for itself: sleep's table, unmapped, is evicted.
+	if err := r.AddProcess(py); err != nil {
+		t.Fatal(err)
+	}
+	st = r.Stats()
+	t.Logf("after python3: %d loads, %+v, %d of %d rows used", l.loads, st, l.used, l.capacity)
+	if st.Tables < 3 || l.used > l.capacity {
+		t.Fatalf("stats %+v, %d rows used of %d", st, l.used, l.capacity)
+	}
+	// sleep was loaded first, at row 0.
+	if _, ok := l.live[0]; ok {
+		t.Errorf("sleep's table, mapped by no process, was not evicted: %v", l.live)
+	}
+	for _, m := range l.procs[py] {
+		if m.Rows == 0 {
+			t.Errorf("mapping %#x-%#x of python3 without a table", m.Start, m.Limit)
+		}
+	}
+}
