@@ -232,9 +232,6 @@ func unwindRun(t *testing.T, cmd *exec.Cmd, d time.Duration) ([][]string, []uint
 			}
 			st = append(st, sym.name(pc))
 		}
-		if testing.Verbose() && len(st) < 6 {
-			t.Logf("raw %x", smp.User)
-		}
 		stacks = append(stacks, st)
 		counts = append(counts, smp.Count)
 	}
@@ -421,5 +418,53 @@ func TestUnwindSignalFrame(t *testing.T) {
 	}
 	if c.UnwindSignal == 0 {
 		t.Fatalf("counters %+v: no signal frame", c)
+	}
+}
+
+// vdsoC spends its time in clock_gettime, in the vDSO: no file maps it, its
+// table comes from the agent's own copy.
+const vdsoC = `
+#include <time.h>
+volatile unsigned long sink;
+__attribute__((noinline, noipa)) void tick(void) {
+	struct timespec ts;
+	for (int i = 0; i < 1000; i++) { clock_gettime(CLOCK_MONOTONIC, &ts); sink += ts.tv_nsec; }
+}
+int main(void) { for (;;) tick(); }
+`
+
+// TestUnwindVDSO: samples in the vDSO reach _start through tick and main,
+// with no frame-pointer step.
+func TestUnwindVDSO(t *testing.T) {
+	bin := buildC(t, vdsoC)
+	stacks, counts, c, stats := unwindRun(t, exec.Command(bin), 2*time.Second)
+	share, depth, total := summarize(stacks, counts)
+	t.Logf("%d samples, %.1f%% complete, median depth %d; counters %+v; registry %+v", total, 100*share, depth, c, stats)
+	if total < 50 {
+		t.Fatalf("only %d samples", total)
+	}
+	var inVDSO, exact uint64
+	for i, st := range stacks {
+		if len(st) == 0 || st[0] != "?" {
+			continue // in tick or libc's clock_gettime
+		}
+		inVDSO += counts[i]
+		for j, f := range st {
+			if f == "prog:tick" {
+				if j+1 < len(st) && st[j+1] == "prog:main" && complete(st) {
+					exact += counts[i]
+				}
+				break
+			}
+		}
+	}
+	if inVDSO*2 < total {
+		t.Fatalf("%d of %d samples in the vDSO", inVDSO, total)
+	}
+	if exact*100 < inVDSO*99 {
+		t.Fatalf("%d of %d vDSO samples reach _start through tick and main", exact, inVDSO)
+	}
+	if c.UnwindFPFrames != 0 {
+		t.Errorf("%d frame-pointer steps: the vDSO had no table", c.UnwindFPFrames)
 	}
 }

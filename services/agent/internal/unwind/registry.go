@@ -101,8 +101,21 @@ func Prepare(fs proc.FS, pid int, seen map[proc.FileID]bool, lim Limits, mapFile
 	}
 	compiled := map[proc.FileID]*Table{}
 	for _, m := range maps {
+		if m.Path == vdsoPath {
+			id, size, t, err := vdsoTable(lim)
+			if err != nil || m.Limit-m.Start != size || m.Offset != 0 {
+				p.Failed++
+				continue
+			}
+			pm := preparedMapping{m: m, id: id}
+			if !seen[id] {
+				pm.table = t
+			}
+			p.mappings = append(p.mappings, pm)
+			continue
+		}
 		if m.Path == "" || strings.HasPrefix(m.Path, "[") {
-			continue // JIT code, the vDSO: frame pointers
+			continue // JIT code, [vsyscall]: frame pointers
 		}
 		mf, err := fs.OpenMapped(pid, m, mapFiles)
 		if err != nil {
