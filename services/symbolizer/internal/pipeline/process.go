@@ -39,6 +39,11 @@ type Processor struct {
 	// MaxOutputBytes bounds one output record: value, key and headers.
 	// A symbolized profile larger than that is split into parts that fit.
 	MaxOutputBytes int
+	// Limits are the decode limits of the consumers of the output (the
+	// indexer and rollup decode with record.DefaultLimits, the zero
+	// value here): a symbolized profile past them, as symbolization adds
+	// functions and lines, is split like one too large.
+	Limits record.Limits
 	// Log receives the stack of a recovered panic; nil discards it.
 	Log *slog.Logger
 	// OnPanic counts recovered panics as they happen (not at commit).
@@ -89,7 +94,11 @@ func (p *Processor) process(ctx context.Context, r *kgo.Record) Result {
 		return p.dead(r, err)
 	}
 	st := p.Symbolizer.Profile(ctx, prof)
-	pieces, err := splitToFit(prof, limit)
+	lim := p.Limits
+	if lim == (record.Limits{}) {
+		lim = record.DefaultLimits()
+	}
+	pieces, err := splitToFit(prof, limit, lim)
 	if err != nil {
 		return p.dead(r, err)
 	}
@@ -109,7 +118,7 @@ func (p *Processor) process(ctx context.Context, r *kgo.Record) Result {
 			}
 			cut := *r
 			cut.Value, cut.Headers = val, h
-			res.Err = fmt.Errorf("%w: %d bytes gzip, limit %d (STACKSTREAM_SYMBOLIZER_MAX_OUTPUT_BYTES less key and headers)", ErrOutputTooLarge, len(val), limit)
+			res.Err = fmt.Errorf("%w: %d bytes gzip, limit %d (STACKSTREAM_SYMBOLIZER_MAX_OUTPUT_BYTES less key and headers), or past the decode limits of schemas/kafka.md", ErrOutputTooLarge, len(val), limit)
 			res.Reason = Reason(res.Err)
 			res.Out = append(res.Out, record.DLQRecord(p.Topics.DLQ, ServiceName, &cut, res.Err))
 			continue

@@ -1,6 +1,11 @@
 package pipeline
 
 import (
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+
 	"github.com/google/pprof/profile"
 
 	"github.com/stackstream/stackstream/schemas/record"
@@ -8,23 +13,47 @@ import (
 
 // encodeFitting returns p as a record value of at most limit bytes: stored
 // gzip when that fits (every consumer then reads it without inflating),
-// else gzip-compressed, else nil.
-func encodeFitting(p *profile.Profile, limit int) ([]byte, error) {
-	val, err := record.EncodeProfileStored(p)
+// else gzip-compressed, else nil. It is nil too when p exceeds lim, the
+// decode limits of the consumers downstream (a part of it may not). size
+// is the gzip size of a p that does not fit, 0 when not known.
+func encodeFitting(p *profile.Profile, limit int, lim record.Limits) (val []byte, size int, err error) {
+	var raw bytes.Buffer
+	if err := p.WriteUncompressed(&raw); err != nil {
+		return nil, 0, fmt.Errorf("encode profile: %w", err)
+	}
+	if err := lim.Check(raw.Bytes()); errors.Is(err, record.ErrTooLarge) {
+		return nil, 0, nil
+	} else if err != nil {
+		return nil, 0, fmt.Errorf("check symbolized profile: %w", err)
+	}
+	if raw.Len() < limit {
+		if val, err := gzipLevel(raw.Bytes(), gzip.NoCompression); err != nil || len(val) <= limit {
+			return val, 0, err
+		}
+	}
+	val, err = gzipLevel(raw.Bytes(), gzip.DefaultCompression)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	if len(val) <= limit {
-		return val, nil
+	if len(val) > limit {
+		return nil, len(val), nil
 	}
-	val, err = record.EncodeProfile(p)
+	return val, 0, nil
+}
+
+func gzipLevel(raw []byte, level int) ([]byte, error) {
+	var buf bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&buf, level)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("encode profile: %w", err)
 	}
-	if len(val) <= limit {
-		return val, nil
+	if _, err := zw.Write(raw); err != nil {
+		return nil, fmt.Errorf("encode profile: %w", err)
 	}
-	return nil, nil
+	if err := zw.Close(); err != nil {
+		return nil, fmt.Errorf("encode profile: %w", err)
+	}
+	return buf.Bytes(), nil
 }
 
 // piece is one part of a split profile: its value, or the single sample
@@ -40,11 +69,11 @@ type piece struct {
 // only the strings these name), with p's time, duration, types and
 // comments, so every part is a complete profile and the values of the
 // parts add up to p's. Parts come out in sample order.
-func splitToFit(p *profile.Profile, limit int) ([]piece, error) {
+func splitToFit(p *profile.Profile, limit int, lim record.Limits) ([]piece, error) {
 	var out []piece
-	var fit func(q *profile.Profile, size int) error
-	fit = func(q *profile.Profile, size int) error {
-		val, err := encodeFitting(q, limit)
+	var fit func(q *profile.Profile) error
+	fit = func(q *profile.Profile) error {
+		val, size, err := encodeFitting(q, limit, lim)
 		if err != nil {
 			return err
 		}
@@ -57,25 +86,19 @@ func splitToFit(p *profile.Profile, limit int) ([]piece, error) {
 			return nil
 		}
 		// Cut into as many parts as the size suggests (a quarter more, as
-		// parts repeat the locations they share), at least two; a part
-		// that still does not fit is cut again.
-		if size <= 0 {
-			size = limit * 2
-		}
+		// parts repeat the locations they share), at least two (over the
+		// decode limits, size is 0: halves); a part that still does not
+		// fit is cut again.
 		n := min(len(q.Sample), max(2, (size/limit)*5/4+1))
 		for i := 0; i < n; i++ {
 			lo, hi := i*len(q.Sample)/n, (i+1)*len(q.Sample)/n
-			if err := fit(subProfile(q, q.Sample[lo:hi]), 0); err != nil {
+			if err := fit(subProfile(q, q.Sample[lo:hi])); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	size := 0
-	if gz, err := record.EncodeProfile(p); err == nil {
-		size = len(gz)
-	}
-	if err := fit(p, size); err != nil {
+	if err := fit(p); err != nil {
 		return nil, err
 	}
 	return out, nil

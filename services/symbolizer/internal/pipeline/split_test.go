@@ -333,3 +333,33 @@ func TestProcessUndefinedLocation(t *testing.T) {
 	}
 	t.Logf("%d bytes: %s: %v", len(val), res.Reason, res.Err)
 }
+
+// TestSplitPastDecodeLimits: a symbolized profile small in bytes but past
+// the decode limits of the consumers downstream (here 1,000 samples, as
+// symbolization can also push lines and functions past theirs) is split
+// into parts each of them can decode.
+func TestSplitPastDecodeLimits(t *testing.T) {
+	now := time.Now()
+	b := pproftest.NewCPU(now, 10*time.Second)
+	for i := 0; i < 4500; i++ {
+		b.Sample(map[string]string{"pid": fmt.Sprint(i % 7)}, []int64{1, 10}, fmt.Sprintf("fn%d", i%300), "main")
+	}
+	prof := b.Profile()
+	val, err := record.EncodeProfile(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := fuzzProcessor(t)
+	p.Limits = record.DefaultLimits()
+	p.Limits.MaxSamples = 1000
+	in := &kgo.Record{Topic: "f.profiles.raw", Key: []byte("h"), Value: val, Headers: record.Meta{Type: record.ProfileCPU, Host: "h"}.Headers(), Timestamp: now}
+	res := p.Process(context.Background(), in)
+	want, _ := record.DecodeProfile(val)
+	checkParts(t, p, in, want, res, "")
+	for i, out := range res.Out {
+		if _, err := record.DecodeProfileLimits(out.Value, p.Limits); err != nil {
+			t.Fatalf("part %d: %v", i, err)
+		}
+	}
+	t.Logf("%d bytes gzip, %d samples in %d parts", len(val), len(prof.Sample), res.Parts)
+}

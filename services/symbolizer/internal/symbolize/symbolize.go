@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/stackstream/stackstream/schemas/record"
+
 	"github.com/stackstream/stackstream/services/symbolizer/internal/symtab"
 )
 
@@ -241,7 +243,7 @@ func (s *Symbolizer) Profile(ctx context.Context, p *profile.Profile) Stats {
 			f := frames[i]
 			fn, ok := byFunc[f.Func]
 			if !ok {
-				fn = newFunction(f.Function, f.SystemName, f.File)
+				fn = newFunction(capName(f.Function), capName(f.SystemName), capName(f.File))
 				byFunc[f.Func] = fn
 			}
 			loc.Line[i] = profile.Line{Function: fn, Line: f.Line}
@@ -256,6 +258,21 @@ func (s *Symbolizer) Profile(ctx context.Context, p *profile.Profile) Stats {
 		}
 	}
 	return st
+}
+
+// MaxNameBytes bounds a function or file name the symbolizer writes. Debug
+// info comes from outside (the debuginfo topic, debuginfod): a name of
+// megabytes would make every sample through it too large for a record and
+// past the string limit of the consumers downstream (64 KiB). The longest
+// demangled C++ names seen in practice are a few KiB.
+const MaxNameBytes = 8 << 10
+
+// capName cuts s to MaxNameBytes on a UTF-8 boundary, marking the cut.
+func capName(s string) string {
+	if len(s) <= MaxNameBytes {
+		return s
+	}
+	return record.TruncateUTF8(s, MaxNameBytes-len("…")) + "…"
 }
 
 // callerOnlyLocations reports the locations that appear in samples only
