@@ -163,9 +163,10 @@ func (s *symbolizer) name(addr uint64) string {
 		var vaddr uint64
 		found := false
 		entry := f.Entry
+		off := addr - m.start + m.offset
 		for _, p := range f.Progs {
-			if p.Type == elf.PT_LOAD && p.Off&^4095 <= m.offset && m.offset < p.Off+p.Filesz {
-				vaddr, found = addr-m.start+m.offset-p.Off+p.Vaddr, true
+			if p.Type == elf.PT_LOAD && p.Off <= off && off < p.Off+p.Filesz {
+				vaddr, found = off-p.Off+p.Vaddr, true
 				break
 			}
 		}

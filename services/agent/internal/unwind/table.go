@@ -135,6 +135,14 @@ type Load struct {
 // file at offset to get the ELF virtual address the rows use.
 func (t *Table) Bias(start, offset uint64) (uint64, bool) {
 	const pageMask = 4095
+	// The kernel maps each PT_LOAD from its offset rounded down to a page;
+	// with lld's layout (Rust) the text segment shares its first page with
+	// the read-only one, so containment alone would pick the wrong one.
+	for _, l := range t.Loads {
+		if l.Offset&^pageMask == offset {
+			return start - offset + l.Offset - l.Vaddr, true
+		}
+	}
 	for _, l := range t.Loads {
 		if l.Offset&^pageMask <= offset && offset < l.Offset+l.FileSize {
 			return start - offset + l.Offset - l.Vaddr, true

@@ -217,3 +217,28 @@ func TestCompileMatchesReadelf(t *testing.T) {
 		})
 	}
 }
+
+// TestBias: lld's layout puts the text segment's first page in the
+// read-only one's last: the mapping's offset names the segment.
+func TestBias(t *testing.T) {
+	tab := &Table{Loads: []Load{
+		{Offset: 0, Vaddr: 0, FileSize: 0x12dcc},
+		{Offset: 0x12dd0, Vaddr: 0x13dd0, FileSize: 0x3d720},
+	}}
+	cases := []struct {
+		name          string
+		start, offset uint64
+		want          uint64
+	}{
+		{"read-only", 0x55d6f8e6a000, 0, 0x55d6f8e6a000},
+		{"text sharing a page", 0x55d6f8e7d000, 0x12000, 0x55d6f8e7d000 - 0x13000},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := tab.Bias(tc.start, tc.offset)
+			if !ok || got != tc.want {
+				t.Fatalf("bias %#x %v, want %#x", got, ok, tc.want)
+			}
+		})
+	}
+}
