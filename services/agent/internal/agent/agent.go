@@ -303,12 +303,19 @@ func (a *Agent) publishDebuginfo(b *binary) (read bool, ack *publish.Ack) {
 		return false, nil
 	}
 	a.known[b.buildID] = true
-	var d *debuginfo.File
-	var err error
-	fs, src, mapFiles := a.ps.fs, *b, a.ps.mapFiles
-	if gerr := a.ps.files.do(b.mapping.Dev, func() { d, err = extract(fs, src, mapFiles, elfinfo.DefaultLimits) }); gerr != nil {
-		err = gerr
+	type extracted struct {
+		d   *debuginfo.File
+		err error
 	}
+	fs, src, mapFiles := a.ps.fs, *b, a.ps.mapFiles
+	r, err := gated(a.ps.files, b.mapping.Dev, func() extracted {
+		d, err := extract(fs, src, mapFiles, elfinfo.DefaultLimits)
+		return extracted{d, err}
+	})
+	if err == nil {
+		err = r.err
+	}
+	d := r.d
 	if errors.Is(err, elfinfo.ErrTooLarge) {
 		// Its symbols would not fit a debuginfo value: say so, as for an
 		// encoding over the bound.

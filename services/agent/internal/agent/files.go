@@ -46,8 +46,7 @@ func newFileGate(timeout time.Duration, now func() time.Time) *fileGate {
 }
 
 // do runs fn for a file on dev and waits at most the gate's timeout. fn must
-// touch no state shared with the caller but its own result, which the caller
-// reads only when do returns nil.
+// touch no state shared with the caller (use gated to get a result).
 func (g *fileGate) do(dev string, fn func()) error {
 	if until, ok := g.slowDevs[dev]; ok {
 		if g.now().Before(until) {
@@ -80,6 +79,18 @@ func (g *fileGate) do(dev string, fn func()) error {
 		g.slowDevs[dev] = g.now().Add(g.slowFor)
 		return fmt.Errorf("%w after %s on device %s", ErrFileTimeout, g.timeout, dev)
 	}
+}
+
+// gated runs fn through g and returns its result. The result travels through
+// a channel, not a shared variable: a read left behind after the time-out
+// may still finish, and must write nothing the caller reads.
+func gated[T any](g *fileGate, key string, fn func() T) (T, error) {
+	ch := make(chan T, 1)
+	if err := g.do(key, func() { ch <- fn() }); err != nil {
+		var zero T
+		return zero, err
+	}
+	return <-ch, nil
 }
 
 // maxSlowKeys bounds the devices and processes remembered as slow.
@@ -159,6 +170,11 @@ func extract(fs proc.FS, b binary, mapFiles bool, lim elfinfo.Limits) (*debuginf
 	ef, err := elfinfo.Open(f, mf.ID.Size)
 	if err != nil {
 		return nil, err
+	}
+	// Before anything is published for b's build ID, even a too-large
+	// marker, the file read must be the one that has it.
+	if id, err := elfinfo.BuildID(ef); err != nil || id != b.buildID {
+		return nil, fmt.Errorf("%w: %s has build ID %q now (%v), %s before", ErrFileChanged, b.path, id, err, b.buildID)
 	}
 	d, err := elfinfo.ExtractFile(ef, lim)
 	if err != nil {

@@ -84,12 +84,19 @@ func (ps *processes) get(pid int, comm string) *process {
 	// The sample's comm is the thread's name; labels use the process's.
 	// Reading environ waits for the process's mmap lock, which a process
 	// stuck in a page fault on a FUSE file holds: off the tick, bounded.
-	var info proc.Info
-	var err error
-	fs := ps.fs
-	if gerr := ps.files.do(procKey(pid), func() { info, err = fs.ReadInfo(pid) }); gerr != nil {
-		err = gerr
+	type result struct {
+		info proc.Info
+		err  error
 	}
+	fs := ps.fs
+	r, err := gated(ps.files, procKey(pid), func() result {
+		info, err := fs.ReadInfo(pid)
+		return result{info, err}
+	})
+	if err == nil {
+		err = r.err
+	}
+	info := r.info
 	if err != nil {
 		info = proc.Info{PID: pid, Comm: comm}
 	}
@@ -173,12 +180,19 @@ func find(maps []mapping, addr uint64) *mapping {
 func (ps *processes) readMaps(p *process) {
 	p.mapsRead = ps.interval + 1
 	// maps, like environ, waits for the process's mmap lock.
-	var raw []proc.Mapping
-	var err error
-	fs, pid := ps.fs, p.info.PID
-	if gerr := ps.files.do(procKey(pid), func() { raw, err = fs.ReadMaps(pid) }); gerr != nil {
-		err = gerr
+	type result struct {
+		maps []proc.Mapping
+		err  error
 	}
+	fs, pid := ps.fs, p.info.PID
+	r, err := gated(ps.files, procKey(pid), func() result {
+		maps, err := fs.ReadMaps(pid)
+		return result{maps, err}
+	})
+	if err == nil {
+		err = r.err
+	}
+	raw := r.maps
 	if err != nil && !errors.Is(err, proc.ErrTooLarge) {
 		return
 	}
@@ -225,9 +239,9 @@ func (ps *processes) check(pid int, m proc.Mapping) *binary {
 		id := cached.id
 		cachedID = &id
 	}
-	var in inspection
 	fs, mapFiles := ps.fs, ps.mapFiles
-	if err := ps.files.do(m.Dev, func() { in = identify(fs, pid, m, mapFiles, cachedID) }); err != nil {
+	in, err := gated(ps.files, m.Dev, func() inspection { return identify(fs, pid, m, mapFiles, cachedID) })
+	if err != nil {
 		in = inspection{err: err}
 	}
 	if in.err != nil && !in.read {
