@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"bytes"
+	"compress/gzip"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -35,9 +37,18 @@ func TestProfilesWorkloads(t *testing.T) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/heap", func(w http.ResponseWriter, r *http.Request) { pprof.Lookup("heap").WriteTo(w, 0) })
+	// A hostile endpoint: 64 MiB of zeros in ~64 KiB of gzip.
+	var bomb bytes.Buffer
+	zw := gzip.NewWriter(&bomb)
+	chunk := make([]byte, 1<<20)
+	for range 64 {
+		zw.Write(chunk)
+	}
+	zw.Close()
+	mux.HandleFunc("/bomb", func(w http.ResponseWriter, r *http.Request) { w.Write(bomb.Bytes()) })
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
-	a := start(t, e, Config{PIDs: targets, Memory: true, HeapEndpoints: []string{"self=" + srv.URL + "/debug/pprof/heap"}})
+	a := start(t, e, Config{PIDs: targets, Memory: true, HeapEndpoints: []string{"bomb=" + srv.URL + "/bomb", "self=" + srv.URL + "/debug/pprof/heap"}})
 	time.Sleep(4 * time.Second)
 	a.stop(t)
 	got := consume(t, e)
@@ -46,6 +57,9 @@ func TestProfilesWorkloads(t *testing.T) {
 	}
 	if s := got.heap[0].Sample; len(s) == 0 || s[0].Label[record.LabelService][0] != "self" {
 		t.Fatalf("heap profile samples %v", s)
+	}
+	if n := counterValue(t, a.reg, "stackstream_agent_heap_scrape_errors_total"); n < 2 {
+		t.Fatalf("%v heap scrape errors counted, want one per interval for the bomb", n)
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
