@@ -128,9 +128,10 @@ func runMain() error {
 			Topics:     topics, MaxOutputBytes: cfg.Symbolizer.MaxOutputBytes,
 			Log: log, OnPanic: metrics.Panics.Inc,
 		},
-		Metrics:        metrics,
-		Log:            log,
-		MaxPollRecords: cfg.Symbolizer.MaxPollRecords,
+		Metrics:           metrics,
+		Log:               log,
+		MaxPollRecords:    cfg.Symbolizer.MaxPollRecords,
+		BatchLookupBudget: cfg.Symbolizer.BatchLookupBudget,
 	}
 	srv, err := telemetry.Listen(cfg.ListenAddr, telemetry.Mux(reg, func(ctx context.Context) error {
 		select {

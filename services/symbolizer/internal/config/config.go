@@ -41,6 +41,7 @@ type Symbolizer struct {
 	MaxMisses          int           `envconfig:"MAX_MISSES" default:"65536" desc:"build IDs remembered as missing; the oldest are forgotten first"`
 	LookupConcurrency  int           `envconfig:"LOOKUP_CONCURRENCY" default:"4" desc:"debug info fetches (all sources) running at once"`
 	LookupBudget       time.Duration `envconfig:"LOOKUP_BUDGET" default:"5s" desc:"longest one record waits for the debug info of its binaries; frames of binaries not found in time keep their addresses (the fetch goes on and serves later records)"`
+	BatchLookupBudget  time.Duration `envconfig:"BATCH_LOOKUP_BUDGET" default:"15s" desc:"longest the records of one poll wait for debug info together; the rest of the poll is symbolized from what is cached"`
 	LookupTimeout      time.Duration `envconfig:"LOOKUP_TIMEOUT" default:"2m" desc:"longest one fetch of a build ID through every source may take"`
 	DebuginfoWait      time.Duration `envconfig:"DEBUGINFO_WAIT" default:"2s" desc:"on a miss, longest wait for the debuginfo follower to read the topic up to its end as of the miss, before asking the topic again; 0 to not wait"`
 	SessionTimeout     time.Duration `envconfig:"SESSION_TIMEOUT" default:"45s" desc:"how long a crashed instance keeps its partitions (within the broker's group.min/max.session.timeout.ms)"`
@@ -101,6 +102,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_LOOKUP_CONCURRENCY=%d: use 1 to 256", s.LookupConcurrency)
 	case s.LookupBudget <= 0:
 		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_LOOKUP_BUDGET=%s must be positive", s.LookupBudget)
+	case s.BatchLookupBudget < s.LookupBudget:
+		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_BATCH_LOOKUP_BUDGET=%s is shorter than STACKSTREAM_SYMBOLIZER_LOOKUP_BUDGET=%s: use at least that", s.BatchLookupBudget, s.LookupBudget)
 	case s.LookupTimeout <= 0:
 		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_LOOKUP_TIMEOUT=%s must be positive", s.LookupTimeout)
 	case s.DebuginfoWait < 0 || s.DebuginfoWait > time.Minute:

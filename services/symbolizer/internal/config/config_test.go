@@ -16,7 +16,7 @@ func valid() Config {
 			Group: "stackstream-symbolizer", DebugDirs: []string{"/usr/lib/debug"}, DebuginfodTimeout: time.Minute,
 			MaxTables: 512, TopicCacheBytes: 512 << 20, SessionTimeout: 45 * time.Second, MissTTL: 5 * time.Minute,
 			MaxPollRecords: 200, MaxOutputBytes: 999000, BatchCompression: "lz4",
-			MaxMisses: 1 << 16, LookupConcurrency: 4, LookupBudget: 5 * time.Second, LookupTimeout: 2 * time.Minute, DebuginfoWait: 2 * time.Second,
+			MaxMisses: 1 << 16, LookupConcurrency: 4, LookupBudget: 5 * time.Second, BatchLookupBudget: 15 * time.Second, LookupTimeout: 2 * time.Minute, DebuginfoWait: 2 * time.Second,
 			MaxTableBytes: 256 << 20, DebuginfodMaxBytes: 512 << 20, MaxSectionBytes: 64 << 20, MaxELFBytes: 128 << 20,
 		},
 	}
@@ -44,6 +44,7 @@ func TestValidate(t *testing.T) {
 		{"tiny sections", func(c *Config) { c.Symbolizer.MaxSectionBytes = 10 }, "STACKSTREAM_SYMBOLIZER_MAX_SECTION_BYTES"},
 		{"no lookups", func(c *Config) { c.Symbolizer.LookupConcurrency = 0 }, "STACKSTREAM_SYMBOLIZER_LOOKUP_CONCURRENCY"},
 		{"no budget", func(c *Config) { c.Symbolizer.LookupBudget = 0 }, "STACKSTREAM_SYMBOLIZER_LOOKUP_BUDGET"},
+		{"batch budget below record budget", func(c *Config) { c.Symbolizer.BatchLookupBudget = time.Second }, "STACKSTREAM_SYMBOLIZER_BATCH_LOOKUP_BUDGET"},
 		{"no misses", func(c *Config) { c.Symbolizer.MaxMisses = 0 }, "STACKSTREAM_SYMBOLIZER_MAX_MISSES"},
 		{"long wait", func(c *Config) { c.Symbolizer.DebuginfoWait = time.Hour }, "STACKSTREAM_SYMBOLIZER_DEBUGINFO_WAIT"},
 		{"file below section", func(c *Config) { c.Symbolizer.MaxELFBytes = 2 << 20 }, "STACKSTREAM_SYMBOLIZER_MAX_ELF_BYTES"},

@@ -31,6 +31,10 @@ type Runner struct {
 	Metrics        *Metrics
 	Log            *slog.Logger
 	MaxPollRecords int
+	// BatchLookupBudget bounds the time all records of one poll wait for
+	// lookups together; past it the rest of the poll is symbolized from
+	// what is cached. 0 means no bound but each record's own.
+	BatchLookupBudget time.Duration
 }
 
 // Run processes until ctx ends or a transaction cannot be ended.
@@ -68,11 +72,19 @@ func (r *Runner) batch(ctx context.Context, fetches kgo.Fetches) error {
 		split      int // inputs written as several parts
 		parts      int // records those parts took
 	)
+	// Lookups of the whole poll share a budget, so a poll full of records
+	// naming unknown binaries holds its partitions for one budget, not one
+	// per record. ctx alone says whether the instance is stopping.
+	lookupCtx, cancel := ctx, context.CancelFunc(func() {})
+	if r.BatchLookupBudget > 0 {
+		lookupCtx, cancel = context.WithTimeout(ctx, r.BatchLookupBudget)
+	}
+	defer cancel()
 	fetches.EachRecord(func(rec *kgo.Record) {
 		if ctx.Err() != nil {
 			return
 		}
-		res := r.Processor.Process(ctx, rec)
+		res := r.Processor.Process(lookupCtx, rec)
 		if res.Err != nil {
 			r.Log.Warn("send record to dlq", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "reason", res.Err)
 			dlq[res.Reason]++

@@ -144,3 +144,20 @@ func TestRandomBuildIDsNotFound(t *testing.T) {
 		t.Fatalf("fetches %d, requests %d, peak %d running, %d in flight, %d misses remembered", cs.Fetches, total, cs.PeakRunning, maxSeen, cs.Misses)
 	}
 }
+
+// TestNoLookupPastBudget: once a record's (or its poll's) lookup time is
+// up, its unknown build IDs start no fetch at all: a free slot does not
+// tempt it.
+func TestNoLookupPastBudget(t *testing.T) {
+	src := &countingSource{}
+	chain := NewChain(Options{MissTTL: time.Minute, LookupConcurrency: 4}, src)
+	defer chain.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	p := randomBuildIDs(50)
+	st := (&symbolize.Symbolizer{Tables: chain, Concurrency: 4}).Profile(ctx, p)
+	checkAddresses(t, p)
+	if n := chain.Stats().Fetches; n != 0 || src.calls != 0 || st.OverBudget != 1 {
+		t.Fatalf("%d fetches, %d source calls, over budget %d: want none started", n, src.calls, st.OverBudget)
+	}
+}

@@ -79,7 +79,7 @@ type Symbolizer struct {
 
 // lookup finds the tables of the build IDs of p's mappings that have
 // locations left to resolve, Concurrency at a time, within Budget.
-func (s *Symbolizer) lookup(ctx context.Context, p *profile.Profile) (context.Context, context.CancelFunc, map[string]*symtab.Table) {
+func (s *Symbolizer) lookup(ctx context.Context, p *profile.Profile) (context.Context, context.CancelFunc, map[string]*symtab.Table, int) {
 	// Only mappings with locations left to resolve need a table.
 	var ids []string
 	tabs := make(map[string]*symtab.Table, len(p.Mapping))
@@ -116,7 +116,7 @@ func (s *Symbolizer) lookup(ctx context.Context, p *profile.Profile) (context.Co
 		for _, id := range ids {
 			tabs[id] = s.Tables.Table(ctx, id)
 		}
-		return ctx, cancel, tabs
+		return ctx, cancel, tabs, len(ids)
 	}
 	var (
 		mu   sync.Mutex
@@ -138,7 +138,7 @@ func (s *Symbolizer) lookup(ctx context.Context, p *profile.Profile) (context.Co
 	}
 	close(next)
 	wg.Wait()
-	return ctx, cancel, tabs
+	return ctx, cancel, tabs, len(ids)
 }
 
 type funcKey struct{ name, system, file string }
@@ -191,9 +191,12 @@ func (s *Symbolizer) Profile(ctx context.Context, p *profile.Profile) Stats {
 	}
 	callerOnly := callerOnlyLocations(p)
 	fallbacks, _ := s.Tables.(Fallbacks)
-	bctx, cancel, byID := s.lookup(ctx, p)
+	bctx, cancel, byID, asked := s.lookup(ctx, p)
 	defer cancel()
-	if bctx.Err() != nil && ctx.Err() == nil {
+	if asked > 0 && bctx.Err() != nil {
+		// Some lookups may have gone unanswered: the record's or its
+		// poll's budget ran out (or the instance is stopping, when the
+		// record is not written anyway).
 		st.OverBudget = 1
 	}
 	ctx = bctx
