@@ -234,7 +234,8 @@ func (c *Chain) Table(ctx context.Context, buildID string) *symtab.Table {
 			c.fetches++
 			c.running++
 			c.peak = max(c.peak, c.running)
-			go c.run(buildID, cl, c.now())
+			// The follower compares this with its own clock: real time.
+			go c.run(buildID, cl, time.Now())
 		} else {
 			<-c.slots
 		}
