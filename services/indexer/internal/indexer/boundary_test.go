@@ -125,3 +125,42 @@ func TestHostTooLongRecord(t *testing.T) {
 		t.Fatalf("convert of a short host = %v", err)
 	}
 }
+
+// TestConvertAllStopsAtChunkDocBytes: a chunk stops converting once its
+// documents take chunkDocBytes, so the documents held between conversion
+// and the batch stay bounded however many records a chunk has; the rest
+// are converted next.
+func TestConvertAllStopsAtChunkDocBytes(t *testing.T) {
+	// fastCases' profiles are stamped 2026-11-30 23:59:58.
+	ix := New(nil, nil, Options{Workers: 1, Now: func() time.Time { return time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC) }})
+	var r *kgo.Record
+	for _, tc := range fastCases(t) {
+		if tc.name == "memory of 5,000 processes" {
+			r = &kgo.Record{Headers: tc.meta.Headers(), Value: tc.value, Timestamp: time.Now()}
+		}
+	}
+	if r == nil {
+		t.Fatal("no memory case")
+	}
+	one, err := ix.convert(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := 0
+	for _, s := range one.Samples {
+		size += len(s.Doc)
+	}
+	recs := make([]*kgo.Record, 2*chunkDocBytes/size)
+	for i := range recs {
+		recs[i] = r
+	}
+	got := ix.convertAll(recs)
+	if want := (chunkDocBytes + size - 1) / size; len(got) != want {
+		t.Fatalf("converted %d records of %d bytes of documents each, want %d (up to %d bytes)", len(got), size, want, chunkDocBytes)
+	}
+	for i, c := range got {
+		if c.err != nil || len(c.docs.Samples) != len(one.Samples) {
+			t.Fatalf("record %d: %d documents, %v", i, len(c.docs.Samples), c.err)
+		}
+	}
+}

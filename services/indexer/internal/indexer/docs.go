@@ -55,17 +55,21 @@ func (l *LabelDrops) add(o LabelDrops) {
 var errHostTooLong = errors.New("host name too long")
 
 // The samples documents of one record may take docBudgetBase plus
-// docBudgetPerByte bytes of JSON per byte of the record value, counted as
-// they are built (the label sets' fields, then the documents): labels reach
-// the string table by index, so a small record could otherwise name the same
-// 512-byte values in millions of documents. Real profiles stay far below (a
-// 19 Hz agent profile of 130 KB makes about 40 KB of documents).
+// docBudgetPerByte bytes of JSON per byte of its protobuf (decompressed), up
+// to maxDocBytes, counted as they are built (the label sets' fields, then the
+// documents): labels reach the string table by index, so a small record could
+// otherwise name the same 512-byte values in millions of documents. Real
+// profiles stay below: a 19 Hz agent profile of 130 KB makes about 40 KB of
+// documents; a memory profile of 5,000 processes on a host with a 60-byte
+// name, 8 bytes per protobuf byte.
 const (
 	docBudgetBase    = 256 << 10
-	docBudgetPerByte = 8
+	docBudgetPerByte = 16
+	maxDocBytes      = 32 << 20
 )
 
-func docBudget(valueLen int) int { return docBudgetBase + docBudgetPerByte*valueLen }
+// docBudget is the budget of the documents of a protobuf of rawLen bytes.
+func docBudget(rawLen int) int { return min(docBudgetBase+docBudgetPerByte*rawLen, maxDocBytes) }
 
 func errDocumentsTooLarge(budget int) error {
 	return fmt.Errorf("%w: the samples documents of the record take more than %d bytes of JSON", record.ErrTooLarge, budget)

@@ -2,6 +2,7 @@ package indexer
 
 import (
 	"bytes"
+	stdgzip "compress/gzip"
 	"encoding/binary"
 	"fmt"
 	"hash/maphash"
@@ -23,7 +24,14 @@ import (
 // decodeConvert is the general path: google/pprof's decoder within
 // record.DefaultLimits, then Convert. Its errors are what the DLQ records say.
 func decodeConvert(names indices.Names, meta record.Meta, part string, value []byte, fallback time.Time) (Documents, error) {
-	p, err := record.DecodeProfile(value)
+	limits := record.DefaultLimits()
+	// record.DecodeProfile, decompressing here: the documents' budget is
+	// relative to the protobuf's size.
+	raw, err := inflate(value, limits.MaxDecompressedBytes)
+	if err != nil {
+		return Documents{}, fmt.Errorf("decode profile: %w", err)
+	}
+	p, err := record.ParseProfile(raw, limits)
 	if err != nil {
 		return Documents{}, fmt.Errorf("decode profile: %w", err)
 	}
@@ -36,11 +44,35 @@ func decodeConvert(names indices.Names, meta record.Meta, part string, value []b
 			}
 		}
 	}
-	docs, err := convert(names, meta, part, p, fallback, docBudget(len(value)))
+	docs, err := convert(names, meta, part, p, fallback, docBudget(len(raw)))
 	if err != nil {
 		return Documents{}, fmt.Errorf("convert profile: %w", err)
 	}
 	return docs, nil
+}
+
+// inflate is the protobuf of a record value as record.DecodeProfile reads
+// it: stored gzip copied, other gzip inflated (compress/gzip), at most limit
+// bytes (else ErrTooLarge); ErrNotGzip for anything else.
+func inflate(value []byte, limit int) ([]byte, error) {
+	if len(value) < 2 || value[0] != 0x1f || value[1] != 0x8b {
+		return nil, record.ErrNotGzip
+	}
+	if raw, ok := record.AppendStored(nil, value); ok && len(raw) <= limit {
+		return raw, nil
+	}
+	zr, err := stdgzip.NewReader(bytes.NewReader(value))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", record.ErrNotGzip, err)
+	}
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(io.LimitReader(zr, int64(limit)+1)); err != nil {
+		return nil, fmt.Errorf("%w: %v", record.ErrNotGzip, err)
+	}
+	if buf.Len() > limit {
+		return nil, fmt.Errorf("%w: decompressed bytes: more than %d", record.ErrTooLarge, limit)
+	}
+	return buf.Bytes(), nil
 }
 
 // fastPath converts records without building a *profile.Profile. One per
@@ -146,7 +178,7 @@ func (f *fastPath) convert(names indices.Names, meta record.Meta, part string, v
 		defer func() { <-f.heavy }() // also when it panics
 	}
 	if f.limits.check(d.raw.Bytes()) && d.parse(&f.limits) {
-		docs, ok = d.convert(names, meta, part, fallback, f, docBudget(len(value)))
+		docs, ok = d.convert(names, meta, part, fallback, f, docBudget(d.raw.Len()))
 	}
 	keep = !large
 	return docs, ok

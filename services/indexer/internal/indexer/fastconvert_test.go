@@ -101,6 +101,17 @@ func fastCases(t testing.TB) []fastCase {
 		Profile()), time.Time{}, true})
 	cases = append(cases, fastCase{"host too long", record.Meta{Type: record.ProfileCPU, Host: strings.Repeat("h", record.MaxHostBytes+1)},
 		encode(t, pproftest.NewCPU(at, time.Second).Sample(nil, []int64{1, 5}, "f").Profile()), time.Time{}, false})
+	// A real shape with more documents than protobuf: a memory profile of
+	// 5,000 processes of a host with a long name, gzip-compressed as the
+	// symbolizer writes a profile too large for stored gzip (documents of
+	// 8 bytes per protobuf byte, 43 per record byte).
+	procs := pproftest.NewMemory(at, time.Second)
+	for i := range 5000 {
+		procs.Sample(map[string]string{"pid": fmt.Sprint(100000 + i), "comm": fmt.Sprint("worker-", i%50), "executable": fmt.Sprint("/usr/lib/app/bin/worker-", i%50),
+			"systemd_unit": "app.service", "container_id": fmt.Sprintf("%064x", i%20)}, []int64{int64(1<<20 + i)})
+	}
+	cases = append(cases, fastCase{"memory of 5,000 processes", record.Meta{Type: record.ProfileMemory, Host: "ip-10-0-0-1.eu-west-1.compute.internal.example-long-host-name"},
+		encode(t, procs.Profile()), time.Time{}, true})
 	mem := pproftest.NewMemory(at, time.Second)
 	mem.Sample(map[string]string{"pid": "7", "comm": "db"}, []int64{1 << 20})
 	mem.Sample(map[string]string{"pid": "8", "comm": "db"}, []int64{2 << 20})
@@ -355,7 +366,7 @@ func BenchmarkFastConvertDecoded(b *testing.B) {
 				if !d.parse(&f.limits) {
 					b.Fatal("parse declined a corpus profile")
 				}
-				if _, ok := d.convert(testNames, r.Meta, "", r.Time, f, docBudget(len(r.Val))); !ok {
+				if _, ok := d.convert(testNames, r.Meta, "", r.Time, f, docBudget(d.raw.Len())); !ok {
 					b.Fatal("fast path declined a corpus profile")
 				}
 			}

@@ -73,6 +73,9 @@ const (
 	pollRecords              = 1000
 	convertChunk             = 64
 	convertChunkBytes        = 8 << 20
+	// chunkDocBytes stops a chunk's conversion once its documents take
+	// that much (each record's at most maxDocBytes).
+	chunkDocBytes = 32 << 20
 	// maxStackDocBytes bounds the stacks documents one record sends,
 	// estimated before they are encoded: deep stacks of long names (64 KiB
 	// each within the decode limits) could make gigabytes.
@@ -283,8 +286,9 @@ func (ix *Indexer) Run(ctx context.Context) error {
 				n++
 			}
 			chunk := recs[:n]
-			recs = recs[n:]
-			for i, c := range ix.convertAll(chunk) {
+			results := ix.convertAll(chunk)
+			recs = recs[len(results):]
+			for i, c := range results {
 				ix.add(b, chunk[i], c)
 				if b.bytes >= ix.opts.BatchBytes {
 					if err := send(); err != nil {
@@ -378,25 +382,31 @@ type converted struct {
 	err  error
 }
 
-// convertAll converts recs on up to Workers goroutines: decoding pprof is
-// most of the indexer's CPU.
+// convertAll converts recs on up to Workers goroutines (decoding pprof is
+// most of the indexer's CPU), in order, until their samples documents take
+// chunkDocBytes: it returns the results of the first records, at least one,
+// and the caller converts the others next.
 func (ix *Indexer) convertAll(recs []*kgo.Record) []converted {
 	out := make([]converted, len(recs))
-	var next atomic.Int64
+	var next, size atomic.Int64
 	var wg sync.WaitGroup
 	for range min(ix.opts.Workers, len(recs)) {
 		wg.Go(func() {
-			for {
+			for size.Load() < chunkDocBytes {
 				i := int(next.Add(1)) - 1
 				if i >= len(recs) {
 					return
 				}
 				out[i].docs, out[i].err = ix.convertSafe(recs[i])
+				for _, s := range out[i].docs.Samples {
+					size.Add(int64(len(s.Doc)))
+				}
 			}
 		})
 	}
 	wg.Wait()
-	return out
+	// Every index taken was converted.
+	return out[:min(int(next.Load()), len(recs))]
 }
 
 // convertSafe is the record boundary: nothing in a record's content may stop
