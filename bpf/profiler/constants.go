@@ -31,7 +31,8 @@ const (
 	CounterUnwindReadErrors  = 11 // #define COUNTER_UNWIND_READ_ERRORS 11
 	CounterUnwindTruncated   = 12 // #define COUNTER_UNWIND_TRUNCATED 12
 	CounterUnwindStacksFull  = 13 // #define COUNTER_UNWIND_STACKS_FULL 13
-	NumCounters              = 14 // #define COUNTER_MAX 14
+	CounterUnwindNoMapping   = 14 // #define COUNTER_UNWIND_NO_MAPPING 14
+	NumCounters              = 15 // #define COUNTER_MAX 15
 )
 
 // Rules of struct unwind_row, the values of unwind.Rule.
@@ -48,3 +49,10 @@ const (
 // MappingPrefixBits is the LPM trie key's full prefix: 32 bits of pid and 64
 // of address after the prefixlen field.
 const MappingPrefixBits = 96
+
+// Why a process is in unwind_refresh.
+const (
+	RefreshMiss = 1 // #define REFRESH_MISS 1
+	RefreshExec = 2 // #define REFRESH_EXEC 2
+	RefreshFork = 3 // #define REFRESH_FORK 3
+)

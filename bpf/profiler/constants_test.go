@@ -31,8 +31,9 @@ func TestConstantsMatchC(t *testing.T) {
 		"COUNTER_UNWIND_UNSUPPORTED": CounterUnwindUnsupported, "COUNTER_UNWIND_SIGNAL": CounterUnwindSignal,
 		"COUNTER_UNWIND_RBP_LOST": CounterUnwindRBPLost, "COUNTER_UNWIND_READ_ERRORS": CounterUnwindReadErrors,
 		"COUNTER_UNWIND_TRUNCATED": CounterUnwindTruncated, "COUNTER_UNWIND_STACKS_FULL": CounterUnwindStacksFull,
-		"COUNTER_MAX": NumCounters,
-		"RULE_NONE":   RuleNone, "RULE_RSP": RuleRSP, "RULE_RBP": RuleRBP, "RULE_PLT": RulePLT,
+		"COUNTER_UNWIND_NO_MAPPING": CounterUnwindNoMapping, "COUNTER_MAX": NumCounters,
+		"REFRESH_MISS": RefreshMiss, "REFRESH_EXEC": RefreshExec, "REFRESH_FORK": RefreshFork,
+		"RULE_NONE": RuleNone, "RULE_RSP": RuleRSP, "RULE_RBP": RuleRBP, "RULE_PLT": RulePLT,
 		"RULE_END": RuleEnd, "RULE_SIGNAL": RuleSignal, "RULE_UNSUPPORTED": RuleUnsupported,
 	}
 	for name, v := range want {

@@ -12,6 +12,7 @@
 #include <linux/bpf_perf_event.h>
 #include <linux/ptrace.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
 
 // Kept in sync with sampler.MaxStackDepth in Go.
 #define MAX_STACK_DEPTH 127
@@ -32,7 +33,8 @@
 #define COUNTER_UNWIND_READ_ERRORS 11 // user memory that could not be read
 #define COUNTER_UNWIND_TRUNCATED 12   // stacks deeper than UNWIND_MAX_FRAMES
 #define COUNTER_UNWIND_STACKS_FULL 13 // unwound-stack map full: frame pointers used
-#define COUNTER_MAX 14
+#define COUNTER_UNWIND_NO_MAPPING 14 // addresses of a registered process in no registered mapping
+#define COUNTER_MAX 15
 
 #define TASK_COMM_LEN 16
 

@@ -69,11 +69,14 @@ const (
 	ProfileMapStacks1         = "stacks_1"
 	ProfileMapUnwindMappings  = "unwind_mappings"
 	ProfileMapUnwindProcesses = "unwind_processes"
+	ProfileMapUnwindRefresh   = "unwind_refresh"
 	ProfileMapUnwindRows      = "unwind_rows"
 	ProfileMapUnwindScratch   = "unwind_scratch"
 	ProfileMapUnwoundStacks0  = "unwound_stacks_0"
 	ProfileMapUnwoundStacks1  = "unwound_stacks_1"
 	ProfileProgProfileCpu     = "profile_cpu"
+	ProfileProgUnwindExec     = "unwind_exec"
+	ProfileProgUnwindFork     = "unwind_fork"
 )
 
 // LoadProfile returns the embedded CollectionSpec for Profile.
@@ -119,6 +122,8 @@ type ProfileSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfileProgramSpecs struct {
 	ProfileCpu *ebpf.ProgramSpec `ebpf:"profile_cpu"`
+	UnwindExec *ebpf.ProgramSpec `ebpf:"unwind_exec"`
+	UnwindFork *ebpf.ProgramSpec `ebpf:"unwind_fork"`
 }
 
 // ProfileMapSpecs contains maps before they are loaded into the kernel.
@@ -133,6 +138,7 @@ type ProfileMapSpecs struct {
 	Stacks1         *ebpf.MapSpec `ebpf:"stacks_1"`
 	UnwindMappings  *ebpf.MapSpec `ebpf:"unwind_mappings"`
 	UnwindProcesses *ebpf.MapSpec `ebpf:"unwind_processes"`
+	UnwindRefresh   *ebpf.MapSpec `ebpf:"unwind_refresh"`
 	UnwindRows      *ebpf.MapSpec `ebpf:"unwind_rows"`
 	UnwindScratch   *ebpf.MapSpec `ebpf:"unwind_scratch"`
 	UnwoundStacks0  *ebpf.MapSpec `ebpf:"unwound_stacks_0"`
@@ -173,6 +179,7 @@ type ProfileMaps struct {
 	Stacks1         *ebpf.Map `ebpf:"stacks_1"`
 	UnwindMappings  *ebpf.Map `ebpf:"unwind_mappings"`
 	UnwindProcesses *ebpf.Map `ebpf:"unwind_processes"`
+	UnwindRefresh   *ebpf.Map `ebpf:"unwind_refresh"`
 	UnwindRows      *ebpf.Map `ebpf:"unwind_rows"`
 	UnwindScratch   *ebpf.Map `ebpf:"unwind_scratch"`
 	UnwoundStacks0  *ebpf.Map `ebpf:"unwound_stacks_0"`
@@ -189,6 +196,7 @@ func (m *ProfileMaps) Close() error {
 		m.Stacks1,
 		m.UnwindMappings,
 		m.UnwindProcesses,
+		m.UnwindRefresh,
 		m.UnwindRows,
 		m.UnwindScratch,
 		m.UnwoundStacks0,
@@ -207,11 +215,15 @@ type ProfileVariables struct {
 // It can be passed to LoadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfilePrograms struct {
 	ProfileCpu *ebpf.Program `ebpf:"profile_cpu"`
+	UnwindExec *ebpf.Program `ebpf:"unwind_exec"`
+	UnwindFork *ebpf.Program `ebpf:"unwind_fork"`
 }
 
 func (p *ProfilePrograms) Close() error {
 	return _ProfileClose(
 		p.ProfileCpu,
+		p.UnwindExec,
+		p.UnwindFork,
 	)
 }
 

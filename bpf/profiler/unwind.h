@@ -86,6 +86,27 @@ struct {
 	__type(value, __u32);
 } unwind_processes SEC(".maps");
 
+// Processes whose registration is stale: an address of a registered process
+// fell in no registered mapping (a library loaded since, or the exec of a new
+// program), or a registered process forked. The agent reads their maps again
+// and deletes the entry. Values say why (REFRESH_*).
+#define REFRESH_MISS 1
+#define REFRESH_EXEC 2
+#define REFRESH_FORK 3
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192); // resized before loading
+	__type(key, __u32);
+	__type(value, __u32);
+} unwind_refresh SEC(".maps");
+
+static __always_inline void refresh(__u32 pid, __u32 why)
+{
+	// BPF_NOEXIST: the first reason stays, and a full map costs nothing.
+	bpf_map_update_elem(&unwind_refresh, &pid, &why, BPF_NOEXIST);
+}
+
 #define UNWOUND_MAP(name)                                  \
 	struct {                                           \
 		__uint(type, BPF_MAP_TYPE_HASH);           \
@@ -155,7 +176,13 @@ static __always_inline int frame_pointer_step(struct unwind_state *s)
 {
 	__u64 frame[2];
 
-	if (!s->bp_valid || s->bp == 0) {
+	if (!s->bp_valid) {
+		s->done = 1;
+		return 0;
+	}
+	if (s->bp == 0) {
+		// The outermost frame clears rbp (_start, Go's goexit).
+		count(COUNTER_UNWIND_COMPLETE);
 		s->done = 1;
 		return 0;
 	}
@@ -196,6 +223,10 @@ static long unwind_step(__u64 index, struct unwind_state *s)
 	key.pid = bpf_htonl(s->pid);
 	key.addr = bpf_cpu_to_be64(lookup_pc);
 	m = bpf_map_lookup_elem(&unwind_mappings, &key);
+	if (!m) {
+		count(COUNTER_UNWIND_NO_MAPPING);
+		refresh(s->pid, REFRESH_MISS);
+	}
 	if (!m || m->rows == 0) {
 		if (frame_pointer_step(s))
 			return 1;
@@ -321,4 +352,33 @@ static __always_inline __u64 unwind_user(struct bpf_perf_event_data *ctx, __u32 
 		return 0;
 	}
 	return s.hash;
+}
+
+// The program of a registered process changed: its registered mappings are
+// the old program's. Until the agent registers it again, the kernel's
+// frame-pointer walk is right and the tables would not be.
+SEC("raw_tp/sched_process_exec")
+int unwind_exec(void *ctx)
+{
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+
+	if (bpf_map_delete_elem(&unwind_processes, &pid) == 0)
+		refresh(pid, REFRESH_EXEC);
+	return 0;
+}
+
+// Only the fields read, relocated against the kernel's BTF (CO-RE).
+struct task_struct {
+	int tgid;
+} __attribute__((preserve_access_index));
+
+// A registered process forked: the child maps what its parent did.
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(unwind_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 ppid = parent->tgid, pid = child->tgid;
+
+	if (pid != ppid && bpf_map_lookup_elem(&unwind_processes, &ppid))
+		refresh(pid, REFRESH_FORK);
+	return 0;
 }

@@ -72,6 +72,7 @@ type Counters struct {
 	UnwindReadErrors  uint64
 	UnwindTruncated   uint64 // deeper than MaxUnwindDepth
 	UnwindStacksFull  uint64 // unwound-stack map full
+	UnwindNoMapping   uint64 // addresses of registered processes in no registered mapping
 }
 
 // Sampler owns the BPF objects and perf events.
@@ -118,6 +119,7 @@ func New(log *slog.Logger, cfg Config) (*Sampler, error) {
 	spec.Maps[profiler.ProfileMapUnwindRows].MaxEntries = uint32(rows)
 	spec.Maps[profiler.ProfileMapUnwindMappings].MaxEntries = uint32(max(cfg.UnwindMappings, 1))
 	spec.Maps[profiler.ProfileMapUnwindProcesses].MaxEntries = uint32(max(cfg.UnwindProcesses, 1))
+	spec.Maps[profiler.ProfileMapUnwindRefresh].MaxEntries = uint32(max(cfg.UnwindProcesses, 1))
 	s := &Sampler{log: log, cfg: cfg, rows: newRowAllocator(uint32(rows)), procKeys: map[int][]profiler.ProfileUnwindMappingKey{}}
 	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
@@ -137,6 +139,19 @@ func New(log *slog.Logger, cfg Config) (*Sampler, error) {
 			return nil, err
 		}
 	}
+	// exec and fork mark registrations stale. Neither link needs tracefs.
+	exec, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sched_process_exec", Program: s.objs.UnwindExec})
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("attach bpf program to sched_process_exec: %w", err)
+	}
+	s.links = append(s.links, exec)
+	fork, err := link.AttachTracing(link.TracingOptions{Program: s.objs.UnwindFork})
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("attach bpf program to sched_process_fork: %w", err)
+	}
+	s.links = append(s.links, fork)
 	return s, nil
 }
 
@@ -335,7 +350,7 @@ func (s *Sampler) Counters() (Counters, error) {
 	var c Counters
 	dst := []*uint64{&c.Samples, &c.UserStackErrors, &c.KernelStackErrors, &c.CountsFull,
 		&c.UnwindStacks, &c.UnwindComplete, &c.UnwindFPFrames, &c.UnwindNoRow, &c.UnwindUnsupported,
-		&c.UnwindSignal, &c.UnwindRBPLost, &c.UnwindReadErrors, &c.UnwindTruncated, &c.UnwindStacksFull}
+		&c.UnwindSignal, &c.UnwindRBPLost, &c.UnwindReadErrors, &c.UnwindTruncated, &c.UnwindStacksFull, &c.UnwindNoMapping}
 	for i := range profiler.NumCounters {
 		var perCPU []uint64
 		if err := s.objs.Counters.Lookup(uint32(i), &perCPU); err != nil {

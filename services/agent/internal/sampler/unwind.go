@@ -191,3 +191,19 @@ func prefixes(start, limit uint64) []prefix {
 	}
 	return out
 }
+
+// Refresh returns the processes whose registration is stale (an address in
+// no registered mapping, an exec, a fork of a registered process) and
+// forgets them: the caller registers them again.
+func (s *Sampler) Refresh() []int {
+	var pid, why uint32
+	var pids []int
+	it := s.objs.UnwindRefresh.Iterate()
+	for it.Next(&pid, &why) {
+		pids = append(pids, int(pid))
+	}
+	for _, p := range pids {
+		s.objs.UnwindRefresh.Delete(uint32(p))
+	}
+	return pids
+}

@@ -212,8 +212,22 @@ func unwindRun(t *testing.T, cmd *exec.Cmd, d time.Duration) ([][]string, []uint
 	if err := reg.AddProcess(pid); err != nil {
 		t.Fatal(err)
 	}
+	// As the agent does every interval: register again what the BPF program
+	// marked stale (an exec, a library loaded since).
+	refresh := func(d time.Duration) {
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+			for _, p := range s.Refresh() {
+				if p == pid {
+					if err := reg.AddProcess(pid); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+	}
+	refresh(300 * time.Millisecond)
 	s.Drain()
-	time.Sleep(d)
+	refresh(d)
 	samples, _, err := s.Drain()
 	if err != nil {
 		t.Fatal(err)

@@ -83,10 +83,11 @@ type Prepared struct {
 }
 
 type preparedMapping struct {
-	m     proc.Mapping
-	id    proc.FileID
-	table *Table // nil: the registry had the file, or it failed (err)
-	err   error
+	m         proc.Mapping
+	anonymous bool // no file, or none that could be opened: no table
+	id        proc.FileID
+	table     *Table // nil: the registry had the file, or it failed (err)
+	err       error
 }
 
 // Prepare reads pid's executable mappings and compiles the tables of the
@@ -115,11 +116,16 @@ func Prepare(fs proc.FS, pid int, seen map[proc.FileID]bool, lim Limits, mapFile
 			continue
 		}
 		if m.Path == "" || strings.HasPrefix(m.Path, "[") {
-			continue // JIT code, [vsyscall]: frame pointers
+			// JIT code, [vsyscall]: registered without a table, so that
+			// their addresses step with frame pointers without marking the
+			// process stale.
+			p.mappings = append(p.mappings, preparedMapping{m: m, anonymous: true})
+			continue
 		}
 		mf, err := fs.OpenMapped(pid, m, mapFiles)
 		if err != nil {
 			p.Failed++
+			p.mappings = append(p.mappings, preparedMapping{m: m, anonymous: true})
 			continue
 		}
 		pm := preparedMapping{m: m, id: mf.ID}
@@ -188,6 +194,10 @@ func (r *Registry) Commit(p Prepared) error {
 	var ids []proc.FileID
 	var out []Mapping
 	for _, pm := range p.mappings {
+		if pm.anonymous {
+			out = append(out, Mapping{Start: pm.m.Start, Limit: pm.m.Limit})
+			continue
+		}
 		t := r.tables[pm.id]
 		if t == nil {
 			t = r.load(pm)
@@ -199,11 +209,10 @@ func (r *Registry) Commit(p Prepared) error {
 		t.refs++
 		t.used = r.clock
 		ids = append(ids, pm.id)
-		if t.err != nil {
-			continue
-		}
 		bias, ok := (&Table{Loads: t.loads}).Bias(pm.m.Start, pm.m.Offset)
-		if !ok {
+		if t.err != nil || !ok {
+			// Known, without a table: frame pointers, not a stale process.
+			out = append(out, Mapping{Start: pm.m.Start, Limit: pm.m.Limit})
 			continue
 		}
 		out = append(out, Mapping{Start: pm.m.Start, Limit: pm.m.Limit, Bias: bias, FirstRow: t.first, Rows: uint32(t.rows)})

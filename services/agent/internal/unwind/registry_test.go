@@ -121,7 +121,7 @@ func TestRegistrySharesAndEvicts(t *testing.T) {
 		t.Errorf("sleep's table, mapped by no process, was not evicted: %v", l.live)
 	}
 	for _, m := range l.procs[py] {
-		if m.Rows == 0 {
+		if m.Rows == 0 && m.Start != 0xffffffffff600000 { // [vsyscall] has none
 			t.Errorf("mapping %#x-%#x of python3 without a table", m.Start, m.Limit)
 		}
 	}
