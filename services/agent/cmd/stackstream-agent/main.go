@@ -173,6 +173,7 @@ func flags(a *agent.Config) *flag.FlagSet {
 	fs.Func("heap-endpoints", "comma-separated [service=]URL of pprof heap endpoints (STACKSTREAM_AGENT_HEAP_ENDPOINTS)", list(&a.HeapEndpoints))
 	fs.StringVar(&a.ProcRoot, "proc-root", a.ProcRoot, "STACKSTREAM_AGENT_PROC_ROOT")
 	fs.Int64Var(&a.MemoryLimit, "memory-limit", a.MemoryLimit, "soft Go heap limit in bytes (STACKSTREAM_AGENT_MEMORY_LIMIT)")
+	fs.IntVar(&a.UnwindTableBytes, "unwind-table-bytes", a.UnwindTableBytes, "kernel memory for unwind tables; 0: frame pointers only (STACKSTREAM_AGENT_UNWIND_TABLE_BYTES)")
 	return fs
 }
 

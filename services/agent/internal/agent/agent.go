@@ -26,6 +26,7 @@ import (
 	"github.com/stackstream/stackstream/services/agent/internal/proc"
 	"github.com/stackstream/stackstream/services/agent/internal/publish"
 	"github.com/stackstream/stackstream/services/agent/internal/sampler"
+	"github.com/stackstream/stackstream/services/agent/internal/unwind"
 )
 
 // Record kinds, the label of the publisher metrics.
@@ -52,6 +53,7 @@ type Agent struct {
 	d          Deps
 	m          *metrics
 	sampler    *sampler.Sampler
+	unwind     *unwinder // nil: frame pointers only
 	ks         *proc.Kallsyms
 	ps         *processes
 	heaps      []heap.Target
@@ -106,9 +108,22 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	} else {
 		d.Log.Warn("kernel frames stay unnamed", "err", err)
 	}
-	a.sampler, err = sampler.New(d.Log, sampler.Config{Frequency: cfg.Frequency, CountsSize: cfg.CountsMapSize, StacksSize: cfg.StacksMapSize})
+	scfg := sampler.Config{Frequency: cfg.Frequency, CountsSize: cfg.CountsMapSize, StacksSize: cfg.StacksMapSize}
+	if cfg.UnwindTableBytes > 0 {
+		scfg.UnwindTableBytes, scfg.UnwindMappings, scfg.UnwindProcesses = cfg.UnwindTableBytes, cfg.UnwindMappings, cfg.UnwindProcesses
+	}
+	a.sampler, err = sampler.New(d.Log, scfg)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.UnwindTableBytes > 0 {
+		a.unwind = &unwinder{log: d.Log, fs: fs, files: a.ps.files, mapFiles: a.ps.mapFiles, sampler: a.sampler,
+			m: newUnwindMetrics(d.Registry), registered: map[int]uint64{}}
+		a.unwind.reg = unwind.NewRegistry(d.Log, fs, a.sampler, unwind.DefaultLimits)
+		a.unwind.m.budgetBytes.Set(float64(a.sampler.RowCapacity() * unwind.RowBytes))
+		// Processes running now are registered over the first intervals,
+		// before most of their samples.
+		a.unwind.pending, _ = fs.PIDs()
 	}
 	a.last = d.Now()
 	return a, nil
@@ -153,6 +168,14 @@ func (a *Agent) Tick(ctx context.Context) {
 		a.m.bpfCounters.WithLabelValues("user_stack_errors").Set(float64(c.UserStackErrors))
 		a.m.bpfCounters.WithLabelValues("kernel_stack_errors").Set(float64(c.KernelStackErrors))
 		a.m.bpfCounters.WithLabelValues("counts_map_full").Set(float64(c.CountsFull))
+		for event, v := range map[string]uint64{
+			"unwind_stacks": c.UnwindStacks, "unwind_complete": c.UnwindComplete, "unwind_fp_frames": c.UnwindFPFrames,
+			"unwind_no_row": c.UnwindNoRow, "unwind_no_mapping": c.UnwindNoMapping, "unwind_unsupported": c.UnwindUnsupported,
+			"unwind_signal_frames": c.UnwindSignal, "unwind_rbp_lost": c.UnwindRBPLost, "unwind_read_errors": c.UnwindReadErrors,
+			"unwind_truncated": c.UnwindTruncated, "unwind_stacks_full": c.UnwindStacksFull,
+		} {
+			a.m.bpfCounters.WithLabelValues(event).Set(float64(v))
+		}
 	}
 
 	cpu := newCPUProfile(a.ps, a.ks, start, dur, int64(time.Second)/int64(a.cfg.Frequency))
@@ -198,6 +221,9 @@ func (a *Agent) Tick(ctx context.Context) {
 		a.publishProfile(record.ProfileHeap, p, nil)
 	}
 	a.ps.sweep(3)
+	if a.unwind != nil {
+		a.unwind.tick(a.ps, samples)
+	}
 	a.m.processes.Set(float64(len(a.ps.procs)))
 	a.d.Publisher.LogDrops()
 	a.m.intervalTime.Observe(time.Since(begin).Seconds())

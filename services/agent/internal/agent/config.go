@@ -31,6 +31,9 @@ type Config struct {
 	DebuginfoHold          time.Duration `envconfig:"DEBUGINFO_HOLD" default:"30s" desc:"longest a profile waits for the debuginfo of a new binary it names to be acknowledged"`
 	ProcRoot               string        `envconfig:"PROC_ROOT" default:"/proc" desc:"where the host's /proc is mounted"`
 	MemoryLimit            int64         `envconfig:"MEMORY_LIMIT" default:"20971520" desc:"soft limit of the Go heap in bytes (GOMEMLIMIT wins when set); 0 for none"`
+	UnwindTableBytes       int           `envconfig:"UNWIND_TABLE_BYTES" default:"33554432" desc:"kernel memory reserved for unwind tables (8 bytes a row, allocated at start); 0 walks user stacks with frame pointers only"`
+	UnwindMappings         int           `envconfig:"UNWIND_MAPPINGS" default:"131072" desc:"most address-range entries (a few per executable mapping) of the processes registered for table unwinding"`
+	UnwindProcesses        int           `envconfig:"UNWIND_PROCESSES" default:"8192" desc:"most processes registered for table unwinding"`
 }
 
 // heapLimits are the scrape limits; a scrape gets at most half the interval,
@@ -70,6 +73,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_AGENT_FILE_TIMEOUT=%s: use a positive duration", c.FileTimeout)
 	case c.DebuginfoHold <= 0:
 		return fmt.Errorf("STACKSTREAM_AGENT_DEBUGINFO_HOLD=%s: use a positive duration", c.DebuginfoHold)
+	case c.UnwindTableBytes < 0 || c.UnwindTableBytes > 8<<30:
+		return fmt.Errorf("STACKSTREAM_AGENT_UNWIND_TABLE_BYTES=%d: use 0 (frame pointers only) up to 8589934592", c.UnwindTableBytes)
+	case c.UnwindTableBytes > 0 && (c.UnwindMappings < 64 || c.UnwindProcesses < 1):
+		return fmt.Errorf("STACKSTREAM_AGENT_UNWIND_MAPPINGS=%d, STACKSTREAM_AGENT_UNWIND_PROCESSES=%d: use at least 64 and 1", c.UnwindMappings, c.UnwindProcesses)
 	case c.MemoryLimit < 0:
 		return fmt.Errorf("STACKSTREAM_AGENT_MEMORY_LIMIT=%d: use 0 (none) or a number of bytes", c.MemoryLimit)
 	}

@@ -1,0 +1,159 @@
+package agent
+
+import (
+	"errors"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stackstream/stackstream/services/agent/internal/proc"
+	"github.com/stackstream/stackstream/services/agent/internal/sampler"
+	"github.com/stackstream/stackstream/services/agent/internal/unwind"
+)
+
+// maxRegistrationsPerTick bounds the processes registered for table
+// unwinding per interval: a table is compiled once per binary (libc: 3 ms,
+// python3: 7 ms), a process already seen costs its maps and a stat per
+// mapping; under churn the rest wait for the next interval (their samples
+// are walked with frame pointers meanwhile, counted).
+const maxRegistrationsPerTick = 128
+
+// unwinder registers targeted processes with the BPF unwinder: the tables
+// of their files (once per file, shared) and their mappings.
+type unwinder struct {
+	log      *slog.Logger
+	fs       proc.FS
+	files    *fileGate
+	mapFiles bool
+	sampler  *sampler.Sampler
+	reg      *unwind.Registry
+	m        *unwindMetrics
+
+	registered map[int]uint64 // pid -> start time at registration
+	pending    []int          // running at start, registered as the ticks allow
+}
+
+type unwindMetrics struct {
+	samples       *prometheus.CounterVec
+	registrations *prometheus.CounterVec
+	tableBytes    prometheus.Gauge
+	budgetBytes   prometheus.Gauge
+	tables        prometheus.Gauge
+	failed        prometheus.Gauge
+	processes     prometheus.Gauge
+}
+
+func newUnwindMetrics(reg prometheus.Registerer) *unwindMetrics {
+	m := &unwindMetrics{
+		samples: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stackstream_agent_unwind_samples_total", Help: "CPU samples of targeted processes by how their user stack was walked: tables (registered process) or frame_pointers (the kernel's walk: not registered yet, or unwinding off).",
+		}, []string{"method"}),
+		registrations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stackstream_agent_unwind_registrations_total", Help: "Processes registered for table unwinding, by result (ok, error, deferred: past the per-interval bound).",
+		}, []string{"result"}),
+		tableBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stackstream_agent_unwind_table_bytes", Help: "Kernel memory of the unwind rows loaded (8 bytes a row).",
+		}),
+		budgetBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stackstream_agent_unwind_table_budget_bytes", Help: "Kernel memory reserved for unwind rows (STACKSTREAM_AGENT_UNWIND_TABLE_BYTES).",
+		}),
+		tables: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stackstream_agent_unwind_tables", Help: "Files (and the vDSO) with an unwind table loaded.",
+		}),
+		failed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stackstream_agent_unwind_tables_failed", Help: "Files without a table (no call-frame information, invalid, too large, no room): walked with frame pointers.",
+		}),
+		processes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stackstream_agent_unwind_processes", Help: "Processes registered for table unwinding.",
+		}),
+	}
+	reg.MustRegister(m.samples, m.registrations, m.tableBytes, m.budgetBytes, m.tables, m.failed, m.processes)
+	return m
+}
+
+// tick registers the targeted processes of this interval's samples, those
+// the BPF program marked stale (exec, fork, an address in no registered
+// mapping) and, as room allows, those running at start; it forgets the
+// processes the agent forgot.
+func (u *unwinder) tick(ps *processes, samples []sampler.Sample) {
+	var todo []int
+	want := map[int]bool{}
+	add := func(pid int) {
+		if !want[pid] {
+			want[pid] = true
+			todo = append(todo, pid)
+		}
+	}
+	for _, s := range samples {
+		p := ps.procs[s.PID]
+		if p == nil || !p.targeted {
+			continue
+		}
+		if s.Unwound {
+			u.m.samples.WithLabelValues("tables").Add(float64(s.Count))
+		} else {
+			u.m.samples.WithLabelValues("frame_pointers").Add(float64(s.Count))
+		}
+		if st, ok := u.registered[s.PID]; !ok || st != p.info.StartTime {
+			add(s.PID)
+		}
+	}
+	for _, pid := range u.sampler.Refresh() {
+		add(pid)
+	}
+	for len(u.pending) > 0 && len(todo) < maxRegistrationsPerTick {
+		pid := u.pending[0]
+		u.pending = u.pending[1:]
+		if _, ok := u.registered[pid]; !ok {
+			add(pid)
+		}
+	}
+	for i, pid := range todo {
+		if i >= maxRegistrationsPerTick {
+			u.m.registrations.WithLabelValues("deferred").Add(float64(len(todo) - i))
+			// Samples bring them back next interval, refreshes come again.
+			break
+		}
+		p := ps.get(pid, "")
+		if !p.targeted || p.info.StartTime == 0 {
+			continue // excluded, a kernel thread, or gone before it was read
+		}
+		if err := u.register(pid); errors.Is(err, proc.ErrGone) {
+			continue
+		} else if err != nil {
+			u.m.registrations.WithLabelValues("error").Inc()
+			u.log.Debug("register process for unwinding", "pid", pid, "err", err)
+			continue
+		}
+		u.registered[pid] = p.info.StartTime
+		u.m.registrations.WithLabelValues("ok").Inc()
+	}
+	for pid, st := range u.registered {
+		if p, ok := ps.procs[pid]; !ok || p.info.StartTime != st {
+			u.reg.RemoveProcess(pid)
+			delete(u.registered, pid)
+		}
+	}
+	stats := u.reg.Stats()
+	u.m.tableBytes.Set(float64(stats.RowBytes))
+	u.m.tables.Set(float64(stats.Tables))
+	u.m.failed.Set(float64(stats.Failed))
+	u.m.processes.Set(float64(stats.Processes))
+}
+
+// register reads pid's maps and files off the tick (a file on a hung FUSE
+// server blocks), bounded by the file gate, then loads and registers.
+func (u *unwinder) register(pid int) error {
+	var prepared unwind.Prepared
+	var err error
+	fs, seen, mapFiles := u.fs, u.reg.Seen(), u.mapFiles
+	if gerr := u.files.do(procKey(pid), func() {
+		prepared, err = unwind.Prepare(fs, pid, seen, unwind.DefaultLimits, mapFiles)
+	}); gerr != nil {
+		return gerr
+	}
+	if err != nil {
+		return err
+	}
+	return u.reg.Commit(prepared)
+}

@@ -1,0 +1,145 @@
+package agent
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/stackstream/stackstream/schemas/debuginfo"
+)
+
+// chainC: leaf <- b <- a <- main, built -O2 -fomit-frame-pointer: a
+// frame-pointer walk loses every caller of leaf.
+const chainC = `
+#include <stdlib.h>
+volatile unsigned long sink;
+__attribute__((noinline, noipa)) unsigned long leaf(unsigned long n) {
+	unsigned long x = n;
+	for (unsigned long i = 0; i < n; i++) x = x * 6364136223846793005UL + i;
+	return x;
+}
+__attribute__((noinline, noipa)) unsigned long b(unsigned long n) {
+	unsigned long buf[64];
+	for (int i = 0; i < 64; i++) buf[i] = leaf(n + i);
+	return buf[n % 64] + 1;
+}
+__attribute__((noinline, noipa)) unsigned long a(unsigned long n) { return b(n) * 3 + 1; }
+int main(int argc, char **argv) {
+	unsigned long n = argc > 1 ? strtoul(argv[1], 0, 10) : 1000;
+	for (;;) sink += a(n);
+}
+`
+
+// stackFunctions names the user frames of s, innermost first, through the
+// published debuginfo as the symbolizer does (return addresses minus one).
+func stackFunctions(s *profile.Sample, di map[string]*debuginfo.File) []string {
+	var out []string
+	for _, loc := range s.Location {
+		m := loc.Mapping
+		if m == nil || m.File == kernelMappingFile {
+			continue
+		}
+		addr := loc.Address
+		if len(out) > 0 {
+			addr--
+		}
+		name := filepath.Base(m.File) + ":?"
+		if d := di[m.BuildID]; d != nil {
+			if vaddr, ok := d.VaddrOf(addr - m.Start + m.Offset); ok {
+				if sym, _, ok := d.Symbolize(vaddr); ok {
+					name = filepath.Base(m.File) + ":" + sym.Name
+				}
+			}
+		}
+		out = append(out, name)
+	}
+	return out
+}
+
+// TestUnwindCompleteStacks: the agent registers a -O2 -fomit-frame-pointer
+// program running before it starts and publishes its complete chain, from
+// _start, in every profile after the first interval; the table memory is in
+// /metrics.
+func TestUnwindCompleteStacks(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	src := filepath.Join(dir, "chain.c")
+	if err := os.WriteFile(src, []byte(chainC), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "chain")
+	if out, err := exec.Command("gcc", "-O2", "-fomit-frame-pointer", "-Wl,--build-id", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "5000")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	time.Sleep(100 * time.Millisecond)
+
+	a := start(t, e, Config{PIDs: []int{cmd.Process.Pid}, UnwindTableBytes: 16 << 20, UnwindMappings: 4096, UnwindProcesses: 64})
+	time.Sleep(4500 * time.Millisecond)
+	families, err := a.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.stop(t)
+	metric := func(name string) float64 {
+		for _, f := range families {
+			if f.GetName() == name {
+				var sum float64
+				for _, m := range f.GetMetric() {
+					sum += value(m)
+				}
+				return sum
+			}
+		}
+		return -1
+	}
+	tableBytes, budget := metric("stackstream_agent_unwind_table_bytes"), metric("stackstream_agent_unwind_table_budget_bytes")
+	t.Logf("unwind table bytes %.0f of %.0f, tables %.0f, processes %.0f", tableBytes, budget, metric("stackstream_agent_unwind_tables"), metric("stackstream_agent_unwind_processes"))
+	if tableBytes <= 0 || budget != 16<<20 {
+		t.Errorf("unwind table bytes %.0f, budget %.0f", tableBytes, budget)
+	}
+
+	got := consume(t, e)
+	if len(got.cpu) < 3 {
+		t.Fatalf("%d cpu profiles", len(got.cpu))
+	}
+	var total, exact int64
+	for _, p := range got.cpu[1:] {
+		for _, s := range pidSamples([]*profile.Profile{p}, cmd.Process.Pid) {
+			st := stackFunctions(s, got.debuginfo)
+			total += s.Value[0]
+			if len(st) > 0 && st[0] == "chain:b" {
+				st = append([]string{"chain:leaf"}, st...)
+			}
+			if len(st) >= 6 && strings.Join(st[:4], " ") == "chain:leaf chain:b chain:a chain:main" && st[len(st)-1] == "chain:_start" {
+				exact += s.Value[0]
+			} else if s.Value[0]*50 > total {
+				t.Logf("%d samples: %s", s.Value[0], strings.Join(st, " <- "))
+			}
+		}
+	}
+	t.Logf("%d of %d samples after the first interval: leaf <- b <- a <- main <- ... <- _start", exact, total)
+	if total < 50 || exact*100 < total*99 {
+		t.Fatalf("%d of %d samples with the complete chain", exact, total)
+	}
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	}
+	return 0
+}
