@@ -73,7 +73,7 @@ int main(void) {
 }
 `
 
-func buildC(t *testing.T, src string, flags ...string) string {
+func buildC(t testing.TB, src string, flags ...string) string {
 	t.Helper()
 	if len(flags) == 0 {
 		flags = []string{"-O2", "-fomit-frame-pointer"}
@@ -107,7 +107,7 @@ type symbol struct {
 	name       string
 }
 
-func newSymbolizer(t *testing.T, pid int) *symbolizer {
+func newSymbolizer(t testing.TB, pid int) *symbolizer {
 	t.Helper()
 	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
 	if err != nil {
@@ -191,7 +191,14 @@ func (s *symbolizer) name(addr uint64) string {
 
 // unwindRun samples cmd with tables loaded for it and returns its samples
 // as symbolized stacks, outermost frame last.
-func unwindRun(t *testing.T, cmd *exec.Cmd, d time.Duration) ([][]string, []uint64, Counters, unwind.RegistryStats) {
+func unwindRun(t testing.TB, cmd *exec.Cmd, d time.Duration) ([][]string, []uint64, Counters, unwind.RegistryStats) {
+	t.Helper()
+	return sampleRun(t, cmd, d, true)
+}
+
+// sampleRun is unwindRun; tables false leaves the process unregistered: the
+// kernel's frame-pointer walk.
+func sampleRun(t testing.TB, cmd *exec.Cmd, d time.Duration, tables bool) ([][]string, []uint64, Counters, unwind.RegistryStats) {
 	t.Helper()
 	testenv.Root(t)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -209,15 +216,17 @@ func unwindRun(t *testing.T, cmd *exec.Cmd, d time.Duration) ([][]string, []uint
 	// Let the dynamic loader map the libraries.
 	time.Sleep(100 * time.Millisecond)
 	reg := unwind.NewRegistry(log, proc.FS{Root: "/proc"}, s, unwind.DefaultLimits)
-	if err := reg.AddProcess(pid); err != nil {
-		t.Fatal(err)
+	if tables {
+		if err := reg.AddProcess(pid); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// As the agent does every interval: register again what the BPF program
 	// marked stale (an exec, a library loaded since).
 	refresh := func(d time.Duration) {
 		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 			for _, p := range s.Refresh() {
-				if p == pid {
+				if p == pid && tables {
 					if err := reg.AddProcess(pid); err != nil {
 						t.Fatal(err)
 					}

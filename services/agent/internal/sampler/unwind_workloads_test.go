@@ -25,7 +25,7 @@ func inOrder(st []string, want ...string) bool {
 	return i == len(want)
 }
 
-func buildWith(t *testing.T, compiler, ext, src string, flags ...string) string {
+func buildWith(t testing.TB, compiler, ext, src string, flags ...string) string {
 	t.Helper()
 	if _, err := exec.LookPath(compiler); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -152,5 +152,55 @@ func TestUnwindWorkloads(t *testing.T) {
 				t.Errorf("%d of %d walks reached the outermost frame", c.UnwindComplete, c.UnwindStacks)
 			}
 		})
+	}
+}
+
+// BenchmarkUnwindWorkloads reports, per workload and walk, the share of
+// samples whose stack reaches a thread's root (_start) and the median
+// depth: the table (Debian's xz, openssl, python3; a C program at
+// -O2). b.N is not used.
+func BenchmarkUnwindWorkloads(b *testing.B) {
+	in := filepath.Join(b.TempDir(), "in")
+	data, err := os.ReadFile("/usr/bin/xz")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for len(data) < 64<<20 {
+		data = append(data, data...)
+	}
+	if err := os.WriteFile(in, data, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	chain := buildC(b, chainC)
+	workloads := []struct {
+		name string
+		cmd  func() *exec.Cmd
+	}{
+		{"xz-9e", func() *exec.Cmd { return exec.Command("sh", "-c", "exec xz -9e -T1 -c "+in+" > /dev/null") }},
+		{"openssl-sha256", func() *exec.Cmd { return exec.Command("openssl", "speed", "-seconds", "30", "sha256") }},
+		{"python3", func() *exec.Cmd {
+			return exec.Command("/usr/bin/python3", "-c", "while True: sum(i * i for i in range(1000))")
+		}},
+		{"c-O2", func() *exec.Cmd { return exec.Command(chain, "5000") }},
+	}
+	for _, w := range workloads {
+		for _, tables := range []bool{false, true} {
+			walk := "frame-pointers"
+			if tables {
+				walk = "tables"
+			}
+			b.Run(w.name+"/"+walk, func(b *testing.B) {
+				for b.Loop() {
+				}
+				stacks, counts, _, _ := sampleRun(b, w.cmd(), 3*time.Second, tables)
+				share, depth, total := summarize(stacks, counts)
+				if total == 0 {
+					b.Fatal("no samples")
+				}
+				b.ReportMetric(100*share, "complete-%")
+				b.ReportMetric(float64(depth), "median-depth")
+				b.ReportMetric(float64(total), "samples")
+			})
+		}
 	}
 }
