@@ -41,6 +41,7 @@ type unwindMetrics struct {
 	tables        prometheus.Gauge
 	failed        prometheus.Gauge
 	processes     prometheus.Gauge
+	mappings      prometheus.Gauge
 }
 
 func newUnwindMetrics(reg prometheus.Registerer) *unwindMetrics {
@@ -66,8 +67,11 @@ func newUnwindMetrics(reg prometheus.Registerer) *unwindMetrics {
 		processes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "stackstream_agent_unwind_processes", Help: "Processes registered for table unwinding.",
 		}),
+		mappings: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stackstream_agent_unwind_mapping_entries", Help: "Address-range entries of the registered processes' mappings in the BPF LPM trie (STACKSTREAM_AGENT_UNWIND_MAPPINGS at most).",
+		}),
 	}
-	reg.MustRegister(m.samples, m.registrations, m.tableBytes, m.budgetBytes, m.tables, m.failed, m.processes)
+	reg.MustRegister(m.samples, m.registrations, m.tableBytes, m.budgetBytes, m.tables, m.failed, m.processes, m.mappings)
 	return m
 }
 
@@ -139,6 +143,7 @@ func (u *unwinder) tick(ps *processes, samples []sampler.Sample) {
 	u.m.tables.Set(float64(stats.Tables))
 	u.m.failed.Set(float64(stats.Failed))
 	u.m.processes.Set(float64(stats.Processes))
+	u.m.mappings.Set(float64(u.sampler.MappingEntries()))
 }
 
 // register reads pid's maps and files off the tick (a file on a hung FUSE
