@@ -107,8 +107,9 @@ func TestUnwindWorkloads(t *testing.T) {
 		{"go", func(t *testing.T) *exec.Cmd {
 			return exec.Command(workload.BuildGo(t, t.TempDir(), "prog", false))
 		}, []string{"prog:main.hotFunction", "prog:main.main", "prog:runtime.main", "prog:runtime.goexit"}, true},
-		// No CFI and no symbols: frame pointers, as Go keeps them. A
-		// frameless leaf still hides its caller (pclntab is not read yet).
+		// No CFI and no symbols: rows from .gopclntab, so the frameless
+		// hotFunction keeps main.main (frame pointers alone lose it: median
+		// depth 3). Unnamed frames: the depth says it.
 		{"go stripped", func(t *testing.T) *exec.Cmd {
 			return exec.Command(workload.BuildGo(t, t.TempDir(), "prog", true))
 		}, nil, true},
@@ -147,6 +148,9 @@ func TestUnwindWorkloads(t *testing.T) {
 			}
 			if tc.chain != nil && hot*2 < total {
 				t.Errorf("%d of %d samples in %s", hot, total, tc.chain[0])
+			}
+			if tc.name == "go stripped" && (depth < 4 || c.UnwindFPFrames*100 > c.UnwindStacks) {
+				t.Errorf("median depth %d (want hotFunction <- main.main <- runtime.main <- goexit), %d frame-pointer steps", depth, c.UnwindFPFrames)
 			}
 			if c.UnwindComplete*100 < c.UnwindStacks*99 {
 				t.Errorf("%d of %d walks reached the outermost frame", c.UnwindComplete, c.UnwindStacks)

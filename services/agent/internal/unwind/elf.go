@@ -49,6 +49,14 @@ func Compile(r io.ReaderAt, size int64, lim Limits) (t *Table, err error) {
 			return nil, fmt.Errorf(".debug_frame: %w", err)
 		}
 	}
+	if len(debug) == 0 {
+		// Go without DWARF: its pclntab. A bad one costs its rows only.
+		gofdes, err := goFDEs(f, size, lim, &st)
+		if err != nil {
+			st.BadEntries++
+		}
+		debug = gofdes
+	}
 	t, err = build(eh, debug, lim, &st)
 	if err != nil {
 		return nil, err
