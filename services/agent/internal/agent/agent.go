@@ -113,6 +113,15 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		scfg.UnwindTableBytes, scfg.UnwindMappings, scfg.UnwindProcesses = cfg.UnwindTableBytes, cfg.UnwindMappings, cfg.UnwindProcesses
 	}
 	a.sampler, err = sampler.New(d.Log, scfg)
+	if err != nil && cfg.UnwindTableBytes > 0 {
+		// The rows are allocated at load: a kernel charging them to
+		// RLIMIT_MEMLOCK (before 5.11) or a tight memory cgroup refuses
+		// them. Profiling with frame pointers beats not profiling.
+		d.Log.Warn("unwind tables refused, walking user stacks with frame pointers only", "unwind_table_bytes", cfg.UnwindTableBytes, "err", err)
+		cfg.UnwindTableBytes = 0
+		a.cfg.UnwindTableBytes = 0
+		a.sampler, err = sampler.New(d.Log, sampler.Config{Frequency: cfg.Frequency, CountsSize: cfg.CountsMapSize, StacksSize: cfg.StacksMapSize})
+	}
 	if err != nil {
 		return nil, err
 	}

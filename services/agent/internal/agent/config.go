@@ -73,8 +73,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_AGENT_FILE_TIMEOUT=%s: use a positive duration", c.FileTimeout)
 	case c.DebuginfoHold <= 0:
 		return fmt.Errorf("STACKSTREAM_AGENT_DEBUGINFO_HOLD=%s: use a positive duration", c.DebuginfoHold)
-	case c.UnwindTableBytes < 0 || c.UnwindTableBytes > 8<<30:
-		return fmt.Errorf("STACKSTREAM_AGENT_UNWIND_TABLE_BYTES=%d: use 0 (frame pointers only) up to 8589934592", c.UnwindTableBytes)
+	case c.UnwindTableBytes < 0 || c.UnwindTableBytes > 1<<30:
+		return fmt.Errorf("STACKSTREAM_AGENT_UNWIND_TABLE_BYTES=%d: use 0 (frame pointers only) up to 1073741824", c.UnwindTableBytes)
 	case c.UnwindTableBytes > 0 && (c.UnwindMappings < 64 || c.UnwindProcesses < 1):
 		return fmt.Errorf("STACKSTREAM_AGENT_UNWIND_MAPPINGS=%d, STACKSTREAM_AGENT_UNWIND_PROCESSES=%d: use at least 64 and 1", c.UnwindMappings, c.UnwindProcesses)
 	case c.MemoryLimit < 0:
