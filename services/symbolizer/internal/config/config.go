@@ -47,6 +47,7 @@ type Symbolizer struct {
 	SessionTimeout     time.Duration `envconfig:"SESSION_TIMEOUT" default:"45s" desc:"how long a crashed instance keeps its partitions (within the broker's group.min/max.session.timeout.ms)"`
 	MaxPollRecords     int           `envconfig:"MAX_POLL_RECORDS" default:"200" desc:"records per transaction at most"`
 	MaxOutputBytes     int           `envconfig:"MAX_OUTPUT_BYTES" default:"999000" desc:"largest symbolized record value: a profile larger uncompressed (stored gzip) is gzip-compressed, one still larger goes to the DLQ (keep under the topic's max.message.bytes)"`
+	MemoryLimit        int64         `envconfig:"MEMORY_LIMIT" default:"536870912" desc:"soft limit of the Go heap in bytes (GOMEMLIMIT wins when set); 0 for none"`
 	BatchCompression   string        `envconfig:"BATCH_COMPRESSION" default:"lz4" desc:"codec of the record batches written to profiles.symbolized: lz4 (cheapest for the indexer and rollup to read), zstd (about a quarter smaller on the broker), snappy or none"`
 }
 
@@ -110,6 +111,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_DEBUGINFO_WAIT=%s: use 0 to 1m", s.DebuginfoWait)
 	case s.MaxPollRecords < 1:
 		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_MAX_POLL_RECORDS=%d must be at least 1", s.MaxPollRecords)
+	case s.MemoryLimit < 0:
+		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_MEMORY_LIMIT=%d: use 0 (none) or a number of bytes", s.MemoryLimit)
 	case s.MaxOutputBytes < 1<<10:
 		return fmt.Errorf("STACKSTREAM_SYMBOLIZER_MAX_OUTPUT_BYTES=%d is too small: use at least 1024", s.MaxOutputBytes)
 	}

@@ -33,6 +33,7 @@ func TestValidate(t *testing.T) {
 		{"bad transactional id", func(c *Config) { c.Symbolizer.TransactionalID = "a b" }, "STACKSTREAM_SYMBOLIZER_TRANSACTIONAL_ID"},
 		{"short session", func(c *Config) { c.Symbolizer.SessionTimeout = time.Millisecond }, "SESSION_TIMEOUT"},
 		{"tiny output", func(c *Config) { c.Symbolizer.MaxOutputBytes = 10 }, "MAX_OUTPUT_BYTES"},
+		{"negative memory limit", func(c *Config) { c.Symbolizer.MemoryLimit = -1 }, "MEMORY_LIMIT"},
 		{"no tables", func(c *Config) { c.Symbolizer.MaxTables = 0 }, "MAX_TABLES"},
 		{"zstd batches", func(c *Config) { c.Symbolizer.BatchCompression = "zstd" }, ""},
 		{"unknown codec", func(c *Config) { c.Symbolizer.BatchCompression = "brotli" }, "STACKSTREAM_SYMBOLIZER_BATCH_COMPRESSION"},
