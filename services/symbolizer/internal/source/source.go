@@ -214,12 +214,7 @@ func (c *Chain) Table(ctx context.Context, buildID string) *symtab.Table {
 		}
 		// A slot first: a record naming thousands of unknown build IDs
 		// waits here, within its own time budget, not in the sources.
-		if ctx.Err() != nil {
-			return nil // a select would start a fetch half the time
-		}
-		select {
-		case c.slots <- struct{}{}:
-		case <-ctx.Done():
+		if !c.takeSlot(ctx) {
 			return nil
 		}
 		c.mu.Lock()
@@ -231,9 +226,7 @@ func (c *Chain) Table(ctx context.Context, buildID string) *symtab.Table {
 		if cl, ok = c.inflight[buildID]; !ok {
 			cl = &call{done: make(chan struct{})}
 			c.inflight[buildID] = cl
-			c.fetches++
-			c.running++
-			c.peak = max(c.peak, c.running)
+			c.started()
 			// The follower compares this with its own clock: real time.
 			go c.run(buildID, cl, time.Now())
 		} else {
@@ -247,6 +240,27 @@ func (c *Chain) Table(ctx context.Context, buildID string) *symtab.Table {
 	case <-ctx.Done():
 		return nil
 	}
+}
+
+// takeSlot waits for a fetch slot within the caller's time; false when ctx
+// ended first.
+func (c *Chain) takeSlot(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return false // a select would take a slot half the time
+	}
+	select {
+	case c.slots <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// started counts a fetch about to run in the slot its caller took; c.mu is held.
+func (c *Chain) started() {
+	c.fetches++
+	c.running++
+	c.peak = max(c.peak, c.running)
 }
 
 // Cached answers from the cache alone: the table of buildID (nil for a
@@ -306,12 +320,7 @@ func (c *Chain) Fallback(ctx context.Context, after *symtab.Table) *symtab.Table
 	if !ok {
 		// Like Table: a slot within the caller's time, then a fetch of its
 		// own, so its answer is kept even when the caller stopped waiting.
-		if ctx.Err() != nil {
-			return nil // a select would start a fetch half the time
-		}
-		select {
-		case c.slots <- struct{}{}:
-		case <-ctx.Done():
+		if !c.takeSlot(ctx) {
 			return nil
 		}
 		c.mu.Lock()
@@ -323,9 +332,7 @@ func (c *Chain) Fallback(ctx context.Context, after *symtab.Table) *symtab.Table
 		if cl, ok = c.fbInflight[after]; !ok {
 			cl = &call{done: make(chan struct{})}
 			c.fbInflight[after] = cl
-			c.fetches++
-			c.running++
-			c.peak = max(c.peak, c.running)
+			c.started()
 			go c.runFallback(after, cl)
 		} else {
 			<-c.slots
