@@ -22,25 +22,7 @@ import (
 // CaughtUp, so a follower that gave up would leave the instance in its
 // consumer group holding partitions that nobody processes.
 func TestFollowerStartsBeforeItsTopic(t *testing.T) {
-	brokers := testenv.KafkaBrokers(t)
-	topic := testenv.Name(t, "sym-") + ".debuginfo"
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	adm := kadm.NewClient(cl)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		adm.DeleteTopics(ctx, topic)
-	})
-	infoCl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.KeepControlRecords(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(infoCl.Close)
+	_, topic, cl, adm, infoCl := followerClients(t)
 	store := NewTopic(1<<20, nil)
 	f := &Follower{Client: infoCl, Admin: adm, Topic: topic, Store: store,
 		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
@@ -129,29 +111,11 @@ func TestFollowerGivesUpOnMissingTopic(t *testing.T) {
 // the follower reach the end (control records move its position), instead
 // of waiting out its time.
 func TestWaitEndAfterTransaction(t *testing.T) {
-	brokers := testenv.KafkaBrokers(t)
-	topic := testenv.Name(t, "sym-") + ".debuginfo"
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	adm := kadm.NewClient(cl)
+	brokers, topic, _, adm, infoCl := followerClients(t)
 	ctx := context.Background()
 	if _, err := adm.CreateTopic(ctx, 2, 1, nil, topic); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		adm.DeleteTopics(ctx, topic)
-	})
-	infoCl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.KeepControlRecords(),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(infoCl.Close)
 	store := NewTopic(1<<20, nil)
 	f := &Follower{Client: infoCl, Admin: adm, Topic: topic, Store: store, Log: slog.New(slog.DiscardHandler)}
 	runCtx, cancel := context.WithCancel(ctx)
@@ -207,4 +171,32 @@ func TestWaitEndAfterTransaction(t *testing.T) {
 	if _, err := store.Fetch(ctx, "aa11"); err != nil {
 		t.Fatalf("value not applied when WaitEnd returned: %v", err)
 	}
+}
+
+// followerClients names a topic for t, deleted when t ends, and returns the
+// brokers, a client and an admin for the test, and the client a Follower
+// reads the topic with: from its start, committed transactions only, control
+// records kept (they move its position to the end).
+func followerClients(t *testing.T) (brokers []string, topic string, cl *kgo.Client, adm *kadm.Client, infoCl *kgo.Client) {
+	t.Helper()
+	brokers = testenv.KafkaBrokers(t)
+	topic = testenv.Name(t, "sym-") + ".debuginfo"
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	adm = kadm.NewClient(cl)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		adm.DeleteTopics(ctx, topic)
+	})
+	infoCl, err = kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.KeepControlRecords(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(infoCl.Close)
+	return brokers, topic, cl, adm, infoCl
 }
