@@ -90,7 +90,7 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 	}
 	startCtx, startCancel := context.WithTimeout(ctx, c.Kafka.DialTimeout+time.Minute)
 	defer startCancel()
-	cl, err := kafka.NewClient(startCtx, c.Kafka, publish.Opts(publish.Config{BufferRecords: c.Agent.BufferRecords, BufferBytes: c.Agent.BufferBytes}, topics.Debuginfo)...)
+	cl, err := kafka.NewClient(startCtx, c.Kafka, append(publish.Opts(publish.Config{BufferRecords: c.Agent.BufferRecords, BufferBytes: c.Agent.BufferBytes}, topics.Debuginfo), kafka.LogTo(log))...)
 	if err != nil {
 		return err
 	}

@@ -44,7 +44,7 @@ func runMain() error {
 	names := cfg.Index.Names()
 
 	topics := cfg.Kafka.Topics()
-	kcl, err := kafka.NewClient(ctx, cfg.Kafka, indexer.ConsumerOpts(cfg.Indexer.Group, topics.ProfilesSymbolized)...)
+	kcl, err := kafka.NewClient(ctx, cfg.Kafka, append(indexer.ConsumerOpts(cfg.Indexer.Group, topics.ProfilesSymbolized), kafka.LogTo(log))...)
 	if err != nil {
 		return err
 	}

@@ -119,7 +119,7 @@ func runMain() error {
 		IdleFlush:      cfg.Rollup.IdleFlush,
 		Now:            time.Now,
 	}, writer, log, reg)
-	cl, err := kafka.NewClient(ctx, cfg.Kafka, rollup.ClientOpts()...)
+	cl, err := kafka.NewClient(ctx, cfg.Kafka, append(rollup.ClientOpts(), kafka.LogTo(log))...)
 	if err != nil {
 		return err
 	}

@@ -116,7 +116,7 @@ func runMain() error {
 	if err != nil {
 		return err
 	}
-	sess, err := kgo.NewGroupTransactSession(append(opts, pipeline.SessionOpts(cfg.Symbolizer.Group, topics.ProfilesRaw, txnID, cfg.Symbolizer.SessionTimeout, codec)...)...)
+	sess, err := kgo.NewGroupTransactSession(append(opts, append(pipeline.SessionOpts(cfg.Symbolizer.Group, topics.ProfilesRaw, txnID, cfg.Symbolizer.SessionTimeout, codec), kafka.LogTo(log))...)...)
 	if err != nil {
 		return fmt.Errorf("kafka transact session: %w", err)
 	}
