@@ -176,3 +176,14 @@ func FuzzDecodeProfile(f *testing.F) {
 		check("ParseProfile", func() (*profile.Profile, error) { return ParseProfile(in, l) })
 	})
 }
+
+func TestFrameKind(t *testing.T) {
+	for file, want := range map[string]string{
+		"[kernel.kallsyms]": KindKernel, "[python]": KindPython, "[java]": KindJava,
+		"[js]": KindJS, "[jit]": KindJIT, "/usr/bin/python3.11": KindNative, "": KindNative, "[vdso]": KindNative,
+	} {
+		if got := FrameKind(file); got != want {
+			t.Errorf("FrameKind(%q) = %q, want %q", file, got, want)
+		}
+	}
+}

@@ -5,12 +5,13 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/stackstream/stackstream/schemas/record"
 	"github.com/stackstream/stackstream/services/agent/internal/proc"
 	"github.com/stackstream/stackstream/services/agent/internal/sampler"
 )
 
 // kernelMappingFile names the mapping of kernel frames, as perf does.
-const kernelMappingFile = "[kernel.kallsyms]"
+const kernelMappingFile = record.MappingKernel
 
 // cpuProfile builds one interval's CPU profile from drained samples. User
 // frames stay addresses with their mapping (file, offsets, build ID) for the
