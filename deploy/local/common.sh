@@ -1,6 +1,7 @@
 # shellcheck shell=bash disable=SC2034  # sourced; the variables are used by the scripts
 # Shared settings and helpers for the local (no Docker) Kafka and OpenSearch.
-# Sourced by kafka.sh, opensearch.sh, up.sh, down.sh and status.sh; not run directly.
+# Sourced by kafka.sh, opensearch.sh, secure.sh, up.sh, down.sh and status.sh; not
+# run directly.
 #
 # Versions are pinned here and in docker-compose.yml: keep the two in step.
 
@@ -115,4 +116,72 @@ show_log_tail() {
   echo "---- last 20 lines of $2 ----" >&2
   tail -n 20 "$2" >&2 2>/dev/null || echo "(no log)" >&2
   echo "----" >&2
+}
+
+# kafka_node_properties: the server.properties lines every local node shares (the
+# plain one in kafka.sh, the secured one in secure.sh), after its listeners.
+kafka_node_properties() {
+  cat <<'EOF'
+# One node: every internal topic has a single replica, or it is never created
+# (consumer groups, transactions and share groups would hang).
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+default.replication.factor=1
+min.insync.replicas=1
+
+# Tests: no 3 s wait before the first rebalance; topics only via stackctl init
+# (so a typo in a topic name fails instead of creating a new topic).
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+num.partitions=3
+
+# stackstream.debuginfo records carry a binary's symbols: allow up to 16 MiB.
+message.max.bytes=16777216
+replica.fetch.max.bytes=16777216
+
+# Small disk footprint for a developer machine. Records are deleted by their
+# timestamp: a test producing records dated more than a day ago loses them.
+log.retention.hours=24
+log.segment.bytes=104857600
+EOF
+}
+
+# kafka_log4j2 DIR: Kafka 4 logs with log4j2; everything to stdout, which the
+# start function sends to the node's log.
+kafka_log4j2() {
+  cat >"$1/log4j2.properties" <<'EOF'
+status = warn
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.stdout.ref = STDOUT
+# Per-request and per-partition state lines would drown the useful ones.
+logger.request.name = kafka.request.logger
+logger.request.level = warn
+logger.state.name = state.change.logger
+logger.state.level = warn
+EOF
+}
+
+# launch_opensearch RUN LOG PIDFILE: start the node whose home and config are in
+# RUN, in the background, as $OPENSEARCH_USER when root (as_user), logging to LOG.
+# bin/opensearch runs its own helpers from relative paths: it starts in the home.
+# The log is opened here, by the calling user, so it stays in the state dir.
+# setsid + nohup: own session, outlives the calling shell; setsid, nohup, setpriv and
+# the script's final exec all keep one process, so the pid is the JVM itself.
+launch_opensearch() {
+  local run=$1 log=$2 pidfile=$3
+  [[ -f $log ]] && mv -f "$log" "$log.1"
+  (
+    cd "$run/home"
+    env -u JAVA_TOOL_OPTIONS -u JAVA_OPTS HOME="$run" OPENSEARCH_JAVA_HOME="$JAVA_HOME_17" \
+      OPENSEARCH_PATH_CONF="$run/config" OPENSEARCH_JAVA_OPTS="" \
+      setsid nohup "${as_user[@]}" bin/opensearch >"$log" 2>&1 </dev/null &
+    echo $! >"$pidfile"
+  )
 }

@@ -67,45 +67,9 @@ controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 log.dirs=$KAFKA_STATE/data
 
-# One node: every internal topic has a single replica, or it is never created
-# (consumer groups, transactions and share groups would hang).
-offsets.topic.replication.factor=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-default.replication.factor=1
-min.insync.replicas=1
-
-# Tests: no 3 s wait before the first rebalance; topics only via stackctl init
-# (so a typo in a topic name fails instead of creating a new topic).
-group.initial.rebalance.delay.ms=0
-auto.create.topics.enable=false
-num.partitions=3
-
-# stackstream.debuginfo records carry a binary's symbols: allow up to 16 MiB.
-message.max.bytes=16777216
-replica.fetch.max.bytes=16777216
-
-# Small disk footprint for a developer machine.
-log.retention.hours=24
-log.segment.bytes=104857600
 EOF
-  # Kafka 4 logs with log4j2: everything to stdout, which start() sends to kafka.log.
-  cat >"$KAFKA_STATE/log4j2.properties" <<'EOF'
-status = warn
-appender.console.type = Console
-appender.console.name = STDOUT
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = info
-rootLogger.appenderRef.stdout.ref = STDOUT
-# Per-request and per-partition state lines would drown the useful ones.
-logger.request.name = kafka.request.logger
-logger.request.level = warn
-logger.state.name = state.change.logger
-logger.state.level = warn
-EOF
+  kafka_node_properties >>"$KAFKA_STATE/server.properties"
+  kafka_log4j2 "$KAFKA_STATE"
 }
 
 # Before starting: our node already running is fine, any other listener on its

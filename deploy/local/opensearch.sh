@@ -195,17 +195,8 @@ os_start() {
   [[ $run == "$OS_STATE/node" ]] || say "note: $OS_STATE is not reachable by user $OPENSEARCH_USER; node files in $run"
   write_config "$run"
   echo "$run" >"$OS_STATE/node-dir"
-  [[ -f $OS_LOG ]] && mv -f "$OS_LOG" "$OS_LOG.1"
-  # bin/opensearch runs its own helpers from relative paths: start it in the home.
-  # The log is opened here, by the calling user, so it stays in the state dir.
-  # setsid + nohup: own session, outlives the calling shell; setsid, nohup, setpriv and
-  # the script's final exec all keep one process, so $! ends up being the JVM itself.
-  cd "$run/home"
-  env -u JAVA_TOOL_OPTIONS -u JAVA_OPTS HOME="$run" OPENSEARCH_JAVA_HOME="$JAVA_HOME_17" \
-    OPENSEARCH_PATH_CONF="$run/config" OPENSEARCH_JAVA_OPTS="" \
-    setsid nohup "${as_user[@]}" bin/opensearch >"$OS_LOG" 2>&1 </dev/null &
-  echo $! >"$OS_PID"
-  say "opensearch starting (pid $!), log: $OS_LOG"
+  launch_opensearch "$run" "$OS_LOG" "$OS_PID"
+  say "opensearch starting (pid $(cat "$OS_PID")), log: $OS_LOG"
 }
 
 os_health() {

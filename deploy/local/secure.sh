@@ -199,35 +199,9 @@ ssl.endpoint.identification.algorithm=https
 ssl.enabled.protocols=TLSv1.3,TLSv1.2
 log.dirs=$SK/data
 
-# One node, as deploy/local/kafka.sh.
-offsets.topic.replication.factor=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-default.replication.factor=1
-min.insync.replicas=1
-group.initial.rebalance.delay.ms=0
-auto.create.topics.enable=false
-num.partitions=3
-message.max.bytes=16777216
-replica.fetch.max.bytes=16777216
-log.retention.hours=24
-log.segment.bytes=104857600
 EOF
-  cat >"$SK/log4j2.properties" <<'EOF'
-status = warn
-appender.console.type = Console
-appender.console.name = STDOUT
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = info
-rootLogger.appenderRef.stdout.ref = STDOUT
-logger.request.name = kafka.request.logger
-logger.request.level = warn
-logger.state.name = state.change.logger
-logger.state.level = warn
-EOF
+  kafka_node_properties >>"$SK/server.properties"
+  kafka_log4j2 "$SK"
   # librdkafka settings for kcat -F on the mTLS listener (the readiness probe, and
   # handy by hand).
   printf '%s\n' "security.protocol=SSL" "ssl.ca.location=$CERTS/ca.pem" \
@@ -508,13 +482,8 @@ os_start() {
   if [[ -z $(ls -A "$run/data" 2>/dev/null) ]]; then touch "$SO/fresh"; else rm -f "$SO/fresh"; fi
   os_config "$run"
   echo "$run" >"$SO/node-dir"
-  [[ -f $SO_LOG ]] && mv -f "$SO_LOG" "$SO_LOG.1"
-  cd "$run/home"
-  env -u JAVA_TOOL_OPTIONS -u JAVA_OPTS HOME="$run" OPENSEARCH_JAVA_HOME="$JAVA_HOME_17" \
-    OPENSEARCH_PATH_CONF="$run/config" OPENSEARCH_JAVA_OPTS="" \
-    setsid nohup "${as_user[@]}" bin/opensearch >"$SO_LOG" 2>&1 </dev/null &
-  echo $! >"$SO_PID"
-  say "secured opensearch starting (pid $!), log: $SO_LOG"
+  launch_opensearch "$run" "$SO_LOG" "$SO_PID"
+  say "secured opensearch starting (pid $(cat "$SO_PID")), log: $SO_LOG"
 }
 
 # Ready once the admin user is authenticated (so the security index is loaded) and
