@@ -36,14 +36,22 @@ type Cache interface {
 // Source labels for frames that no table resolved.
 const (
 	SourceUnresolved = "unresolved"
-	SourceAlready    = "presymbolized" // kernel frames, scraped Go profiles
+	SourceAlready    = "presymbolized" // frames the agent named (kernel, python, java, js, jit), scraped Go profiles
 )
+
+// agentNamed reports a location the agent named itself: its mapping is one
+// of record's pseudo-files (kernel, python, java, js, jit). No debug info
+// exists for a pseudo-file, so such a location is never looked up, needs
+// no build ID, and is written exactly as it came, even without lines.
+func agentNamed(loc *profile.Location) bool {
+	return loc.Mapping != nil && record.FrameKind(loc.Mapping.File) != record.KindNative
+}
 
 // Stats counts what one profile's symbolization did.
 type Stats struct {
 	Resolved    map[string]int // locations resolved, by source of the table
 	Unresolved  int            // locations named binary+0xoffset
-	Already     int            // locations that arrived with lines
+	Already     int            // locations that arrived with lines or on a pseudo-file
 	AddrHits    int            // lookups answered by a table's address cache
 	AddrLookups int
 	// OverBudget is 1 when the record's lookup budget ended before every
@@ -87,7 +95,7 @@ func (s *Symbolizer) lookup(ctx context.Context, p *profile.Profile) (context.Co
 	seen := make(map[*profile.Mapping]bool, len(p.Mapping))
 	for _, loc := range p.Location {
 		m := loc.Mapping
-		if len(loc.Line) > 0 || m == nil || m.BuildID == "" || seen[m] {
+		if len(loc.Line) > 0 || m == nil || m.BuildID == "" || seen[m] || agentNamed(loc) {
 			continue
 		}
 		seen[m] = true
@@ -202,7 +210,7 @@ func (s *Symbolizer) Profile(ctx context.Context, p *profile.Profile) Stats {
 	ctx = bctx
 
 	for _, loc := range p.Location {
-		if len(loc.Line) > 0 {
+		if len(loc.Line) > 0 || agentNamed(loc) {
 			st.Already++
 			continue
 		}

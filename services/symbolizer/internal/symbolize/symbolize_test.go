@@ -3,6 +3,7 @@ package symbolize
 import (
 	"context"
 	"reflect"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -199,5 +200,100 @@ func TestCallerAddressesLookOneByteBack(t *testing.T) {
 	(&Symbolizer{Tables: fakeTables{"dd44": tab}}).Profile(context.Background(), p)
 	if got := testbinNames(p); !reflect.DeepEqual(got, []string{"abort :0", "next_function a.c:20"}) {
 		t.Fatalf("leaf and caller: got %q", got)
+	}
+}
+
+// recordingTables counts the build IDs asked for.
+type recordingTables struct {
+	fakeTables
+	asked []string
+}
+
+func (r *recordingTables) Table(ctx context.Context, id string) *symtab.Table {
+	r.asked = append(r.asked, id)
+	return r.fakeTables.Table(ctx, id)
+}
+
+// TestAgentNamedFramesPassThrough: frames on record's pseudo-files (kernel,
+// python, java, js, jit) are the agent's names: they keep their functions,
+// files and lines, are never looked up (not even a pseudo-file that carries
+// a build ID, or one whose lines were lost), and count as presymbolized,
+// while the native frames of the same samples are resolved.
+func TestAgentNamedFramesPassThrough(t *testing.T) {
+	tab := symtab.FromDebuginfo(&debuginfo.File{
+		BuildID:  "aa11",
+		Kind:     debuginfo.KindSymbols,
+		Segments: []debuginfo.Segment{{Offset: 0, Vaddr: 0, Filesz: 0x10000}},
+		Symbols:  []debuginfo.Symbol{{Addr: 0x1000, Size: 0x100, Name: "_PyEval_EvalFrameDefault"}},
+		Lines:    []debuginfo.Line{{Addr: 0x1000, File: "ceval.c", Line: 4200}},
+	}, "topic")
+	b := pproftest.NewCPU(time.Unix(1700000000, 0), 10*time.Second)
+	native := b.Mapping(0x7f0000000000, 0x7f0000010000, 0, "/usr/bin/python3.12", "aa11")
+	kernel := b.Mapping(0, 0, 0, record.MappingKernel, "")
+	python := b.Mapping(0, 0, 0, record.MappingPython, "")
+	java := b.Mapping(0, 0, 0, record.MappingJava, "")
+	js := b.Mapping(0, 0, 0, record.MappingJS, "")
+	jit := b.Mapping(0x7e0000000000, 0x7e0000100000, 0, record.MappingJIT, "ee55") // a build ID must not cause a lookup
+	lost := b.Mapping(0, 0, 0, record.MappingPython, "ff66")                        // lines lost on the way: still not looked up
+	b.LocationSample(map[string]string{"comm": "python3"}, []int64{1, 10},
+		b.NamedLocation(kernel, 0xffffffff81000010, "do_syscall_64", "", 0),
+		b.NamedLocation(python, 0, "Handler.serve", "/srv/app/handler.py", 42),
+		b.NamedLocation(python, 0, "<module>", "/srv/app/main.py", 1),
+		b.AddressLocation(native, 0x7f0000001010),
+	)
+	b.LocationSample(map[string]string{"comm": "java"}, []int64{1, 10},
+		b.NamedLocation(java, 0x7e0000000100, "com.example.Cart.total", "Cart.java", 88),
+		b.NamedLocation(jit, 0x7e0000000200, "LazyCompile:*loop", "", 0),
+		b.NamedLocation(js, 0, "(anonymous)", "file:///srv/app/index.js", 7),
+	)
+	emptyLoc := &profile.Location{ID: uint64(len(b.Profile().Location) + 1), Address: 0x10, Mapping: lost}
+	p := b.Profile()
+	p.Location = append(p.Location, emptyLoc)
+	p.Sample = append(p.Sample, &profile.Sample{Value: []int64{1, 1}, Location: []*profile.Location{emptyLoc}})
+	before := map[*profile.Location][]profile.Line{}
+	for _, l := range p.Location {
+		before[l] = slices.Clone(l.Line)
+	}
+
+	tabs := &recordingTables{fakeTables: fakeTables{"aa11": tab}}
+	st := (&Symbolizer{Tables: tabs}).Profile(context.Background(), p)
+	if !reflect.DeepEqual(tabs.asked, []string{"aa11"}) {
+		t.Fatalf("build IDs looked up: %q, want only the native binary's", tabs.asked)
+	}
+	if st.Already != 7 || st.Resolved["topic"] != 1 || st.Unresolved != 0 {
+		t.Fatalf("stats %+v, want 7 presymbolized, 1 resolved, 0 unresolved", st)
+	}
+	if err := p.CheckValid(); err != nil {
+		t.Fatalf("invalid profile after symbolization: %v", err)
+	}
+	for _, l := range p.Location {
+		if l.Mapping == native {
+			continue
+		}
+		if !reflect.DeepEqual(l.Line, before[l]) {
+			t.Errorf("location %d on %s changed: %+v, was %+v", l.ID, l.Mapping.File, l.Line, before[l])
+		}
+	}
+	if got := testbinNames(p); !reflect.DeepEqual(got, []string{
+		"do_syscall_64 :0", "Handler.serve /srv/app/handler.py:42", "<module> /srv/app/main.py:1", "_PyEval_EvalFrameDefault ceval.c:4200",
+	}) {
+		t.Fatalf("names %q", got)
+	}
+
+	// The names survive the output encoding, with their mappings' files.
+	enc, err := record.EncodeProfile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := record.DecodeProfile(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, l := range back.Sample[1].Location {
+		kinds = append(kinds, record.FrameKind(l.Mapping.File)+" "+l.Line[0].Function.Name+" "+l.Line[0].Function.Filename+":"+itoa(l.Line[0].Line))
+	}
+	if want := []string{"java com.example.Cart.total Cart.java:88", "jit LazyCompile:*loop :0", "js (anonymous) file:///srv/app/index.js:7"}; !reflect.DeepEqual(kinds, want) {
+		t.Fatalf("after a round trip: %q, want %q", kinds, want)
 	}
 }
