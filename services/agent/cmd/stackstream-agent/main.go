@@ -136,7 +136,7 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 	g.Add(srv.Run, srv.Stop)
 	log.Info("listening", "addr", srv.Addr())
 	err = g.Run()
-	var sig run.SignalError
+	var sig *run.SignalError
 	if errors.As(err, &sig) {
 		log.Info("stopping", "signal", sig.Signal)
 		return nil

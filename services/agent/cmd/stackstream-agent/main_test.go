@@ -2,15 +2,24 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/stackstream/stackstream/pkg/config"
+	"github.com/stackstream/stackstream/pkg/kafka"
 	"github.com/stackstream/stackstream/pkg/testenv"
+	"github.com/stackstream/stackstream/schemas/record"
 )
 
 func TestFlagsOverrideEnvironment(t *testing.T) {
@@ -74,4 +83,70 @@ func TestMissingCapabilities(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStopsOnSIGTERM runs the real agent against the broker and stops it
+// with SIGTERM: it exits 0 and logs the signal by name.
+func TestStopsOnSIGTERM(t *testing.T) {
+	testenv.Root(t)
+	brokers := testenv.KafkaBrokers(t)
+	prefix := testenv.Name(t, "agent-") + "."
+	ctx := context.Background()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	topics := record.TopicsFor(prefix)
+	if _, err := kafka.EnsureTopics(ctx, adm, kafka.Specs(topics, 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { adm.DeleteTopics(context.Background(), topics.All()...) })
+
+	bin := filepath.Join(t.TempDir(), "stackstream-agent")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "--interval=1s", fmt.Sprintf("--pids=%d", os.Getpid()))
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), "STACKSTREAM_KAFKA_BROKERS="+strings.Join(brokers, ","), "STACKSTREAM_KAFKA_TOPIC_PREFIX="+prefix)
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(out.String(), "msg=listening"); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("agent did not start:\n%s", out.String())
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit on SIGTERM: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "signal=terminated") {
+		t.Fatalf("the stop line does not name the signal:\n%s", out.String())
+	}
+}
+
+// lockedBuffer is the process's output, read while it is written.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
