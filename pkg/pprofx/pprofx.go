@@ -11,6 +11,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/schemas/record"
 )
 
 // LocationFrames appends the frames of one location to dst, innermost first:
@@ -25,15 +26,19 @@ func LocationFrames(dst []indices.Frame, loc *profile.Location) []indices.Frame 
 	if loc == nil {
 		return append(dst, indices.Frame{Function: MissingLocation})
 	}
-	binary := ""
+	binary, kind := "", ""
 	if loc.Mapping != nil && loc.Mapping.File != "" {
 		binary = filepath.Base(loc.Mapping.File)
+		// Native frames, the most, store no kind (see indices.Frame).
+		if k := record.FrameKind(loc.Mapping.File); k != record.KindNative {
+			kind = k
+		}
 	}
 	if len(loc.Line) == 0 {
-		return append(dst, indices.Frame{Function: UnresolvedName(loc), Binary: binary})
+		return append(dst, indices.Frame{Function: UnresolvedName(loc), Binary: binary, Kind: kind})
 	}
 	for _, ln := range loc.Line {
-		f := indices.Frame{Line: ln.Line, Binary: binary}
+		f := indices.Frame{Line: ln.Line, Binary: binary, Kind: kind}
 		if ln.Function != nil {
 			f.Function = ln.Function.Name
 			f.File = ln.Function.Filename

@@ -43,6 +43,19 @@ func TestStackFrames(t *testing.T) {
 			want: []indices.Frame{{Function: "0xbeef", Line: 4, Binary: "app"}},
 		},
 		{
+			name: "kind of the agent's pseudo-files, none for native code",
+			locs: []*profile.Location{
+				{Mapping: &profile.Mapping{File: record.MappingPython}, Line: []profile.Line{{Function: &profile.Function{Name: "serve", Filename: "app.py"}, Line: 7}}},
+				{Mapping: &profile.Mapping{File: record.MappingKernel}, Address: 0xffff0010},
+				{Mapping: m, Line: []profile.Line{{Function: outer, Line: 9}}},
+			},
+			want: []indices.Frame{
+				{Function: "serve", File: "app.py", Line: 7, Binary: "[python]", Kind: "python"},
+				{Function: "[kernel.kallsyms]+0xffff0010", Binary: "[kernel.kallsyms]", Kind: "kernel"},
+				{Function: "outer", File: "b.c", Line: 9, Binary: "app"},
+			},
+		},
+		{
 			name: "leaf first across locations",
 			locs: []*profile.Location{{Line: []profile.Line{{Function: inner}}}, {Line: []profile.Line{{Function: outer}}}},
 			want: []indices.Frame{{Function: "inlined", File: "a.c"}, {Function: "outer", File: "b.c"}},

@@ -142,6 +142,21 @@ type Frame struct {
 	File     string `json:"file,omitempty"`
 	Line     int64  `json:"line,omitempty"`
 	Binary   string `json:"binary,omitempty"`
+	// Kind is record.FrameKind of the frame's mapping file (kernel,
+	// python, java, js, jit); empty for native code, the most frames, to
+	// keep documents small. It is not part of StackID: it follows from
+	// Binary, the pseudo-file's name.
+	Kind string `json:"kind,omitempty"`
+}
+
+// FrameKind is the kind of f: Kind, or for frames stored without one
+// (native frames, and stacks written before schema 2) the kind of its
+// binary, which for the agent's pseudo-files is the file itself.
+func (f Frame) FrameKind() string {
+	if f.Kind != "" {
+		return f.Kind
+	}
+	return record.FrameKind(f.Binary)
 }
 
 // StackDoc is a document of stackstream-stacks. Frames are leaf first, as in pprof.
@@ -151,6 +166,26 @@ type StackDoc struct {
 	Functions []string  `json:"functions"`
 	Leaf      string    `json:"leaf"`
 	Depth     int       `json:"depth"`
+	// Kinds are the distinct kinds of the frames, native included, sorted
+	// (schema 2): the keyword that finds the stacks holding Python frames.
+	Kinds []string `json:"kinds,omitempty"`
+}
+
+// StackKinds are the distinct kinds of frames as stored (an empty Kind is
+// native), sorted, as StackDoc.Kinds.
+func StackKinds(frames []Frame) []string {
+	var out []string
+	for _, f := range frames {
+		k := f.Kind
+		if k == "" {
+			k = record.KindNative
+		}
+		if !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // SampleDoc is a document of stackstream-samples-YYYY.MM.DD: the samples of

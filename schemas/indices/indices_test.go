@@ -155,3 +155,30 @@ func TestSetLabels(t *testing.T) {
 		t.Fatalf("SetLabels(nil) left %+v", d)
 	}
 }
+
+func TestStackKinds(t *testing.T) {
+	frames := []Frame{
+		{Function: "do_syscall_64", Binary: record.MappingKernel, Kind: record.KindKernel},
+		{Function: "serve", Binary: record.MappingPython, Kind: record.KindPython},
+		{Function: "_PyEval_EvalFrameDefault", Binary: "python3.12"},
+		{Function: "main", Binary: "python3.12"},
+		{Function: "<module>", Binary: record.MappingPython, Kind: record.KindPython},
+	}
+	if got, want := StackKinds(frames), []string{"kernel", "native", "python"}; !slices.Equal(got, want) {
+		t.Fatalf("StackKinds = %q, want %q", got, want)
+	}
+	// The kind is not hashed: it follows from the binary.
+	plain := slices.Clone(frames)
+	for i := range plain {
+		plain[i].Kind = ""
+	}
+	if StackID(plain) != StackID(frames) {
+		t.Fatal("StackID depends on Kind")
+	}
+	// Frames stored before schema 2 have no kind: their binary tells.
+	for i, f := range plain {
+		if f.FrameKind() != frames[i].FrameKind() || f.FrameKind() == "" {
+			t.Fatalf("frame %d: FrameKind %q, stored with kind %q", i, f.FrameKind(), frames[i].FrameKind())
+		}
+	}
+}

@@ -270,7 +270,7 @@ func stackDoc(frames []indices.Frame, at time.Time) indices.StackDoc {
 			fns = append(fns, f.Function)
 		}
 	}
-	return indices.StackDoc{Timestamp: at, Frames: frames, Functions: fns, Leaf: frames[0].Function, Depth: len(frames)}
+	return indices.StackDoc{Timestamp: at, Frames: frames, Functions: fns, Leaf: frames[0].Function, Depth: len(frames), Kinds: indices.StackKinds(frames)}
 }
 
 // labelSet is what a sample's labels become, computed once per distinct

@@ -396,3 +396,37 @@ func TestDocumentBudget(t *testing.T) {
 	}
 	t.Fatal("no documents-over-the-budget case")
 }
+
+// TestConvertStoresFrameKinds: frames on the agent's pseudo-files carry
+// their kind, native frames none, and every stack document lists its kinds.
+func TestConvertStoresFrameKinds(t *testing.T) {
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	docs, err := Convert(testNames, record.Meta{Type: record.ProfileCPU, Host: "h"}, "", mixedKinds(at), at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, st := range docs.Stacks {
+		var frames []string
+		for _, f := range st.Frames {
+			frames = append(frames, f.Function+"="+f.Kind)
+		}
+		raw, err := st.Doc()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc indices.StackDoc
+		if err := json.Unmarshal(raw, &doc); err != nil {
+			t.Fatal(err)
+		}
+		got[strings.Join(frames, " ")] = doc.Kinds
+	}
+	want := map[string][]string{
+		"do_syscall_64=kernel Handler.serve=python _PyEval_EvalFrameDefault= main=": {"kernel", "native", "python"},
+		"Handler.serve=python main=":                                       {"native", "python"},
+		"LazyCompile:*loop=jit (anonymous)=js com.example.Cart.total=java": {"java", "jit", "js"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("stacks and their kinds:\n got %q\nwant %q", got, want)
+	}
+}

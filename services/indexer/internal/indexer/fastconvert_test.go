@@ -222,6 +222,7 @@ func fastCases(t testing.TB) []fastCase {
 	cases = append(cases, fastCase{"uncompressed", cpu, plain.Bytes(), time.Time{}, false})
 	cases = append(cases, fastCase{"truncated gzip", cpu, raw[:len(raw)/2], time.Time{}, false})
 	// A sample referencing location 9, which the table does not have.
+	cases = append(cases, fastCase{"frame kinds", cpu, encode(t, mixedKinds(at)), time.Time{}, true})
 	bad := append([]byte(nil), plain.Bytes()...)
 	cases = append(cases, fastCase{"unknown location", cpu, pproftest.Gzip(append(bad, 0x12, 0x04, 0x0a, 0x01, 0x09, 0x10)), time.Time{}, false})
 	// Two period types: pprof keeps the last, record.Limits refuses it.
@@ -465,4 +466,30 @@ func TestFastLimitsBound(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mixedKinds is a profile whose stacks mix native frames with the frames the
+// agent names on its pseudo-files (kernel, python, java, js, jit).
+func mixedKinds(at time.Time) *profile.Profile {
+	b := pproftest.NewCPU(at, 10*time.Second)
+	native := b.Mapping(0x400000, 0x500000, 0, "/usr/bin/python3.12", "aa11")
+	native.HasFunctions = true
+	kernel := b.Mapping(0, 0, 0, record.MappingKernel, "")
+	python := b.Mapping(0, 0, 0, record.MappingPython, "")
+	java := b.Mapping(0, 0, 0, record.MappingJava, "")
+	js := b.Mapping(0, 0, 0, record.MappingJS, "")
+	jit := b.Mapping(0, 0, 0, record.MappingJIT, "")
+	pyLoc := b.NamedLocation(python, 0, "Handler.serve", "/srv/handler.py", 42)
+	mainLoc := b.NamedLocation(native, 0x401000, "main", "main.c", 3)
+	b.LocationSample(map[string]string{"pid": "1", "comm": "python3"}, []int64{2, 20},
+		b.NamedLocation(kernel, 0xffffffff81000010, "do_syscall_64", "", 0),
+		pyLoc,
+		b.NamedLocation(native, 0x402000, "_PyEval_EvalFrameDefault", "ceval.c", 4200),
+		mainLoc)
+	b.LocationSample(map[string]string{"pid": "1", "comm": "python3"}, []int64{1, 10}, pyLoc, mainLoc)
+	b.LocationSample(map[string]string{"pid": "2", "comm": "java"}, []int64{3, 30},
+		b.NamedLocation(jit, 0x7e0000000200, "LazyCompile:*loop", "", 0),
+		b.NamedLocation(js, 0, "(anonymous)", "file:///srv/index.js", 7),
+		b.NamedLocation(java, 0x7e0000000100, "com.example.Cart.total", "Cart.java", 88))
+	return b.Profile()
 }

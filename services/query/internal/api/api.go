@@ -125,7 +125,7 @@ func New(cl *opensearchapi.Client, names indices.Names, opts Options, logger *sl
 	opts = opts.withDefaults()
 	a := &API{
 		cl: cl, names: names, opts: opts, logger: logger,
-		cache:   &stackCache{m: map[string][]string{}, max: opts.CacheStacks},
+		cache:   &stackCache{m: map[string]stackFrames{}, max: opts.CacheStacks},
 		lines:   linesCache{m: map[string]linesEntry{}},
 		metrics: newMetrics(opts.Registerer),
 	}

@@ -33,7 +33,7 @@ func BenchmarkFlamegraphAnswer(b *testing.B) {
 	values, frames := benchStacks()
 	b.ReportAllocs()
 	for b.Loop() {
-		root, _ := flame(buildTree(values, frames), 5000)
+		root, _ := flame(buildTree(values, frames, nil), 5000)
 		if err := json.NewEncoder(io.Discard).Encode(root); err != nil {
 			b.Fatal(err)
 		}

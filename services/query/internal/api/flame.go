@@ -36,10 +36,12 @@ func (a *API) parseSelection(q url.Values, selParam, fromParam, toParam string) 
 	return selection{typ: typ, sel: sel, tr: tr}, nil
 }
 
-// merged is a selection's stacks with their frames.
+// merged is a selection's stacks with their frames' names and, for the
+// stacks with frames other than native code, their kinds.
 type merged struct {
 	*stackValues
 	frames map[string][]string
+	kinds  map[string][]string
 }
 
 func (a *API) merge(ctx context.Context, s selection) (*merged, error) {
@@ -51,19 +53,19 @@ func (a *API) merge(ctx context.Context, s selection) (*merged, error) {
 	for id := range sv.values {
 		ids = append(ids, id)
 	}
-	frames, err := a.frames(ctx, ids)
+	frames, kinds, err := a.frames(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
-	return &merged{stackValues: sv, frames: frames}, nil
+	return &merged{stackValues: sv, frames: frames, kinds: kinds}, nil
 }
 
 // tree merges the stacks; the value of stacks left out by MaxStacks hangs
 // under the root as "[other]" so the root total is the selection's total.
 func (m *merged) tree() *node {
-	root := buildTree(m.values, m.frames)
+	root := buildTree(m.values, m.frames, m.kinds)
 	if rest := m.total - root.total; rest > 0 && m.truncated {
-		o := root.child(otherNodes)
+		o := root.child(otherNodes, "")
 		o.self += rest
 		o.total += rest
 		root.total += rest

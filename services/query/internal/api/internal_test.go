@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"net/url"
+	"slices"
 	"testing"
 	"time"
 )
@@ -99,7 +100,7 @@ func TestTrees(t *testing.T) {
 		"c": {"main", "rec", "rec"},
 		"":  {noStack},
 	}
-	root := buildTree(values, frames)
+	root := buildTree(values, frames, nil)
 	full, truncated := flame(root, 100)
 	if truncated || full.Total != 105 {
 		t.Fatalf("flame total %d truncated %v", full.Total, truncated)
@@ -136,7 +137,7 @@ func TestTrees(t *testing.T) {
 		t.Fatalf("main %+v, first %+v", f, top[0])
 	}
 
-	cmpRoot := buildTree(map[string]int64{"a": 10, "c": 30}, frames)
+	cmpRoot := buildTree(map[string]int64{"a": 10, "c": 30}, frames, nil)
 	d, _ := diffTree(root, cmpRoot, 100)
 	if d.Base != 1 || d.Compare != 1 {
 		t.Fatalf("diff root %+v", d)
@@ -164,5 +165,44 @@ func TestParseRangeDefaults(t *testing.T) {
 	tr, err := parseRange(url.Values{}, "from", "to", now, 31*24*time.Hour)
 	if err != nil || !tr.From.Equal(now.Add(-time.Hour)) || !tr.To.Equal(now) {
 		t.Fatalf("default range %v %v", tr, err)
+	}
+}
+
+// TestTreeKinds: a frame's kind travels to its node; a Python function and
+// a native one of the same name under one parent are two nodes, and the
+// diff keeps the kinds of both sides.
+func TestTreeKinds(t *testing.T) {
+	values := map[string]int64{"py": 6, "c": 3, "k": 1}
+	frames := map[string][]string{
+		"py": {"main", "_PyEval_EvalFrameDefault", "run", "do_syscall_64"},
+		"c":  {"main", "_PyEval_EvalFrameDefault", "run"},
+		"k":  {"do_syscall_64"},
+	}
+	kinds := map[string][]string{
+		"py": {"", "", "python", "kernel"},
+		"k":  {"kernel"},
+	}
+	root, _ := flame(buildTree(values, frames, kinds), 100)
+	js, _ := json.Marshal(root)
+	want := `{"name":"total","self":0,"total":10,"children":[` +
+		`{"name":"main","self":0,"total":9,"children":[{"name":"_PyEval_EvalFrameDefault","self":0,"total":9,"children":[` +
+		`{"name":"run","kind":"python","self":0,"total":6,"children":[{"name":"do_syscall_64","kind":"kernel","self":6,"total":6,"children":[]}]},` +
+		`{"name":"run","self":3,"total":3,"children":[]}]}]},` +
+		`{"name":"do_syscall_64","kind":"kernel","self":1,"total":1,"children":[]}]}`
+	if string(js) != want {
+		t.Fatalf("flame\n got %s\nwant %s", js, want)
+	}
+	d, _ := diffTree(buildTree(values, frames, kinds), buildTree(map[string]int64{"k": 1}, frames, kinds), 100)
+	var got []string
+	var walk func(n *DiffNode)
+	walk = func(n *DiffNode) {
+		got = append(got, n.Name+"/"+n.Kind)
+		for _, c := range n.Children {
+			walk(c)
+		}
+	}
+	walk(d)
+	if w := []string{"total/", "do_syscall_64/kernel", "main/", "_PyEval_EvalFrameDefault/", "run/python", "do_syscall_64/kernel", "run/"}; !slices.Equal(got, w) {
+		t.Fatalf("diff nodes %q, want %q", got, w)
 	}
 }

@@ -254,43 +254,58 @@ func (a *API) topStacks(ctx context.Context, idx []string, query map[string]any)
 	return out, nil
 }
 
+// stackFrames are a stack's function names, root first, and their kinds
+// (record.Kind*, "" for native code); kinds is nil when every frame is
+// native, as in most stacks.
+type stackFrames struct {
+	names, kinds []string
+}
+
 // stackCache keeps the frames of stacks already read. A stack ID is a hash
 // of its frames, so an entry never goes stale; the cache is dropped whole
 // when full, which is cheap and keeps memory bounded.
 type stackCache struct {
 	mu  sync.Mutex
-	m   map[string][]string
+	m   map[string]stackFrames
 	max int
 }
 
-func (c *stackCache) get(id string) ([]string, bool) {
+func (c *stackCache) get(id string) (stackFrames, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	f, ok := c.m[id]
 	return f, ok
 }
 
-func (c *stackCache) put(id string, frames []string) {
+func (c *stackCache) put(id string, frames stackFrames) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.m) >= c.max {
-		c.m = make(map[string][]string, c.max)
+		c.m = make(map[string]stackFrames, c.max)
 	}
 	c.m[id] = frames
 }
 
-// frames returns the function names of each stack, root first. Unknown
-// stack IDs get one frame naming that, so their value still shows.
-func (a *API) frames(ctx context.Context, ids []string) (map[string][]string, error) {
-	out := make(map[string][]string, len(ids))
+// frames returns the function names of each stack, root first, and the
+// frames' kinds of the stacks that have frames other than native ones.
+// Unknown stack IDs get one frame naming that, so their value still shows.
+func (a *API) frames(ctx context.Context, ids []string) (names, kinds map[string][]string, err error) {
+	names = make(map[string][]string, len(ids))
+	kinds = map[string][]string{}
+	add := func(id string, f stackFrames) {
+		names[id] = f.names
+		if f.kinds != nil {
+			kinds[id] = f.kinds
+		}
+	}
 	var missing []string
 	for _, id := range ids {
 		if id == "" {
-			out[id] = []string{noStack}
+			names[id] = []string{noStack}
 			continue
 		}
 		if f, ok := a.cache.get(id); ok {
-			out[id] = f
+			add(id, f)
 			continue
 		}
 		missing = append(missing, id)
@@ -303,7 +318,7 @@ func (a *API) frames(ctx context.Context, ids []string) (map[string][]string, er
 	}
 	// A few chunks in flight: a cold flame graph of thousands of stacks
 	// is dominated by these reads.
-	results := make([]map[string][]string, len(chunks))
+	results := make([]map[string]stackFrames, len(chunks))
 	errs := make([]error, len(chunks))
 	sem := make(chan struct{}, fetchParallel)
 	var wg sync.WaitGroup
@@ -319,13 +334,13 @@ func (a *API) frames(ctx context.Context, ids []string) (map[string][]string, er
 	wg.Wait()
 	for i := range chunks {
 		if errs[i] != nil {
-			return nil, errs[i]
+			return nil, nil, errs[i]
 		}
 		for id, f := range results[i] {
-			out[id] = f
+			add(id, f)
 		}
 	}
-	return out, nil
+	return names, kinds, nil
 }
 
 const (
@@ -338,16 +353,13 @@ const (
 // unknownStack frame. It searches with an ids query rather than _mget: the
 // search fetch phase reads stored documents in index order, which with
 // compressed stored fields was 4-6 times faster for thousands of IDs.
-func (a *API) fetchStacks(ctx context.Context, ids []string) (map[string][]string, error) {
+func (a *API) fetchStacks(ctx context.Context, ids []string) (map[string]stackFrames, error) {
 	var resp struct {
 		Hits struct {
 			Hits []struct {
 				ID     string `json:"_id"`
 				Source struct {
-					Frames []struct {
-						Function string `json:"function"`
-						Binary   string `json:"binary"`
-					} `json:"frames"`
+					Frames []indices.Frame `json:"frames"`
 				} `json:"_source"`
 			} `json:"hits"`
 		} `json:"hits"`
@@ -355,14 +367,15 @@ func (a *API) fetchStacks(ctx context.Context, ids []string) (map[string][]strin
 	body := map[string]any{
 		"size": len(ids), "track_total_hits": false,
 		"query":   map[string]any{"ids": map[string]any{"values": ids}},
-		"_source": map[string]any{"includes": []string{"frames.function", "frames.binary"}},
+		"_source": map[string]any{"includes": []string{"frames.function", "frames.binary", "frames.kind"}},
 	}
 	if err := a.search(ctx, []string{a.names.Stacks()}, body, &resp, "hits.hits._id", "hits.hits._source"); err != nil {
 		return nil, fmt.Errorf("get stacks: %w", err)
 	}
-	out := make(map[string][]string, len(ids))
+	out := make(map[string]stackFrames, len(ids))
 	for _, d := range resp.Hits.Hits {
-		names := make([]string, len(d.Source.Frames))
+		n := len(d.Source.Frames)
+		sf := stackFrames{names: make([]string, n)}
 		for i, f := range d.Source.Frames {
 			name := f.Function
 			if name == "" {
@@ -372,17 +385,25 @@ func (a *API) fetchStacks(ctx context.Context, ids []string) (map[string][]strin
 				}
 			}
 			// Stored leaf first, as in pprof; trees read root first.
-			names[len(names)-1-i] = name
+			sf.names[n-1-i] = name
+			// Stacks stored before schema 2 have no kind: FrameKind reads
+			// it from the binary, the pseudo-file's name.
+			if k := f.FrameKind(); k != record.KindNative {
+				if sf.kinds == nil {
+					sf.kinds = make([]string, n)
+				}
+				sf.kinds[n-1-i] = k
+			}
 		}
-		if len(names) == 0 {
-			names = []string{noStack}
+		if n == 0 {
+			sf.names = []string{noStack}
 		}
-		a.cache.put(d.ID, names)
-		out[d.ID] = names
+		a.cache.put(d.ID, sf)
+		out[d.ID] = sf
 	}
 	for _, id := range ids {
 		if _, ok := out[id]; !ok {
-			out[id] = []string{unknownStack}
+			out[id] = stackFrames{names: []string{unknownStack}}
 		}
 	}
 	return out, nil

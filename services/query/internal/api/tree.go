@@ -9,7 +9,10 @@ import (
 // two children: they are a slice, searched linearly, with a map index only
 // for nodes with many.
 type node struct {
-	name        string
+	name string
+	// kind is the frame's kind (record.Kind*), "" for native code: a
+	// Python function and a C function of one name are two frames.
+	kind        string
 	self, total int64
 	kids        []*node
 	index       map[string]*node
@@ -18,34 +21,44 @@ type node struct {
 
 const indexAbove = 8
 
-func (n *node) child(name string) *node {
+// indexKey is a child's key in node.index: the name alone for native code.
+func indexKey(name, kind string) string {
+	if kind == "" {
+		return name
+	}
+	return name + "\x00" + kind
+}
+
+func (n *node) child(name, kind string) *node {
 	if n.index != nil {
-		if c := n.index[name]; c != nil {
+		if c := n.index[indexKey(name, kind)]; c != nil {
 			return c
 		}
 	} else {
 		for _, c := range n.kids {
-			if c.name == name {
+			if c.name == name && c.kind == kind {
 				return c
 			}
 		}
 	}
-	c := &node{name: name}
+	c := &node{name: name, kind: kind}
 	n.kids = append(n.kids, c)
 	n.sorted = false
 	if n.index != nil {
-		n.index[name] = c
+		n.index[indexKey(name, kind)] = c
 	} else if len(n.kids) > indexAbove {
 		n.index = make(map[string]*node, 2*len(n.kids))
 		for _, k := range n.kids {
-			n.index[k.name] = k
+			n.index[indexKey(k.name, k.kind)] = k
 		}
 	}
 	return c
 }
 
 // buildTree merges the stacks (frames root first) weighted by their values.
-func buildTree(values map[string]int64, frames map[string][]string) *node {
+// kinds holds the frames' kinds of the stacks that have frames other than
+// native ones (see stackFrames).
+func buildTree(values map[string]int64, frames, kinds map[string][]string) *node {
 	root := &node{name: "total"}
 	for id, v := range values {
 		if v == 0 {
@@ -53,8 +66,13 @@ func buildTree(values map[string]int64, frames map[string][]string) *node {
 		}
 		root.total += v
 		n := root
-		for _, f := range frames[id] {
-			n = n.child(f)
+		k := kinds[id]
+		for i, f := range frames[id] {
+			kind := ""
+			if k != nil {
+				kind = k[i]
+			}
+			n = n.child(f, kind)
 			n.total += v
 		}
 		n.self += v
@@ -62,9 +80,11 @@ func buildTree(values map[string]int64, frames map[string][]string) *node {
 	return root
 }
 
-// FlameNode is one node of the flamegraph answer.
+// FlameNode is one node of the flamegraph answer. Kind is the frame's
+// kind (kernel, python, java, js, jit), absent for native code.
 type FlameNode struct {
 	Name     string       `json:"name"`
+	Kind     string       `json:"kind,omitempty"`
 	Self     int64        `json:"self"`
 	Total    int64        `json:"total"`
 	Children []*FlameNode `json:"children"`
@@ -114,7 +134,10 @@ func sortedChildren(n *node) []*node {
 			if c := cmp.Compare(y.total, x.total); c != 0 {
 				return c
 			}
-			return cmp.Compare(x.name, y.name)
+			if c := cmp.Compare(x.name, y.name); c != 0 {
+				return c
+			}
+			return cmp.Compare(x.kind, y.kind)
 		})
 		n.sorted = true
 	}
@@ -127,7 +150,7 @@ func flame(root *node, maxNodes int) (*FlameNode, bool) {
 	keep, truncated := keepHeaviest(root, maxNodes, func(n *node) float64 { return float64(n.total) })
 	var conv func(n *node) *FlameNode
 	conv = func(n *node) *FlameNode {
-		out := &FlameNode{Name: n.name, Self: n.self, Total: n.total, Children: []*FlameNode{}}
+		out := &FlameNode{Name: n.name, Kind: n.kind, Self: n.self, Total: n.total, Children: []*FlameNode{}}
 		var other int64
 		for _, c := range sortedChildren(n) {
 			if keep != nil && !keep[c] {
@@ -207,6 +230,7 @@ func topFunctions(values map[string]int64, frames map[string][]string, total int
 // their own selection's total.
 type DiffNode struct {
 	Name     string      `json:"name"`
+	Kind     string      `json:"kind,omitempty"`
 	Base     float64     `json:"base"`
 	Compare  float64     `json:"compare"`
 	Children []*DiffNode `json:"children"`
@@ -232,7 +256,7 @@ func diffTree(base, compare *node, maxNodes int) (*DiffNode, bool) {
 			p.c = n
 		}
 		for _, c := range n.kids {
-			walk(u.child(c.name), c, isBase)
+			walk(u.child(c.name, c.kind), c, isBase)
 		}
 	}
 	walk(union, base, true)
@@ -256,7 +280,7 @@ func diffTree(base, compare *node, maxNodes int) (*DiffNode, bool) {
 	var conv func(u *node) *DiffNode
 	conv = func(u *node) *DiffNode {
 		p := sides[u]
-		out := &DiffNode{Name: u.name, Base: share(p.b, base.total), Compare: share(p.c, compare.total), Children: []*DiffNode{}}
+		out := &DiffNode{Name: u.name, Kind: u.kind, Base: share(p.b, base.total), Compare: share(p.c, compare.total), Children: []*DiffNode{}}
 		var other DiffNode
 		for _, c := range sortedChildren(u) {
 			if keep != nil && !keep[c] {

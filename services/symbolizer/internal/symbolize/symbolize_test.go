@@ -234,7 +234,7 @@ func TestAgentNamedFramesPassThrough(t *testing.T) {
 	java := b.Mapping(0, 0, 0, record.MappingJava, "")
 	js := b.Mapping(0, 0, 0, record.MappingJS, "")
 	jit := b.Mapping(0x7e0000000000, 0x7e0000100000, 0, record.MappingJIT, "ee55") // a build ID must not cause a lookup
-	lost := b.Mapping(0, 0, 0, record.MappingPython, "ff66")                        // lines lost on the way: still not looked up
+	lost := b.Mapping(0, 0, 0, record.MappingPython, "ff66")                       // lines lost on the way: still not looked up
 	b.LocationSample(map[string]string{"comm": "python3"}, []int64{1, 10},
 		b.NamedLocation(kernel, 0xffffffff81000010, "do_syscall_64", "", 0),
 		b.NamedLocation(python, 0, "Handler.serve", "/srv/app/handler.py", 42),
