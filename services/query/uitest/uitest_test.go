@@ -209,3 +209,23 @@ func readTree(t *testing.T, fsys fs.FS) map[string][]byte {
 	}
 	return files
 }
+
+// TestBrowserKinds loads the UI over querytest.KindsFixture, stacks mixing
+// native, kernel, Python, Java, JS and JIT frames: the legend and the
+// frames' colors differ per kind and the tooltip names it. Screenshots go to
+// artifacts/kinds.
+func TestBrowserKinds(t *testing.T) {
+	node, chromium := browserDeps(t)
+	cl, names := querytest.Setup(t)
+	querytest.Index(t, cl, names, querytest.KindsFixture(names, time.Now()))
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv := httptest.NewServer(server.New(cl, names, server.Options{
+		API: api.Options{Now: time.Now, Version: "uitest"},
+		UI:  ui.Handler(),
+	}, nil, logger))
+	defer srv.Close()
+	run(t, 3*time.Minute, uiDir, []string{
+		"CHROMIUM=" + chromium,
+		"UI_ARTIFACTS=" + artifactsDir(t, "kinds"),
+	}, node, "tests/kinds.spec.mjs", srv.URL)
+}

@@ -13,6 +13,7 @@ export interface SeriesResponse {
 
 export interface FlameNode {
   name: string;
+  kind?: string; // kernel, python, java, js, jit; absent for native code
   self: number;
   total: number;
   children?: FlameNode[];
@@ -55,6 +56,7 @@ export interface SearchResponse {
 
 export interface DiffNode {
   name: string;
+  kind?: string;
   base: number;
   compare: number;
   children?: DiffNode[];

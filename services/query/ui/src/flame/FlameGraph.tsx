@@ -6,6 +6,7 @@
 import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
 import { EuiButtonEmpty, EuiFlexGroup, EuiFlexItem, EuiText } from '@opensearch-project/oui';
 import { ancestors, formatPercent, formatValue, frameAt, matchedShare, type Layout } from './tree';
+import { frameColor, KIND_ORDER, kindLabel, kindSwatch, type FrameKind } from './kinds';
 
 const ROW = 18;
 const FONT = '12px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace';
@@ -170,6 +171,7 @@ export function FlameGraph(props: FlameGraphProps) {
           </EuiFlexItem>
         )}
       </EuiFlexGroup>
+      {!layout.diff && <KindLegend kinds={layout.kinds} testId={testId} />}
       <div ref={wrapRef} style={{ position: 'relative', width: '100%' }}>
         <canvas
           ref={canvasRef}
@@ -180,6 +182,7 @@ export function FlameGraph(props: FlameGraphProps) {
           data-rows={layout.maxDepth + 1}
           data-row-height={ROW}
           data-icicle={icicle ? 'true' : 'false'}
+          data-kinds={layout.kinds.join(',')}
           role="img"
           aria-label={`Flame graph of ${layout.frames.length} frames${focus !== 0 ? `, zoomed on ${focusFrame?.name}` : ''}`}
           style={{ display: 'block', cursor: 'pointer' }}
@@ -191,6 +194,12 @@ export function FlameGraph(props: FlameGraphProps) {
           <div className="ss-tooltip" data-testid={`${testId}-tooltip`}
             style={{ left: Math.min(hover.x + 12, width - 320), top: hover.y + 16 }}>
             <div className="ss-tooltip-name">{hovered.name}</div>
+            {hover.i !== 0 && (
+              <div className="ss-tooltip-kind" data-kind={hovered.kind}>
+                <span className="ss-legend-swatch" style={{ background: kindSwatch(hovered.kind) }} />
+                {kindLabel(hovered.kind)}
+              </div>
+            )}
             {layout.diff ? (
               <DiffTip base={hovered.base ?? 0} compare={hovered.compare ?? 0} />
             ) : (
@@ -223,30 +232,29 @@ function DiffTip({ base, compare }: { base: number; compare: number }) {
   );
 }
 
-function hash(s: string): number {
-  let h = 2166136261;
-  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 16777619);
-  return h >>> 0;
-}
-
-// Frames of one package share a hue family, so a reader sees modules at a glance.
-function packageOf(name: string): string {
-  const paren = name.indexOf('(');
-  const base = paren > 0 ? name.slice(0, paren) : name;
-  const slash = base.lastIndexOf('/');
-  const dot = base.indexOf('.', slash + 1);
-  return dot > 0 ? base.slice(0, dot) : base;
-}
-
 function colorOf(l: Layout, i: number, matchFlags: Uint8Array | null, isAncestor: boolean): string {
   const f = l.frames[i];
   if (i === 0) return '#d3dae6';
   if (l.diff) return diffColor(f.base ?? 0, f.compare ?? 0);
   if (matchFlags) return matchFlags[i] ? '#e7664c' : '#e0e5ee';
-  const h = hash(packageOf(f.name));
-  const hue = f.name.startsWith('runtime.') ? 200 + (h % 20) : 15 + (h % 35);
-  const light = 62 + ((hash(f.name) >> 3) % 12);
-  return `hsl(${hue}, ${isAncestor ? 40 : 75}%, ${light}%)`;
+  return frameColor(f.kind, f.name, isAncestor);
+}
+
+// KindLegend names the colors of the kinds drawn, shown once a flame graph
+// holds frames other than native code (a plain native graph needs none).
+function KindLegend({ kinds, testId }: { kinds: FrameKind[]; testId: string }) {
+  if (kinds.length === 0 || (kinds.length === 1 && kinds[0] === 'native')) return null;
+  const shown = KIND_ORDER.filter((k) => kinds.includes(k));
+  return (
+    <div className="ss-legend" data-test-subj={`${testId}-legend`}>
+      {shown.map((k) => (
+        <span key={k} className="ss-legend-item" data-kind={k}>
+          <span className="ss-legend-swatch" style={{ background: kindSwatch(k) }} />
+          {kindLabel(k)}
+        </span>
+      ))}
+    </div>
+  );
 }
 
 // diffColor: compare above base is red (slower), below is green (faster),

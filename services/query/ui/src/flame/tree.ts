@@ -4,9 +4,11 @@
 // callers and callees of one function), computed here from the same tree.
 
 import type { DiffNode, FlameNode } from '../api';
+import { kindOf, type FrameKind } from './kinds.js';
 
 export interface Frame {
   name: string;
+  kind: FrameKind;
   depth: number;
   x: number; // start, fraction of the root's width
   w: number; // width, fraction of the root's width
@@ -24,6 +26,13 @@ export interface Layout {
   total: number;
   maxDepth: number;
   diff: boolean;
+  kinds: FrameKind[]; // the kinds of the frames below the root, in order of first appearance
+}
+
+function kindsOf(frames: Frame[]): FrameKind[] {
+  const seen = new Set<FrameKind>();
+  for (let i = 1; i < frames.length; i++) seen.add(frames[i].kind);
+  return [...seen];
 }
 
 export function layoutTree(root: FlameNode): Layout {
@@ -33,7 +42,7 @@ export function layoutTree(root: FlameNode): Layout {
   const visit = (n: FlameNode, depth: number, x: number, parent: number) => {
     const w = total > 0 ? n.total / total : 0;
     const i = frames.length;
-    frames.push({ name: n.name, depth, x, w, self: n.self, total: n.total, parent });
+    frames.push({ name: n.name, kind: kindOf(n.kind), depth, x, w, self: n.self, total: n.total, parent });
     (rows[depth] ??= []).push(i);
     let cx = x;
     for (const c of n.children ?? []) {
@@ -42,7 +51,7 @@ export function layoutTree(root: FlameNode): Layout {
     }
   };
   visit(root, 0, 0, -1);
-  return { frames, rows, total, maxDepth: rows.length - 1, diff: false };
+  return { frames, rows, total, maxDepth: rows.length - 1, diff: false, kinds: kindsOf(frames) };
 }
 
 // layoutDiff sizes each frame by the mean of its base and compare shares, so a
@@ -57,7 +66,7 @@ export function layoutDiff(root: DiffNode): Layout {
     const i = frames.length;
     const childSum = (n.children ?? []).reduce((s, c) => s + width(c), 0);
     frames.push({
-      name: n.name, depth, x, w, parent,
+      name: n.name, kind: kindOf(n.kind), depth, x, w, parent,
       self: Math.max(0, width(n) - childSum), total: width(n),
       base: n.base, compare: n.compare,
     });
@@ -69,7 +78,7 @@ export function layoutDiff(root: DiffNode): Layout {
     }
   };
   visit(root, 0, 0, -1);
-  return { frames, rows, total: 1, maxDepth: rows.length - 1, diff: true };
+  return { frames, rows, total: 1, maxDepth: rows.length - 1, diff: true, kinds: kindsOf(frames) };
 }
 
 // frameAt finds the frame of row depth covering fraction x (binary search).
@@ -136,14 +145,16 @@ export function matchedShare(l: Layout, match: (n: string) => boolean): number {
 export function sandwich(root: FlameNode, fn: string): { callers: FlameNode; callees: FlameNode } {
   const callers: FlameNode = { name: fn, self: 0, total: 0, children: [] };
   const callees: FlameNode = { name: fn, self: 0, total: 0, children: [] };
-  const path: string[] = [];
+  const path: FlameNode[] = [];
   const walk = (n: FlameNode, inside: boolean) => {
     if (n.name === fn && !inside) {
+      callers.kind ??= n.kind;
+      callees.kind ??= n.kind;
       callers.total += n.total;
       callers.self += n.self;
       let cur = callers;
       for (let i = path.length - 1; i >= 1; i--) {
-        cur = child(cur, path[i]);
+        cur = child(cur, path[i].name, path[i].kind);
         cur.total += n.total;
       }
       cur.self += n.total;
@@ -152,7 +163,7 @@ export function sandwich(root: FlameNode, fn: string): { callers: FlameNode; cal
       for (const c of n.children ?? []) mergeInto(callees, c);
       inside = true;
     }
-    path.push(n.name);
+    path.push(n);
     for (const c of n.children ?? []) walk(c, inside);
     path.pop();
   };
@@ -164,18 +175,20 @@ export function sandwich(root: FlameNode, fn: string): { callers: FlameNode; cal
   return { callers, callees };
 }
 
-function child(n: FlameNode, name: string): FlameNode {
+// child finds or adds the child of n for a frame: a name of one kind (a
+// Python function and a C function of one name are two frames).
+function child(n: FlameNode, name: string, kind: string | undefined): FlameNode {
   n.children ??= [];
-  let c = n.children.find((x) => x.name === name);
+  let c = n.children.find((x) => x.name === name && x.kind === kind);
   if (!c) {
-    c = { name, self: 0, total: 0, children: [] };
+    c = kind ? { name, kind, self: 0, total: 0, children: [] } : { name, self: 0, total: 0, children: [] };
     n.children.push(c);
   }
   return c;
 }
 
 function mergeInto(dst: FlameNode, src: FlameNode) {
-  const c = child(dst, src.name);
+  const c = child(dst, src.name, src.kind);
   c.total += src.total;
   c.self += src.self;
   for (const s of src.children ?? []) mergeInto(c, s);

@@ -20,6 +20,10 @@ test('flamegraph example lays out', () => {
   assert.ok(l.frames.length > 2);
   const leaf = l.frames[l.frames.length - 1];
   assert.equal(frameAt(l, leaf.depth, leaf.x + leaf.w / 2), l.frames.length - 1);
+  // kind is absent for native code and named for the others.
+  assert.equal(l.frames.find((f) => f.name === 'main.work').kind, 'native');
+  assert.equal(l.frames.find((f) => f.name === 'do_syscall_64').kind, 'kernel');
+  assert.deepEqual(l.kinds, ['native', 'kernel']);
   const sw = sandwich(fg.root, l.frames[1].name);
   assert.ok(sw.callees.total > 0);
 });
