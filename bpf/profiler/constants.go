@@ -10,6 +10,17 @@ const MaxStackDepth = 127
 //	#define UNWIND_MAX_FRAMES 128
 const MaxUnwindDepth = 128
 
+// A Python frame in an unwound stack (python.h): the flag, the index of the
+// code unit executing (saturated), and the code object's address >> 3.
+const (
+	PythonFrameFlag  = 1 << 63   // #define PY_FRAME_FLAG (1ULL << 63)
+	PythonInstrShift = 45        // #define PY_INSTR_SHIFT 45
+	PythonInstrMax   = 1<<18 - 1 // #define PY_INSTR_MAX ((1ULL << 18) - 1)
+	PythonCodeMask   = 1<<45 - 1 // #define PY_CODE_MASK ((1ULL << 45) - 1)
+	PythonNoOffset   = 0xffff    // #define PY_NO_OFFSET 0xffff
+	PythonMaxThreads = 32        // #define PY_MAX_THREADS 32
+)
+
 // MaxTableRows is the largest table the unwinder's binary search covers.
 //
 //	#define UNWIND_SEARCH_STEPS 24
@@ -32,7 +43,10 @@ const (
 	CounterUnwindTruncated   = 12 // #define COUNTER_UNWIND_TRUNCATED 12
 	CounterUnwindStacksFull  = 13 // #define COUNTER_UNWIND_STACKS_FULL 13
 	CounterUnwindNoMapping   = 14 // #define COUNTER_UNWIND_NO_MAPPING 14
-	NumCounters              = 15 // #define COUNTER_MAX 15
+	CounterPythonStacks      = 15 // #define COUNTER_PYTHON_STACKS 15
+	CounterPythonFrames      = 16 // #define COUNTER_PYTHON_FRAMES 16
+	CounterPythonNoThread    = 17 // #define COUNTER_PYTHON_NO_THREAD 17
+	NumCounters              = 18 // #define COUNTER_MAX 18
 )
 
 // Rules of struct unwind_row, the values of unwind.Rule.

@@ -12,7 +12,7 @@ import (
 func TestConstantsMatchC(t *testing.T) {
 	defines := map[string]int{}
 	re := regexp.MustCompile(`(?m)^#define ([A-Z_0-9]+) \(?(-?[0-9]+)\)?`)
-	for _, f := range []string{"profile.bpf.c", "unwind.h"} {
+	for _, f := range []string{"profile.bpf.c", "unwind.h", "python.h"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -32,6 +32,9 @@ func TestConstantsMatchC(t *testing.T) {
 		"COUNTER_UNWIND_RBP_LOST": CounterUnwindRBPLost, "COUNTER_UNWIND_READ_ERRORS": CounterUnwindReadErrors,
 		"COUNTER_UNWIND_TRUNCATED": CounterUnwindTruncated, "COUNTER_UNWIND_STACKS_FULL": CounterUnwindStacksFull,
 		"COUNTER_UNWIND_NO_MAPPING": CounterUnwindNoMapping, "COUNTER_MAX": NumCounters,
+		"COUNTER_PYTHON_STACKS": CounterPythonStacks, "COUNTER_PYTHON_FRAMES": CounterPythonFrames,
+		"COUNTER_PYTHON_NO_THREAD": CounterPythonNoThread, "PY_NO_OFFSET": PythonNoOffset,
+		"PY_MAX_THREADS": PythonMaxThreads, "PY_INSTR_SHIFT": PythonInstrShift,
 		"REFRESH_MISS": RefreshMiss, "REFRESH_EXEC": RefreshExec, "REFRESH_FORK": RefreshFork,
 		"RULE_NONE": RuleNone, "RULE_RSP": RuleRSP, "RULE_RBP": RuleRBP, "RULE_PLT": RulePLT,
 		"RULE_END": RuleEnd, "RULE_SIGNAL": RuleSignal, "RULE_UNSUPPORTED": RuleUnsupported,
@@ -43,6 +46,9 @@ func TestConstantsMatchC(t *testing.T) {
 		} else if got != v {
 			t.Errorf("#define %s %d, Go has %d", name, got, v)
 		}
+	}
+	if PythonFrameFlag != 1<<63 || PythonInstrMax != 1<<18-1 || PythonCodeMask != 1<<PythonInstrShift-1 {
+		t.Errorf("Python frame encoding: flag %#x, instr max %#x, code mask %#x", uint64(PythonFrameFlag), PythonInstrMax, PythonCodeMask)
 	}
 	if 1<<defines["UNWIND_SEARCH_STEPS"] != MaxTableRows {
 		t.Errorf("UNWIND_SEARCH_STEPS %d, Go MaxTableRows %d", defines["UNWIND_SEARCH_STEPS"], MaxTableRows)

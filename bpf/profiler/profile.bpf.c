@@ -34,7 +34,11 @@
 #define COUNTER_UNWIND_TRUNCATED 12   // stacks deeper than UNWIND_MAX_FRAMES
 #define COUNTER_UNWIND_STACKS_FULL 13 // unwound-stack map full: frame pointers used
 #define COUNTER_UNWIND_NO_MAPPING 14 // addresses of a registered process in no registered mapping
-#define COUNTER_MAX 15
+// CPython frames (python.h).
+#define COUNTER_PYTHON_STACKS 15    // samples of a Python process with a current frame
+#define COUNTER_PYTHON_FRAMES 16    // Python frames recorded
+#define COUNTER_PYTHON_NO_THREAD 17 // samples of a Python process whose thread state was not found
+#define COUNTER_MAX 18
 
 #define TASK_COMM_LEN 16
 

@@ -13,6 +13,28 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type ProfilePythonProc struct {
+	_                    structs.HostLayout
+	Runtime              uint64
+	EvalStart            uint64
+	EvalEnd              uint64
+	RuntimeTstateCurrent uint16
+	RuntimeInterpHead    uint16
+	InterpThreadsHead    uint16
+	TstateNext           uint16
+	TstateThreadId       uint16
+	TstateFrame          uint16
+	CframeCurrentFrame   uint16
+	FrameCode            uint16
+	FramePrevious        uint16
+	FrameInstr           uint16
+	FrameIsEntry         uint16
+	FrameOwner           uint16
+	CodeUnits            uint16
+	OwnerCstack          uint8
+	Pad                  [5]uint8
+}
+
 type ProfileSampleKey struct {
 	_             structs.HostLayout
 	Pid           uint32
@@ -65,6 +87,7 @@ const (
 	ProfileMapCounts0         = "counts_0"
 	ProfileMapCounts1         = "counts_1"
 	ProfileMapGeneration      = "generation"
+	ProfileMapPythonProcs     = "python_procs"
 	ProfileMapStacks0         = "stacks_0"
 	ProfileMapStacks1         = "stacks_1"
 	ProfileMapUnwindMappings  = "unwind_mappings"
@@ -134,6 +157,7 @@ type ProfileMapSpecs struct {
 	Counts0         *ebpf.MapSpec `ebpf:"counts_0"`
 	Counts1         *ebpf.MapSpec `ebpf:"counts_1"`
 	Generation      *ebpf.MapSpec `ebpf:"generation"`
+	PythonProcs     *ebpf.MapSpec `ebpf:"python_procs"`
 	Stacks0         *ebpf.MapSpec `ebpf:"stacks_0"`
 	Stacks1         *ebpf.MapSpec `ebpf:"stacks_1"`
 	UnwindMappings  *ebpf.MapSpec `ebpf:"unwind_mappings"`
@@ -175,6 +199,7 @@ type ProfileMaps struct {
 	Counts0         *ebpf.Map `ebpf:"counts_0"`
 	Counts1         *ebpf.Map `ebpf:"counts_1"`
 	Generation      *ebpf.Map `ebpf:"generation"`
+	PythonProcs     *ebpf.Map `ebpf:"python_procs"`
 	Stacks0         *ebpf.Map `ebpf:"stacks_0"`
 	Stacks1         *ebpf.Map `ebpf:"stacks_1"`
 	UnwindMappings  *ebpf.Map `ebpf:"unwind_mappings"`
@@ -192,6 +217,7 @@ func (m *ProfileMaps) Close() error {
 		m.Counts0,
 		m.Counts1,
 		m.Generation,
+		m.PythonProcs,
 		m.Stacks0,
 		m.Stacks1,
 		m.UnwindMappings,

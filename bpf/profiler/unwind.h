@@ -10,6 +10,8 @@
 
 #include <bpf/bpf_endian.h>
 
+#include "python.h"
+
 // Kept in sync with unwind.Rule in Go.
 #define RULE_NONE 0
 #define RULE_RSP 1
@@ -32,6 +34,8 @@
 
 // Frames per unwound stack; sampler.MaxUnwindDepth in Go.
 #define UNWIND_MAX_FRAMES 128
+// Iterations of the walk: a Python frame or a native one each, or nothing.
+#define UNWIND_LOOP_STEPS 256
 // Binary-search steps: a table has at most 2^24 rows (unwind.Limits).
 #define UNWIND_SEARCH_STEPS 24
 
@@ -136,6 +140,14 @@ struct unwind_state {
 	__u8 done;
 	// The next pc was interrupted, not called from: look it up as is.
 	__u8 exact_pc;
+	// CPython (python.h): py_more while the Python frames of the eval-loop
+	// C frame at pc are recorded in its place; py_skip then unwinds that C
+	// frame without recording it.
+	__u8 py_more;
+	__u8 py_skip;
+	__u8 walked; // a native frame was stepped: pc is a return address
+	__u64 py_frame; // innermost Python frame not recorded yet; 0: none
+	__u64 eval_start, eval_end;
 };
 
 // find_row returns the row covering pc in the table of m, or NULL.
@@ -197,6 +209,36 @@ static __always_inline int frame_pointer_step(struct unwind_state *s)
 	return 0;
 }
 
+// python_step records one Python frame of the eval-loop C frame being
+// replaced. A global function: the verifier checks it once, not once per
+// state of the walk.
+__noinline int python_step(struct unwind_state *s)
+{
+	struct python_proc *py;
+	struct unwound_stack *out;
+	__u32 zero = 0, len;
+	__u64 f;
+
+	if (!s)
+		return 1;
+	py = bpf_map_lookup_elem(&python_procs, &s->pid);
+	if (!py) {
+		s->py_more = 0;
+		return 0;
+	}
+	f = python_frame_step(py, &s->py_frame, &s->py_more);
+	out = bpf_map_lookup_elem(&unwind_scratch, &zero);
+	len = s->len;
+	if (!f || !out)
+		return 0;
+	if (len >= UNWIND_MAX_FRAMES)
+		return 1;
+	out->frames[len] = f;
+	s->len = len + 1;
+	s->hash = (s->hash ^ f) * 0x100000001b3ULL;
+	return 0;
+}
+
 static long unwind_step(__u64 index, struct unwind_state *s)
 {
 	struct unwind_mapping_key key = {};
@@ -211,13 +253,25 @@ static long unwind_step(__u64 index, struct unwind_state *s)
 	out = bpf_map_lookup_elem(&unwind_scratch, &zero);
 	if (!out || len >= UNWIND_MAX_FRAMES)
 		return 1;
-	out->frames[len] = pc;
-	s->len = len + 1;
-	s->hash = (s->hash ^ pc) * 0x100000001b3ULL;
-
 	// A return address follows its call: look up the call, which may be the
 	// last instruction of a function that does not return.
-	lookup_pc = len == 0 || s->exact_pc ? pc : pc - 1;
+	lookup_pc = !s->walked || s->exact_pc ? pc : pc - 1;
+	if (s->py_more)
+		return python_step(s) ? 1 : 0;
+	if (s->py_frame && !s->py_skip && lookup_pc >= s->eval_start && lookup_pc < s->eval_end) {
+		// This C frame runs Python frames: record them instead.
+		s->py_more = 1;
+		s->py_skip = 1;
+		return 0;
+	}
+	if (s->py_skip) {
+		s->py_skip = 0;
+	} else {
+		out->frames[len] = pc;
+		s->len = len + 1;
+		s->hash = (s->hash ^ pc) * 0x100000001b3ULL;
+	}
+	s->walked = 1;
 	s->exact_pc = 0;
 	key.prefixlen = 96;
 	key.pid = bpf_htonl(s->pid);
@@ -336,7 +390,17 @@ static __always_inline __u64 unwind_user(struct bpf_perf_event_data *ctx, __u32 
 	s.bp_valid = 1;
 	s.hash = 0xcbf29ce484222325ULL;
 	count(COUNTER_UNWIND_STACKS);
-	bpf_loop(UNWIND_MAX_FRAMES, unwind_step, &s, 0);
+	struct python_proc *py = bpf_map_lookup_elem(&python_procs, &pid);
+	if (py) {
+		s.py_frame = python_current_frame(py);
+		s.eval_start = py->eval_start;
+		s.eval_end = py->eval_end;
+		if (s.py_frame)
+			count(COUNTER_PYTHON_STACKS);
+	}
+	// Steps that record nothing (an eval-loop frame replaced, a shim
+	// frame skipped) make room for more iterations than frames.
+	bpf_loop(UNWIND_LOOP_STEPS, unwind_step, &s, 0);
 	if (s.len >= UNWIND_MAX_FRAMES && !s.done && s.pc != 0)
 		count(COUNTER_UNWIND_TRUNCATED);
 	out = bpf_map_lookup_elem(&unwind_scratch, &zero);
@@ -367,11 +431,7 @@ int unwind_exec(void *ctx)
 	return 0;
 }
 
-// Only the fields read, relocated against the kernel's BTF (CO-RE).
-struct task_struct {
-	int tgid;
-} __attribute__((preserve_access_index));
-
+// struct task_struct (CO-RE) is in python.h.
 // A registered process forked: the child maps what its parent did.
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(unwind_fork, struct task_struct *parent, struct task_struct *child)

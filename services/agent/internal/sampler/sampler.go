@@ -73,6 +73,10 @@ type Counters struct {
 	UnwindTruncated   uint64 // deeper than MaxUnwindDepth
 	UnwindStacksFull  uint64 // unwound-stack map full
 	UnwindNoMapping   uint64 // addresses of registered processes in no registered mapping
+	// CPython frames (bpf/profiler/python.h).
+	PythonStacks   uint64 // samples of a Python process with a current frame
+	PythonFrames   uint64 // Python frames recorded
+	PythonNoThread uint64 // samples of a Python process whose thread state was not found
 }
 
 // Sampler owns the BPF objects and perf events.
@@ -120,6 +124,7 @@ func New(log *slog.Logger, cfg Config) (*Sampler, error) {
 	spec.Maps[profiler.ProfileMapUnwindMappings].MaxEntries = uint32(max(cfg.UnwindMappings, 1))
 	spec.Maps[profiler.ProfileMapUnwindProcesses].MaxEntries = uint32(max(cfg.UnwindProcesses, 1))
 	spec.Maps[profiler.ProfileMapUnwindRefresh].MaxEntries = uint32(max(cfg.UnwindProcesses, 1))
+	spec.Maps[profiler.ProfileMapPythonProcs].MaxEntries = uint32(max(cfg.UnwindProcesses, 1))
 	s := &Sampler{log: log, cfg: cfg, rows: newRowAllocator(uint32(rows)), procKeys: map[int][]profiler.ProfileUnwindMappingKey{}}
 	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
@@ -350,7 +355,8 @@ func (s *Sampler) Counters() (Counters, error) {
 	var c Counters
 	dst := []*uint64{&c.Samples, &c.UserStackErrors, &c.KernelStackErrors, &c.CountsFull,
 		&c.UnwindStacks, &c.UnwindComplete, &c.UnwindFPFrames, &c.UnwindNoRow, &c.UnwindUnsupported,
-		&c.UnwindSignal, &c.UnwindRBPLost, &c.UnwindReadErrors, &c.UnwindTruncated, &c.UnwindStacksFull, &c.UnwindNoMapping}
+		&c.UnwindSignal, &c.UnwindRBPLost, &c.UnwindReadErrors, &c.UnwindTruncated, &c.UnwindStacksFull, &c.UnwindNoMapping,
+		&c.PythonStacks, &c.PythonFrames, &c.PythonNoThread}
 	for i := range profiler.NumCounters {
 		var perCPU []uint64
 		if err := s.objs.Counters.Lookup(uint32(i), &perCPU); err != nil {

@@ -207,3 +207,15 @@ func (s *Sampler) Refresh() []int {
 	}
 	return pids
 }
+
+// SetPython names the CPython state of a registered process: its samples'
+// eval-loop frames are replaced by the Python frames they run.
+func (s *Sampler) SetPython(pid int, p profiler.ProfilePythonProc) error {
+	if err := s.objs.PythonProcs.Put(uint32(pid), p); err != nil {
+		return fmt.Errorf("register python process %d: %w", pid, err)
+	}
+	return nil
+}
+
+// RemovePython forgets the CPython state of pid.
+func (s *Sampler) RemovePython(pid int) { s.objs.PythonProcs.Delete(uint32(pid)) }
