@@ -166,19 +166,27 @@ func (fs FS) openInRoot(pid int, m Mapping) (int, string, error) {
 		// put there to block whoever opens it).
 		return -1, via, fmt.Errorf("open %s: %w", via, ErrDeleted)
 	}
+	fd, err := fs.openPathInRoot(pid, m.Path)
+	return fd, via, err
+}
+
+// openPathInRoot opens path as seen by pid, O_PATH, refusing every symlink
+// on the way and staying inside the process's root.
+func (fs FS) openPathInRoot(pid int, path string) (int, error) {
+	via := filepath.Join(fs.Root, strconv.Itoa(pid), "root") + path
 	root, err := unix.Open(filepath.Join(fs.Root, strconv.Itoa(pid), "root"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, via, fmt.Errorf("open root of pid %d: %w", pid, err)
+		return -1, fmt.Errorf("open root of pid %d: %w", pid, err)
 	}
 	defer unix.Close(root)
-	fd, err := unix.Openat2(root, strings.TrimPrefix(m.Path, "/"), &unix.OpenHow{
+	fd, err := unix.Openat2(root, strings.TrimPrefix(path, "/"), &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	})
 	if err != nil {
-		return -1, via, fmt.Errorf("open %s: %w", via, err)
+		return -1, fmt.Errorf("open %s: %w", via, err)
 	}
-	return fd, via, nil
+	return fd, nil
 }
 
 // sameFile reports whether the file fd describes is the one the maps line
