@@ -13,6 +13,7 @@ BINARIES := \
 	services/symbolizer/cmd/stackstream-symbolizer \
 	services/indexer/cmd/stackstream-indexer \
 	services/rollup/cmd/stackstream-rollup \
+	services/ingest/cmd/stackstream-ingest \
 	services/query/cmd/stackstream-query \
 	services/ctl/cmd/stackctl
 # Binaries whose main package exists so far.

@@ -12,6 +12,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cat <<EOT
 run: the pipeline is running.
 run:   UI and API   http://127.0.0.1:8080/
+run:   Pyroscope    push to http://127.0.0.1:4040 (stackstream-ingest, docs/INGEST.md)
 run:   status       bin/stackctl status
 run:   logs         $STATE_DIR/services/*.log
 run:   stop         make down

@@ -12,9 +12,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 SVC_DIR=$STATE_DIR/services
 BIN_DIR=$REPO_ROOT/bin
-# Consumers first, agent last: by the time the agent publishes, every consumer
+# Consumers first, producers (ingest, agent) last: by the time anything is published, every consumer
 # group exists, and stopping goes the other way round so nothing is left unread.
-SERVICES=(stackstream-symbolizer stackstream-indexer stackstream-rollup stackstream-query stackstream-agent)
+SERVICES=(stackstream-symbolizer stackstream-indexer stackstream-rollup stackstream-query stackstream-ingest stackstream-agent)
 
 start_one() {
   local name=$1 pid

@@ -1,0 +1,166 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime/multipart"
+
+	"github.com/google/pprof/profile"
+	"github.com/klauspost/compress/gzip"
+
+	"github.com/stackstream/stackstream/schemas/record"
+)
+
+// decodePprof reads a pprof body in any form google/pprof reads: protobuf,
+// gzip or not, or a legacy text format. Protobuf is checked against l
+// before the parser allocates; a legacy profile is bounded by the body
+// limit, and its encoding is checked against l before it is produced.
+func decodePprof(data []byte, l record.Limits) (*profile.Profile, error) {
+	raw := data
+	if bytes.HasPrefix(data, []byte{0x1f, 0x8b}) {
+		var err error
+		if raw, err = gunzip(data, l.MaxDecompressedBytes); err != nil {
+			return nil, err
+		}
+	}
+	err := l.Check(raw)
+	if err == nil {
+		return record.ParseProfile(raw, l)
+	}
+	if errors.Is(err, record.ErrTooLarge) {
+		return nil, err
+	}
+	p, lerr := profile.ParseData(raw)
+	if lerr != nil {
+		return nil, fmt.Errorf("%w: neither protobuf (%v) nor a legacy pprof format (%v)", record.ErrNotPprof, err, lerr)
+	}
+	if err := p.CheckValid(); err != nil {
+		return nil, fmt.Errorf("%w: %v", record.ErrInvalidProfile, err)
+	}
+	return p, nil
+}
+
+// gunzip inflates data up to limit bytes.
+func gunzip(data []byte, limit int) ([]byte, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", record.ErrNotGzip, err)
+	}
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(io.LimitReader(zr, int64(limit)+1)); err != nil {
+		return nil, fmt.Errorf("%w: %v", record.ErrNotGzip, err)
+	}
+	if buf.Len() > limit {
+		return nil, fmt.Errorf("%w: decompressed body exceeds %d bytes", record.ErrTooLarge, limit)
+	}
+	return buf.Bytes(), nil
+}
+
+// sampleType is one entry of the Go SDK's sample_type_config.
+type sampleType struct {
+	Units       string `json:"units"`
+	Aggregation string `json:"aggregation"`
+	DisplayName string `json:"display-name"`
+	Sampled     bool   `json:"sampled"`
+	Cumulative  bool   `json:"cumulative"`
+}
+
+// form is the multipart body of the Go SDK: "profile" (pprof), the
+// deprecated "prev_profile" (the previous cumulative profile, to subtract)
+// and "sample_type_config" (JSON: per sample type, units, aggregation,
+// cumulative).
+type form struct {
+	profile, prevProfile []byte
+	sampleTypes          map[string]sampleType
+}
+
+const maxSampleTypeConfigBytes = 64 << 10
+
+func readForm(body []byte, boundary string) (form, error) {
+	var f form
+	mr := multipart.NewReader(bytes.NewReader(body), boundary)
+	for {
+		part, err := mr.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return f, fmt.Errorf("%w: multipart body: %v", errBadRequest, err)
+		}
+		// The whole body is in memory already, bounded by the body limit.
+		data, err := io.ReadAll(part)
+		if err != nil {
+			return f, fmt.Errorf("%w: multipart field %q: %v", errBadRequest, part.FormName(), err)
+		}
+		switch part.FormName() {
+		case "profile":
+			f.profile = data
+		case "prev_profile":
+			f.prevProfile = data
+		case "sample_type_config":
+			if len(data) > maxSampleTypeConfigBytes {
+				return f, fmt.Errorf("%w: sample_type_config is %d bytes, limit %d", errBadRequest, len(data), maxSampleTypeConfigBytes)
+			}
+			if err := json.Unmarshal(data, &f.sampleTypes); err != nil {
+				return f, fmt.Errorf("%w: sample_type_config is not a JSON object of sample types: %v", errBadRequest, err)
+			}
+		}
+	}
+	if len(f.profile) == 0 {
+		return f, fmt.Errorf("%w: multipart body has no \"profile\" field", errBadRequest)
+	}
+	return f, nil
+}
+
+// defaultCumulative are the sample types Pyroscope treats as cumulative
+// when a client sends a previous profile without a sample_type_config.
+var defaultCumulative = map[string]bool{"alloc_objects": true, "alloc_space": true, "contentions": true, "delay": true}
+
+// subtractPrev turns a cumulative profile into the delta since prev: the
+// values of cumulative sample types are current minus previous (never
+// below 0), the others stay as they are.
+func subtractPrev(cur, prev *profile.Profile, types map[string]sampleType) (*profile.Profile, error) {
+	ratios := make([]float64, len(prev.SampleType))
+	any := false
+	for i, st := range prev.SampleType {
+		cumulative := defaultCumulative[st.Type]
+		if c, ok := types[st.Type]; ok {
+			cumulative = c.Cumulative
+		}
+		if cumulative {
+			ratios[i] = -1
+			any = true
+		}
+	}
+	if !any {
+		return cur, nil
+	}
+	if err := prev.ScaleN(ratios); err != nil {
+		return nil, fmt.Errorf("%w: prev_profile: %v", errBadRequest, err)
+	}
+	time, dur := cur.TimeNanos, cur.DurationNanos
+	merged, err := profile.Merge([]*profile.Profile{cur, prev})
+	if err != nil {
+		return nil, fmt.Errorf("%w: prev_profile does not match profile: %v", errBadRequest, err)
+	}
+	merged.TimeNanos, merged.DurationNanos = time, dur
+	kept := merged.Sample[:0]
+	for _, s := range merged.Sample {
+		nonzero := false
+		for i, v := range s.Value {
+			if v < 0 {
+				s.Value[i] = 0
+			} else if v > 0 {
+				nonzero = true
+			}
+		}
+		if nonzero {
+			kept = append(kept, s)
+		}
+	}
+	merged.Sample = kept
+	return merged, nil
+}

@@ -1,0 +1,433 @@
+// Package server is stackstream-ingest's HTTP side: Pyroscope's /ingest
+// (pprof, folded, the Go SDK's multipart form) and push API, with
+// authentication, body and decode limits, a bound on concurrent decodes,
+// and back-pressure from the Kafka producer's bounded buffer (429 with
+// Retry-After).
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/stackstream/stackstream/pkg/telemetry"
+	"github.com/stackstream/stackstream/schemas/record"
+	"github.com/stackstream/stackstream/services/ingest/internal/convert"
+	"github.com/stackstream/stackstream/services/ingest/internal/pyroscope"
+)
+
+// Producer is what the server needs of a *kgo.Client.
+type Producer interface {
+	TryProduce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
+}
+
+// Options configure the server.
+type Options struct {
+	Topic   string // profiles.raw with its prefix
+	Convert convert.Options
+	Auth    *Auth
+	// MaxBodyBytes bounds a request body as sent.
+	MaxBodyBytes int64
+	// MaxConcurrent requests decode at once; others wait up to QueueWait.
+	MaxConcurrent int
+	QueueWait     time.Duration
+	// ProduceTimeout bounds the wait for Kafka's acknowledgements.
+	ProduceTimeout time.Duration
+	// TrustForwardedFor takes the client address from X-Forwarded-For.
+	TrustForwardedFor bool
+	Ready             telemetry.ReadyFunc
+}
+
+// errBadRequest is wrapped by errors about the request itself.
+var errBadRequest = errors.New("bad request")
+
+// Server handles pushes.
+type Server struct {
+	p     Producer
+	opts  Options
+	log   *slog.Logger
+	m     *metrics
+	slots chan struct{}
+	// waiting bounds the requests queued for a slot, so a flood is
+	// refused at once instead of piling up goroutines.
+	waiting atomic.Int64
+}
+
+// New returns the handler of every endpoint: POST /ingest, POST
+// /push.v1.PusherService/Push, GET /metrics, /healthz, /readyz.
+func New(p Producer, opts Options, reg *prometheus.Registry, log *slog.Logger) http.Handler {
+	s := &Server{p: p, opts: opts, log: log, m: newMetrics(reg), slots: make(chan struct{}, max(1, opts.MaxConcurrent))}
+	mux := telemetry.Mux(reg, opts.Ready)
+	mux.Handle("POST /ingest", s.wrap(endpointIngest, s.ingest))
+	mux.Handle("POST "+pyroscope.PushPath, s.wrap(endpointPush, s.push))
+	return mux
+}
+
+const (
+	endpointIngest = "ingest"
+	endpointPush   = "push"
+)
+
+// failure is a refused request: the status, the rejects reason, and a
+// message that says what was wrong.
+type failure struct {
+	status int
+	reason string
+	msg    string
+	retry  time.Duration
+}
+
+func (f *failure) Error() string { return f.msg }
+
+func fail(status int, reason, format string, args ...any) *failure {
+	return &failure{status: status, reason: reason, msg: fmt.Sprintf(format, args...)}
+}
+
+// wrap authenticates, bounds the body and the decodes in flight, and
+// answers the failure a handler returns.
+func (s *Server) wrap(endpoint string, h func(*http.Request, []byte, string) *failure) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f := s.serve(r, h)
+		if f == nil {
+			s.m.requests.WithLabelValues(endpoint, "200").Inc()
+			if endpoint == endpointPush {
+				// An empty PushResponse.
+				w.Header().Set("Content-Type", "application/proto")
+			}
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		s.m.requests.WithLabelValues(endpoint, strconv.Itoa(f.status)).Inc()
+		s.m.rejected.WithLabelValues(f.reason).Inc()
+		if f.status >= 500 {
+			s.log.Warn("push not stored", "reason", f.reason, "err", f.msg)
+		} else {
+			s.log.Debug("push refused", "status", f.status, "reason", f.reason, "err", f.msg, "client", r.RemoteAddr)
+		}
+		if f.retry > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(f.retry.Round(time.Second)/time.Second))))
+		}
+		if f.status == http.StatusUnauthorized {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="stackstream-ingest"`)
+		}
+		if endpoint == endpointPush {
+			// The Connect protocol's error body.
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(f.status)
+			json.NewEncoder(w).Encode(map[string]string{"code": connectCode(f.status), "message": f.msg})
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(f.status)
+		io.WriteString(w, f.msg+"\n")
+	})
+}
+
+func connectCode(status int) string {
+	switch status {
+	case http.StatusUnauthorized:
+		return "unauthenticated"
+	case http.StatusTooManyRequests, http.StatusRequestEntityTooLarge:
+		return "resource_exhausted"
+	case http.StatusServiceUnavailable:
+		return "unavailable"
+	case http.StatusUnsupportedMediaType:
+		return "unimplemented"
+	}
+	return "invalid_argument"
+}
+
+func (s *Server) serve(r *http.Request, h func(*http.Request, []byte, string) *failure) *failure {
+	tenant, ok := s.opts.Auth.Check(r)
+	if !ok {
+		return fail(http.StatusUnauthorized, "auth", "authentication required: send a token of STACKSTREAM_INGEST_TOKENS as a Bearer token or basic auth password, or the basic auth credentials")
+	}
+	if r.ContentLength > s.opts.MaxBodyBytes {
+		return fail(http.StatusRequestEntityTooLarge, "body_too_large", "body of %d bytes is larger than %d (STACKSTREAM_INGEST_MAX_BODY_BYTES)", r.ContentLength, s.opts.MaxBodyBytes)
+	}
+	if !s.acquire(r.Context()) {
+		return &failure{status: http.StatusTooManyRequests, reason: "busy", retry: s.opts.QueueWait,
+			msg: fmt.Sprintf("busy: %d pushes are being decoded (STACKSTREAM_INGEST_MAX_CONCURRENT) and none finished within %s: retry later", cap(s.slots), s.opts.QueueWait)}
+	}
+	defer func() { <-s.slots }()
+	body, err := io.ReadAll(io.LimitReader(r.Body, s.opts.MaxBodyBytes+1))
+	if err != nil {
+		return fail(http.StatusBadRequest, "read_body", "read body: %v", err)
+	}
+	if int64(len(body)) > s.opts.MaxBodyBytes {
+		return fail(http.StatusRequestEntityTooLarge, "body_too_large", "body is larger than %d bytes (STACKSTREAM_INGEST_MAX_BODY_BYTES)", s.opts.MaxBodyBytes)
+	}
+	if strings.EqualFold(r.Header.Get("Content-Encoding"), "gzip") {
+		if body, err = gunzip(body, s.opts.Convert.Limits.MaxDecompressedBytes); err != nil {
+			return s.decodeFailure("body", err)
+		}
+	}
+	return h(r, body, tenant)
+}
+
+func (s *Server) acquire(ctx context.Context) bool {
+	select {
+	case s.slots <- struct{}{}:
+		return true
+	default:
+	}
+	if s.waiting.Add(1) > int64(4*cap(s.slots)) {
+		s.waiting.Add(-1)
+		return false
+	}
+	defer s.waiting.Add(-1)
+	t := time.NewTimer(s.opts.QueueWait)
+	defer t.Stop()
+	select {
+	case s.slots <- struct{}{}:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// ingest serves Pyroscope's POST /ingest.
+func (s *Server) ingest(r *http.Request, body []byte, tenant string) *failure {
+	q := r.URL.Query()
+	name, err := pyroscope.ParseName(q.Get("name"))
+	if err != nil {
+		return fail(http.StatusBadRequest, "bad_name", "name: %v", err)
+	}
+	from, err := pyroscope.ParseTime(q.Get("from"))
+	if err != nil {
+		return fail(http.StatusBadRequest, "bad_time", "from: %v", err)
+	}
+	until, err := pyroscope.ParseTime(q.Get("until"))
+	if err != nil {
+		return fail(http.StatusBadRequest, "bad_time", "until: %v", err)
+	}
+	var rate int64
+	if v := q.Get("sampleRate"); v != "" {
+		if rate, err = strconv.ParseInt(v, 10, 64); err != nil || rate < 0 || rate > 1e9 {
+			return fail(http.StatusBadRequest, "bad_sample_rate", "sampleRate=%q is not a number of samples per second from 0 to 1e9", short(v))
+		}
+	}
+	spy := q.Get("spyName")
+	push := convert.Push{Service: name.App, Tags: name.Tags, Tenant: tenant, Hint: name.Suffix,
+		SpyName: spy, SampleRate: rate, From: from, Until: until}
+
+	mediaType, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	format := q.Get("format")
+	switch {
+	case mediaType == "multipart/form-data":
+		f, err := readForm(body, params["boundary"])
+		if err != nil {
+			return fail(http.StatusBadRequest, "bad_form", "%v", err)
+		}
+		if push.Profile, err = decodePprof(f.profile, s.opts.Convert.Limits); err != nil {
+			return s.decodeFailure("profile", err)
+		}
+		if f.prevProfile != nil {
+			prev, err := decodePprof(f.prevProfile, s.opts.Convert.Limits)
+			if err != nil {
+				return s.decodeFailure("prev_profile", err)
+			}
+			if push.Profile, err = subtractPrev(push.Profile, prev, f.sampleTypes); err != nil {
+				return fail(http.StatusBadRequest, "bad_profile", "%v", err)
+			}
+		}
+		format = "multipart"
+	case format == "pprof":
+		if push.Profile, err = decodePprof(body, s.opts.Convert.Limits); err != nil {
+			return s.decodeFailure("body", err)
+		}
+	case format == "folded" || format == "" || format == "lines":
+		spec, err := convert.FoldedSpec(name.Suffix, q.Get("units"), q.Get("aggregationType"), rate)
+		if err != nil {
+			return fail(http.StatusBadRequest, "unsupported_type", "%v", err)
+		}
+		if push.Profile, err = pyroscope.ParseFolded(body, spec, s.foldedLimits()); err != nil {
+			return s.decodeFailure("folded body", err)
+		}
+		format = "folded"
+	default:
+		return fail(http.StatusBadRequest, "bad_format", "format=%q is not supported: use pprof or folded (or the Go SDK's multipart form)", short(format))
+	}
+	s.m.profiles.WithLabelValues(format).Inc()
+	return s.store(push, r, spy)
+}
+
+func (s *Server) foldedLimits() pyroscope.FoldedLimits {
+	l := pyroscope.DefaultFoldedLimits()
+	c := s.opts.Convert.Limits
+	l.MaxSamples, l.MaxDepth, l.MaxFunctions = c.MaxSamples, c.MaxLocationsPerSample, c.MaxFunctions
+	return l
+}
+
+// push serves the push API (Connect unary, protobuf).
+func (s *Server) push(r *http.Request, body []byte, tenant string) *failure {
+	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != "application/proto" {
+		return fail(http.StatusUnsupportedMediaType, "bad_format", "Content-Type %q is not supported: send application/proto", short(ct))
+	}
+	series, err := pyroscope.DecodePush(body, pyroscope.DefaultPushLimits)
+	if err != nil {
+		return fail(http.StatusBadRequest, "bad_push", "%v", err)
+	}
+	// pyroscope-rs says which spy it is in its User-Agent:
+	// pyroscope-rs/<spy>/<version> reqwest.
+	spy := ""
+	if ua := strings.Split(r.Header.Get("User-Agent"), "/"); len(ua) >= 2 && ua[0] == "pyroscope-rs" {
+		spy = ua[1]
+	}
+	for _, ser := range series {
+		push := convert.Push{Tenant: tenant, SpyName: spy}
+		for _, l := range ser.Labels {
+			switch l.Key {
+			case "service_name":
+				push.Service = l.Value
+			case "__name__":
+				push.Hint = l.Value
+			default:
+				push.Tags = append(push.Tags, l)
+			}
+		}
+		if push.Service == "" {
+			return fail(http.StatusBadRequest, "bad_name", "push series has no service_name label")
+		}
+		for _, raw := range ser.Profiles {
+			if push.Profile, err = decodePprof(raw, s.opts.Convert.Limits); err != nil {
+				return s.decodeFailure("raw_profile", err)
+			}
+			s.m.profiles.WithLabelValues("push").Inc()
+			if f := s.store(push, r, spy); f != nil {
+				return f
+			}
+		}
+	}
+	return nil
+}
+
+func (s *Server) decodeFailure(what string, err error) *failure {
+	switch {
+	case errors.Is(err, record.ErrTooLarge):
+		return fail(http.StatusRequestEntityTooLarge, "decoded_too_large", "%s: %v (record limits, schemas/kafka.md)", what, err)
+	case errors.Is(err, record.ErrNotGzip):
+		return fail(http.StatusBadRequest, "bad_gzip", "%s: %v", what, err)
+	}
+	return fail(http.StatusBadRequest, "bad_profile", "%s: %v", what, err)
+}
+
+// store converts a push into records and produces them.
+func (s *Server) store(push convert.Push, r *http.Request, spy string) *failure {
+	_, host, err := convert.Tags(push.Tags)
+	if err != nil {
+		return fail(http.StatusBadRequest, "bad_tag", "%v", err)
+	}
+	if host == "" {
+		host = s.clientAddr(r)
+	}
+	push.Host = record.TruncateUTF8(host, record.MaxHostBytes)
+	if len(push.Profile.Sample) == 0 {
+		s.m.empty.Inc()
+		return nil // an idle process: nothing to store
+	}
+	recs, err := convert.Records(push, s.opts.Convert)
+	switch {
+	case errors.Is(err, convert.ErrUnsupported):
+		return fail(http.StatusBadRequest, "unsupported_type", "%v", err)
+	case errors.Is(err, convert.ErrInvalidTag):
+		return fail(http.StatusBadRequest, "bad_tag", "%v", err)
+	case errors.Is(err, record.ErrTimeOutOfRange):
+		return fail(http.StatusBadRequest, "time_out_of_range", "%v (STACKSTREAM_INGEST_MAX_AGE, STACKSTREAM_INGEST_MAX_CLOCK_SKEW)", err)
+	case err != nil:
+		return s.decodeFailure("profile", err)
+	}
+	agent := "pyroscope"
+	if spy != "" {
+		agent += "/" + record.TruncateUTF8(spy, 64)
+	}
+	return s.produce(push.Host, agent, recs)
+}
+
+// produce hands the records to the producer and waits for Kafka's answer.
+// A full buffer (Kafka slower than the pushes) is a 429: nothing of it was
+// stored, retry later. A failed or unanswered record is a 503.
+func (s *Server) produce(host, agent string, recs []convert.Record) *failure {
+	errs := make([]error, len(recs))
+	var wg sync.WaitGroup
+	for i, rc := range recs {
+		kr := &kgo.Record{
+			Topic: s.opts.Topic, Key: []byte(host), Value: rc.Value,
+			Headers: record.Meta{Type: rc.Type, Host: host, AgentVersion: agent}.Headers(),
+		}
+		if rc.Part != "" {
+			kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: record.HeaderPart, Value: []byte(rc.Part)})
+		}
+		wg.Add(1)
+		// Not tied to the request: a client that hangs up does not take back
+		// what it handed over.
+		s.p.TryProduce(context.Background(), kr, func(_ *kgo.Record, err error) {
+			errs[i] = err
+			wg.Done()
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(s.opts.ProduceTimeout + 5*time.Second)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		return &failure{status: http.StatusServiceUnavailable, reason: "kafka_timeout", retry: s.opts.ProduceTimeout,
+			msg: fmt.Sprintf("Kafka did not acknowledge within %s: retry later", s.opts.ProduceTimeout)}
+	}
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			s.m.records.WithLabelValues(string(recs[i].Type)).Inc()
+			s.m.bytes.WithLabelValues(string(recs[i].Type)).Add(float64(len(recs[i].Value)))
+		case errors.Is(err, kgo.ErrMaxBuffered):
+			return &failure{status: http.StatusTooManyRequests, reason: "buffer_full", retry: 5 * time.Second,
+				msg: "the buffer of records waiting for Kafka is full (STACKSTREAM_INGEST_BUFFER_BYTES, _BUFFER_RECORDS): retry later"}
+		default:
+			return &failure{status: http.StatusServiceUnavailable, reason: "kafka", retry: 5 * time.Second,
+				msg: fmt.Sprintf("produce to %s: %v: retry later", s.opts.Topic, err)}
+		}
+	}
+	return nil
+}
+
+// clientAddr is the host of the request's peer, or of the first
+// X-Forwarded-For entry when trusted.
+func (s *Server) clientAddr(r *http.Request) string {
+	if s.opts.TrustForwardedFor {
+		if xff := r.Header.Get("X-Forwarded-For"); xff != "" {
+			first, _, _ := strings.Cut(xff, ",")
+			if ip := net.ParseIP(strings.TrimSpace(first)); ip != nil {
+				return ip.String()
+			}
+		}
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+func short(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
+}
