@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"time"
-
-	"github.com/google/pprof/profile"
 
 	"github.com/stackstream/stackstream/schemas/record"
 )
@@ -183,86 +180,4 @@ func (a *API) handleDiff(ctx context.Context, _ http.ResponseWriter, r *http.Req
 		Type: string(base.typ), Unit: unit(base.typ), BaseTotal: bt.total, CompareTotal: ct.total,
 		Truncated: bm.truncated || cm.truncated || pruned, Root: root,
 	}, nil
-}
-
-// sampleType names the pprof sample type of a profile type.
-func sampleType(t record.ProfileType) *profile.ValueType {
-	switch t {
-	case record.ProfileCPU:
-		return &profile.ValueType{Type: "cpu", Unit: "nanoseconds"}
-	case record.ProfileMemory:
-		return &profile.ValueType{Type: "rss", Unit: "bytes"}
-	case record.ProfileHeap:
-		return &profile.ValueType{Type: "inuse_space", Unit: "bytes"}
-	default:
-		return &profile.ValueType{Type: "alloc_space", Unit: "bytes"}
-	}
-}
-
-// toProfile turns the merged selection into a pprof profile: one sample
-// per stack, one function and location per distinct name.
-func toProfile(m *merged, s selection) *profile.Profile {
-	st := sampleType(s.typ)
-	p := &profile.Profile{
-		SampleType:    []*profile.ValueType{st},
-		PeriodType:    st,
-		Period:        1,
-		TimeNanos:     s.tr.From.UnixNano(),
-		DurationNanos: int64(s.tr.Duration()),
-	}
-	locs := map[string]*profile.Location{}
-	loc := func(name string) *profile.Location {
-		if l := locs[name]; l != nil {
-			return l
-		}
-		fn := &profile.Function{ID: uint64(len(p.Function) + 1), Name: name, SystemName: name}
-		p.Function = append(p.Function, fn)
-		l := &profile.Location{ID: uint64(len(p.Location) + 1), Line: []profile.Line{{Function: fn}}}
-		p.Location = append(p.Location, l)
-		locs[name] = l
-		return l
-	}
-	add := func(frames []string, v int64) {
-		smp := &profile.Sample{Value: []int64{v}}
-		for i := len(frames) - 1; i >= 0; i-- { // pprof wants leaf first
-			smp.Location = append(smp.Location, loc(frames[i]))
-		}
-		p.Sample = append(p.Sample, smp)
-	}
-	var kept int64
-	for id, v := range m.values {
-		if v != 0 {
-			add(m.frames[id], v)
-			kept += v
-		}
-	}
-	if rest := m.total - kept; rest > 0 && m.truncated {
-		add([]string{otherNodes}, rest)
-	}
-	return p
-}
-
-func (a *API) handlePprof(ctx context.Context, w http.ResponseWriter, r *http.Request) (any, error) {
-	s, err := a.parseSelection(r.URL.Query(), "query", "from", "to")
-	if err != nil {
-		return nil, err
-	}
-	m, err := a.merge(ctx, s)
-	if err != nil {
-		return nil, err
-	}
-	p := toProfile(m, s)
-	if err := p.CheckValid(); err != nil {
-		return nil, fmt.Errorf("build pprof profile: %w", err)
-	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="stackstream-%s-%s.pb.gz"`, s.typ, s.tr.From.UTC().Format(time.RFC3339)))
-	if m.truncated {
-		w.Header().Set("X-Stackstream-Truncated", "true")
-	}
-	// Write gzips; an error here is a client gone away: nothing to answer.
-	if err := p.Write(w); err != nil {
-		a.logger.Debug("write pprof answer", "err", err)
-	}
-	return nil, nil
 }

@@ -105,25 +105,35 @@ func (a *API) sampleStackValues(ctx context.Context, s selection) (*stackValues,
 	if err := a.search(ctx, a.sampleIndices(s.tr), body, &resp, "aggregations.total", "aggregations.stacks.value"); err != nil {
 		return nil, fmt.Errorf("sum samples by stack: %w", err)
 	}
-	sv := &stackValues{values: make(map[string]int64, len(resp.Aggregations.Stacks.Value)), total: int64(resp.Aggregations.Total.Value), source: "samples"}
-	for id, n := range resp.Aggregations.Stacks.Value {
+	values, err := stackSums(resp.Aggregations.Stacks.Value)
+	if err != nil {
+		return nil, fmt.Errorf("sum samples by stack: %w", err)
+	}
+	sv := &stackValues{values: values, total: int64(resp.Aggregations.Total.Value), source: "samples"}
+	if len(sv.values) > a.opts.MaxStacks {
+		sv.values, sv.truncated = heaviest(sv.values, a.opts.MaxStacks), true
+		a.metrics.truncated.Inc()
+	}
+	return sv, nil
+}
+
+// stackSums decodes the answer of indices.StackSumsScript.
+func stackSums(sums map[string]json.Number) (map[string]int64, error) {
+	out := make(map[string]int64, len(sums))
+	for id, n := range sums {
 		v, err := n.Int64()
 		if err != nil {
 			// Sums are longs; a float would only come from a change in
 			// OpenSearch's serialization, and is still the right number.
 			f, ferr := n.Float64()
 			if ferr != nil {
-				return nil, fmt.Errorf("sum samples by stack: value %q of stack %q: %w", n, id, err)
+				return nil, fmt.Errorf("value %q of stack %q: %w", n, id, err)
 			}
 			v = int64(f)
 		}
-		sv.values[id] = v
+		out[id] = v
 	}
-	if len(sv.values) > a.opts.MaxStacks {
-		sv.values, sv.truncated = heaviest(sv.values, a.opts.MaxStacks), true
-		a.metrics.truncated.Inc()
-	}
-	return sv, nil
+	return out, nil
 }
 
 // heaviest returns the n entries of values with the largest values (ties
@@ -343,6 +353,18 @@ func (a *API) frames(ctx context.Context, ids []string) (names, kinds map[string
 	return names, kinds, nil
 }
 
+// frameName is the name a frame is shown by: its function, or for a
+// frame stored without one its binary in brackets.
+func frameName(f indices.Frame) string {
+	if f.Function != "" {
+		return f.Function
+	}
+	if f.Binary != "" {
+		return "[" + f.Binary + "]"
+	}
+	return "[unknown]"
+}
+
 const (
 	// fetchChunk stays under OpenSearch's index.max_result_window (10000).
 	fetchChunk    = 5000
@@ -377,15 +399,8 @@ func (a *API) fetchStacks(ctx context.Context, ids []string) (map[string]stackFr
 		n := len(d.Source.Frames)
 		sf := stackFrames{names: make([]string, n)}
 		for i, f := range d.Source.Frames {
-			name := f.Function
-			if name == "" {
-				name = "[unknown]"
-				if f.Binary != "" {
-					name = "[" + f.Binary + "]"
-				}
-			}
 			// Stored leaf first, as in pprof; trees read root first.
-			sf.names[n-1-i] = name
+			sf.names[n-1-i] = frameName(f)
 			// Stacks stored before schema 2 have no kind: FrameKind reads
 			// it from the binary, the pseudo-file's name.
 			if k := f.FrameKind(); k != record.KindNative {
