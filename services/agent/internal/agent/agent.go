@@ -96,6 +96,13 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		pageSize:   int64(os.Getpagesize()),
 	}
 	a.ps.mapFiles = !d.noMapFiles
+	if cfg.PerfMaps {
+		javaEvery := time.Duration(0)
+		if cfg.JavaPerfMap {
+			javaEvery = cfg.JavaPerfMapInterval
+		}
+		a.ps.jit = newJITFrames(d.Log, fs, a.ps.files, d.Now, d.Registry, javaEvery)
+	}
 	for id := range d.KnownBuildIDs {
 		a.known[id] = true
 	}
@@ -230,6 +237,9 @@ func (a *Agent) Tick(ctx context.Context) {
 		a.publishProfile(record.ProfileHeap, p, nil)
 	}
 	a.ps.sweep(3)
+	if a.ps.jit != nil {
+		a.ps.jit.tick(a.ps, samples)
+	}
 	if a.unwind != nil {
 		a.unwind.tick(a.ps, samples)
 	}

@@ -34,6 +34,9 @@ type Config struct {
 	UnwindTableBytes       int           `envconfig:"UNWIND_TABLE_BYTES" default:"33554432" desc:"kernel memory reserved for unwind tables (8 bytes a row, allocated at start); 0 walks user stacks with frame pointers only"`
 	UnwindMappings         int           `envconfig:"UNWIND_MAPPINGS" default:"131072" desc:"most address-range entries (a few per executable mapping) of the processes registered for table unwinding"`
 	UnwindProcesses        int           `envconfig:"UNWIND_PROCESSES" default:"8192" desc:"most processes registered for table unwinding"`
+	PerfMaps               bool          `envconfig:"PERF_MAPS" default:"true" desc:"name JIT code (anonymous executable memory) from the process's /tmp/perf-PID.map"`
+	JavaPerfMap            bool          `envconfig:"JAVA_PERFMAP" default:"true" desc:"ask sampled JVMs to write their perf map (jcmd Compiler.perfmap through the attach mechanism: no JVM flag needed)"`
+	JavaPerfMapInterval    time.Duration `envconfig:"JAVA_PERFMAP_INTERVAL" default:"60s" desc:"how often a sampled JVM is asked again (newly compiled methods); failures back off up to 1h"`
 }
 
 // heapLimits are the scrape limits; a scrape gets at most half the interval,
@@ -77,6 +80,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_AGENT_UNWIND_TABLE_BYTES=%d: use 0 (frame pointers only) up to 1073741824", c.UnwindTableBytes)
 	case c.UnwindTableBytes > 0 && (c.UnwindMappings < 64 || c.UnwindProcesses < 1):
 		return fmt.Errorf("STACKSTREAM_AGENT_UNWIND_MAPPINGS=%d, STACKSTREAM_AGENT_UNWIND_PROCESSES=%d: use at least 64 and 1", c.UnwindMappings, c.UnwindProcesses)
+	case c.PerfMaps && c.JavaPerfMap && c.JavaPerfMapInterval < time.Second:
+		return fmt.Errorf("STACKSTREAM_AGENT_JAVA_PERFMAP_INTERVAL=%s: use at least 1s, or STACKSTREAM_AGENT_JAVA_PERFMAP=false", c.JavaPerfMapInterval)
 	case c.MemoryLimit < 0:
 		return fmt.Errorf("STACKSTREAM_AGENT_MEMORY_LIMIT=%d: use 0 (none) or a number of bytes", c.MemoryLimit)
 	}

@@ -61,7 +61,8 @@ type processes struct {
 	binaries map[fileKey]*binary
 	interval uint64
 	files    *fileGate
-	mapFiles bool // open mapped files through /proc/PID/map_files first
+	mapFiles bool       // open mapped files through /proc/PID/map_files first
+	jit      *jitFrames // names JIT code from perf maps; nil: off
 }
 
 func newProcesses(fs proc.FS, t *proc.Targets, files *fileGate) *processes {

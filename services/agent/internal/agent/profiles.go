@@ -28,6 +28,7 @@ type cpuProfile struct {
 	functions map[string]*profile.Function
 	kernelMap *profile.Mapping
 	binaries  map[*binary]bool
+	jit       jitLocations // perf map frames (jit.go)
 }
 
 type mappingKey struct {
@@ -112,7 +113,11 @@ func (c *cpuProfile) kernelLocation(pc uint64) *profile.Location {
 
 func (c *cpuProfile) userLocation(p *process, pc uint64) *profile.Location {
 	var pm *profile.Mapping
-	if m := c.ps.mappingOf(p, pc); m != nil {
+	m := c.ps.mappingOf(p, pc)
+	if loc := c.jitLocation(p, m, pc); loc != nil {
+		return loc
+	}
+	if m != nil {
 		k := mappingKey{p.info.PID, m.Start}
 		if pm = c.mappings[k]; pm == nil {
 			pm = &profile.Mapping{ID: uint64(len(c.p.Mapping) + 1), Start: m.Start, Limit: m.Limit, Offset: m.Offset, File: m.Path}
