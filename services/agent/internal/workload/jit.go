@@ -84,11 +84,14 @@ func StartNode(t testing.TB, flags ...string) *exec.Cmd {
 	if err != nil {
 		testenv.Unavailable(t, "node: %v", err)
 	}
-	file := filepath.Join(t.TempDir(), "hot.js")
+	dir := t.TempDir()
+	file := filepath.Join(dir, "hot.js")
 	if err := os.WriteFile(file, []byte(jsSource), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return startKilled(t, exec.Command(node, append(flags, file)...))
+	cmd := exec.Command(node, append(flags, file)...)
+	cmd.Dir = dir // V8 writes its isolate-*.log into the working directory
+	return startKilled(t, cmd)
 }
 
 func startKilled(t testing.TB, cmd *exec.Cmd) *exec.Cmd {
