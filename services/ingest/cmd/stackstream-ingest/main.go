@@ -6,14 +6,12 @@ package main
 import (
 	"context"
 	"errors"
-	"net/http"
 	"os"
 	"runtime"
 	"syscall"
 	"time"
 
 	"github.com/oklog/run"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stackstream/stackstream/pkg/config"
 	"github.com/stackstream/stackstream/pkg/kafka"
@@ -50,7 +48,7 @@ func runMain() error {
 	for _, t := range tokens {
 		byToken[t.Token] = t.Tenant
 	}
-	cl, err := kafka.NewClient(ctx, cfg.Kafka, append(ProducerOpts(in), kafka.LogTo(log))...)
+	cl, err := kafka.NewClient(ctx, cfg.Kafka, append(server.ProducerOpts(int(in.BufferBytes), in.BufferRecords, in.ProduceTimeout), kafka.LogTo(log))...)
 	if err != nil {
 		return err
 	}
@@ -76,7 +74,7 @@ func runMain() error {
 		TrustForwardedFor: in.TrustForwardedFor,
 		Ready:             func(ctx context.Context) error { return kafka.Ping(ctx, cl, cfg.Kafka) },
 	}, reg, log)
-	srv, err := telemetry.ListenServer(in.ListenAddr, HTTPServer(handler, in.ProduceTimeout))
+	srv, err := telemetry.ListenServer(in.ListenAddr, server.HTTPServer(handler, in.ProduceTimeout))
 	if err != nil {
 		return err
 	}
@@ -95,34 +93,4 @@ func runMain() error {
 		return nil
 	}
 	return err
-}
-
-// ProducerOpts bound the producer: the buffer of records waiting for Kafka
-// (beyond it requests get 429) and how long a record may wait (then its
-// request gets 503).
-func ProducerOpts(in ingestconfig.Ingest) []kgo.Opt {
-	return []kgo.Opt{
-		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.MaxBufferedBytes(int(in.BufferBytes)),
-		kgo.MaxBufferedRecords(in.BufferRecords),
-		kgo.RecordDeliveryTimeout(in.ProduceTimeout),
-		// Values are gzip already.
-		kgo.ProducerBatchCompression(kgo.NoCompression()),
-		// Pushes arrive one by one: a short linger batches concurrent ones.
-		kgo.ProducerLinger(2 * time.Millisecond),
-	}
-}
-
-// HTTPServer has the time-outs of a server facing clients: headers within
-// 10 s, a body (up to 16 MiB over a slow link) within 60 s, the answer
-// within the produce time-out plus 30 s.
-func HTTPServer(h http.Handler, produceTimeout time.Duration) *http.Server {
-	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       60 * time.Second,
-		WriteTimeout:      60*time.Second + produceTimeout + 30*time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-	}
 }
