@@ -25,6 +25,7 @@ import (
 	"github.com/stackstream/stackstream/services/agent/internal/heap"
 	"github.com/stackstream/stackstream/services/agent/internal/proc"
 	"github.com/stackstream/stackstream/services/agent/internal/publish"
+	"github.com/stackstream/stackstream/services/agent/internal/python"
 	"github.com/stackstream/stackstream/services/agent/internal/sampler"
 	"github.com/stackstream/stackstream/services/agent/internal/unwind"
 )
@@ -136,6 +137,8 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		a.unwind = &unwinder{log: d.Log, fs: fs, files: a.ps.files, mapFiles: a.ps.mapFiles, sampler: a.sampler,
 			m: newUnwindMetrics(d.Registry), registered: map[int]uint64{}}
 		a.unwind.reg = unwind.NewRegistry(d.Log, fs, a.sampler, unwind.DefaultLimits)
+		a.unwind.python = python.NewResolver(cfg.ProcRoot, python.DefaultLimits, python.DefaultCacheEntries, python.DefaultCacheBytes)
+		a.ps.python = a.unwind.python
 		a.unwind.m.budgetBytes.Set(float64(a.sampler.RowCapacity() * unwind.RowBytes))
 		// Processes running now are registered over the first intervals,
 		// before most of their samples.
@@ -189,6 +192,7 @@ func (a *Agent) Tick(ctx context.Context) {
 			"unwind_no_row": c.UnwindNoRow, "unwind_no_mapping": c.UnwindNoMapping, "unwind_unsupported": c.UnwindUnsupported,
 			"unwind_signal_frames": c.UnwindSignal, "unwind_rbp_lost": c.UnwindRBPLost, "unwind_read_errors": c.UnwindReadErrors,
 			"unwind_truncated": c.UnwindTruncated, "unwind_stacks_full": c.UnwindStacksFull,
+			"python_stacks": c.PythonStacks, "python_frames": c.PythonFrames, "python_no_thread": c.PythonNoThread,
 		} {
 			a.m.bpfCounters.WithLabelValues(event).Set(float64(v))
 		}

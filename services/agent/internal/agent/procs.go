@@ -8,6 +8,7 @@ import (
 
 	"github.com/stackstream/stackstream/schemas/record"
 	"github.com/stackstream/stackstream/services/agent/internal/proc"
+	"github.com/stackstream/stackstream/services/agent/internal/python"
 )
 
 // process is what the agent remembers about a live process between intervals.
@@ -61,8 +62,9 @@ type processes struct {
 	binaries map[fileKey]*binary
 	interval uint64
 	files    *fileGate
-	mapFiles bool       // open mapped files through /proc/PID/map_files first
-	jit      *jitFrames // names JIT code from perf maps; nil: off
+	mapFiles bool             // open mapped files through /proc/PID/map_files first
+	jit      *jitFrames       // names JIT code from perf maps; nil: off
+	python   *python.Resolver // names Python frames; nil without table unwinding
 }
 
 func newProcesses(fs proc.FS, t *proc.Targets, files *fileGate) *processes {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stackstream/stackstream/schemas/record"
 	"github.com/stackstream/stackstream/services/agent/internal/proc"
+	"github.com/stackstream/stackstream/services/agent/internal/python"
 	"github.com/stackstream/stackstream/services/agent/internal/sampler"
 )
 
@@ -29,6 +30,12 @@ type cpuProfile struct {
 	kernelMap *profile.Mapping
 	binaries  map[*binary]bool
 	jit       jitLocations // perf map frames (jit.go)
+
+	// Python frames (python.go); python nil: none are named.
+	python    *python.Resolver
+	pythonMap *profile.Mapping
+	pyLocs    map[pythonLocKey]*profile.Location
+	pyFuncs   map[pythonFuncKey]*profile.Function
 }
 
 type mappingKey struct {
@@ -57,6 +64,9 @@ func newCPUProfile(ps *processes, ks *proc.Kallsyms, start time.Time, dur time.D
 		kernLocs:  map[uint64]*profile.Location{},
 		functions: map[string]*profile.Function{},
 		binaries:  map[*binary]bool{},
+		python:    ps.python,
+		pyLocs:    map[pythonLocKey]*profile.Location{},
+		pyFuncs:   map[pythonFuncKey]*profile.Function{},
 	}
 }
 
@@ -67,6 +77,10 @@ func (c *cpuProfile) add(p *process, s sampler.Sample) {
 		locs = append(locs, c.kernelLocation(pc))
 	}
 	for _, pc := range s.User {
+		if python.IsFrame(pc) {
+			locs = append(locs, c.pythonLocation(p, pc))
+			continue
+		}
 		locs = append(locs, c.userLocation(p, pc))
 	}
 	c.p.Sample = append(c.p.Sample, &profile.Sample{

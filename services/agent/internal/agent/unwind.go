@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stackstream/stackstream/services/agent/internal/proc"
+	"github.com/stackstream/stackstream/services/agent/internal/python"
 	"github.com/stackstream/stackstream/services/agent/internal/sampler"
 	"github.com/stackstream/stackstream/services/agent/internal/unwind"
 )
@@ -28,6 +29,7 @@ type unwinder struct {
 	sampler  *sampler.Sampler
 	reg      *unwind.Registry
 	m        *unwindMetrics
+	python   *python.Resolver
 
 	registered map[int]uint64 // pid -> start time at registration
 	pending    []int          // running at start, registered as the ticks allow
@@ -135,6 +137,7 @@ func (u *unwinder) tick(ps *processes, samples []sampler.Sample) {
 	for pid, st := range u.registered {
 		if p, ok := ps.procs[pid]; !ok || p.info.StartTime != st {
 			u.reg.RemoveProcess(pid)
+			u.registerPython(pid, nil)
 			delete(u.registered, pid)
 		}
 	}
@@ -150,15 +153,23 @@ func (u *unwinder) tick(ps *processes, samples []sampler.Sample) {
 // server blocks), bounded by the file gate, then loads and registers.
 func (u *unwinder) register(pid int) error {
 	var prepared unwind.Prepared
+	var py *python.Process
 	var err error
 	fs, seen, mapFiles := u.fs, u.reg.Seen(), u.mapFiles
 	if gerr := u.files.do(procKey(pid), func() {
 		prepared, err = unwind.Prepare(fs, pid, seen, unwind.DefaultLimits, mapFiles)
+		if err == nil {
+			// Not Python, or a version without a layout: native frames only.
+			py, _ = python.Detect(fs, pid, mapFiles)
+		}
 	}); gerr != nil {
 		return gerr
 	}
 	if err != nil {
 		return err
 	}
-	return u.reg.Commit(prepared)
+	if err := u.reg.Commit(prepared); err != nil {
+		return err
+	}
+	return u.registerPython(pid, py)
 }

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
 	"github.com/stackstream/stackstream/pkg/testenv"
 	"github.com/stackstream/stackstream/services/agent/internal/proc"
 	"github.com/stackstream/stackstream/services/agent/internal/python"
@@ -57,6 +60,14 @@ var (
 // returns its stacks: native frames as "file:function", Python frames as
 // "py:qualname:line" (innermost first).
 func pythonRun(t testing.TB, cmd *exec.Cmd, d time.Duration) ([][]string, []uint64, Counters, *python.Process) {
+	stacks, counts, c, py, _ := pythonRunStats(t, cmd, d, true)
+	return stacks, counts, c, py
+}
+
+// pythonRunStats is pythonRun, with the CPython state registered or not
+// (tables only), and the BPF program's mean run time per sample over the
+// host's samples while cmd ran.
+func pythonRunStats(t testing.TB, cmd *exec.Cmd, d time.Duration, withPython bool) ([][]string, []uint64, Counters, *python.Process, float64) {
 	t.Helper()
 	testenv.Root(t)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -83,6 +94,9 @@ func pythonRun(t testing.TB, cmd *exec.Cmd, d time.Duration) ([][]string, []uint
 		if py, err = python.Detect(fs, pid, true); err != nil {
 			t.Fatal(err)
 		}
+		if !withPython {
+			return
+		}
 		if err := s.SetPython(pid, py.BPF()); err != nil {
 			t.Fatal(err)
 		}
@@ -99,8 +113,25 @@ func pythonRun(t testing.TB, cmd *exec.Cmd, d time.Duration) ([][]string, []uint
 		}
 	}
 	refresh(300 * time.Millisecond)
+	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stats.Close()
 	s.Drain()
+	before, err := s.objs.ProfileCpu.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
 	refresh(d)
+	after, err := s.objs.ProfileCpu.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nsPerSample float64
+	if runs := after.RunCount - before.RunCount; runs > 0 {
+		nsPerSample = float64(after.Runtime-before.Runtime) / float64(runs)
+	}
 	samples, _, err := s.Drain()
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +173,7 @@ func pythonRun(t testing.TB, cmd *exec.Cmd, d time.Duration) ([][]string, []uint
 	}
 	s.RemovePython(pid)
 	reg.RemoveProcess(pid)
-	return stacks, counts, c, py
+	return stacks, counts, c, py, nsPerSample
 }
 
 // pythonFrames are the Python frames of st, innermost first, without lines;
@@ -242,5 +273,47 @@ func TestPythonFrames(t *testing.T) {
 	}
 	if lined*100 < exact*95 {
 		t.Errorf("%d of %d exact samples have the expected lines", lined, exact)
+	}
+}
+
+// BenchmarkPythonFrames samples the chain script for 3 s at 199 Hz with its
+// CPython state registered and not (native tables only) and reports the
+// share of its samples naming hot_python_fn, the median number of Python
+// frames, and the BPF program's mean run time per sample (every sample on
+// the host). b.N is not used.
+func BenchmarkPythonFrames(b *testing.B) {
+	script := filepath.Join(b.TempDir(), "chain.py")
+	if err := os.WriteFile(script, []byte(pythonChain), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	for _, withPython := range []bool{false, true} {
+		name := "native-only"
+		if withPython {
+			name = "python-frames"
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+			}
+			stacks, counts, _, _, ns := pythonRunStats(b, exec.Command("/usr/bin/python3", script), 3*time.Second, withPython)
+			var total, hot uint64
+			var depths []int
+			for i, st := range stacks {
+				total += counts[i]
+				names, _, _ := pythonFrames(st)
+				if len(names) > 0 && names[0] == "hot_python_fn" {
+					hot += counts[i]
+				}
+				for range counts[i] {
+					depths = append(depths, len(names))
+				}
+			}
+			if total == 0 {
+				b.Fatal("no samples")
+			}
+			b.ReportMetric(100*float64(hot)/float64(total), "hot_python_fn-%")
+			b.ReportMetric(float64(medianInt(depths)), "python-frames")
+			b.ReportMetric(ns, "bpf-ns/sample")
+			b.ReportMetric(float64(total), "samples")
+		})
 	}
 }
