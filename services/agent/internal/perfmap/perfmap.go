@@ -289,7 +289,10 @@ func (r *Reader) Apply(c Chunk) (int, error) {
 		return 0, ErrTooLarge
 	}
 	data := c.Data
-	var add []entry
+	// Sized up front: appends growing by 1.25 would allocate about five
+	// times the final arena and entries.
+	add := make([]entry, 0, min(bytes.Count(data, []byte{'\n'}), max(0, r.lim.MaxEntries-len(r.table.entries))))
+	r.table.arena = slices.Grow(r.table.arena, min(len(data), 1<<32-1-len(r.table.arena)))
 	var errOut error
 	consumed := 0
 	for consumed < len(data) {
@@ -336,6 +339,11 @@ func (r *Reader) Apply(c Chunk) (int, error) {
 		r.table.arena = append(r.table.arena, name...)
 		r.table.seq++
 		add = append(add, entry{start: start, size: uint32(min(size, 1<<32-1)), off: off, n: uint16(len(name)), seq: r.table.seq})
+	}
+	// A large chunk reserved its whole size for names; give back what the
+	// addresses took. Small appends keep the spare room for the next ones.
+	if spare := cap(r.table.arena) - len(r.table.arena); len(data) > 64<<10 && spare > len(r.table.arena)/4 {
+		r.table.arena = slices.Clone(r.table.arena)
 	}
 	r.table.merge(add)
 	newOffset := c.From + int64(consumed)
