@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -100,6 +102,7 @@ func TestJavaPerfMap(t *testing.T) {
 			total, named, leaf, intervals := jitShare(got.cpu, pid, record.MappingJava, "Hot."+workload.JavaHotMethod)
 			t.Logf("%s: %d of %d samples (%.1f%%) name Hot.%s, %d (%.1f%%) as the leaf, over %d intervals after the perf map",
 				c.name, named, total, 100*float64(named)/float64(max(total, 1)), workload.JavaHotMethod, leaf, 100*float64(leaf)/float64(max(total, 1)), intervals)
+			logTopStack(t, got.cpu, pid)
 			if total < 100 || named*100 < total*80 {
 				t.Fatalf("%d of %d samples name Hot.%s (want at least 80%%)", named, total, workload.JavaHotMethod)
 			}
@@ -139,4 +142,30 @@ func TestNodePerfMap(t *testing.T) {
 	if total < 50 || named*100 < total*50 {
 		t.Fatalf("%d of %d samples name %s", named, total, workload.JSHotFunction)
 	}
+}
+
+// logTopStack logs the user stack of pid's heaviest sample, innermost
+// first: JIT frames by name, others by mapping file and address.
+func logTopStack(t *testing.T, ps []*profile.Profile, pid int) {
+	var top *profile.Sample
+	for _, s := range pidSamples(ps, pid) {
+		if top == nil || s.Value[0] > top.Value[0] {
+			top = s
+		}
+	}
+	if top == nil {
+		return
+	}
+	var frames []string
+	for _, loc := range userLocations(top) {
+		switch {
+		case len(loc.Line) > 0:
+			frames = append(frames, loc.Mapping.File+" "+loc.Line[0].Function.Name)
+		case loc.Mapping != nil && loc.Mapping.File != "":
+			frames = append(frames, filepath.Base(loc.Mapping.File))
+		default:
+			frames = append(frames, fmt.Sprintf("%#x", loc.Address))
+		}
+	}
+	t.Logf("heaviest stack (%d samples, %d frames): %s", top.Value[0], len(frames), strings.Join(frames, " <- "))
 }
