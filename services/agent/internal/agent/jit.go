@@ -254,6 +254,9 @@ func (j *jitFrames) tick(ps *processes, samples []sampler.Sample) {
 			if p == nil || !p.targeted || p.info.StartTime == 0 || j.inFlight >= maxAttachesInFlight {
 				continue
 			}
+			if _, known := j.procs[s.PID]; !known && runtimeOf(p) != perfmap.RuntimeJava {
+				continue // not a JVM: no state kept for it
+			}
 			jp := j.process(ps, p)
 			if jp.runtime != perfmap.RuntimeJava || !jp.statusOK || jp.attaching || jp.attachOff || now.Before(jp.nextAttach) {
 				continue
