@@ -24,7 +24,7 @@ import (
 var kustomizations = []string{"base", "overlays/example"}
 
 // agentCaps are the capabilities the agent's container adds, exactly (docs/DEPLOY.md).
-var agentCaps = []corev1.Capability{"BPF", "PERFMON", "SYS_PTRACE", "SYSLOG", "CHECKPOINT_RESTORE"}
+var agentCaps = []corev1.Capability{"BPF", "PERFMON", "SYS_PTRACE", "SYSLOG", "CHECKPOINT_RESTORE", "KILL", "CHOWN", "SETUID", "SETGID"}
 
 // consumers are the Kafka consumer groups: Deployments probed on /readyz, with a lag
 // metric to scale on, reaching only the brokers (and OpenSearch where they write).

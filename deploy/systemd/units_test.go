@@ -18,7 +18,7 @@ import (
 var services = []string{"agent", "symbolizer", "indexer", "rollup", "query", "ingest"}
 
 // agentCaps are the agent's capabilities, the same set as the Kubernetes DaemonSet's.
-const agentCaps = "CAP_BPF CAP_PERFMON CAP_SYS_PTRACE CAP_SYSLOG CAP_CHECKPOINT_RESTORE"
+const agentCaps = "CAP_BPF CAP_PERFMON CAP_SYS_PTRACE CAP_SYSLOG CAP_CHECKPOINT_RESTORE CAP_KILL CAP_CHOWN CAP_SETUID CAP_SETGID"
 
 // unit is a unit file's directives: section -> key -> values in order.
 type unit map[string]map[string][]string
