@@ -122,13 +122,9 @@ func Records(push Push, opts Options) ([]Record, error) {
 	if err := stamp(p, push, opts); err != nil {
 		return nil, err
 	}
-	labels, _, err := Tags(push.Tags)
+	labels, err := sampleLabels(push)
 	if err != nil {
 		return nil, err
-	}
-	labels[record.LabelService] = record.TruncateUTF8(push.Service, record.MaxServiceBytes)
-	if push.Tenant != "" {
-		labels[LabelTenant] = push.Tenant
 	}
 	for _, s := range p.Sample {
 		if s.Label == nil {
@@ -157,19 +153,102 @@ func Records(push Push, opts Options) ([]Record, error) {
 // stamp sets the profile's time from from/until when it states none, and
 // refuses times the consumers would send to the DLQ.
 func stamp(p *profile.Profile, push Push, opts Options) error {
+	var err error
+	p.TimeNanos, p.DurationNanos, err = stampTimes(p.TimeNanos, p.DurationNanos, push, opts)
+	return err
+}
+
+func stampTimes(timeNanos, durationNanos int64, push Push, opts Options) (int64, int64, error) {
 	now := opts.Now()
-	if p.TimeNanos <= 0 {
+	if timeNanos <= 0 {
 		from := push.From
 		if from.IsZero() {
 			from = now
 		}
-		p.TimeNanos = from.UnixNano()
+		timeNanos = from.UnixNano()
 	}
-	if p.DurationNanos <= 0 && !push.From.IsZero() && push.Until.After(push.From) {
-		p.DurationNanos = int64(push.Until.Sub(push.From))
+	if durationNanos <= 0 && !push.From.IsZero() && push.Until.After(push.From) {
+		durationNanos = int64(push.Until.Sub(push.From))
 	}
-	return record.CheckTime(time.Unix(0, p.TimeNanos), now, opts.MaxAge, opts.MaxClockSkew)
+	return timeNanos, durationNanos, record.CheckTime(time.Unix(0, timeNanos), now, opts.MaxAge, opts.MaxClockSkew)
 }
+
+// sampleLabels are the labels every sample gets: the tags, service and tenant.
+func sampleLabels(push Push) (map[string]string, error) {
+	labels, _, err := Tags(push.Tags)
+	if err != nil {
+		return nil, err
+	}
+	labels[record.LabelService] = record.TruncateUTF8(push.Service, record.MaxServiceBytes)
+	if push.Tenant != "" {
+		labels[LabelTenant] = push.Tenant
+	}
+	return labels, nil
+}
+
+// Pprof converts a pushed pprof body, in any form DecodePprof reads, into
+// records; push.Profile is not used. A protobuf profile within the limits
+// is rewritten as it is encoded (rewriteWire), which costs a fraction of
+// parsing and encoding it again; legacy formats, profiles to complete or
+// to split take the parsed path (Records). No records and no error: the
+// profile has no samples.
+func Pprof(data []byte, push Push, opts Options) ([]Record, error) {
+	l := opts.Limits
+	raw := data
+	if isGzip(data) {
+		buf := bufPool.Get().(*bytes.Buffer)
+		defer bufPool.Put(buf)
+		var err error
+		if raw, err = gunzipInto(buf, data, l.MaxDecompressedBytes); err != nil {
+			return nil, err
+		}
+	}
+	if err := l.Check(raw); err == nil {
+		recs, err := wireRecords(raw, push, opts)
+		if !errors.Is(err, errSlowPath) {
+			return recs, err
+		}
+	} else if errors.Is(err, record.ErrTooLarge) {
+		return nil, err
+	}
+	p, err := DecodePprof(raw, l)
+	if err != nil {
+		return nil, err
+	}
+	if len(p.Sample) == 0 {
+		return nil, nil
+	}
+	push.Profile = p
+	return Records(push, opts)
+}
+
+func wireRecords(raw []byte, push Push, opts Options) ([]Record, error) {
+	labels, err := sampleLabels(push)
+	if err != nil {
+		return nil, err
+	}
+	out, types, err := rewriteWire(raw, labels, func(t, d int64) (int64, int64, error) { return stampTimes(t, d, push, opts) })
+	if err != nil || len(types) == 0 {
+		return nil, err
+	}
+	if err := opts.Limits.Check(out); err != nil {
+		return nil, err
+	}
+	if len(out)+len(out)/16000*5+64 > opts.MaxRecordBytes {
+		return nil, errSlowPath
+	}
+	value, err := gzipBytes(out)
+	if err != nil {
+		return nil, err
+	}
+	recs := make([]Record, len(types))
+	for i, t := range types {
+		recs[i] = Record{Type: t, Value: value}
+	}
+	return recs, nil
+}
+
+func isGzip(b []byte) bool { return len(b) > 1 && b[0] == 0x1f && b[1] == 0x8b }
 
 // spyMappings names the pseudo-file of frames of profilers of interpreted
 // runtimes: their frames then show their kind (python, java, js) downstream.
@@ -272,15 +351,19 @@ func encode(p *profile.Profile, partName string, opts Options) ([]part, error) {
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 var gzipPool = sync.Pool{New: func() any {
-	zw, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed)
+	zw, _ := gzip.NewWriterLevel(nil, gzip.NoCompression)
 	return zw
 }}
 
-// gzipBytes compresses raw at the fastest level: Kafka stores the value as
-// it is, and every consumer inflates it once.
+// gzipBytes wraps raw in gzip with stored (uncompressed) deflate blocks:
+// still a gzip pprof value (go tool pprof opens it), but writing it costs a
+// copy and a checksum instead of deflating, and reading it the same (the
+// consumers' record.DecodeProfile takes its stored-block fast path). The
+// producer compresses whole batches with lz4, so Kafka stores and sends
+// them compressed, as the symbolizer does with profiles.symbolized.
 func gzipBytes(raw []byte) ([]byte, error) {
 	var buf bytes.Buffer
-	buf.Grow(len(raw)/3 + 64)
+	buf.Grow(len(raw) + len(raw)/16000*5 + 64)
 	zw := gzipPool.Get().(*gzip.Writer)
 	defer gzipPool.Put(zw)
 	zw.Reset(&buf)

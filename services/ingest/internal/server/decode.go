@@ -3,61 +3,12 @@ package server
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"mime/multipart"
 
 	"github.com/google/pprof/profile"
-	"github.com/klauspost/compress/gzip"
-
-	"github.com/stackstream/stackstream/schemas/record"
 )
-
-// decodePprof reads a pprof body in any form google/pprof reads: protobuf,
-// gzip or not, or a legacy text format. Protobuf is checked against l
-// before the parser allocates; a legacy profile is bounded by the body
-// limit, and its encoding is checked against l before it is produced.
-func decodePprof(data []byte, l record.Limits) (*profile.Profile, error) {
-	raw := data
-	if bytes.HasPrefix(data, []byte{0x1f, 0x8b}) {
-		var err error
-		if raw, err = gunzip(data, l.MaxDecompressedBytes); err != nil {
-			return nil, err
-		}
-	}
-	err := l.Check(raw)
-	if err == nil {
-		return record.ParseProfile(raw, l)
-	}
-	if errors.Is(err, record.ErrTooLarge) {
-		return nil, err
-	}
-	p, lerr := profile.ParseData(raw)
-	if lerr != nil {
-		return nil, fmt.Errorf("%w: neither protobuf (%v) nor a legacy pprof format (%v)", record.ErrNotPprof, err, lerr)
-	}
-	if err := p.CheckValid(); err != nil {
-		return nil, fmt.Errorf("%w: %v", record.ErrInvalidProfile, err)
-	}
-	return p, nil
-}
-
-// gunzip inflates data up to limit bytes.
-func gunzip(data []byte, limit int) ([]byte, error) {
-	zr, err := gzip.NewReader(bytes.NewReader(data))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", record.ErrNotGzip, err)
-	}
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(io.LimitReader(zr, int64(limit)+1)); err != nil {
-		return nil, fmt.Errorf("%w: %v", record.ErrNotGzip, err)
-	}
-	if buf.Len() > limit {
-		return nil, fmt.Errorf("%w: decompressed body exceeds %d bytes", record.ErrTooLarge, limit)
-	}
-	return buf.Bytes(), nil
-}
 
 // sampleType is one entry of the Go SDK's sample_type_config.
 type sampleType struct {
@@ -91,7 +42,10 @@ func readForm(body []byte, boundary string) (form, error) {
 			return f, fmt.Errorf("%w: multipart body: %v", errBadRequest, err)
 		}
 		// The whole body is in memory already, bounded by the body limit.
-		data, err := io.ReadAll(part)
+		var buf bytes.Buffer
+		buf.Grow(min(len(body), 1<<20) + bytes.MinRead)
+		_, err = buf.ReadFrom(part)
+		data := buf.Bytes()
 		if err != nil {
 			return f, fmt.Errorf("%w: multipart field %q: %v", errBadRequest, part.FormName(), err)
 		}

@@ -16,8 +16,9 @@ func ProducerOpts(bufferBytes, bufferRecords int, produceTimeout time.Duration) 
 		kgo.MaxBufferedBytes(bufferBytes),
 		kgo.MaxBufferedRecords(bufferRecords),
 		kgo.RecordDeliveryTimeout(produceTimeout),
-		// Values are gzip already.
-		kgo.ProducerBatchCompression(kgo.NoCompression()),
+		// Values are gzip of stored blocks (convert.gzipBytes): lz4 over
+		// the batch compresses them for the wire and the log.
+		kgo.ProducerBatchCompression(kgo.Lz4Compression()),
 		// Pushes arrive one by one: a short linger batches concurrent ones.
 		kgo.ProducerLinger(2 * time.Millisecond),
 	}

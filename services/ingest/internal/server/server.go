@@ -6,6 +6,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -164,7 +165,12 @@ func (s *Server) serve(r *http.Request, h func(*http.Request, []byte, string) *f
 			msg: fmt.Sprintf("busy: %d pushes are being decoded (STACKSTREAM_INGEST_MAX_CONCURRENT) and none finished within %s: retry later", cap(s.slots), s.opts.QueueWait)}
 	}
 	defer func() { <-s.slots }()
-	body, err := io.ReadAll(io.LimitReader(r.Body, s.opts.MaxBodyBytes+1))
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	}
+	_, err := buf.ReadFrom(io.LimitReader(r.Body, s.opts.MaxBodyBytes+1))
+	body := buf.Bytes()
 	if err != nil {
 		return fail(http.StatusBadRequest, "read_body", "read body: %v", err)
 	}
@@ -172,7 +178,7 @@ func (s *Server) serve(r *http.Request, h func(*http.Request, []byte, string) *f
 		return fail(http.StatusRequestEntityTooLarge, "body_too_large", "body is larger than %d bytes (STACKSTREAM_INGEST_MAX_BODY_BYTES)", s.opts.MaxBodyBytes)
 	}
 	if strings.EqualFold(r.Header.Get("Content-Encoding"), "gzip") {
-		if body, err = gunzip(body, s.opts.Convert.Limits.MaxDecompressedBytes); err != nil {
+		if body, err = convert.Gunzip(body, s.opts.Convert.Limits.MaxDecompressedBytes); err != nil {
 			return s.decodeFailure("body", err)
 		}
 	}
@@ -234,23 +240,24 @@ func (s *Server) ingest(r *http.Request, body []byte, tenant string) *failure {
 		if err != nil {
 			return fail(http.StatusBadRequest, "bad_form", "%v", err)
 		}
-		if push.Profile, err = decodePprof(f.profile, s.opts.Convert.Limits); err != nil {
+		s.m.profiles.WithLabelValues("multipart").Inc()
+		if f.prevProfile == nil {
+			return s.store(push, f.profile, r, spy)
+		}
+		if push.Profile, err = convert.DecodePprof(f.profile, s.opts.Convert.Limits); err != nil {
 			return s.decodeFailure("profile", err)
 		}
-		if f.prevProfile != nil {
-			prev, err := decodePprof(f.prevProfile, s.opts.Convert.Limits)
-			if err != nil {
-				return s.decodeFailure("prev_profile", err)
-			}
-			if push.Profile, err = subtractPrev(push.Profile, prev, f.sampleTypes); err != nil {
-				return fail(http.StatusBadRequest, "bad_profile", "%v", err)
-			}
+		prev, err := convert.DecodePprof(f.prevProfile, s.opts.Convert.Limits)
+		if err != nil {
+			return s.decodeFailure("prev_profile", err)
 		}
-		format = "multipart"
+		if push.Profile, err = subtractPrev(push.Profile, prev, f.sampleTypes); err != nil {
+			return fail(http.StatusBadRequest, "bad_profile", "%v", err)
+		}
+		return s.store(push, nil, r, spy)
 	case format == "pprof":
-		if push.Profile, err = decodePprof(body, s.opts.Convert.Limits); err != nil {
-			return s.decodeFailure("body", err)
-		}
+		s.m.profiles.WithLabelValues(format).Inc()
+		return s.store(push, body, r, spy)
 	case format == "folded" || format == "" || format == "lines":
 		spec, err := convert.FoldedSpec(name.Suffix, q.Get("units"), q.Get("aggregationType"), rate)
 		if err != nil {
@@ -259,12 +266,11 @@ func (s *Server) ingest(r *http.Request, body []byte, tenant string) *failure {
 		if push.Profile, err = pyroscope.ParseFolded(body, spec, s.foldedLimits()); err != nil {
 			return s.decodeFailure("folded body", err)
 		}
-		format = "folded"
+		s.m.profiles.WithLabelValues("folded").Inc()
+		return s.store(push, nil, r, spy)
 	default:
 		return fail(http.StatusBadRequest, "bad_format", "format=%q is not supported: use pprof or folded (or the Go SDK's multipart form)", short(format))
 	}
-	s.m.profiles.WithLabelValues(format).Inc()
-	return s.store(push, r, spy)
 }
 
 func (s *Server) foldedLimits() pyroscope.FoldedLimits {
@@ -305,11 +311,8 @@ func (s *Server) push(r *http.Request, body []byte, tenant string) *failure {
 			return fail(http.StatusBadRequest, "bad_name", "push series has no service_name label")
 		}
 		for _, raw := range ser.Profiles {
-			if push.Profile, err = decodePprof(raw, s.opts.Convert.Limits); err != nil {
-				return s.decodeFailure("raw_profile", err)
-			}
 			s.m.profiles.WithLabelValues("push").Inc()
-			if f := s.store(push, r, spy); f != nil {
+			if f := s.store(push, raw, r, spy); f != nil {
 				return f
 			}
 		}
@@ -327,8 +330,9 @@ func (s *Server) decodeFailure(what string, err error) *failure {
 	return fail(http.StatusBadRequest, "bad_profile", "%s: %v", what, err)
 }
 
-// store converts a push into records and produces them.
-func (s *Server) store(push convert.Push, r *http.Request, spy string) *failure {
+// store converts a push into records and produces them: the pprof body
+// pprof when it is not nil, else the parsed push.Profile.
+func (s *Server) store(push convert.Push, pprof []byte, r *http.Request, spy string) *failure {
 	_, host, err := convert.Tags(push.Tags)
 	if err != nil {
 		return fail(http.StatusBadRequest, "bad_tag", "%v", err)
@@ -337,11 +341,12 @@ func (s *Server) store(push convert.Push, r *http.Request, spy string) *failure 
 		host = s.clientAddr(r)
 	}
 	push.Host = record.TruncateUTF8(host, record.MaxHostBytes)
-	if len(push.Profile.Sample) == 0 {
-		s.m.empty.Inc()
-		return nil // an idle process: nothing to store
+	var recs []convert.Record
+	if pprof != nil {
+		recs, err = convert.Pprof(pprof, push, s.opts.Convert)
+	} else if len(push.Profile.Sample) > 0 {
+		recs, err = convert.Records(push, s.opts.Convert)
 	}
-	recs, err := convert.Records(push, s.opts.Convert)
 	switch {
 	case errors.Is(err, convert.ErrUnsupported):
 		return fail(http.StatusBadRequest, "unsupported_type", "%v", err)
@@ -351,6 +356,9 @@ func (s *Server) store(push convert.Push, r *http.Request, spy string) *failure 
 		return fail(http.StatusBadRequest, "time_out_of_range", "%v (STACKSTREAM_INGEST_MAX_AGE, STACKSTREAM_INGEST_MAX_CLOCK_SKEW)", err)
 	case err != nil:
 		return s.decodeFailure("profile", err)
+	case len(recs) == 0:
+		s.m.empty.Inc()
+		return nil // an idle process: nothing to store
 	}
 	agent := "pyroscope"
 	if spy != "" {

@@ -155,6 +155,14 @@ func TestIngestFormats(t *testing.T) {
 	if ingesttest.Label(g.Profile, "service") != "goapp" || ingesttest.Label(g.Profile, "region") != "eu" || ingesttest.Label(g.Profile, "tenant") != "" {
 		t.Errorf("pprof labels: %v", g.Profile.Sample[1].Label)
 	}
+	for _, smp := range g.Profile.Sample {
+		if smp.Label["tenant"] != nil {
+			t.Errorf("a tenant label the client sent survived: %v", smp.Label)
+		}
+		if smp.Label["span"] == nil && len(smp.Location) == 2 && smp.Location[0].Line[0].Function.Name == "main.cold" {
+			t.Errorf("the sample's own label span was dropped: %v", smp.Label)
+		}
+	}
 	if !g.Profile.Mapping[0].HasFunctions {
 		t.Errorf("a mapping whose frames carry functions must be marked HasFunctions: %+v", g.Profile.Mapping[0])
 	}
