@@ -37,6 +37,13 @@ func TestGoSDK(t *testing.T) {
 	hot := false
 	for _, r := range recs {
 		types[r.Meta.Type]++
+		if r.Meta.Type == record.ProfileCPU {
+			var cpu int64
+			for _, s := range r.Profile.Sample {
+				cpu += s.Value[len(s.Value)-1]
+			}
+			t.Logf("cpu record at %s for %s: %s of CPU, %d samples", time.Unix(0, r.Profile.TimeNanos).Format(time.TimeOnly+".000"), time.Duration(r.Profile.DurationNanos), time.Duration(cpu), len(r.Profile.Sample))
+		}
 		if r.Key != "gosdk-host" || r.Meta.Host != "gosdk-host" || r.Meta.AgentVersion != "pyroscope/gospy" {
 			t.Errorf("record key %q meta %+v", r.Key, r.Meta)
 		}

@@ -1,0 +1,177 @@
+package sdktest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/stackstream/stackstream/pkg/kafka"
+	"github.com/stackstream/stackstream/pkg/testenv"
+)
+
+// TestPipelineGoSDK follows a push of the real Go SDK through the real
+// binaries: stackstream-ingest, the symbolizer (which passes the named
+// frames through), the indexer and the query API, whose top functions of
+// the application name the SDK program's hot function.
+func TestPipelineGoSDK(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	osURL := testenv.OpenSearchURL(t)
+	bin := t.TempDir()
+	for _, b := range []struct{ name, dir string }{
+		{"stackstream-ingest", "../../cmd/stackstream-ingest"},
+		{"stackstream-symbolizer", "../../../symbolizer/cmd/stackstream-symbolizer"},
+		{"stackstream-indexer", "../../../indexer/cmd/stackstream-indexer"},
+		{"stackstream-query", "../../../query/cmd/stackstream-query"},
+		{"stackctl", "../../../ctl/cmd/stackctl"},
+	} {
+		testenv.Run(t, b.dir, nil, "go", "build", "-o", filepath.Join(bin, b.name), ".")
+	}
+	testenv.Run(t, "../../testdata/gosdk", []string{"GOWORK=off", "GOFLAGS=-mod=readonly"}, "go", "build", "-o", filepath.Join(bin, "gosdk"), ".")
+
+	name := testenv.Name(t, "ingest-e2e-")
+	ingestAddr, queryAddr := freeAddr(t), freeAddr(t)
+	env := []string{
+		"STACKSTREAM_KAFKA_BROKERS=" + strings.Join(brokers, ","),
+		"STACKSTREAM_KAFKA_TOPIC_PREFIX=" + name + ".",
+		"STACKSTREAM_OPENSEARCH_URL=" + osURL,
+		"STACKSTREAM_OPENSEARCH_INDEX_PREFIX=" + name + "-",
+		"STACKSTREAM_OPENSEARCH_INDEX_REFRESH_INTERVAL=1s",
+		"STACKSTREAM_CTL_PARTITIONS=2",
+		"STACKSTREAM_SYMBOLIZER_GROUP=" + name + "-symbolizer",
+		"STACKSTREAM_SYMBOLIZER_TRANSACTIONAL_ID=" + name + "-symbolizer-0",
+		"STACKSTREAM_INDEXER_GROUP=" + name + "-indexer",
+		"STACKSTREAM_INGEST_LISTEN_ADDR=" + ingestAddr,
+		"STACKSTREAM_QUERY_LISTEN_ADDR=" + queryAddr,
+	}
+	t.Cleanup(func() { cleanup(brokers, name, osURL) })
+	testenv.Run(t, t.TempDir(), env, filepath.Join(bin, "stackctl"), "init")
+	for _, svc := range []string{"stackstream-symbolizer", "stackstream-indexer", "stackstream-query", "stackstream-ingest"} {
+		start(t, filepath.Join(bin, svc), append(env, "STACKSTREAM_LISTEN_ADDR="+freeAddr(t)))
+	}
+	waitHTTP(t, "http://"+ingestAddr+"/healthz")
+
+	out, err := exec.Command(filepath.Join(bin, "gosdk"), "-server", "http://"+ingestAddr, "-app", name, "-for", "4s").CombinedOutput()
+	if err != nil {
+		t.Fatalf("gosdk: %v\n%s", err, out)
+	}
+
+	sel := url.QueryEscape(`{service="` + name + `"}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var top struct {
+		Functions []struct {
+			Name string `json:"name"`
+			Self int64  `json:"self"`
+		} `json:"functions"`
+	}
+	for {
+		top.Functions = nil
+		if getJSON("http://"+queryAddr+"/api/v1/top?type=cpu&from=now-15m&to=now&limit=5&query="+sel, &top) == nil &&
+			len(top.Functions) > 0 && top.Functions[0].Name == "main.stackstreamHotFunction" && top.Functions[0].Self >= int64(2*time.Second) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the query API's top functions of %s never put main.stackstreamHotFunction first with at least 2 s of the 4 s it burned: %+v", name, top.Functions)
+		case <-time.After(time.Second):
+		}
+	}
+	t.Logf("top functions of %s: %+v", name, top.Functions)
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// start runs a binary until the test ends; its output goes to the test log
+// when the test fails.
+func start(t *testing.T, bin string, env []string) {
+	t.Helper()
+	cmd := exec.Command(bin)
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", bin, err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			s := out.String()
+			if len(s) > 4000 {
+				s = "..." + s[len(s)-4000:]
+			}
+			t.Logf("---- %s output ----\n%s", filepath.Base(bin), s)
+		}
+	})
+}
+
+func waitHTTP(t *testing.T, u string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		resp, err := http.Get(u)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not answer: %v", u, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func getJSON(u string, v any) error {
+	resp, err := http.Get(u)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("%s: %s", u, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// cleanup removes the test's topics, indices and templates.
+func cleanup(brokers []string, name, osURL string) {
+	ctx := context.Background()
+	if cl, err := kafka.NewClient(ctx, kafka.Config{Brokers: brokers, DialTimeout: 5 * time.Second}); err == nil {
+		kadm.NewClient(cl).DeleteTopics(ctx, kafka.Config{TopicPrefix: name + "."}.Topics().All()...)
+		cl.Close()
+	}
+	for _, path := range []string{"/" + name + "-*", "/_index_template/" + name + "-*"} {
+		req, _ := http.NewRequest(http.MethodDelete, osURL+path, nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}
+}
