@@ -166,7 +166,18 @@ func BenchmarkHandler(b *testing.B) {
 // broker not), so it understates what the server alone does per core.
 func BenchmarkKafka(b *testing.B) {
 	env := ingesttest.Setup(b, nil)
-	push := serviceCPUPush(b)
+	for _, tc := range []struct {
+		name string
+		push sdkPush
+	}{
+		{"sdk-cpu-captured", readSDKPush(b, "cpu")},
+		{"service-cpu", serviceCPUPush(b)},
+	} {
+		b.Run(tc.name, func(b *testing.B) { benchKafka(b, env, tc.push) })
+	}
+}
+
+func benchKafka(b *testing.B, env *ingesttest.Env, push sdkPush) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	b.SetBytes(int64(len(push.body)))
 	var before, after syscall.Rusage
