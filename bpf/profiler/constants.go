@@ -21,6 +21,13 @@ const (
 	PythonMaxThreads = 32        // #define PY_MAX_THREADS 32
 )
 
+// A JavaScript frame in an unwound stack (v8.h): the flag and the tagged
+// pointer of the frame's SharedFunctionInfo.
+const (
+	JSFrameFlag   = 1 << 62   // #define JS_FRAME_FLAG (1ULL << 62)
+	JSPointerMask = 1<<47 - 1 // #define JS_POINTER_MASK ((1ULL << 47) - 1)
+)
+
 // MaxTableRows is the largest table the unwinder's binary search covers.
 //
 //	#define UNWIND_SEARCH_STEPS 24
@@ -46,7 +53,9 @@ const (
 	CounterPythonStacks      = 15 // #define COUNTER_PYTHON_STACKS 15
 	CounterPythonFrames      = 16 // #define COUNTER_PYTHON_FRAMES 16
 	CounterPythonNoThread    = 17 // #define COUNTER_PYTHON_NO_THREAD 17
-	NumCounters              = 18 // #define COUNTER_MAX 18
+	CounterJSStacks          = 18 // #define COUNTER_JS_STACKS 18
+	CounterJSFrames          = 19 // #define COUNTER_JS_FRAMES 19
+	NumCounters              = 20 // #define COUNTER_MAX 20
 )
 
 // Rules of struct unwind_row, the values of unwind.Rule.

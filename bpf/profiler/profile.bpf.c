@@ -38,7 +38,10 @@
 #define COUNTER_PYTHON_STACKS 15    // samples of a Python process with a current frame
 #define COUNTER_PYTHON_FRAMES 16    // Python frames recorded
 #define COUNTER_PYTHON_NO_THREAD 17 // samples of a Python process whose thread state was not found
-#define COUNTER_MAX 18
+// JavaScript frames (v8.h).
+#define COUNTER_JS_STACKS 18 // samples of a V8 process walked with tables
+#define COUNTER_JS_FRAMES 19 // JavaScript frames recorded
+#define COUNTER_MAX 20
 
 #define TASK_COMM_LEN 16
 

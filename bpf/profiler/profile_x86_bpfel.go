@@ -79,6 +79,16 @@ type ProfileUnwoundStack struct {
 	Frames [128]uint64
 }
 
+type ProfileV8Proc struct {
+	_              structs.HostLayout
+	CodeStart      uint64
+	CodeEnd        uint64
+	FpContext      int16
+	FpFunction     int16
+	FunctionShared uint16
+	Pad            [1]uint16
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -97,6 +107,7 @@ const (
 	ProfileMapUnwindScratch   = "unwind_scratch"
 	ProfileMapUnwoundStacks0  = "unwound_stacks_0"
 	ProfileMapUnwoundStacks1  = "unwound_stacks_1"
+	ProfileMapV8Procs         = "v8_procs"
 	ProfileProgProfileCpu     = "profile_cpu"
 	ProfileProgUnwindExec     = "unwind_exec"
 	ProfileProgUnwindFork     = "unwind_fork"
@@ -167,6 +178,7 @@ type ProfileMapSpecs struct {
 	UnwindScratch   *ebpf.MapSpec `ebpf:"unwind_scratch"`
 	UnwoundStacks0  *ebpf.MapSpec `ebpf:"unwound_stacks_0"`
 	UnwoundStacks1  *ebpf.MapSpec `ebpf:"unwound_stacks_1"`
+	V8Procs         *ebpf.MapSpec `ebpf:"v8_procs"`
 }
 
 // ProfileVariableSpecs contains global variables before they are loaded into the kernel.
@@ -209,6 +221,7 @@ type ProfileMaps struct {
 	UnwindScratch   *ebpf.Map `ebpf:"unwind_scratch"`
 	UnwoundStacks0  *ebpf.Map `ebpf:"unwound_stacks_0"`
 	UnwoundStacks1  *ebpf.Map `ebpf:"unwound_stacks_1"`
+	V8Procs         *ebpf.Map `ebpf:"v8_procs"`
 }
 
 func (m *ProfileMaps) Close() error {
@@ -227,6 +240,7 @@ func (m *ProfileMaps) Close() error {
 		m.UnwindScratch,
 		m.UnwoundStacks0,
 		m.UnwoundStacks1,
+		m.V8Procs,
 	)
 }
 

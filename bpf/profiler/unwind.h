@@ -11,6 +11,7 @@
 #include <bpf/bpf_endian.h>
 
 #include "python.h"
+#include "v8.h"
 
 // Kept in sync with unwind.Rule in Go.
 #define RULE_NONE 0
@@ -148,6 +149,13 @@ struct unwind_state {
 	__u8 walked; // a native frame was stepped: pc is a return address
 	__u64 py_frame; // innermost Python frame not recorded yet; 0: none
 	__u64 eval_start, eval_end;
+	// V8 (v8.h): v8 for a process in v8_procs; v8_step sets js_frame to
+	// the JavaScript frame to record in place of pc (0: none), and js_fp
+	// when pc is in V8's embedded builtins, which step with frame pointers
+	// whatever the tables say.
+	__u8 v8;
+	__u8 js_fp;
+	__u64 js_frame;
 };
 
 // find_row returns the row covering pc in the table of m, or NULL.
@@ -239,6 +247,31 @@ __noinline int python_step(struct unwind_state *s)
 	return 0;
 }
 
+// v8_step decides whether the frame at pc of a V8 process is a JavaScript
+// frame (v8.h); no_table: pc steps with frame pointers. A global function,
+// like python_step.
+__noinline int v8_step(struct unwind_state *s, __u64 pc, int no_table)
+{
+	struct v8_proc *v8;
+	int builtin;
+
+	if (!s)
+		return 0;
+	s->js_frame = 0;
+	s->js_fp = 0;
+	v8 = bpf_map_lookup_elem(&v8_procs, &s->pid);
+	if (!v8)
+		return 0;
+	builtin = pc >= v8->code_start && pc < v8->code_end;
+	if ((!builtin && !no_table) || !s->bp_valid)
+		return 0;
+	s->js_fp = builtin;
+	s->js_frame = js_frame(v8, s->bp);
+	if (s->js_frame)
+		count(COUNTER_JS_FRAMES);
+	return 0;
+}
+
 static long unwind_step(__u64 index, struct unwind_state *s)
 {
 	struct unwind_mapping_key key = {};
@@ -264,31 +297,38 @@ static long unwind_step(__u64 index, struct unwind_state *s)
 		s->py_skip = 1;
 		return 0;
 	}
-	if (s->py_skip) {
-		s->py_skip = 0;
-	} else {
-		out->frames[len] = pc;
-		s->len = len + 1;
-		s->hash = (s->hash ^ pc) * 0x100000001b3ULL;
-	}
-	s->walked = 1;
-	s->exact_pc = 0;
 	key.prefixlen = 96;
 	key.pid = bpf_htonl(s->pid);
 	key.addr = bpf_cpu_to_be64(lookup_pc);
 	m = bpf_map_lookup_elem(&unwind_mappings, &key);
+	row = NULL;
 	if (!m) {
 		count(COUNTER_UNWIND_NO_MAPPING);
 		refresh(s->pid, REFRESH_MISS);
+	} else if (m->rows != 0) {
+		row = find_row(m, lookup_pc - m->bias);
+		if (!row || row->rule == RULE_NONE) {
+			count(COUNTER_UNWIND_NO_ROW);
+			row = NULL;
+		}
 	}
-	if (!m || m->rows == 0) {
-		if (frame_pointer_step(s))
-			return 1;
-		return s->done ? 1 : 0;
+	// JIT code, V8's builtins and code no row covers step with frame
+	// pointers: in a V8 process, they may be JavaScript frames.
+	s->js_frame = 0;
+	s->js_fp = 0;
+	if (s->v8 && !s->py_skip)
+		v8_step(s, lookup_pc, !row);
+	if (s->py_skip) {
+		s->py_skip = 0;
+	} else {
+		__u64 v = s->js_frame ? s->js_frame : pc;
+		out->frames[len] = v;
+		s->len = len + 1;
+		s->hash = (s->hash ^ v) * 0x100000001b3ULL;
 	}
-	row = find_row(m, lookup_pc - m->bias);
-	if (!row || row->rule == RULE_NONE) {
-		count(COUNTER_UNWIND_NO_ROW);
+	s->walked = 1;
+	s->exact_pc = 0;
+	if (!row || s->js_fp) {
 		if (frame_pointer_step(s))
 			return 1;
 		return s->done ? 1 : 0;
@@ -397,6 +437,10 @@ static __always_inline __u64 unwind_user(struct bpf_perf_event_data *ctx, __u32 
 		s.eval_end = py->eval_end;
 		if (s.py_frame)
 			count(COUNTER_PYTHON_STACKS);
+	}
+	if (bpf_map_lookup_elem(&v8_procs, &pid)) {
+		s.v8 = 1;
+		count(COUNTER_JS_STACKS);
 	}
 	// Steps that record nothing (an eval-loop frame replaced, a shim
 	// frame skipped) make room for more iterations than frames.

@@ -77,6 +77,9 @@ type Counters struct {
 	PythonStacks   uint64 // samples of a Python process with a current frame
 	PythonFrames   uint64 // Python frames recorded
 	PythonNoThread uint64 // samples of a Python process whose thread state was not found
+	// JavaScript frames (bpf/profiler/v8.h).
+	JSStacks uint64 // samples of a V8 process walked with tables
+	JSFrames uint64 // JavaScript frames recorded
 }
 
 // Sampler owns the BPF objects and perf events.
@@ -125,6 +128,7 @@ func New(log *slog.Logger, cfg Config) (*Sampler, error) {
 	spec.Maps[profiler.ProfileMapUnwindProcesses].MaxEntries = uint32(max(cfg.UnwindProcesses, 1))
 	spec.Maps[profiler.ProfileMapUnwindRefresh].MaxEntries = uint32(max(cfg.UnwindProcesses, 1))
 	spec.Maps[profiler.ProfileMapPythonProcs].MaxEntries = uint32(max(cfg.UnwindProcesses, 1))
+	spec.Maps[profiler.ProfileMapV8Procs].MaxEntries = uint32(max(cfg.UnwindProcesses, 1))
 	s := &Sampler{log: log, cfg: cfg, rows: newRowAllocator(uint32(rows)), procKeys: map[int][]profiler.ProfileUnwindMappingKey{}}
 	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
@@ -356,7 +360,7 @@ func (s *Sampler) Counters() (Counters, error) {
 	dst := []*uint64{&c.Samples, &c.UserStackErrors, &c.KernelStackErrors, &c.CountsFull,
 		&c.UnwindStacks, &c.UnwindComplete, &c.UnwindFPFrames, &c.UnwindNoRow, &c.UnwindUnsupported,
 		&c.UnwindSignal, &c.UnwindRBPLost, &c.UnwindReadErrors, &c.UnwindTruncated, &c.UnwindStacksFull, &c.UnwindNoMapping,
-		&c.PythonStacks, &c.PythonFrames, &c.PythonNoThread}
+		&c.PythonStacks, &c.PythonFrames, &c.PythonNoThread, &c.JSStacks, &c.JSFrames}
 	for i := range profiler.NumCounters {
 		var perCPU []uint64
 		if err := s.objs.Counters.Lookup(uint32(i), &perCPU); err != nil {

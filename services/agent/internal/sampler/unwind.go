@@ -219,3 +219,15 @@ func (s *Sampler) SetPython(pid int, p profiler.ProfilePythonProc) error {
 
 // RemovePython forgets the CPython state of pid.
 func (s *Sampler) RemovePython(pid int) { s.objs.PythonProcs.Delete(uint32(pid)) }
+
+// SetV8 names the V8 frame layout of a registered process: its JavaScript
+// frames are recorded as such (bpf/profiler/v8.h).
+func (s *Sampler) SetV8(pid int, p profiler.ProfileV8Proc) error {
+	if err := s.objs.V8Procs.Put(uint32(pid), p); err != nil {
+		return fmt.Errorf("register v8 process %d: %w", pid, err)
+	}
+	return nil
+}
+
+// RemoveV8 forgets the V8 layout of pid.
+func (s *Sampler) RemoveV8(pid int) { s.objs.V8Procs.Delete(uint32(pid)) }

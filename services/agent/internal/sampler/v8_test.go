@@ -1,0 +1,256 @@
+package sampler
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/stackstream/stackstream/pkg/testenv"
+	"github.com/stackstream/stackstream/services/agent/internal/proc"
+	"github.com/stackstream/stackstream/services/agent/internal/unwind"
+	"github.com/stackstream/stackstream/services/agent/internal/v8"
+)
+
+// jsChain: hotJsFn called through middle from outer, each call long enough
+// (tens of milliseconds) that neither the callers nor the top-level loop
+// get hot enough for TurboFan to inline hotJsFn into them; hotJsFn's own
+// loop is optimized on stack. Lines are asserted: keep the layout.
+const jsChain = `'use strict';
+function hotJsFn(n) {
+  let x = 0;
+  for (let i = 0; i < n; i++) {
+    x = (x * 31 + i) & 0xffff;
+  }
+  return x;
+}
+
+function middle(n) {
+  return hotJsFn(n) + 1;
+}
+
+function outer(n) {
+  return middle(n) + 1;
+}
+
+let sink = 0;
+for (;;) {
+  sink ^= outer(30000000);
+}
+`
+
+// Lines where jsChain's functions start (function keyword).
+var jsLines = map[string]int{"hotJsFn": 2, "middle": 10, "outer": 14}
+
+// nodeBin is Debian's node; a missing one fails under CI.
+func nodeBin(t testing.TB) string {
+	t.Helper()
+	bin, err := exec.LookPath("node")
+	if err != nil {
+		bin, err = exec.LookPath("nodejs")
+	}
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("node not installed (Debian's nodejs package)")
+		}
+		t.Skip("node not installed")
+	}
+	return bin
+}
+
+// jsRunStats samples cmd with tables and, withV8, its V8 layout registered;
+// it returns its stacks (native frames as "file:function", JavaScript ones
+// as "js:name:file:line", innermost first) and the BPF program's mean run
+// time per sample over the host's samples while cmd ran.
+func jsRunStats(t testing.TB, cmd *exec.Cmd, d time.Duration, withV8 bool) ([][]string, []uint64, Counters, *v8.Process, float64) {
+	t.Helper()
+	testenv.Root(t)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s, err := New(log, Config{Frequency: 199, CountsSize: 4096, StacksSize: 4096,
+		UnwindTableBytes: 32 << 20, UnwindMappings: 4096, UnwindProcesses: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	pid := cmd.Process.Pid
+	time.Sleep(300 * time.Millisecond)
+	fs := proc.FS{Root: "/proc"}
+	reg := unwind.NewRegistry(log, fs, s, unwind.DefaultLimits)
+	det := v8.NewDetector(v8.DefaultFileLimits)
+	res := v8.NewResolver("/proc", v8.DefaultReadLimits, v8.DefaultCacheEntries, v8.DefaultCacheBytes)
+	var js *v8.Process
+	register := func() {
+		if err := reg.AddProcess(pid); err != nil {
+			t.Fatal(err)
+		}
+		if js, err = det.Detect(fs, pid, true); err != nil {
+			t.Fatal(err)
+		}
+		if !withV8 {
+			return
+		}
+		if err := s.SetV8(pid, js.BPF()); err != nil {
+			t.Fatal(err)
+		}
+		res.Add(js)
+	}
+	register()
+	refresh := func(d time.Duration) {
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+			for _, p := range s.Refresh() {
+				if p == pid {
+					register()
+				}
+			}
+		}
+	}
+	refresh(500 * time.Millisecond)
+	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stats.Close()
+	s.Drain()
+	before, err := s.objs.ProfileCpu.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	refresh(d)
+	after, err := s.objs.ProfileCpu.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nsPerSample float64
+	if runs := after.RunCount - before.RunCount; runs > 0 {
+		nsPerSample = float64(after.Runtime-before.Runtime) / float64(runs)
+	}
+	samples, _, err := s.Drain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sym := newSymbolizer(t, pid)
+	var stacks [][]string
+	var counts []uint64
+	for _, smp := range samples {
+		if smp.PID != pid {
+			continue
+		}
+		var st []string
+		for i, v := range smp.User {
+			if v8.IsFrame(v) {
+				fn, err := res.Function(pid, v8.DecodeFrame(v))
+				if err != nil {
+					st = append(st, "js:?")
+					continue
+				}
+				st = append(st, fmt.Sprintf("js:%s:%s:%d", fn.Name, filepath.Base(fn.Script), fn.Line))
+				continue
+			}
+			pc := v
+			if i > 0 {
+				pc--
+			}
+			st = append(st, sym.name(pc))
+		}
+		stacks = append(stacks, st)
+		counts = append(counts, smp.Count)
+	}
+	c, err := s.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.RemoveV8(pid)
+	reg.RemoveProcess(pid)
+	return stacks, counts, c, js, nsPerSample
+}
+
+// jsFrames are the JavaScript frames of st, innermost first.
+func jsFrames(st []string) []string {
+	var out []string
+	for _, f := range st {
+		if strings.HasPrefix(f, "js:") {
+			out = append(out, f[3:])
+		}
+	}
+	return out
+}
+
+func writeChain(t testing.TB) string {
+	t.Helper()
+	script := filepath.Join(t.TempDir(), "chain.js")
+	if err := os.WriteFile(script, []byte(jsChain), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return script
+}
+
+// TestJSFrames: Debian's node 20 (no flag) sampled on the real kernel.
+// JavaScript frames are named from V8's metadata: hotJsFn <- middle <-
+// outer <- the module's function, then node's native frames to _start.
+func TestJSFrames(t *testing.T) {
+	bin := nodeBin(t)
+	script := writeChain(t)
+	cmd := exec.Command(bin, script)
+	cmd.Dir = filepath.Dir(script)
+	stacks, counts, c, js, _ := jsRunStats(t, cmd, 3*time.Second, true)
+	var total, hot, exact, lined uint64
+	for i, st := range stacks {
+		total += counts[i]
+		fr := jsFrames(st)
+		if len(fr) == 0 || !strings.HasPrefix(fr[0], "hotJsFn:") {
+			if counts[i]*50 > total {
+				t.Logf("%d samples: %s", counts[i], strings.Join(st, " <- "))
+			}
+			continue
+		}
+		hot += counts[i]
+		var names []string
+		ok := true
+		for _, f := range fr {
+			p := strings.Split(f, ":")
+			names = append(names, p[0])
+			if want, known := jsLines[p[0]]; known {
+				ok = ok && p[1] == "chain.js" && p[2] == fmt.Sprint(want)
+			}
+		}
+		if len(names) >= 3 && strings.Join(names[:3], " ") == "hotJsFn middle outer" {
+			exact += counts[i]
+			if ok {
+				lined += counts[i]
+			}
+		} else {
+			t.Logf("%d samples: %s", counts[i], strings.Join(st, " <- "))
+		}
+	}
+	top := 0
+	for i := range stacks {
+		if counts[i] > counts[top] {
+			top = i
+		}
+	}
+	if len(stacks) > 0 {
+		t.Logf("most frequent stack (%d samples): %s", counts[top], strings.Join(stacks[top], " <- "))
+	}
+	t.Logf("node %s builtins [%#x, %#x): %d samples, %d name hotJsFn (%.1f%%), %d hotJsFn <- middle <- outer, %d with files and lines; counters %+v",
+		js.Path, js.CodeStart, js.CodeEnd, total, hot, 100*float64(hot)/float64(max(total, 1)), exact, lined, c)
+	if total < 100 {
+		t.Fatalf("only %d samples", total)
+	}
+	if hot*100 < total*95 {
+		t.Errorf("%d of %d samples name hotJsFn, want 95%%", hot, total)
+	}
+	if exact*100 < hot*99 {
+		t.Errorf("%d of %d hotJsFn samples have hotJsFn <- middle <- outer", exact, hot)
+	}
+}
