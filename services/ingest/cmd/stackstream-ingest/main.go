@@ -69,6 +69,7 @@ func runMain() error {
 		Auth:              server.NewAuth(byToken, in.BasicAuthUser, in.BasicAuthPass),
 		MaxBodyBytes:      in.MaxBodyBytes,
 		MaxConcurrent:     maxConcurrent,
+		MaxReadBytes:      in.MaxReadBytes,
 		QueueWait:         in.QueueWait,
 		ProduceTimeout:    in.ProduceTimeout,
 		TrustForwardedFor: in.TrustForwardedFor,

@@ -28,6 +28,7 @@ type Ingest struct {
 	MaxBodyBytes      int64         `envconfig:"MAX_BODY_BYTES" default:"16777216" desc:"largest request body as sent (compressed); larger ones get 413"`
 	MaxConcurrent     int           `envconfig:"MAX_CONCURRENT" default:"0" desc:"requests decoded at once; 0 is GOMAXPROCS, at least 2"`
 	QueueWait         time.Duration `envconfig:"QUEUE_WAIT" default:"1s" desc:"how long a request waits for a decode slot before a 429 with Retry-After"`
+	MaxReadBytes      int64         `envconfig:"MAX_READ_BYTES" default:"268435456" desc:"bodies being received at once, counted at their Content-Length (or MAX_BODY_BYTES without one); slow senders hold only this, not a decode slot"`
 	BufferBytes       int64         `envconfig:"BUFFER_BYTES" default:"67108864" desc:"record bytes waiting for Kafka; beyond it requests get 429 with Retry-After"`
 	BufferRecords     int           `envconfig:"BUFFER_RECORDS" default:"10000" desc:"records waiting for Kafka; beyond it requests get 429 with Retry-After"`
 	ProduceTimeout    time.Duration `envconfig:"PRODUCE_TIMEOUT" default:"10s" desc:"how long a request waits for Kafka to acknowledge its records before a 503 with Retry-After"`
@@ -56,6 +57,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_INGEST_MAX_CONCURRENT=%d must be from 0 (GOMAXPROCS) to 10000", i.MaxConcurrent)
 	case i.QueueWait <= 0:
 		return fmt.Errorf("STACKSTREAM_INGEST_QUEUE_WAIT=%s must be positive, e.g. 1s", i.QueueWait)
+	case i.MaxReadBytes < i.MaxBodyBytes:
+		return fmt.Errorf("STACKSTREAM_INGEST_MAX_READ_BYTES=%d is below STACKSTREAM_INGEST_MAX_BODY_BYTES (%d): one body must fit", i.MaxReadBytes, i.MaxBodyBytes)
 	case i.BufferBytes < 1<<20:
 		return fmt.Errorf("STACKSTREAM_INGEST_BUFFER_BYTES=%d is below 1 MiB: use e.g. 67108864", i.BufferBytes)
 	case i.BufferRecords < 1:

@@ -34,6 +34,7 @@ func TestLoad(t *testing.T) {
 		{"body limit not a number", map[string]string{"STACKSTREAM_INGEST_MAX_BODY_BYTES": "16MiB"}, `STACKSTREAM_INGEST_MAX_BODY_BYTES="16MiB" is not a valid`},
 		{"record size", map[string]string{"STACKSTREAM_INGEST_MAX_RECORD_BYTES": "100"}, "STACKSTREAM_INGEST_MAX_RECORD_BYTES=100"},
 		{"produce timeout", map[string]string{"STACKSTREAM_INGEST_PRODUCE_TIMEOUT": "10ms"}, "STACKSTREAM_INGEST_PRODUCE_TIMEOUT=10ms"},
+		{"read budget", map[string]string{"STACKSTREAM_INGEST_MAX_READ_BYTES": "1024"}, "STACKSTREAM_INGEST_MAX_READ_BYTES=1024 is below"},
 		{"buffer", map[string]string{"STACKSTREAM_INGEST_BUFFER_BYTES": "1000"}, "STACKSTREAM_INGEST_BUFFER_BYTES=1000"},
 		{"listen", map[string]string{"STACKSTREAM_INGEST_LISTEN_ADDR": " "}, "STACKSTREAM_INGEST_LISTEN_ADDR is empty"},
 		{"kafka", map[string]string{"STACKSTREAM_KAFKA_BROKERS": "nohost"}, "STACKSTREAM_KAFKA_BROKERS"},

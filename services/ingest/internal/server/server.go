@@ -24,6 +24,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/stackstream/stackstream/pkg/telemetry"
 	"github.com/stackstream/stackstream/schemas/record"
@@ -45,7 +46,12 @@ type Options struct {
 	MaxBodyBytes int64
 	// MaxConcurrent requests decode at once; others wait up to QueueWait.
 	MaxConcurrent int
-	QueueWait     time.Duration
+	// MaxReadBytes bounds the bodies being received at once (each counted
+	// at its Content-Length, or MaxBodyBytes when it has none): slow
+	// senders hold only this budget, never a decode slot. 0 means
+	// 16 x MaxBodyBytes.
+	MaxReadBytes int64
+	QueueWait    time.Duration
 	// ProduceTimeout bounds the wait for Kafka's acknowledgements.
 	ProduceTimeout time.Duration
 	// TrustForwardedFor takes the client address from X-Forwarded-For.
@@ -63,6 +69,8 @@ type Server struct {
 	log   *slog.Logger
 	m     *metrics
 	slots chan struct{}
+	// reading is the byte budget of bodies being received.
+	reading *semaphore.Weighted
 	// waiting bounds the requests queued for a slot, so a flood is
 	// refused at once instead of piling up goroutines.
 	waiting atomic.Int64
@@ -71,7 +79,11 @@ type Server struct {
 // New returns the handler of every endpoint: POST /ingest, POST
 // /push.v1.PusherService/Push, GET /metrics, /healthz, /readyz.
 func New(p Producer, opts Options, reg *prometheus.Registry, log *slog.Logger) http.Handler {
-	s := &Server{p: p, opts: opts, log: log, m: newMetrics(reg), slots: make(chan struct{}, max(1, opts.MaxConcurrent))}
+	if opts.MaxReadBytes <= 0 {
+		opts.MaxReadBytes = 16 * opts.MaxBodyBytes
+	}
+	s := &Server{p: p, opts: opts, log: log, m: newMetrics(reg), slots: make(chan struct{}, max(1, opts.MaxConcurrent)),
+		reading: semaphore.NewWeighted(max(opts.MaxReadBytes, opts.MaxBodyBytes))}
 	mux := telemetry.Mux(reg, opts.Ready)
 	mux.Handle("POST /ingest", s.wrap(endpointIngest, s.ingest))
 	mux.Handle("POST "+pyroscope.PushPath, s.wrap(endpointPush, s.push))
@@ -160,29 +172,55 @@ func (s *Server) serve(r *http.Request, h func(*http.Request, []byte, string) *f
 	if r.ContentLength > s.opts.MaxBodyBytes {
 		return fail(http.StatusRequestEntityTooLarge, "body_too_large", "body of %d bytes is larger than %d (STACKSTREAM_INGEST_MAX_BODY_BYTES)", r.ContentLength, s.opts.MaxBodyBytes)
 	}
+	body, f := s.readBody(r)
+	if f != nil {
+		return f
+	}
 	if !s.acquire(r.Context()) {
 		return &failure{status: http.StatusTooManyRequests, reason: "busy", retry: s.opts.QueueWait,
 			msg: fmt.Sprintf("busy: %d pushes are being decoded (STACKSTREAM_INGEST_MAX_CONCURRENT) and none finished within %s: retry later", cap(s.slots), s.opts.QueueWait)}
 	}
 	defer func() { <-s.slots }()
-	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength) + bytes.MinRead)
-	}
-	_, err := buf.ReadFrom(io.LimitReader(r.Body, s.opts.MaxBodyBytes+1))
-	body := buf.Bytes()
-	if err != nil {
-		return fail(http.StatusBadRequest, "read_body", "read body: %v", err)
-	}
-	if int64(len(body)) > s.opts.MaxBodyBytes {
-		return fail(http.StatusRequestEntityTooLarge, "body_too_large", "body is larger than %d bytes (STACKSTREAM_INGEST_MAX_BODY_BYTES)", s.opts.MaxBodyBytes)
-	}
+	var err error
 	if strings.EqualFold(r.Header.Get("Content-Encoding"), "gzip") {
 		if body, err = convert.Gunzip(body, s.opts.Convert.Limits.MaxDecompressedBytes); err != nil {
 			return s.decodeFailure("body", err)
 		}
 	}
 	return h(r, body, tenant)
+}
+
+// readBody receives the body within the read budget: its Content-Length
+// (or the body limit, for a body without one) is reserved first, waiting
+// up to the queue wait.
+func (s *Server) readBody(r *http.Request) ([]byte, *failure) {
+	want := s.opts.MaxBodyBytes
+	if r.ContentLength >= 0 && r.ContentLength < want {
+		want = r.ContentLength
+	}
+	want = max(want, 1)
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.QueueWait)
+	err := s.reading.Acquire(ctx, want)
+	cancel()
+	if err != nil {
+		return nil, &failure{status: http.StatusTooManyRequests, reason: "busy", retry: s.opts.QueueWait,
+			msg: fmt.Sprintf("busy: %d bytes of bodies are being received (STACKSTREAM_INGEST_MAX_READ_BYTES) and not enough finished within %s: retry later", s.opts.MaxReadBytes, s.opts.QueueWait)}
+	}
+	defer s.reading.Release(want)
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(want) + bytes.MinRead)
+	}
+	// A body longer than its Content-Length is cut by net/http; one
+	// without it is read up to the limit, one byte over tells it is larger.
+	_, err = buf.ReadFrom(io.LimitReader(r.Body, s.opts.MaxBodyBytes+1))
+	if err != nil {
+		return nil, fail(http.StatusBadRequest, "read_body", "read body: %v", err)
+	}
+	if int64(buf.Len()) > s.opts.MaxBodyBytes {
+		return nil, fail(http.StatusRequestEntityTooLarge, "body_too_large", "body is larger than %d bytes (STACKSTREAM_INGEST_MAX_BODY_BYTES)", s.opts.MaxBodyBytes)
+	}
+	return buf.Bytes(), nil
 }
 
 func (s *Server) acquire(ctx context.Context) bool {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -348,5 +349,23 @@ func TestBufferFull(t *testing.T) {
 	wg.Wait()
 	if first != 503 {
 		t.Fatalf("first push: %d, want 503 after the delivery timeout", first)
+	}
+}
+
+// TestSlowSender: a client that sends its body slowly holds read budget,
+// not the only decode slot; other pushes go through meanwhile.
+func TestSlowSender(t *testing.T) {
+	env := ingesttest.Setup(t, func(o *server.Options) { o.MaxConcurrent = 1 })
+	conn, err := net.Dial("tcp", strings.TrimPrefix(env.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /ingest?name=slow.cpu HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nmain;slow 1\n")
+	for i := range 3 {
+		code, body, _ := post(t, ingestURL(env.URL, fmt.Sprintf("fast%d.cpu", i), nil), "", []byte("main;fast 1\n"))
+		if code != 200 {
+			t.Fatalf("push %d while a slow body is received: %d %s", i, code, body)
+		}
 	}
 }
