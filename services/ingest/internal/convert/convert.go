@@ -253,7 +253,7 @@ func isGzip(b []byte) bool { return len(b) > 1 && b[0] == 0x1f && b[1] == 0x8b }
 // spyMappings names the pseudo-file of frames of profilers of interpreted
 // runtimes: their frames then show their kind (python, java, js) downstream.
 var spyMappings = map[string]string{
-	"pyspy": record.MappingPython, "pyroscope-rs/pyspy": record.MappingPython,
+	"pyspy":   record.MappingPython,
 	"javaspy": record.MappingJava, "jfr": record.MappingJava,
 	"nodespy": record.MappingJS,
 }

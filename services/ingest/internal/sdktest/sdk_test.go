@@ -74,9 +74,12 @@ func TestGoSDK(t *testing.T) {
 }
 
 // TestPythonSDK: pyroscope-io from PyPI, in a virtualenv, pushes a CPU
-// profile of a Python function burning CPU.
+// profile of a Python function burning CPU, authenticated with a tenant's
+// token as its basic auth password.
 func TestPythonSDK(t *testing.T) {
-	env := ingesttest.Setup(t, nil)
+	env := ingesttest.Setup(t, func(o *server.Options) {
+		o.Auth = server.NewAuth(map[string]string{"py-token": "team-py"}, "", "")
+	})
 	python, err := exec.LookPath("python3")
 	if err != nil {
 		testenv.Unavailable(t, "python3: %v", err)
@@ -100,6 +103,7 @@ def stackstream_hot_function(until):
     return x
 
 pyroscope.configure(application_name="pyapp", server_address=sys.argv[1], upload_interval=1,
+                    basic_auth_username="any", basic_auth_password="py-token",
                     tags={"hostname": "py-host", "env": "test"}, enable_logging=True)
 stackstream_hot_function(time.time() + 4)
 pyroscope.shutdown()
@@ -112,12 +116,20 @@ print("ok")
 	recs := env.ReadAll(t, 30*time.Second)
 	hot := false
 	for _, r := range recs {
-		if r.Key != "py-host" || r.Meta.Type != record.ProfileCPU || ingesttest.Label(r.Profile, "service") != "pyapp" || ingesttest.Label(r.Profile, "env") != "test" {
+		if r.Key != "py-host" || r.Meta.Type != record.ProfileCPU || ingesttest.Label(r.Profile, "service") != "pyapp" ||
+			ingesttest.Label(r.Profile, "env") != "test" || ingesttest.Label(r.Profile, "tenant") != "team-py" {
 			t.Errorf("record key %q meta %+v labels %v", r.Key, r.Meta, r.Profile.Sample[0].Label)
 		}
-		for fn := range ingesttest.Functions(r.Profile) {
-			if strings.Contains(fn, "stackstream_hot_function") {
+		for _, loc := range r.Profile.Location {
+			for _, ln := range loc.Line {
+				if !strings.Contains(ln.Function.Name, "stackstream_hot_function") {
+					continue
+				}
 				hot = true
+				// pyspy's frames are Python's: the pseudo-file says so downstream.
+				if loc.Mapping == nil || loc.Mapping.File != record.MappingPython {
+					t.Errorf("frame %s has mapping %+v, want %s", ln.Function.Name, loc.Mapping, record.MappingPython)
+				}
 			}
 		}
 	}
