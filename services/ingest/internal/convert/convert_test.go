@@ -196,3 +196,20 @@ func TestTags(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestLegacyFormat: a legacy text profile (here Go's old heap format) takes
+// the parsed path and becomes heap and alloc records.
+func TestLegacyFormat(t *testing.T) {
+	legacy := "heap profile: 1: 2048 [3: 4096] @ heap/1048576\n1: 2048 [3: 4096] @ 0x401000 0x402000\n"
+	recs, err := Pprof([]byte(legacy), Push{Service: "old", From: time.Now().Add(-time.Minute)}, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 2 || recs[0].Type != record.ProfileHeap || recs[1].Type != record.ProfileAlloc {
+		t.Fatalf("records = %+v", recs)
+	}
+	p, err := record.DecodeProfile(recs[0].Value)
+	if err != nil || len(p.Sample) != 1 || p.Sample[0].Label["service"][0] != "old" {
+		t.Fatalf("decoded %v, %v", p, err)
+	}
+}
