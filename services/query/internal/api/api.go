@@ -1,27 +1,26 @@
-// Package api serves the stackstream query API under /api/v1/ (see
-// docs/QUERY.md and the example answers in schemas/api/).
+// Package api serves the stackstream query API under /api/v1/: series,
+// flame graphs, top functions, diffs, search, labels and their values, and
+// pprof downloads (docs/QUERY.md lists the endpoints; schemas/api/*.json
+// holds an example answer of each, which the tests decode into the
+// response types of this package).
 //
-// For the UI engineer: build the API handler with
+// A request flows through three steps, each in its own place:
 //
-//	api.New(cl *opensearchapi.Client, names indices.Names, opts api.Options, logger *slog.Logger) http.Handler
+//  1. handle (api.go) gives it a request ID and a deadline (Options.Timeout).
+//  2. The endpoint's handler (series.go, flame.go, search.go, labels.go,
+//     pprof.go) parses and checks every parameter (params.go): a bad one is
+//     a paramError, answered 400 naming the parameter, before OpenSearch is
+//     asked anything. It then calls the store (services/query/internal/store),
+//     which builds the OpenSearch searches, decides between samples and
+//     rollups, and decodes the answers.
+//  3. The handler shapes the answer: call trees, pruning and diffs
+//     (tree.go), shares, pprof profiles. writeError maps failures to their
+//     status (store.ErrTimeout 504, store.ErrNotFound 404,
+//     store.ErrRegexpTooComplex 400, anything else 500), with only the
+//     request ID in the answer and the detail in the log.
 //
-// where a zero Options gets the defaults of the binary (Now defaults to
-// time.Now). The handler answers /api/v1/... only; the whole server (API, UI
-// at "/", /healthz, /readyz, /metrics and optional auth) is
-//
-//	server.New(cl, names, server.Options{API: api.Options{...}, ...}, reg, logger) http.Handler
-//
-// in services/query/internal/server; pass the UI as server.Options.UI (nil
-// serves a short text page at "/"). For browser tests with data, use
-// services/query/internal/querytest: Setup(t) gives a client and index names
-// with the real templates under a unique prefix (cleaned up after the test),
-// Index(t, cl, names, Fixture(names, time.Now())) loads a small known
-// fleet (services checkout and db, hosts web-1, web-2, db-1, functions
-// main.work, db.query, ...; numbers in querytest's Fixture* constants).
-// Answer shapes: schemas/api/*.json, decoded by this package's tests.
-// Beyond api.md: /api/v1/series?function=<name> answers one line with that
-// function's total per step (cores for CPU), for a search result's trend in
-// one request instead of one /top per bucket.
+// New returns the handler of /api/v1/ alone; services/query/internal/server
+// puts it together with the UI, health, metrics and authentication.
 package api
 
 import (
@@ -36,6 +35,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/services/query/internal/store"
 )
 
 // Options bound the work of one request. Zero fields take the defaults below.
@@ -84,14 +84,10 @@ func (o Options) withDefaults() Options {
 
 // API answers the query endpoints.
 type API struct {
-	cl      *opensearchapi.Client
-	names   indices.Names
+	store   *store.Store
 	opts    Options
 	logger  *slog.Logger
-	cache   *stackCache
 	metrics metrics
-	labels  labelCache
-	lines   linesCache
 }
 
 type metrics struct {
@@ -123,11 +119,14 @@ func newMetrics(reg prometheus.Registerer) metrics {
 // New returns the API handler for paths under /api/v1/.
 func New(cl *opensearchapi.Client, names indices.Names, opts Options, logger *slog.Logger) http.Handler {
 	opts = opts.withDefaults()
+	m := newMetrics(opts.Registerer)
 	a := &API{
-		cl: cl, names: names, opts: opts, logger: logger,
-		cache:   &stackCache{m: map[string]stackFrames{}, max: opts.CacheStacks},
-		lines:   linesCache{m: map[string]linesEntry{}},
-		metrics: newMetrics(opts.Registerer),
+		store: store.New(cl, names, store.Options{
+			RawMaxRange: opts.RawMaxRange, MaxStacks: opts.MaxStacks, MaxSeries: opts.MaxSeries,
+			CacheStacks: opts.CacheStacks, PageSize: opts.PageSize, Now: opts.Now,
+			Backend: m.backend, Truncated: m.truncated,
+		}),
+		opts: opts, logger: logger, metrics: m,
 	}
 	mux := http.NewServeMux()
 	a.handle(mux, "series", a.handleSeries)

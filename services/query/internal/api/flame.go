@@ -7,6 +7,7 @@ import (
 	"net/url"
 
 	"github.com/stackstream/stackstream/schemas/record"
+	"github.com/stackstream/stackstream/services/query/internal/store"
 )
 
 // unit of a profile type's values.
@@ -17,51 +18,30 @@ func unit(t record.ProfileType) string {
 	return "bytes"
 }
 
-func (a *API) parseSelection(q url.Values, selParam, fromParam, toParam string) (selection, error) {
+// parseSelection reads the profile type, the selector in selParam and the
+// range in fromParam and toParam.
+func (a *API) parseSelection(q url.Values, selParam, fromParam, toParam string) (store.Selection, error) {
 	typ, err := parseType(q)
 	if err != nil {
-		return selection{}, err
+		return store.Selection{}, err
 	}
 	sel, err := parseSelector(q, selParam)
 	if err != nil {
-		return selection{}, err
+		return store.Selection{}, err
 	}
 	tr, err := parseRange(q, fromParam, toParam, a.opts.Now(), a.opts.MaxRange)
 	if err != nil {
-		return selection{}, err
+		return store.Selection{}, err
 	}
-	return selection{typ: typ, sel: sel, tr: tr}, nil
+	return store.Selection{Type: typ, Selector: sel, Range: tr}, nil
 }
 
-// merged is a selection's stacks with their frames' names and, for the
-// stacks with frames other than native code, their kinds.
-type merged struct {
-	*stackValues
-	frames map[string][]string
-	kinds  map[string][]string
-}
-
-func (a *API) merge(ctx context.Context, s selection) (*merged, error) {
-	sv, err := a.stackValues(ctx, s)
-	if err != nil {
-		return nil, err
-	}
-	ids := make([]string, 0, len(sv.values))
-	for id := range sv.values {
-		ids = append(ids, id)
-	}
-	frames, kinds, err := a.frames(ctx, ids)
-	if err != nil {
-		return nil, err
-	}
-	return &merged{stackValues: sv, frames: frames, kinds: kinds}, nil
-}
-
-// tree merges the stacks; the value of stacks left out by MaxStacks hangs
-// under the root as "[other]" so the root total is the selection's total.
-func (m *merged) tree() *node {
-	root := buildTree(m.values, m.frames, m.kinds)
-	if rest := m.total - root.total; rest > 0 && m.truncated {
+// stacksTree merges the stacks; the value of stacks left out by MaxStacks
+// hangs under the root as "[other]" so the root total is the selection's
+// total.
+func stacksTree(st *store.Stacks) *node {
+	root := buildTree(st.Values, st.Frames, st.Kinds)
+	if rest := st.Total - root.total; rest > 0 && st.Truncated {
 		o := root.child(otherNodes, "")
 		o.self += rest
 		o.total += rest
@@ -90,14 +70,14 @@ func (a *API) handleFlamegraph(ctx context.Context, _ http.ResponseWriter, r *ht
 	if err != nil {
 		return nil, err
 	}
-	m, err := a.merge(ctx, s)
+	m, err := a.store.Stacks(ctx, s)
 	if err != nil {
 		return nil, err
 	}
-	root, pruned := flame(m.tree(), maxNodes)
+	root, pruned := flame(stacksTree(m), maxNodes)
 	return FlamegraphResponse{
-		Type: string(s.typ), Unit: unit(s.typ), Total: root.Total, Truncated: m.truncated || pruned,
-		Source: m.source, Root: root,
+		Type: string(s.Type), Unit: unit(s.Type), Total: root.Total, Truncated: m.Truncated || pruned,
+		Source: m.Source, Root: root,
 	}, nil
 }
 
@@ -120,13 +100,13 @@ func (a *API) handleTop(ctx context.Context, _ http.ResponseWriter, r *http.Requ
 	if err != nil {
 		return nil, err
 	}
-	m, err := a.merge(ctx, s)
+	m, err := a.store.Stacks(ctx, s)
 	if err != nil {
 		return nil, err
 	}
 	return TopResponse{
-		Type: string(s.typ), Unit: unit(s.typ), Total: m.total, Truncated: m.truncated,
-		Functions: topFunctions(m.values, m.frames, m.total, limit),
+		Type: string(s.Type), Unit: unit(s.Type), Total: m.Total, Truncated: m.Truncated,
+		Functions: topFunctions(m.Values, m.Frames, m.Total, limit),
 	}, nil
 }
 
@@ -166,18 +146,18 @@ func (a *API) handleDiff(ctx context.Context, _ http.ResponseWriter, r *http.Req
 	if err != nil {
 		return nil, err
 	}
-	bm, err := a.merge(ctx, base)
+	bm, err := a.store.Stacks(ctx, base)
 	if err != nil {
 		return nil, fmt.Errorf("base: %w", err)
 	}
-	cm, err := a.merge(ctx, compare)
+	cm, err := a.store.Stacks(ctx, compare)
 	if err != nil {
 		return nil, fmt.Errorf("compare: %w", err)
 	}
-	bt, ct := bm.tree(), cm.tree()
+	bt, ct := stacksTree(bm), stacksTree(cm)
 	root, pruned := diffTree(bt, ct, maxNodes)
 	return DiffResponse{
-		Type: string(base.typ), Unit: unit(base.typ), BaseTotal: bt.total, CompareTotal: ct.total,
-		Truncated: bm.truncated || cm.truncated || pruned, Root: root,
+		Type: string(base.Type), Unit: unit(base.Type), BaseTotal: bt.total, CompareTotal: ct.total,
+		Truncated: bm.Truncated || cm.Truncated || pruned, Root: root,
 	}, nil
 }

@@ -67,31 +67,6 @@ func TestChooseStep(t *testing.T) {
 	}
 }
 
-func TestHourlySpan(t *testing.T) {
-	now := time.Date(2026, 11, 30, 12, 20, 0, 0, time.UTC)
-	at := func(h, m int) time.Time { return time.Date(2026, 11, 30, h, m, 0, 0, time.UTC) }
-	tests := []struct {
-		name     string
-		tr       timeRange
-		want     timeRange
-		wantSome bool
-	}{
-		{"whole hours inside", timeRange{From: at(1, 30), To: at(9, 10), Now: now}, timeRange{From: at(2, 0), To: at(9, 0)}, true},
-		{"up to now", timeRange{From: at(1, 0), To: now, Now: now}, timeRange{From: at(1, 0), To: at(12, 0)}, true},
-		// At 12:10 the 11:00 hour may not be written yet: read it from minutes.
-		{"hour just ended", timeRange{From: at(1, 0), To: at(12, 10), Now: at(12, 10)}, timeRange{From: at(1, 0), To: at(11, 0)}, true},
-		{"less than an hour", timeRange{From: at(3, 10), To: at(3, 50), Now: now}, timeRange{From: at(4, 0), To: at(3, 0)}, false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, ok := hourlySpan(tc.tr)
-			if ok != tc.wantSome || (ok && got != tc.want) {
-				t.Fatalf("hourlySpan = %v %v, want %v %v", got, ok, tc.want, tc.wantSome)
-			}
-		})
-	}
-}
-
 func TestTrees(t *testing.T) {
 	values := map[string]int64{"a": 60, "b": 30, "c": 10, "": 5}
 	frames := map[string][]string{
@@ -151,12 +126,6 @@ func TestTrees(t *testing.T) {
 	}
 	if r := main.Children[1]; r.Name != "rec" || r.Base != 10.0/105 || r.Compare != 0.75 {
 		t.Fatalf("rec %+v", r)
-	}
-}
-
-func TestWildcardValue(t *testing.T) {
-	if got := wildcardValue(`a*b?c\`); got != `*a\*b\?c\\*` {
-		t.Fatalf("wildcardValue = %s", got)
 	}
 }
 

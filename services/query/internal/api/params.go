@@ -16,6 +16,7 @@ import (
 
 	"github.com/stackstream/stackstream/schemas/record"
 	"github.com/stackstream/stackstream/services/query/internal/selector"
+	"github.com/stackstream/stackstream/services/query/internal/store"
 )
 
 // paramError is a client mistake: HTTP 400 naming the parameter.
@@ -29,13 +30,6 @@ func (e *paramError) Error() string { return fmt.Sprintf("parameter %q: %s", e.p
 func badParam(param, format string, args ...any) error {
 	return &paramError{param: param, msg: fmt.Sprintf(format, args...)}
 }
-
-// timeRange is a half-open interval [From, To).
-// timeRange is [From, To); Now is when the request was parsed (zero in
-// tests that do not care), so recent hours can be read from minute windows.
-type timeRange struct{ From, To, Now time.Time }
-
-func (r timeRange) Duration() time.Duration { return r.To.Sub(r.From) }
 
 var relative = regexp.MustCompile(`^now(?:-([0-9]{1,6})(s|m|h|d|w))?$`)
 
@@ -78,7 +72,7 @@ func parseTime(param, s string, now time.Time) (time.Time, error) {
 
 // parseRange reads fromParam/toParam (defaults now-1h and now) and checks the
 // range is ordered and not longer than maxRange.
-func parseRange(q url.Values, fromParam, toParam string, now time.Time, maxRange time.Duration) (timeRange, error) {
+func parseRange(q url.Values, fromParam, toParam string, now time.Time, maxRange time.Duration) (store.TimeRange, error) {
 	fromS, toS := q.Get(fromParam), q.Get(toParam)
 	if fromS == "" {
 		fromS = "now-1h"
@@ -88,19 +82,19 @@ func parseRange(q url.Values, fromParam, toParam string, now time.Time, maxRange
 	}
 	from, err := parseTime(fromParam, fromS, now)
 	if err != nil {
-		return timeRange{}, err
+		return store.TimeRange{}, err
 	}
 	to, err := parseTime(toParam, toS, now)
 	if err != nil {
-		return timeRange{}, err
+		return store.TimeRange{}, err
 	}
 	if !from.Before(to) {
-		return timeRange{}, badParam(fromParam, "%s=%s is not before %s=%s: swap them", fromParam, from.Format(time.RFC3339), toParam, to.Format(time.RFC3339))
+		return store.TimeRange{}, badParam(fromParam, "%s=%s is not before %s=%s: swap them", fromParam, from.Format(time.RFC3339), toParam, to.Format(time.RFC3339))
 	}
 	if d := to.Sub(from); d > maxRange {
-		return timeRange{}, badParam(fromParam, "range of %s is longer than the maximum %s (STACKSTREAM_QUERY_MAX_RANGE): narrow it", d, maxRange)
+		return store.TimeRange{}, badParam(fromParam, "range of %s is longer than the maximum %s (STACKSTREAM_QUERY_MAX_RANGE): narrow it", d, maxRange)
 	}
-	return timeRange{From: from, To: to, Now: now}, nil
+	return store.TimeRange{From: from, To: to, Now: now}, nil
 }
 
 // parseType reads the profile type, cpu by default.
@@ -171,9 +165,6 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// errTimeout is returned when a request ran past its deadline.
-var errTimeout = errors.New("query timed out")
-
 // writeError picks the status for err and writes the agreed error body.
 // Only a client's own mistakes (400) are explained in the answer: anything
 // else would show OpenSearch's paths, index names and error bodies to whoever
@@ -186,14 +177,14 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, id string, err 
 	switch {
 	case errors.As(err, &pe):
 		status, param, msg = http.StatusBadRequest, pe.param, err.Error()
-	case errors.Is(err, errRegexpTooComplex):
+	case errors.Is(err, store.ErrRegexpTooComplex):
 		status, param = http.StatusBadRequest, "query"
 		msg = "a regular expression of the selector is too complex for OpenSearch (more than 10000 automaton states once determinized): simplify it, e.g. fewer alternatives under a repetition"
-	case errors.Is(err, errTimeout) || errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, store.ErrTimeout) || errors.Is(err, context.DeadlineExceeded):
 		status = http.StatusGatewayTimeout
 		msg = fmt.Sprintf("query took longer than %s (STACKSTREAM_QUERY_TIMEOUT): narrow the range or the selector (request %s)", a.opts.Timeout, id)
 		a.logger.Warn("query timed out", "request_id", id, "path", r.URL.Path, "err", err)
-	case errors.Is(err, errNotFound):
+	case errors.Is(err, store.ErrNotFound):
 		status = http.StatusNotFound
 		msg = "not found: see the query service's log for request " + id
 		a.logger.Warn("query found nothing to read", "request_id", id, "path", r.URL.Path, "err", err)

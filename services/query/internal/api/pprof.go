@@ -2,24 +2,17 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/google/pprof/profile"
 
 	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/schemas/record"
+	"github.com/stackstream/stackstream/services/query/internal/store"
 )
-
-// maxLabelGroups is the most (service, host) pairs whose samples a pprof
-// export labels. Each pair's stacks come back in a scripted-metric state of
-// their own, so the answer grows with the pairs; past this many the export
-// carries no labels, as a fleet-wide export would mostly repeat its stacks.
-const maxLabelGroups = 16
 
 // sampleType names the pprof sample type of a profile type.
 func sampleType(t record.ProfileType) *profile.ValueType {
@@ -35,226 +28,43 @@ func sampleType(t record.ProfileType) *profile.ValueType {
 	}
 }
 
-// exportValues are the values a pprof export holds: the selection per
-// stack and, when it spans few enough (service, host) pairs, per pair.
-type exportValues struct {
-	*stackValues
-	groups []labelGroup // nil: the samples carry no labels
-}
-
-// labelGroup is one (service, host) pair: its pprof labels and its values
-// per stack (of the stacks kept in stackValues.values only).
-type labelGroup struct {
-	labels map[string][]string
-	values map[string]int64
-}
-
-// exportValues sums the selection per stack as a flame graph does, per
-// (service, host) too when the selection reads the samples and spans at
-// most maxLabelGroups pairs.
-func (a *API) exportValues(ctx context.Context, s selection) (*exportValues, error) {
-	if !a.fromRollups(s) {
-		ev, err := a.labeledStackValues(ctx, s)
-		if err != nil || ev != nil {
-			return ev, err
-		}
-	}
-	sv, err := a.stackValues(ctx, s)
-	if err != nil {
-		return nil, err
-	}
-	return &exportValues{stackValues: sv}, nil
-}
-
-// labelSources are the composite aggregation sources of a (service, host) pair.
-var labelSources = []any{
-	map[string]any{"service": map[string]any{"terms": map[string]any{"field": "service", "missing_bucket": true}}},
-	map[string]any{"host": map[string]any{"terms": map[string]any{"field": "host", "missing_bucket": true}}},
-}
-
-type labelKey struct {
-	Service *string `json:"service"`
-	Host    *string `json:"host"`
-}
-
-func (k labelKey) labels() map[string][]string {
-	l := map[string][]string{}
-	if k.Service != nil {
-		l["service"] = []string{*k.Service}
-	}
-	if k.Host != nil {
-		l["host"] = []string{*k.Host}
-	}
-	return l
-}
-
-// labeledStackValues sums the samples per (service, host) and stack, or
-// returns nil when the selection spans more than maxLabelGroups pairs. A
-// first search counts the pairs from doc values only (no script), so a wide
-// selection costs little more than without labels. The sums and the total
-// come from one search, so the export's total is exact even while samples
-// arrive; a pair that appeared between the two searches sends the export
-// back to the unlabelled sums.
-func (a *API) labeledStackValues(ctx context.Context, s selection) (*exportValues, error) {
-	idx := a.sampleIndices(s.tr)
-	var count struct {
-		Aggregations struct {
-			Groups struct {
-				Buckets []struct{} `json:"buckets"`
-			} `json:"groups"`
-		} `json:"aggregations"`
-	}
-	body := map[string]any{"size": 0, "track_total_hits": false, "query": a.sampleQuery(s), "aggs": map[string]any{
-		"groups": map[string]any{"composite": map[string]any{"size": maxLabelGroups + 1, "sources": labelSources}},
-	}}
-	if err := a.search(ctx, idx, body, &count, "aggregations.groups.buckets.doc_count"); err != nil {
-		return nil, fmt.Errorf("count services and hosts: %w", err)
-	}
-	if len(count.Aggregations.Groups.Buckets) > maxLabelGroups {
-		return nil, nil
-	}
-
-	var resp struct {
-		Aggregations struct {
-			Total  sumAgg `json:"total"`
-			Groups struct {
-				Buckets []struct {
-					Key    labelKey `json:"key"`
-					Stacks struct {
-						Value map[string]json.Number `json:"value"`
-					} `json:"stacks"`
-				} `json:"buckets"`
-			} `json:"groups"`
-		} `json:"aggregations"`
-	}
-	body = map[string]any{"size": 0, "track_total_hits": false, "query": a.sampleQuery(s), "aggs": map[string]any{
-		"total": map[string]any{"sum": map[string]any{"field": "value"}},
-		"groups": map[string]any{
-			"composite": map[string]any{"size": maxLabelGroups + 1, "sources": labelSources},
-			"aggs":      map[string]any{"stacks": map[string]any{"scripted_metric": indices.StackSumsScript()}},
-		},
-	}}
-	if err := a.search(ctx, idx, body, &resp, "aggregations.total", "aggregations.groups.buckets.key", "aggregations.groups.buckets.stacks.value"); err != nil {
-		return nil, fmt.Errorf("sum samples by service, host and stack: %w", err)
-	}
-	buckets := resp.Aggregations.Groups.Buckets
-	if len(buckets) > maxLabelGroups {
-		return nil, nil
-	}
-	sv := &stackValues{values: map[string]int64{}, total: int64(resp.Aggregations.Total.Value), source: "samples"}
-	ev := &exportValues{stackValues: sv, groups: make([]labelGroup, 0, len(buckets))}
-	for _, b := range buckets {
-		values, err := stackSums(b.Stacks.Value)
-		if err != nil {
-			return nil, fmt.Errorf("sum samples by service, host and stack: %w", err)
-		}
-		for id, v := range values {
-			sv.values[id] += v
-		}
-		ev.groups = append(ev.groups, labelGroup{labels: b.Key.labels(), values: values})
-	}
-	// The heaviest stacks of the whole selection, as a flame graph keeps
-	// them; each pair keeps its values of those.
-	if len(sv.values) > a.opts.MaxStacks {
-		sv.values, sv.truncated = heaviest(sv.values, a.opts.MaxStacks), true
-		a.metrics.truncated.Inc()
-		for _, g := range ev.groups {
-			for id := range g.values {
-				if _, ok := sv.values[id]; !ok {
-					delete(g.values, id)
-				}
-			}
-		}
-	}
-	return ev, nil
-}
-
-// fetchFullStacks reads every stored field of the frames of ids, leaf
-// first; IDs the stacks index lacks are left out. Only the pprof export
-// needs files and lines, so these never enter the stack cache, which holds
-// names for the flame graphs.
-func (a *API) fetchFullStacks(ctx context.Context, ids []string) (map[string][]indices.Frame, error) {
-	var resp struct {
-		Hits struct {
-			Hits []struct {
-				ID     string `json:"_id"`
-				Source struct {
-					Frames []indices.Frame `json:"frames"`
-				} `json:"_source"`
-			} `json:"hits"`
-		} `json:"hits"`
-	}
-	body := map[string]any{
-		"size": len(ids), "track_total_hits": false,
-		"query":   map[string]any{"ids": map[string]any{"values": ids}},
-		"_source": map[string]any{"includes": []string{"frames"}},
-	}
-	if err := a.search(ctx, []string{a.names.Stacks()}, body, &resp, "hits.hits._id", "hits.hits._source"); err != nil {
-		return nil, fmt.Errorf("get stack frames: %w", err)
-	}
-	out := make(map[string][]indices.Frame, len(resp.Hits.Hits))
-	for _, d := range resp.Hits.Hits {
-		out[d.ID] = d.Source.Frames
-	}
-	return out, nil
-}
-
 // exportProfile builds the pprof profile of a selection. The stacks' frames
-// are read fetchChunk at a time (fetchParallel in flight) and turned into
-// samples as they come, so besides the profile itself only those chunks are
-// held.
-func (a *API) exportProfile(ctx context.Context, s selection) (*profile.Profile, *exportValues, error) {
-	ev, err := a.exportValues(ctx, s)
+// are read a few thousand at a time (store.ReadFrames) and turned into
+// samples as they come, so besides the profile itself only those are held.
+func (a *API) exportProfile(ctx context.Context, s store.Selection) (*profile.Profile, *store.ExportValues, error) {
+	ev, err := a.store.ExportValues(ctx, s)
 	if err != nil {
 		return nil, nil, err
 	}
-	ids := make([]string, 0, len(ev.values))
-	for id := range ev.values {
+	ids := make([]string, 0, len(ev.Values))
+	for id := range ev.Values {
 		ids = append(ids, id)
 	}
 	// Sorted, so the same data gives the same file.
 	slices.Sort(ids)
-	b := newPprofBuilder(s)
+	b := newPprofBuilder(s, ev)
 	// Stack-less samples have no document to read; "" sorts first.
 	if len(ids) > 0 && ids[0] == "" {
-		b.addStacks(ev, ids[:1], nil)
+		b.addStacks(ids[:1], nil)
 		ids = ids[1:]
 	}
-	batch := fetchChunk * fetchParallel
-	for start := 0; start < len(ids); start += batch {
-		part := ids[start:min(start+batch, len(ids))]
-		var chunks [][]string
-		for i := 0; i < len(part); i += fetchChunk {
-			chunks = append(chunks, part[i:min(i+fetchChunk, len(part))])
-		}
-		results := make([]map[string][]indices.Frame, len(chunks))
-		errs := make([]error, len(chunks))
-		var wg sync.WaitGroup
-		for i, chunk := range chunks {
-			wg.Go(func() { results[i], errs[i] = a.fetchFullStacks(ctx, chunk) })
-		}
-		wg.Wait()
-		for i, chunk := range chunks {
-			if errs[i] != nil {
-				return nil, nil, errs[i]
-			}
-			b.addStacks(ev, chunk, results[i])
-		}
+	if err := a.store.ReadFrames(ctx, ids, b.addStacks); err != nil {
+		return nil, nil, err
 	}
-	return b.finish(ev), ev, nil
+	return b.finish(), ev, nil
 }
 
 // toProfile builds the profile of ev from the frames of all its stacks at
 // once; exportProfile does the same a chunk at a time.
-func toProfile(ev *exportValues, s selection, frames map[string][]indices.Frame) *profile.Profile {
-	ids := make([]string, 0, len(ev.values))
-	for id := range ev.values {
+func toProfile(ev *store.ExportValues, s store.Selection, frames map[string][]indices.Frame) *profile.Profile {
+	ids := make([]string, 0, len(ev.Values))
+	for id := range ev.Values {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	b := newPprofBuilder(s)
-	b.addStacks(ev, ids, frames)
-	return b.finish(ev)
+	b := newPprofBuilder(s, ev)
+	b.addStacks(ids, frames)
+	return b.finish()
 }
 
 // pprofBuilder turns stored stacks into a pprof profile: a mapping per
@@ -265,6 +75,8 @@ func toProfile(ev *exportValues, s selection, frames map[string][]indices.Frame)
 // every frame is a location of its own with address 0; it stores no start
 // lines nor build IDs either, so those stay empty.
 type pprofBuilder struct {
+	ev        *store.ExportValues
+	labels    []map[string][]string // of each of ev.Groups
 	p         *profile.Profile
 	mappings  map[string]*profile.Mapping
 	functions map[functionKey]*profile.Function
@@ -279,15 +91,23 @@ type locationKey struct {
 	line                   int64
 }
 
-func newPprofBuilder(s selection) *pprofBuilder {
-	st := sampleType(s.typ)
+func newPprofBuilder(s store.Selection, ev *store.ExportValues) *pprofBuilder {
+	st := sampleType(s.Type)
+	labels := make([]map[string][]string, len(ev.Groups))
+	for i, g := range ev.Groups {
+		labels[i] = make(map[string][]string, len(g.Labels))
+		for k, v := range g.Labels {
+			labels[i][k] = []string{v}
+		}
+	}
 	return &pprofBuilder{
+		ev: ev, labels: labels,
 		p: &profile.Profile{
 			SampleType:    []*profile.ValueType{st},
 			PeriodType:    st,
 			Period:        1,
-			TimeNanos:     s.tr.From.UnixNano(),
-			DurationNanos: int64(s.tr.Duration()),
+			TimeNanos:     s.Range.From.UnixNano(),
+			DurationNanos: int64(s.Range.Duration()),
 		},
 		mappings:  map[string]*profile.Mapping{},
 		functions: map[functionKey]*profile.Function{},
@@ -311,7 +131,7 @@ func (b *pprofBuilder) mapping(binary string) *profile.Mapping {
 }
 
 func (b *pprofBuilder) location(f indices.Frame) *profile.Location {
-	name := frameName(f)
+	name := store.FrameName(f)
 	key := locationKey{binary: f.Binary, function: name, file: f.File, line: f.Line}
 	if l := b.locations[key]; l != nil {
 		return l
@@ -347,7 +167,7 @@ func (b *pprofBuilder) add(frames []indices.Frame, v int64, labels map[string][]
 // addStacks adds the samples of ids, one per stack (and label set), with
 // the frames read for them: "" (samples without a stack) as "[no stack]",
 // IDs without frames as "[unknown stack]", as in a flame graph.
-func (b *pprofBuilder) addStacks(ev *exportValues, ids []string, frames map[string][]indices.Frame) {
+func (b *pprofBuilder) addStacks(ids []string, frames map[string][]indices.Frame) {
 	for _, id := range ids {
 		fs, ok := frames[id]
 		switch {
@@ -356,15 +176,15 @@ func (b *pprofBuilder) addStacks(ev *exportValues, ids []string, frames map[stri
 		case !ok:
 			fs = []indices.Frame{{Function: unknownStack}}
 		}
-		if ev.groups == nil {
-			if v := ev.values[id]; v != 0 {
+		if b.ev.Groups == nil {
+			if v := b.ev.Values[id]; v != 0 {
 				b.add(fs, v, nil)
 			}
 			continue
 		}
-		for _, g := range ev.groups {
-			if v := g.values[id]; v != 0 {
-				b.add(fs, v, g.labels)
+		for i, g := range b.ev.Groups {
+			if v := g.Values[id]; v != 0 {
+				b.add(fs, v, b.labels[i])
 			}
 		}
 	}
@@ -372,8 +192,8 @@ func (b *pprofBuilder) addStacks(ev *exportValues, ids []string, frames map[stri
 
 // finish adds the value of the stacks left out by MaxStacks as one
 // "[other]" sample, so the profile's total is the selection's.
-func (b *pprofBuilder) finish(ev *exportValues) *profile.Profile {
-	if rest := ev.total - b.kept; rest > 0 && ev.truncated {
+func (b *pprofBuilder) finish() *profile.Profile {
+	if rest := b.ev.Total - b.kept; rest > 0 && b.ev.Truncated {
 		b.add([]indices.Frame{{Function: otherNodes}}, rest, nil)
 	}
 	return b.p
@@ -392,8 +212,8 @@ func (a *API) handlePprof(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return nil, fmt.Errorf("build pprof profile: %w", err)
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="stackstream-%s-%s.pb.gz"`, s.typ, s.tr.From.UTC().Format(time.RFC3339)))
-	if ev.truncated {
+	w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="stackstream-%s-%s.pb.gz"`, s.Type, s.Range.From.UTC().Format(time.RFC3339)))
+	if ev.Truncated {
 		w.Header().Set("X-Stackstream-Truncated", "true")
 	}
 	// Write gzips; an error here is a client gone away: nothing to answer.

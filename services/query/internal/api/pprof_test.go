@@ -12,6 +12,7 @@ import (
 
 	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/schemas/record"
+	"github.com/stackstream/stackstream/services/query/internal/store"
 )
 
 // mixedStacks are stored stacks (leaf first) mixing native frames with
@@ -38,27 +39,27 @@ var mixedStacks = map[string][]indices.Frame{
 }
 
 func TestToProfile(t *testing.T) {
-	s := selection{typ: record.ProfileCPU, tr: timeRange{From: time.Unix(1000, 0), To: time.Unix(4600, 0)}}
+	s := store.Selection{Type: record.ProfileCPU, Range: store.TimeRange{From: time.Unix(1000, 0), To: time.Unix(4600, 0)}}
 	values := map[string]int64{"s1": 100, "s2": 50, "s3": 30, "s4": 20, "s5": 7, "": 3, "gone": 2}
 	const total = 220 // 8 in stacks left out by MaxStacks
 	tests := []struct {
 		name       string
-		groups     []labelGroup
+		groups     []store.LabelGroup
 		wantLabels map[string]int64 // "service/host" -> value; nil: no labels
 	}{
 		{name: "no labels"},
 		{
 			name: "service and host labels",
-			groups: []labelGroup{
-				{labels: map[string][]string{"service": {"app"}, "host": {"h1"}}, values: map[string]int64{"s1": 60, "s2": 50, "": 3}},
-				{labels: map[string][]string{"service": {"app"}, "host": {"h2"}}, values: map[string]int64{"s1": 40, "s3": 30, "s4": 20, "s5": 7, "gone": 2}},
+			groups: []store.LabelGroup{
+				{Labels: map[string]string{"service": "app", "host": "h1"}, Values: map[string]int64{"s1": 60, "s2": 50, "": 3}},
+				{Labels: map[string]string{"service": "app", "host": "h2"}, Values: map[string]int64{"s1": 40, "s3": 30, "s4": 20, "s5": 7, "gone": 2}},
 			},
 			wantLabels: map[string]int64{"app/h1": 113, "app/h2": 99},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ev := &exportValues{stackValues: &stackValues{values: values, total: total, truncated: true}, groups: tc.groups}
+			ev := &store.ExportValues{StackValues: store.StackValues{Values: values, Total: total, Truncated: true}, Groups: tc.groups}
 			p := toProfile(ev, s, mixedStacks)
 			if err := p.CheckValid(); err != nil {
 				t.Fatalf("CheckValid: %v", err)

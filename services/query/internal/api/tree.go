@@ -3,6 +3,16 @@ package api
 import (
 	"cmp"
 	"slices"
+
+	"github.com/stackstream/stackstream/services/query/internal/store"
+)
+
+// Frames that are no function: samples without a stack, a stack ID the
+// stacks index lacks, and what was left out (past MaxStacks or max_nodes).
+const (
+	noStack      = store.NoStack
+	unknownStack = store.UnknownStack
+	otherNodes   = "[other]"
 )
 
 // node is a call-tree node while merging stacks. Most nodes have one or
