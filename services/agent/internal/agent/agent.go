@@ -28,6 +28,7 @@ import (
 	"github.com/stackstream/stackstream/services/agent/internal/python"
 	"github.com/stackstream/stackstream/services/agent/internal/sampler"
 	"github.com/stackstream/stackstream/services/agent/internal/unwind"
+	"github.com/stackstream/stackstream/services/agent/internal/v8"
 )
 
 // Record kinds, the label of the publisher metrics.
@@ -139,6 +140,9 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		a.unwind.reg = unwind.NewRegistry(d.Log, fs, a.sampler, unwind.DefaultLimits)
 		a.unwind.python = python.NewResolver(cfg.ProcRoot, python.DefaultLimits, python.DefaultCacheEntries, python.DefaultCacheBytes)
 		a.ps.python = a.unwind.python
+		a.unwind.v8 = v8.NewDetector(v8.DefaultFileLimits)
+		a.unwind.js = v8.NewResolver(cfg.ProcRoot, v8.DefaultReadLimits, v8.DefaultCacheEntries, v8.DefaultCacheBytes)
+		a.ps.js = a.unwind.js
 		a.unwind.m.budgetBytes.Set(float64(a.sampler.RowCapacity() * unwind.RowBytes))
 		// Processes running now are registered over the first intervals,
 		// before most of their samples.
@@ -193,6 +197,7 @@ func (a *Agent) Tick(ctx context.Context) {
 			"unwind_signal_frames": c.UnwindSignal, "unwind_rbp_lost": c.UnwindRBPLost, "unwind_read_errors": c.UnwindReadErrors,
 			"unwind_truncated": c.UnwindTruncated, "unwind_stacks_full": c.UnwindStacksFull,
 			"python_stacks": c.PythonStacks, "python_frames": c.PythonFrames, "python_no_thread": c.PythonNoThread,
+			"js_stacks": c.JSStacks, "js_frames": c.JSFrames,
 		} {
 			a.m.bpfCounters.WithLabelValues(event).Set(float64(v))
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/stackstream/stackstream/schemas/record"
 	"github.com/stackstream/stackstream/services/agent/internal/proc"
 	"github.com/stackstream/stackstream/services/agent/internal/python"
+	"github.com/stackstream/stackstream/services/agent/internal/v8"
 )
 
 // process is what the agent remembers about a live process between intervals.
@@ -65,6 +66,7 @@ type processes struct {
 	mapFiles bool             // open mapped files through /proc/PID/map_files first
 	jit      *jitFrames       // names JIT code from perf maps; nil: off
 	python   *python.Resolver // names Python frames; nil without table unwinding
+	js       *v8.Resolver     // names JavaScript frames; nil without table unwinding
 }
 
 func newProcesses(fs proc.FS, t *proc.Targets, files *fileGate) *processes {

@@ -9,6 +9,7 @@ import (
 	"github.com/stackstream/stackstream/services/agent/internal/proc"
 	"github.com/stackstream/stackstream/services/agent/internal/python"
 	"github.com/stackstream/stackstream/services/agent/internal/sampler"
+	"github.com/stackstream/stackstream/services/agent/internal/v8"
 )
 
 // kernelMappingFile names the mapping of kernel frames, as perf does.
@@ -36,6 +37,12 @@ type cpuProfile struct {
 	pythonMap *profile.Mapping
 	pyLocs    map[pythonLocKey]*profile.Location
 	pyFuncs   map[pythonFuncKey]*profile.Function
+
+	// JavaScript frames (v8.go); js nil: none are named.
+	js      *v8.Resolver
+	jsMap   *profile.Mapping
+	jsLocs  map[jsKey]*profile.Location
+	jsFuncs map[jsKey]*profile.Function
 }
 
 type mappingKey struct {
@@ -67,6 +74,9 @@ func newCPUProfile(ps *processes, ks *proc.Kallsyms, start time.Time, dur time.D
 		python:    ps.python,
 		pyLocs:    map[pythonLocKey]*profile.Location{},
 		pyFuncs:   map[pythonFuncKey]*profile.Function{},
+		js:        ps.js,
+		jsLocs:    map[jsKey]*profile.Location{},
+		jsFuncs:   map[jsKey]*profile.Function{},
 	}
 }
 
@@ -79,6 +89,10 @@ func (c *cpuProfile) add(p *process, s sampler.Sample) {
 	for _, pc := range s.User {
 		if python.IsFrame(pc) {
 			locs = append(locs, c.pythonLocation(p, pc))
+			continue
+		}
+		if v8.IsFrame(pc) {
+			locs = append(locs, c.jsLocation(p, pc))
 			continue
 		}
 		locs = append(locs, c.userLocation(p, pc))

@@ -10,6 +10,7 @@ import (
 	"github.com/stackstream/stackstream/services/agent/internal/python"
 	"github.com/stackstream/stackstream/services/agent/internal/sampler"
 	"github.com/stackstream/stackstream/services/agent/internal/unwind"
+	"github.com/stackstream/stackstream/services/agent/internal/v8"
 )
 
 // maxRegistrationsPerTick bounds the processes registered for table
@@ -30,6 +31,8 @@ type unwinder struct {
 	reg      *unwind.Registry
 	m        *unwindMetrics
 	python   *python.Resolver
+	js       *v8.Resolver // nil: JavaScript frames not walked
+	v8       *v8.Detector
 
 	registered map[int]uint64 // pid -> start time at registration
 	pending    []int          // running at start, registered as the ticks allow
@@ -138,6 +141,7 @@ func (u *unwinder) tick(ps *processes, samples []sampler.Sample) {
 		if p, ok := ps.procs[pid]; !ok || p.info.StartTime != st {
 			u.reg.RemoveProcess(pid)
 			u.registerPython(pid, nil)
+			u.registerV8(pid, nil)
 			delete(u.registered, pid)
 		}
 	}
@@ -154,6 +158,7 @@ func (u *unwinder) tick(ps *processes, samples []sampler.Sample) {
 func (u *unwinder) register(pid int) error {
 	var prepared unwind.Prepared
 	var py *python.Process
+	var js *v8.Process
 	var err error
 	fs, seen, mapFiles := u.fs, u.reg.Seen(), u.mapFiles
 	if gerr := u.files.do(procKey(pid), func() {
@@ -161,6 +166,10 @@ func (u *unwinder) register(pid int) error {
 		if err == nil {
 			// Not Python, or a version without a layout: native frames only.
 			py, _ = python.Detect(fs, pid, mapFiles)
+			if u.v8 != nil {
+				// Not node, or a V8 whose metadata the agent cannot use.
+				js, _ = u.v8.Detect(fs, pid, mapFiles)
+			}
 		}
 	}); gerr != nil {
 		return gerr
@@ -171,5 +180,8 @@ func (u *unwinder) register(pid int) error {
 	if err := u.reg.Commit(prepared); err != nil {
 		return err
 	}
-	return u.registerPython(pid, py)
+	if err := u.registerPython(pid, py); err != nil {
+		return err
+	}
+	return u.registerV8(pid, js)
 }

@@ -254,3 +254,45 @@ func TestJSFrames(t *testing.T) {
 		t.Errorf("%d of %d hotJsFn samples have hotJsFn <- middle <- outer", exact, hot)
 	}
 }
+
+// BenchmarkJSFrames samples the chain script for 3 s at 199 Hz with its V8
+// layout registered and not (native tables only) and reports the share of
+// its samples naming hotJsFn, the median number of JavaScript frames, and
+// the BPF program's mean run time per sample (every sample on the host).
+// b.N is not used.
+func BenchmarkJSFrames(b *testing.B) {
+	bin := nodeBin(b)
+	script := writeChain(b)
+	for _, withV8 := range []bool{false, true} {
+		name := "native-only"
+		if withV8 {
+			name = "js-frames"
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+			}
+			cmd := exec.Command(bin, script)
+			cmd.Dir = filepath.Dir(script)
+			stacks, counts, _, _, ns := jsRunStats(b, cmd, 3*time.Second, withV8)
+			var total, hot uint64
+			var depths []int
+			for i, st := range stacks {
+				total += counts[i]
+				fr := jsFrames(st)
+				if len(fr) > 0 && strings.HasPrefix(fr[0], "hotJsFn:") {
+					hot += counts[i]
+				}
+				for range counts[i] {
+					depths = append(depths, len(fr))
+				}
+			}
+			if total == 0 {
+				b.Fatal("no samples")
+			}
+			b.ReportMetric(100*float64(hot)/float64(total), "hotJsFn-%")
+			b.ReportMetric(float64(medianInt(depths)), "js-frames")
+			b.ReportMetric(ns, "bpf-ns/sample")
+			b.ReportMetric(float64(total), "samples")
+		})
+	}
+}

@@ -15,10 +15,13 @@ type ReadLimits struct {
 	MaxStringBytes int // a name is cut to this many bytes of UTF-8 (default 1024)
 	MaxStringParts int // pieces of a cons string followed (default 64)
 	MaxLineEnds    int // line ends of a script searched; past them no line (default 1M)
+	// Before V8 computed a script's line ends, a function's line is counted
+	// in the script's source, when it starts in the first MaxSourceBytes.
+	MaxSourceBytes int // default 1 MiB
 }
 
 // DefaultReadLimits are the agent's.
-var DefaultReadLimits = ReadLimits{MaxStringBytes: 1024, MaxStringParts: 64, MaxLineEnds: 1 << 20}
+var DefaultReadLimits = ReadLimits{MaxStringBytes: 1024, MaxStringParts: 64, MaxLineEnds: 1 << 20, MaxSourceBytes: 1 << 20}
 
 // Function is what the agent keeps of a SharedFunctionInfo.
 type Function struct {
@@ -36,6 +39,7 @@ type heap struct {
 	m     *Metadata
 	lim   ReadLimits
 	parts int // cons-string pieces left
+	max   int // bytes of UTF-8 the string being read may take
 }
 
 // object returns the untagged address of the tagged pointer v, or false
@@ -144,8 +148,10 @@ func ReadFunction(mem io.ReaderAt, m *Metadata, sfi uint64, lim ReadLimits) (*Fu
 			}
 		}
 	}
-	if start >= 0 && m.ScriptLineEnds != 0 {
-		f.Line = h.line(sa, start)
+	if start >= 0 {
+		if f.Line = h.line(sa, start); f.Line == 0 {
+			f.Line = h.sourceLine(sa, start)
+		}
 	}
 	return f, nil
 }
@@ -261,6 +267,9 @@ func (h *heap) scopeInfo(a uint64) (string, int64, error) {
 // before that, no line).
 func (h *heap) line(a uint64, pos int64) int {
 	m := h.m
+	if m.ScriptLineEnds == 0 {
+		return 0
+	}
 	le, err := h.word(a + uint64(m.ScriptLineEnds))
 	if err != nil {
 		return 0
@@ -299,11 +308,34 @@ func (h *heap) line(a uint64, pos int64) int {
 	return i + 1
 }
 
+// sourceLine is the 1-based line of source position pos in the script at
+// a, counted in its source; 0 past MaxSourceBytes or when unreadable.
+func (h *heap) sourceLine(a uint64, pos int64) int {
+	m := h.m
+	if m.ScriptSource == 0 || pos > int64(h.lim.MaxSourceBytes) {
+		return 0
+	}
+	src, err := h.word(a + uint64(m.ScriptSource))
+	if err != nil {
+		return 0
+	}
+	var sb strings.Builder
+	h.parts, h.max = h.lim.MaxStringParts, h.lim.MaxSourceBytes
+	if err := h.appendString(&sb, src, 0, pos); err != nil {
+		return 0
+	}
+	s := sb.String()
+	if utf8.RuneCountInString(s) != int(pos) {
+		return 0 // cut: the position lies past what was read
+	}
+	return strings.Count(s, "\n") + 1
+}
+
 // string reads the V8 string at tagged pointer v, cut to MaxStringBytes of
 // UTF-8.
 func (h *heap) string(v uint64) (string, error) {
 	var sb strings.Builder
-	h.parts = h.lim.MaxStringParts
+	h.parts, h.max = h.lim.MaxStringParts, h.lim.MaxStringBytes
 	if err := h.appendString(&sb, v, 0, -1); err != nil {
 		return "", err
 	}
@@ -311,11 +343,11 @@ func (h *heap) string(v uint64) (string, error) {
 }
 
 // appendString appends characters [from, from+count) of the string at v
-// (count -1: to its end) to sb, within MaxStringBytes.
+// (count -1: to its end) to sb, within h.max bytes.
 func (h *heap) appendString(sb *strings.Builder, v uint64, from, count int64) error {
 	m := h.m
 	for {
-		if sb.Len() >= h.lim.MaxStringBytes {
+		if sb.Len() >= h.max {
 			return nil
 		}
 		h.parts--
@@ -352,12 +384,12 @@ func (h *heap) appendString(sb *strings.Builder, v uint64, from, count int64) er
 				off, width = m.SeqOneByteChars, 1
 			}
 			// No more characters than the bytes left could hold.
-			n := min(count, int64(h.lim.MaxStringBytes-sb.Len()))
+			n := min(count, int64(h.max-sb.Len()))
 			buf := make([]byte, n*width)
 			if err := h.read(a+uint64(off)+uint64(from*width), buf); err != nil {
 				return err
 			}
-			decode(sb, buf, oneByte, h.lim.MaxStringBytes)
+			decode(sb, buf, oneByte, h.max)
 			return nil
 		case m.ConsStringTag:
 			first, err := h.word(a + uint64(m.ConsFirst))

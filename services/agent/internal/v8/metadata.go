@@ -50,6 +50,7 @@ type Metadata struct {
 	SFIScript        int64 // class_SharedFunctionInfo__script_or_debug_info__{Object,HeapObject}
 	ScriptName       int64 // class_Script__name__Object
 	ScriptLineEnds   int64 // class_Script__line_ends__Object
+	ScriptSource     int64 // class_Script__source__Object
 	FixedArrayLength int64 // class_FixedArrayBase__length__SMI
 	FixedArrayData   int64 // class_FixedArray__data__uintptr_t
 	ScopeInfoLocals  int64 // scopeinfo_idx_ncontextlocals: slot of context_local_count
@@ -125,6 +126,7 @@ var symbolSpecs = []symbolSpec{
 		set: i64(func(m *Metadata) *int64 { return &m.SFIScript })},
 	{names: []string{"class_Script__name__Object"}, set: i64(func(m *Metadata) *int64 { return &m.ScriptName })},
 	{names: []string{"class_Script__line_ends__Object"}, optional: true, set: i64(func(m *Metadata) *int64 { return &m.ScriptLineEnds })},
+	{names: []string{"class_Script__source__Object"}, optional: true, set: i64(func(m *Metadata) *int64 { return &m.ScriptSource })},
 	{names: []string{"class_FixedArrayBase__length__SMI"}, set: i64(func(m *Metadata) *int64 { return &m.FixedArrayLength })},
 	{names: []string{"class_FixedArray__data__uintptr_t"}, set: i64(func(m *Metadata) *int64 { return &m.FixedArrayData })},
 	{names: []string{"scopeinfo_idx_ncontextlocals"}, set: i64(func(m *Metadata) *int64 { return &m.ScopeInfoLocals })},
@@ -188,7 +190,7 @@ func newMetadata(values map[string]int64) (*Metadata, error) {
 		return nil, fmt.Errorf("%w: frame slots %d, %d", ErrInvalid, m.FPContext, m.FPFunction)
 	}
 	for _, off := range []int64{m.HeapObjectMap, m.MapInstanceType, m.JSFunctionShared, m.SFINameOrScope, m.SFIScript, m.ScriptName,
-		m.ScriptLineEnds, m.FixedArrayLength, m.FixedArrayData, m.StringLength, m.SeqOneByteChars, m.SeqTwoByteChars,
+		m.ScriptLineEnds, m.ScriptSource, m.FixedArrayLength, m.FixedArrayData, m.StringLength, m.SeqOneByteChars, m.SeqTwoByteChars,
 		m.ConsFirst, m.ConsSecond, m.ThinActual, m.SlicedParent, m.SlicedOffset} {
 		if off < 0 || off > maxObjectHeader-8 {
 			return nil, fmt.Errorf("%w: field offset %d", ErrInvalid, off)
