@@ -168,66 +168,130 @@ func rewriteWire(raw []byte, labels map[string]string, stamp func(timeNanos, dur
 	}
 
 	out := make([]byte, 0, len(raw)+w.samples*len(label)+len(table)+32)
-	err = walkFields(raw, func(num protowire.Number, typ protowire.Type, field, msg []byte, v uint64) error {
-		switch num {
-		case fProfileSample:
-			dropped := 0
-			err := walkFields(msg, func(num protowire.Number, typ protowire.Type, field, lmsg []byte, _ uint64) error {
-				switch {
-				case num == fSampleLocationID:
-					return w.checkLocations(typ, field, lmsg)
-				case num == fSampleLabel && typ == protowire.BytesType:
-					if key := labelKey(lmsg); key >= 0 && key < int64(len(w.strings)) && drop[string(w.strings[key])] {
-						dropped += len(field)
-					}
-				}
-				return nil
-			})
-			if err != nil {
-				return err
-			}
-			out = protowire.AppendTag(out, fProfileSample, protowire.BytesType)
-			out = protowire.AppendVarint(out, uint64(len(msg)-dropped+len(label)))
-			if dropped == 0 {
-				out = append(out, msg...)
-			} else {
-				walkFields(msg, func(num protowire.Number, typ protowire.Type, field, lmsg []byte, _ uint64) error {
-					if num == fSampleLabel && typ == protowire.BytesType {
-						if key := labelKey(lmsg); key >= 0 && key < int64(len(w.strings)) && drop[string(w.strings[key])] {
-							return nil
-						}
-					}
-					out = append(out, field...)
-					return nil
-				})
-			}
-			out = append(out, label...)
-			return nil
-		case fProfileMapping:
-			out = append(out, field...)
-			if id := fieldVarint(msg, fMappingID); w.named[id] && !w.unnamed[id] {
-				// Appended to the message: the last value of a field wins.
-				out = out[:len(out)-len(field)]
-				m := append(append(make([]byte, 0, len(msg)+2), msg...), byte(fMappingHasFunctions<<3), 1)
-				out = protowire.AppendTag(out, fProfileMapping, protowire.BytesType)
-				out = protowire.AppendBytes(out, m)
-			}
-			return nil
-		case fProfileTimeNanos, fProfileDurationNanos:
-			return nil // written below
+	// Fields pass through in runs, copied at once; samples, mappings to
+	// mark and the times break a run.
+	run := 0
+	for pos := 0; pos < len(raw); {
+		num, typ, n := protowire.ConsumeTag(raw[pos:])
+		if n < 0 {
+			return nil, nil, fmt.Errorf("%w: %v", record.ErrNotPprof, protowire.ParseError(n))
 		}
-		out = append(out, field...)
-		return nil
-	})
-	if err != nil {
-		return nil, nil, err
+		var msg []byte
+		m := 0
+		if typ == protowire.BytesType {
+			msg, m = protowire.ConsumeBytes(raw[pos+n:])
+		} else {
+			m = protowire.ConsumeFieldValue(num, typ, raw[pos+n:])
+		}
+		if m < 0 {
+			return nil, nil, fmt.Errorf("%w: %v", record.ErrNotPprof, protowire.ParseError(m))
+		}
+		start, end := pos, pos+n+m
+		pos = end
+		switch {
+		case num == fProfileSample && typ == protowire.BytesType:
+			out = append(out, raw[run:start]...)
+			run = end
+			if out, err = w.rewriteSample(out, msg, label, drop); err != nil {
+				return nil, nil, err
+			}
+		case num == fProfileMapping && typ == protowire.BytesType:
+			if id := firstVarint(msg, fMappingID); w.named[id] && !w.unnamed[id] {
+				out = append(out, raw[run:start]...)
+				run = end
+				// Appended to the message: the last value of a field wins.
+				out = protowire.AppendTag(out, fProfileMapping, protowire.BytesType)
+				out = protowire.AppendVarint(out, uint64(len(msg)+2))
+				out = append(append(out, msg...), byte(fMappingHasFunctions<<3), 1)
+			}
+		case num == fProfileTimeNanos || num == fProfileDurationNanos:
+			out = append(out, raw[run:start]...) // written below
+			run = end
+		}
 	}
+	out = append(out, raw[run:]...)
 	out = append(out, table...)
 	out = protowire.AppendTag(out, fProfileTimeNanos, protowire.VarintType)
 	out = protowire.AppendVarint(out, uint64(w.timeNanos))
 	out = protowire.AppendTag(out, fProfileDurationNanos, protowire.VarintType)
 	out = protowire.AppendVarint(out, uint64(w.duration))
 	return out, types, nil
+}
+
+// rewriteSample appends sample msg to out with label added and the labels
+// of the keys in drop left out, checking its location IDs.
+func (w *wireProfile) rewriteSample(out, msg, label []byte, drop map[string]bool) ([]byte, error) {
+	dropped := 0
+	for rest := msg; len(rest) > 0; {
+		num, typ, n := protowire.ConsumeTag(rest)
+		if n < 0 {
+			return nil, fmt.Errorf("%w: %v", record.ErrNotPprof, protowire.ParseError(n))
+		}
+		var payload []byte
+		m := 0
+		if typ == protowire.BytesType {
+			payload, m = protowire.ConsumeBytes(rest[n:])
+		} else {
+			m = protowire.ConsumeFieldValue(num, typ, rest[n:])
+		}
+		if m < 0 {
+			return nil, fmt.Errorf("%w: %v", record.ErrNotPprof, protowire.ParseError(m))
+		}
+		field := rest[:n+m]
+		rest = rest[n+m:]
+		switch {
+		case num == fSampleLocationID:
+			if err := w.checkLocations(typ, field, payload); err != nil {
+				return nil, err
+			}
+		case num == fSampleLabel && typ == protowire.BytesType && w.dropLabel(payload, drop):
+			dropped += len(field)
+		}
+	}
+	out = protowire.AppendTag(out, fProfileSample, protowire.BytesType)
+	out = protowire.AppendVarint(out, uint64(len(msg)-dropped+len(label)))
+	if dropped == 0 {
+		out = append(out, msg...)
+	} else {
+		walkFields(msg, func(num protowire.Number, typ protowire.Type, field, lmsg []byte, _ uint64) error {
+			if !(num == fSampleLabel && typ == protowire.BytesType && w.dropLabel(lmsg, drop)) {
+				out = append(out, field...)
+			}
+			return nil
+		})
+	}
+	return append(out, label...), nil
+}
+
+func (w *wireProfile) dropLabel(msg []byte, drop map[string]bool) bool {
+	key := labelKey(msg)
+	return key >= 0 && key < int64(len(w.strings)) && drop[string(w.strings[key])]
+}
+
+// firstVarint is varint field num of msg, read directly when it is the
+// message's first field (as pprof writes IDs), else by walking it.
+func firstVarint(msg []byte, num protowire.Number) uint64 {
+	if len(msg) > 1 && msg[0] == byte(num<<3) {
+		if v, n := protowire.ConsumeVarint(msg[1:]); n > 0 {
+			// A later repetition would win; pprof writes an ID once.
+			if !repeats(msg[1+n:], num) {
+				return v
+			}
+		}
+	}
+	return fieldVarint(msg, num)
+}
+
+// repeats reports whether field num occurs in msg.
+func repeats(msg []byte, num protowire.Number) bool {
+	found := false
+	walkFields(msg, func(n protowire.Number, _ protowire.Type, _, _ []byte, _ uint64) error {
+		if n == num {
+			found = true
+		}
+		return nil
+	})
+	return found
 }
 
 // types classifies the profile by its sample types as Classify does, or
