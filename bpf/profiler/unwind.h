@@ -156,6 +156,7 @@ struct unwind_state {
 	__u8 v8;
 	__u8 js_fp;
 	__u64 js_frame;
+	struct v8_proc v8_proc; // copied once per sample: no lookup per frame
 };
 
 // find_row returns the row covering pc in the table of m, or NULL.
@@ -259,9 +260,7 @@ __noinline int v8_step(struct unwind_state *s, __u64 pc, int no_table)
 		return 0;
 	s->js_frame = 0;
 	s->js_fp = 0;
-	v8 = bpf_map_lookup_elem(&v8_procs, &s->pid);
-	if (!v8)
-		return 0;
+	v8 = &s->v8_proc;
 	builtin = pc >= v8->code_start && pc < v8->code_end;
 	if ((!builtin && !no_table) || !s->bp_valid)
 		return 0;
@@ -438,8 +437,10 @@ static __always_inline __u64 unwind_user(struct bpf_perf_event_data *ctx, __u32 
 		if (s.py_frame)
 			count(COUNTER_PYTHON_STACKS);
 	}
-	if (bpf_map_lookup_elem(&v8_procs, &pid)) {
+	struct v8_proc *v8 = bpf_map_lookup_elem(&v8_procs, &pid);
+	if (v8) {
 		s.v8 = 1;
+		s.v8_proc = *v8;
 		count(COUNTER_JS_STACKS);
 	}
 	// Steps that record nothing (an eval-loop frame replaced, a shim
