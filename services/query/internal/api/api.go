@@ -38,7 +38,9 @@ import (
 	"github.com/stackstream/stackstream/services/query/internal/store"
 )
 
-// Options bound the work of one request. Zero fields take the defaults below.
+// Options bound the work of one request. Zero fields take the defaults
+// below (those of RawMaxRange, MaxStacks, MaxSeries, CacheStacks and
+// PageSize are store.Options').
 type Options struct {
 	Timeout     time.Duration // per request; default 30s
 	MaxRange    time.Duration // longest from..to; default 31 days
@@ -54,25 +56,11 @@ type Options struct {
 	Registerer  prometheus.Registerer // nil: metrics are not registered
 }
 
+// withDefaults fills the API's own bounds; the store fills the rest.
 func (o Options) withDefaults() Options {
-	def := func(v *time.Duration, d time.Duration) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	defInt := func(v *int, d int) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	def(&o.Timeout, 30*time.Second)
-	def(&o.MaxRange, 31*24*time.Hour)
-	def(&o.RawMaxRange, 6*time.Hour)
-	defInt(&o.MaxStacks, 50000)
-	defInt(&o.MaxNodes, 5000)
-	defInt(&o.MaxSeries, 100)
-	defInt(&o.CacheStacks, 200000)
-	defInt(&o.PageSize, 10000)
+	o.Timeout = positiveOr(o.Timeout, 30*time.Second)
+	o.MaxRange = positiveOr(o.MaxRange, 31*24*time.Hour)
+	o.MaxNodes = positiveOr(o.MaxNodes, 5000)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -80,6 +68,13 @@ func (o Options) withDefaults() Options {
 		o.Version = "dev"
 	}
 	return o
+}
+
+func positiveOr[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // API answers the query endpoints.

@@ -109,8 +109,8 @@ func histogram(step time.Duration, aggs Aggs) Agg {
 	}
 }
 
-// termSources are composite sources, one per field, each with a bucket
-// for documents without the field.
+// termSources are composite sources, one per field and named by it, each
+// with a bucket for documents without the field.
 func termSources(fields ...string) []map[string]Agg {
 	out := make([]map[string]Agg, len(fields))
 	for i, f := range fields {

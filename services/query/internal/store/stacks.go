@@ -176,7 +176,7 @@ func (s *Store) sumByStack(ctx context.Context, idx []string, query Query) (sv *
 		// large (one pass for typical selections) while the buckets held
 		// per page stay bounded.
 		aggs := Aggs{"stacks": {
-			Composite: &Composite{Size: s.opts.PageSize, Sources: termSources("stack_id"), After: after},
+			Composite: &Composite{Size: s.opts.PageSize, Sources: []map[string]Agg{{"id": {Terms: &Terms{Field: "stack_id", MissingBucket: true}}}}, After: after},
 			Aggs:      Aggs{"v": sumOf("value")},
 		}}
 		if page == 0 {
@@ -191,7 +191,7 @@ func (s *Store) sumByStack(ctx context.Context, idx []string, query Query) (sv *
 					AfterKey map[string]any `json:"after_key"`
 					Buckets  []struct {
 						Key struct {
-							ID *string `json:"stack_id"`
+							ID *string `json:"id"`
 						} `json:"key"`
 						V sumValue `json:"v"`
 					} `json:"buckets"`

@@ -48,8 +48,8 @@ var (
 	ErrRegexpTooComplex = errors.New("regular expression too complex")
 )
 
-// Options bound the work of the store's queries. Zero fields take the
-// defaults of the API's Options.
+// Options bound the work of the store's queries. Zero or negative fields
+// take the defaults noted.
 type Options struct {
 	RawMaxRange time.Duration // selections over longer ranges read the rollups; default 6h
 	MaxStacks   int           // distinct stacks kept per selection; default 50000
@@ -64,18 +64,11 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.RawMaxRange <= 0 {
-		o.RawMaxRange = 6 * time.Hour
-	}
-	defInt := func(v *int, d int) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	defInt(&o.MaxStacks, 50000)
-	defInt(&o.MaxSeries, 100)
-	defInt(&o.CacheStacks, 200000)
-	defInt(&o.PageSize, 10000)
+	o.RawMaxRange = positiveOr(o.RawMaxRange, 6*time.Hour)
+	o.MaxStacks = positiveOr(o.MaxStacks, 50000)
+	o.MaxSeries = positiveOr(o.MaxSeries, 100)
+	o.CacheStacks = positiveOr(o.CacheStacks, 200000)
+	o.PageSize = positiveOr(o.PageSize, 10000)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -86,6 +79,13 @@ func (o Options) withDefaults() Options {
 		o.Truncated = prometheus.NewCounter(prometheus.CounterOpts{Name: "unregistered"})
 	}
 	return o
+}
+
+func positiveOr[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // Store runs the query service's searches. It is safe for concurrent use.
