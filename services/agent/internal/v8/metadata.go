@@ -218,7 +218,7 @@ func newMetadata(values map[string]int64) (*Metadata, error) {
 // maxObjectHeader is the most read of an object's fixed part.
 const maxObjectHeader = 128
 
-// Offsets is the walker's view of a V8 process (struct v8_proc): the
+// BPF is the walker's view of p (struct v8_proc): the
 // frame slots and where the embedded builtins are (0: unknown).
 func (p *Process) BPF() profiler.ProfileV8Proc {
 	return profiler.ProfileV8Proc{
