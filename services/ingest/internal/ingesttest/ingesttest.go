@@ -72,6 +72,17 @@ func Setup(t testing.TB, edit func(*server.Options)) *Env {
 	return e
 }
 
+// Attach reads the topics of an existing prefix (a pipeline test's).
+func Attach(t testing.TB, brokers []string, topics record.Topics) *Env {
+	t.Helper()
+	cl, err := kafka.NewClient(context.Background(), kafka.Config{Brokers: brokers, DialTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return &Env{Brokers: brokers, Topics: topics, Kafka: cl}
+}
+
 // Record is a record read back, decoded.
 type Record struct {
 	Key     string

@@ -19,12 +19,15 @@ import (
 
 	"github.com/stackstream/stackstream/pkg/kafka"
 	"github.com/stackstream/stackstream/pkg/testenv"
+	"github.com/stackstream/stackstream/schemas/record"
+	"github.com/stackstream/stackstream/services/ingest/internal/ingesttest"
 )
 
 // TestPipelineGoSDK follows a push of the real Go SDK through the real
 // binaries: stackstream-ingest, the symbolizer (which passes the named
 // frames through), the indexer and the query API, whose top functions of
-// the application name the SDK program's hot function.
+// the application put the SDK program's hot function first, with exactly
+// the CPU time the records on profiles.raw hold for it.
 func TestPipelineGoSDK(t *testing.T) {
 	brokers := testenv.KafkaBrokers(t)
 	osURL := testenv.OpenSearchURL(t)
@@ -67,8 +70,26 @@ func TestPipelineGoSDK(t *testing.T) {
 		t.Fatalf("gosdk: %v\n%s", err, out)
 	}
 
+	// What the query API must show: the hot function's CPU time in every
+	// record the SDK's pushes became (however much CPU it got on a busy
+	// machine).
+	var want int64
+	for _, r := range ingesttest.Attach(t, brokers, record.TopicsFor(name+".")).ReadAll(t, 30*time.Second) {
+		if r.Meta.Type != record.ProfileCPU {
+			continue
+		}
+		for _, s := range r.Profile.Sample {
+			if s.Location[0].Line[0].Function.Name == "main.stackstreamHotFunction" {
+				want += s.Value[len(s.Value)-1]
+			}
+		}
+	}
+	if want == 0 {
+		t.Fatal("no cpu record on profiles.raw holds main.stackstreamHotFunction")
+	}
+
 	sel := url.QueryEscape(`{service="` + name + `"}`)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var top struct {
 		Functions []struct {
@@ -79,12 +100,12 @@ func TestPipelineGoSDK(t *testing.T) {
 	for {
 		top.Functions = nil
 		if getJSON("http://"+queryAddr+"/api/v1/top?type=cpu&from=now-15m&to=now&limit=5&query="+sel, &top) == nil &&
-			len(top.Functions) > 0 && top.Functions[0].Name == "main.stackstreamHotFunction" && top.Functions[0].Self >= int64(2*time.Second) {
+			len(top.Functions) > 0 && top.Functions[0].Name == "main.stackstreamHotFunction" && top.Functions[0].Self == want {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("the query API's top functions of %s never put main.stackstreamHotFunction first with at least 2 s of the 4 s it burned: %+v", name, top.Functions)
+			t.Fatalf("the query API's top functions of %s never put main.stackstreamHotFunction first with the %s of CPU its records hold: %+v", name, time.Duration(want), top.Functions)
 		case <-time.After(time.Second):
 		}
 	}
