@@ -20,7 +20,10 @@
 //     request ID in the answer and the detail in the log.
 //
 // New returns the handler of /api/v1/ alone; services/query/internal/server
-// puts it together with the UI, health, metrics and authentication.
+// puts it together with the UI, health, metrics and authentication. Tests
+// that need data (this package's, the UI's browser tests, the benchmark)
+// index the known fleet of services/query/internal/querytest under a
+// unique prefix on the real OpenSearch.
 package api
 
 import (
