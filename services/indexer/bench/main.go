@@ -31,6 +31,7 @@ import (
 	"github.com/stackstream/stackstream/pkg/opensearch"
 	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/schemas/record"
+	"github.com/stackstream/stackstream/services/indexer/internal/convert"
 	"github.com/stackstream/stackstream/services/indexer/internal/indexer"
 	"github.com/stackstream/stackstream/services/indexer/internal/indexertest"
 )
@@ -119,7 +120,7 @@ func run(corpus indexertest.Corpus, rounds int, keep, size bool) error {
 		if err != nil {
 			return err
 		}
-		docs, err := indexer.Convert(base, r.Meta, "", p, r.Time)
+		docs, err := convert.Convert(base, r.Meta, "", p, r.Time)
 		if err != nil {
 			return err
 		}

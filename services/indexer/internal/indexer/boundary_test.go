@@ -16,6 +16,7 @@ import (
 	"github.com/stackstream/stackstream/pkg/testenv"
 	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/schemas/record"
+	"github.com/stackstream/stackstream/services/indexer/internal/convert"
 	"github.com/stackstream/stackstream/services/indexer/internal/indexertest"
 )
 
@@ -37,9 +38,9 @@ func TestPanicIsDeadLettered(t *testing.T) {
 	}
 	m := NewMetrics(nil)
 	ix := New(kcl, bulk.New(osc, bulk.Options{Metrics: m.Bulk}), Options{Names: e.Names, DLQTopic: e.Topics.DLQ, FlushInterval: 100 * time.Millisecond, Metrics: m})
-	ix.convertRecord = func(r *kgo.Record) (Documents, error) {
+	ix.convertRecord = func(r *kgo.Record) (convert.Documents, error) {
 		if string(r.Key) == "boom" {
-			var docs *Documents
+			var docs *convert.Documents
 			_ = docs.Samples[0] // a nil dereference, as a bug would have it
 		}
 		return ix.convert(r)
@@ -85,13 +86,13 @@ func TestStackDocumentsBounded(t *testing.T) {
 	ix := New(nil, nil, Options{})
 	b := newBatch()
 	at := time.Now()
-	ok := Documents{Stacks: []Stack{{ID: "ok", Frames: []indices.Frame{{Function: "main"}}, At: at}}}
+	ok := convert.Documents{Stacks: []convert.Stack{{ID: "ok", Frames: []indices.Frame{{Function: "main"}}, At: at}}}
 	name := strings.Repeat("f", record.DefaultLimits().MaxStringBytes)
 	deep := make([]indices.Frame, record.DefaultLimits().MaxLocationsPerSample)
 	for i := range deep {
 		deep[i] = indices.Frame{Function: name, Line: int64(i)}
 	}
-	huge := Documents{Stacks: []Stack{{ID: "small", Frames: []indices.Frame{{Function: "g"}}, At: at}, {ID: "deep", Frames: deep, At: at}}}
+	huge := convert.Documents{Stacks: []convert.Stack{{ID: "small", Frames: []indices.Frame{{Function: "g"}}, At: at}, {ID: "deep", Frames: deep, At: at}}}
 	ix.add(b, &kgo.Record{Offset: 1}, converted{docs: ok})
 	ix.add(b, &kgo.Record{Offset: 2}, converted{docs: huge})
 	if len(b.items) != 1 || b.items[0].ID != "ok" || len(b.stacks) != 1 || len(b.owner) != 1 {
@@ -131,17 +132,10 @@ func TestHostTooLongRecord(t *testing.T) {
 // and the batch stay bounded however many records a chunk has; the rest
 // are converted next.
 func TestConvertAllStopsAtChunkDocBytes(t *testing.T) {
-	// fastCases' profiles are stamped 2026-11-30 23:59:58.
+	at := time.Date(2026, 11, 30, 23, 59, 58, 0, time.UTC)
 	ix := New(nil, nil, Options{Workers: 1, Now: func() time.Time { return time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC) }})
-	var r *kgo.Record
-	for _, tc := range fastCases(t) {
-		if tc.name == "memory of 5,000 processes" {
-			r = &kgo.Record{Headers: tc.meta.Headers(), Value: tc.value, Timestamp: time.Now()}
-		}
-	}
-	if r == nil {
-		t.Fatal("no memory case")
-	}
+	procs := indexertest.ManyProcesses(t, at, 5000)
+	r := &kgo.Record{Headers: procs.Meta.Headers(), Value: procs.Val, Timestamp: time.Now()}
 	one, err := ix.convert(r)
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,6 @@
 // Package indexer consumes symbolized profiles and writes their stacks and
-// samples to OpenSearch: a batch of records is turned into documents, written
-// with pkg/bulk, the records OpenSearch rejects (or that cannot be decoded)
+// samples to OpenSearch: a batch of records is turned into documents
+// (internal/convert), written with pkg/bulk, the records OpenSearch rejects (or that cannot be decoded)
 // go to the DLQ, and only then are the batch's offsets committed.
 package indexer
 
@@ -23,6 +23,7 @@ import (
 	"github.com/stackstream/stackstream/pkg/bulk"
 	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/schemas/record"
+	"github.com/stackstream/stackstream/services/indexer/internal/convert"
 )
 
 // Service names the indexer in DLQ records.
@@ -56,9 +57,12 @@ type Options struct {
 	// record.DefaultMaxClockSkew.
 	MaxAge       time.Duration
 	MaxClockSkew time.Duration
-	Logger       *slog.Logger
-	Metrics      *Metrics
-	Now          func() time.Time
+	// Limits bound the conversion of one record; zero is
+	// convert.DefaultLimits.
+	Limits  convert.Limits
+	Logger  *slog.Logger
+	Metrics *Metrics
+	Now     func() time.Time
 }
 
 // Defaults of Options.
@@ -80,13 +84,6 @@ const (
 	// estimated before they are encoded: deep stacks of long names (64 KiB
 	// each within the decode limits) could make gigabytes.
 	maxStackDocBytes = 64 << 20
-	// generalDecodes bounds the records decoded on the general path at
-	// once, and the fast path's profiles of 1 MiB of protobuf or more:
-	// google/pprof's parser may allocate up to
-	// record.Limits.MaxDecodeHeapBytes (256 MiB) for one profile, and a
-	// stream of hostile records would all take that path. Agent- and
-	// symbolizer-shaped profiles (under 1 MiB) are not held.
-	generalDecodes = 1
 )
 
 // Indexer is the consume-write-commit loop.
@@ -102,11 +99,10 @@ type Indexer struct {
 	// costs OpenSearch more than a stored document). Should that write
 	// fail, Run stops and the records are redelivered.
 	sending map[string]bool
-	fast    *fastPath
-	general chan struct{} // generalDecodes tokens
+	conv    *convert.Converter
 	// convertRecord is convert; tests replace it to reach the record
 	// boundary's recover.
-	convertRecord func(*kgo.Record) (Documents, error)
+	convertRecord func(*kgo.Record) (convert.Documents, error)
 }
 
 // ConsumerOpts are the client options the Indexer needs: a group reading
@@ -156,9 +152,11 @@ func New(kcl *kgo.Client, w *bulk.Writer, opts Options) *Indexer {
 	if opts.MaxClockSkew <= 0 {
 		opts.MaxClockSkew = record.DefaultMaxClockSkew
 	}
-	ix := &Indexer{kcl: kcl, w: w, opts: opts, log: opts.Logger, m: opts.Metrics, stored: map[string]struct{}{}, fast: newFastPath(),
-		general: make(chan struct{}, generalDecodes)}
-	ix.fast.heavy = ix.general
+	if opts.Limits == (convert.Limits{}) {
+		opts.Limits = convert.DefaultLimits()
+	}
+	ix := &Indexer{kcl: kcl, w: w, opts: opts, log: opts.Logger, m: opts.Metrics, stored: map[string]struct{}{},
+		conv: convert.New(opts.Limits)}
 	ix.convertRecord = ix.convert
 	return ix
 }
@@ -378,7 +376,7 @@ func (ix *Indexer) reap(f *flight) error {
 
 // converted is a record's documents or the reason it has none.
 type converted struct {
-	docs Documents
+	docs convert.Documents
 	err  error
 }
 
@@ -412,12 +410,12 @@ func (ix *Indexer) convertAll(recs []*kgo.Record) []converted {
 // convertSafe is the record boundary: nothing in a record's content may stop
 // the loop, so a panic while converting it becomes its DLQ reason. The
 // panic is a bug to fix (its stack is logged); this is the last line.
-func (ix *Indexer) convertSafe(r *kgo.Record) (docs Documents, err error) {
+func (ix *Indexer) convertSafe(r *kgo.Record) (docs convert.Documents, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			ix.log.Error("convert record panicked", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
 				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-			docs, err = Documents{}, &deadLetter{reason: ReasonPanic, err: fmt.Errorf("convert record: panic: %v", p)}
+			docs, err = convert.Documents{}, &deadLetter{reason: ReasonPanic, err: fmt.Errorf("convert record: panic: %v", p)}
 		}
 	}()
 	return ix.convertRecord(r)
@@ -492,43 +490,31 @@ func stackDocEstimate(frames []indices.Frame) int {
 	return n
 }
 
-func (ix *Indexer) convert(r *kgo.Record) (Documents, error) {
+// convert is the documents of r, within the profile time window.
+func (ix *Indexer) convert(r *kgo.Record) (convert.Documents, error) {
 	meta, err := record.ParseMeta(r.Headers)
 	if err != nil {
-		return Documents{}, &deadLetter{reason: ReasonHeaders, err: fmt.Errorf("parse headers: %w", err)}
+		return convert.Documents{}, &deadLetter{reason: ReasonHeaders, err: fmt.Errorf("parse headers: %w", err)}
 	}
 	if meta.Host == "" {
 		meta.Host = string(r.Key)
 	}
-	if len(meta.Host) > record.MaxHostBytes {
-		// Also for a profile without samples, which makes no document
-		// whose label set would say so.
-		return Documents{}, fmt.Errorf("%w: %d bytes, at most %d: %q...", errHostTooLong, len(meta.Host), record.MaxHostBytes, record.TruncateUTF8(meta.Host, 64))
+	// Also for a profile without samples, which makes no document whose
+	// label set would say so.
+	if err := convert.CheckHost(meta.Host); err != nil {
+		return convert.Documents{}, err
 	}
 	part := record.HeaderValue(r.Headers, record.HeaderPart)
-	// The fast path handles the profiles agents and the symbolizer write;
-	// anything else (and every error) takes the general one.
-	docs, ok := ix.fast.convert(ix.opts.Names, meta, part, r.Value, r.Timestamp)
-	if ok {
-		ix.m.Decoded.WithLabelValues("fast").Inc()
-	} else {
-		ix.m.Decoded.WithLabelValues("general").Inc()
-		if docs, err = ix.decodeGeneral(meta, part, r); err != nil {
-			return Documents{}, err
-		}
+	docs, path, err := ix.conv.Record(ix.opts.Names, meta, part, r.Value, r.Timestamp)
+	ix.m.Decoded.WithLabelValues(string(path)).Inc()
+	if err != nil {
+		return convert.Documents{}, err
 	}
 	if err := record.CheckTime(docs.At, ix.opts.Now(), ix.opts.MaxAge, ix.opts.MaxClockSkew); err != nil {
-		return Documents{}, fmt.Errorf("check profile time: %w", err)
+		return convert.Documents{}, fmt.Errorf("check profile time: %w", err)
 	}
 	ix.m.countLabelDrops(docs.Labels)
 	return docs, nil
-}
-
-// decodeGeneral is decodeConvert, generalDecodes at a time.
-func (ix *Indexer) decodeGeneral(meta record.Meta, part string, r *kgo.Record) (Documents, error) {
-	ix.general <- struct{}{}
-	defer func() { <-ix.general }() // also when it panics
-	return decodeConvert(ix.opts.Names, meta, part, r.Value, r.Timestamp)
 }
 
 // DLQ reasons: the value of stackstream_indexer_dlq_records_total's reason
@@ -562,7 +548,7 @@ func reasonOf(err error) string {
 		return dl.reason
 	case errors.Is(err, record.ErrTimeOutOfRange):
 		return ReasonTime
-	case errors.Is(err, errHostTooLong):
+	case errors.Is(err, convert.ErrHostTooLong):
 		return ReasonHostTooLong
 	case errors.Is(err, record.ErrTooLarge):
 		return ReasonTooLarge

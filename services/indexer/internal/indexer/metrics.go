@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stackstream/stackstream/pkg/bulk"
+	"github.com/stackstream/stackstream/services/indexer/internal/convert"
 )
 
 // Metrics of the indexer; bulk latency and retries are in Bulk.
@@ -18,12 +19,12 @@ type Metrics struct {
 	Lag      *prometheus.GaugeVec   // partition
 	DLQ      *prometheus.CounterVec // reason: see the Reason constants
 	// LabelsDropped counts label changes by reason: invalid_key,
-	// value_truncated, too_many, service_truncated (see LabelDrops).
+	// value_truncated, too_many, service_truncated (see convert.LabelDrops).
 	LabelsDropped *prometheus.CounterVec
 	Bulk          *bulk.Metrics
 }
 
-func (m *Metrics) countLabelDrops(d LabelDrops) {
+func (m *Metrics) countLabelDrops(d convert.LabelDrops) {
 	for _, c := range []struct {
 		reason string
 		n      int

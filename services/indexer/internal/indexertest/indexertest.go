@@ -115,6 +115,26 @@ func (c Corpus) Build() ([]Record, Totals, error) {
 	return out, tot, nil
 }
 
+// ManyProcesses is a real shape with more documents than protobuf: a memory
+// profile at at of n processes of a host with a long name, gzip-compressed
+// as the symbolizer writes a profile too large for stored gzip (5,000
+// processes make documents of 8 bytes per protobuf byte, 43 per record
+// byte).
+func ManyProcesses(t testing.TB, at time.Time, n int) Record {
+	t.Helper()
+	procs := pproftest.NewMemory(at, time.Second)
+	for i := range n {
+		procs.Sample(map[string]string{"pid": fmt.Sprint(100000 + i), "comm": fmt.Sprint("worker-", i%50), "executable": fmt.Sprint("/usr/lib/app/bin/worker-", i%50),
+			"systemd_unit": "app.service", "container_id": fmt.Sprintf("%064x", i%20)}, []int64{int64(1<<20 + i)})
+	}
+	v, err := record.EncodeProfile(procs.Profile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := "ip-10-0-0-1.eu-west-1.compute.internal.example-long-host-name"
+	return Record{Host: host, Meta: record.Meta{Type: record.ProfileMemory, Host: host}, Time: at, Val: v}
+}
+
 // KafkaRecord is r as a profiles.symbolized record, stamped when produced as
 // the agents' records are. It must not carry r.Time: the broker deletes
 // records by their stamp (after 24 h in deploy/local), so a corpus dated in

@@ -1,4 +1,4 @@
-package indexer
+package convert
 
 import (
 	"bytes"
@@ -101,17 +101,8 @@ func fastCases(t testing.TB) []fastCase {
 		Profile()), time.Time{}, true})
 	cases = append(cases, fastCase{"host too long", record.Meta{Type: record.ProfileCPU, Host: strings.Repeat("h", record.MaxHostBytes+1)},
 		encode(t, pproftest.NewCPU(at, time.Second).Sample(nil, []int64{1, 5}, "f").Profile()), time.Time{}, false})
-	// A real shape with more documents than protobuf: a memory profile of
-	// 5,000 processes of a host with a long name, gzip-compressed as the
-	// symbolizer writes a profile too large for stored gzip (documents of
-	// 8 bytes per protobuf byte, 43 per record byte).
-	procs := pproftest.NewMemory(at, time.Second)
-	for i := range 5000 {
-		procs.Sample(map[string]string{"pid": fmt.Sprint(100000 + i), "comm": fmt.Sprint("worker-", i%50), "executable": fmt.Sprint("/usr/lib/app/bin/worker-", i%50),
-			"systemd_unit": "app.service", "container_id": fmt.Sprintf("%064x", i%20)}, []int64{int64(1<<20 + i)})
-	}
-	cases = append(cases, fastCase{"memory of 5,000 processes", record.Meta{Type: record.ProfileMemory, Host: "ip-10-0-0-1.eu-west-1.compute.internal.example-long-host-name"},
-		encode(t, procs.Profile()), time.Time{}, true})
+	procs := indexertest.ManyProcesses(t, at, 5000)
+	cases = append(cases, fastCase{"memory of 5,000 processes", procs.Meta, procs.Val, time.Time{}, true})
 	mem := pproftest.NewMemory(at, time.Second)
 	mem.Sample(map[string]string{"pid": "7", "comm": "db"}, []int64{1 << 20})
 	mem.Sample(map[string]string{"pid": "8", "comm": "db"}, []int64{2 << 20})
@@ -239,7 +230,7 @@ func TestFastConvertMatchesGeneralPath(t *testing.T) {
 	names := testNames
 	for _, tc := range fastCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
-			slow, slowErr := decodeConvert(names, tc.meta, "", tc.value, tc.fallback)
+			slow, slowErr := decodeConvert(testLimits, names, tc.meta, "", tc.value, tc.fallback)
 			// Twice: the second run takes the stack IDs from the cache.
 			for range 2 {
 				fast, ok := testFast.convert(names, tc.meta, "", tc.value, tc.fallback)
@@ -267,7 +258,7 @@ func TestConvertUnknownLocationIsAnError(t *testing.T) {
 		if tc.name != "unknown location" {
 			continue
 		}
-		if _, err := decodeConvert(testNames, tc.meta, "", tc.value, tc.fallback); err == nil {
+		if _, err := decodeConvert(testLimits, testNames, tc.meta, "", tc.value, tc.fallback); err == nil {
 			t.Fatal("a sample with an unknown location was accepted")
 		}
 		return
@@ -300,7 +291,7 @@ func FuzzFastConvert(f *testing.F) {
 			if !ok {
 				continue
 			}
-			slow, err := decodeConvert(testNames, meta, "", value, time.Unix(5, 0))
+			slow, err := decodeConvert(testLimits, testNames, meta, "", value, time.Unix(5, 0))
 			if err != nil {
 				t.Fatalf("fast path accepted what the general path rejects: %v", err)
 			}
@@ -356,7 +347,7 @@ func BenchmarkFastConvertDecoded(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			f := newFastPath()
+			f := newFastPath(testLimits)
 			d := new(fastDecoder)
 			b.ReportAllocs()
 			cpu := startCPU(b)
@@ -398,8 +389,11 @@ func processCPU(b *testing.B) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// testFast is the fast path of the tests: one shared cache, as in an Indexer.
-var testFast = newFastPath()
+// testLimits are the limits of the tests: the indexer's.
+var testLimits = record.DefaultLimits()
+
+// testFast is the fast path of the tests: one shared cache, as in a Converter.
+var testFast = newFastPath(testLimits)
 
 // TestSortStacks: stacks come out in ID order whether IDs differ in their
 // first 6 bytes (the integer sort) or not (the tie groups), and past the

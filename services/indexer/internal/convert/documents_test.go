@@ -1,4 +1,4 @@
-package indexer
+package convert
 
 import (
 	"bytes"
@@ -329,8 +329,8 @@ func TestLabelRules(t *testing.T) {
 func TestHostTooLongIsAnError(t *testing.T) {
 	p := pproftest.NewCPU(time.Unix(1700000000, 0), time.Second).
 		Sample(map[string]string{"host": strings.Repeat("h", record.MaxHostBytes+1)}, []int64{1, 5}, "f").Profile()
-	if _, err := Convert(testNames, record.Meta{Type: record.ProfileCPU}, "", p, time.Time{}); !errors.Is(err, errHostTooLong) {
-		t.Fatalf("Convert = %v, want errHostTooLong", err)
+	if _, err := Convert(testNames, record.Meta{Type: record.ProfileCPU}, "", p, time.Time{}); !errors.Is(err, ErrHostTooLong) {
+		t.Fatalf("Convert = %v, want ErrHostTooLong", err)
 	}
 }
 
@@ -343,7 +343,7 @@ func TestPartsHaveTheirOwnIDs(t *testing.T) {
 	meta := record.Meta{Type: record.ProfileCPU, Host: "h"}
 	ids := map[string]string{}
 	for _, part := range []string{"", "0", "1"} {
-		slow, err := decodeConvert(testNames, meta, part, v, time.Time{})
+		slow, err := decodeConvert(testLimits, testNames, meta, part, v, time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -388,7 +388,7 @@ func TestDocumentBudget(t *testing.T) {
 		if tc.name != "documents over the budget" {
 			continue
 		}
-		_, err := decodeConvert(testNames, tc.meta, "", tc.value, tc.fallback)
+		_, err := decodeConvert(testLimits, testNames, tc.meta, "", tc.value, tc.fallback)
 		if !errors.Is(err, record.ErrTooLarge) {
 			t.Fatalf("decodeConvert of %d bytes = %v, want ErrTooLarge", len(tc.value), err)
 		}

@@ -1,0 +1,127 @@
+package convert
+
+import (
+	"hash/maphash"
+	"sync"
+
+	"github.com/stackstream/stackstream/schemas/indices"
+)
+
+// boundedMap is a goroutine-safe map that forgets everything when it holds
+// max entries or about maxBytes: the fast path's caches across profiles,
+// whose values never change once put.
+type boundedMap[K comparable, V any] struct {
+	max, maxBytes int
+	mu            sync.RWMutex
+	m             map[K]V
+	bytes         int
+}
+
+func newBoundedMap[K comparable, V any](max, maxBytes int) *boundedMap[K, V] {
+	return &boundedMap[K, V]{max: max, maxBytes: maxBytes, m: map[K]V{}}
+}
+
+func (c *boundedMap[K, V]) get(k K) (V, bool) {
+	c.mu.RLock()
+	v, ok := c.m[k]
+	c.mu.RUnlock()
+	return v, ok
+}
+
+// put adds k, whose value holds about size bytes. A value larger than a
+// quarter of the budget is not kept: it would flush the others.
+func (c *boundedMap[K, V]) put(k K, v V, size int) {
+	if size > c.maxBytes/4 {
+		return
+	}
+	c.mu.Lock()
+	if len(c.m) >= c.max || c.bytes+size > c.maxBytes {
+		clear(c.m)
+		c.bytes = 0
+	}
+	c.m[k] = v
+	c.bytes += size
+	c.mu.Unlock()
+}
+
+// stackCache maps a 128-bit content hash of a stack to its ID and frames.
+type stackCache struct {
+	seeds [2]maphash.Seed
+	*boundedMap[[2]uint64, cachedStack]
+}
+
+type cachedStack struct {
+	id     string
+	prefix uint64          // idPrefix(id)
+	frames []indices.Frame // shared, never modified
+}
+
+func newStackCache(max, maxBytes int) *stackCache {
+	return &stackCache{seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, boundedMap: newBoundedMap[[2]uint64, cachedStack](max, maxBytes)}
+}
+
+func (c *stackCache) hash(b []byte) [2]uint64 {
+	return [2]uint64{maphash.Bytes(c.seeds[0], b), maphash.Bytes(c.seeds[1], b)}
+}
+
+// hashSlots is an open-addressing table from a 64-bit hash to an index,
+// for the lookups every sample (or new stack) makes. The hash is uniform
+// already (maphash, or mixed), so a slot is its low bits; a Go map spent
+// about three times as long per lookup. Equal hashes are the caller's to
+// check against the key.
+type hashSlots struct {
+	slots []hashSlot
+	n     int
+}
+
+type hashSlot struct {
+	hash uint64
+	at   int32 // index + 1; 0 is an empty slot
+}
+
+// reset empties t, sized for about hint entries (the previous profile's).
+func (t *hashSlots) reset(hint int) {
+	size := 64
+	for size < 2*hint {
+		size *= 2
+	}
+	if len(t.slots) != size && (len(t.slots) < size || len(t.slots) > 4*size) {
+		t.slots = make([]hashSlot, size)
+	} else {
+		clear(t.slots)
+	}
+	t.n = 0
+}
+
+func (t *hashSlots) get(h uint64) (int32, bool) {
+	mask := uint64(len(t.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		s := t.slots[i]
+		if s.at == 0 {
+			return 0, false
+		}
+		if s.hash == h {
+			return s.at - 1, true
+		}
+	}
+}
+
+// put adds h, which t does not have, at index at.
+func (t *hashSlots) put(h uint64, at int32) {
+	if 2*(t.n+1) > len(t.slots) {
+		old := t.slots
+		t.slots, t.n = make([]hashSlot, 2*len(old)), 0
+		for _, s := range old {
+			if s.at != 0 {
+				t.put(s.hash, s.at-1)
+			}
+		}
+	}
+	mask := uint64(len(t.slots) - 1)
+	i := h & mask
+	for t.slots[i].at != 0 {
+		i = (i + 1) & mask
+	}
+	t.slots[i] = hashSlot{hash: h, at: at + 1}
+	t.n++
+}
