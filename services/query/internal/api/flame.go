@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/url"
 
 	"github.com/stackstream/stackstream/schemas/record"
 	"github.com/stackstream/stackstream/services/query/internal/store"
@@ -16,24 +15,6 @@ func unit(t record.ProfileType) string {
 		return "nanoseconds"
 	}
 	return "bytes"
-}
-
-// parseSelection reads the profile type, the selector in selParam and the
-// range in fromParam and toParam.
-func (a *API) parseSelection(q url.Values, selParam, fromParam, toParam string) (store.Selection, error) {
-	typ, err := parseType(q)
-	if err != nil {
-		return store.Selection{}, err
-	}
-	sel, err := parseSelector(q, selParam)
-	if err != nil {
-		return store.Selection{}, err
-	}
-	tr, err := parseRange(q, fromParam, toParam, a.opts.Now(), a.opts.MaxRange)
-	if err != nil {
-		return store.Selection{}, err
-	}
-	return store.Selection{Type: typ, Selector: sel, Range: tr}, nil
 }
 
 // stacksTree merges the stacks; the value of stacks left out by MaxStacks

@@ -97,6 +97,24 @@ func parseRange(q url.Values, fromParam, toParam string, now time.Time, maxRange
 	return store.TimeRange{From: from, To: to, Now: now}, nil
 }
 
+// parseSelection reads the profile type, the selector in selParam and the
+// range in fromParam and toParam.
+func (a *API) parseSelection(q url.Values, selParam, fromParam, toParam string) (store.Selection, error) {
+	typ, err := parseType(q)
+	if err != nil {
+		return store.Selection{}, err
+	}
+	sel, err := parseSelector(q, selParam)
+	if err != nil {
+		return store.Selection{}, err
+	}
+	tr, err := parseRange(q, fromParam, toParam, a.opts.Now(), a.opts.MaxRange)
+	if err != nil {
+		return store.Selection{}, err
+	}
+	return store.Selection{Type: typ, Selector: sel, Range: tr}, nil
+}
+
 // parseType reads the profile type, cpu by default.
 func parseType(q url.Values) (record.ProfileType, error) {
 	s := q.Get("type")
