@@ -54,3 +54,9 @@ func TestRequestBodies(t *testing.T) {
 }
 
 func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
+
+func TestWildcardValue(t *testing.T) {
+	if got := wildcardValue(`a*b?c\`); got != `*a\*b\?c\\*` {
+		t.Fatalf("wildcardValue = %s", got)
+	}
+}

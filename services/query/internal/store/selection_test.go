@@ -29,9 +29,3 @@ func TestHourlySpan(t *testing.T) {
 		})
 	}
 }
-
-func TestWildcardValue(t *testing.T) {
-	if got := wildcardValue(`a*b?c\`); got != `*a\*b\?c\\*` {
-		t.Fatalf("wildcardValue = %s", got)
-	}
-}
