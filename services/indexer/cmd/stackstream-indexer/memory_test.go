@@ -56,15 +56,7 @@ func hostileMix(t *testing.T, at time.Time) []*kgo.Record {
 			out = append(out, &kgo.Record{Key: []byte(host), Value: v, Headers: record.Meta{Type: record.ProfileCPU, Host: host}.Headers()})
 		}
 	}
-	wide := pproftest.NewCPU(at, time.Second)
-	for i := range 2000 {
-		l := map[string]string{"pid": fmt.Sprint(i)}
-		for j := range 60 {
-			l[fmt.Sprint("k", j)] = strings.Repeat("v", 500)
-		}
-		wide.Sample(l, []int64{1, 2}, "f")
-	}
-	add(20, wide.Profile())
+	add(20, indexertest.WideLabelSets(at))
 
 	limits := record.DefaultLimits()
 	name := strings.Repeat("f", limits.MaxStringBytes)

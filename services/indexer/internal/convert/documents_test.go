@@ -384,17 +384,11 @@ func TestSampleDocIsJSON(t *testing.T) {
 // one of thousands of label sets; its documents are refused as too large
 // past docBudget, before they are all built.
 func TestDocumentBudget(t *testing.T) {
-	for _, tc := range fastCases(t) {
-		if tc.name != "documents over the budget" {
-			continue
-		}
-		_, err := decodeConvert(testLimits, testNames, tc.meta, "", tc.value, tc.fallback)
-		if !errors.Is(err, record.ErrTooLarge) {
-			t.Fatalf("decodeConvert of %d bytes = %v, want ErrTooLarge", len(tc.value), err)
-		}
-		return
+	tc := namedCase(t, "documents over the budget")
+	_, err := decodeConvert(testLimits, testNames, tc.meta, "", tc.value, tc.fallback)
+	if !errors.Is(err, record.ErrTooLarge) {
+		t.Fatalf("decodeConvert of %d bytes = %v, want ErrTooLarge", len(tc.value), err)
 	}
-	t.Fatal("no documents-over-the-budget case")
 }
 
 // TestConvertStoresFrameKinds: frames on the agent's pseudo-files carry

@@ -192,17 +192,7 @@ func fastCases(t testing.TB) []fastCase {
 		maps.Mapping(uint64(i)<<12, uint64(i+1)<<12, 0, "m", "")
 	}
 	cases = append(cases, fastCase{"too many mappings", cpu, encode(t, maps.Sample(nil, []int64{1, 2}, "f").Profile()), time.Time{}, false})
-	// Few bytes of pprof naming the same long label values in many label
-	// sets: more documents than the record's budget.
-	wide := pproftest.NewCPU(at, time.Second)
-	for i := range 2000 {
-		l := map[string]string{"pid": fmt.Sprint(i)}
-		for j := range 60 {
-			l[fmt.Sprint("k", j)] = strings.Repeat("v", 500)
-		}
-		wide.Sample(l, []int64{1, 2}, "f")
-	}
-	cases = append(cases, fastCase{"documents over the budget", cpu, encode(t, wide.Profile()), time.Time{}, false})
+	cases = append(cases, fastCase{"documents over the budget", cpu, encode(t, indexertest.WideLabelSets(at)), time.Time{}, false})
 	raw := encode(t, inl)
 	zr, err := gzip.NewReader(bytes.NewReader(raw))
 	if err != nil {
@@ -221,6 +211,18 @@ func fastCases(t testing.TB) []fastCase {
 	cases = append(cases, fastCase{"two period types", cpu, pproftest.Gzip(period), time.Time{}, false})
 	cases = append(cases, fastCase{"concatenated", cpu, pproftest.Gzip(append(append([]byte(nil), plain.Bytes()...), plain.Bytes()...)), time.Time{}, false})
 	return cases
+}
+
+// namedCase is the case of fastCases named name.
+func namedCase(t *testing.T, name string) fastCase {
+	t.Helper()
+	for _, tc := range fastCases(t) {
+		if tc.name == name {
+			return tc
+		}
+	}
+	t.Fatalf("no case %q", name)
+	return fastCase{}
 }
 
 // TestFastConvertMatchesGeneralPath: for every profile the fast path takes,
@@ -254,16 +256,10 @@ func TestFastConvertMatchesGeneralPath(t *testing.T) {
 // TestConvertUnknownLocationIsAnError: pprof leaves such a location nil; the
 // general path must reject it rather than crash the worker.
 func TestConvertUnknownLocationIsAnError(t *testing.T) {
-	for _, tc := range fastCases(t) {
-		if tc.name != "unknown location" {
-			continue
-		}
-		if _, err := decodeConvert(testLimits, testNames, tc.meta, "", tc.value, tc.fallback); err == nil {
-			t.Fatal("a sample with an unknown location was accepted")
-		}
-		return
+	tc := namedCase(t, "unknown location")
+	if _, err := decodeConvert(testLimits, testNames, tc.meta, "", tc.value, tc.fallback); err == nil {
+		t.Fatal("a sample with an unknown location was accepted")
 	}
-	t.Fatal("no unknown-location case")
 }
 
 // FuzzFastConvert: on any input the fast path never panics, and whatever it

@@ -10,9 +10,11 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/pprof/profile"
 	"github.com/opensearch-project/opensearch-go/v4/opensearchapi"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -113,6 +115,21 @@ func (c Corpus) Build() ([]Record, Totals, error) {
 		}
 	}
 	return out, tot, nil
+}
+
+// WideLabelSets is few bytes of pprof naming the same long label values in
+// many label sets (2,000 of 60 values of 500 bytes): more documents than
+// the record's budget.
+func WideLabelSets(at time.Time) *profile.Profile {
+	wide := pproftest.NewCPU(at, time.Second)
+	for i := range 2000 {
+		l := map[string]string{"pid": fmt.Sprint(i)}
+		for j := range 60 {
+			l[fmt.Sprint("k", j)] = strings.Repeat("v", 500)
+		}
+		wide.Sample(l, []int64{1, 2}, "f")
+	}
+	return wide.Profile()
 }
 
 // ManyProcesses is a real shape with more documents than protobuf: a memory
