@@ -1,7 +1,8 @@
 // Package indexer consumes symbolized profiles and writes their stacks and
 // samples to OpenSearch: a batch of records is turned into documents
-// (internal/convert), written with pkg/bulk, the records OpenSearch rejects (or that cannot be decoded)
-// go to the DLQ, and only then are the batch's offsets committed.
+// (internal/convert), written with pkg/bulk, the records OpenSearch rejects
+// (or that cannot be decoded) go to the DLQ, and only then are the batch's
+// offsets committed.
 package indexer
 
 import (
