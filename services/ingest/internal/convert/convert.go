@@ -205,7 +205,9 @@ func Pprof(data []byte, push Push, opts Options) ([]Record, error) {
 	}
 	if err := l.Check(raw); err == nil {
 		recs, err := wireRecords(raw, push, opts)
-		if !errors.Is(err, errSlowPath) {
+		// Not protobuf after all: the parsed path tries the legacy formats
+		// and names what is wrong.
+		if !errors.Is(err, errSlowPath) && !errors.Is(err, record.ErrNotPprof) {
 			return recs, err
 		}
 	} else if errors.Is(err, record.ErrTooLarge) {

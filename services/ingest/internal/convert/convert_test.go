@@ -213,3 +213,28 @@ func TestLegacyFormat(t *testing.T) {
 		t.Fatalf("decoded %v, %v", p, err)
 	}
 }
+
+// TestWireRefusesBadStringIndex: a function name past the string table is
+// refused, as the consumers' pprof decoder would refuse it.
+func TestWireRefusesBadStringIndex(t *testing.T) {
+	p := pproftest.NewCPU(now, time.Second).Sample(nil, []int64{1, 2}, "f").Profile()
+	m := &profile.Mapping{ID: 1, File: "/bin/x"}
+	p.Mapping = []*profile.Mapping{m}
+	p.Location[0].Mapping = m
+	var b bytes.Buffer
+	p.WriteUncompressed(&b)
+	raw := b.Bytes()
+	// The function's name index is its second field: 0x10 then the index.
+	fn := bytes.Index(raw, []byte{0x2a}) // field 5 (function), bytes
+	if fn < 0 || raw[fn+2] != 0x08 || raw[fn+4] != 0x10 {
+		t.Fatalf("unexpected encoding around %d: %x", fn, raw[fn:fn+8])
+	}
+	raw[fn+5] = 0x7f // string 127, the table holds far fewer
+	keep := func(t, d int64) (int64, int64, error) { return t, d, nil }
+	if _, _, err := rewriteWire(raw, map[string]string{"service": "s"}, keep); !errors.Is(err, record.ErrNotPprof) || !strings.Contains(err.Error(), "names string 127") {
+		t.Fatalf("rewrite err = %v, want ErrNotPprof naming string 127", err)
+	}
+	if _, err := Pprof(raw, Push{Service: "s"}, opts()); !errors.Is(err, record.ErrNotPprof) {
+		t.Fatalf("err = %v, want ErrNotPprof", err)
+	}
+}

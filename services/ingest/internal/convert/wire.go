@@ -41,6 +41,20 @@ const (
 	fLineFunctionID    = 1
 
 	fFunctionID = 1
+
+	fProfileDropFrames        = 7
+	fProfileKeepFrames        = 8
+	fProfilePeriodType        = 11
+	fProfileComment           = 13
+	fProfileDefaultSampleType = 14
+)
+
+// String table indexes, checked in range as pprof's decoder does.
+var (
+	valueTypeStrings = []protowire.Number{1, 2}    // type, unit
+	mappingStrings   = []protowire.Number{5, 6}    // filename, build_id
+	functionStrings  = []protowire.Number{2, 3, 4} // name, system_name, filename
+	labelStrings     = []protowire.Number{1, 2, 4} // key, str, num_unit
 )
 
 // wireProfile is what the first pass over a profile learns.
@@ -196,6 +210,9 @@ func rewriteWire(raw []byte, labels map[string]string, stamp func(timeNanos, dur
 				return nil, nil, err
 			}
 		case num == fProfileMapping && typ == protowire.BytesType:
+			if err := w.checkStrings(msg, mappingStrings); err != nil {
+				return nil, nil, err
+			}
 			if id := firstVarint(msg, fMappingID); w.named[id] && !w.unnamed[id] {
 				out = append(out, raw[run:start]...)
 				run = end
@@ -207,6 +224,15 @@ func rewriteWire(raw []byte, labels map[string]string, stamp func(timeNanos, dur
 		case num == fProfileTimeNanos || num == fProfileDurationNanos:
 			out = append(out, raw[run:start]...) // written below
 			run = end
+		case num == fProfileFunction && typ == protowire.BytesType:
+			err = w.checkStrings(msg, functionStrings)
+		case (num == fProfileSampleType || num == fProfilePeriodType) && typ == protowire.BytesType:
+			err = w.checkStrings(msg, valueTypeStrings)
+		case num == fProfileDropFrames || num == fProfileKeepFrames || num == fProfileDefaultSampleType || num == fProfileComment:
+			err = w.checkStrings(raw[start:end], []protowire.Number{num})
+		}
+		if err != nil {
+			return nil, nil, err
 		}
 	}
 	out = append(out, raw[run:]...)
@@ -244,8 +270,13 @@ func (w *wireProfile) rewriteSample(out, msg, label []byte, drop map[string]bool
 			if err := w.checkLocations(typ, field, payload); err != nil {
 				return nil, err
 			}
-		case num == fSampleLabel && typ == protowire.BytesType && w.dropLabel(payload, drop):
-			dropped += len(field)
+		case num == fSampleLabel && typ == protowire.BytesType:
+			if err := w.checkStrings(payload, labelStrings); err != nil {
+				return nil, err
+			}
+			if w.dropLabel(payload, drop) {
+				dropped += len(field)
+			}
 		}
 	}
 	out = protowire.AppendTag(out, fProfileSample, protowire.BytesType)
@@ -261,6 +292,62 @@ func (w *wireProfile) rewriteSample(out, msg, label []byte, drop map[string]bool
 		})
 	}
 	return append(out, label...), nil
+}
+
+// checkStrings checks that the varint fields nums of msg (packed or not)
+// are indexes into the string table.
+func (w *wireProfile) checkStrings(msg []byte, nums []protowire.Number) error {
+	check := func(num protowire.Number, v uint64) error {
+		if v >= uint64(len(w.strings)) {
+			return fmt.Errorf("%w: field %d names string %d, the table holds %d", record.ErrNotPprof, num, int64(v), len(w.strings))
+		}
+		return nil
+	}
+	for len(msg) > 0 {
+		num, typ, n := protowire.ConsumeTag(msg)
+		if n < 0 {
+			return fmt.Errorf("%w: %v", record.ErrNotPprof, protowire.ParseError(n))
+		}
+		msg = msg[n:]
+		want := false
+		for _, f := range nums {
+			want = want || f == num
+		}
+		switch {
+		case want && typ == protowire.VarintType:
+			v, m := protowire.ConsumeVarint(msg)
+			if m < 0 {
+				return fmt.Errorf("%w: %v", record.ErrNotPprof, protowire.ParseError(m))
+			}
+			if err := check(num, v); err != nil {
+				return err
+			}
+			msg = msg[m:]
+		case want && typ == protowire.BytesType: // packed
+			b, m := protowire.ConsumeBytes(msg)
+			if m < 0 {
+				return fmt.Errorf("%w: %v", record.ErrNotPprof, protowire.ParseError(m))
+			}
+			for len(b) > 0 {
+				v, k := protowire.ConsumeVarint(b)
+				if k < 0 {
+					return fmt.Errorf("%w: %v", record.ErrNotPprof, protowire.ParseError(k))
+				}
+				if err := check(num, v); err != nil {
+					return err
+				}
+				b = b[k:]
+			}
+			msg = msg[m:]
+		default:
+			m := protowire.ConsumeFieldValue(num, typ, msg)
+			if m < 0 {
+				return fmt.Errorf("%w: %v", record.ErrNotPprof, protowire.ParseError(m))
+			}
+			msg = msg[m:]
+		}
+	}
+	return nil
 }
 
 func (w *wireProfile) dropLabel(msg []byte, drop map[string]bool) bool {
