@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/pprof/profile"
+
 	"github.com/stackstream/stackstream/pkg/pproftest"
 	"github.com/stackstream/stackstream/schemas/record"
 )
@@ -18,6 +20,20 @@ func FuzzPprof(f *testing.F) {
 	p.WriteUncompressed(&raw)
 	f.Add(gz.Bytes())
 	f.Add(raw.Bytes())
+	// With a mapping, as SDK profiles come: the rewrite's path, not the
+	// parsed one (named frames without a mapping take that).
+	m := &profile.Mapping{ID: 1, Start: 0x1000, Limit: 0x2000, File: "/bin/app", BuildID: "ab"}
+	p.Mapping = []*profile.Mapping{m}
+	for _, loc := range p.Location {
+		loc.Mapping = m
+	}
+	p.Location = append(p.Location, &profile.Location{ID: 9, Mapping: m, Address: 0x1100})
+	p.Sample = append(p.Sample, &profile.Sample{Location: []*profile.Location{p.Location[len(p.Location)-1]}, Value: []int64{3, 4},
+		Label: map[string][]string{"tenant": {"x"}}})
+	p.DropFrames, p.Comments = "runtime\\..*", []string{"c"}
+	var mapped bytes.Buffer
+	p.WriteUncompressed(&mapped)
+	f.Add(mapped.Bytes())
 	l := record.DefaultLimits()
 	l.MaxSamples, l.MaxLocations, l.MaxFunctions, l.MaxStrings, l.MaxDecodeHeapBytes = 64, 64, 64, 256, 1<<20
 	l.MaxDecompressedBytes = 1 << 16
