@@ -28,6 +28,15 @@ const (
 	JSPointerMask = 1<<47 - 1 // #define JS_POINTER_MASK ((1ULL << 47) - 1)
 )
 
+// A Java frame in an unwound stack (hotspot.h): the flag and the Method*.
+const (
+	JavaFrameFlag   = 1 << 61   // #define JAVA_FRAME_FLAG (1ULL << 61)
+	JavaInterpreted = 1 << 60   // #define JAVA_INTERPRETED (1ULL << 60)
+	JavaPointerMask = 1<<47 - 1 // #define JAVA_POINTER_MASK ((1ULL << 47) - 1)
+	HotSpotMaxHeaps = 4         // #define HS_MAX_HEAPS 4
+	HotSpotNoField  = 0xffff    // #define HS_NO_FIELD 0xffff
+)
+
 // MaxTableRows is the largest table the unwinder's binary search covers.
 //
 //	#define UNWIND_SEARCH_STEPS 24
@@ -55,7 +64,10 @@ const (
 	CounterPythonNoThread    = 17 // #define COUNTER_PYTHON_NO_THREAD 17
 	CounterJSStacks          = 18 // #define COUNTER_JS_STACKS 18
 	CounterJSFrames          = 19 // #define COUNTER_JS_FRAMES 19
-	NumCounters              = 20 // #define COUNTER_MAX 20
+	CounterJavaStacks        = 20 // #define COUNTER_JAVA_STACKS 20
+	CounterJavaFrames        = 21 // #define COUNTER_JAVA_FRAMES 21
+	CounterJavaNoBlob        = 22 // #define COUNTER_JAVA_NO_BLOB 22
+	NumCounters              = 23 // #define COUNTER_MAX 23
 )
 
 // Rules of struct unwind_row, the values of unwind.Rule.

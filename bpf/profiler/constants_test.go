@@ -12,7 +12,7 @@ import (
 func TestConstantsMatchC(t *testing.T) {
 	defines := map[string]int{}
 	re := regexp.MustCompile(`(?m)^#define ([A-Z_0-9]+) \(?(-?[0-9]+)\)?`)
-	for _, f := range []string{"profile.bpf.c", "unwind.h", "python.h", "v8.h"} {
+	for _, f := range []string{"profile.bpf.c", "unwind.h", "python.h", "v8.h", "hotspot.h"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -34,7 +34,9 @@ func TestConstantsMatchC(t *testing.T) {
 		"COUNTER_UNWIND_NO_MAPPING": CounterUnwindNoMapping, "COUNTER_MAX": NumCounters,
 		"COUNTER_PYTHON_STACKS": CounterPythonStacks, "COUNTER_PYTHON_FRAMES": CounterPythonFrames,
 		"COUNTER_PYTHON_NO_THREAD": CounterPythonNoThread, "COUNTER_JS_STACKS": CounterJSStacks,
-		"COUNTER_JS_FRAMES": CounterJSFrames, "PY_NO_OFFSET": PythonNoOffset,
+		"COUNTER_JS_FRAMES": CounterJSFrames, "COUNTER_JAVA_STACKS": CounterJavaStacks,
+		"COUNTER_JAVA_FRAMES": CounterJavaFrames, "COUNTER_JAVA_NO_BLOB": CounterJavaNoBlob,
+		"HS_MAX_HEAPS": HotSpotMaxHeaps, "PY_NO_OFFSET": PythonNoOffset,
 		"PY_MAX_THREADS": PythonMaxThreads, "PY_INSTR_SHIFT": PythonInstrShift,
 		"REFRESH_MISS": RefreshMiss, "REFRESH_EXEC": RefreshExec, "REFRESH_FORK": RefreshFork,
 		"RULE_NONE": RuleNone, "RULE_RSP": RuleRSP, "RULE_RBP": RuleRBP, "RULE_PLT": RulePLT,
@@ -53,6 +55,9 @@ func TestConstantsMatchC(t *testing.T) {
 	}
 	if JSFrameFlag != 1<<62 || JSPointerMask != 1<<47-1 || JSFrameFlag&PythonFrameFlag != 0 {
 		t.Errorf("JS frame encoding: flag %#x, pointer mask %#x", uint64(JSFrameFlag), uint64(JSPointerMask))
+	}
+	if JavaFrameFlag != 1<<61 || JavaInterpreted != 1<<60 || JavaPointerMask != 1<<47-1 || JavaFrameFlag&(JSFrameFlag|PythonFrameFlag) != 0 {
+		t.Errorf("Java frame encoding: flag %#x, pointer mask %#x", uint64(JavaFrameFlag), uint64(JavaPointerMask))
 	}
 	if 1<<defines["UNWIND_SEARCH_STEPS"] != MaxTableRows {
 		t.Errorf("UNWIND_SEARCH_STEPS %d, Go MaxTableRows %d", defines["UNWIND_SEARCH_STEPS"], MaxTableRows)

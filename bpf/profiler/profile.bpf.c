@@ -41,7 +41,11 @@
 // JavaScript frames (v8.h).
 #define COUNTER_JS_STACKS 18 // samples of a V8 process walked with tables
 #define COUNTER_JS_FRAMES 19 // JavaScript frames recorded
-#define COUNTER_MAX 20
+// Java frames (hotspot.h).
+#define COUNTER_JAVA_STACKS 20  // samples of a HotSpot process walked with tables
+#define COUNTER_JAVA_FRAMES 21  // Java frames recorded
+#define COUNTER_JAVA_NO_BLOB 22 // code cache addresses in no blob found
+#define COUNTER_MAX 23
 
 #define TASK_COMM_LEN 16
 

@@ -13,6 +13,37 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type ProfileHotspotHeap struct {
+	_           structs.HostLayout
+	Low         uint64
+	High        uint64
+	Segmap      uint64
+	Log2Segment uint32
+	Pad         uint32
+}
+
+type ProfileHotspotProc struct {
+	_                 structs.HostLayout
+	CodeStart         uint64
+	CodeEnd           uint64
+	InterpStart       uint64
+	InterpEnd         uint64
+	Heaps             [4]ProfileHotspotHeap
+	HeapBlock         uint16
+	BlobName          uint16
+	BlobFrameSize     uint16
+	BlobFrameComplete uint16
+	BlobCode          uint16
+	BlobKind          uint16
+	NmethodMethod     uint16
+	InterpMethod      int16
+	InterpSenderSp    int16
+	FrameCompleteSize uint8
+	CodeIsOffset      uint8
+	NmethodKind       uint8
+	Pad               [3]uint8
+}
+
 type ProfilePythonProc struct {
 	_                    structs.HostLayout
 	Runtime              uint64
@@ -97,6 +128,7 @@ const (
 	ProfileMapCounts0         = "counts_0"
 	ProfileMapCounts1         = "counts_1"
 	ProfileMapGeneration      = "generation"
+	ProfileMapHotspotProcs    = "hotspot_procs"
 	ProfileMapPythonProcs     = "python_procs"
 	ProfileMapStacks0         = "stacks_0"
 	ProfileMapStacks1         = "stacks_1"
@@ -168,6 +200,7 @@ type ProfileMapSpecs struct {
 	Counts0         *ebpf.MapSpec `ebpf:"counts_0"`
 	Counts1         *ebpf.MapSpec `ebpf:"counts_1"`
 	Generation      *ebpf.MapSpec `ebpf:"generation"`
+	HotspotProcs    *ebpf.MapSpec `ebpf:"hotspot_procs"`
 	PythonProcs     *ebpf.MapSpec `ebpf:"python_procs"`
 	Stacks0         *ebpf.MapSpec `ebpf:"stacks_0"`
 	Stacks1         *ebpf.MapSpec `ebpf:"stacks_1"`
@@ -211,6 +244,7 @@ type ProfileMaps struct {
 	Counts0         *ebpf.Map `ebpf:"counts_0"`
 	Counts1         *ebpf.Map `ebpf:"counts_1"`
 	Generation      *ebpf.Map `ebpf:"generation"`
+	HotspotProcs    *ebpf.Map `ebpf:"hotspot_procs"`
 	PythonProcs     *ebpf.Map `ebpf:"python_procs"`
 	Stacks0         *ebpf.Map `ebpf:"stacks_0"`
 	Stacks1         *ebpf.Map `ebpf:"stacks_1"`
@@ -230,6 +264,7 @@ func (m *ProfileMaps) Close() error {
 		m.Counts0,
 		m.Counts1,
 		m.Generation,
+		m.HotspotProcs,
 		m.PythonProcs,
 		m.Stacks0,
 		m.Stacks1,

@@ -157,6 +157,9 @@ struct unwind_state {
 	__u8 js_fp;
 	__u64 js_frame;
 	struct v8_proc v8_proc; // copied once per sample: no lookup per frame
+	// HotSpot (hotspot.h): an address in [jvm_start, jvm_end), the code
+	// cache, is stepped by hotspot_step.
+	__u64 jvm_start, jvm_end;
 };
 
 // find_row returns the row covering pc in the table of m, or NULL.
@@ -217,6 +220,9 @@ static __always_inline int frame_pointer_step(struct unwind_state *s)
 	s->pc = frame[1];
 	return 0;
 }
+
+// HotSpot's walk (hotspot_step) steps with frame pointers too.
+#include "hotspot.h"
 
 // python_step records one Python frame of the eval-loop C frame being
 // replaced. A global function: the verifier checks it once, not once per
@@ -290,6 +296,8 @@ static long unwind_step(__u64 index, struct unwind_state *s)
 	lookup_pc = !s->walked || s->exact_pc ? pc : pc - 1;
 	if (s->py_more)
 		return python_step(s) ? 1 : 0;
+	if (lookup_pc >= s->jvm_start && lookup_pc < s->jvm_end)
+		return hotspot_step(s, lookup_pc) ? 1 : 0;
 	if (s->py_frame && !s->py_skip && lookup_pc >= s->eval_start && lookup_pc < s->eval_end) {
 		// This C frame runs Python frames: record them instead.
 		s->py_more = 1;
@@ -442,6 +450,12 @@ static __always_inline __u64 unwind_user(struct bpf_perf_event_data *ctx, __u32 
 		s.v8 = 1;
 		s.v8_proc = *v8;
 		count(COUNTER_JS_STACKS);
+	}
+	struct hotspot_proc *hs = bpf_map_lookup_elem(&hotspot_procs, &pid);
+	if (hs) {
+		s.jvm_start = hs->code_start;
+		s.jvm_end = hs->code_end;
+		count(COUNTER_JAVA_STACKS);
 	}
 	// Steps that record nothing (an eval-loop frame replaced, a shim
 	// frame skipped) make room for more iterations than frames.

@@ -23,6 +23,7 @@ import (
 	"github.com/stackstream/stackstream/schemas/record"
 	"github.com/stackstream/stackstream/services/agent/internal/elfinfo"
 	"github.com/stackstream/stackstream/services/agent/internal/heap"
+	"github.com/stackstream/stackstream/services/agent/internal/hotspot"
 	"github.com/stackstream/stackstream/services/agent/internal/proc"
 	"github.com/stackstream/stackstream/services/agent/internal/publish"
 	"github.com/stackstream/stackstream/services/agent/internal/python"
@@ -143,6 +144,12 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		a.unwind.v8 = v8.NewDetector(v8.DefaultFileLimits)
 		a.unwind.js = v8.NewResolver(cfg.ProcRoot, v8.DefaultReadLimits, v8.DefaultCacheEntries, v8.DefaultCacheBytes)
 		a.ps.js = a.unwind.js
+		a.unwind.hotspot = hotspot.NewDetector(hotspot.DefaultTableLimits)
+		a.unwind.java = hotspot.NewResolver(cfg.ProcRoot, hotspot.DefaultReadLimits, hotspot.DefaultCacheEntries, hotspot.DefaultCacheBytes)
+		a.ps.java = a.unwind.java
+		if a.ps.jit != nil {
+			a.ps.jit.named = a.unwind.javaNamed
+		}
 		a.unwind.m.budgetBytes.Set(float64(a.sampler.RowCapacity() * unwind.RowBytes))
 		// Processes running now are registered over the first intervals,
 		// before most of their samples.
@@ -198,6 +205,7 @@ func (a *Agent) Tick(ctx context.Context) {
 			"unwind_truncated": c.UnwindTruncated, "unwind_stacks_full": c.UnwindStacksFull,
 			"python_stacks": c.PythonStacks, "python_frames": c.PythonFrames, "python_no_thread": c.PythonNoThread,
 			"js_stacks": c.JSStacks, "js_frames": c.JSFrames,
+			"java_stacks": c.JavaStacks, "java_frames": c.JavaFrames, "java_no_blob": c.JavaNoBlob,
 		} {
 			a.m.bpfCounters.WithLabelValues(event).Set(float64(v))
 		}

@@ -50,6 +50,10 @@ type jitFrames struct {
 	javaEvery time.Duration // 0: JVMs are not asked
 	inFlight  int
 	results   chan attachResult
+
+	// named reports JVMs whose Java frames their own tables name (hotspot):
+	// not asked. nil: all are.
+	named func(pid int) bool
 }
 
 // jitProcess is one process's perf map and attach state.
@@ -258,7 +262,8 @@ func (j *jitFrames) tick(ps *processes, samples []sampler.Sample) {
 				continue // not a JVM: no state kept for it
 			}
 			jp := j.process(ps, p)
-			if jp.runtime != perfmap.RuntimeJava || !jp.statusOK || jp.attaching || jp.attachOff || now.Before(jp.nextAttach) {
+			if jp.runtime != perfmap.RuntimeJava || !jp.statusOK || jp.attaching || jp.attachOff || now.Before(jp.nextAttach) ||
+				(j.named != nil && j.named(s.PID)) {
 				continue
 			}
 			j.attach(s.PID, jp)

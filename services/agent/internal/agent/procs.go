@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/stackstream/stackstream/schemas/record"
+	"github.com/stackstream/stackstream/services/agent/internal/hotspot"
 	"github.com/stackstream/stackstream/services/agent/internal/proc"
 	"github.com/stackstream/stackstream/services/agent/internal/python"
 	"github.com/stackstream/stackstream/services/agent/internal/v8"
@@ -63,10 +64,11 @@ type processes struct {
 	binaries map[fileKey]*binary
 	interval uint64
 	files    *fileGate
-	mapFiles bool             // open mapped files through /proc/PID/map_files first
-	jit      *jitFrames       // names JIT code from perf maps; nil: off
-	python   *python.Resolver // names Python frames; nil without table unwinding
-	js       *v8.Resolver     // names JavaScript frames; nil without table unwinding
+	mapFiles bool              // open mapped files through /proc/PID/map_files first
+	jit      *jitFrames        // names JIT code from perf maps; nil: off
+	python   *python.Resolver  // names Python frames; nil without table unwinding
+	js       *v8.Resolver      // names JavaScript frames; nil without table unwinding
+	java     *hotspot.Resolver // names Java frames; nil without table unwinding
 }
 
 func newProcesses(fs proc.FS, t *proc.Targets, files *fileGate) *processes {

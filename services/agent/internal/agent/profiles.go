@@ -6,6 +6,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/stackstream/stackstream/schemas/record"
+	"github.com/stackstream/stackstream/services/agent/internal/hotspot"
 	"github.com/stackstream/stackstream/services/agent/internal/proc"
 	"github.com/stackstream/stackstream/services/agent/internal/python"
 	"github.com/stackstream/stackstream/services/agent/internal/sampler"
@@ -43,6 +44,11 @@ type cpuProfile struct {
 	jsMap   *profile.Mapping
 	jsLocs  map[jsKey]*profile.Location
 	jsFuncs map[jsKey]*profile.Function
+
+	// Java frames (hotspot.go); java nil: none are named.
+	java     *hotspot.Resolver
+	javaMap  *profile.Mapping
+	javaLocs map[javaKey]*profile.Location
 }
 
 type mappingKey struct {
@@ -77,6 +83,8 @@ func newCPUProfile(ps *processes, ks *proc.Kallsyms, start time.Time, dur time.D
 		js:        ps.js,
 		jsLocs:    map[jsKey]*profile.Location{},
 		jsFuncs:   map[jsKey]*profile.Function{},
+		java:      ps.java,
+		javaLocs:  map[javaKey]*profile.Location{},
 	}
 }
 
@@ -93,6 +101,10 @@ func (c *cpuProfile) add(p *process, s sampler.Sample) {
 		}
 		if v8.IsFrame(pc) {
 			locs = append(locs, c.jsLocation(p, pc))
+			continue
+		}
+		if hotspot.IsFrame(pc) {
+			locs = append(locs, c.javaLocation(p, pc))
 			continue
 		}
 		locs = append(locs, c.userLocation(p, pc))

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/stackstream/stackstream/services/agent/internal/hotspot"
 	"github.com/stackstream/stackstream/services/agent/internal/proc"
 	"github.com/stackstream/stackstream/services/agent/internal/python"
 	"github.com/stackstream/stackstream/services/agent/internal/sampler"
@@ -33,6 +34,8 @@ type unwinder struct {
 	python   *python.Resolver
 	js       *v8.Resolver // nil: JavaScript frames not walked
 	v8       *v8.Detector
+	hotspot  *hotspot.Detector // nil: Java frames not walked
+	java     *hotspot.Resolver
 
 	registered map[int]uint64 // pid -> start time at registration
 	pending    []int          // running at start, registered as the ticks allow
@@ -142,6 +145,7 @@ func (u *unwinder) tick(ps *processes, samples []sampler.Sample) {
 			u.reg.RemoveProcess(pid)
 			u.registerPython(pid, nil)
 			u.registerV8(pid, nil)
+			u.registerHotSpot(pid, nil)
 			delete(u.registered, pid)
 		}
 	}
@@ -159,7 +163,8 @@ func (u *unwinder) register(pid int) error {
 	var prepared unwind.Prepared
 	var py *python.Process
 	var js *v8.Process
-	var err error
+	var jvm *hotspot.Process
+	var err, jvmErr error
 	fs, seen, mapFiles := u.fs, u.reg.Seen(), u.mapFiles
 	if gerr := u.files.do(procKey(pid), func() {
 		prepared, err = unwind.Prepare(fs, pid, seen, unwind.DefaultLimits, mapFiles)
@@ -170,6 +175,7 @@ func (u *unwinder) register(pid int) error {
 				// Not node, or a V8 whose metadata the agent cannot use.
 				js, _ = u.v8.Detect(fs, pid, mapFiles)
 			}
+			jvm, jvmErr = u.detectHotSpot(pid)
 		}
 	}); gerr != nil {
 		return gerr
@@ -183,5 +189,12 @@ func (u *unwinder) register(pid int) error {
 	if err := u.registerPython(pid, py); err != nil {
 		return err
 	}
-	return u.registerV8(pid, js)
+	if err := u.registerV8(pid, js); err != nil {
+		return err
+	}
+	if err := u.registerHotSpot(pid, jvm); err != nil {
+		return err
+	}
+	// A JVM still starting: registered again at its next sample.
+	return jvmErr
 }

@@ -80,6 +80,10 @@ type Counters struct {
 	// JavaScript frames (bpf/profiler/v8.h).
 	JSStacks uint64 // samples of a V8 process walked with tables
 	JSFrames uint64 // JavaScript frames recorded
+	// Java frames (bpf/profiler/hotspot.h).
+	JavaStacks uint64 // samples of a HotSpot process walked with tables
+	JavaFrames uint64 // Java frames recorded
+	JavaNoBlob uint64 // code cache addresses in no blob found
 }
 
 // Sampler owns the BPF objects and perf events.
@@ -129,6 +133,7 @@ func New(log *slog.Logger, cfg Config) (*Sampler, error) {
 	spec.Maps[profiler.ProfileMapUnwindRefresh].MaxEntries = uint32(max(cfg.UnwindProcesses, 1))
 	spec.Maps[profiler.ProfileMapPythonProcs].MaxEntries = uint32(max(cfg.UnwindProcesses, 1))
 	spec.Maps[profiler.ProfileMapV8Procs].MaxEntries = uint32(max(cfg.UnwindProcesses, 1))
+	spec.Maps[profiler.ProfileMapHotspotProcs].MaxEntries = uint32(max(cfg.UnwindProcesses, 1))
 	s := &Sampler{log: log, cfg: cfg, rows: newRowAllocator(uint32(rows)), procKeys: map[int][]profiler.ProfileUnwindMappingKey{}}
 	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
@@ -360,7 +365,8 @@ func (s *Sampler) Counters() (Counters, error) {
 	dst := []*uint64{&c.Samples, &c.UserStackErrors, &c.KernelStackErrors, &c.CountsFull,
 		&c.UnwindStacks, &c.UnwindComplete, &c.UnwindFPFrames, &c.UnwindNoRow, &c.UnwindUnsupported,
 		&c.UnwindSignal, &c.UnwindRBPLost, &c.UnwindReadErrors, &c.UnwindTruncated, &c.UnwindStacksFull, &c.UnwindNoMapping,
-		&c.PythonStacks, &c.PythonFrames, &c.PythonNoThread, &c.JSStacks, &c.JSFrames}
+		&c.PythonStacks, &c.PythonFrames, &c.PythonNoThread, &c.JSStacks, &c.JSFrames,
+		&c.JavaStacks, &c.JavaFrames, &c.JavaNoBlob}
 	for i := range profiler.NumCounters {
 		var perCPU []uint64
 		if err := s.objs.Counters.Lookup(uint32(i), &perCPU); err != nil {

@@ -231,3 +231,15 @@ func (s *Sampler) SetV8(pid int, p profiler.ProfileV8Proc) error {
 
 // RemoveV8 forgets the V8 layout of pid.
 func (s *Sampler) RemoveV8(pid int) { s.objs.V8Procs.Delete(uint32(pid)) }
+
+// SetHotSpot names the code cache layout of a registered JVM: its Java
+// frames are recorded as such and unwound (bpf/profiler/hotspot.h).
+func (s *Sampler) SetHotSpot(pid int, p profiler.ProfileHotspotProc) error {
+	if err := s.objs.HotspotProcs.Put(uint32(pid), p); err != nil {
+		return fmt.Errorf("register hotspot process %d: %w", pid, err)
+	}
+	return nil
+}
+
+// RemoveHotSpot forgets the code cache layout of pid.
+func (s *Sampler) RemoveHotSpot(pid int) { s.objs.HotspotProcs.Delete(uint32(pid)) }

@@ -1,0 +1,186 @@
+package hotspot
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"github.com/stackstream/stackstream/services/agent/internal/elfinfo"
+	"github.com/stackstream/stackstream/services/agent/internal/proc"
+)
+
+// libjvm is the file HotSpot lives in.
+const libjvm = "libjvm.so"
+
+// maxDynsymBytes bounds .dynsym and .dynstr, each (HotSpot 25: 40 KiB).
+const maxDynsymBytes = 16 << 20
+
+// fileSymbols is what one libjvm.so gives: its exported table symbols
+// (ELF virtual addresses) and its loadable segments.
+type fileSymbols struct {
+	syms  map[string]uint64
+	loads []elf.ProgHeader
+}
+
+// Detector finds HotSpot in processes; the symbols of each libjvm.so are
+// kept by file identity (at most maxFiles), read once, not per process.
+type Detector struct {
+	tables TableLimits
+
+	mu    sync.Mutex
+	files map[proc.FileID]fileResult
+}
+
+type fileResult struct {
+	f   *fileSymbols
+	err error
+}
+
+const maxFiles = 16
+
+// NewDetector returns a Detector reading the tables within lim.
+func NewDetector(lim TableLimits) *Detector {
+	return &Detector{tables: lim, files: map[proc.FileID]fileResult{}}
+}
+
+// Detect finds the HotSpot pid runs, if any: libjvm.so mapped, its tables
+// read from fs.Root/PID/mem, the code cache initialized. A JVM still
+// starting fails with ErrNotReady wrapped; call again later.
+func (d *Detector) Detect(fs proc.FS, pid int, mapFiles bool) (*Process, error) {
+	maps, err := fs.ReadMaps(pid)
+	if err != nil && len(maps) == 0 {
+		return nil, fmt.Errorf("read maps of pid %d: %w", pid, err)
+	}
+	for _, m := range maps {
+		if filepath.Base(m.Path) != libjvm {
+			continue
+		}
+		fsyms, err := d.file(fs, pid, m, mapFiles)
+		if err != nil {
+			return nil, err
+		}
+		bias, ok := biasOf(fsyms.loads, m)
+		if !ok {
+			return nil, fmt.Errorf("%w: mapping at offset %#x of %s in no PT_LOAD", ErrInvalid, m.Offset, m.Path)
+		}
+		syms := make(map[string]uint64, len(fsyms.syms))
+		for k, v := range fsyms.syms {
+			syms[k] = v + bias
+		}
+		mem, err := os.Open(fs.Root + "/" + strconv.Itoa(pid) + "/mem")
+		if err != nil {
+			return nil, fmt.Errorf("open memory of pid %d: %w", pid, err)
+		}
+		defer mem.Close()
+		vm, err := ReadVMStructs(mem, syms, d.tables)
+		if err != nil {
+			return nil, err
+		}
+		p, err := newProcess(mem, vm)
+		if err != nil {
+			return nil, err
+		}
+		p.PID, p.Path = pid, m.Path
+		return p, nil
+	}
+	return nil, fmt.Errorf("pid %d: %w", pid, ErrNotJVM)
+}
+
+func (d *Detector) file(fs proc.FS, pid int, m proc.Mapping, mapFiles bool) (*fileSymbols, error) {
+	mf, err := fs.OpenMapped(pid, m, mapFiles)
+	if err != nil {
+		return nil, err
+	}
+	defer mf.Close()
+	d.mu.Lock()
+	r, ok := d.files[mf.ID]
+	d.mu.Unlock()
+	if ok {
+		return r.f, r.err
+	}
+	f, err := mf.Open()
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r.f, r.err = readSymbols(f, mf.ID.Size)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.files) >= maxFiles {
+		clear(d.files)
+	}
+	d.files[mf.ID] = r
+	return r.f, r.err
+}
+
+// biasOf is what to add to an ELF virtual address of the file mapped by m.
+func biasOf(loads []elf.ProgHeader, m proc.Mapping) (uint64, bool) {
+	for _, p := range loads {
+		if p.Off <= m.Offset && m.Offset < p.Off+p.Filesz {
+			return m.Start - (m.Offset - p.Off + p.Vaddr), true
+		}
+	}
+	return 0, false
+}
+
+// readSymbols reads the gHotSpotVM* symbols of libjvm.so's .dynsym. The
+// file is hostile: headers are checked before allocation, the tables
+// bounded, and nothing allocated per symbol but the few kept.
+func readSymbols(r io.ReaderAt, size int64) (*fileSymbols, error) {
+	ef, err := elfinfo.Open(r, size)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if ef.Class != elf.ELFCLASS64 || ef.Machine != elf.EM_X86_64 || ef.Data != elf.ELFDATA2LSB {
+		return nil, fmt.Errorf("%w: %v %v (x86-64 only)", ErrUnsupported, ef.Class, ef.Machine)
+	}
+	out := &fileSymbols{syms: map[string]uint64{}}
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_LOAD {
+			out.loads = append(out.loads, p.ProgHeader)
+		}
+	}
+	ss, st := ef.Section(".dynsym"), ef.Section(".dynstr")
+	if ss == nil || st == nil || ss.Type == elf.SHT_NOBITS || st.Type == elf.SHT_NOBITS {
+		return nil, fmt.Errorf("%w: no .dynsym", ErrNotJVM)
+	}
+	for _, s := range []*elf.Section{ss, st} {
+		if s.Size > maxDynsymBytes || s.Offset > uint64(size) || s.Size > uint64(size)-s.Offset {
+			return nil, fmt.Errorf("%w: %s of %d bytes at %d (file %d, limit %d)", ErrInvalid, s.Name, s.Size, s.Offset, size, maxDynsymBytes)
+		}
+	}
+	syms := make([]byte, ss.Size)
+	if _, err := r.ReadAt(syms, int64(ss.Offset)); err != nil {
+		return nil, fmt.Errorf("%w: read .dynsym: %v", ErrInvalid, err)
+	}
+	strs := make([]byte, st.Size)
+	if _, err := r.ReadAt(strs, int64(st.Offset)); err != nil {
+		return nil, fmt.Errorf("%w: read .dynstr: %v", ErrInvalid, err)
+	}
+	le := binary.LittleEndian
+	const entry = 24 // Elf64_Sym
+	for i := 0; i+entry <= len(syms); i += entry {
+		e := syms[i : i+entry]
+		nameOff := uint64(le.Uint32(e[0:]))
+		if elf.SectionIndex(le.Uint16(e[6:])) == elf.SHN_UNDEF || nameOff >= uint64(len(strs)) {
+			continue
+		}
+		name := strs[nameOff:]
+		if !bytes.HasPrefix(name, []byte(symPrefix)) {
+			continue
+		}
+		if n := bytes.IndexByte(name, 0); n >= 0 && n <= maxSymLength {
+			out.syms[string(name[:n])] = le.Uint64(e[8:])
+		}
+	}
+	if len(out.syms) == 0 {
+		return nil, fmt.Errorf("%w: no gHotSpotVM symbols exported", ErrNotJVM)
+	}
+	return out, nil
+}

@@ -1,0 +1,276 @@
+package sampler
+
+import (
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/stackstream/stackstream/pkg/testenv"
+	"github.com/stackstream/stackstream/services/agent/internal/hotspot"
+	"github.com/stackstream/stackstream/services/agent/internal/proc"
+	"github.com/stackstream/stackstream/services/agent/internal/unwind"
+	"github.com/stackstream/stackstream/services/agent/internal/workload"
+)
+
+// javaMainComm is the name of the thread running main: the launcher's
+// thread keeps the process's name; the VM's own threads are named for what
+// they do (C2 CompilerThre, VM Thread, GC Thread#0).
+const javaMainComm = "java"
+
+// javaRunStats samples cmd with tables and, withJava, its code cache
+// registered, after warm (the JVM starting, hotJavaMethod compiled); it
+// returns the stacks of the thread running main (native frames as
+// "file:function", Java ones as "java:Class.method", innermost first) and
+// the BPF program's mean run time per sample over the host's samples.
+func javaRunStats(t testing.TB, cmd *exec.Cmd, warm, d time.Duration, withJava bool) ([][]string, []uint64, Counters, *hotspot.Process, float64) {
+	t.Helper()
+	testenv.Root(t)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s, err := New(log, Config{Frequency: 199, CountsSize: 4096, StacksSize: 4096,
+		UnwindTableBytes: 64 << 20, UnwindMappings: 8192, UnwindProcesses: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	pid := cmd.Process.Pid
+	time.Sleep(warm)
+	fs := proc.FS{Root: "/proc"}
+	reg := unwind.NewRegistry(log, fs, s, unwind.DefaultLimits)
+	det := hotspot.NewDetector(hotspot.DefaultTableLimits)
+	res := hotspot.NewResolver("/proc", hotspot.DefaultReadLimits, hotspot.DefaultCacheEntries, hotspot.DefaultCacheBytes)
+	var jvm *hotspot.Process
+	register := func() {
+		if err := reg.AddProcess(pid); err != nil {
+			t.Fatal(err)
+		}
+		if jvm, err = det.Detect(fs, pid, true); err != nil {
+			t.Fatal(err)
+		}
+		if !withJava {
+			return
+		}
+		if err := s.SetHotSpot(pid, jvm.BPF()); err != nil {
+			t.Fatal(err)
+		}
+		res.Add(jvm)
+	}
+	register()
+	refresh := func(d time.Duration) {
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+			for _, p := range s.Refresh() {
+				if p == pid {
+					register()
+				}
+			}
+		}
+	}
+	refresh(500 * time.Millisecond)
+	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stats.Close()
+	s.Drain()
+	before, err := s.objs.ProfileCpu.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	refresh(d)
+	after, err := s.objs.ProfileCpu.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nsPerSample float64
+	if runs := after.RunCount - before.RunCount; runs > 0 {
+		nsPerSample = float64(after.Runtime-before.Runtime) / float64(runs)
+	}
+	samples, _, err := s.Drain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sym := newSymbolizer(t, pid)
+	var stacks [][]string
+	var counts []uint64
+	for _, smp := range samples {
+		if smp.PID != pid || smp.Comm != javaMainComm {
+			continue
+		}
+		var st []string
+		for i, v := range smp.User {
+			if hotspot.IsFrame(v) {
+				m, err := res.Method(pid, hotspot.DecodeFrame(v))
+				if err != nil {
+					st = append(st, "java:?")
+					continue
+				}
+				if hotspot.Interpreted(v) {
+					st = append(st, "java:"+m.Function()+" (interpreted)")
+				} else {
+					st = append(st, "java:"+m.Function())
+				}
+				continue
+			}
+			pc := v
+			if i > 0 {
+				pc--
+			}
+			st = append(st, sym.name(pc))
+		}
+		stacks = append(stacks, st)
+		counts = append(counts, smp.Count)
+	}
+	c, err := s.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.RemoveHotSpot(pid)
+	reg.RemoveProcess(pid)
+	return stacks, counts, c, jvm, nsPerSample
+}
+
+// javaFrames are the Java frames of st, innermost first.
+func javaFrames(st []string) []string {
+	var out []string
+	for _, f := range st {
+		if strings.HasPrefix(f, "java:") {
+			out = append(out, strings.TrimSuffix(f[5:], " (interpreted)"))
+		}
+	}
+	return out
+}
+
+// javaRoot reports whether st reaches the root of the thread running main:
+// the launcher's JavaMain under libc's thread start.
+func javaRoot(st []string) bool {
+	for _, f := range st {
+		if strings.HasSuffix(f, ":JavaMain") {
+			return complete(st) || strings.HasPrefix(st[len(st)-1], "libc.so.6:")
+		}
+	}
+	return false
+}
+
+// TestJavaFrames: HotSpot 17 (Debian's default JDK) and 25 (Temurin, where
+// present), without flags and interpreted only (-Xint), sampled on the
+// real kernel: hotJavaMethod <- middle <- outer <- main named from the
+// VM's own tables, then the native frames to the thread's root.
+func TestJavaFrames(t *testing.T) {
+	for _, c := range []struct {
+		name, home string
+		need       bool
+		flags      []string
+	}{
+		{"jdk17", workload.JDK17, true, nil},
+		{"jdk17-xint", workload.JDK17, true, []string{"-Xint"}},
+		{"jdk25", workload.JDK25, false, nil},
+		{"jdk25-xint", workload.JDK25, false, []string{"-Xint"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := os.Stat(c.home); err != nil && !c.need {
+				t.Skipf("%s: %v", c.home, err)
+			}
+			cmd := workload.JavaChain(t, c.home, c.flags...)
+			stacks, counts, ctr, jvm, _ := javaRunStats(t, cmd, 1500*time.Millisecond, 4*time.Second, true)
+			want := strings.Join(workload.JavaChainMethods, " ")
+			var total, hot, exact, rooted, compiled uint64
+			top := 0
+			for i, st := range stacks {
+				total += counts[i]
+				if counts[i] > counts[top] {
+					top = i
+				}
+				if javaRoot(st) {
+					rooted += counts[i]
+				}
+				fr := javaFrames(st)
+				if len(fr) == 0 || fr[0] != workload.JavaChainMethods[0] {
+					if counts[i]*50 > total {
+						t.Logf("%d samples: %s", counts[i], strings.Join(st, " <- "))
+					}
+					continue
+				}
+				hot += counts[i]
+				if !strings.HasSuffix(st[0], "(interpreted)") {
+					compiled += counts[i]
+				}
+				if strings.Join(fr, " ") == want {
+					exact += counts[i]
+				} else {
+					t.Logf("%d samples: %s", counts[i], strings.Join(st, " <- "))
+				}
+			}
+			if len(stacks) > 0 {
+				t.Logf("most frequent stack (%d samples): %s", counts[top], strings.Join(stacks[top], " <- "))
+			}
+			t.Logf("%s: code cache [%#x, %#x), %d heaps, interpreter [%#x, %#x): %d samples, %d name hotJavaMethod (%.1f%%), %d compiled, %d exact chain, %d reach the thread root (%.1f%%); counters %+v",
+				jvm.Path, jvm.CodeStart, jvm.CodeEnd, len(jvm.Heaps), jvm.InterpStart, jvm.InterpEnd, total, hot,
+				100*float64(hot)/float64(max(total, 1)), compiled, exact, rooted, 100*float64(rooted)/float64(max(total, 1)), ctr)
+			// On a loaded host the thread gets fewer samples: 50 still tell.
+			if total < 50 {
+				t.Fatalf("only %d samples", total)
+			}
+			if hot*100 < total*95 {
+				t.Errorf("%d of %d samples name hotJavaMethod, want 95%%", hot, total)
+			}
+			if exact*100 < hot*95 {
+				t.Errorf("%d of %d hotJavaMethod samples have %s", exact, hot, want)
+			}
+			// Without -Xint hotJavaMethod's loop is compiled within the warm-up.
+			if interpreted := len(c.flags) > 0; (interpreted && compiled > 0) || (!interpreted && compiled*100 < hot*90) {
+				t.Errorf("%d of %d hotJavaMethod samples compiled, flags %v", compiled, hot, c.flags)
+			}
+			if rooted*100 < total*95 {
+				t.Errorf("%d of %d samples reach the thread root, want 95%%", rooted, total)
+			}
+		})
+	}
+}
+
+// BenchmarkJavaFrames samples the Java chain for 3 s at 199 Hz with its
+// code cache registered and not (native tables only) and reports the share
+// of its main thread's samples naming hotJavaMethod, the median number of
+// Java frames, and the BPF program's mean run time per sample (every
+// sample on the host). b.N is not used.
+func BenchmarkJavaFrames(b *testing.B) {
+	for _, withJava := range []bool{false, true} {
+		name := "native-only"
+		if withJava {
+			name = "java-frames"
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+			}
+			cmd := workload.JavaChain(b, workload.JDK17)
+			stacks, counts, _, _, ns := javaRunStats(b, cmd, 1500*time.Millisecond, 3*time.Second, withJava)
+			var total, hot uint64
+			var depths []int
+			for i, st := range stacks {
+				total += counts[i]
+				fr := javaFrames(st)
+				if len(fr) > 0 && fr[0] == workload.JavaChainMethods[0] {
+					hot += counts[i]
+				}
+				for range counts[i] {
+					depths = append(depths, len(fr))
+				}
+			}
+			if total == 0 {
+				b.Fatal("no samples")
+			}
+			b.ReportMetric(100*float64(hot)/float64(total), "hotJavaMethod-%")
+			b.ReportMetric(float64(medianInt(depths)), "java-frames")
+			b.ReportMetric(ns, "bpf-ns/sample")
+			b.ReportMetric(float64(total), "samples")
+		})
+	}
+}
