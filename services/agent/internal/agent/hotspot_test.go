@@ -16,14 +16,17 @@ import (
 // agent, are published with their Java frames as "[java]" locations
 // (Class.method, the source file) from the VM's own tables, in call order,
 // above the native frames down to the thread's root, from the third
-// interval.
+// interval. A JVM started after the agent is found once its code cache
+// exists (registered again at its next samples until then).
 func TestJavaProfile(t *testing.T) {
 	for _, c := range []struct {
 		name, home string
 		need       bool
+		after      bool // the JVM starts after the agent
 	}{
-		{"jdk17", workload.JDK17, true},
-		{"jdk25", workload.JDK25, false}, // skipped where absent, even under CI
+		{"jdk17", workload.JDK17, true, false},
+		{"jdk17-started-after", workload.JDK17, true, true},
+		{"jdk25", workload.JDK25, false, false}, // skipped where absent, even under CI
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if _, err := os.Stat(c.home); err != nil && !c.need {
@@ -31,14 +34,24 @@ func TestJavaProfile(t *testing.T) {
 			}
 			e := newEnv(t)
 			cmd := workload.JavaChain(t, c.home)
+			cfg := Config{UnwindTableBytes: 64 << 20, UnwindMappings: 8192, UnwindProcesses: 64,
+				PerfMaps: true, JavaPerfMap: true, JavaPerfMapInterval: time.Minute}
+			var a *running
+			if c.after {
+				// The JVM's PID is not known yet: its name.
+				cfg.Comm = "^java$"
+				a = start(t, e, cfg)
+			}
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
 			defer func() { cmd.Process.Kill(); cmd.Wait() }()
 			pid := cmd.Process.Pid
-			time.Sleep(time.Second)
-			a := start(t, e, Config{PIDs: []int{pid}, UnwindTableBytes: 64 << 20, UnwindMappings: 8192, UnwindProcesses: 64,
-				PerfMaps: true, JavaPerfMap: true, JavaPerfMapInterval: time.Minute})
+			if !c.after {
+				time.Sleep(time.Second)
+				cfg.PIDs = []int{pid}
+				a = start(t, e, cfg)
+			}
 			time.Sleep(6500 * time.Millisecond)
 			a.stop(t)
 
