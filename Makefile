@@ -19,7 +19,7 @@ BINARIES := \
 # Binaries whose main package exists so far.
 BUILDABLE := $(foreach b,$(BINARIES),$(if $(wildcard $(b)/main.go),$(b)))
 
-.PHONY: up down status run build test e2e bench generate lint fuzz clean
+.PHONY: up down status run build test e2e bench generate check-generated lint fuzz clean
 
 up: ## start local Kafka + OpenSearch on 127.0.0.1 (downloads once)
 	deploy/local/up.sh
@@ -58,6 +58,9 @@ bench: build ## benchmarks: go test -bench plus the harnesses that print tables
 
 generate: ## rebuild bpf2go output (needs clang, llvm, libbpf-dev)
 	cd bpf && go generate ./...
+
+check-generated: generate ## fail if the committed bpf2go output differs from what its sources give
+	@git diff --quiet -- bpf || { git diff --stat -- bpf; echo "check-generated: bpf2go output is stale: run make generate and commit it"; exit 1; }
 
 lint:
 	go vet $(PKGS)
