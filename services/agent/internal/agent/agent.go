@@ -254,11 +254,13 @@ func (a *Agent) Tick(ctx context.Context) {
 		a.publishProfile(record.ProfileHeap, p, nil)
 	}
 	a.ps.sweep(3)
-	if a.ps.jit != nil {
-		a.ps.jit.tick(a.ps, samples)
-	}
+	// Unwinding first: a JVM whose Java frames its own tables name from
+	// this interval on is not asked for a perf map.
 	if a.unwind != nil {
 		a.unwind.tick(a.ps, samples)
+	}
+	if a.ps.jit != nil {
+		a.ps.jit.tick(a.ps, samples)
 	}
 	a.m.processes.Set(float64(len(a.ps.procs)))
 	a.d.Publisher.LogDrops()

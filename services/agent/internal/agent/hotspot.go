@@ -31,6 +31,11 @@ func (c *cpuProfile) javaLocation(p *process, v uint64) *profile.Location {
 			k = javaKey{m.Function(), m.File}
 		}
 	}
+	return c.javaNamed(k)
+}
+
+// javaNamed is the "[java]" location of k, one per profile.
+func (c *cpuProfile) javaNamed(k javaKey) *profile.Location {
 	if loc, ok := c.javaLocs[k]; ok {
 		return loc
 	}
@@ -45,6 +50,20 @@ func (c *cpuProfile) javaLocation(p *process, v uint64) *profile.Location {
 	c.javaLocs[k] = loc
 	c.p.Location = append(c.p.Location, loc)
 	return loc
+}
+
+// javaStubLocation names an address in a registered JVM's code cache that
+// is no Java frame (a stub, an adapter) by its blob's name, under "[java]"
+// as the perf map would; nil elsewhere.
+func (c *cpuProfile) javaStubLocation(p *process, pc uint64) *profile.Location {
+	if c.java == nil {
+		return nil
+	}
+	name, ok := c.java.Stub(p.info.PID, pc)
+	if !ok {
+		return nil
+	}
+	return c.javaNamed(javaKey{name: name})
 }
 
 // detectHotSpot finds pid's JVM; a JVM still starting (no code cache yet)

@@ -181,6 +181,10 @@ func (c *cpuProfile) userLocation(p *process, pc uint64) *profile.Location {
 	if loc, ok := c.userLocs[k]; ok {
 		return loc
 	}
+	if loc := c.javaStubLocation(p, pc); loc != nil {
+		c.userLocs[k] = loc
+		return loc
+	}
 	loc := &profile.Location{ID: uint64(len(c.p.Location) + 1), Mapping: pm, Address: pc}
 	c.userLocs[k] = loc
 	c.p.Location = append(c.p.Location, loc)

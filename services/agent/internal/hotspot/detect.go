@@ -26,6 +26,10 @@ const maxDynsymBytes = 16 << 20
 type fileSymbols struct {
 	syms  map[string]uint64
 	loads []elf.ProgHeader
+	// The tables read from the first process, at load bias vmBias; under
+	// Detector.mu.
+	vm     *VMStructs
+	vmBias uint64
 }
 
 // Detector finds HotSpot in processes; the symbols of each libjvm.so are
@@ -78,11 +82,21 @@ func (d *Detector) Detect(fs proc.FS, pid int, mapFiles bool) (*Process, error) 
 			return nil, fmt.Errorf("open memory of pid %d: %w", pid, err)
 		}
 		defer mem.Close()
-		vm, err := ReadVMStructs(mem, syms, d.tables)
-		if err != nil {
-			return nil, err
+		// The tables are the binary's: read once per file, the addresses
+		// of statics moved by the difference of the load addresses.
+		d.mu.Lock()
+		vm, vmBias := fsyms.vm, fsyms.vmBias
+		d.mu.Unlock()
+		if vm == nil {
+			if vm, err = ReadVMStructs(mem, syms, d.tables); err != nil {
+				return nil, err
+			}
+			vmBias = bias
+			d.mu.Lock()
+			fsyms.vm, fsyms.vmBias = vm, bias
+			d.mu.Unlock()
 		}
-		p, err := newProcess(mem, vm)
+		p, err := newProcess(mem, vm, bias-vmBias)
 		if err != nil {
 			return nil, err
 		}

@@ -32,33 +32,42 @@ func TestDetect(t *testing.T) {
 			if _, err := os.Stat(c.home); err != nil && !c.need {
 				t.Skipf("%s: %v", c.home, err)
 			}
-			cmd := workload.JavaChain(t, c.home)
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer func() { cmd.Process.Kill(); cmd.Wait() }()
+			// Two JVMs of one JDK: the second's tables come from the first's
+			// reading, moved to where its libjvm.so is loaded.
 			d := NewDetector(DefaultTableLimits)
-			var p *Process
-			var err error
-			// Until the JVM has its code cache: ErrNotReady, or no libjvm.so yet.
-			workload.WaitFor(10*time.Second, func() bool {
-				p, err = d.Detect(proc.FS{Root: "/proc"}, cmd.Process.Pid, true)
-				return err == nil
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if p.Layout != c.want {
-				t.Errorf("layout\n%+v, want\n%+v", p.Layout, c.want)
-			}
-			if len(p.Heaps) != 3 || p.InterpStart < p.CodeStart || p.InterpEnd > p.CodeEnd || p.InterpEnd-p.InterpStart < 4096 {
-				t.Errorf("code cache [%#x, %#x), heaps %+v, interpreter [%#x, %#x)", p.CodeStart, p.CodeEnd, p.Heaps, p.InterpStart, p.InterpEnd)
-			}
-			for _, h := range p.Heaps {
-				if h.Low < p.CodeStart || h.High > p.CodeEnd {
-					t.Errorf("heap %+v outside the code cache", h)
+			for i := range 2 {
+				cmd := workload.JavaChain(t, c.home)
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
 				}
+				defer func() { cmd.Process.Kill(); cmd.Wait() }()
+				var p *Process
+				var err error
+				// Until the JVM has its code cache: ErrNotReady, or no libjvm.so yet.
+				workload.WaitFor(10*time.Second, func() bool {
+					p, err = d.Detect(proc.FS{Root: "/proc"}, cmd.Process.Pid, true)
+					return err == nil
+				})
+				if err != nil {
+					t.Fatalf("jvm %d: %v", i, err)
+				}
+				checkProcess(t, p, c.want)
 			}
 		})
+	}
+}
+
+func checkProcess(t *testing.T, p *Process, want Layout) {
+	t.Helper()
+	if p.Layout != want {
+		t.Errorf("layout\n%+v, want\n%+v", p.Layout, want)
+	}
+	if len(p.Heaps) != 3 || p.InterpStart < p.CodeStart || p.InterpEnd > p.CodeEnd || p.InterpEnd-p.InterpStart < 4096 {
+		t.Errorf("code cache [%#x, %#x), heaps %+v, interpreter [%#x, %#x)", p.CodeStart, p.CodeEnd, p.Heaps, p.InterpStart, p.InterpEnd)
+	}
+	for _, h := range p.Heaps {
+		if h.Low < p.CodeStart || h.High > p.CodeEnd {
+			t.Errorf("heap %+v outside the code cache", h)
+		}
 	}
 }

@@ -121,3 +121,39 @@ func FuzzReadMethod(f *testing.F) {
 		}
 	})
 }
+
+// TestFindBlob: the segment map walked back to a block's start, as
+// HotSpot writes it (0 at the start, then 1..254 repeating), 0xff free.
+func TestFindBlob(t *testing.T) {
+	b := &builder{}
+	const segments, log2 = 600, 7
+	segmap := b.alloc(segments)
+	m := b.data[segmap-imageBase:]
+	m[0] = 0 // a block of 2 segments
+	m[1] = 1
+	m[2] = 0 // a block of 597 segments
+	for i := 1; i < 597; i++ {
+		m[2+i] = byte((i-1)%254 + 1)
+	}
+	m[599] = 0xff
+	b.pad()
+	const low = 0x7f0000000000
+	p := &Process{Layout: Layout{HeapBlock: 16}, Heaps: []Heap{{Low: low, High: low + segments<<log2, Segmap: segmap, Log2Segment: log2}}}
+	for _, c := range []struct {
+		pc   uint64
+		blob uint64
+		ok   bool
+	}{
+		{low + 5, low + 16, true},
+		{low + 1<<log2 + 100, low + 16, true},
+		{low + 2<<log2, low + 2<<log2 + 16, true},
+		{low + 598<<log2 + 3, low + 2<<log2 + 16, true},
+		{low + 599<<log2, 0, false},      // free
+		{low + segments<<log2, 0, false}, // past the heap
+	} {
+		blob, ok := FindBlob(image{imageBase, b.data}, p, c.pc)
+		if blob != c.blob || ok != c.ok {
+			t.Errorf("pc %#x: %#x %v, want %#x %v", c.pc, blob, ok, c.blob, c.ok)
+		}
+	}
+}

@@ -148,19 +148,21 @@ func layoutOf(vm *VMStructs) (Layout, error) {
 	return l, nil
 }
 
-// static returns the address of a static field.
-func static(vm *VMStructs, name string) (uint64, error) {
+// static returns the address of a static field, moved by rebase (the
+// tables were read from a process that loaded libjvm.so elsewhere).
+func static(vm *VMStructs, name string, rebase uint64) (uint64, error) {
 	f, ok := vm.Fields[name]
 	if !ok || !f.Static || f.Address == 0 {
 		return 0, fmt.Errorf("%w: no static %s", ErrUnsupported, name)
 	}
-	return f.Address, nil
+	return f.Address + rebase, nil
 }
 
 // newProcess reads where the code cache and the interpreter lie. They are
 // fixed once the JVM has started (the code cache is reserved whole); a
-// JVM still starting has neither yet: ErrNotReady.
-func newProcess(mem io.ReaderAt, vm *VMStructs) (*Process, error) {
+// JVM still starting has neither yet: ErrNotReady. rebase moves the
+// addresses of statics (static).
+func newProcess(mem io.ReaderAt, vm *VMStructs, rebase uint64) (*Process, error) {
 	l, err := layoutOf(vm)
 	if err != nil {
 		return nil, err
@@ -169,7 +171,7 @@ func newProcess(mem io.ReaderAt, vm *VMStructs) (*Process, error) {
 	p := &Process{Layout: l}
 	fieldOf := func(name string) uint64 { return vm.Fields[name].Offset }
 	// The code cache's heaps: a GrowableArray<CodeHeap*>.
-	heapsAt, err := static(vm, "CodeCache._heaps")
+	heapsAt, err := static(vm, "CodeCache._heaps", rebase)
 	if err != nil {
 		return nil, err
 	}
@@ -199,17 +201,17 @@ func newProcess(mem io.ReaderAt, vm *VMStructs) (*Process, error) {
 		}
 		p.Heaps = append(p.Heaps, heap)
 	}
-	lowAt, err := static(vm, "CodeCache._low_bound")
+	lowAt, err := static(vm, "CodeCache._low_bound", rebase)
 	if err != nil {
 		return nil, err
 	}
-	highAt, err := static(vm, "CodeCache._high_bound")
+	highAt, err := static(vm, "CodeCache._high_bound", rebase)
 	if err != nil {
 		return nil, err
 	}
 	p.CodeStart, p.CodeEnd = r.u64(lowAt), r.u64(highAt)
 	// The interpreter: a StubQueue's buffer.
-	codeAt, err := static(vm, "AbstractInterpreter._code")
+	codeAt, err := static(vm, "AbstractInterpreter._code", rebase)
 	if err != nil {
 		return nil, err
 	}
