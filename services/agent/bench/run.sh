@@ -5,6 +5,9 @@
 #   busy   two long-running CPU-bound processes (both cores busy)
 #   churn  `go build -a std` in a loop with a fresh GOCACHE (both cores busy
 #          with many short-lived processes)
+#   langs  a Python, a Java and a Node service at once, each CPU-bound with a
+#          deep call chain: what naming their frames (interpreter walks in BPF,
+#          code objects, methods and functions read from the processes) costs
 # and two target sets:
 #   all    every process (the default): on a shared machine this includes
 #          other people's work, whose fresh binaries the agent must read
@@ -14,7 +17,8 @@
 # deleted here.
 #
 # Needs root (eBPF) and a Kafka broker (STACKSTREAM_KAFKA_BROKERS, default
-# 127.0.0.1:9092). WARMUP and SPAN (seconds) set each run's length.
+# 127.0.0.1:9092). WARMUP and SPAN (seconds) set each run's length; RATES
+# (default "19 99") and WORKLOADS (default "busy churn langs") pick the runs.
 set -euo pipefail
 
 WARMUP=${WARMUP:-12}
@@ -54,6 +58,38 @@ cleanup() {
 trap cleanup EXIT
 
 (cd "$MODULE" && go build -o "$WORK/stackstream-agent" ./cmd/stackstream-agent && go build -o "$WORK/topics" ./bench/topics)
+
+# The langs workload's programs: recursion a few levels deep under a short
+# chain, as a service's handlers would be.
+cat >"$WORK/hot.py" <<'EOF'
+def hot(n):
+    if n > 0:
+        return hot(n - 1)
+    s = 0
+    for i in range(20000):
+        s += i * i
+    return s
+def serve():
+    while True:
+        hot(8)
+serve()
+EOF
+cat >"$WORK/hot.js" <<'EOF'
+function hot(n) { if (n > 0) return hot(n - 1); let s = 0; for (let i = 0; i < 200000; i++) s += i * i; return s; }
+function serve() { for (;;) hot(8); }
+serve();
+EOF
+cat >"$WORK/Hot.java" <<'EOF'
+public class Hot {
+    static long hot(int n) { if (n > 0) return hot(n - 1); long s = 0; for (int i = 0; i < 200000; i++) s += (long) i * i; return s; }
+    public static void main(String[] a) { long t = 0; for (;;) t += hot(8); }
+}
+EOF
+LANGS=1
+for tool in python3 node java javac; do
+	command -v "$tool" >/dev/null || { echo "agent bench: no $tool, the langs workload is left out" >&2; LANGS=; }
+done
+[ -n "$LANGS" ] && javac -d "$WORK" "$WORK/Hot.java"
 "$WORK/topics" create "$PREFIX"
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -78,13 +114,16 @@ start_workload() {
 	churn)
 		setsid bash -c "$join; cd '$WORK' && while :; do c=\$(mktemp -d '$WORK/gocache.XXXXXX'); GOCACHE=\$c GOFLAGS= GOWORK=off go build -a std; rm -rf \"\$c\"; done" </dev/null >/dev/null 2>&1 &
 		;;
+	langs)
+		setsid bash -c "$join; python3 '$WORK/hot.py' & node '$WORK/hot.js' & java -cp '$WORK' Hot & wait" </dev/null >/dev/null 2>&1 &
+		;;
 	esac
 	echo $!
 }
 
 results=()
-for hz in 19 99; do
-	for wl in busy churn; do
+for hz in ${RATES:-19 99}; do
+	for wl in ${WORKLOADS:-busy churn ${LANGS:+langs}}; do
 	for targets in all unit; do
 		if [ "$targets" = unit ] && [ -z "$UNIT_DIR" ]; then
 			continue
