@@ -115,12 +115,16 @@ static __always_inline int hotspot_is_nmethod(struct hotspot_proc *hs, __u64 blo
 #define HS_FRAME_BUILT 0 // rsp + frame size
 #define HS_FRAME_NONE 1  // return address at rsp
 #define HS_FRAME_RBP 2   // rbp at rsp, return address above it
+#define HS_FRAME_NO_RBP 3 // rsp + frame size, rbp not saved yet
 
 // hotspot_leaf_frame says how much of the frame of the interrupted (leaf)
-// blob is built: in the prologue, before the frame is complete, rbp may be
-// pushed ("sub rsp, imm" comes next) or not; in the epilogue, rbp may be
-// still on the stack ("pop rbp" next) or the frame gone (the return poll
-// "cmp rsp, [r15+d]; ja", then "ret").
+// blob is built. In the prologue, before the frame is complete: with a
+// stack bang, rbp is pushed ("push rbp" just ran) then the frame
+// allocated; without (a leaf method with a small frame), the frame is
+// allocated first ("sub rsp, imm32" just ran) and rbp stored in it next;
+// else nothing is built yet. In the epilogue, rbp may be still on the
+// stack ("pop rbp" next) or the frame gone (the return poll "cmp rsp,
+// [r15+d]; ja", then "ret").
 static __always_inline int hotspot_leaf_frame(struct hotspot_proc *hs, __u64 blob, __u64 pc)
 {
 	__u8 b[16] = {};
@@ -152,8 +156,10 @@ static __always_inline int hotspot_leaf_frame(struct hotspot_proc *hs, __u64 blo
 	}
 	if (complete <= 0 || pc >= code + complete)
 		return HS_FRAME_BUILT;
-	if (b[8] == 0x48 && (b[9] == 0x81 || b[9] == 0x83) && b[10] == 0xec)
+	if (b[7] == 0x55)
 		return HS_FRAME_RBP;
+	if (b[1] == 0x48 && b[2] == 0x81 && b[3] == 0xec)
+		return HS_FRAME_NO_RBP;
 	return HS_FRAME_NONE;
 }
 
@@ -258,7 +264,7 @@ __noinline int hotspot_step(struct unwind_state *s, __u64 pc)
 		count(COUNTER_UNWIND_READ_ERRORS);
 		return 1;
 	}
-	if (how != HS_FRAME_NONE) {
+	if (how == HS_FRAME_BUILT || how == HS_FRAME_RBP) {
 		s->bp = frame[0];
 		s->bp_valid = 1;
 	}

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +29,7 @@ const javaMainComm = "java"
 // returns the stacks of the thread running main (native frames as
 // "file:function", Java ones as "java:Class.method", innermost first) and
 // the BPF program's mean run time per sample over the host's samples.
-func javaRunStats(t testing.TB, cmd *exec.Cmd, warm, d time.Duration, withJava bool) ([][]string, []uint64, Counters, *hotspot.Process, float64) {
+func javaRunStats(t testing.TB, cmd *exec.Cmd, comm string, warm, d time.Duration, withJava bool) ([][]string, []uint64, Counters, *hotspot.Process, float64) {
 	t.Helper()
 	testenv.Root(t)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -102,7 +103,7 @@ func javaRunStats(t testing.TB, cmd *exec.Cmd, warm, d time.Duration, withJava b
 	var stacks [][]string
 	var counts []uint64
 	for _, smp := range samples {
-		if smp.PID != pid || smp.Comm != javaMainComm {
+		if smp.PID != pid || smp.Comm != comm {
 			continue
 		}
 		var st []string
@@ -180,7 +181,7 @@ func TestJavaFrames(t *testing.T) {
 				t.Skipf("%s: %v", c.home, err)
 			}
 			cmd := workload.JavaChain(t, c.home, c.flags...)
-			stacks, counts, ctr, jvm, _ := javaRunStats(t, cmd, 1500*time.Millisecond, 4*time.Second, true)
+			stacks, counts, ctr, jvm, _ := javaRunStats(t, cmd, javaMainComm, 1500*time.Millisecond, 4*time.Second, true)
 			want := strings.Join(workload.JavaChainMethods, " ")
 			var total, hot, exact, rooted, compiled uint64
 			top := 0
@@ -236,6 +237,61 @@ func TestJavaFrames(t *testing.T) {
 	}
 }
 
+// TestJavaFramesMixed: a Java thread started by Java (root: the VM's
+// thread_native_entry under libc) recursing through compiled frames into a
+// loop of megamorphic interface calls to tiny compiled methods, on 17 and
+// 25: its stacks reach the root through compiled -> compiled frames,
+// prologues and epilogues, with the Java frames in order.
+func TestJavaFramesMixed(t *testing.T) {
+	for _, c := range []struct {
+		name, home string
+		need       bool
+	}{
+		{"jdk17", workload.JDK17, true},
+		{"jdk25", workload.JDK25, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := os.Stat(c.home); err != nil && !c.need {
+				t.Skipf("%s: %v", c.home, err)
+			}
+			cmd := workload.JavaMix(t, c.home)
+			stacks, counts, ctr, _, _ := javaRunStats(t, cmd, "worker", 3*time.Second, 4*time.Second, true)
+			var total, rooted, ordered uint64
+			top := 0
+			for i, st := range stacks {
+				total += counts[i]
+				if counts[i] > counts[top] {
+					top = i
+				}
+				all := strings.Join(st, " <- ")
+				if strings.HasSuffix(st[len(st)-1], "libc.so.6:?") && strings.Contains(all, ":_ZL19thread_native_entryP6Thread") {
+					rooted += counts[i]
+				} else {
+					t.Logf("%d samples not rooted: %s", counts[i], all)
+				}
+				fr := javaFrames(st)
+				rec, lambda, run := slices.Index(fr, "Mix.rec"), slices.Index(fr, "Mix.lambda$main$0"), slices.Index(fr, "java.lang.Thread.run")
+				if lambda >= 0 && lambda < run && rec < lambda {
+					ordered += counts[i]
+				} else {
+					t.Logf("%d samples out of order: %s", counts[i], all)
+				}
+			}
+			if len(stacks) > 0 {
+				t.Logf("most frequent stack (%d samples): %s", counts[top], strings.Join(stacks[top], " <- "))
+			}
+			t.Logf("%d samples, %d reach the thread root (%.1f%%), %d with [Mix.rec <-] Mix.lambda$main$0 <- Thread.run; counters %+v",
+				total, rooted, 100*float64(rooted)/float64(max(total, 1)), ordered, ctr)
+			if total < 50 {
+				t.Fatalf("only %d samples", total)
+			}
+			if rooted*100 < total*95 || ordered*100 < total*95 {
+				t.Errorf("%d of %d samples rooted, %d in order, want 95%%", rooted, total, ordered)
+			}
+		})
+	}
+}
+
 // BenchmarkJavaFrames samples the Java chain for 3 s at 199 Hz with its
 // code cache registered and not (native tables only) and reports the share
 // of its main thread's samples naming hotJavaMethod, the median number of
@@ -251,7 +307,7 @@ func BenchmarkJavaFrames(b *testing.B) {
 			for b.Loop() {
 			}
 			cmd := workload.JavaChain(b, workload.JDK17)
-			stacks, counts, _, _, ns := javaRunStats(b, cmd, 1500*time.Millisecond, 3*time.Second, withJava)
+			stacks, counts, _, _, ns := javaRunStats(b, cmd, javaMainComm, 1500*time.Millisecond, 3*time.Second, withJava)
 			var total, hot uint64
 			var depths []int
 			for i, st := range stacks {

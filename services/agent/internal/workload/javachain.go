@@ -32,20 +32,67 @@ const javaChain = `public class Chain {
 }
 `
 
+// javaMix: a thread of its own ("worker") runs recursion (compiled frames
+// calling compiled frames, some inlined) down to a loop of megamorphic
+// interface calls (itable stubs; tiny leaf methods sampled in their
+// prologues and epilogues), and a StringBuilder from the JDK.
+const javaMix = `interface Op { long apply(long x); }
+final class A implements Op { public long apply(long x) { return x * 3 + 1; } }
+final class B implements Op { public long apply(long x) { return x ^ (x >>> 7); } }
+final class C implements Op { public long apply(long x) { return x + 0x9e3779b97f4a7c15L; } }
+public class Mix {
+    static final Op[] OPS = { new A(), new B(), new C() };
+    static long spin(long n) {
+        long x = n;
+        for (int i = 0; i < 2000; i++) { x = OPS[i % 3].apply(x); }
+        return x;
+    }
+    static long rec(int d, long n) {
+        if (d == 0) return spin(n);
+        return rec(d - 1, n + d) * 31 + d;
+    }
+    public static void main(String[] args) throws Exception {
+        Thread t = new Thread(() -> {
+            long s = 0;
+            while (true) {
+                s += rec(12, s);
+                StringBuilder sb = new StringBuilder();
+                sb.append(s);
+                if (sb.length() == 1) System.out.println(sb);
+            }
+        }, "worker");
+        t.start();
+        t.join();
+    }
+}
+`
+
+// JavaMix compiles Mix.java like JavaChain.
+func JavaMix(t testing.TB, home string) *exec.Cmd {
+	t.Helper()
+	return javaProgram(t, home, "Mix", javaMix)
+}
+
 // JavaChain compiles Chain.java with the JDK at home into a directory of t
 // and returns the command running it with flags (none: as deployed; -Xint:
 // interpreted only), not started.
 func JavaChain(t testing.TB, home string, flags ...string) *exec.Cmd {
 	t.Helper()
+	return javaProgram(t, home, "Chain", javaChain, flags...)
+}
+
+func javaProgram(t testing.TB, home, class, source string, flags ...string) *exec.Cmd {
+	t.Helper()
 	if _, err := os.Stat(filepath.Join(home, "bin", "javac")); err != nil {
 		testenv.Unavailable(t, "JDK at %s: %v", home, err)
 	}
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "Chain.java"), []byte(javaChain), 0o644); err != nil {
+	src := filepath.Join(dir, class+".java")
+	if err := os.WriteFile(src, []byte(source), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Run(t, dir, nil, filepath.Join(home, "bin", "javac"), "-d", dir, filepath.Join(dir, "Chain.java"))
-	cmd := exec.Command(filepath.Join(home, "bin", "java"), append(append([]string{}, flags...), "-cp", dir, "Chain")...)
+	testenv.Run(t, dir, nil, filepath.Join(home, "bin", "javac"), "-d", dir, src)
+	cmd := exec.Command(filepath.Join(home, "bin", "java"), append(append([]string{}, flags...), "-cp", dir, class)...)
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	return cmd
