@@ -91,11 +91,12 @@ static __always_inline __u64 hotspot_blob(struct hotspot_proc *hs, __u64 pc)
 	return 0;
 }
 
-// hotspot_is_nmethod tells compiled Java methods from the VM's stubs: by
-// the blob's kind (HotSpot 23+), else by its name, "nmethod".
+// hotspot_is_nmethod tells compiled Java methods (and the wrappers of
+// native ones) from the VM's stubs: by the blob's kind (HotSpot 23+), else
+// by its name, "nmethod" or "native nmethod".
 static __always_inline int hotspot_is_nmethod(struct hotspot_proc *hs, __u64 blob)
 {
-	__u64 name = 0, chars = 0;
+	__u64 name = 0, chars[2] = {};
 
 	if (hs->blob_kind != HS_NO_FIELD) {
 		__u8 kind = 0;
@@ -105,9 +106,11 @@ static __always_inline int hotspot_is_nmethod(struct hotspot_proc *hs, __u64 blo
 	}
 	if (bpf_probe_read_user(&name, sizeof(name), (void *)(blob + hs->blob_name)) || !name)
 		return 0;
-	if (bpf_probe_read_user(&chars, sizeof(chars), (void *)name))
+	if (bpf_probe_read_user(chars, sizeof(chars), (void *)name))
 		return 0;
-	return chars == 0x00646f6874656d6eULL; // "nmethod\0"
+	return chars[0] == 0x00646f6874656d6eULL || // "nmethod\0"
+	       (chars[0] == 0x6e2065766974616eULL && // "native n"
+		(chars[1] & 0x00ffffffffffffffULL) == 0x00646f6874656dULL); // "method\0"
 }
 
 // Where a compiled frame's return address is when the sampled pc is at its

@@ -292,6 +292,49 @@ func TestJavaFramesMixed(t *testing.T) {
 	}
 }
 
+// TestJavaFramesNative: samples in the C side of a JDK native method
+// (Runtime.availableProcessors) go up through its native wrapper (an
+// nmethod, named "native nmethod" on 17) and the Java frames to the root,
+// on 17 and 25.
+func TestJavaFramesNative(t *testing.T) {
+	for _, c := range []struct {
+		name, home string
+		need       bool
+	}{
+		{"jdk17", workload.JDK17, true},
+		{"jdk25", workload.JDK25, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := os.Stat(c.home); err != nil && !c.need {
+				t.Skipf("%s: %v", c.home, err)
+			}
+			cmd := workload.JavaNative(t, c.home)
+			stacks, counts, ctr, _, _ := javaRunStats(t, cmd, javaMainComm, 2*time.Second, 3*time.Second, true)
+			var total, rooted, named uint64
+			for i, st := range stacks {
+				total += counts[i]
+				if javaRoot(st) {
+					rooted += counts[i]
+				}
+				fr := javaFrames(st)
+				native, main := slices.Index(fr, "java.lang.Runtime.availableProcessors"), slices.Index(fr, "Nat.main")
+				if native >= 0 && native < main && main == len(fr)-1 {
+					named += counts[i]
+				} else {
+					t.Logf("%d samples: %s", counts[i], strings.Join(st, " <- "))
+				}
+			}
+			t.Logf("%d samples, %d reach the thread root, %d with Runtime.availableProcessors <- ... <- Nat.main; counters %+v", total, rooted, named, ctr)
+			if total < 50 {
+				t.Fatalf("only %d samples", total)
+			}
+			if rooted*100 < total*95 || named*100 < total*95 {
+				t.Errorf("%d of %d samples rooted, %d named, want 95%%", rooted, total, named)
+			}
+		})
+	}
+}
+
 // BenchmarkJavaFrames samples the Java chain for 3 s at 199 Hz with its
 // code cache registered and not (native tables only) and reports the share
 // of its main thread's samples naming hotJavaMethod, the median number of

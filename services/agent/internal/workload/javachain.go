@@ -73,6 +73,29 @@ func JavaMix(t testing.TB, home string) *exec.Cmd {
 	return javaProgram(t, home, "Mix", javaMix)
 }
 
+// javaNative: a loop calling a native method of the JDK
+// (Runtime.availableProcessors, whose wrapper is an nmethod and whose C
+// side reads the container limits), from main through outer and cpus.
+const javaNative = `public class Nat {
+    static long cpus(long n) {
+        long s = n;
+        for (int i = 0; i < 1000; i++) { s += Runtime.getRuntime().availableProcessors(); }
+        return s;
+    }
+    static long outer(long n) { return cpus(n) + 1; }
+    public static void main(String[] args) {
+        long s = 0;
+        while (true) { s += outer(s); if (s == 42) System.out.println(s); }
+    }
+}
+`
+
+// JavaNative compiles Nat.java like JavaChain.
+func JavaNative(t testing.TB, home string) *exec.Cmd {
+	t.Helper()
+	return javaProgram(t, home, "Nat", javaNative)
+}
+
 // JavaChain compiles Chain.java with the JDK at home into a directory of t
 // and returns the command running it with flags (none: as deployed; -Xint:
 // interpreted only), not started.
