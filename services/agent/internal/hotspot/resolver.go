@@ -2,13 +2,11 @@ package hotspot
 
 import (
 	"bytes"
-	"container/list"
 	"fmt"
 	"io"
-	"os"
-	"strconv"
-	"sync"
 	"unicode/utf8"
+
+	"github.com/stackstream/stackstream/services/agent/internal/pidcache"
 )
 
 // Resolver names the Java frames of registered JVMs: each Method is read
@@ -19,26 +17,14 @@ import (
 type Resolver struct {
 	procRoot string
 	lim      ReadLimits
-
-	mu         sync.Mutex
-	procs      map[int]*Process
-	lru        *list.List // of *cacheEntry, most recent first
-	cache      map[cacheKey]*list.Element
-	bytes      int
-	maxEntries int
-	maxBytes   int
+	cache    *pidcache.Cache[Process, cached]
 }
 
-type cacheKey struct {
-	pid    int
-	method uint64
-}
-
-type cacheEntry struct {
-	key  cacheKey
-	m    *Method // nil: unreadable, remembered so it is not read every interval
-	stub string  // a stub's blob name (key.method is then the blob | stubKey)
-	size int
+// cached is a method (nil: unreadable, remembered so it is not read every
+// interval) or, under a key with stubKey set, a stub blob's name.
+type cached struct {
+	m    *Method
+	stub string
 }
 
 // stubKey marks the cache keys of stub blobs: no Method* has bit 62 set.
@@ -52,99 +38,46 @@ const (
 
 // NewResolver returns a resolver reading procRoot/PID/mem.
 func NewResolver(procRoot string, lim ReadLimits, maxEntries, maxBytes int) *Resolver {
-	return &Resolver{procRoot: procRoot, lim: lim, procs: map[int]*Process{},
-		lru: list.New(), cache: map[cacheKey]*list.Element{}, maxEntries: maxEntries, maxBytes: maxBytes}
+	return &Resolver{procRoot: procRoot, lim: lim, cache: pidcache.New[Process, cached](maxEntries, maxBytes)}
 }
 
 // Add registers a JVM; a second call replaces the first (an exec) and
 // forgets its cached methods.
-func (r *Resolver) Add(p *Process) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.procs[p.PID]; ok {
-		r.forget(p.PID)
-	}
-	r.procs[p.PID] = p
-}
+func (r *Resolver) Add(p *Process) { r.cache.Add(p.PID, p) }
 
 // Remove forgets pid and its cached methods.
-func (r *Resolver) Remove(pid int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.procs, pid)
-	r.forget(pid)
-}
-
-func (r *Resolver) forget(pid int) {
-	for e := r.lru.Front(); e != nil; {
-		next := e.Next()
-		if ce := e.Value.(*cacheEntry); ce.key.pid == pid {
-			r.drop(e)
-		}
-		e = next
-	}
-}
-
-func (r *Resolver) drop(e *list.Element) {
-	ce := e.Value.(*cacheEntry)
-	r.lru.Remove(e)
-	delete(r.cache, ce.key)
-	r.bytes -= ce.size
-}
+func (r *Resolver) Remove(pid int) { r.cache.Remove(pid) }
 
 // Process returns the registered process pid, or nil.
-func (r *Resolver) Process(pid int) *Process {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.procs[pid]
-}
+func (r *Resolver) Process(pid int) *Process { return r.cache.Process(pid) }
 
 // Len is the number of cached methods and their bytes.
-func (r *Resolver) Len() (entries, bytes int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.lru.Len(), r.bytes
-}
+func (r *Resolver) Len() (entries, bytes int) { return r.cache.Len() }
 
 // Method returns the method at address method in pid, or an error when
 // pid is not registered or the method cannot be read (also cached).
 func (r *Resolver) Method(pid int, method uint64) (*Method, error) {
-	k := cacheKey{pid, method}
-	r.mu.Lock()
-	if e, ok := r.cache[k]; ok {
-		r.lru.MoveToFront(e)
-		m := e.Value.(*cacheEntry).m
-		r.mu.Unlock()
-		if m == nil {
-			return nil, fmt.Errorf("%w: Method %#x of pid %d unreadable", ErrInvalid, method, pid)
+	var err error
+	c, out := r.cache.Value(pid, method, func(p *Process) (cached, int) {
+		var m *Method
+		m, err = r.read(p, method)
+		size := 64
+		if m != nil {
+			size += len(m.Class) + len(m.Name) + len(m.Signature) + len(m.File)
 		}
-		return m, nil
-	}
-	p := r.procs[pid]
-	r.mu.Unlock()
-	if p == nil {
+		return cached{m: m}, size
+	})
+	switch {
+	case out == pidcache.Unregistered:
 		return nil, fmt.Errorf("pid %d: %w", pid, ErrNotJVM)
+	case out == pidcache.Hit && c.m == nil:
+		return nil, fmt.Errorf("%w: Method %#x of pid %d unreadable", ErrInvalid, method, pid)
 	}
-	m, err := r.read(p, method)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.procs[pid] != p {
-		return m, err // replaced or removed meanwhile: do not cache
-	}
-	ce := &cacheEntry{key: k, m: m, size: 64}
-	if m != nil {
-		ce.size += len(m.Class) + len(m.Name) + len(m.Signature) + len(m.File)
-	}
-	r.cache[k] = r.lru.PushFront(ce)
-	r.bytes += ce.size
-	for r.lru.Len() > r.maxEntries || r.bytes > r.maxBytes {
-		r.drop(r.lru.Back())
-	}
-	return m, err
+	return c.m, err
 }
 
 func (r *Resolver) read(p *Process, method uint64) (*Method, error) {
-	f, err := os.Open(r.procRoot + "/" + strconv.Itoa(p.PID) + "/mem")
+	f, err := pidcache.OpenMem(r.procRoot, p.PID)
 	if err != nil {
 		return nil, err
 	}
@@ -157,16 +90,14 @@ func (r *Resolver) read(p *Process, method uint64) (*Method, error) {
 // records as an address; ok is false outside the code cache or when no
 // blob is found.
 func (r *Resolver) Stub(pid int, pc uint64) (name string, ok bool) {
-	r.mu.Lock()
-	p := r.procs[pid]
-	r.mu.Unlock()
+	p := r.cache.Process(pid)
 	if p == nil || pc < p.CodeStart || pc >= p.CodeEnd {
 		return "", false
 	}
 	if pc >= p.InterpStart && pc < p.InterpEnd {
 		return "Interpreter", true
 	}
-	f, err := os.Open(r.procRoot + "/" + strconv.Itoa(p.PID) + "/mem")
+	f, err := pidcache.OpenMem(r.procRoot, p.PID)
 	if err != nil {
 		return "", false
 	}
@@ -175,28 +106,11 @@ func (r *Resolver) Stub(pid int, pc uint64) (name string, ok bool) {
 	if !ok {
 		return "", false
 	}
-	k := cacheKey{pid, blob | stubKey}
-	r.mu.Lock()
-	if e, ok := r.cache[k]; ok {
-		r.lru.MoveToFront(e)
-		name := e.Value.(*cacheEntry).stub
-		r.mu.Unlock()
-		return name, name != ""
-	}
-	r.mu.Unlock()
-	name = readCString(f, blob+p.Layout.BlobName, maxStubName)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.procs[pid] != p {
-		return name, name != ""
-	}
-	ce := &cacheEntry{key: k, stub: name, size: 64 + len(name)}
-	r.cache[k] = r.lru.PushFront(ce)
-	r.bytes += ce.size
-	for r.lru.Len() > r.maxEntries || r.bytes > r.maxBytes {
-		r.drop(r.lru.Back())
-	}
-	return name, name != ""
+	c, _ := r.cache.Value(pid, blob|stubKey, func(p *Process) (cached, int) {
+		name := readCString(f, blob+p.Layout.BlobName, maxStubName)
+		return cached{stub: name}, 64 + len(name)
+	})
+	return c.stub, c.stub != ""
 }
 
 // maxStubName bounds a blob's name (HotSpot's are under 64 bytes).
