@@ -1,7 +1,6 @@
 package sampler
 
 import (
-	"log/slog"
 	"os"
 	"os/exec"
 	"slices"
@@ -9,13 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
-
-	"github.com/stackstream/stackstream/pkg/testenv"
 	"github.com/stackstream/stackstream/services/agent/internal/hotspot"
 	"github.com/stackstream/stackstream/services/agent/internal/proc"
-	"github.com/stackstream/stackstream/services/agent/internal/unwind"
 	"github.com/stackstream/stackstream/services/agent/internal/workload"
 )
 
@@ -31,112 +25,55 @@ const javaMainComm = "java"
 // the BPF program's mean run time per sample over the host's samples.
 func javaRunStats(t testing.TB, cmd *exec.Cmd, comm string, warm, d time.Duration, withJava bool) ([][]string, []uint64, Counters, *hotspot.Process, float64) {
 	t.Helper()
-	testenv.Root(t)
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := New(log, Config{Frequency: 199, CountsSize: 4096, StacksSize: 4096,
-		UnwindTableBytes: 64 << 20, UnwindMappings: 8192, UnwindProcesses: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	pid := cmd.Process.Pid
-	time.Sleep(warm)
-	fs := proc.FS{Root: "/proc"}
-	reg := unwind.NewRegistry(log, fs, s, unwind.DefaultLimits)
 	det := hotspot.NewDetector(hotspot.DefaultTableLimits)
 	res := hotspot.NewResolver("/proc", hotspot.DefaultReadLimits, hotspot.DefaultCacheEntries, hotspot.DefaultCacheBytes)
 	var jvm *hotspot.Process
-	register := func() {
-		if err := reg.AddProcess(pid); err != nil {
-			t.Fatal(err)
-		}
-		if jvm, err = det.Detect(fs, pid, true); err != nil {
-			t.Fatal(err)
-		}
-		if !withJava {
-			return
-		}
-		if err := s.SetHotSpot(pid, jvm.BPF()); err != nil {
-			t.Fatal(err)
-		}
-		res.Add(jvm)
-	}
-	register()
-	refresh := func(d time.Duration) {
-		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-			for _, p := range s.Refresh() {
-				if p == pid {
-					register()
-				}
+	stacks, counts, c, ns := langWorkload{
+		cmd: cmd, table: 64 << 20, maps: 8192,
+		warm: warm, settle: 500 * time.Millisecond, span: d,
+		register: func(s *Sampler, fs proc.FS, pid int) {
+			var err error
+			if jvm, err = det.Detect(fs, pid, true); err != nil {
+				t.Fatal(err)
 			}
-		}
-	}
-	refresh(500 * time.Millisecond)
-	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stats.Close()
-	s.Drain()
-	before, err := s.objs.ProfileCpu.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	refresh(d)
-	after, err := s.objs.ProfileCpu.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var nsPerSample float64
-	if runs := after.RunCount - before.RunCount; runs > 0 {
-		nsPerSample = float64(after.Runtime-before.Runtime) / float64(runs)
-	}
-	samples, _, err := s.Drain()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sym := newSymbolizer(t, pid)
-	var stacks [][]string
-	var counts []uint64
-	for _, smp := range samples {
-		if smp.PID != pid || smp.Comm != comm {
-			continue
-		}
-		var st []string
-		for i, v := range smp.User {
-			if hotspot.IsFrame(v) {
-				m, err := res.Method(pid, hotspot.DecodeFrame(v))
-				if err != nil {
-					st = append(st, "java:?")
+			if !withJava {
+				return
+			}
+			if err := s.SetHotSpot(pid, jvm.BPF()); err != nil {
+				t.Fatal(err)
+			}
+			res.Add(jvm)
+		},
+		remove: func(s *Sampler, pid int) { s.RemoveHotSpot(pid) },
+		stack: func(smp Sample, sym *symbolizer) ([]string, bool) {
+			if smp.Comm != comm {
+				return nil, false
+			}
+			var st []string
+			for i, v := range smp.User {
+				if hotspot.IsFrame(v) {
+					m, err := res.Method(smp.PID, hotspot.DecodeFrame(v))
+					if err != nil {
+						st = append(st, "java:?")
+						continue
+					}
+					if hotspot.Interpreted(v) {
+						st = append(st, "java:"+m.Function()+" (interpreted)")
+					} else {
+						st = append(st, "java:"+m.Function())
+					}
 					continue
 				}
-				if hotspot.Interpreted(v) {
-					st = append(st, "java:"+m.Function()+" (interpreted)")
-				} else {
-					st = append(st, "java:"+m.Function())
+				pc := v
+				if i > 0 {
+					pc--
 				}
-				continue
+				st = append(st, sym.name(pc))
 			}
-			pc := v
-			if i > 0 {
-				pc--
-			}
-			st = append(st, sym.name(pc))
-		}
-		stacks = append(stacks, st)
-		counts = append(counts, smp.Count)
-	}
-	c, err := s.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.RemoveHotSpot(pid)
-	reg.RemoveProcess(pid)
-	return stacks, counts, c, jvm, nsPerSample
+			return st, true
+		},
+	}.run(t)
+	return stacks, counts, c, jvm, ns
 }
 
 // javaFrames are the Java frames of st, innermost first.

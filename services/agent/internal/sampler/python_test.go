@@ -2,7 +2,6 @@ package sampler
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,13 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
-
-	"github.com/stackstream/stackstream/pkg/testenv"
 	"github.com/stackstream/stackstream/services/agent/internal/proc"
 	"github.com/stackstream/stackstream/services/agent/internal/python"
-	"github.com/stackstream/stackstream/services/agent/internal/unwind"
 )
 
 // pythonChain: outer calls middle through C (list over map), so middle is
@@ -69,111 +63,51 @@ func pythonRun(t testing.TB, cmd *exec.Cmd, d time.Duration) ([][]string, []uint
 // host's samples while cmd ran.
 func pythonRunStats(t testing.TB, cmd *exec.Cmd, d time.Duration, withPython bool) ([][]string, []uint64, Counters, *python.Process, float64) {
 	t.Helper()
-	testenv.Root(t)
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := New(log, Config{Frequency: 199, CountsSize: 4096, StacksSize: 4096,
-		UnwindTableBytes: 16 << 20, UnwindMappings: 4096, UnwindProcesses: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	pid := cmd.Process.Pid
-	time.Sleep(200 * time.Millisecond)
-	fs := proc.FS{Root: "/proc"}
-	reg := unwind.NewRegistry(log, fs, s, unwind.DefaultLimits)
 	res := python.NewResolver("/proc", python.DefaultLimits, python.DefaultCacheEntries, python.DefaultCacheBytes)
 	var py *python.Process
-	register := func() {
-		if err := reg.AddProcess(pid); err != nil {
-			t.Fatal(err)
-		}
-		if py, err = python.Detect(fs, pid, true); err != nil {
-			t.Fatal(err)
-		}
-		if !withPython {
-			return
-		}
-		if err := s.SetPython(pid, py.BPF()); err != nil {
-			t.Fatal(err)
-		}
-		res.Add(py)
-	}
-	register()
-	refresh := func(d time.Duration) {
-		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-			for _, p := range s.Refresh() {
-				if p == pid {
-					register()
-				}
+	stacks, counts, c, ns := langWorkload{
+		cmd: cmd, table: 16 << 20, maps: 4096,
+		warm: 200 * time.Millisecond, settle: 300 * time.Millisecond, span: d,
+		register: func(s *Sampler, fs proc.FS, pid int) {
+			var err error
+			if py, err = python.Detect(fs, pid, true); err != nil {
+				t.Fatal(err)
 			}
-		}
-	}
-	refresh(300 * time.Millisecond)
-	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stats.Close()
-	s.Drain()
-	before, err := s.objs.ProfileCpu.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	refresh(d)
-	after, err := s.objs.ProfileCpu.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var nsPerSample float64
-	if runs := after.RunCount - before.RunCount; runs > 0 {
-		nsPerSample = float64(after.Runtime-before.Runtime) / float64(runs)
-	}
-	samples, _, err := s.Drain()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sym := newSymbolizer(t, pid)
-	var stacks [][]string
-	var counts []uint64
-	for _, smp := range samples {
-		if smp.PID != pid {
-			continue
-		}
-		var st []string
-		native := 0
-		for _, v := range smp.User {
-			if python.IsFrame(v) {
-				f := python.DecodeFrame(v)
-				c, err := res.Code(pid, f.Code)
-				if err != nil {
-					st = append(st, "py:?")
+			if !withPython {
+				return
+			}
+			if err := s.SetPython(pid, py.BPF()); err != nil {
+				t.Fatal(err)
+			}
+			res.Add(py)
+		},
+		remove: func(s *Sampler, pid int) { s.RemovePython(pid) },
+		stack: func(smp Sample, sym *symbolizer) ([]string, bool) {
+			var st []string
+			native := 0
+			for _, v := range smp.User {
+				if python.IsFrame(v) {
+					f := python.DecodeFrame(v)
+					c, err := res.Code(smp.PID, f.Code)
+					if err != nil {
+						st = append(st, "py:?")
+						continue
+					}
+					st = append(st, fmt.Sprintf("py:%s:%d", c.Qualname, c.Line(f.Instr)))
 					continue
 				}
-				st = append(st, fmt.Sprintf("py:%s:%d", c.Qualname, c.Line(f.Instr)))
-				continue
+				pc := v
+				// A return address follows its call, which may end a function.
+				if native > 0 {
+					pc--
+				}
+				native++
+				st = append(st, sym.name(pc))
 			}
-			pc := v
-			// A return address follows its call, which may end a function.
-			if native > 0 {
-				pc--
-			}
-			native++
-			st = append(st, sym.name(pc))
-		}
-		stacks = append(stacks, st)
-		counts = append(counts, smp.Count)
-	}
-	c, err := s.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.RemovePython(pid)
-	reg.RemoveProcess(pid)
-	return stacks, counts, c, py, nsPerSample
+			return st, true
+		},
+	}.run(t)
+	return stacks, counts, c, py, ns
 }
 
 // pythonFrames are the Python frames of st, innermost first, without lines;

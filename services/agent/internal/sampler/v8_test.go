@@ -2,7 +2,6 @@ package sampler
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,12 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
-
-	"github.com/stackstream/stackstream/pkg/testenv"
 	"github.com/stackstream/stackstream/services/agent/internal/proc"
-	"github.com/stackstream/stackstream/services/agent/internal/unwind"
 	"github.com/stackstream/stackstream/services/agent/internal/v8"
 )
 
@@ -71,108 +65,48 @@ func nodeBin(t testing.TB) string {
 // time per sample over the host's samples while cmd ran.
 func jsRunStats(t testing.TB, cmd *exec.Cmd, d time.Duration, withV8 bool) ([][]string, []uint64, Counters, *v8.Process, float64) {
 	t.Helper()
-	testenv.Root(t)
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := New(log, Config{Frequency: 199, CountsSize: 4096, StacksSize: 4096,
-		UnwindTableBytes: 32 << 20, UnwindMappings: 4096, UnwindProcesses: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	pid := cmd.Process.Pid
-	time.Sleep(300 * time.Millisecond)
-	fs := proc.FS{Root: "/proc"}
-	reg := unwind.NewRegistry(log, fs, s, unwind.DefaultLimits)
 	det := v8.NewDetector(v8.DefaultFileLimits)
 	res := v8.NewResolver("/proc", v8.DefaultReadLimits, v8.DefaultCacheEntries, v8.DefaultCacheBytes)
 	var js *v8.Process
-	register := func() {
-		if err := reg.AddProcess(pid); err != nil {
-			t.Fatal(err)
-		}
-		if js, err = det.Detect(fs, pid, true); err != nil {
-			t.Fatal(err)
-		}
-		if !withV8 {
-			return
-		}
-		if err := s.SetV8(pid, js.BPF()); err != nil {
-			t.Fatal(err)
-		}
-		res.Add(js)
-	}
-	register()
-	refresh := func(d time.Duration) {
-		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-			for _, p := range s.Refresh() {
-				if p == pid {
-					register()
-				}
+	stacks, counts, c, ns := langWorkload{
+		cmd: cmd, table: 32 << 20, maps: 4096,
+		warm: 300 * time.Millisecond, settle: 500 * time.Millisecond, span: d,
+		register: func(s *Sampler, fs proc.FS, pid int) {
+			var err error
+			if js, err = det.Detect(fs, pid, true); err != nil {
+				t.Fatal(err)
 			}
-		}
-	}
-	refresh(500 * time.Millisecond)
-	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stats.Close()
-	s.Drain()
-	before, err := s.objs.ProfileCpu.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	refresh(d)
-	after, err := s.objs.ProfileCpu.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var nsPerSample float64
-	if runs := after.RunCount - before.RunCount; runs > 0 {
-		nsPerSample = float64(after.Runtime-before.Runtime) / float64(runs)
-	}
-	samples, _, err := s.Drain()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sym := newSymbolizer(t, pid)
-	var stacks [][]string
-	var counts []uint64
-	for _, smp := range samples {
-		if smp.PID != pid {
-			continue
-		}
-		var st []string
-		for i, v := range smp.User {
-			if v8.IsFrame(v) {
-				fn, err := res.Function(pid, v8.DecodeFrame(v))
-				if err != nil {
-					st = append(st, "js:?")
+			if !withV8 {
+				return
+			}
+			if err := s.SetV8(pid, js.BPF()); err != nil {
+				t.Fatal(err)
+			}
+			res.Add(js)
+		},
+		remove: func(s *Sampler, pid int) { s.RemoveV8(pid) },
+		stack: func(smp Sample, sym *symbolizer) ([]string, bool) {
+			var st []string
+			for i, v := range smp.User {
+				if v8.IsFrame(v) {
+					fn, err := res.Function(smp.PID, v8.DecodeFrame(v))
+					if err != nil {
+						st = append(st, "js:?")
+						continue
+					}
+					st = append(st, fmt.Sprintf("js:%s:%s:%d", fn.Name, filepath.Base(fn.Script), fn.Line))
 					continue
 				}
-				st = append(st, fmt.Sprintf("js:%s:%s:%d", fn.Name, filepath.Base(fn.Script), fn.Line))
-				continue
+				pc := v
+				if i > 0 {
+					pc--
+				}
+				st = append(st, sym.name(pc))
 			}
-			pc := v
-			if i > 0 {
-				pc--
-			}
-			st = append(st, sym.name(pc))
-		}
-		stacks = append(stacks, st)
-		counts = append(counts, smp.Count)
-	}
-	c, err := s.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.RemoveV8(pid)
-	reg.RemoveProcess(pid)
-	return stacks, counts, c, js, nsPerSample
+			return st, true
+		},
+	}.run(t)
+	return stacks, counts, c, js, ns
 }
 
 // jsFrames are the JavaScript frames of st, innermost first.
