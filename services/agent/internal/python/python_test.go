@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stackstream/stackstream/pkg/testenv"
 	"github.com/stackstream/stackstream/services/agent/internal/proc"
 )
 
@@ -29,14 +30,15 @@ func python311(t testing.TB) string {
 }
 
 // TestLayout311MatchesHeaders compiles offsetof of every field of the 3.11
-// layout against the installed CPython headers (python3.11-dev).
+// layout against the installed CPython headers (libpython3.11-dev, installed
+// by .ci/run).
 func TestLayout311MatchesHeaders(t *testing.T) {
 	inc := "/usr/include/python3.11"
 	if _, err := os.Stat(inc + "/internal/pycore_frame.h"); err != nil {
-		t.Skipf("python3.11 internal headers: %v", err)
+		testenv.Unavailable(t, "python3.11 internal headers (libpython3.11-dev): %v", err)
 	}
 	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip(err)
+		testenv.Unavailable(t, "gcc: %v", err)
 	}
 	l, err := LayoutOf(Version{3, 11})
 	if err != nil {
