@@ -6,16 +6,12 @@ package servicebin
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 )
-
-// ErrNotWritten is returned for a service whose main package does not exist yet.
-var ErrNotWritten = errors.New("service has no main package yet")
 
 // Root returns the workspace root (the directory holding go.work) above dir.
 func Root(dir string) (string, error) {
@@ -38,9 +34,6 @@ func Root(dir string) (string, error) {
 // Build compiles stackstream-<service> from root into outDir and returns its path.
 func Build(root, service, outDir string) (string, error) {
 	pkg := "./services/" + service + "/cmd/stackstream-" + service
-	if _, err := os.Stat(filepath.Join(root, pkg, "main.go")); err != nil {
-		return "", fmt.Errorf("%s: %w", pkg, ErrNotWritten)
-	}
 	out := filepath.Join(outDir, "stackstream-"+service)
 	cmd := exec.Command("go", "build", "-o", out, pkg)
 	cmd.Dir = root
