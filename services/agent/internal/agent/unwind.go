@@ -165,9 +165,9 @@ func (u *unwinder) register(pid int) error {
 	var js *v8.Process
 	var jvm *hotspot.Process
 	var err, jvmErr error
-	fs, seen, mapFiles := u.fs, u.reg.Seen(), u.mapFiles
+	fs, mapFiles := u.fs, u.mapFiles
 	if gerr := u.files.do(procKey(pid), func() {
-		prepared, err = unwind.Prepare(fs, pid, seen, unwind.DefaultLimits, mapFiles)
+		prepared, err = u.reg.Prepare(pid, mapFiles)
 		if err == nil {
 			// Not Python, or a version without a layout: native frames only.
 			py, _ = python.Detect(fs, pid, mapFiles)

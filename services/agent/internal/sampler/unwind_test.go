@@ -327,6 +327,21 @@ func knownChain(t *testing.T, bin string) Counters {
 	if total < 50 {
 		t.Fatalf("only %d samples", total)
 	}
+	exact := exactChain(t, stacks, counts, total)
+	if exact*100 < total*99 {
+		t.Fatalf("%d of %d samples have leaf <- b <- a <- main <- libc <- _start", exact, total)
+	}
+	if c.UnwindStacks == 0 || c.UnwindComplete == 0 {
+		t.Fatalf("counters %+v: no table walk", c)
+	}
+	return c
+}
+
+// exactChain counts the samples of chainC whose stack is leaf <- b <- a <-
+// main <- libc <- _start, and reports the stacks (over 1% of total) that are
+// not.
+func exactChain(t testing.TB, stacks [][]string, counts []uint64, total uint64) uint64 {
+	t.Helper()
 	want := []string{"prog:leaf", "prog:b", "prog:a", "prog:main"}
 	var exact uint64
 	for i, st := range stacks {
@@ -350,13 +365,7 @@ func knownChain(t *testing.T, bin string) Counters {
 			t.Errorf("%d samples: %s", counts[i], strings.Join(st, " <- "))
 		}
 	}
-	if exact*100 < total*99 {
-		t.Fatalf("%d of %d samples have leaf <- b <- a <- main <- libc <- _start", exact, total)
-	}
-	if c.UnwindStacks == 0 || c.UnwindComplete == 0 {
-		t.Fatalf("counters %+v: no table walk", c)
-	}
-	return c
+	return exact
 }
 
 // TestUnwindDeepRecursion: 110 frames of rec between spin and main.

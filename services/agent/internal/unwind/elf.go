@@ -11,7 +11,15 @@ import (
 // bytes) and compiles its unwind table. A file without call-frame information
 // gives an empty table, not an error: the unwinder falls back to frame
 // pointers there.
-func Compile(r io.ReaderAt, size int64, lim Limits) (t *Table, err error) {
+func Compile(r io.ReaderAt, size int64, lim Limits) (*Table, error) {
+	_, t, err := inspect(r, size, lim, func(Key) bool { return true })
+	return t, err
+}
+
+// inspect reads the ELF header of the file in r and its key (build ID and
+// PT_LOAD layout), then compiles its table when want(key) says so (a nil
+// table otherwise).
+func inspect(r io.ReaderAt, size int64, lim Limits, want func(Key) bool) (k Key, t *Table, err error) {
 	defer func() {
 		// debug/elf is hardened, but a panic on a hostile file must cost one
 		// table, not the agent.
@@ -20,15 +28,24 @@ func Compile(r io.ReaderAt, size int64, lim Limits) (t *Table, err error) {
 		}
 	}()
 	if err := checkHeader(r, size); err != nil {
-		return nil, err
+		return Key{}, nil, err
 	}
 	f, err := elf.NewFile(io.NewSectionReader(r, 0, size))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return Key{}, nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	if f.Class != elf.ELFCLASS64 || f.Machine != elf.EM_X86_64 || f.Data != elf.ELFDATA2LSB {
-		return nil, fmt.Errorf("%w: %v %v %v (x86-64 only)", ErrUnsupported, f.Class, f.Machine, f.Data)
+		return Key{}, nil, fmt.Errorf("%w: %v %v %v (x86-64 only)", ErrUnsupported, f.Class, f.Machine, f.Data)
 	}
+	k = keyOf(f)
+	if !want(k) {
+		return k, nil, nil
+	}
+	t, err = compileELF(f, size, lim)
+	return k, t, err
+}
+
+func compileELF(f *elf.File, size int64, lim Limits) (*Table, error) {
 	var st Stats
 	var eh, debug []fde
 	if s := f.Section(".eh_frame"); s != nil && s.Type != elf.SHT_NOBITS {
@@ -57,7 +74,7 @@ func Compile(r io.ReaderAt, size int64, lim Limits) (t *Table, err error) {
 		}
 		debug = gofdes
 	}
-	t, err = build(eh, debug, lim, &st)
+	t, err := build(eh, debug, lim, &st)
 	if err != nil {
 		return nil, err
 	}

@@ -33,7 +33,7 @@ type Loader interface {
 var ErrNoRoom = errors.New("unwind row budget exhausted")
 
 // table is a compiled table loaded into the BPF array, shared by every
-// process mapping the same file.
+// process mapping a file of its key.
 type table struct {
 	first uint32
 	rows  int
@@ -45,15 +45,15 @@ type table struct {
 
 // RegistryStats describe what is loaded.
 type RegistryStats struct {
-	Tables    int // files with a table loaded
-	Failed    int // files whose table could not be built or loaded
+	Tables    int // keys (build IDs, files without one) with a table loaded
+	Failed    int // keys whose table could not be built or loaded
 	Processes int
 	RowBytes  int // kernel memory of the loaded rows
 }
 
 // Registry loads the table of every executable file that registered
-// processes map, once per file, and registers each process's mappings.
-// Tables no process maps stay loaded until their room is needed.
+// processes map, once per build ID (Key), and registers each process's
+// mappings. Tables no process maps stay loaded until their room is needed.
 type Registry struct {
 	log    *slog.Logger
 	fs     proc.FS
@@ -61,15 +61,16 @@ type Registry struct {
 	lim    Limits
 
 	mu     sync.Mutex
-	tables map[proc.FileID]*table
-	procs  map[int][]proc.FileID
+	tables map[Key]*table
+	files  map[proc.FileID]Key // the key of each file seen, so it is read once
+	procs  map[int][]Key
 	clock  uint64
 }
 
 // NewRegistry returns an empty registry over loader.
 func NewRegistry(log *slog.Logger, fs proc.FS, loader Loader, lim Limits) *Registry {
 	return &Registry{log: log, fs: fs, loader: loader, lim: lim,
-		tables: map[proc.FileID]*table{}, procs: map[int][]proc.FileID{}}
+		tables: map[Key]*table{}, files: map[proc.FileID]Key{}, procs: map[int][]Key{}}
 }
 
 // Prepared is what Prepare read of one process: its executable mappings
@@ -86,32 +87,36 @@ type preparedMapping struct {
 	m         proc.Mapping
 	anonymous bool // no file, or none that could be opened: no table
 	id        proc.FileID
-	table     *Table // nil: the registry had the file, or it failed (err)
+	key       Key
+	table     *Table // nil: the registry had the key, or it failed (err)
 	err       error
 }
 
 // Prepare reads pid's executable mappings and compiles the tables of the
-// files not in seen. It touches no registry state, so the agent can run it
-// off its tick under a time limit (a file on a hung FUSE server blocks).
-// mapFiles opens files through /proc/PID/map_files first (proc.OpenMapped).
-func Prepare(fs proc.FS, pid int, seen map[proc.FileID]bool, lim Limits, mapFiles bool) (Prepared, error) {
+// keys the registry has not seen: a file seen before costs a stat, a new
+// file with the build ID of a loaded table its ELF headers and notes. It
+// changes no registry state, so the agent can run it off its tick under a
+// time limit (a file on a hung FUSE server blocks). mapFiles opens files
+// through /proc/PID/map_files first (proc.OpenMapped).
+func (r *Registry) Prepare(pid int, mapFiles bool) (Prepared, error) {
 	p := Prepared{PID: pid}
-	maps, err := fs.ReadMaps(pid)
+	maps, err := r.fs.ReadMaps(pid)
 	if err != nil && len(maps) == 0 {
 		return p, fmt.Errorf("read maps of pid %d: %w", pid, err)
 	}
-	compiled := map[proc.FileID]*Table{}
+	done := map[Key]bool{} // keys compiled (or failed) by this call
 	for _, m := range maps {
 		if m.Path == vdsoPath {
-			id, size, t, err := vdsoTable(lim)
+			id, size, t, err := vdsoTable(r.lim)
 			if err != nil || m.Limit-m.Start != size || m.Offset != 0 {
 				p.Failed++
 				continue
 			}
-			pm := preparedMapping{m: m, id: id}
-			if !seen[id] {
+			pm := preparedMapping{m: m, id: id, key: fileKey(id)}
+			if !done[pm.key] && !r.has(pm.key) {
 				pm.table = t
 			}
+			done[pm.key] = true
 			p.mappings = append(p.mappings, pm)
 			continue
 		}
@@ -122,23 +127,25 @@ func Prepare(fs proc.FS, pid int, seen map[proc.FileID]bool, lim Limits, mapFile
 			p.mappings = append(p.mappings, preparedMapping{m: m, anonymous: true})
 			continue
 		}
-		mf, err := fs.OpenMapped(pid, m, mapFiles)
+		mf, err := r.fs.OpenMapped(pid, m, mapFiles)
 		if err != nil {
 			p.Failed++
 			p.mappings = append(p.mappings, preparedMapping{m: m, anonymous: true})
 			continue
 		}
 		pm := preparedMapping{m: m, id: mf.ID}
-		if t, ok := compiled[mf.ID]; ok {
-			pm.table = t
-		} else if !seen[mf.ID] {
-			pm.table, pm.err = compileMapped(mf, lim)
-			compiled[mf.ID] = pm.table
-			if pm.err != nil {
+		if k, ok := r.keyOfFile(mf.ID); ok && (done[k] || r.has(k)) {
+			pm.key = k
+		} else {
+			// Its key, and its table when the key is new.
+			pm.key, pm.table, pm.err = compileMapped(mf, r.lim, func(k Key) bool { return !done[k] && !r.has(k) })
+			switch {
+			case pm.err != nil && !done[pm.key]:
 				p.Failed++
-			} else {
+			case pm.table != nil:
 				p.Compiled++
 			}
+			done[pm.key] = true
 		}
 		mf.Close()
 		p.mappings = append(p.mappings, pm)
@@ -146,35 +153,49 @@ func Prepare(fs proc.FS, pid int, seen map[proc.FileID]bool, lim Limits, mapFile
 	return p, nil
 }
 
-func compileMapped(mf *proc.MappedFile, lim Limits) (*Table, error) {
+// compileMapped returns the key of a mapped file and, when want(key), its
+// table. A file that cannot be read is keyed by its file ID, with the error.
+func compileMapped(mf *proc.MappedFile, lim Limits, want func(Key) bool) (Key, *Table, error) {
 	f, err := mf.Open()
 	if err != nil {
-		return nil, err
+		return fileKey(mf.ID), nil, err
 	}
 	defer f.Close()
-	t, err := Compile(f, mf.ID.Size, lim)
-	if err != nil {
-		return nil, err
+	k, t, err := inspect(f, mf.ID.Size, lim, func(k Key) bool {
+		if k == (Key{}) {
+			k = fileKey(mf.ID)
+		}
+		return want(k)
+	})
+	if k == (Key{}) {
+		k = fileKey(mf.ID)
+	}
+	if err != nil || t == nil {
+		return k, nil, err
 	}
 	if len(t.Rows) == 0 {
-		return nil, ErrNoCFI
+		return k, nil, ErrNoCFI
 	}
-	return t, nil
+	return k, t, nil
 }
 
 // ErrNoCFI: the file has neither .eh_frame nor .debug_frame rows.
 var ErrNoCFI = errors.New("no call-frame information")
 
-// Seen returns the files the registry has a table for or failed on, for
-// Prepare.
-func (r *Registry) Seen() map[proc.FileID]bool {
+// has reports whether the registry has a table for k or failed on it.
+func (r *Registry) has(k Key) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make(map[proc.FileID]bool, len(r.tables))
-	for id := range r.tables {
-		out[id] = true
-	}
-	return out
+	_, ok := r.tables[k]
+	return ok
+}
+
+// keyOfFile returns the key of a file seen before.
+func (r *Registry) keyOfFile(id proc.FileID) (Key, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k, ok := r.files[id]
+	return k, ok
 }
 
 // Commit loads the tables Prepare compiled and registers the process's
@@ -187,28 +208,32 @@ func (r *Registry) Commit(p Prepared) error {
 	// The tables this process shares are referenced before new ones are
 	// loaded, so that making room never evicts them.
 	for _, pm := range p.mappings {
-		if t := r.tables[pm.id]; t != nil {
+		if t := r.tables[pm.key]; t != nil && !pm.anonymous {
 			t.used = r.clock
 		}
 	}
-	var ids []proc.FileID
+	var keys []Key
 	var out []Mapping
 	for _, pm := range p.mappings {
 		if pm.anonymous {
 			out = append(out, Mapping{Start: pm.m.Start, Limit: pm.m.Limit})
 			continue
 		}
-		t := r.tables[pm.id]
+		if len(r.files) >= maxFiles*4 {
+			clear(r.files) // a cache: files are inspected again
+		}
+		r.files[pm.id] = pm.key
+		t := r.tables[pm.key]
 		if t == nil {
 			t = r.load(pm)
 			if errors.Is(t.err, errEvicted) {
 				continue // compiled again at the next registration
 			}
-			r.tables[pm.id] = t
+			r.tables[pm.key] = t
 		}
 		t.refs++
 		t.used = r.clock
-		ids = append(ids, pm.id)
+		keys = append(keys, pm.key)
 		bias, ok := (&Table{Loads: t.loads}).Bias(pm.m.Start, pm.m.Offset)
 		if t.err != nil || !ok {
 			// Known, without a table: frame pointers, not a stale process.
@@ -218,7 +243,7 @@ func (r *Registry) Commit(p Prepared) error {
 		out = append(out, Mapping{Start: pm.m.Start, Limit: pm.m.Limit, Bias: bias, FirstRow: t.first, Rows: uint32(t.rows)})
 	}
 	r.release(r.procs[p.PID])
-	r.procs[p.PID] = ids
+	r.procs[p.PID] = keys
 	if len(r.tables) > maxFiles {
 		r.forgetFailed()
 	}
@@ -231,7 +256,7 @@ func (r *Registry) Commit(p Prepared) error {
 // AddProcess is Prepare and Commit in one, for callers that need no time
 // limit.
 func (r *Registry) AddProcess(pid int) error {
-	p, err := Prepare(r.fs, pid, r.Seen(), r.lim, true)
+	p, err := r.Prepare(pid, true)
 	if err != nil {
 		return err
 	}
@@ -247,9 +272,9 @@ func (r *Registry) RemoveProcess(pid int) {
 	delete(r.procs, pid)
 }
 
-func (r *Registry) release(ids []proc.FileID) {
-	for _, id := range ids {
-		if t := r.tables[id]; t != nil && t.refs > 0 {
+func (r *Registry) release(keys []Key) {
+	for _, k := range keys {
+		if t := r.tables[k]; t != nil && t.refs > 0 {
 			t.refs--
 		}
 	}
@@ -301,7 +326,7 @@ func (r *Registry) forgetFailed() {
 
 // evictOne frees the least recently used table no process maps.
 func (r *Registry) evictOne() bool {
-	var victim proc.FileID
+	var victim Key
 	var vt *table
 	for id, t := range r.tables {
 		if t.refs == 0 && t.rows > 0 && t.used < r.clock && (vt == nil || t.used < vt.used) {

@@ -71,7 +71,7 @@ func TestRegistrySharesAndEvicts(t *testing.T) {
 	sleep := compileFile(t, "/usr/bin/sleep")
 	py := startProcess(t, python3Path(t), "-c", "import time; time.sleep(60)")
 	need := 0
-	prep, err := Prepare(fs, py, nil, DefaultLimits, true)
+	prep, err := NewRegistry(log, fs, newFakeLoader(0), DefaultLimits).Prepare(py, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,5 +124,59 @@ func TestRegistrySharesAndEvicts(t *testing.T) {
 		if m.Rows == 0 && m.Start != 0xffffffffff600000 { // [vsyscall] has none
 			t.Errorf("mapping %#x-%#x of python3 without a table", m.Start, m.Limit)
 		}
+	}
+}
+
+// TestRegistryKeysByBuildID: two copies of one binary (other paths, other
+// inodes, one build ID) share one table; a binary without a build ID gets
+// its own.
+func TestRegistryKeysByBuildID(t *testing.T) {
+	testenv.Root(t) // map_files
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	copyOf := func(src, dst string, extra ...string) string {
+		t.Helper()
+		if out, err := exec.Command("cp", src, dst).CombinedOutput(); err != nil {
+			t.Fatalf("cp: %v\n%s", err, out)
+		}
+		for _, args := range extra {
+			if out, err := exec.Command("objcopy", args, dst).CombinedOutput(); err != nil {
+				t.Fatalf("objcopy: %v\n%s", err, out)
+			}
+		}
+		return dst
+	}
+	dir := t.TempDir()
+	one := copyOf("/usr/bin/sleep", dir+"/one")
+	two := copyOf("/usr/bin/sleep", dir+"/two")
+	anon := copyOf("/usr/bin/sleep", dir+"/anon", "--remove-section=.note.gnu.build-id")
+	l := newFakeLoader(1 << 20)
+	r := NewRegistry(log, proc.FS{Root: "/proc"}, l, DefaultLimits)
+	add := func(bin string) int {
+		t.Helper()
+		pid := startProcess(t, bin, "60")
+		if err := r.AddProcess(pid); err != nil {
+			t.Fatal(err)
+		}
+		return pid
+	}
+	first := add(one)
+	// The copy, libc, ld.so and the vDSO.
+	if st := r.Stats(); l.loads != 4 || st.Tables != 4 {
+		t.Fatalf("first copy: %d loads, stats %+v", l.loads, st)
+	}
+	add(two)
+	add("/usr/bin/sleep")
+	if st := r.Stats(); l.loads != 4 || st.Tables != 4 || st.Processes != 3 {
+		t.Fatalf("three copies of one build ID: %d loads, stats %+v", l.loads, st)
+	}
+	// The executable's first mapping: the same rows in every copy.
+	for pid, ms := range l.procs {
+		if len(ms) < 3 || ms[0].Rows == 0 || ms[0].FirstRow != l.procs[first][0].FirstRow || ms[0].Rows != l.procs[first][0].Rows {
+			t.Fatalf("mappings of pid %d: %+v", pid, ms)
+		}
+	}
+	add(anon)
+	if st := r.Stats(); l.loads != 5 || st.Tables != 5 {
+		t.Fatalf("a copy without build ID: %d loads, stats %+v", l.loads, st)
 	}
 }
