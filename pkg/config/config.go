@@ -5,6 +5,7 @@ package config
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -25,15 +26,31 @@ type Validator interface {
 	Validate() error
 }
 
-// Load fills spec (a pointer to a struct with envconfig tags). Variables
-// already in the environment win over the .env file in the working directory.
-// With -h or --help in args it prints every variable with its default to out
-// and returns ErrHelp.
+// Load fills spec (a pointer to a struct with envconfig tags) and validates
+// it. Variables already in the environment win over the .env file in the
+// working directory. With -h or --help in args it prints every variable with
+// its default to out and returns ErrHelp.
 func Load(spec any, args []string, out io.Writer) error {
+	return LoadWithFlags(spec, args, out, nil)
+}
+
+// LoadWithFlags is Load for a command that also takes flags. flags (nil for
+// none) returns a flag set bound to spec's fields, whose defaults are the
+// values the fields hold when it is called: it is called after the
+// environment was read, so a flag overrides its variable. spec is validated
+// once, after both, so a bad variable that a valid flag replaces does not
+// stop start-up.
+func LoadWithFlags(spec any, args []string, out io.Writer, flags func() *flag.FlagSet) error {
 	for _, a := range args {
 		if a == "-h" || a == "-help" || a == "--help" {
 			if err := Usage(spec, out); err != nil {
 				return err
+			}
+			if flags != nil {
+				fmt.Fprintln(out, "\nFlags (override the variables):")
+				fs := flags()
+				fs.SetOutput(out)
+				fs.PrintDefaults()
 			}
 			return ErrHelp
 		}
@@ -48,9 +65,25 @@ func Load(spec any, args []string, out io.Writer) error {
 		}
 		return fmt.Errorf("config: %w", err)
 	}
+	if flags != nil {
+		if err := flags().Parse(args); err != nil {
+			return err
+		}
+	}
 	if v, ok := spec.(Validator); ok {
 		if err := v.Validate(); err != nil {
 			return fmt.Errorf("config: %w", err)
+		}
+	}
+	return nil
+}
+
+// ValidateAll returns the first error of the blocks' checks, in order: a
+// service's Validate checks the shared blocks it embeds with it.
+func ValidateAll(blocks ...Validator) error {
+	for _, b := range blocks {
+		if err := b.Validate(); err != nil {
+			return err
 		}
 	}
 	return nil

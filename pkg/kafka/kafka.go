@@ -39,6 +39,15 @@ type Config struct {
 	DialTimeout           time.Duration `envconfig:"DIAL_TIMEOUT" default:"10s" desc:"how long start-up waits for a broker"`
 }
 
+// Connection is read from STACKSTREAM_KAFKA_* when embedded in a service's
+// Config.
+type Connection struct {
+	Kafka Config `envconfig:"KAFKA"`
+}
+
+// Validate checks the connection settings.
+func (c Connection) Validate() error { return c.Kafka.Validate() }
+
 // Topics returns the topic names under the configured prefix.
 func (c Config) Topics() record.Topics { return record.TopicsFor(c.TopicPrefix) }
 

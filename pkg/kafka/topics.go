@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stackstream/stackstream/schemas/record"
 )
@@ -63,4 +65,27 @@ func EnsureTopics(ctx context.Context, adm *kadm.Client, specs []TopicSpec) ([]T
 		}
 	}
 	return out, nil
+}
+
+// CheckTopics stops start-up with one line naming the topics that do not
+// exist: a consumer would otherwise wait for them silently, and a producer
+// stall on its first record.
+func CheckTopics(ctx context.Context, cl *kgo.Client, topics ...string) error {
+	listed, err := kadm.NewClient(cl).ListTopics(ctx, topics...)
+	if err != nil {
+		return fmt.Errorf("list topics: %w", err)
+	}
+	var missing []string
+	for _, t := range topics {
+		if d, ok := listed[t]; !ok || d.Err != nil {
+			missing = append(missing, t)
+		}
+	}
+	switch len(missing) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("kafka topic %s is missing: run stackctl init (or check STACKSTREAM_KAFKA_TOPIC_PREFIX)", missing[0])
+	}
+	return fmt.Errorf("kafka topic %s is missing, and %s: run stackctl init (or check STACKSTREAM_KAFKA_TOPIC_PREFIX)", missing[0], strings.Join(missing[1:], ", "))
 }

@@ -388,6 +388,21 @@ func truncate(b []byte, n int) string {
 	return string(b)
 }
 
+// Storage is read from STACKSTREAM_OPENSEARCH_* and
+// STACKSTREAM_OPENSEARCH_INDEX_* when embedded in a service's Config.
+type Storage struct {
+	OpenSearch Config      `envconfig:"OPENSEARCH"`
+	Index      IndexConfig `envconfig:"OPENSEARCH_INDEX"`
+}
+
+// Validate checks the connection and the index settings.
+func (s Storage) Validate() error {
+	if err := s.OpenSearch.Validate(); err != nil {
+		return err
+	}
+	return s.Index.Validate()
+}
+
 // IndexConfig is the index naming and settings shared by writers, read from
 // STACKSTREAM_OPENSEARCH_INDEX_* when embedded as `Index opensearch.IndexConfig `envconfig:"OPENSEARCH_INDEX"“.
 type IndexConfig struct {
@@ -395,6 +410,17 @@ type IndexConfig struct {
 	Shards          int    `envconfig:"SHARDS" default:"1" desc:"primary shards per index"`
 	Replicas        int    `envconfig:"REPLICAS" default:"0" desc:"replicas per index"`
 	RefreshInterval string `envconfig:"REFRESH_INTERVAL" default:"5s" desc:"index refresh interval"`
+}
+
+// Validate checks values that parse but cannot work.
+func (c IndexConfig) Validate() error {
+	switch {
+	case c.Shards < 1:
+		return fmt.Errorf("STACKSTREAM_OPENSEARCH_INDEX_SHARDS=%d must be at least 1", c.Shards)
+	case c.Replicas < 0:
+		return fmt.Errorf("STACKSTREAM_OPENSEARCH_INDEX_REPLICAS=%d must be 0 or more", c.Replicas)
+	}
+	return nil
 }
 
 // Names are the index names under the prefix.

@@ -1,0 +1,52 @@
+package kafka
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/stackstream/stackstream/pkg/testenv"
+)
+
+// TestCheckTopics asks the real broker: every topic missing, then only the
+// one not created.
+func TestCheckTopics(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg := testConfig(brokers, testenv.Name(t, "t-")+".")
+	topics := cfg.Topics()
+	cl, err := NewClient(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+
+	err = CheckTopics(ctx, cl, topics.ProfilesSymbolized, topics.DLQ)
+	want := "kafka topic " + topics.ProfilesSymbolized + " is missing, and " + topics.DLQ + ": run stackctl init"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("CheckTopics before init = %v, want %q", err, want)
+	}
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, topics.ProfilesSymbolized); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { adm.DeleteTopics(context.Background(), topics.All()...) })
+	// The broker's metadata names a new topic a moment after it is created.
+	for range 100 {
+		if err = CheckTopics(ctx, cl, topics.ProfilesSymbolized, topics.DLQ); err == nil || !strings.Contains(err.Error(), ", and ") {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	want = "kafka topic " + topics.DLQ + " is missing: run stackctl init (or check STACKSTREAM_KAFKA_TOPIC_PREFIX)"
+	if err == nil || err.Error() != want {
+		t.Fatalf("CheckTopics = %v, want %q", err, want)
+	}
+	if err := CheckTopics(ctx, cl, topics.ProfilesSymbolized); err != nil {
+		t.Fatalf("CheckTopics of an existing topic = %v", err)
+	}
+}

@@ -1,0 +1,84 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stackstream/stackstream/pkg/telemetry"
+)
+
+func TestGroupStopsOnSignalAndNamesIt(t *testing.T) {
+	var logs bytes.Buffer
+	g := NewGroup(slog.New(slog.NewTextHandler(&logs, nil)))
+	interrupted := make(chan struct{})
+	g.AddContext(context.Background(), func(ctx context.Context) error {
+		<-ctx.Done()
+		close(interrupted)
+		return nil
+	})
+	done := make(chan error, 1)
+	go func() { done <- g.Run() }()
+	time.Sleep(50 * time.Millisecond) // let the actors start (no timing is asserted)
+	if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run after SIGTERM = %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after SIGTERM")
+	}
+	<-interrupted
+	for _, want := range []string{`msg="stopping on signal" signal=terminated`, "msg=stopped signal=terminated"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("logs lack %q:\n%s", want, logs.String())
+		}
+	}
+	if strings.Contains(logs.String(), "<nil>") {
+		t.Errorf("logs name no signal:\n%s", logs.String())
+	}
+}
+
+func TestGroupReturnsFirstError(t *testing.T) {
+	var logs bytes.Buffer
+	g := NewGroup(slog.New(slog.NewTextHandler(&logs, nil)))
+	boom := errors.New("boom")
+	g.Add(func() error { return boom }, func(error) {})
+	stopped := false
+	g.AddContext(context.Background(), func(ctx context.Context) error {
+		<-ctx.Done()
+		stopped = true
+		return nil
+	})
+	if err := g.Run(); !errors.Is(err, boom) {
+		t.Fatalf("Run = %v, want boom", err)
+	}
+	if !stopped || !strings.Contains(logs.String(), "msg=stopped err=boom") {
+		t.Fatalf("other actor stopped %v; logs:\n%s", stopped, logs.String())
+	}
+}
+
+func TestBaseValidateNamesVariable(t *testing.T) {
+	if err := (Base{Log: telemetry.LogConfig{Level: "info", Format: "json"}}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		log  telemetry.LogConfig
+		want string
+	}{
+		{telemetry.LogConfig{Level: "loud", Format: "text"}, "STACKSTREAM_LOG_LEVEL"},
+		{telemetry.LogConfig{Level: "info", Format: "xml"}, "STACKSTREAM_LOG_FORMAT"},
+	} {
+		if err := (Base{Log: tc.log}).Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate(%+v) = %v, want an error naming %s", tc.log, err, tc.want)
+		}
+	}
+}
