@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -56,6 +57,8 @@ type objects struct {
 	pdbs        []policyv1.PodDisruptionBudget
 	policies    []networkingv1.NetworkPolicy
 	hpas        []autoscalingv2.HorizontalPodAutoscaler
+	roles       []rbacv1.ClusterRole
+	bindings    []rbacv1.ClusterRoleBinding
 }
 
 // build runs kustomize on dir as `kustomize build` would, and decodes every object
@@ -103,6 +106,10 @@ func (o *objects) add(apiVersion, kind string, y []byte) error {
 		return appendDecoded(&o.policies, decode)
 	case "autoscaling/v2 HorizontalPodAutoscaler":
 		return appendDecoded(&o.hpas, decode)
+	case "rbac.authorization.k8s.io/v1 ClusterRole":
+		return appendDecoded(&o.roles, decode)
+	case "rbac.authorization.k8s.io/v1 ClusterRoleBinding":
+		return appendDecoded(&o.bindings, decode)
 	}
 	return fmt.Errorf("no k8s.io/api type for %s %s: add it to objects", apiVersion, kind)
 }
@@ -178,8 +185,10 @@ func TestNoPrivilegedContainer(t *testing.T) {
 			if w.pod.HostPID && w.service != "agent" {
 				t.Errorf("%s: %s %s has hostPID; only the agent needs it", dir, w.kind, w.name)
 			}
-			if w.pod.AutomountServiceAccountToken == nil || *w.pod.AutomountServiceAccountToken {
-				t.Errorf("%s: %s %s mounts a service account token; no service calls the API server", dir, w.kind, w.name)
+			// Only the agent calls the API server (its node's pods, read-only:
+			// checkAgentRBAC).
+			if w.service != "agent" && (w.pod.AutomountServiceAccountToken == nil || *w.pod.AutomountServiceAccountToken) {
+				t.Errorf("%s: %s %s mounts a service account token; only the agent calls the API server", dir, w.kind, w.name)
 			}
 			for _, c := range allContainers(w.pod) {
 				sc := c.SecurityContext
@@ -270,7 +279,46 @@ func TestAgentDaemonSet(t *testing.T) {
 				t.Errorf("STACKSTREAM_AGENT_HOST_ID = %+v, want the node name (fieldRef spec.nodeName)", host)
 			}
 			checkProbes(t, "agent", c)
+			checkAgentRBAC(t, o, pod)
 		})
+	}
+}
+
+// checkAgentRBAC: the agent's token is mounted, and it may only get, list and
+// watch pods (the node's pods, for their labels), bound to its own account in
+// the namespace the account is in.
+func checkAgentRBAC(t *testing.T, o *objects, pod corev1.PodSpec) {
+	t.Helper()
+	if pod.AutomountServiceAccountToken == nil || !*pod.AutomountServiceAccountToken {
+		t.Errorf("agent pod does not mount its service account token: it cannot watch pods")
+	}
+	if len(o.roles) != 1 || len(o.bindings) != 1 {
+		t.Fatalf("%d ClusterRoles and %d bindings, want the agent's one each", len(o.roles), len(o.bindings))
+	}
+	rules := o.roles[0].Rules
+	if len(rules) != 1 || !slices.Equal(rules[0].APIGroups, []string{""}) || !slices.Equal(rules[0].Resources, []string{"pods"}) ||
+		!slices.Equal(rules[0].Verbs, []string{"get", "list", "watch"}) || len(rules[0].ResourceNames) != 0 {
+		t.Errorf("agent ClusterRole rules %+v, want get, list, watch on pods only", rules)
+	}
+	b := o.bindings[0]
+	if b.RoleRef.Kind != "ClusterRole" || b.RoleRef.Name != o.roles[0].Name {
+		t.Errorf("binding refers to %+v, want the agent's ClusterRole %s", b.RoleRef, o.roles[0].Name)
+	}
+	var sa *corev1.ServiceAccount
+	for i := range o.accounts {
+		if o.accounts[i].Name == pod.ServiceAccountName {
+			sa = &o.accounts[i]
+		}
+	}
+	if sa == nil {
+		t.Fatalf("agent's service account %q not defined", pod.ServiceAccountName)
+	}
+	ns := sa.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	if len(b.Subjects) != 1 || b.Subjects[0].Kind != "ServiceAccount" || b.Subjects[0].Name != sa.Name || b.Subjects[0].Namespace != ns {
+		t.Errorf("binding subjects %+v, want the ServiceAccount %s/%s", b.Subjects, ns, sa.Name)
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/stackstream/stackstream/services/agent/internal/elfinfo"
 	"github.com/stackstream/stackstream/services/agent/internal/heap"
 	"github.com/stackstream/stackstream/services/agent/internal/hotspot"
+	"github.com/stackstream/stackstream/services/agent/internal/k8s"
 	"github.com/stackstream/stackstream/services/agent/internal/proc"
 	"github.com/stackstream/stackstream/services/agent/internal/publish"
 	"github.com/stackstream/stackstream/services/agent/internal/python"
@@ -56,7 +57,8 @@ type Agent struct {
 	d          Deps
 	m          *metrics
 	sampler    *sampler.Sampler
-	unwind     *unwinder // nil: frame pointers only
+	unwind     *unwinder  // nil: frame pointers only
+	pods       *k8s.Cache // nil: no Kubernetes metadata
 	ks         *proc.Kallsyms
 	ps         *processes
 	heaps      []heap.Target
@@ -99,6 +101,15 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		pageSize:   int64(os.Getpagesize()),
 	}
 	a.ps.mapFiles = !d.noMapFiles
+	if kc, ok, err := cfg.kubernetes(); err != nil {
+		return nil, err
+	} else if ok {
+		if a.pods, err = k8s.New(kc, d.Log); err != nil {
+			return nil, fmt.Errorf("STACKSTREAM_AGENT_KUBERNETES: %w", err)
+		}
+		a.ps.pods = a.pods
+		registerPodMetrics(d.Registry, a.pods)
+	}
 	if cfg.PerfMaps {
 		javaEvery := time.Duration(0)
 		if cfg.JavaPerfMap {
@@ -162,8 +173,20 @@ func New(cfg Config, d Deps) (*Agent, error) {
 // Run builds and publishes profiles every interval until ctx ends, then
 // publishes the last partial interval.
 func (a *Agent) Run(ctx context.Context) error {
+	if a.pods != nil {
+		podsCtx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { a.pods.Run(podsCtx); close(done) }()
+		defer func() { stop(); <-done }()
+	}
 	t := time.NewTicker(a.cfg.Interval)
 	defer t.Stop()
+	var poll <-chan time.Time // new processes registered between ticks
+	if a.unwind != nil {
+		pt := time.NewTicker(pollEvery)
+		defer pt.Stop()
+		poll = pt.C
+	}
 	a.d.Log.Info("profiling", "host", a.cfg.HostID, "frequency_hz", a.cfg.Frequency, "interval", a.cfg.Interval,
 		"all_processes", a.ps.targets.All())
 	for {
@@ -174,6 +197,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 			a.Tick(ctx)
+		case <-poll:
+			a.unwind.poll(a.ps)
 		}
 	}
 }

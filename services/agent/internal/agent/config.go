@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stackstream/stackstream/services/agent/internal/heap"
+	"github.com/stackstream/stackstream/services/agent/internal/k8s"
 	"github.com/stackstream/stackstream/services/agent/internal/publish"
 )
 
@@ -36,6 +37,11 @@ type Config struct {
 	UnwindProcesses        int           `envconfig:"UNWIND_PROCESSES" default:"8192" desc:"most processes registered for table unwinding"`
 	PerfMaps               bool          `envconfig:"PERF_MAPS" default:"true" desc:"name JIT code (anonymous executable memory) from the process's /tmp/perf-PID.map"`
 	JavaPerfMap            bool          `envconfig:"JAVA_PERFMAP" default:"true" desc:"ask sampled JVMs to write their perf map (jcmd Compiler.perfmap through the attach mechanism: no JVM flag needed)"`
+	Kubernetes             string        `envconfig:"KUBERNETES" default:"auto" desc:"label processes in pods with their pod, namespace, container and workload from the Kubernetes API server: auto (when the agent runs in a pod), on, off"`
+	KubernetesAPI          string        `envconfig:"KUBERNETES_API" desc:"the API server's URL (default: the cluster's own, from KUBERNETES_SERVICE_HOST and _PORT)"`
+	KubernetesTokenFile    string        `envconfig:"KUBERNETES_TOKEN_FILE" default:"/var/run/secrets/kubernetes.io/serviceaccount/token" desc:"bearer token (re-read at every request); needs get, list and watch on pods"`
+	KubernetesCAFile       string        `envconfig:"KUBERNETES_CA_FILE" default:"/var/run/secrets/kubernetes.io/serviceaccount/ca.crt" desc:"the API server's CA certificate"`
+	NodeName               string        `envconfig:"NODE_NAME" desc:"this node's name in Kubernetes, whose pods are watched (default: STACKSTREAM_AGENT_HOST_ID)"`
 	JavaPerfMapInterval    time.Duration `envconfig:"JAVA_PERFMAP_INTERVAL" default:"60s" desc:"how often a sampled JVM is asked again (newly compiled methods); failures back off up to 1h"`
 }
 
@@ -49,6 +55,29 @@ func (c Config) heapLimits() heap.Limits {
 // Hold is how profiles wait for their debuginfo.
 func (c Config) Hold() publish.HoldConfig {
 	return publish.HoldConfig{Max: c.DebuginfoHold, Records: publish.DefaultHold.Records}
+}
+
+// kubernetes returns where pod metadata comes from, or false when it is off
+// (STACKSTREAM_AGENT_KUBERNETES=auto outside a pod).
+func (c Config) kubernetes() (k8s.Config, bool, error) {
+	if c.Kubernetes == "off" {
+		return k8s.Config{}, false, nil
+	}
+	server := c.KubernetesAPI
+	if server == "" {
+		server = k8s.ClusterServer()
+	}
+	if server == "" {
+		if c.Kubernetes == "on" {
+			return k8s.Config{}, false, fmt.Errorf("STACKSTREAM_AGENT_KUBERNETES=on: no API server (set STACKSTREAM_AGENT_KUBERNETES_API, or run in a pod)")
+		}
+		return k8s.Config{}, false, nil
+	}
+	node := c.NodeName
+	if node == "" {
+		node = c.HostID
+	}
+	return k8s.Config{Server: server, TokenFile: c.KubernetesTokenFile, CAFile: c.KubernetesCAFile, NodeName: node, MaxPods: k8s.DefaultMaxPods}, true, nil
 }
 
 // Validate checks values that parse but cannot work.
@@ -82,6 +111,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_AGENT_UNWIND_MAPPINGS=%d, STACKSTREAM_AGENT_UNWIND_PROCESSES=%d: use at least 64 and 1", c.UnwindMappings, c.UnwindProcesses)
 	case c.PerfMaps && c.JavaPerfMap && c.JavaPerfMapInterval < time.Second:
 		return fmt.Errorf("STACKSTREAM_AGENT_JAVA_PERFMAP_INTERVAL=%s: use at least 1s, or STACKSTREAM_AGENT_JAVA_PERFMAP=false", c.JavaPerfMapInterval)
+	case c.Kubernetes != "auto" && c.Kubernetes != "on" && c.Kubernetes != "off":
+		return fmt.Errorf("STACKSTREAM_AGENT_KUBERNETES=%q: use auto, on or off", c.Kubernetes)
 	case c.MemoryLimit < 0:
 		return fmt.Errorf("STACKSTREAM_AGENT_MEMORY_LIMIT=%d: use 0 (none) or a number of bytes", c.MemoryLimit)
 	}

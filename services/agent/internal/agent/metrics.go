@@ -1,6 +1,10 @@
 package agent
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stackstream/stackstream/services/agent/internal/k8s"
+)
 
 type metrics struct {
 	samples      prometheus.Counter
@@ -47,4 +51,25 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	reg.MustRegister(m.samples, m.cpuNanos, m.untargeted, m.bpfCounters, m.mapFill, m.processes, m.intervalTime, m.debuginfo, m.heapErrors)
 	return m
+}
+
+// registerPodMetrics exports the Kubernetes metadata cache's state.
+func registerPodMetrics(reg prometheus.Registerer, c *k8s.Cache) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "stackstream_agent_k8s_pods", Help: "Pods of this node known from the Kubernetes API server.",
+		}, func() float64 { return float64(c.Len()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "stackstream_agent_k8s_events_total", Help: "Pod watch events applied.",
+		}, func() float64 { return float64(c.Events.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "stackstream_agent_k8s_relists_total", Help: "Full pod lists (at start and after a watch expired).",
+		}, func() float64 { return float64(c.Relists.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "stackstream_agent_k8s_errors_total", Help: "Failed or undecodable API server answers (retried with backoff).",
+		}, func() float64 { return float64(c.Errors.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "stackstream_agent_k8s_pods_dropped_total", Help: "Pods not kept because the cache was full.",
+		}, func() float64 { return float64(c.Overflows.Load()) }),
+	)
 }

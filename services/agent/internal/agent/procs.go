@@ -2,12 +2,14 @@ package agent
 
 import (
 	"errors"
+	"maps"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/stackstream/stackstream/schemas/record"
 	"github.com/stackstream/stackstream/services/agent/internal/hotspot"
+	"github.com/stackstream/stackstream/services/agent/internal/k8s"
 	"github.com/stackstream/stackstream/services/agent/internal/proc"
 	"github.com/stackstream/stackstream/services/agent/internal/python"
 	"github.com/stackstream/stackstream/services/agent/internal/v8"
@@ -21,6 +23,7 @@ type process struct {
 	maps     []mapping // sorted by Start; read lazily
 	mapsRead uint64    // interval+1 of the last read, 0 before
 	seen     uint64    // interval number it was last seen in
+	podTries int       // intervals its pod was looked up in vain (in a pod's cgroup)
 	checked  uint64    // interval number its PID was last checked by refresh
 }
 
@@ -69,7 +72,19 @@ type processes struct {
 	python   *python.Resolver  // names Python frames; nil without table unwinding
 	js       *v8.Resolver      // names JavaScript frames; nil without table unwinding
 	java     *hotspot.Resolver // names Java frames; nil without table unwinding
+	pods     podSource         // pod metadata from the API server; nil: off
 }
+
+// podSource names the pod and container of a process from the pod UID and
+// container ID of its cgroup (k8s.Cache).
+type podSource interface {
+	Lookup(podUID, containerID string) (k8s.Meta, bool)
+}
+
+// maxPodTries is how many intervals a process in a pod's cgroup is looked up
+// again while the API server has not shown its pod yet (a pod starts before
+// its watch event arrives).
+const maxPodTries = 6
 
 func newProcesses(fs proc.FS, t *proc.Targets, files *fileGate) *processes {
 	return &processes{fs: fs, targets: t, procs: map[int]*process{}, binaries: map[fileKey]*binary{}, files: files, mapFiles: true}
@@ -79,6 +94,9 @@ func newProcesses(fs proc.FS, t *proc.Targets, files *fileGate) *processes {
 // that exited before it could be read is described by its comm alone.
 func (ps *processes) get(pid int, comm string) *process {
 	if p, ok := ps.procs[pid]; ok {
+		if p.podTries > 0 && p.podTries < maxPodTries && p.seen != ps.interval {
+			ps.labelPod(p)
+		}
 		p.seen = ps.interval
 		return p
 	}
@@ -110,8 +128,34 @@ func (ps *processes) get(pid int, comm string) *process {
 	p := &process{info: info, seen: ps.interval}
 	p.targeted = ps.targets.Match(info)
 	p.labels = labelsOf(info)
+	ps.labelPod(p)
 	ps.procs[pid] = p
 	return p
+}
+
+// labelPod sets the Kubernetes labels of a process in a pod from the API
+// server's metadata (they win over what the process's environment said),
+// and its service from them.
+func (ps *processes) labelPod(p *process) {
+	uid := p.info.Cgroup.K8sPodUID
+	if ps.pods == nil || uid == "" {
+		return
+	}
+	m, ok := ps.pods.Lookup(uid, p.info.Cgroup.ContainerID)
+	if !ok {
+		p.podTries++
+		return
+	}
+	p.podTries = 0
+	l := maps.Clone(p.labels) // profiles of earlier intervals may hold the old map
+	for k, v := range map[string]string{record.LabelK8sPod: m.Pod, record.LabelK8sNamespace: m.Namespace, record.LabelK8sContainer: m.Container, record.LabelK8sWorkload: m.Workload} {
+		if v != "" {
+			l[k] = record.TruncateUTF8(v, record.MaxLabelValueBytes)
+		}
+	}
+	delete(l, record.LabelService)
+	l[record.LabelService] = record.TruncateUTF8(record.DeriveService(l), record.MaxServiceBytes)
+	p.labels = l
 }
 
 // procKey is the file gate's key for the /proc files of pid: a process whose
