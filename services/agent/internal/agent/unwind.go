@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -20,6 +21,20 @@ import (
 // mapping; under churn the rest wait for the next interval (their samples
 // are walked with frame pointers meanwhile, counted).
 const maxRegistrationsPerTick = 128
+
+// Between ticks, every pollEvery, the processes the BPF program marked (an
+// exec, a fork of a registered process, an address in no registered
+// mapping) are registered, at most maxRegistrationsPerPoll a poll: a new
+// program is known within about pollEvery of its exec rather than at the
+// next tick. Under churn the rest wait for the next poll (maxRetry at most;
+// past it, their samples bring them back at a tick).
+const (
+	maxRegistrationsPerPoll = 32
+	maxRetry                = 4096
+)
+
+// pollEvery is a variable for the test that measures the ticks alone.
+var pollEvery = 100 * time.Millisecond
 
 // unwinder registers targeted processes with the BPF unwinder: the tables
 // of their files (once per file, shared) and their mappings.
@@ -39,6 +54,7 @@ type unwinder struct {
 
 	registered map[int]uint64 // pid -> start time at registration
 	pending    []int          // running at start, registered as the ticks allow
+	retry      []int          // marked, not registered yet: past a poll's bound
 }
 
 type unwindMetrics struct {
@@ -58,7 +74,7 @@ func newUnwindMetrics(reg prometheus.Registerer) *unwindMetrics {
 			Name: "stackstream_agent_unwind_samples_total", Help: "CPU samples of targeted processes by how their user stack was walked: tables (registered process) or frame_pointers (the kernel's walk: not registered yet, or unwinding off).",
 		}, []string{"method"}),
 		registrations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "stackstream_agent_unwind_registrations_total", Help: "Processes registered for table unwinding, by result (ok, error, deferred: past the per-interval bound).",
+			Name: "stackstream_agent_unwind_registrations_total", Help: "Processes registered for table unwinding, by result (ok, error, deferred: past the per-interval or per-poll bound).",
 		}, []string{"result"}),
 		tableBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "stackstream_agent_unwind_table_bytes", Help: "Kernel memory of the unwind rows loaded (8 bytes a row).",
@@ -110,7 +126,7 @@ func (u *unwinder) tick(ps *processes, samples []sampler.Sample) {
 			add(s.PID)
 		}
 	}
-	for _, pid := range u.sampler.Refresh() {
+	for _, pid := range u.takeMarked() {
 		add(pid)
 	}
 	for len(u.pending) > 0 && len(todo) < maxRegistrationsPerTick {
@@ -120,25 +136,10 @@ func (u *unwinder) tick(ps *processes, samples []sampler.Sample) {
 			add(pid)
 		}
 	}
-	for i, pid := range todo {
-		if i >= maxRegistrationsPerTick {
-			u.m.registrations.WithLabelValues("deferred").Add(float64(len(todo) - i))
-			// Samples bring them back next interval, refreshes come again.
-			break
-		}
-		p := ps.get(pid, "")
-		if !p.targeted || p.info.StartTime == 0 {
-			continue // excluded, a kernel thread, or gone before it was read
-		}
-		if err := u.register(pid); errors.Is(err, proc.ErrGone) {
-			continue
-		} else if err != nil {
-			u.m.registrations.WithLabelValues("error").Inc()
-			u.log.Debug("register process for unwinding", "pid", pid, "err", err)
-			continue
-		}
-		u.registered[pid] = p.info.StartTime
-		u.m.registrations.WithLabelValues("ok").Inc()
+	if rest := u.registerAll(ps, todo, maxRegistrationsPerTick); len(rest) > 0 {
+		// The next polls take them; past maxRetry, samples bring them back.
+		u.m.registrations.WithLabelValues("deferred").Add(float64(len(rest)))
+		u.retry = rest[:min(len(rest), maxRetry)]
 	}
 	for pid, st := range u.registered {
 		if p, ok := ps.procs[pid]; !ok || p.info.StartTime != st {
@@ -155,6 +156,65 @@ func (u *unwinder) tick(ps *processes, samples []sampler.Sample) {
 	u.m.failed.Set(float64(stats.Failed))
 	u.m.processes.Set(float64(stats.Processes))
 	u.m.mappings.Set(float64(u.sampler.MappingEntries()))
+}
+
+// poll registers, between ticks, the processes the BPF program marked:
+// new programs (exec) before most of their first samples.
+func (u *unwinder) poll(ps *processes) {
+	todo := u.takeMarked()
+	if len(todo) == 0 {
+		return
+	}
+	rest := u.registerAll(ps, todo, maxRegistrationsPerPoll)
+	if len(rest) > maxRetry {
+		u.m.registrations.WithLabelValues("deferred").Add(float64(len(rest) - maxRetry))
+		rest = rest[:maxRetry]
+	}
+	u.retry = rest
+}
+
+// takeMarked returns the processes left over by the last poll, then those
+// the BPF program marked since, once each.
+func (u *unwinder) takeMarked() []int {
+	pids := u.retry
+	u.retry = nil
+	seen := make(map[int]bool, len(pids))
+	for _, pid := range pids {
+		seen[pid] = true
+	}
+	for _, pid := range u.sampler.Refresh() {
+		if !seen[pid] {
+			seen[pid] = true
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// registerAll registers the targeted processes of todo, at most limit of
+// them, and returns those left over.
+func (u *unwinder) registerAll(ps *processes, todo []int, limit int) []int {
+	n := 0
+	for i, pid := range todo {
+		if n >= limit {
+			return todo[i:]
+		}
+		p := ps.get(pid, "")
+		if !p.targeted || p.info.StartTime == 0 {
+			continue // excluded, a kernel thread, or gone before it was read
+		}
+		n++
+		if err := u.register(pid); errors.Is(err, proc.ErrGone) {
+			continue
+		} else if err != nil {
+			u.m.registrations.WithLabelValues("error").Inc()
+			u.log.Debug("register process for unwinding", "pid", pid, "err", err)
+			continue
+		}
+		u.registered[pid] = p.info.StartTime
+		u.m.registrations.WithLabelValues("ok").Inc()
+	}
+	return nil
 }
 
 // register reads pid's maps and files off the tick (a file on a hung FUSE

@@ -155,3 +155,88 @@ func value(m *dto.Metric) float64 {
 	}
 	return 0
 }
+
+// TestUnwindNewProcess: a program started while the agent runs is
+// registered at the poll after its exec, not at the next tick: in the
+// interval it started in (about 2.7 s of its samples), at least 3 in 4 of its
+// samples have the complete chain (registration within ~0.7 s; ~0.1 s
+// expected). With the ticks alone (the poll off), none has.
+func TestUnwindNewProcess(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	src := filepath.Join(dir, "chain.c")
+	if err := os.WriteFile(src, []byte(chainC), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "newchain")
+	if out, err := exec.Command("gcc", "-O2", "-fomit-frame-pointer", "-Wl,--build-id", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	run := func(t *testing.T) (exact, total int64, tables, fp float64) {
+		a := start(t, e, Config{Comm: "^newchain$", Frequency: 199, Interval: 3 * time.Second,
+			UnwindTableBytes: 16 << 20, UnwindMappings: 4096, UnwindProcesses: 64})
+		time.Sleep(300 * time.Millisecond) // the processes running at start are queued
+		cmd := exec.Command(bin, "5000")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { cmd.Process.Kill(); cmd.Wait() }()
+		// Past the first tick: the process is alive when its profile is built.
+		time.Sleep(3200 * time.Millisecond)
+		families, err := a.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.stop(t)
+		for _, f := range families {
+			if f.GetName() != "stackstream_agent_unwind_samples_total" {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				switch m.GetLabel()[0].GetValue() {
+				case "tables":
+					tables = value(m)
+				case "frame_pointers":
+					fp = value(m)
+				}
+			}
+		}
+		got := consume(t, e)
+		for _, p := range got.cpu {
+			samples := pidSamples([]*profile.Profile{p}, cmd.Process.Pid)
+			if len(samples) == 0 {
+				continue
+			}
+			// The interval it started in only.
+			for _, s := range samples {
+				st := stackFunctions(s, got.debuginfo)
+				total += s.Value[0]
+				if len(st) > 0 && st[0] == "newchain:b" {
+					st = append([]string{"newchain:leaf"}, st...)
+				}
+				if len(st) >= 6 && strings.Join(st[:4], " ") == "newchain:leaf newchain:b newchain:a newchain:main" && st[len(st)-1] == "newchain:_start" {
+					exact += s.Value[0]
+				}
+			}
+			break
+		}
+		t.Logf("first interval: %d of %d samples with the complete chain; unwind_samples_total tables %.0f, frame_pointers %.0f", exact, total, tables, fp)
+		if total < 100 {
+			t.Fatalf("only %d samples in the first interval", total)
+		}
+		return exact, total, tables, fp
+	}
+	t.Run("ticks only", func(t *testing.T) {
+		defer func(d time.Duration) { pollEvery = d }(pollEvery)
+		pollEvery = time.Hour
+		if exact, total, _, _ := run(t); exact*10 > total {
+			t.Errorf("%d of %d samples complete before the first tick registered the process", exact, total)
+		}
+	})
+	t.Run("poll", func(t *testing.T) {
+		exact, total, tables, fp := run(t)
+		if exact*4 < total*3 || tables*4 < (tables+fp)*3 {
+			t.Fatalf("%d of %d samples complete (tables %.0f, frame pointers %.0f), want 3 in 4", exact, total, tables, fp)
+		}
+	})
+}
