@@ -91,9 +91,9 @@ struct {
 	__type(value, __u32);
 } unwind_processes SEC(".maps");
 
-// Processes whose registration is stale: an address of a registered process
-// fell in no registered mapping (a library loaded since, or the exec of a new
-// program), or a registered process forked. The agent reads their maps again
+// Processes whose registration is stale or missing: an address of a
+// registered process fell in no registered mapping (a library loaded since),
+// a registered process forked, or any process exec'd a new program. The agent reads their maps again
 // and deletes the entry. Values say why (REFRESH_*).
 #define REFRESH_MISS 1
 #define REFRESH_EXEC 2
@@ -477,16 +477,17 @@ static __always_inline __u64 unwind_user(struct bpf_perf_event_data *ctx, __u32 
 	return s.hash;
 }
 
-// The program of a registered process changed: its registered mappings are
-// the old program's. Until the agent registers it again, the kernel's
-// frame-pointer walk is right and the tables would not be.
+// A new program: the agent registers it between its ticks, before most of
+// its first samples. A registered process's mappings are the old program's:
+// until the agent registers it again, the kernel's frame-pointer walk is
+// right and the tables would not be.
 SEC("raw_tp/sched_process_exec")
 int unwind_exec(void *ctx)
 {
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
 
-	if (bpf_map_delete_elem(&unwind_processes, &pid) == 0)
-		refresh(pid, REFRESH_EXEC);
+	bpf_map_delete_elem(&unwind_processes, &pid);
+	refresh(pid, REFRESH_EXEC);
 	return 0;
 }
 
