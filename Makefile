@@ -4,6 +4,10 @@ SHELL := /bin/bash
 export GOFLAGS ?= -buildvcs=false
 
 BIN := bin
+# The release every binary reports (-h, /metrics stackstream_build_info, the UI).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+LDFLAGS := -X github.com/stackstream/stackstream/pkg/version.Version=$(VERSION) -X github.com/stackstream/stackstream/pkg/version.Commit=$(COMMIT)
 # Every module of the workspace (go test ./... at a go.work root without a
 # root module matches nothing, so iterate them).
 MODULES := $(shell go list -m -f '{{.Dir}}' 2>/dev/null | sed "s|^$(CURDIR)/||")
@@ -39,7 +43,7 @@ down-secure: ## stop them
 
 build: ## binaries into bin/
 	@mkdir -p $(BIN)
-	@for b in $(BUILDABLE); do echo "build $$(basename $$b)"; go build -o $(BIN)/$$(basename $$b) ./$$b; done
+	@for b in $(BUILDABLE); do echo "build $$(basename $$b)"; go build -ldflags '$(LDFLAGS)' -o $(BIN)/$$(basename $$b) ./$$b; done
 
 run: build up ## the whole pipeline on this host
 	deploy/local/run.sh

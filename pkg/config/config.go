@@ -13,6 +13,8 @@ import (
 
 	"github.com/joho/godotenv"
 	"github.com/kelseyhightower/envconfig"
+
+	"github.com/stackstream/stackstream/pkg/version"
 )
 
 // Prefix of every variable.
@@ -109,7 +111,8 @@ func loadDotEnv(path string) error {
 // Usage prints a table of the variables of spec.
 func Usage(spec any, out io.Writer) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "Environment variables (also read from ./.env):")
+	fmt.Fprintln(tw, version.Line())
+	fmt.Fprintln(tw, "\nEnvironment variables (also read from ./.env):")
 	fmt.Fprintln(tw, "VARIABLE\tTYPE\tDEFAULT\tREQUIRED\tDESCRIPTION")
 	format := "{{range .}}{{usage_key .}}\t{{usage_type .}}\t{{usage_default .}}\t{{usage_required .}}\t{{usage_description .}}\n{{end}}"
 	if err := envconfig.Usagef(Prefix, spec, tw, format); err != nil {

@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/stackstream/stackstream/pkg/version"
 )
 
 // LogConfig is read from STACKSTREAM_LOG_* when embedded as `Log telemetry.LogConfig `envconfig:"LOG"“.
@@ -43,10 +45,11 @@ func NewLogger(c LogConfig, w io.Writer, component string) (*slog.Logger, error)
 	return slog.New(h).With("component", component), nil
 }
 
-// NewRegistry returns a registry with the Go runtime and process collectors.
+// NewRegistry returns a registry with the Go runtime and process collectors
+// and the binary's release (stackstream_build_info).
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), version.Collector())
 	return reg
 }
 

@@ -21,13 +21,11 @@ import (
 	"github.com/stackstream/stackstream/pkg/config"
 	"github.com/stackstream/stackstream/pkg/kafka"
 	"github.com/stackstream/stackstream/pkg/telemetry"
+	"github.com/stackstream/stackstream/pkg/version"
 	"github.com/stackstream/stackstream/services/agent/internal/agent"
 	"github.com/stackstream/stackstream/services/agent/internal/caps"
 	"github.com/stackstream/stackstream/services/agent/internal/publish"
 )
-
-// version is set at link time (-ldflags "-X main.version=...").
-var version = "dev"
 
 type cfg struct {
 	Agent      agent.Config        `envconfig:"AGENT"`
@@ -104,7 +102,7 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 	reg := telemetry.NewRegistry()
 	pub := publish.New(cl, log, publish.NewMetrics(reg), c.Agent.Hold())
 	a, err := agent.New(c.Agent, agent.Deps{
-		Log: log, Registry: reg, Publisher: pub, Topics: topics, KnownBuildIDs: known, Version: version,
+		Log: log, Registry: reg, Publisher: pub, Topics: topics, KnownBuildIDs: known, Version: version.Version,
 	})
 	if err != nil {
 		return err

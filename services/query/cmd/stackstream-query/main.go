@@ -18,12 +18,10 @@ import (
 	"github.com/stackstream/stackstream/pkg/config"
 	"github.com/stackstream/stackstream/pkg/opensearch"
 	"github.com/stackstream/stackstream/pkg/telemetry"
+	"github.com/stackstream/stackstream/pkg/version"
 	"github.com/stackstream/stackstream/services/query/internal/api"
 	"github.com/stackstream/stackstream/services/query/internal/server"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 type Config struct {
 	ListenAddr    string        `envconfig:"QUERY_LISTEN_ADDR" default:"127.0.0.1:8080" desc:"address of the API, UI and /metrics"`
@@ -105,7 +103,7 @@ func runMain() error {
 	handler := server.New(cl, cfg.Index.Names(), server.Options{
 		API: api.Options{
 			Timeout: cfg.Timeout, MaxRange: cfg.MaxRange, RawMaxRange: cfg.RawMaxRange,
-			MaxStacks: cfg.MaxStacks, MaxNodes: cfg.MaxNodes, Version: version, Now: time.Now,
+			MaxStacks: cfg.MaxStacks, MaxNodes: cfg.MaxNodes, Version: version.Version, Now: time.Now,
 		},
 		UI:        uiHandler(),
 		AuthToken: cfg.AuthToken, BasicUser: cfg.BasicUser, BasicPassword: cfg.BasicPassword,
