@@ -1,11 +1,13 @@
 // Command stackstream-ingest takes profiles pushed by Pyroscope clients
-// (/ingest and the push API) and writes them to profiles.raw as records of
+// (/ingest and the push API) and OTLP exporters (gRPC and HTTP) and writes them to profiles.raw as records of
 // the Kafka contract, keyed by host. It keeps no state. See docs/INGEST.md.
 package main
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"runtime"
 	"syscall"
@@ -60,7 +62,7 @@ func runMain() error {
 	if maxConcurrent == 0 {
 		maxConcurrent = max(2, runtime.GOMAXPROCS(0))
 	}
-	handler := server.New(cl, server.Options{
+	ingest := server.NewServer(cl, server.Options{
 		Topic: cfg.Kafka.Topics().ProfilesRaw,
 		Convert: convert.Options{
 			Limits: record.DefaultLimits(), MaxAge: in.MaxAge, MaxClockSkew: in.MaxClockSkew,
@@ -75,17 +77,36 @@ func runMain() error {
 		TrustForwardedFor: in.TrustForwardedFor,
 		Ready:             func(ctx context.Context) error { return kafka.Ping(ctx, cl, cfg.Kafka) },
 	}, reg, log)
-	srv, err := telemetry.ListenServer(in.ListenAddr, server.HTTPServer(handler, in.ProduceTimeout))
+	srv, err := telemetry.ListenServer(in.ListenAddr, server.HTTPServer(ingest.Handler(), in.ProduceTimeout))
 	if err != nil {
 		return err
 	}
 
 	var g run.Group
 	g.Add(run.SignalHandler(ctx, os.Interrupt, syscall.SIGTERM))
-	// The server is the only component: a signal stops it, and Stop waits
-	// for the requests in flight, which wait for their acknowledgements.
+	// The servers are the only components: a signal stops them, and each
+	// Stop waits for the requests in flight, which wait for their
+	// acknowledgements.
 	g.Add(srv.Run, srv.Stop)
-	log.Info("started", "listen", srv.Addr(), "topic", cfg.Kafka.Topics().ProfilesRaw,
+	otlpHTTPAddr, otlpGRPCAddr := "off", "off"
+	if in.OTLPHTTPAddr != "off" {
+		otlpHTTP, err := telemetry.ListenServer(in.OTLPHTTPAddr, server.HTTPServer(ingest.Handler(), in.ProduceTimeout))
+		if err != nil {
+			return err
+		}
+		otlpHTTPAddr = otlpHTTP.Addr()
+		g.Add(otlpHTTP.Run, otlpHTTP.Stop)
+	}
+	if in.OTLPGRPCAddr != "off" {
+		ln, err := net.Listen("tcp", in.OTLPGRPCAddr)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", in.OTLPGRPCAddr, err)
+		}
+		otlpGRPCAddr = ln.Addr().String()
+		grpcSrv := ingest.GRPC()
+		g.Add(func() error { return grpcSrv.Serve(ln) }, func(error) { server.StopGRPC(grpcSrv, in.ProduceTimeout+5*time.Second) })
+	}
+	log.Info("started", "listen", srv.Addr(), "otlp_grpc", otlpGRPCAddr, "otlp_http", otlpHTTPAddr, "topic", cfg.Kafka.Topics().ProfilesRaw,
 		"auth", len(tokens) > 0 || in.BasicAuthUser != "", "tokens", len(tokens), "max_concurrent", maxConcurrent)
 	err = g.Run()
 	var sig *run.SignalError

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -39,6 +40,8 @@ type Ingest struct {
 	TokensFile        string        `envconfig:"TOKENS_FILE" desc:"file of tokens, one tenant:token or token a line (# comments), read at start"`
 	BasicAuthUser     string        `envconfig:"BASIC_AUTH_USER" desc:"accept HTTP basic auth with this user (no tenant)"`
 	BasicAuthPass     string        `envconfig:"BASIC_AUTH_PASSWORD" desc:"password of STACKSTREAM_INGEST_BASIC_AUTH_USER; never logged"`
+	OTLPGRPCAddr      string        `envconfig:"OTLP_GRPC_ADDR" default:"127.0.0.1:4317" desc:"address of OTLP profiles over gRPC (4317 is OTLP's port); off disables it"`
+	OTLPHTTPAddr      string        `envconfig:"OTLP_HTTP_ADDR" default:"127.0.0.1:4318" desc:"address of OTLP profiles over HTTP, POST /v1development/profiles (4318 is OTLP's port; LISTEN_ADDR serves it too); off disables it"`
 	TrustForwardedFor bool          `envconfig:"TRUST_FORWARDED_FOR" default:"false" desc:"take the client address (the host of pushes without a hostname tag) from X-Forwarded-For: only behind a proxy that sets it"`
 }
 
@@ -73,6 +76,20 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_INGEST_MAX_AGE=%s is negative: use 0 (any past time) or more, e.g. 168h", i.MaxAge)
 	case (i.BasicAuthUser == "") != (i.BasicAuthPass == ""):
 		return errors.New("set both STACKSTREAM_INGEST_BASIC_AUTH_USER and STACKSTREAM_INGEST_BASIC_AUTH_PASSWORD, or neither")
+	}
+	for _, a := range []struct{ name, addr string }{{"STACKSTREAM_INGEST_OTLP_GRPC_ADDR", i.OTLPGRPCAddr}, {"STACKSTREAM_INGEST_OTLP_HTTP_ADDR", i.OTLPHTTPAddr}} {
+		if a.addr == "off" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(a.addr); err != nil || port == "" {
+			return fmt.Errorf("%s=%q is not host:port: use e.g. 127.0.0.1:4317, or off", a.name, a.addr)
+		}
+		if a.addr == i.ListenAddr {
+			return fmt.Errorf("%s=%q is STACKSTREAM_INGEST_LISTEN_ADDR too: give each its own port, or off", a.name, a.addr)
+		}
+	}
+	if i.OTLPGRPCAddr != "off" && i.OTLPGRPCAddr == i.OTLPHTTPAddr {
+		return fmt.Errorf("STACKSTREAM_INGEST_OTLP_GRPC_ADDR and STACKSTREAM_INGEST_OTLP_HTTP_ADDR are both %q: give each its own port", i.OTLPGRPCAddr)
 	}
 	_, err := i.ReadTokens()
 	return err

@@ -42,6 +42,8 @@ const LabelSessionID = "session_id"
 // Push is one profile as a client sent it, with what the request said about it.
 type Push struct {
 	Profile *profile.Profile
+	// Service is the service label of every sample; "" keeps the
+	// samples' own (an OTLP profile's are per sample).
 	Service string
 	Tags    []pyroscope.Tag
 	// Tenant is the tenant of the token that authenticated the request, or "".
@@ -179,7 +181,10 @@ func sampleLabels(push Push) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	labels[record.LabelService] = record.TruncateUTF8(push.Service, record.MaxServiceBytes)
+	if push.Service != "" {
+		// Else the samples carry their own (OTLP: per sample).
+		labels[record.LabelService] = record.TruncateUTF8(push.Service, record.MaxServiceBytes)
+	}
 	if push.Tenant != "" {
 		labels[LabelTenant] = push.Tenant
 	}

@@ -44,7 +44,7 @@ func TestPipelineGoSDK(t *testing.T) {
 	testenv.Run(t, "../../testdata/gosdk", []string{"GOWORK=off", "GOFLAGS=-mod=readonly"}, "go", "build", "-o", filepath.Join(bin, "gosdk"), ".")
 
 	name := testenv.Name(t, "ingest-e2e-")
-	ingestAddr, queryAddr := freeAddr(t), freeAddr(t)
+	ingestAddr, queryAddr, otlpGRPCAddr := freeAddr(t), freeAddr(t), freeAddr(t)
 	env := []string{
 		"STACKSTREAM_KAFKA_BROKERS=" + strings.Join(brokers, ","),
 		"STACKSTREAM_KAFKA_TOPIC_PREFIX=" + name + ".",
@@ -56,6 +56,8 @@ func TestPipelineGoSDK(t *testing.T) {
 		"STACKSTREAM_SYMBOLIZER_TRANSACTIONAL_ID=" + name + "-symbolizer-0",
 		"STACKSTREAM_INDEXER_GROUP=" + name + "-indexer",
 		"STACKSTREAM_INGEST_LISTEN_ADDR=" + ingestAddr,
+		"STACKSTREAM_INGEST_OTLP_GRPC_ADDR=" + otlpGRPCAddr,
+		"STACKSTREAM_INGEST_OTLP_HTTP_ADDR=off",
 		"STACKSTREAM_QUERY_LISTEN_ADDR=" + queryAddr,
 	}
 	t.Cleanup(func() { cleanup(brokers, name, osURL) })

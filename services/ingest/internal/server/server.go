@@ -29,6 +29,7 @@ import (
 	"github.com/stackstream/stackstream/pkg/telemetry"
 	"github.com/stackstream/stackstream/schemas/record"
 	"github.com/stackstream/stackstream/services/ingest/internal/convert"
+	"github.com/stackstream/stackstream/services/ingest/internal/otlp"
 	"github.com/stackstream/stackstream/services/ingest/internal/pyroscope"
 )
 
@@ -57,6 +58,8 @@ type Options struct {
 	// TrustForwardedFor takes the client address from X-Forwarded-For.
 	TrustForwardedFor bool
 	Ready             telemetry.ReadyFunc
+	// OTLP bounds an OTLP profiles request; zero means otlp.DefaultLimits.
+	OTLP otlp.Limits
 }
 
 // errBadRequest is wrapped by errors about the request itself.
@@ -74,25 +77,42 @@ type Server struct {
 	// waiting bounds the requests queued for a slot, so a flood is
 	// refused at once instead of piling up goroutines.
 	waiting atomic.Int64
+	mux     *http.ServeMux
 }
 
-// New returns the handler of every endpoint: POST /ingest, POST
-// /push.v1.PusherService/Push, GET /metrics, /healthz, /readyz.
+// New returns the handler of every HTTP endpoint: POST /ingest, POST
+// /push.v1.PusherService/Push, POST /v1development/profiles, GET
+// /metrics, /healthz, /readyz.
 func New(p Producer, opts Options, reg *prometheus.Registry, log *slog.Logger) http.Handler {
+	return NewServer(p, opts, reg, log).Handler()
+}
+
+// NewServer returns the server, whose Handler serves HTTP and whose GRPC
+// serves OTLP over gRPC; both share the decode slots and the producer.
+func NewServer(p Producer, opts Options, reg *prometheus.Registry, log *slog.Logger) *Server {
 	if opts.MaxReadBytes <= 0 {
 		opts.MaxReadBytes = 16 * opts.MaxBodyBytes
 	}
+	if opts.OTLP == (otlp.Limits{}) {
+		opts.OTLP = otlp.DefaultLimits()
+	}
 	s := &Server{p: p, opts: opts, log: log, m: newMetrics(reg), slots: make(chan struct{}, max(1, opts.MaxConcurrent)),
 		reading: semaphore.NewWeighted(max(opts.MaxReadBytes, opts.MaxBodyBytes))}
-	mux := telemetry.Mux(reg, opts.Ready)
-	mux.Handle("POST /ingest", s.wrap(endpointIngest, s.ingest))
-	mux.Handle("POST "+pyroscope.PushPath, s.wrap(endpointPush, s.push))
-	return mux
+	s.mux = telemetry.Mux(reg, opts.Ready)
+	s.mux.Handle("POST /ingest", s.wrap(endpointIngest, s.ingest))
+	s.mux.Handle("POST "+pyroscope.PushPath, s.wrap(endpointPush, s.push))
+	s.mux.Handle("POST "+OTLPPath, http.HandlerFunc(s.otlpHTTP))
+	return s
 }
 
+// Handler serves every HTTP endpoint.
+func (s *Server) Handler() http.Handler { return s.mux }
+
 const (
-	endpointIngest = "ingest"
-	endpointPush   = "push"
+	endpointIngest   = "ingest"
+	endpointPush     = "push"
+	endpointOTLPHTTP = "otlp_http"
+	endpointOTLPGRPC = "otlp_grpc"
 )
 
 // failure is a refused request: the status, the rejects reason, and a
@@ -402,19 +422,29 @@ func (s *Server) store(push convert.Push, pprof []byte, r *http.Request, spy str
 	if spy != "" {
 		agent += "/" + record.TruncateUTF8(spy, 64)
 	}
-	return s.produce(push.Host, agent, recs)
+	out := make([]keyedRecord, len(recs))
+	for i, rc := range recs {
+		out[i] = keyedRecord{Record: rc, host: push.Host, agent: agent}
+	}
+	return s.produce(out)
+}
+
+// keyedRecord is a record with its key (the host) and agent header.
+type keyedRecord struct {
+	convert.Record
+	host, agent string
 }
 
 // produce hands the records to the producer and waits for Kafka's answer.
 // A full buffer (Kafka slower than the pushes) is a 429: nothing of it was
 // stored, retry later. A failed or unanswered record is a 503.
-func (s *Server) produce(host, agent string, recs []convert.Record) *failure {
+func (s *Server) produce(recs []keyedRecord) *failure {
 	errs := make([]error, len(recs))
 	var wg sync.WaitGroup
 	for i, rc := range recs {
 		kr := &kgo.Record{
-			Topic: s.opts.Topic, Key: []byte(host), Value: rc.Value,
-			Headers: record.Meta{Type: rc.Type, Host: host, AgentVersion: agent}.Headers(),
+			Topic: s.opts.Topic, Key: []byte(rc.host), Value: rc.Value,
+			Headers: record.Meta{Type: rc.Type, Host: rc.host, AgentVersion: rc.agent}.Headers(),
 		}
 		if rc.Part != "" {
 			kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: record.HeaderPart, Value: []byte(rc.Part)})

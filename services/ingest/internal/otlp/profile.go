@@ -1,0 +1,362 @@
+package otlp
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/google/pprof/profile"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/stackstream/stackstream/schemas/record"
+	"github.com/stackstream/stackstream/services/ingest/internal/convert"
+)
+
+// dict reads the request's shared tables, checking every reference.
+type dict struct {
+	strs  pcommon.StringSlice
+	attrs pprofile.KeyValueAndUnitSlice
+	stack pprofile.StackSlice
+	locs  pprofile.LocationSlice
+	funcs pprofile.FunctionSlice
+	maps  pprofile.MappingSlice
+}
+
+func newDict(d pprofile.ProfilesDictionary) *dict {
+	return &dict{strs: d.StringTable(), attrs: d.AttributeTable(), stack: d.StackTable(),
+		locs: d.LocationTable(), funcs: d.FunctionTable(), maps: d.MappingTable()}
+}
+
+func (d *dict) str(i int32) (string, error) {
+	if i < 0 || int(i) >= d.strs.Len() {
+		if i == 0 {
+			return "", nil // an empty string table
+		}
+		return "", fmt.Errorf("%w: string index %d is outside the string table (%d entries)", ErrInvalid, i, d.strs.Len())
+	}
+	return d.strs.At(int(i)), nil
+}
+
+func (d *dict) attr(i int32) (string, pcommon.Value, error) {
+	if i < 0 || int(i) >= d.attrs.Len() {
+		return "", pcommon.Value{}, fmt.Errorf("%w: attribute index %d is outside the attribute table (%d entries)", ErrInvalid, i, d.attrs.Len())
+	}
+	kv := d.attrs.At(int(i))
+	k, err := d.str(kv.KeyStrindex())
+	return k, kv.Value(), err
+}
+
+// attributes is the map of the attributes at idx.
+func (d *dict) attributes(idx pcommon.Int32Slice) (pcommon.Map, error) {
+	m := pcommon.NewMap()
+	for _, i := range idx.All() {
+		k, v, err := d.attr(i)
+		if err != nil {
+			return m, err
+		}
+		v.CopyTo(m.PutEmpty(k))
+	}
+	return m, nil
+}
+
+// sampleKind is how the values of one OTLP profile become pprof values.
+type sampleKind struct {
+	types  []*profile.ValueType
+	period *profile.ValueType
+	// scale multiplies a sample's value into the last type; with counts, the
+	// first type is the count itself.
+	scale       int64
+	counts      bool
+	periodValue int64
+}
+
+// classify maps a profile's sample type to the pprof sample types that
+// convert.Classify stores as one record type.
+func (d *dict) classify(p pprofile.Profile) (sampleKind, error) {
+	typ, err := d.str(p.SampleType().TypeStrindex())
+	if err != nil {
+		return sampleKind{}, err
+	}
+	unit, err := d.str(p.SampleType().UnitStrindex())
+	if err != nil {
+		return sampleKind{}, err
+	}
+	ptyp, err := d.str(p.PeriodType().TypeStrindex())
+	if err != nil {
+		return sampleKind{}, err
+	}
+	punit, err := d.str(p.PeriodType().UnitStrindex())
+	if err != nil {
+		return sampleKind{}, err
+	}
+	cpu := &profile.ValueType{Type: "cpu", Unit: "nanoseconds"}
+	switch {
+	case typ == "cpu" && unitScale(unit) > 0:
+		return sampleKind{types: []*profile.ValueType{cpu}, period: cpu, scale: unitScale(unit), periodValue: p.Period() * unitScale(unit)}, nil
+	case typ == "samples" && unit == "count" && ptyp == "cpu" && unitScale(punit) > 0 && p.Period() > 0:
+		period := p.Period() * unitScale(punit)
+		return sampleKind{types: []*profile.ValueType{{Type: "samples", Unit: "count"}, cpu}, period: cpu, scale: period, counts: true, periodValue: period}, nil
+	case typ == "inuse_space" && unit == "bytes":
+		return sampleKind{types: []*profile.ValueType{{Type: "inuse_space", Unit: "bytes"}}, scale: 1}, nil
+	case (typ == "alloc_space" || typ == "allocated_space") && unit == "bytes":
+		return sampleKind{types: []*profile.ValueType{{Type: "alloc_space", Unit: "bytes"}}, scale: 1}, nil
+	case typ == "off_cpu" || typ == "offcpu" || typ == "events" && unit == "nanoseconds":
+		return sampleKind{}, fmt.Errorf("%w: off-CPU time (sample type %s/%s) is not stored yet: no record type holds it (schemas/kafka.md)", convert.ErrUnsupported, short(typ), short(unit))
+	}
+	return sampleKind{}, fmt.Errorf("%w: sample type %s/%s (period type %s/%s): stackstream stores cpu (cpu/nanoseconds, or samples/count with period type cpu/nanoseconds), heap (inuse_space/bytes) and alloc (alloc_space/bytes)",
+		convert.ErrUnsupported, short(typ), short(unit), short(ptyp), short(punit))
+}
+
+// unitScale is the nanoseconds in one unit of time, 0 for other units.
+func unitScale(unit string) int64 {
+	switch unit {
+	case "nanoseconds", "ns":
+		return 1
+	case "microseconds", "us":
+		return 1e3
+	case "milliseconds", "ms":
+		return 1e6
+	case "seconds", "s":
+		return 1e9
+	}
+	return 0
+}
+
+// builder converts one OTLP profile, creating the pprof functions,
+// mappings and locations its samples use.
+type builder struct {
+	d      *dict
+	p      *profile.Profile
+	locs   map[int32]*profile.Location
+	funcs  map[int32]*profile.Function
+	maps   map[int32]*profile.Mapping
+	pseudo map[string]*profile.Mapping
+	labels map[string]map[string][]string // by the sample's attribute indices
+}
+
+// profile converts p with labels on every sample; nil without samples of
+// a value.
+func (d *dict) profile(p pprofile.Profile, labels map[string]string) (*profile.Profile, error) {
+	kind, err := d.classify(p)
+	if err != nil {
+		return nil, err
+	}
+	b := &builder{d: d, p: &profile.Profile{SampleType: kind.types, PeriodType: kind.period, Period: kind.periodValue},
+		locs: map[int32]*profile.Location{}, funcs: map[int32]*profile.Function{}, maps: map[int32]*profile.Mapping{},
+		pseudo: map[string]*profile.Mapping{}, labels: map[string]map[string][]string{}}
+	first, last := uint64(math.MaxUint64), uint64(0)
+	for _, s := range p.Samples().All() {
+		var v int64
+		if vals := s.Values(); vals.Len() > 0 {
+			for _, x := range vals.All() {
+				if x < 0 || v > math.MaxInt64/(2*kind.scale)-x {
+					return nil, fmt.Errorf("%w: sample value %d is negative or its sum with the sample's others too large", ErrInvalid, x)
+				}
+				v += x
+			}
+		} else {
+			v = int64(s.TimestampsUnixNano().Len())
+		}
+		if v == 0 {
+			continue
+		}
+		for _, ts := range s.TimestampsUnixNano().All() {
+			first, last = min(first, ts), max(last, ts)
+		}
+		locs, err := b.stack(s.StackIndex())
+		if err != nil {
+			return nil, err
+		}
+		lbl, err := b.sampleLabels(s.AttributeIndices(), labels)
+		if err != nil {
+			return nil, err
+		}
+		values := []int64{v * kind.scale}
+		if kind.counts {
+			values = []int64{v, v * kind.scale}
+		}
+		b.p.Sample = append(b.p.Sample, &profile.Sample{Location: locs, Value: values, Label: lbl})
+	}
+	if len(b.p.Sample) == 0 {
+		return nil, nil
+	}
+	b.p.TimeNanos, b.p.DurationNanos = int64(p.Time()), int64(p.DurationNano())
+	if b.p.TimeNanos == 0 && last >= first {
+		b.p.TimeNanos, b.p.DurationNanos = int64(first), int64(last-first)
+	}
+	if b.p.TimeNanos < 0 || b.p.DurationNanos < 0 {
+		return nil, fmt.Errorf("%w: time %d and duration %d nanoseconds do not fit int64", ErrInvalid, p.Time(), p.DurationNano())
+	}
+	return b.p, nil
+}
+
+// sampleLabels are labels with the sample's attributes added, and service
+// set: service.name of the sample or above, else derived as the agent
+// derives it (record.DeriveService), else unknown_service.
+func (b *builder) sampleLabels(idx pcommon.Int32Slice, labels map[string]string) (map[string][]string, error) {
+	var key strings.Builder
+	for _, i := range idx.All() {
+		key.WriteString(strconv.FormatInt(int64(i), 36))
+		key.WriteByte(',')
+	}
+	if l, ok := b.labels[key.String()]; ok {
+		return l, nil
+	}
+	attrs, err := b.d.attributes(idx)
+	if err != nil {
+		return nil, err
+	}
+	flat, _, err := attrLabels(labels, attrs)
+	if err != nil {
+		return nil, err
+	}
+	if flat[record.LabelService] == "" {
+		flat[record.LabelService] = record.TruncateUTF8(firstNonEmpty(record.DeriveService(flat), unknownService), record.MaxServiceBytes)
+	}
+	out := make(map[string][]string, len(flat))
+	for k, v := range flat {
+		out[k] = []string{v}
+	}
+	b.labels[key.String()] = out
+	return out, nil
+}
+
+func (b *builder) stack(i int32) ([]*profile.Location, error) {
+	if i < 0 || int(i) >= b.d.stack.Len() {
+		if i == 0 {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("%w: stack index %d is outside the stack table (%d entries)", ErrInvalid, i, b.d.stack.Len())
+	}
+	idx := b.d.stack.At(int(i)).LocationIndices()
+	out := make([]*profile.Location, 0, idx.Len())
+	for _, li := range idx.All() {
+		loc, err := b.location(li)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, loc)
+	}
+	return out, nil
+}
+
+func (b *builder) location(i int32) (*profile.Location, error) {
+	if loc, ok := b.locs[i]; ok {
+		return loc, nil
+	}
+	if i < 0 || int(i) >= b.d.locs.Len() {
+		return nil, fmt.Errorf("%w: location index %d is outside the location table (%d entries)", ErrInvalid, i, b.d.locs.Len())
+	}
+	l := b.d.locs.At(int(i))
+	frameType := ""
+	for _, ai := range l.AttributeIndices().All() {
+		k, v, err := b.d.attr(ai)
+		if err != nil {
+			return nil, err
+		}
+		if k == attrFrameType {
+			frameType = v.AsString()
+		}
+	}
+	loc := &profile.Location{ID: uint64(len(b.p.Location) + 1), Address: l.Address()}
+	for _, ln := range l.Lines().All() {
+		if ln.FunctionIndex() == 0 {
+			continue // the table's null function: no name to show
+		}
+		fn, err := b.function(ln.FunctionIndex())
+		if err != nil {
+			return nil, err
+		}
+		loc.Line = append(loc.Line, profile.Line{Function: fn, Line: ln.Line(), Column: ln.Column()})
+	}
+	var err error
+	switch file, known := frameFiles[frameType]; {
+	case known:
+		loc.Mapping = b.pseudoMapping(file)
+	case !nativeFrames[frameType]:
+		loc.Mapping = b.pseudoMapping(record.MappingJIT)
+	case l.MappingIndex() != 0:
+		if loc.Mapping, err = b.mapping(l.MappingIndex()); err != nil {
+			return nil, err
+		}
+	}
+	if loc.Mapping != nil && loc.Mapping.File != record.MappingKernel && record.FrameKind(loc.Mapping.File) != record.KindNative {
+		// An interpreter's "address" is its line or bytecode offset, not
+		// an address in any mapping.
+		loc.Address = 0
+	}
+	b.p.Location = append(b.p.Location, loc)
+	b.locs[i] = loc
+	return loc, nil
+}
+
+func (b *builder) function(i int32) (*profile.Function, error) {
+	if fn, ok := b.funcs[i]; ok {
+		return fn, nil
+	}
+	if i < 0 || int(i) >= b.d.funcs.Len() {
+		return nil, fmt.Errorf("%w: function index %d is outside the function table (%d entries)", ErrInvalid, i, b.d.funcs.Len())
+	}
+	f := b.d.funcs.At(int(i))
+	name, err := b.d.str(f.NameStrindex())
+	if err != nil {
+		return nil, err
+	}
+	sys, err := b.d.str(f.SystemNameStrindex())
+	if err != nil {
+		return nil, err
+	}
+	file, err := b.d.str(f.FilenameStrindex())
+	if err != nil {
+		return nil, err
+	}
+	fn := &profile.Function{ID: uint64(len(b.p.Function) + 1), Name: name, SystemName: sys, Filename: file, StartLine: f.StartLine()}
+	b.p.Function = append(b.p.Function, fn)
+	b.funcs[i] = fn
+	return fn, nil
+}
+
+// mapping is a native mapping: its file, range and offset as sent (the
+// eBPF profiler sends them in the ELF's address space, as it does the
+// locations' addresses), and its GNU build ID, under which the symbolizer
+// finds its symbols.
+func (b *builder) mapping(i int32) (*profile.Mapping, error) {
+	if m, ok := b.maps[i]; ok {
+		return m, nil
+	}
+	if i < 0 || int(i) >= b.d.maps.Len() {
+		return nil, fmt.Errorf("%w: mapping index %d is outside the mapping table (%d entries)", ErrInvalid, i, b.d.maps.Len())
+	}
+	om := b.d.maps.At(int(i))
+	file, err := b.d.str(om.FilenameStrindex())
+	if err != nil {
+		return nil, err
+	}
+	m := &profile.Mapping{ID: uint64(len(b.p.Mapping) + 1), Start: om.MemoryStart(), Limit: om.MemoryLimit(), Offset: om.FileOffset(), File: file}
+	for _, ai := range om.AttributeIndices().All() {
+		k, v, err := b.d.attr(ai)
+		if err != nil {
+			return nil, err
+		}
+		if k == attrBuildIDGNU {
+			m.BuildID = record.TruncateUTF8(v.AsString(), 256)
+		}
+	}
+	b.p.Mapping = append(b.p.Mapping, m)
+	b.maps[i] = m
+	return m, nil
+}
+
+// pseudoMapping is the mapping of frames the profiler named, on one of the
+// record contract's pseudo-files: the symbolizer passes them as they are.
+func (b *builder) pseudoMapping(file string) *profile.Mapping {
+	if m, ok := b.pseudo[file]; ok {
+		return m
+	}
+	m := &profile.Mapping{ID: uint64(len(b.p.Mapping) + 1), File: file, HasFunctions: true, HasFilenames: true, HasLineNumbers: true}
+	b.p.Mapping = append(b.p.Mapping, m)
+	b.pseudo[file] = m
+	return m
+}
