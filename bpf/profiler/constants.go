@@ -91,3 +91,19 @@ const (
 	RefreshExec = 2 // #define REFRESH_EXEC 2
 	RefreshFork = 3 // #define REFRESH_FORK 3
 )
+
+// Indexes of the per-CPU `offcpu_counters` array (offcpu.h).
+const (
+	OffCPUCounterSwitches    = 0 // #define OFFCPU_COUNTER_SWITCHES 0
+	OffCPUCounterRecorded    = 1 // #define OFFCPU_COUNTER_RECORDED 1
+	OffCPUCounterBlocks      = 2 // #define OFFCPU_COUNTER_BLOCKS 2
+	OffCPUCounterShort       = 3 // #define OFFCPU_COUNTER_SHORT 3
+	OffCPUCounterStartsFull  = 4 // #define OFFCPU_COUNTER_STARTS_FULL 4
+	OffCPUCounterCountsFull  = 5 // #define OFFCPU_COUNTER_COUNTS_FULL 5
+	OffCPUCounterStackErrors = 6 // #define OFFCPU_COUNTER_STACK_ERRORS 6
+	NumOffCPUCounters        = 7 // #define OFFCPU_COUNTER_MAX 7
+)
+
+// OffCPUThresholdOne is offcpu_threshold recording every switch-out: the
+// program compares a random 32-bit number against it.
+const OffCPUThresholdOne = 1 << 32

@@ -12,7 +12,7 @@ import (
 func TestConstantsMatchC(t *testing.T) {
 	defines := map[string]int{}
 	re := regexp.MustCompile(`(?m)^#define ([A-Z_0-9]+) \(?(-?[0-9]+)\)?`)
-	for _, f := range []string{"profile.bpf.c", "unwind.h", "python.h", "v8.h", "hotspot.h"} {
+	for _, f := range []string{"profile.bpf.c", "unwind.h", "python.h", "v8.h", "hotspot.h", "offcpu.h"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -40,6 +40,10 @@ func TestConstantsMatchC(t *testing.T) {
 		"PY_MAX_THREADS": PythonMaxThreads, "PY_INSTR_SHIFT": PythonInstrShift,
 		"REFRESH_MISS": RefreshMiss, "REFRESH_EXEC": RefreshExec, "REFRESH_FORK": RefreshFork,
 		"RULE_NONE": RuleNone, "RULE_RSP": RuleRSP, "RULE_RBP": RuleRBP, "RULE_PLT": RulePLT,
+		"OFFCPU_COUNTER_SWITCHES": OffCPUCounterSwitches, "OFFCPU_COUNTER_RECORDED": OffCPUCounterRecorded,
+		"OFFCPU_COUNTER_BLOCKS": OffCPUCounterBlocks, "OFFCPU_COUNTER_SHORT": OffCPUCounterShort,
+		"OFFCPU_COUNTER_STARTS_FULL": OffCPUCounterStartsFull, "OFFCPU_COUNTER_COUNTS_FULL": OffCPUCounterCountsFull,
+		"OFFCPU_COUNTER_STACK_ERRORS": OffCPUCounterStackErrors, "OFFCPU_COUNTER_MAX": NumOffCPUCounters,
 		"RULE_END": RuleEnd, "RULE_SIGNAL": RuleSignal, "RULE_UNSUPPORTED": RuleUnsupported,
 	}
 	for name, v := range want {

@@ -2,7 +2,7 @@
 
 // SPDX-License-Identifier: GPL-2.0
 //
-// CPU profiler: a perf_event program attached to a software CPU clock on every
+// CPU profiler (and, in offcpu.h, off-CPU time): a perf_event program attached to a software CPU clock on every
 // online CPU. Each sample is counted in the current generation's map, keyed by
 // (pid, user stack, kernel stack, comm). User space flips `generation` each
 // interval and drains the idle generation, so draining never races with
@@ -112,6 +112,8 @@ static __always_inline void count(__u32 idx)
 }
 
 #include "unwind.h"
+// Off-CPU time (sched_switch), walked with the same stack walkers.
+#include "offcpu.h"
 
 static __always_inline int record(struct bpf_perf_event_data *ctx, void *counts, void *stacks, void *unwound, __u64 period)
 {

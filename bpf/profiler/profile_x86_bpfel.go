@@ -44,6 +44,19 @@ type ProfileHotspotProc struct {
 	Pad               [3]uint8
 }
 
+type ProfileOffcpuKey struct {
+	_        structs.HostLayout
+	Stack    ProfileSampleKey
+	StackGen uint32
+	Pad      uint32
+}
+
+type ProfileOffcpuStart struct {
+	_       structs.HostLayout
+	StartNs uint64
+	Key     ProfileOffcpuKey
+}
+
 type ProfilePythonProc struct {
 	_                    structs.HostLayout
 	Runtime              uint64
@@ -129,6 +142,10 @@ const (
 	ProfileMapCounts1         = "counts_1"
 	ProfileMapGeneration      = "generation"
 	ProfileMapHotspotProcs    = "hotspot_procs"
+	ProfileMapOffcpuCounters  = "offcpu_counters"
+	ProfileMapOffcpuCounts0   = "offcpu_counts_0"
+	ProfileMapOffcpuCounts1   = "offcpu_counts_1"
+	ProfileMapOffcpuStarts    = "offcpu_starts"
 	ProfileMapPythonProcs     = "python_procs"
 	ProfileMapStacks0         = "stacks_0"
 	ProfileMapStacks1         = "stacks_1"
@@ -140,9 +157,12 @@ const (
 	ProfileMapUnwoundStacks0  = "unwound_stacks_0"
 	ProfileMapUnwoundStacks1  = "unwound_stacks_1"
 	ProfileMapV8Procs         = "v8_procs"
+	ProfileProgOffcpuSwitch   = "offcpu_switch"
 	ProfileProgProfileCpu     = "profile_cpu"
 	ProfileProgUnwindExec     = "unwind_exec"
 	ProfileProgUnwindFork     = "unwind_fork"
+	ProfileVarOffcpuMinNs     = "offcpu_min_ns"
+	ProfileVarOffcpuThreshold = "offcpu_threshold"
 )
 
 // LoadProfile returns the embedded CollectionSpec for Profile.
@@ -187,9 +207,10 @@ type ProfileSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfileProgramSpecs struct {
-	ProfileCpu *ebpf.ProgramSpec `ebpf:"profile_cpu"`
-	UnwindExec *ebpf.ProgramSpec `ebpf:"unwind_exec"`
-	UnwindFork *ebpf.ProgramSpec `ebpf:"unwind_fork"`
+	OffcpuSwitch *ebpf.ProgramSpec `ebpf:"offcpu_switch"`
+	ProfileCpu   *ebpf.ProgramSpec `ebpf:"profile_cpu"`
+	UnwindExec   *ebpf.ProgramSpec `ebpf:"unwind_exec"`
+	UnwindFork   *ebpf.ProgramSpec `ebpf:"unwind_fork"`
 }
 
 // ProfileMapSpecs contains maps before they are loaded into the kernel.
@@ -201,6 +222,10 @@ type ProfileMapSpecs struct {
 	Counts1         *ebpf.MapSpec `ebpf:"counts_1"`
 	Generation      *ebpf.MapSpec `ebpf:"generation"`
 	HotspotProcs    *ebpf.MapSpec `ebpf:"hotspot_procs"`
+	OffcpuCounters  *ebpf.MapSpec `ebpf:"offcpu_counters"`
+	OffcpuCounts0   *ebpf.MapSpec `ebpf:"offcpu_counts_0"`
+	OffcpuCounts1   *ebpf.MapSpec `ebpf:"offcpu_counts_1"`
+	OffcpuStarts    *ebpf.MapSpec `ebpf:"offcpu_starts"`
 	PythonProcs     *ebpf.MapSpec `ebpf:"python_procs"`
 	Stacks0         *ebpf.MapSpec `ebpf:"stacks_0"`
 	Stacks1         *ebpf.MapSpec `ebpf:"stacks_1"`
@@ -218,6 +243,8 @@ type ProfileMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProfileVariableSpecs struct {
+	OffcpuMinNs     *ebpf.VariableSpec `ebpf:"offcpu_min_ns"`
+	OffcpuThreshold *ebpf.VariableSpec `ebpf:"offcpu_threshold"`
 }
 
 // ProfileObjects contains all objects after they have been loaded into the kernel.
@@ -245,6 +272,10 @@ type ProfileMaps struct {
 	Counts1         *ebpf.Map `ebpf:"counts_1"`
 	Generation      *ebpf.Map `ebpf:"generation"`
 	HotspotProcs    *ebpf.Map `ebpf:"hotspot_procs"`
+	OffcpuCounters  *ebpf.Map `ebpf:"offcpu_counters"`
+	OffcpuCounts0   *ebpf.Map `ebpf:"offcpu_counts_0"`
+	OffcpuCounts1   *ebpf.Map `ebpf:"offcpu_counts_1"`
+	OffcpuStarts    *ebpf.Map `ebpf:"offcpu_starts"`
 	PythonProcs     *ebpf.Map `ebpf:"python_procs"`
 	Stacks0         *ebpf.Map `ebpf:"stacks_0"`
 	Stacks1         *ebpf.Map `ebpf:"stacks_1"`
@@ -265,6 +296,10 @@ func (m *ProfileMaps) Close() error {
 		m.Counts1,
 		m.Generation,
 		m.HotspotProcs,
+		m.OffcpuCounters,
+		m.OffcpuCounts0,
+		m.OffcpuCounts1,
+		m.OffcpuStarts,
 		m.PythonProcs,
 		m.Stacks0,
 		m.Stacks1,
@@ -283,19 +318,23 @@ func (m *ProfileMaps) Close() error {
 //
 // It can be passed to LoadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfileVariables struct {
+	OffcpuMinNs     *ebpf.Variable `ebpf:"offcpu_min_ns"`
+	OffcpuThreshold *ebpf.Variable `ebpf:"offcpu_threshold"`
 }
 
 // ProfilePrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to LoadProfileObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProfilePrograms struct {
-	ProfileCpu *ebpf.Program `ebpf:"profile_cpu"`
-	UnwindExec *ebpf.Program `ebpf:"unwind_exec"`
-	UnwindFork *ebpf.Program `ebpf:"unwind_fork"`
+	OffcpuSwitch *ebpf.Program `ebpf:"offcpu_switch"`
+	ProfileCpu   *ebpf.Program `ebpf:"profile_cpu"`
+	UnwindExec   *ebpf.Program `ebpf:"unwind_exec"`
+	UnwindFork   *ebpf.Program `ebpf:"unwind_fork"`
 }
 
 func (p *ProfilePrograms) Close() error {
 	return _ProfileClose(
+		p.OffcpuSwitch,
 		p.ProfileCpu,
 		p.UnwindExec,
 		p.UnwindFork,

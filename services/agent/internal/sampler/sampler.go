@@ -35,6 +35,8 @@ type Config struct {
 	UnwindTableBytes int
 	UnwindMappings   int
 	UnwindProcesses  int
+	// Off-CPU time (offcpu.go); the zero value is off.
+	OffCPU OffCPU
 }
 
 // Defaults of the unwinding part of Config.
@@ -96,7 +98,8 @@ type Sampler struct {
 
 	mu         sync.Mutex // serializes Drain
 	gen        uint32     // generation currently recording
-	countsFull uint64     // CounterCountsFull at the last drain
+	countsFull uint64     // CPU and off-CPU samples lost (maps full) at the last drain
+	offSamples []Sample   // off-CPU samples of the last drain
 
 	unwindMu sync.Mutex // the row allocator and the registered processes
 	rows     *rowAllocator
@@ -134,6 +137,9 @@ func New(log *slog.Logger, cfg Config) (*Sampler, error) {
 	spec.Maps[profiler.ProfileMapPythonProcs].MaxEntries = uint32(max(cfg.UnwindProcesses, 1))
 	spec.Maps[profiler.ProfileMapV8Procs].MaxEntries = uint32(max(cfg.UnwindProcesses, 1))
 	spec.Maps[profiler.ProfileMapHotspotProcs].MaxEntries = uint32(max(cfg.UnwindProcesses, 1))
+	if err := offCPUSpec(spec, cfg); err != nil {
+		return nil, err
+	}
 	s := &Sampler{log: log, cfg: cfg, rows: newRowAllocator(uint32(rows)), procKeys: map[int][]profiler.ProfileUnwindMappingKey{}}
 	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
 		var ve *ebpf.VerifierError
@@ -166,6 +172,10 @@ func New(log *slog.Logger, cfg Config) (*Sampler, error) {
 		return nil, fmt.Errorf("attach bpf program to sched_process_fork: %w", err)
 	}
 	s.links = append(s.links, fork)
+	if err := s.attachOffCPU(); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -234,7 +244,8 @@ func ParseCPUList(s string) ([]int, error) {
 }
 
 // Drain flips the generation and returns the samples of the one that was
-// recording, leaving its maps empty for the next flip.
+// recording, leaving its maps empty for the next flip. It also collects that
+// generation's off-CPU samples, which OffCPUSamples hands over.
 func (s *Sampler) Drain() (samples []Sample, entries int, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -315,22 +326,44 @@ func (s *Sampler) Drain() (samples []Sample, entries int, err error) {
 			counts.Delete(k)
 		}
 	}
+	// Off-CPU blocks still under way, or ended since the flip, keep the
+	// stacks they started with.
+	var keep stackRefs
+	if s.cfg.OffCPU.Probability > 0 {
+		var err error
+		if s.offSamples, keep, err = s.drainOffCPU(idle, stack, unwoundStack); err != nil {
+			return samples, len(keys), err
+		}
+	}
 	for id := range cache {
-		stacks.Delete(uint32(id))
+		if !keep.ids[id] {
+			stacks.Delete(uint32(id))
+		}
 	}
 	for h := range unwoundCache {
-		unwound.Delete(h)
+		if !keep.hashes[h] {
+			unwound.Delete(h)
+		}
 	}
 	// A sample whose count could not be stored (counts map full) left its
 	// stacks behind, referenced by no key: clear them, or they would
 	// accumulate until no new stack fits.
-	if c, err := s.Counters(); err == nil && c.CountsFull != s.countsFull {
-		s.countsFull = c.CountsFull
+	lost := uint64(0)
+	if c, err := s.Counters(); err == nil {
+		lost = c.CountsFull
+	}
+	if c, err := s.OffCPUCounters(); err == nil {
+		lost += c.CountsFull + c.StartsFull
+	}
+	if lost != s.countsFull {
+		s.countsFull = lost
 		var id uint32
 		var orphans []uint32
 		sit := stacks.Iterate()
 		for sit.Next(&id, &frames) {
-			orphans = append(orphans, id)
+			if !keep.ids[int32(id)] {
+				orphans = append(orphans, id)
+			}
 		}
 		for _, id := range orphans {
 			stacks.Delete(id)
@@ -339,7 +372,9 @@ func (s *Sampler) Drain() (samples []Sample, entries int, err error) {
 		var hashes []uint64
 		uit := unwound.Iterate()
 		for uit.Next(&h, &us) {
-			hashes = append(hashes, h)
+			if !keep.hashes[h] {
+				hashes = append(hashes, h)
+			}
 		}
 		for _, h := range hashes {
 			unwound.Delete(h)
