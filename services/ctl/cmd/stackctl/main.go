@@ -1,6 +1,7 @@
 // stackctl sets up and inspects a stackstream deployment: topics and index
 // templates (init), the state of Kafka and OpenSearch (status), and replays
-// of a consumer group from a point in time (replay).
+// of a consumer group from a point in time (replay), and a simulated fleet
+// of agents (loadgen).
 package main
 
 import (
@@ -24,6 +25,7 @@ commands:
   init     create the Kafka topics and apply the OpenSearch index templates (idempotent)
   status   brokers, topics with partitions and group lag, OpenSearch health, indices
   replay   move a stopped consumer group back in time: stackctl replay -h
+  loadgen  simulate a fleet of agents publishing profiles: stackctl loadgen -h
 
 Settings are STACKSTREAM_* environment variables (also read from ./.env);
 stackctl -h lists them.
@@ -70,6 +72,8 @@ func run(ctx context.Context, args []string) error {
 		return ctl.Status(ctx, cfg, adm, osc, os.Stdout)
 	case "replay":
 		return runReplay(ctx, cfg, rest)
+	case "loadgen":
+		return runLoadgen(ctx, cfg, rest)
 	default:
 		return fmt.Errorf("unknown command %q: run stackctl -h", cmd)
 	}
