@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -24,11 +25,12 @@ import (
 
 // Env is a running server and its topics.
 type Env struct {
-	URL     string
-	Topics  record.Topics
-	Brokers []string
-	Kafka   *kgo.Client // the server's producer
-	Opts    server.Options
+	URL      string
+	GRPCAddr string // OTLP over gRPC
+	Topics   record.Topics
+	Brokers  []string
+	Kafka    *kgo.Client // the server's producer
+	Opts     server.Options
 }
 
 // Options returns the server options of the tests: the defaults of the
@@ -65,10 +67,18 @@ func Setup(t testing.TB, edit func(*server.Options)) *Env {
 	if edit != nil {
 		edit(&e.Opts)
 	}
-	h := server.New(cl, e.Opts, telemetry.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
-	srv := httptest.NewServer(h)
+	s := server.NewServer(cl, e.Opts, telemetry.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(srv.Close)
 	e.URL = srv.URL
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := s.GRPC()
+	go g.Serve(ln)
+	t.Cleanup(g.Stop)
+	e.GRPCAddr = ln.Addr().String()
 	return e
 }
 
