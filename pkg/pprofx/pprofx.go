@@ -88,6 +88,7 @@ var valueTypes = map[string][]string{
 	"memory": {"rss"},
 	"heap":   {"inuse_space"},
 	"alloc":  {"alloc_space"},
+	"offcpu": {"offcpu"},
 }
 
 // ValueIndex is the index of the sample value that documents store for a

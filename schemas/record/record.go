@@ -70,10 +70,16 @@ const (
 	ProfileMemory ProfileType = "memory" // resident set size per process, stack-less samples
 	ProfileHeap   ProfileType = "heap"   // in-use heap scraped from pprof endpoints
 	ProfileAlloc  ProfileType = "alloc"  // allocations scraped from pprof endpoints
+	ProfileOffCPU ProfileType = "offcpu" // eBPF sched_switch, values in nanoseconds blocked (off the CPU)
 )
 
 // ProfileTypes lists every known profile type.
-var ProfileTypes = []ProfileType{ProfileCPU, ProfileMemory, ProfileHeap, ProfileAlloc}
+var ProfileTypes = []ProfileType{ProfileCPU, ProfileMemory, ProfileHeap, ProfileAlloc, ProfileOffCPU}
+
+// Time reports whether t's values are nanoseconds of time (cpu, offcpu):
+// they add up over a window, and divided by its length they give the
+// average number of threads on (or off) the CPU.
+func (t ProfileType) Time() bool { return t == ProfileCPU || t == ProfileOffCPU }
 
 // ParseProfileType returns the type named s or ErrUnknownProfileType.
 func ParseProfileType(s string) (ProfileType, error) {
@@ -82,7 +88,7 @@ func ParseProfileType(s string) (ProfileType, error) {
 			return t, nil
 		}
 	}
-	return "", fmt.Errorf("%w: %q (want one of cpu, memory, heap, alloc)", ErrUnknownProfileType, s)
+	return "", fmt.Errorf("%w: %q (want one of cpu, memory, heap, alloc, offcpu)", ErrUnknownProfileType, s)
 }
 
 // Errors a consumer checks with errors.Is to route a record to the DLQ.

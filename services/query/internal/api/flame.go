@@ -11,7 +11,7 @@ import (
 
 // unit of a profile type's values.
 func unit(t record.ProfileType) string {
-	if t == record.ProfileCPU {
+	if t.Time() {
 		return "nanoseconds"
 	}
 	return "bytes"

@@ -123,7 +123,7 @@ func parseType(q url.Values) (record.ProfileType, error) {
 	}
 	t, err := record.ParseProfileType(s)
 	if err != nil {
-		return "", badParam("type", "unknown profile type %q: use cpu, memory, heap or alloc", truncate(s, 64))
+		return "", badParam("type", "unknown profile type %q: use cpu, memory, heap, alloc or offcpu", truncate(s, 64))
 	}
 	return t, nil
 }

@@ -19,6 +19,8 @@ func sampleType(t record.ProfileType) *profile.ValueType {
 	switch t {
 	case record.ProfileCPU:
 		return &profile.ValueType{Type: "cpu", Unit: "nanoseconds"}
+	case record.ProfileOffCPU:
+		return &profile.ValueType{Type: "offcpu", Unit: "nanoseconds"}
 	case record.ProfileMemory:
 		return &profile.ValueType{Type: "rss", Unit: "bytes"}
 	case record.ProfileHeap:

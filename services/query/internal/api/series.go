@@ -114,8 +114,12 @@ func (a *API) handleSeries(ctx context.Context, _ http.ResponseWriter, r *http.R
 		s.Range.To = end.Add(step)
 	}
 	resp := &SeriesResponse{Type: string(s.Type), StepSeconds: int64(step / time.Second), Unit: "bytes"}
-	if s.Type == record.ProfileCPU {
+	switch s.Type {
+	case record.ProfileCPU:
 		resp.Unit = "cores"
+	case record.ProfileOffCPU:
+		// Nanoseconds blocked per nanosecond: threads off the CPU on average.
+		resp.Unit = "threads"
 	}
 	if fn != "" {
 		points, source, err := a.store.FunctionSeries(ctx, s, step, fn)

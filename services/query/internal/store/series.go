@@ -184,8 +184,9 @@ func (s *Store) rollupSeries(ctx context.Context, sel Selection, step time.Durat
 		if minuteOnly {
 			b.M.V = b.V
 		}
-		if sel.Type == record.ProfileCPU {
-			// Nanoseconds used in a step / the step's nanoseconds = cores.
+		if sel.Type.Time() {
+			// Nanoseconds used in a step / the step's nanoseconds = cores
+			// (cpu), or threads blocked on average (offcpu).
 			return (b.H.V.Value + b.M.V.Value) / float64(step)
 		}
 		// Each window holds its average: weigh it by its length.
@@ -197,7 +198,7 @@ func (s *Store) rollupSeries(ctx context.Context, sel Selection, step time.Durat
 // sampleSeries reads the raw samples: CPU as above; other types sum the
 // samples of each reporting time and average those sums over the step.
 func (s *Store) sampleSeries(ctx context.Context, sel Selection, step time.Duration, groupBy string) (*Lines, error) {
-	cpu := sel.Type == record.ProfileCPU
+	cpu := sel.Type.Time()
 	var out struct {
 		Aggregations seriesAggs `json:"aggregations"`
 	}
@@ -254,7 +255,7 @@ func (s *Store) FunctionSeries(ctx context.Context, sel Selection, step time.Dur
 		points := [][2]float64{}
 		for _, b := range out.Aggregations.Time.Buckets {
 			v := b.V.Value
-			if sel.Type == record.ProfileCPU {
+			if sel.Type.Time() {
 				v /= float64(step)
 			}
 			points = append(points, [2]float64{float64(b.Key), v})

@@ -129,6 +129,7 @@ export function App() {
                 options={[
                   { value: 'cpu', text: 'CPU' }, { value: 'memory', text: 'Memory' },
                   { value: 'heap', text: 'Heap' }, { value: 'alloc', text: 'Allocations' },
+                  { value: 'offcpu', text: 'Off-CPU' },
                 ]}
                 onChange={(e) => update({ type: e.target.value })} />
             </EuiFlexItem>

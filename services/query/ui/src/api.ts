@@ -2,7 +2,7 @@
 // Every request goes through get(), which turns HTTP errors into ApiError with
 // the server's readable message.
 
-export type ProfileType = 'cpu' | 'memory' | 'heap' | 'alloc';
+export type ProfileType = 'cpu' | 'memory' | 'heap' | 'alloc' | 'offcpu';
 
 export interface SeriesResponse {
   type: string;

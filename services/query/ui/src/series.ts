@@ -24,3 +24,30 @@ export function seriesName(labels: Record<string, string>): string {
   const vals = Object.values(labels);
   return vals.length ? vals.join(', ') : 'all';
 }
+
+// wallSeries adds CPU (cores) and off-CPU (threads blocked) per series key
+// and timestamp: wall-clock time, as threads on or off a CPU on average.
+// A series or point present in one answer only counts what it has.
+export function wallSeries(cpu: SeriesResponse, offcpu: SeriesResponse): SeriesResponse {
+  const byKey = new Map<string, { labels: Record<string, string>; points: Map<number, number> }>();
+  for (const resp of [cpu, offcpu]) {
+    for (const s of resp.series) {
+      const key = JSON.stringify(Object.entries(s.labels).sort());
+      let e = byKey.get(key);
+      if (!e) {
+        e = { labels: s.labels, points: new Map() };
+        byKey.set(key, e);
+      }
+      for (const [t, v] of s.points) e.points.set(t, (e.points.get(t) ?? 0) + v);
+    }
+  }
+  return {
+    type: 'wall',
+    unit: 'threads',
+    step_seconds: cpu.step_seconds || offcpu.step_seconds,
+    series: [...byKey.values()].map((e) => ({
+      labels: e.labels,
+      points: [...e.points.entries()].sort((a, b) => a[0] - b[0]) as [number, number][],
+    })),
+  };
+}

@@ -247,6 +247,8 @@ export function formatValue(v: number, unit: string): string {
     }
     case 'cores':
       return `${v.toFixed(2)} cores`;
+    case 'threads':
+      return `${v.toFixed(2)} threads`;
     case 'share':
       return formatPercent(v);
     default:

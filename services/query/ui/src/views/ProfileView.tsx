@@ -1,5 +1,6 @@
-// The main page: CPU and memory over time, the flame graph of the selection
-// with its top-functions table, and the sandwich view of one function.
+// The main page: CPU and memory over time (for off-CPU: CPU, off-CPU and
+// their sum, wall-clock time), the flame graph of the selection with its
+// top-functions table, and the sandwich view of one function.
 
 import { useMemo, useState } from 'react';
 import {
@@ -13,6 +14,7 @@ import { Panel, ErrorCallOut } from './Status';
 import { TimeChart } from './TimeChart';
 import { FlameGraph } from '../flame/FlameGraph';
 import { formatPercent, formatValue, layoutTree, matcher, sandwich } from '../flame/tree';
+import { wallSeries } from '../series';
 
 export interface ProfileProps {
   api: Api;
@@ -32,7 +34,13 @@ export function ProfileView({ api, type, query, range, onZoom, focusFunction, on
   const common = { query, from: range.from, to: range.to };
 
   const cpu = useLoad<SeriesResponse>((s) => api.series({ ...common, type: 'cpu', group_by: groupBy }, s), [api, query, range, groupBy]);
-  const mem = useLoad<SeriesResponse>((s) => api.series({ ...common, type: 'memory', group_by: groupBy }, s), [api, query, range, groupBy]);
+  const offcpu = type === 'offcpu';
+  // Off-CPU replaces the memory chart with off-CPU time and wall-clock time.
+  const mem = useLoad<SeriesResponse>((s) => api.series({ ...common, type: offcpu ? 'offcpu' : 'memory', group_by: groupBy }, s), [api, query, range, groupBy, offcpu]);
+  const wall = useMemo(
+    () => (offcpu && cpu.data && mem.data && mem.data.type === 'offcpu' ? { ...mem, data: wallSeries(cpu.data, mem.data) } : null),
+    [offcpu, cpu, mem],
+  );
   const flame = useLoad<FlameResponse>((s) => api.flamegraph({ ...common, type }, s), [api, type, query, range]);
   const top = useLoad<TopResponse>((s) => api.top({ ...common, type, limit: 50 }, s), [api, type, query, range]);
 
@@ -99,12 +107,33 @@ export function ProfileView({ api, type, query, range, onZoom, focusFunction, on
         </EuiFlexItem>
         <EuiFlexItem>
           <EuiPanel paddingSize="s">
-            <EuiTitle size="xxs"><h3>Memory (resident)</h3></EuiTitle>
-            <Panel state={mem} testId="memChart" empty="No memory data in this range" isEmpty={(d) => !d.series?.length}>
-              {(d) => <TimeChart data={d} fromMs={range.fromMs} toMs={range.toMs} testId="memory-chart" onZoom={onZoom} />}
-            </Panel>
+            {offcpu ? (
+              <>
+                <EuiTitle size="xxs"><h3>Off-CPU (threads blocked)</h3></EuiTitle>
+                <Panel state={mem} testId="offcpuChart" empty="No off-CPU data in this range" isEmpty={(d) => !d.series?.length}>
+                  {(d) => <TimeChart data={d} fromMs={range.fromMs} toMs={range.toMs} testId="offcpu-chart" onZoom={onZoom} />}
+                </Panel>
+              </>
+            ) : (
+              <>
+                <EuiTitle size="xxs"><h3>Memory (resident)</h3></EuiTitle>
+                <Panel state={mem} testId="memChart" empty="No memory data in this range" isEmpty={(d) => !d.series?.length}>
+                  {(d) => <TimeChart data={d} fromMs={range.fromMs} toMs={range.toMs} testId="memory-chart" onZoom={onZoom} />}
+                </Panel>
+              </>
+            )}
           </EuiPanel>
         </EuiFlexItem>
+        {wall && (
+          <EuiFlexItem>
+            <EuiPanel paddingSize="s">
+              <EuiTitle size="xxs"><h3>Wall clock (CPU + off-CPU, threads)</h3></EuiTitle>
+              <Panel state={wall} testId="wallChart" empty="No data in this range" isEmpty={(d) => !d.series?.length}>
+                {(d) => <TimeChart data={d} fromMs={range.fromMs} toMs={range.toMs} testId="wall-chart" onZoom={onZoom} />}
+              </Panel>
+            </EuiPanel>
+          </EuiFlexItem>
+        )}
       </EuiFlexGroup>
       <EuiSpacer size="m" />
       <EuiFlexGroup gutterSize="m" alignItems="flexStart">
