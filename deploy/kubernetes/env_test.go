@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -76,8 +77,10 @@ func containerVariables(t *testing.T, o *objects, c corev1.Container) []string {
 }
 
 // lagMetrics returns the full names of the gauges named *lag_records that file
-// registers, whether written whole (Name: "stackstream_x_lag_records") or as
-// Namespace/Subsystem/Name with string constants of the same file.
+// registers, whether written whole (Name: "stackstream_x_lag_records"), as
+// Namespace/Subsystem/Name with string constants of the same file, or through
+// the consumer vocabulary (telemetry.NewConsumer(reg, "x", ...) registers
+// stackstream_x_lag_records, checked in pkg/telemetry/consumer.go).
 func lagMetrics(t *testing.T, file string) []string {
 	t.Helper()
 	root, err := servicebin.Root(".")
@@ -121,7 +124,7 @@ func lagMetrics(t *testing.T, file string) []string {
 				parts[key.Name] = s
 			}
 		}
-		if strings.HasSuffix(parts["Name"], "lag_records") {
+		if strings.HasSuffix(parts["Name"], "lag_records") && file != consumerMetricsFile {
 			var full []string
 			for _, p := range []string{parts["Namespace"], parts["Subsystem"], parts["Name"]} {
 				if p != "" {
@@ -132,11 +135,44 @@ func lagMetrics(t *testing.T, file string) []string {
 		}
 		return true
 	})
+	if file != consumerMetricsFile {
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok || len(call.Args) < 2 {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok || sel.Sel.Name != "NewConsumer" {
+				return true
+			}
+			if x, ok := sel.X.(*ast.Ident); !ok || x.Name != "telemetry" {
+				return true
+			}
+			if svc, ok := stringValue(call.Args[1], consts); ok {
+				if !slices.Contains(lagMetrics(t, consumerMetricsFile), "lag_records") {
+					t.Fatalf("%s does not register lag_records", consumerMetricsFile)
+				}
+				names = append(names, "stackstream_"+svc+"_lag_records")
+			}
+			return true
+		})
+	} else {
+		// The consumer vocabulary's namespace is the service's: the bare name.
+		ast.Inspect(f, func(n ast.Node) bool {
+			if lit, ok := n.(*ast.BasicLit); ok && lit.Value == `"lag_records"` {
+				names = append(names, "lag_records")
+			}
+			return true
+		})
+	}
 	if len(names) == 0 {
 		t.Fatalf("%s registers no *lag_records metric", file)
 	}
 	return names
 }
+
+// consumerMetricsFile registers the metrics every consumer shares.
+const consumerMetricsFile = "pkg/telemetry/consumer.go"
 
 // stringValue evaluates a string literal or an identifier naming a string constant.
 func stringValue(e ast.Expr, consts map[string]string) (string, bool) {

@@ -6,18 +6,14 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
-
-	"github.com/oklog/run"
 
 	"github.com/stackstream/stackstream/pkg/bulk"
 	"github.com/stackstream/stackstream/pkg/config"
 	"github.com/stackstream/stackstream/pkg/kafka"
 	"github.com/stackstream/stackstream/pkg/opensearch"
+	"github.com/stackstream/stackstream/pkg/service"
 	"github.com/stackstream/stackstream/pkg/telemetry"
-	icfg "github.com/stackstream/stackstream/services/indexer/internal/config"
 	"github.com/stackstream/stackstream/services/indexer/internal/indexer"
 )
 
@@ -26,7 +22,7 @@ func main() {
 }
 
 func runMain() error {
-	var cfg icfg.Config
+	var cfg Config
 	if err := config.Load(&cfg, os.Args[1:], os.Stdout); err != nil {
 		return err
 	}
@@ -36,21 +32,20 @@ func runMain() error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	reg := telemetry.NewRegistry()
+	topics, names := cfg.Kafka.Topics(), cfg.Index.Names()
 
 	osc, err := opensearch.NewClient(ctx, cfg.OpenSearch)
 	if err != nil {
 		return err
 	}
-	names := cfg.Index.Names()
-
-	topics := cfg.Kafka.Topics()
 	kcl, err := kafka.NewClient(ctx, cfg.Kafka, append(indexer.ConsumerOpts(cfg.Indexer.Group, topics.ProfilesSymbolized), kafka.LogTo(log))...)
 	if err != nil {
 		return err
 	}
 	// Closed last: the indexer's final commit goes through it.
 	defer kcl.Close()
-	if err := indexer.CheckTopics(ctx, kcl, topics.ProfilesSymbolized, topics.DLQ); err != nil {
+	if err := kafka.CheckTopics(ctx, kcl, topics.ProfilesSymbolized, topics.DLQ); err != nil {
 		return err
 	}
 	applied, err := opensearch.ApplyTemplates(ctx, osc, cfg.Index.Prefix, cfg.Index.Settings())
@@ -61,10 +56,8 @@ func runMain() error {
 		log.Info("index template", "template", t.Name, "action", t.Action)
 	}
 
-	reg := telemetry.NewRegistry()
 	metrics := indexer.NewMetrics(reg)
-	writer := bulk.New(osc, bulk.Options{MaxBytes: cfg.Indexer.BulkMaxBytes, Metrics: metrics.Bulk})
-	ix := indexer.New(kcl, writer, indexer.Options{
+	ix := indexer.New(kcl, bulk.New(osc, bulk.Options{MaxBytes: cfg.Indexer.BulkMaxBytes, Metrics: metrics.Bulk}), indexer.Options{
 		Names:           names,
 		DLQTopic:        topics.DLQ,
 		BatchBytes:      cfg.Indexer.BatchBytes,
@@ -88,36 +81,13 @@ func runMain() error {
 		return err
 	}
 
-	var g run.Group
-	{
-		// The signal actor ends the group; the indexer then writes and
-		// commits the batch in hand before Run returns.
-		sigCtx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-		g.Add(func() error {
-			<-sigCtx.Done()
-			if ctx.Err() == nil {
-				log.Info("stopping on signal")
-			}
-			return nil
-		}, func(error) { stop() })
-	}
-	{
-		ixCtx, stop := context.WithCancel(ctx)
-		g.Add(func() error { return ix.Run(ixCtx) }, func(error) { stop() })
-	}
-	{
-		retCtx, stop := context.WithCancel(ctx)
-		g.Add(func() error { return retention.Run(retCtx) }, func(error) { stop() })
-	}
+	// On a signal the indexer writes and commits the batch in hand before
+	// its Run returns.
+	g := service.NewGroup(log)
+	g.AddContext(ctx, ix.Run)
+	g.AddContext(ctx, retention.Run)
 	g.Add(srv.Run, srv.Stop)
-
 	log.Info("indexing", "topic", topics.ProfilesSymbolized, "group", cfg.Indexer.Group,
 		"samples", names.SamplesPattern(), "stacks", names.Stacks(), "listen", srv.Addr())
-	err = g.Run()
-	if err != nil {
-		log.Error("indexer stopped", "err", err)
-		return err
-	}
-	log.Info("stopped")
-	return nil
+	return g.Run()
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/stackstream/stackstream/pkg/cache"
 	"github.com/stackstream/stackstream/pkg/pprofx"
 	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/schemas/record"
@@ -27,7 +28,7 @@ type fastPath struct {
 	// rather than once per profile.
 	stacks *stackCache
 	// labels keeps label sets across profiles.
-	labels *boundedMap[string, *labelSet]
+	labels *cache.Bounded[string, *labelSet]
 	// limits are the general path's: a profile beyond them is left to it,
 	// which says which limit.
 	limits fastLimits
@@ -83,7 +84,7 @@ func newFastPath(l record.Limits) *fastPath {
 	return &fastPath{
 		decoders: sync.Pool{New: func() any { return new(fastDecoder) }},
 		stacks:   newStackCache(stackCacheEntries, stackCacheBytes),
-		labels:   newBoundedMap[string, *labelSet](labelCacheEntries, labelCacheBytes),
+		labels:   cache.New[string, *labelSet](labelCacheEntries, labelCacheBytes),
 		limits:   newFastLimits(l),
 	}
 }
@@ -375,7 +376,7 @@ func (d *fastDecoder) stack(c *stackCache) (cachedStack, bool) {
 	// this process, so its byte order does not matter, and no bytes are
 	// copied.
 	h := c.hash(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(hs))), 16*len(hs)))
-	if s, ok := c.get(h); ok {
+	if s, ok := c.Get(h); ok {
 		return s, true
 	}
 	frames := make([]indices.Frame, 0, len(d.ids))
@@ -391,7 +392,7 @@ func (d *fastDecoder) stack(c *stackCache) (cachedStack, bool) {
 			size += 64 + len(f.Function) + len(f.File) + len(f.Binary)
 		}
 	}
-	c.put(h, s, size)
+	c.Put(h, s, size)
 	return s, true
 }
 

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stackstream/stackstream/pkg/cache"
+
 	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/schemas/record"
 )
@@ -44,7 +46,7 @@ type labelSets struct {
 	// a host's processes send the same labels every 10 s, and building a
 	// labelSet (maps, service, canonical key) cost more than the rest of
 	// a document.
-	shared *boundedMap[string, *labelSet] // by exactLabelKey
+	shared *cache.Bounded[string, *labelSet] // by exactLabelKey
 	// bytes is the label fields' JSON of the distinct label sets got, so
 	// far: what the profile's documents will at least take.
 	bytes int
@@ -100,10 +102,10 @@ func (c *labelSets) get(raw map[string][]string, headerHost string) *labelSet {
 	n := len(c.buf)
 	c.buf = exactLabelKey(c.buf, raw, c.keys, headerHost)
 	exact := c.buf[n:]
-	ls, ok := c.shared.get(string(exact))
+	ls, ok := c.shared.Get(string(exact))
 	if !ok {
 		ls = newLabelSet(raw, headerHost)
-		c.shared.put(string(exact), ls, ls.size+len(exact))
+		c.shared.Put(string(exact), ls, ls.size+len(exact))
 	}
 	c.byRaw[string(c.buf[:n])] = ls
 	c.bytes += len(ls.fields)

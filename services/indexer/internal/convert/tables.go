@@ -2,52 +2,15 @@ package convert
 
 import (
 	"hash/maphash"
-	"sync"
 
+	"github.com/stackstream/stackstream/pkg/cache"
 	"github.com/stackstream/stackstream/schemas/indices"
 )
-
-// boundedMap is a goroutine-safe map that forgets everything when it holds
-// max entries or about maxBytes: the fast path's caches across profiles,
-// whose values never change once put.
-type boundedMap[K comparable, V any] struct {
-	max, maxBytes int
-	mu            sync.RWMutex
-	m             map[K]V
-	bytes         int
-}
-
-func newBoundedMap[K comparable, V any](max, maxBytes int) *boundedMap[K, V] {
-	return &boundedMap[K, V]{max: max, maxBytes: maxBytes, m: map[K]V{}}
-}
-
-func (c *boundedMap[K, V]) get(k K) (V, bool) {
-	c.mu.RLock()
-	v, ok := c.m[k]
-	c.mu.RUnlock()
-	return v, ok
-}
-
-// put adds k, whose value holds about size bytes. A value larger than a
-// quarter of the budget is not kept: it would flush the others.
-func (c *boundedMap[K, V]) put(k K, v V, size int) {
-	if size > c.maxBytes/4 {
-		return
-	}
-	c.mu.Lock()
-	if len(c.m) >= c.max || c.bytes+size > c.maxBytes {
-		clear(c.m)
-		c.bytes = 0
-	}
-	c.m[k] = v
-	c.bytes += size
-	c.mu.Unlock()
-}
 
 // stackCache maps a 128-bit content hash of a stack to its ID and frames.
 type stackCache struct {
 	seeds [2]maphash.Seed
-	*boundedMap[[2]uint64, cachedStack]
+	*cache.Bounded[[2]uint64, cachedStack]
 }
 
 type cachedStack struct {
@@ -57,7 +20,7 @@ type cachedStack struct {
 }
 
 func newStackCache(max, maxBytes int) *stackCache {
-	return &stackCache{seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, boundedMap: newBoundedMap[[2]uint64, cachedStack](max, maxBytes)}
+	return &stackCache{seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, Bounded: cache.New[[2]uint64, cachedStack](max, maxBytes)}
 }
 
 func (c *stackCache) hash(b []byte) [2]uint64 {

@@ -71,7 +71,7 @@ func TestPanicIsDeadLettered(t *testing.T) {
 		t.Fatalf("DLQ reason %q, want panic with its value", reason)
 	}
 	if n := testutil.ToFloat64(m.DLQ.WithLabelValues(ReasonPanic)); n != 1 {
-		t.Fatalf("dlq_records_total{reason=panic} = %v, want 1", n)
+		t.Fatalf("dlq_total{reason=panic} = %v, want 1", n)
 	}
 	if n := e.CountDocs(t, e.Names.SamplesPattern()); n != 2 {
 		t.Fatalf("%d sample documents, want those of the 2 other records", n)

@@ -110,7 +110,7 @@ func TestTimeOutOfRange(t *testing.T) {
 		}
 	}
 	if n := testutil.ToFloat64(r.metrics.DLQ.WithLabelValues(indexer.ReasonTime)); n != 4 {
-		t.Errorf("dlq_records_total{reason=time_out_of_range} = %v, want 4", n)
+		t.Errorf("dlq_total{reason=time_out_of_range} = %v, want 4", n)
 	}
 	got := samplesIndices(t, e)
 	want := map[string]bool{e.Names.Samples(times[4]): true, e.Names.Samples(times[5]): true}

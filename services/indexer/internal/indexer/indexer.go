@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"runtime"
 	"runtime/debug"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -271,7 +270,7 @@ func (ix *Indexer) Run(ctx context.Context) error {
 		})
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 			if n := len(p.Records); n > 0 {
-				ix.m.Lag.WithLabelValues(strconv.Itoa(int(p.Partition))).Set(float64(p.HighWatermark - p.Records[n-1].Offset - 1))
+				ix.m.SetLag(p.Partition, p.HighWatermark, p.Records[n-1].Offset)
 			}
 		})
 		// A poll can hold up to pollRecords records: converted a chunk at a
@@ -518,7 +517,7 @@ func (ix *Indexer) convert(r *kgo.Record) (convert.Documents, error) {
 	return docs, nil
 }
 
-// DLQ reasons: the value of stackstream_indexer_dlq_records_total's reason
+// DLQ reasons: the value of stackstream_indexer_dlq_total's reason
 // label, and the first word of a DLQ record's reason header.
 const (
 	ReasonHeaders     = "headers"           // missing or unknown headers
@@ -601,7 +600,10 @@ func (ix *Indexer) flush(ctx context.Context, b *batch) error {
 	}
 	// The next batch may already be polled: commit exactly this one's
 	// offsets, the last record of each partition.
-	if err := ix.kcl.CommitRecords(ctx, b.lastRecords()...); err != nil {
+	commitStart := time.Now()
+	err = ix.kcl.CommitRecords(ctx, b.lastRecords()...)
+	ix.m.CommitSeconds.Observe(time.Since(commitStart).Seconds())
+	if err != nil {
 		// The documents are stored; redelivery after a failed commit only
 		// overwrites them with the same content.
 		ix.m.Commits.WithLabelValues("error").Inc()

@@ -241,7 +241,7 @@ func TestDeadLetters(t *testing.T) {
 	}
 	for _, reason := range []string{indexer.ReasonRejected, indexer.ReasonNotGzip} {
 		if n := testutil.ToFloat64(r.metrics.DLQ.WithLabelValues(reason)); n != 1 {
-			t.Fatalf("dlq_records_total{reason=%q} = %v, want 1", reason, n)
+			t.Fatalf("dlq_total{reason=%q} = %v, want 1", reason, n)
 		}
 	}
 	if n := e.CountDocs(t, e.Names.SamplesPattern()); n != 2 {

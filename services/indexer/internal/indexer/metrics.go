@@ -4,20 +4,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stackstream/stackstream/pkg/bulk"
+	"github.com/stackstream/stackstream/pkg/telemetry"
 	"github.com/stackstream/stackstream/services/indexer/internal/convert"
 )
 
 // Metrics of the indexer; bulk latency and retries are in Bulk.
 type Metrics struct {
-	Records  *prometheus.CounterVec // outcome: indexed, dlq
+	// Records (outcome: indexed, dlq), Lag, DLQ (reason: see the Reason
+	// constants) and CommitSeconds are every consumer's.
+	*telemetry.Consumer
 	Decoded  *prometheus.CounterVec // path: fast, general
 	Docs     *prometheus.CounterVec // index kind: stacks, samples
 	Raw      prometheus.Counter
 	Batches  prometheus.Counter
 	Commits  *prometheus.CounterVec // result: ok, error
 	BatchDur prometheus.Histogram
-	Lag      *prometheus.GaugeVec   // partition
-	DLQ      *prometheus.CounterVec // reason: see the Reason constants
 	// LabelsDropped counts label changes by reason: invalid_key,
 	// value_truncated, too_many, service_truncated (see convert.LabelDrops).
 	LabelsDropped *prometheus.CounterVec
@@ -39,8 +40,10 @@ func (m *Metrics) countLabelDrops(d convert.LabelDrops) {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	const ns = "stackstream_indexer"
 	m := &Metrics{
-		Records: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "records_total",
-			Help: "Profile records processed, by outcome (indexed, dlq)."}, []string{"outcome"}),
+		Consumer: telemetry.NewConsumer(reg, "indexer", telemetry.ConsumerHelp{
+			Records: "Profile records processed, by outcome (indexed, dlq).",
+			DLQ:     "Records sent to the DLQ, by reason (headers, not_gzip, not_pprof, too_large, invalid_profile, time_out_of_range, host_too_long, panic, rejected).",
+		}),
 		Decoded: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "decoded_records_total",
 			Help: "Records decoded, by path: fast (agent- and symbolizer-shaped pprof) or general (anything else, errors included)."}, []string{"path"}),
 		Docs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "documents_total",
@@ -53,16 +56,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Offset commits, by result."}, []string{"result"}),
 		BatchDur: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "batch_duration_seconds",
 			Help: "Time to write, dead-letter and commit one batch.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
-		Lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "consumer_lag_records",
-			Help: "Records behind the high watermark, per partition, as of the last fetch."}, []string{"partition"}),
-		DLQ: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "dlq_records_total",
-			Help: "Records sent to the DLQ, by reason (headers, not_gzip, not_pprof, too_large, invalid_profile, time_out_of_range, host_too_long, panic, rejected)."}, []string{"reason"}),
 		LabelsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "labels_dropped_total",
 			Help: "Labels dropped or cut, once per samples document, by reason (invalid_key, value_truncated, too_many, service_truncated)."}, []string{"reason"}),
 		Bulk: bulk.NewMetrics(reg, ns),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Records, m.Decoded, m.Docs, m.Raw, m.Batches, m.Commits, m.BatchDur, m.Lag, m.DLQ, m.LabelsDropped)
+		reg.MustRegister(m.Decoded, m.Docs, m.Raw, m.Batches, m.Commits, m.BatchDur, m.LabelsDropped)
 	}
 	return m
 }

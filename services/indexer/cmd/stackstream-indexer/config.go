@@ -1,23 +1,23 @@
-// Package config is the indexer's configuration, read from STACKSTREAM_*.
-package config
+package main
 
 import (
 	"fmt"
 	"time"
 
+	"github.com/stackstream/stackstream/pkg/config"
 	"github.com/stackstream/stackstream/pkg/kafka"
 	"github.com/stackstream/stackstream/pkg/opensearch"
-	"github.com/stackstream/stackstream/pkg/telemetry"
+	"github.com/stackstream/stackstream/pkg/service"
 )
 
-// Config of stackstream-indexer.
+// Config of stackstream-indexer, from STACKSTREAM_* variables: the blocks
+// every service shares, then its own.
 type Config struct {
-	Kafka      kafka.Config           `envconfig:"KAFKA"`
-	OpenSearch opensearch.Config      `envconfig:"OPENSEARCH"`
-	Index      opensearch.IndexConfig `envconfig:"OPENSEARCH_INDEX"`
-	Log        telemetry.LogConfig    `envconfig:"LOG"`
-	ListenAddr string                 `envconfig:"LISTEN_ADDR" default:"127.0.0.1:9103" desc:"address of /metrics, /healthz, /readyz"`
-	Indexer    Indexer                `envconfig:"INDEXER"`
+	service.Base
+	kafka.Connection
+	opensearch.Storage
+	ListenAddr string  `envconfig:"LISTEN_ADDR" default:"127.0.0.1:9103" desc:"address of /metrics, /healthz, /readyz"`
+	Indexer    Indexer `envconfig:"INDEXER"`
 }
 
 // Indexer holds the settings of this service alone (STACKSTREAM_INDEXER_*).
@@ -36,10 +36,7 @@ type Indexer struct {
 
 // Validate checks values that parse but cannot work.
 func (c Config) Validate() error {
-	if err := c.Kafka.Validate(); err != nil {
-		return err
-	}
-	if err := c.OpenSearch.Validate(); err != nil {
+	if err := config.ValidateAll(c.Base, c.Connection, c.Storage); err != nil {
 		return err
 	}
 	i := c.Indexer
@@ -66,10 +63,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_INDEXER_MAX_CLOCK_SKEW=%s must be positive (default 10m)", i.MaxClockSkew)
 	case i.RetentionInterval <= 0:
 		return fmt.Errorf("STACKSTREAM_INDEXER_RETENTION_INTERVAL=%s must be positive", i.RetentionInterval)
-	case c.Index.Shards < 1:
-		return fmt.Errorf("STACKSTREAM_OPENSEARCH_INDEX_SHARDS=%d must be at least 1", c.Index.Shards)
-	case c.Index.Replicas < 0:
-		return fmt.Errorf("STACKSTREAM_OPENSEARCH_INDEX_REPLICAS=%d must be 0 or more", c.Index.Replicas)
 	}
 	return nil
 }
