@@ -21,6 +21,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/stackstream/stackstream/pkg/cache"
 	"github.com/stackstream/stackstream/pkg/pprofx"
 	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/schemas/record"
@@ -203,11 +204,10 @@ type Partition struct {
 	windows       map[windowKey]*window
 	lastCommitted int64
 	lastNext      int64
-	stacks        map[uint64][]*stackInfo // by hash of the frames, across profiles
-	stackBytes    int                     // held by stacks
-	bytes         int64                   // charged to the Budget by windows
-	frames        []indices.Frame         // scratch
-	out           map[seriesKey]*scratch  // a profile's sums, reused
+	stacks        *cache.Bounded[uint64, []*stackInfo] // by hash of the frames, across profiles
+	bytes         int64                                // charged to the Budget by windows
+	frames        []indices.Frame                      // scratch
+	out           map[seriesKey]*scratch               // a profile's sums, reused
 	deltas        []delta
 }
 
@@ -220,7 +220,7 @@ func NewPartition(cfg Config, cp Checkpoint) *Partition {
 	return &Partition{
 		cfg: cfg, watermark: cp.Watermark, baseWatermark: cp.Watermark, restored: cp,
 		next: -1, windows: map[windowKey]*window{}, lastCommitted: -1,
-		stacks: map[uint64][]*stackInfo{},
+		stacks: newStackCache(),
 	}
 }
 
@@ -488,6 +488,10 @@ func stackBytes(frames []indices.Frame) int {
 
 var stackSeed = maphash.MakeSeed()
 
+func newStackCache() *cache.Bounded[uint64, []*stackInfo] {
+	return cache.New[uint64, []*stackInfo](maxCachedStacks, maxCachedStackBytes)
+}
+
 // stack returns the ID and functions of a sample's stack. Hashing a stack's
 // frames (sha256 for its ID) is most of the per-sample work, and the same
 // stacks come back in every profile of a host, so they are cached by their
@@ -511,19 +515,14 @@ func (p *Partition) stack(s *profile.Sample) *stackInfo {
 		h.Write(line[:])
 	}
 	sum := h.Sum64()
-	for _, st := range p.stacks[sum] {
+	same, _ := p.stacks.Get(sum)
+	for _, st := range same {
 		if slices.Equal(st.frames, p.frames) {
 			return st
 		}
 	}
-	size := stackBytes(p.frames)
-	if len(p.stacks) >= maxCachedStacks || p.stackBytes+size > maxCachedStackBytes {
-		clear(p.stacks)
-		p.stackBytes = 0
-	}
 	st := newStackInfo(slices.Clone(p.frames))
-	p.stacks[sum] = append(p.stacks[sum], st)
-	p.stackBytes += size
+	p.stacks.Put(sum, append(slices.Clip(same), st), stackBytes(p.frames))
 	return st
 }
 

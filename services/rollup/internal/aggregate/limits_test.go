@@ -178,7 +178,7 @@ func TestStateBytesBound(t *testing.T) {
 			for i, prof := range profs {
 				add(t, p, prof, typ, int64(i))
 			}
-			clear(p.stacks) // bounded on its own
+			p.stacks = newStackCache() // bounded on its own
 			p.out, p.deltas, p.frames = nil, nil, nil
 			runtime.GC()
 			runtime.ReadMemStats(&after)

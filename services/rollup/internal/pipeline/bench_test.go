@@ -67,7 +67,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 		ctx, stop := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- r.Run(ctx, cl) }()
-		for int(testutil.ToFloat64(r.m.records.WithLabelValues("added"))) < len(recs) {
+		for int(testutil.ToFloat64(r.m.Records.WithLabelValues("added"))) < len(recs) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		stop()

@@ -185,7 +185,7 @@ func (r *Rollup) handle(ctx context.Context, fetches kgo.Fetches) error {
 			}
 		}
 		last := ft.Records[len(ft.Records)-1]
-		r.m.lag.WithLabelValues(strconv.Itoa(int(ft.Partition))).Set(float64(max(0, ft.HighWatermark-last.Offset-1)))
+		r.m.SetLag(ft.Partition, ft.HighWatermark, last.Offset)
 		r.m.watermark.WithLabelValues(strconv.Itoa(int(ft.Partition))).Set(float64(part.Watermark().UnixNano()) / 1e9)
 	})
 	return r.flush(ctx, r.parts, dlq, false)
@@ -215,8 +215,8 @@ func (r *Rollup) flushIdle(ctx context.Context) error {
 func (r *Rollup) process(part *aggregate.Partition, rec *kgo.Record) (dlq *kgo.Record) {
 	toDLQ := func(reason string, err error) *kgo.Record {
 		part.Advance(rec.Offset)
-		r.m.records.WithLabelValues("dlq").Inc()
-		r.m.dlq.WithLabelValues(reason).Inc()
+		r.m.Records.WithLabelValues("dlq").Inc()
+		r.m.DLQ.WithLabelValues(reason).Inc()
 		r.log.Warn("record to dlq", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "reason", reason, "err", err)
 		return record.DLQRecord(r.cfg.Topics.DLQ, ServiceName, rec, err)
 	}
@@ -248,9 +248,9 @@ func (r *Rollup) process(part *aggregate.Partition, rec *kgo.Record) (dlq *kgo.R
 		return toDLQ("too_late", fmt.Errorf("too late: profile at %s is older than watermark %s minus allowed lateness %s and retention %s; not counted (replay the rollup group from before it to include it)",
 			time.Unix(0, prof.TimeNanos).UTC().Format(time.RFC3339Nano), part.Watermark().Format(time.RFC3339), r.cfg.Window.AllowedLateness, r.cfg.Window.Retention))
 	case out == aggregate.Skipped:
-		r.m.records.WithLabelValues("skipped").Inc()
+		r.m.Records.WithLabelValues("skipped").Inc()
 	default:
-		r.m.records.WithLabelValues("added").Inc()
+		r.m.Records.WithLabelValues("added").Inc()
 	}
 	return nil
 }
@@ -318,7 +318,7 @@ func (r *Rollup) flush(ctx context.Context, parts map[int32]*aggregate.Partition
 // rejectedRecord is the DLQ record of a document OpenSearch refused: the
 // document itself, with the coordinates of the first record behind it.
 func (r *Rollup) rejectedRecord(partition int32, d aggregate.Pending, rj bulk.Rejected) *kgo.Record {
-	r.m.dlq.WithLabelValues("rejected_document").Inc()
+	r.m.DLQ.WithLabelValues("rejected_document").Inc()
 	r.log.Warn("document rejected", "index", rj.Item.Index, "id", rj.Item.ID, "status", rj.Status, "reason", rj.Reason, "partition", partition, "offset", d.Offset)
 	orig := &kgo.Record{
 		Topic: r.cfg.Topics.ProfilesSymbolized, Partition: partition, Offset: d.Offset,
@@ -391,6 +391,8 @@ func (r *Rollup) commit(ctx context.Context, parts map[int32]*aggregate.Partitio
 		return nil
 	})
 	var cerr error
+	start := time.Now()
+	defer func() { r.m.CommitSeconds.Observe(time.Since(start).Seconds()) }()
 	r.cl.CommitOffsetsSync(withMeta, map[string]map[int32]kgo.EpochOffset{topic: offsets},
 		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 			if err != nil {
@@ -499,7 +501,7 @@ func (r *Rollup) revoked(ctx context.Context, cl *kgo.Client, revoked map[string
 		}
 		delete(r.parts, p)
 		delete(r.active, p)
-		r.m.lag.DeleteLabelValues(strconv.Itoa(int(p)))
+		r.m.ForgetPartition(p)
 		r.m.watermark.DeleteLabelValues(strconv.Itoa(int(p)))
 	}
 	r.log.Info("partitions revoked", "topic", r.cfg.Topics.ProfilesSymbolized, "partitions", ps)

@@ -149,7 +149,7 @@ func (in *instance) shutdown(t testing.TB) {
 }
 
 func (in *instance) count(outcome string) int {
-	return int(testutil.ToFloat64(in.r.m.records.WithLabelValues(outcome)))
+	return int(testutil.ToFloat64(in.r.m.Records.WithLabelValues(outcome)))
 }
 
 type testWriter struct{ t testing.TB }

@@ -67,7 +67,7 @@ func TestRecordIsAFaultBoundary(t *testing.T) {
 	if d == nil || !strings.Contains(record.HeaderValue(d.Headers, record.HeaderDLQReason), "sample has nil location") {
 		t.Fatalf("undefined location: DLQ record %v", d)
 	}
-	if got := testutil.ToFloat64(r.m.dlq.WithLabelValues("invalid_profile")); got != 1 {
+	if got := testutil.ToFloat64(r.m.DLQ.WithLabelValues("invalid_profile")); got != 1 {
 		t.Fatalf("invalid_profile count %v", got)
 	}
 
@@ -78,7 +78,7 @@ func TestRecordIsAFaultBoundary(t *testing.T) {
 	if d == nil || record.HeaderValue(d.Headers, record.HeaderDLQReason) != "process record: panic: boom" || record.HeaderValue(d.Headers, record.HeaderDLQOffset) != "1" {
 		t.Fatalf("panic: DLQ record %v", d)
 	}
-	if testutil.ToFloat64(r.m.panics) != 1 || testutil.ToFloat64(r.m.dlq.WithLabelValues("panic")) != 1 || part.Next() != 2 {
+	if testutil.ToFloat64(r.m.panics) != 1 || testutil.ToFloat64(r.m.DLQ.WithLabelValues("panic")) != 1 || part.Next() != 2 {
 		t.Fatalf("panics %v, next %d", testutil.ToFloat64(r.m.panics), part.Next())
 	}
 	good, err := record.EncodeProfile(pproftest.NewCPU(t0, 10*time.Second).Sample(map[string]string{record.LabelService: "a"}, []int64{1, 5}, "main").Profile())
@@ -149,7 +149,7 @@ func TestPoisonRecords(t *testing.T) {
 	}
 	compare(t, byKey(e.docs()), want)
 	for reason, n := range map[string]float64{"invalid_profile": 1, "decode": 2, "time_out_of_range": 2, "panic": 0} {
-		if got := testutil.ToFloat64(in.r.m.dlq.WithLabelValues(reason)); got != n {
+		if got := testutil.ToFloat64(in.r.m.DLQ.WithLabelValues(reason)); got != n {
 			t.Errorf("dlq_total{reason=%q} = %v, want %v", reason, got, n)
 		}
 	}

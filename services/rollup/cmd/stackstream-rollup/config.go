@@ -1,0 +1,68 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/stackstream/stackstream/pkg/config"
+	"github.com/stackstream/stackstream/pkg/kafka"
+	"github.com/stackstream/stackstream/pkg/opensearch"
+	"github.com/stackstream/stackstream/pkg/service"
+)
+
+// Config of stackstream-rollup, from STACKSTREAM_* variables: the blocks
+// every service shares, then its own.
+type Config struct {
+	service.Base
+	kafka.Connection
+	opensearch.Storage
+	ListenAddr string   `envconfig:"LISTEN_ADDR" default:"127.0.0.1:9104" desc:"address of /metrics, /healthz, /readyz"`
+	Rollup     Settings `envconfig:"ROLLUP"`
+}
+
+// Settings are the rollup's own, from STACKSTREAM_ROLLUP_*.
+type Settings struct {
+	Group           string        `envconfig:"GROUP" default:"stackstream-rollup" desc:"consumer group on profiles.symbolized"`
+	AllowedLateness time.Duration `envconfig:"ALLOWED_LATENESS" default:"2m" desc:"a window is written once the partition's newest event time passes its end by this much"`
+	Retention       time.Duration `envconfig:"RETENTION" default:"10m" desc:"a written window stays in memory this long for late profiles; later ones go to the DLQ"`
+	MaxClockSkew    time.Duration `envconfig:"MAX_CLOCK_SKEW" default:"10m" desc:"profiles stamped further ahead of this host's clock go to the DLQ"`
+	MaxAge          time.Duration `envconfig:"MAX_AGE" default:"168h" desc:"profiles older than this (wall clock) go to the DLQ; keep it at STACKSTREAM_INDEXER_RETENTION_DAYS; 0 accepts any past time"`
+	MaxStateBytes   int64         `envconfig:"MAX_STATE_BYTES" default:"268435456" desc:"window state held in memory; a profile that would pass it goes to the DLQ (state_full)"`
+	MaxPollRecords  int           `envconfig:"MAX_POLL_RECORDS" default:"1000" desc:"records folded in between two writes"`
+	FlushTimeout    time.Duration `envconfig:"FLUSH_TIMEOUT" default:"30s" desc:"bound of the final write on shutdown or partition revoke"`
+	IdleFlush       time.Duration `envconfig:"IDLE_FLUSH" default:"1m" desc:"write the open windows of a partition without records for this long; 0 disables"`
+	BulkMaxBytes    int           `envconfig:"BULK_MAX_BYTES" default:"8388608" desc:"bytes per bulk request"`
+}
+
+// Validate checks values that parse but cannot work.
+func (c Config) Validate() error {
+	if err := config.ValidateAll(c.Base, c.Connection, c.Storage); err != nil {
+		return err
+	}
+	s := c.Rollup
+	switch {
+	case strings.TrimSpace(s.Group) == "":
+		return errors.New("STACKSTREAM_ROLLUP_GROUP is empty: name the consumer group")
+	case s.AllowedLateness < 0:
+		return fmt.Errorf("STACKSTREAM_ROLLUP_ALLOWED_LATENESS=%s is negative: use 0 or more, e.g. 2m", s.AllowedLateness)
+	case s.Retention < 0:
+		return fmt.Errorf("STACKSTREAM_ROLLUP_RETENTION=%s is negative: use 0 or more, e.g. 10m", s.Retention)
+	case s.MaxClockSkew <= 0:
+		return fmt.Errorf("STACKSTREAM_ROLLUP_MAX_CLOCK_SKEW=%s must be positive, e.g. 10m", s.MaxClockSkew)
+	case s.MaxAge < 0:
+		return fmt.Errorf("STACKSTREAM_ROLLUP_MAX_AGE=%s is negative: use 0 (any past time) or more, e.g. 168h", s.MaxAge)
+	case s.MaxStateBytes < 16<<20:
+		return fmt.Errorf("STACKSTREAM_ROLLUP_MAX_STATE_BYTES=%d is below 16 MiB: use e.g. 268435456", s.MaxStateBytes)
+	case s.MaxPollRecords <= 0:
+		return fmt.Errorf("STACKSTREAM_ROLLUP_MAX_POLL_RECORDS=%d must be positive, e.g. 1000", s.MaxPollRecords)
+	case s.IdleFlush < 0:
+		return fmt.Errorf("STACKSTREAM_ROLLUP_IDLE_FLUSH=%s is negative: use 0 (off) or more, e.g. 1m", s.IdleFlush)
+	case s.FlushTimeout <= 0:
+		return fmt.Errorf("STACKSTREAM_ROLLUP_FLUSH_TIMEOUT=%s must be positive, e.g. 30s", s.FlushTimeout)
+	case s.BulkMaxBytes < 1<<20:
+		return fmt.Errorf("STACKSTREAM_ROLLUP_BULK_MAX_BYTES=%d is below 1 MiB: use e.g. 8388608", s.BulkMaxBytes)
+	}
+	return nil
+}
