@@ -81,11 +81,12 @@ func CheckTopics(ctx context.Context, cl *kgo.Client, topics ...string) error {
 			missing = append(missing, t)
 		}
 	}
-	switch len(missing) {
-	case 0:
+	if len(missing) == 0 {
 		return nil
-	case 1:
-		return fmt.Errorf("kafka topic %s is missing: run stackctl init (or check STACKSTREAM_KAFKA_TOPIC_PREFIX)", missing[0])
 	}
-	return fmt.Errorf("kafka topic %s is missing, and %s: run stackctl init (or check STACKSTREAM_KAFKA_TOPIC_PREFIX)", missing[0], strings.Join(missing[1:], ", "))
+	err = fmt.Errorf("kafka topic %s is missing: run stackctl init (or check STACKSTREAM_KAFKA_TOPIC_PREFIX)", missing[0])
+	if len(missing) > 1 {
+		err = fmt.Errorf("%w; so is %s", err, strings.Join(missing[1:], ", "))
+	}
+	return err
 }

@@ -26,8 +26,8 @@ func TestCheckTopics(t *testing.T) {
 	defer cl.Close()
 
 	err = CheckTopics(ctx, cl, topics.ProfilesSymbolized, topics.DLQ)
-	want := "kafka topic " + topics.ProfilesSymbolized + " is missing, and " + topics.DLQ + ": run stackctl init"
-	if err == nil || !strings.Contains(err.Error(), want) {
+	want := "kafka topic " + topics.ProfilesSymbolized + " is missing: run stackctl init (or check STACKSTREAM_KAFKA_TOPIC_PREFIX); so is " + topics.DLQ
+	if err == nil || err.Error() != want {
 		t.Fatalf("CheckTopics before init = %v, want %q", err, want)
 	}
 	adm := kadm.NewClient(cl)
@@ -37,7 +37,7 @@ func TestCheckTopics(t *testing.T) {
 	t.Cleanup(func() { adm.DeleteTopics(context.Background(), topics.All()...) })
 	// The broker's metadata names a new topic a moment after it is created.
 	for range 100 {
-		if err = CheckTopics(ctx, cl, topics.ProfilesSymbolized, topics.DLQ); err == nil || !strings.Contains(err.Error(), ", and ") {
+		if err = CheckTopics(ctx, cl, topics.ProfilesSymbolized, topics.DLQ); err == nil || !strings.Contains(err.Error(), "; so is") {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
