@@ -94,8 +94,8 @@ var kindNames = [nKinds]string{"resource, scope and profile messages", "samples"
 	"stack location references", "locations", "lines", "functions", "mappings", "links", "attributes",
 	"attribute references", "strings", "resource and scope attributes and nested values"}
 
-var kindCost = [nKinds]int64{kProfile: 512, kSample: 160, kSampleValue: 8, kStack: 64, kLocationRef: 4, kLocation: 128,
-	kLine: 32, kFunction: 48, kMapping: 96, kLink: 64, kAttribute: 128, kAttributeRef: 4, kString: 16, kKeyValue: 128}
+var kindCost = [nKinds]int64{kProfile: 1024, kSample: 192, kSampleValue: 16, kStack: 96, kLocationRef: 8, kLocation: 192,
+	kLine: 96, kFunction: 96, kMapping: 160, kLink: 96, kAttribute: 160, kAttributeRef: 8, kString: 112, kKeyValue: 160}
 
 func (l Limits) max(k kind) int {
 	switch k {

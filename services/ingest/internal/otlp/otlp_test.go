@@ -1,0 +1,218 @@
+package otlp_test
+
+import (
+	"bytes"
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/stackstream/stackstream/schemas/record"
+	"github.com/stackstream/stackstream/services/ingest/internal/convert"
+	"github.com/stackstream/stackstream/services/ingest/internal/ingesttest"
+	"github.com/stackstream/stackstream/services/ingest/internal/otlp"
+)
+
+func marshal(t testing.TB, pd pprofile.Profiles) []byte {
+	b, err := pprofileotlp.NewExportRequestFromProfiles(pd).MarshalProto()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func decode(t testing.TB, raw []byte) pprofile.Profiles {
+	req := pprofileotlp.NewExportRequest()
+	if err := req.UnmarshalProto(raw); err != nil {
+		t.Fatal(err)
+	}
+	return req.Profiles()
+}
+
+func TestConvert(t *testing.T) {
+	now := time.Now()
+	raw := marshal(t, ingesttest.EBPFProfilerRequest(now))
+	if err := otlp.Check(raw, otlp.DefaultLimits()); err != nil {
+		t.Fatal(err)
+	}
+	profs, rejected, err := otlp.Convert(decode(t, raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(profs) != 1 || len(rejected) != 1 || !errors.Is(rejected[0].Err, convert.ErrUnsupported) {
+		t.Fatalf("%d profiles, rejected %+v", len(profs), rejected)
+	}
+	p := profs[0]
+	if p.Host != ingesttest.OTLPHost || p.Agent != ingesttest.OTLPScope {
+		t.Errorf("host %q agent %q", p.Host, p.Agent)
+	}
+	if err := p.Profile.CheckValid(); err != nil {
+		t.Fatal(err)
+	}
+	types, err := convert.Classify(p.Profile, "", 0)
+	if err != nil || len(types) != 1 || types[0] != record.ProfileCPU {
+		t.Fatalf("classify: %v %v", types, err)
+	}
+	if got := len(p.Profile.Sample); got != 3 {
+		t.Fatalf("%d samples", got)
+	}
+}
+
+func TestClassify(t *testing.T) {
+	now := time.Now()
+	for _, c := range []struct {
+		typ, unit string
+		want      string // first sample type, or the error's text
+	}{
+		{"cpu", "nanoseconds", "cpu"},
+		{"cpu", "milliseconds", "cpu"},
+		{"inuse_space", "bytes", "inuse_space"},
+		{"allocated_space", "bytes", "alloc_space"},
+		{"off_cpu", "nanoseconds", "off-CPU"},
+		{"events", "nanoseconds", "off-CPU"},
+		{"wall", "nanoseconds", "stackstream stores cpu"},
+		{"inuse_objects", "count", "stackstream stores cpu"},
+	} {
+		t.Run(c.typ+"/"+c.unit, func(t *testing.T) {
+			b := ingesttest.NewOTLPBuilder()
+			p := b.Profile(nil, c.typ, c.unit, now)
+			b.Sample(p, b.Stack(b.Frame("native", "", "", 0, b.Mapping("a", "", 0, 10, 0), 1)), nil, []int64{7}, 0, now)
+			profs, rejected, err := otlp.Convert(b.PD)
+			switch {
+			case err != nil:
+				t.Fatal(err)
+			case len(rejected) == 1:
+				if !strings.Contains(rejected[0].Err.Error(), c.want) {
+					t.Errorf("rejected: %v, want %q", rejected[0].Err, c.want)
+				}
+			case profs[0].Profile.SampleType[0].Type != c.want:
+				t.Errorf("sample types %v, want %s", profs[0].Profile.SampleType, c.want)
+			case c.unit == "milliseconds" && profs[0].Profile.Sample[0].Value[0] != 7e6:
+				t.Errorf("7 ms became %d ns", profs[0].Profile.Sample[0].Value[0])
+			}
+		})
+	}
+}
+
+// TestBrokenReferences: every table reference out of range is ErrInvalid,
+// never a panic.
+func TestBrokenReferences(t *testing.T) {
+	now := time.Now()
+	for name, edit := range map[string]func(pprofile.Profiles){
+		"stack":    func(pd pprofile.Profiles) { sample(pd).SetStackIndex(1000) },
+		"location": func(pd pprofile.Profiles) { pd.Dictionary().StackTable().At(1).LocationIndices().Append(-3) },
+		"function": func(pd pprofile.Profiles) { pd.Dictionary().LocationTable().At(1).Lines().At(0).SetFunctionIndex(77) },
+		"string":   func(pd pprofile.Profiles) { pd.Dictionary().FunctionTable().At(1).SetNameStrindex(5000) },
+		"mapping":  func(pd pprofile.Profiles) { pd.Dictionary().LocationTable().At(3).SetMappingIndex(40) },
+		"attr":     func(pd pprofile.Profiles) { sample(pd).AttributeIndices().Append(9999) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			pd := ingesttest.EBPFProfilerRequest(now)
+			edit(pd)
+			// Through the wire, as a client sends it.
+			_, _, err := otlp.Convert(decode(t, marshal(t, pd)))
+			if !errors.Is(err, otlp.ErrInvalid) {
+				t.Fatalf("err %v, want ErrInvalid", err)
+			}
+		})
+	}
+}
+
+func sample(pd pprofile.Profiles) pprofile.Sample {
+	return pd.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples().At(0)
+}
+
+// TestCheckLimits: each count over its limit is refused before decoding.
+func TestCheckLimits(t *testing.T) {
+	raw := marshal(t, ingesttest.EBPFProfilerRequest(time.Now()))
+	for name, edit := range map[string]func(*otlp.Limits){
+		"samples":   func(l *otlp.Limits) { l.MaxSamples = 3 },
+		"locations": func(l *otlp.Limits) { l.MaxLocations = 5 },
+		"strings":   func(l *otlp.Limits) { l.MaxStrings = 10 },
+		"profiles":  func(l *otlp.Limits) { l.MaxProfiles = 3 },
+		"string":    func(l *otlp.Limits) { l.MaxStringBytes = 10 },
+		"heap":      func(l *otlp.Limits) { l.MaxDecodeHeapBytes = 1000 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			l := otlp.DefaultLimits()
+			edit(&l)
+			if err := otlp.Check(raw, l); !errors.Is(err, record.ErrTooLarge) {
+				t.Fatalf("err %v, want ErrTooLarge", err)
+			}
+		})
+	}
+	// Attribute values nested deeper than MaxValueDepth.
+	b := ingesttest.NewOTLPBuilder()
+	b.Profile(nil, "cpu", "nanoseconds", time.Now())
+	v := b.PD.ResourceProfiles().At(0).Resource().Attributes().PutEmptySlice("deep")
+	for range 20 {
+		v = v.AppendEmpty().SetEmptySlice()
+	}
+	if err := otlp.Check(marshal(t, b.PD), otlp.DefaultLimits()); !errors.Is(err, record.ErrTooLarge) {
+		t.Fatalf("deep value: %v", err)
+	}
+}
+
+// TestHeapEstimate: requests of many empty elements of each kind, the
+// worst case per byte, decode within what Check estimates.
+func TestHeapEstimate(t *testing.T) {
+	l := otlp.DefaultLimits()
+	l.MaxDecodeHeapBytes = 1 << 40
+	for name, part := range map[string][]byte{
+		// a profile of empty samples
+		"samples": msg(1, msg(2, msg(2, repeat(2, 200000)))),
+		// a dictionary of empty locations, stacks, attributes
+		"locations":  msg(2, repeat(2, 200000)),
+		"stacks":     msg(2, repeat(7, 200000)),
+		"attributes": msg(2, repeat(6, 200000)),
+		"strings":    msg(2, repeat(5, 200000)),
+		"lines":      msg(2, msg(2, repeat(3, 200000))),
+	} {
+		t.Run(name, func(t *testing.T) {
+			l2 := l
+			l2.MaxDecodeHeapBytes = int64(len(part)) * 1000
+			if err := otlp.Check(part, l2); err != nil {
+				t.Fatal(err)
+			}
+			// The estimate: find the smallest heap bound Check accepts.
+			lo, hi := int64(0), l2.MaxDecodeHeapBytes
+			for lo < hi {
+				mid := (lo + hi) / 2
+				l2.MaxDecodeHeapBytes = mid
+				if otlp.Check(part, l2) == nil {
+					hi = mid
+				} else {
+					lo = mid + 1
+				}
+			}
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			req := pprofileotlp.NewExportRequest()
+			if err := req.UnmarshalProto(part); err != nil {
+				t.Fatal(err)
+			}
+			runtime.ReadMemStats(&after)
+			used := int64(after.TotalAlloc - before.TotalAlloc)
+			t.Logf("%s: %d bytes on the wire: decoded with %d bytes, estimated %d", name, len(part), used, lo)
+			if used > lo {
+				t.Errorf("decode allocated %d bytes, more than the estimate %d", used, lo)
+			}
+		})
+	}
+}
+
+func msg(num protowire.Number, body []byte) []byte {
+	b := protowire.AppendTag(nil, num, protowire.BytesType)
+	return protowire.AppendBytes(b, body)
+}
+
+func repeat(num protowire.Number, n int) []byte {
+	one := msg(num, nil)
+	return bytes.Repeat(one, n)
+}
