@@ -56,6 +56,7 @@ type Agent struct {
 	cfg        Config
 	d          Deps
 	m          *metrics
+	offm       *offCPUMetrics // nil: off-CPU profiling off
 	sampler    *sampler.Sampler
 	unwind     *unwinder  // nil: frame pointers only
 	pods       *k8s.Cache // nil: no Kubernetes metadata
@@ -129,7 +130,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	} else {
 		d.Log.Warn("kernel frames stay unnamed", "err", err)
 	}
-	scfg := sampler.Config{Frequency: cfg.Frequency, CountsSize: cfg.CountsMapSize, StacksSize: cfg.StacksMapSize}
+	scfg := sampler.Config{Frequency: cfg.Frequency, CountsSize: cfg.CountsMapSize, StacksSize: cfg.StacksMapSize, OffCPU: cfg.offCPUSampler()}
 	if cfg.UnwindTableBytes > 0 {
 		scfg.UnwindTableBytes, scfg.UnwindMappings, scfg.UnwindProcesses = cfg.UnwindTableBytes, cfg.UnwindMappings, cfg.UnwindProcesses
 	}
@@ -141,10 +142,13 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		d.Log.Warn("unwind tables refused, walking user stacks with frame pointers only", "unwind_table_bytes", cfg.UnwindTableBytes, "err", err)
 		cfg.UnwindTableBytes = 0
 		a.cfg.UnwindTableBytes = 0
-		a.sampler, err = sampler.New(d.Log, sampler.Config{Frequency: cfg.Frequency, CountsSize: cfg.CountsMapSize, StacksSize: cfg.StacksMapSize})
+		a.sampler, err = sampler.New(d.Log, sampler.Config{Frequency: cfg.Frequency, CountsSize: cfg.CountsMapSize, StacksSize: cfg.StacksMapSize, OffCPU: cfg.offCPUSampler()})
 	}
 	if err != nil {
 		return nil, err
+	}
+	if cfg.OffCPUProbability > 0 {
+		a.offm = newOffCPUMetrics(d.Registry)
 	}
 	if cfg.UnwindTableBytes > 0 {
 		a.unwind = &unwinder{log: d.Log, fs: fs, files: a.ps.files, mapFiles: a.ps.mapFiles, sampler: a.sampler,
@@ -247,9 +251,17 @@ func (a *Agent) Tick(ctx context.Context) {
 		a.m.samples.Add(float64(s.Count))
 		a.m.cpuNanos.Add(float64(s.PeriodNanos))
 	}
-	// The profile is held (off this goroutine) until the debuginfo of the
-	// binaries it introduces is acknowledged: a symbolizer reading it then
-	// finds their symbols on the debuginfo topic.
+	var off *cpuProfile
+	var offSamples []sampler.Sample
+	if a.offm != nil {
+		off, offSamples = a.offCPU(start, dur)
+		for b := range off.binaries {
+			cpu.binaries[b] = true
+		}
+	}
+	// The profiles are held (off this goroutine) until the debuginfo of the
+	// binaries they introduce is acknowledged: a symbolizer reading them
+	// then finds their symbols on the debuginfo topic.
 	published := 0
 	var acks []*publish.Ack
 	for b := range cpu.binaries {
@@ -263,6 +275,9 @@ func (a *Agent) Tick(ctx context.Context) {
 	}
 	if len(cpu.p.Sample) > 0 {
 		a.publishProfile(record.ProfileCPU, cpu.p, acks)
+	}
+	if off != nil && len(off.p.Sample) > 0 {
+		a.publishProfile(record.ProfileOffCPU, off.p, acks)
 	}
 	if a.cfg.Memory {
 		if mem := a.memory(start, dur); len(mem.Sample) > 0 {
@@ -282,7 +297,14 @@ func (a *Agent) Tick(ctx context.Context) {
 	// Unwinding first: a JVM whose Java frames its own tables name from
 	// this interval on is not asked for a perf map.
 	if a.unwind != nil {
-		a.unwind.tick(a.ps, samples)
+		// Processes seen only blocked are registered too; their blocks are
+		// not CPU samples for the unwinder's sample counts.
+		registered := samples
+		for _, s := range offSamples {
+			s.Count = 0
+			registered = append(registered, s)
+		}
+		a.unwind.tick(a.ps, registered)
 	}
 	if a.ps.jit != nil {
 		a.ps.jit.tick(a.ps, samples)

@@ -43,6 +43,9 @@ type Config struct {
 	KubernetesCAFile       string        `envconfig:"KUBERNETES_CA_FILE" default:"/var/run/secrets/kubernetes.io/serviceaccount/ca.crt" desc:"the API server's CA certificate"`
 	NodeName               string        `envconfig:"NODE_NAME" desc:"this node's name in Kubernetes, whose pods are watched (default: STACKSTREAM_AGENT_HOST_ID)"`
 	JavaPerfMapInterval    time.Duration `envconfig:"JAVA_PERFMAP_INTERVAL" default:"60s" desc:"how often a sampled JVM is asked again (newly compiled methods); failures back off up to 1h"`
+	OffCPUProbability      float64       `envconfig:"OFFCPU_PROBABILITY" default:"0.01" desc:"off-CPU profile: share of thread switch-outs recorded with their stacks (blocked time is scaled up by its inverse); 0 turns the offcpu profile off"`
+	OffCPUMinBlock         time.Duration `envconfig:"OFFCPU_MIN_BLOCK" default:"0s" desc:"off-CPU profile: blocks shorter than this are left out"`
+	OffCPUThreads          int           `envconfig:"OFFCPU_THREADS" default:"16384" desc:"off-CPU profile: recorded threads blocked at once (a BPF map); more are not recorded, and counted"`
 }
 
 // heapLimits are the scrape limits; a scrape gets at most half the interval,
@@ -113,6 +116,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_AGENT_JAVA_PERFMAP_INTERVAL=%s: use at least 1s, or STACKSTREAM_AGENT_JAVA_PERFMAP=false", c.JavaPerfMapInterval)
 	case c.Kubernetes != "auto" && c.Kubernetes != "on" && c.Kubernetes != "off":
 		return fmt.Errorf("STACKSTREAM_AGENT_KUBERNETES=%q: use auto, on or off", c.Kubernetes)
+	case c.OffCPUProbability < 0 || c.OffCPUProbability > 1 || c.OffCPUProbability != c.OffCPUProbability:
+		return fmt.Errorf("STACKSTREAM_AGENT_OFFCPU_PROBABILITY=%v: use 0 (off) up to 1", c.OffCPUProbability)
+	case c.OffCPUProbability > 0 && c.OffCPUProbability < 1e-6:
+		return fmt.Errorf("STACKSTREAM_AGENT_OFFCPU_PROBABILITY=%v: use at least 0.000001, or 0 to turn off-CPU profiling off", c.OffCPUProbability)
+	case c.OffCPUMinBlock < 0:
+		return fmt.Errorf("STACKSTREAM_AGENT_OFFCPU_MIN_BLOCK=%s: use 0 or a positive duration", c.OffCPUMinBlock)
+	case c.OffCPUProbability > 0 && (c.OffCPUThreads < 64 || c.OffCPUThreads > 1<<22):
+		return fmt.Errorf("STACKSTREAM_AGENT_OFFCPU_THREADS=%d: use 64..4194304", c.OffCPUThreads)
 	case c.MemoryLimit < 0:
 		return fmt.Errorf("STACKSTREAM_AGENT_MEMORY_LIMIT=%d: use 0 (none) or a number of bytes", c.MemoryLimit)
 	}

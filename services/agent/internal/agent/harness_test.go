@@ -107,6 +107,9 @@ func startWith(t *testing.T, e env, cfg Config, deps Deps, extra ...kgo.Opt) *ru
 	}
 	cfg.ProcRoot = "/proc"
 	cfg.HostID = "test-host"
+	if cfg.Kubernetes == "" {
+		cfg.Kubernetes = "off"
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	kcfg := kafka.Config{Brokers: e.brokers, TopicPrefix: "", DialTimeout: 10 * time.Second}
 	ctx := context.Background()
@@ -186,7 +189,7 @@ func (r *running) result(key string) int {
 
 // published is what the agent wrote to the topics.
 type published struct {
-	cpu, memory, heap []*profile.Profile
+	cpu, memory, heap, offcpu []*profile.Profile
 	debuginfo         map[string]*debuginfo.File
 }
 
@@ -255,6 +258,8 @@ func consume(t *testing.T, e env) published {
 				out.memory = append(out.memory, p)
 			case record.ProfileHeap:
 				out.heap = append(out.heap, p)
+			case record.ProfileOffCPU:
+				out.offcpu = append(out.offcpu, p)
 			}
 		})
 	}
