@@ -190,7 +190,7 @@ func (r *running) result(key string) int {
 // published is what the agent wrote to the topics.
 type published struct {
 	cpu, memory, heap, offcpu []*profile.Profile
-	debuginfo         map[string]*debuginfo.File
+	debuginfo                 map[string]*debuginfo.File
 }
 
 // consume reads both topics from the start up to their current end.
