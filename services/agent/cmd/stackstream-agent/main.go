@@ -172,6 +172,7 @@ func flags(a *agent.Config) *flag.FlagSet {
 	fs.StringVar(&a.ProcRoot, "proc-root", a.ProcRoot, "STACKSTREAM_AGENT_PROC_ROOT")
 	fs.Int64Var(&a.MemoryLimit, "memory-limit", a.MemoryLimit, "soft Go heap limit in bytes (STACKSTREAM_AGENT_MEMORY_LIMIT)")
 	fs.IntVar(&a.UnwindTableBytes, "unwind-table-bytes", a.UnwindTableBytes, "kernel memory for unwind tables; 0: frame pointers only (STACKSTREAM_AGENT_UNWIND_TABLE_BYTES)")
+	fs.Float64Var(&a.OffCPUProbability, "offcpu-probability", a.OffCPUProbability, "share of thread switch-outs recorded for the offcpu profile; 0: off (STACKSTREAM_AGENT_OFFCPU_PROBABILITY)")
 	return fs
 }
 
