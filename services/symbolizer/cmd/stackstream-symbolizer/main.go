@@ -8,20 +8,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"runtime/debug"
-	"strings"
-	"syscall"
 	"time"
 
-	"github.com/oklog/run"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stackstream/stackstream/pkg/config"
 	"github.com/stackstream/stackstream/pkg/kafka"
+	"github.com/stackstream/stackstream/pkg/service"
 	"github.com/stackstream/stackstream/pkg/telemetry"
-	scfg "github.com/stackstream/stackstream/services/symbolizer/internal/config"
 	"github.com/stackstream/stackstream/services/symbolizer/internal/pipeline"
 	"github.com/stackstream/stackstream/services/symbolizer/internal/source"
 	"github.com/stackstream/stackstream/services/symbolizer/internal/symbolize"
@@ -32,7 +28,7 @@ func main() {
 }
 
 func runMain() error {
-	var cfg scfg.Config
+	var cfg Config
 	if err := config.Load(&cfg, os.Args[1:], os.Stdout); err != nil {
 		return err
 	}
@@ -91,7 +87,7 @@ func runMain() error {
 		return err
 	}
 	defer admCl.Close()
-	if err := checkTopics(ctx, kadm.NewClient(admCl), topics.All()); err != nil {
+	if err := kafka.CheckTopics(ctx, admCl, topics.All()...); err != nil {
 		return err
 	}
 	infoCl, err := kafka.NewClient(ctx, cfg.Kafka, pipeline.DebuginfoOpts(topics.Debuginfo)...)
@@ -152,52 +148,24 @@ func runMain() error {
 		return err
 	}
 
-	var g run.Group
-	{
-		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-		quit := make(chan struct{})
-		g.Add(func() error {
-			select {
-			case s := <-sig:
-				log.Info("stopping on signal", "signal", s.String())
-			case <-quit:
-			}
+	g := service.NewGroup(log)
+	g.AddContext(ctx, follower.Run)
+	// Profiles wait until the debuginfo topic has been read, so a restart
+	// does not symbolize with less than the topic holds. The runner finishes
+	// the transaction in hand before it returns.
+	g.AddContext(ctx, func(ctx context.Context) error {
+		select {
+		case <-follower.CaughtUp():
+		case <-ctx.Done():
 			return nil
-		}, func(error) {
-			signal.Stop(sig)
-			close(quit)
-		})
-	}
-	{
-		fCtx, stop := context.WithCancel(ctx)
-		g.Add(func() error { return follower.Run(fCtx) }, func(error) { stop() })
-	}
-	{
-		// Profiles wait until the debuginfo topic has been read, so a
-		// restart does not symbolize with less than the topic holds. The
-		// runner finishes the transaction in hand before it returns.
-		rCtx, stop := context.WithCancel(ctx)
-		g.Add(func() error {
-			select {
-			case <-follower.CaughtUp():
-			case <-rCtx.Done():
-				return nil
-			}
-			log.Info("symbolizing", "from", topics.ProfilesRaw, "to", topics.ProfilesSymbolized,
-				"group", cfg.Symbolizer.Group, "transactional_id", txnID, "sources", len(sources))
-			return runner.Run(rCtx)
-		}, func(error) { stop() })
-	}
+		}
+		log.Info("symbolizing", "from", topics.ProfilesRaw, "to", topics.ProfilesSymbolized,
+			"group", cfg.Symbolizer.Group, "transactional_id", txnID, "sources", len(sources))
+		return runner.Run(ctx)
+	})
 	g.Add(srv.Run, srv.Stop)
-
 	log.Info("starting", "listen", srv.Addr(), "debuginfo_topic", topics.Debuginfo, "debug_dirs", cfg.Dirs(), "debuginfod", source.RedactURLs(urls))
-	if err := g.Run(); err != nil {
-		log.Error("symbolizer stopped", "err", err)
-		return err
-	}
-	log.Info("stopped")
-	return nil
+	return g.Run()
 }
 
 // waitDebuginfo is the chain's wait on a miss: up to d for the follower
@@ -215,23 +183,4 @@ func waitDebuginfo(f **source.Follower, d time.Duration) func(context.Context, t
 		defer cancel()
 		return (*f).WaitEnd(ctx, since) == nil
 	}
-}
-
-// checkTopics stops start-up with one clear line when stackctl init has not
-// created the topics: a consumer would otherwise wait for them silently.
-func checkTopics(ctx context.Context, adm *kadm.Client, want []string) error {
-	listed, err := adm.ListTopics(ctx, want...)
-	if err != nil {
-		return fmt.Errorf("list topics: %w", err)
-	}
-	var missing []string
-	for _, t := range want {
-		if d, ok := listed[t]; !ok || d.Err != nil {
-			missing = append(missing, t)
-		}
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("topics missing: %s: run stackctl init first (or fix STACKSTREAM_KAFKA_TOPIC_PREFIX)", strings.Join(missing, ", "))
-	}
-	return nil
 }

@@ -238,7 +238,7 @@ func TestKill9ExactlyOnce(t *testing.T) {
 				t.Errorf("metrics lack %s", name)
 			}
 		}
-		total += metricValue(metrics, `stackstream_symbolizer_profiles_total{result="symbolized"}`)
+		total += metricValue(metrics, `stackstream_symbolizer_records_total{outcome="symbolized"}`)
 		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/stackstream/stackstream/pkg/telemetry"
 	"github.com/stackstream/stackstream/services/symbolizer/internal/source"
 	"github.com/stackstream/stackstream/services/symbolizer/internal/symbolize"
 )
@@ -10,11 +11,11 @@ import (
 // Metrics of the symbolizer. Counters move only when a transaction commits,
 // so they count what downstream consumers see.
 type Metrics struct {
-	Profiles     *prometheus.CounterVec // result: symbolized, dlq
+	// Records (outcome: symbolized, dlq), Lag, DLQ (reason) and
+	// CommitSeconds (ending a transaction) are every consumer's.
+	*telemetry.Consumer
 	Frames       *prometheus.CounterVec // source: topic, local, debuginfod, unresolved, presymbolized
 	Cache        *prometheus.CounterVec // cache: binary, address; result: hit, miss
-	DLQ          *prometheus.CounterVec // reason
-	Lag          *prometheus.GaugeVec   // partition
 	Transactions *prometheus.CounterVec // result: committed, aborted
 	Debuginfo    *prometheus.CounterVec // result: applied, bad, rejected
 	FetchErrors  *prometheus.CounterVec // source
@@ -27,21 +28,16 @@ type Metrics struct {
 // NewMetrics registers the symbolizer's metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		Profiles: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "stackstream_symbolizer_profiles_total", Help: "Raw profiles processed, by result (symbolized, dlq).",
-		}, []string{"result"}),
+		Consumer: telemetry.NewConsumer(reg, "symbolizer", telemetry.ConsumerHelp{
+			Records: "Raw profile records processed, by outcome (symbolized, dlq).",
+			DLQ:     "Records sent to the DLQ, by reason.",
+		}),
 		Frames: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stackstream_symbolizer_frames_total", Help: "Locations written, by the source that resolved them (topic, local, debuginfod), unresolved, or presymbolized.",
 		}, []string{"source"}),
 		Cache: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stackstream_symbolizer_cache_requests_total", Help: "Cache lookups: binary (symbol table by build ID, negative entries included) and address (frames by address), by result.",
 		}, []string{"cache", "result"}),
-		DLQ: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "stackstream_symbolizer_dlq_total", Help: "Records sent to the DLQ, by reason.",
-		}, []string{"reason"}),
-		Lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "stackstream_symbolizer_lag_records", Help: "Records of profiles.raw behind the high watermark, per partition, as of the last fetch.",
-		}, []string{"partition"}),
 		Transactions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stackstream_symbolizer_transactions_total", Help: "Kafka transactions ended, by result (committed, aborted).",
 		}, []string{"result"}),
@@ -64,13 +60,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "stackstream_symbolizer_lookup_budget_exceeded_total", Help: "Profiles written before every build ID was looked up (STACKSTREAM_SYMBOLIZER_LOOKUP_BUDGET); the frames left keep their addresses.",
 		}),
 	}
-	reg.MustRegister(m.Profiles, m.Frames, m.Cache, m.DLQ, m.Lag, m.Transactions, m.Debuginfo, m.FetchErrors, m.Split, m.SplitParts, m.Panics, m.OverBudget)
+	reg.MustRegister(m.Frames, m.Cache, m.Transactions, m.Debuginfo, m.FetchErrors, m.Split, m.SplitParts, m.Panics, m.OverBudget)
 	for _, r := range []string{"hit", "miss"} {
 		m.Cache.WithLabelValues("binary", r)
 		m.Cache.WithLabelValues("address", r)
 	}
-	m.Profiles.WithLabelValues("symbolized")
-	m.Profiles.WithLabelValues("dlq")
+	m.Records.WithLabelValues("symbolized")
+	m.Records.WithLabelValues("dlq")
 	return m
 }
 

@@ -298,8 +298,8 @@ func TestRebalanceTwoInstances(t *testing.T) {
 		t.Fatalf("%d records, want %d", len(out), n)
 	}
 	b.stop()
-	ca := testutil.ToFloat64(a.metrics.Profiles.WithLabelValues("symbolized"))
-	cb := testutil.ToFloat64(b.metrics.Profiles.WithLabelValues("symbolized"))
+	ca := testutil.ToFloat64(a.metrics.Records.WithLabelValues("symbolized"))
+	cb := testutil.ToFloat64(b.metrics.Records.WithLabelValues("symbolized"))
 	t.Logf("instance a committed %v, b %v", ca, cb)
 	if ca+cb != n {
 		t.Errorf("committed %v + %v, want %d", ca, cb, n)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
@@ -135,7 +134,9 @@ func (r *Runner) batch(ctx context.Context, fetches kgo.Fetches) error {
 	mu.Lock()
 	commit := produceErr == nil
 	mu.Unlock()
+	endStart := time.Now()
 	committed, err := r.Session.End(endCtx, kgo.TransactionEndTry(commit))
+	r.Metrics.CommitSeconds.Observe(time.Since(endStart).Seconds())
 	if err != nil {
 		if errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) {
 			return fmt.Errorf("end transaction: %w: another process started with this instance's transactional ID; give every instance its own STACKSTREAM_SYMBOLIZER_TRANSACTIONAL_ID", err)
@@ -157,18 +158,17 @@ func (r *Runner) batch(ctx context.Context, fetches kgo.Fetches) error {
 		return nil
 	}
 	r.Metrics.Transactions.WithLabelValues("committed").Inc()
-	r.Metrics.Profiles.WithLabelValues("symbolized").Add(float64(symbolized))
+	r.Metrics.Records.WithLabelValues("symbolized").Add(float64(symbolized))
 	r.Metrics.Split.Add(float64(split))
 	r.Metrics.SplitParts.Add(float64(parts))
 	for reason, n := range dlq {
-		r.Metrics.Profiles.WithLabelValues("dlq").Add(float64(n))
+		r.Metrics.Records.WithLabelValues("dlq").Add(float64(n))
 		r.Metrics.DLQ.WithLabelValues(reason).Add(float64(n))
 	}
 	r.Metrics.addStats(stats)
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 		if n := len(p.Records); n > 0 {
-			lag := p.HighWatermark - p.Records[n-1].Offset - 1
-			r.Metrics.Lag.WithLabelValues(strconv.Itoa(int(p.Partition))).Set(float64(max(lag, 0)))
+			r.Metrics.SetLag(p.Partition, p.HighWatermark, p.Records[n-1].Offset)
 		}
 	})
 	return nil

@@ -1,5 +1,4 @@
-// Package config is the symbolizer's configuration, read from STACKSTREAM_*.
-package config
+package main
 
 import (
 	"fmt"
@@ -10,18 +9,20 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/stackstream/stackstream/pkg/config"
 	"github.com/stackstream/stackstream/pkg/kafka"
-	"github.com/stackstream/stackstream/pkg/telemetry"
+	"github.com/stackstream/stackstream/pkg/service"
 	"github.com/stackstream/stackstream/services/symbolizer/internal/source"
 	"github.com/stackstream/stackstream/services/symbolizer/internal/symtab"
 )
 
-// Config of stackstream-symbolizer.
+// Config of stackstream-symbolizer, from STACKSTREAM_* variables: the blocks
+// every service shares, then its own.
 type Config struct {
-	Kafka      kafka.Config        `envconfig:"KAFKA"`
-	Log        telemetry.LogConfig `envconfig:"LOG"`
-	ListenAddr string              `envconfig:"LISTEN_ADDR" default:"127.0.0.1:9102" desc:"address of /metrics, /healthz, /readyz"`
-	Symbolizer Symbolizer          `envconfig:"SYMBOLIZER"`
+	service.Base
+	kafka.Connection
+	ListenAddr string     `envconfig:"LISTEN_ADDR" default:"127.0.0.1:9102" desc:"address of /metrics, /healthz, /readyz"`
+	Symbolizer Symbolizer `envconfig:"SYMBOLIZER"`
 }
 
 // Symbolizer holds the settings of this service alone (STACKSTREAM_SYMBOLIZER_*).
@@ -70,7 +71,7 @@ var transactionalIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
 
 // Validate checks values that parse but cannot work.
 func (c Config) Validate() error {
-	if err := c.Kafka.Validate(); err != nil {
+	if err := config.ValidateAll(c.Base, c.Connection); err != nil {
 		return err
 	}
 	s := c.Symbolizer

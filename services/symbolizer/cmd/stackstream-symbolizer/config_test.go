@@ -1,4 +1,4 @@
-package config
+package main
 
 import (
 	"strings"
@@ -6,11 +6,14 @@ import (
 	"time"
 
 	"github.com/stackstream/stackstream/pkg/kafka"
+	"github.com/stackstream/stackstream/pkg/service"
+	"github.com/stackstream/stackstream/pkg/telemetry"
 )
 
 func valid() Config {
 	return Config{
-		Kafka:      kafka.Config{Brokers: []string{"127.0.0.1:9092"}, TopicPrefix: "stackstream."},
+		Base:       service.Base{Log: telemetry.LogConfig{Level: "info", Format: "text"}},
+		Connection: kafka.Connection{Kafka: kafka.Config{Brokers: []string{"127.0.0.1:9092"}, TopicPrefix: "stackstream."}},
 		ListenAddr: "127.0.0.1:9102",
 		Symbolizer: Symbolizer{
 			Group: "stackstream-symbolizer", DebugDirs: []string{"/usr/lib/debug"}, DebuginfodTimeout: time.Minute,
