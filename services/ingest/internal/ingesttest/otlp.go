@@ -3,6 +3,7 @@ package ingesttest
 import (
 	"time"
 
+	"github.com/google/pprof/profile"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 )
@@ -171,5 +172,37 @@ func EBPFProfilerRequest(now time.Time) pprofile.Profiles {
 	b.Sample(cpu, js, common, []int64{1}, 0, at)
 	off := b.Profile(map[string]string{"host.name": OTLPHost}, "events", "nanoseconds", at)
 	b.Sample(off, py, common, []int64{1500000}, 1, at)
+	return b.PD
+}
+
+// OTLPFromPprof is a CPU profile p as the eBPF profiler would send it: one
+// resource, samples/count at 20 Hz, every frame native (an address in its
+// binary's mapping, unnamed, for the symbolizer) with the thread name and
+// pid as sample attributes.
+func OTLPFromPprof(p *profile.Profile, now time.Time) pprofile.Profiles {
+	b := NewOTLPBuilder()
+	maps := map[*profile.Mapping]int32{}
+	locs := map[*profile.Location]int32{}
+	out := b.Profile(map[string]string{"host.name": OTLPHost, "service.name": OTLPService, "container.id": "c0ffee"}, "samples", "count", now.Add(-5*time.Second))
+	attrs := []int32{b.Attr("thread.name", "app"), b.Attr("process.pid", int64(4242))}
+	for _, s := range p.Sample {
+		ids := make([]int32, 0, len(s.Location))
+		for _, loc := range s.Location {
+			id, ok := locs[loc]
+			if !ok {
+				m := int32(0)
+				if loc.Mapping != nil {
+					if m, ok = maps[loc.Mapping]; !ok {
+						m = b.Mapping(loc.Mapping.File, loc.Mapping.BuildID, loc.Mapping.Start, loc.Mapping.Limit, loc.Mapping.Offset)
+						maps[loc.Mapping] = m
+					}
+				}
+				id = b.Frame("native", "", "", 0, m, loc.Address)
+				locs[loc] = id
+			}
+			ids = append(ids, id)
+		}
+		b.Sample(out, b.Stack(ids...), attrs, []int64{max(1, s.Value[0])}, 0, now)
+	}
 	return b.PD
 }
