@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +14,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/stackstream/stackstream/pkg/testenv"
 	"github.com/stackstream/stackstream/schemas/record"
@@ -33,6 +41,8 @@ func TestBinary(t *testing.T) {
 		"STACKSTREAM_KAFKA_BROKERS="+strings.Join(env.Brokers, ","),
 		"STACKSTREAM_KAFKA_TOPIC_PREFIX="+strings.TrimSuffix(env.Topics.ProfilesRaw, record.TopicProfilesRaw),
 		"STACKSTREAM_INGEST_LISTEN_ADDR=127.0.0.1:0",
+		"STACKSTREAM_INGEST_OTLP_GRPC_ADDR=127.0.0.1:0",
+		"STACKSTREAM_INGEST_OTLP_HTTP_ADDR=127.0.0.1:0",
 		"STACKSTREAM_INGEST_TOKENS=team-a:"+token,
 		"STACKSTREAM_LOG_LEVEL=debug")
 	stderr, _ := cmd.StderrPipe()
@@ -41,11 +51,11 @@ func TestBinary(t *testing.T) {
 	}
 	var logs bytes.Buffer
 	lines := bufio.NewScanner(stderr)
-	addr := ""
+	addr, grpcAddr, otlpHTTPAddr := "", "", ""
 	for addr == "" && lines.Scan() {
 		logs.WriteString(lines.Text() + "\n")
-		if m := regexp.MustCompile(`msg=started .*listen=(\S+)`).FindStringSubmatch(lines.Text()); m != nil {
-			addr = m[1]
+		if m := regexp.MustCompile(`msg=started .*listen=(\S+) otlp_grpc=(\S+) otlp_http=(\S+)`).FindStringSubmatch(lines.Text()); m != nil {
+			addr, grpcAddr, otlpHTTPAddr = m[1], m[2], m[3]
 		}
 	}
 	if addr == "" {
@@ -86,9 +96,39 @@ func TestBinary(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
-	recs := env.Read(t, 1, 30*time.Second)
-	if len(recs) != 1 || recs[0].Key != "bin-host" || ingesttest.Label(recs[0].Profile, "tenant") != "team-a" {
-		t.Fatalf("records: %+v", recs)
+	// OTLP over gRPC and over HTTP on their own ports, with the token.
+	pd := ingesttest.EBPFProfilerRequest(time.Now())
+	cc, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token)
+	if _, err := pprofileotlp.NewGRPCClient(cc).Export(ctx, pprofileotlp.NewExportRequestFromProfiles(pd)); err != nil {
+		t.Fatalf("otlp grpc: %v", err)
+	}
+	if _, err := pprofileotlp.NewGRPCClient(cc).Export(context.Background(), pprofileotlp.NewExportRequestFromProfiles(pd)); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("otlp grpc without a token: %v", err)
+	}
+	otlpBody, _ := pprofileotlp.NewExportRequestFromProfiles(pd).MarshalProto()
+	req, _ = http.NewRequest(http.MethodPost, "http://"+otlpHTTPAddr+"/v1development/profiles", bytes.NewReader(otlpBody))
+	req.Header.Set("Content-Type", "application/x-protobuf")
+	req.Header.Set("Authorization", "Bearer "+token)
+	if resp, err = http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("otlp http: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	recs := env.Read(t, 3, 30*time.Second)
+	hosts := map[string]int{}
+	for _, r := range recs {
+		if ingesttest.Label(r.Profile, "tenant") != "team-a" {
+			t.Errorf("record of %s without the tenant", r.Key)
+		}
+		hosts[r.Key]++
+	}
+	if len(recs) != 3 || hosts["bin-host"] != 1 || hosts[ingesttest.OTLPHost] != 2 {
+		t.Fatalf("records by host: %v", hosts)
 	}
 
 	cmd.Process.Signal(syscall.SIGTERM)

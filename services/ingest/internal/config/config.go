@@ -81,14 +81,15 @@ func (c Config) Validate() error {
 		if a.addr == "off" {
 			continue
 		}
-		if _, port, err := net.SplitHostPort(a.addr); err != nil || port == "" {
+		_, port, err := net.SplitHostPort(a.addr)
+		if err != nil || port == "" {
 			return fmt.Errorf("%s=%q is not host:port: use e.g. 127.0.0.1:4317, or off", a.name, a.addr)
 		}
-		if a.addr == i.ListenAddr {
+		if a.addr == i.ListenAddr && port != "0" {
 			return fmt.Errorf("%s=%q is STACKSTREAM_INGEST_LISTEN_ADDR too: give each its own port, or off", a.name, a.addr)
 		}
 	}
-	if i.OTLPGRPCAddr != "off" && i.OTLPGRPCAddr == i.OTLPHTTPAddr {
+	if _, port, _ := net.SplitHostPort(i.OTLPGRPCAddr); i.OTLPGRPCAddr != "off" && i.OTLPGRPCAddr == i.OTLPHTTPAddr && port != "0" {
 		return fmt.Errorf("STACKSTREAM_INGEST_OTLP_GRPC_ADDR and STACKSTREAM_INGEST_OTLP_HTTP_ADDR are both %q: give each its own port", i.OTLPGRPCAddr)
 	}
 	_, err := i.ReadTokens()

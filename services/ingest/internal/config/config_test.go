@@ -38,6 +38,10 @@ func TestLoad(t *testing.T) {
 		{"buffer", map[string]string{"STACKSTREAM_INGEST_BUFFER_BYTES": "1000"}, "STACKSTREAM_INGEST_BUFFER_BYTES=1000"},
 		{"listen", map[string]string{"STACKSTREAM_INGEST_LISTEN_ADDR": " "}, "STACKSTREAM_INGEST_LISTEN_ADDR is empty"},
 		{"kafka", map[string]string{"STACKSTREAM_KAFKA_BROKERS": "nohost"}, "STACKSTREAM_KAFKA_BROKERS"},
+		{"otlp off", map[string]string{"STACKSTREAM_INGEST_OTLP_GRPC_ADDR": "off", "STACKSTREAM_INGEST_OTLP_HTTP_ADDR": "off"}, ""},
+		{"otlp grpc not host:port", map[string]string{"STACKSTREAM_INGEST_OTLP_GRPC_ADDR": "4317"}, `STACKSTREAM_INGEST_OTLP_GRPC_ADDR="4317" is not host:port`},
+		{"otlp http on the listen port", map[string]string{"STACKSTREAM_INGEST_OTLP_HTTP_ADDR": "127.0.0.1:4040"}, `STACKSTREAM_INGEST_OTLP_HTTP_ADDR="127.0.0.1:4040" is STACKSTREAM_INGEST_LISTEN_ADDR too`},
+		{"otlp both on one port", map[string]string{"STACKSTREAM_INGEST_OTLP_HTTP_ADDR": "127.0.0.1:4317"}, "STACKSTREAM_INGEST_OTLP_GRPC_ADDR and STACKSTREAM_INGEST_OTLP_HTTP_ADDR are both"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
