@@ -6,11 +6,14 @@ import (
 	"time"
 
 	"github.com/stackstream/stackstream/pkg/opensearch"
+	"github.com/stackstream/stackstream/pkg/service"
+	"github.com/stackstream/stackstream/pkg/telemetry"
 )
 
 func TestValidate(t *testing.T) {
 	good := Config{Timeout: 30 * time.Second, MaxRange: 744 * time.Hour, MaxStacks: 1, MaxNodes: 1, QueueWait: 2 * time.Second,
-		OpenSearch: opensearch.Config{URLs: []string{"http://127.0.0.1:9200"}}}
+		Base:    service.Base{Log: telemetry.LogConfig{Level: "info", Format: "text"}},
+		Storage: opensearch.Storage{OpenSearch: opensearch.Config{URLs: []string{"http://127.0.0.1:9200"}}}}
 	if err := good.Validate(); err != nil {
 		t.Fatalf("defaults rejected: %v", err)
 	}

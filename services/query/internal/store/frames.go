@@ -16,31 +16,6 @@ type stackFrames struct {
 	names, kinds []string
 }
 
-// stackCache keeps the frames of stacks already read. A stack ID is a hash
-// of its frames, so an entry never goes stale; the cache is dropped whole
-// when full, which is cheap and keeps memory bounded.
-type stackCache struct {
-	mu  sync.Mutex
-	m   map[string]stackFrames
-	max int
-}
-
-func (c *stackCache) get(id string) (stackFrames, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	f, ok := c.m[id]
-	return f, ok
-}
-
-func (c *stackCache) put(id string, frames stackFrames) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.m) >= c.max {
-		c.m = make(map[string]stackFrames, c.max)
-	}
-	c.m[id] = frames
-}
-
 // frames returns the function names of each stack, root first, and the
 // frames' kinds of the stacks that have frames other than native ones.
 // Unknown stack IDs get one frame naming that, so their value still shows.
@@ -59,7 +34,7 @@ func (s *Store) frames(ctx context.Context, ids []string) (names, kinds map[stri
 			names[id] = []string{NoStack}
 			continue
 		}
-		if f, ok := s.stacks.get(id); ok {
+		if f, ok := s.stacks.Get(id); ok {
 			add(id, f)
 			continue
 		}
@@ -184,7 +159,7 @@ func (s *Store) nameFrames(ctx context.Context, ids []string) (map[string]stackF
 		if n == 0 {
 			sf.names = []string{NoStack}
 		}
-		s.stacks.put(d.ID, sf)
+		s.stacks.Put(d.ID, sf, 0)
 		out[d.ID] = sf
 	}
 	for _, id := range ids {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/stackstream/stackstream/schemas/indices"
@@ -33,8 +32,8 @@ func (s *Store) CountLines(ctx context.Context, sel Selection, groupBy string) (
 	// The count only steers the step: a minute-old one per chart is fine
 	// and saves a request on every refresh.
 	key := fmt.Sprintf("%s|%s|%s|%d", groupBy, sel.Type, sel.Selector, sel.Range.Duration()/time.Hour)
-	if n, ok := s.lines.get(key, s.opts.Now()); ok {
-		return n, nil
+	if c, ok := s.lines.Get(key); ok && s.opts.Now().Sub(c.at) < linesCacheTTL {
+		return c.n, nil
 	}
 	idx, query := s.sampleIndices(sel.Range), sampleQuery(sel)
 	if sel.Selector.OnlyFields("service", "host") {
@@ -49,37 +48,19 @@ func (s *Store) CountLines(ctx context.Context, sel Selection, groupBy string) (
 		return 0, fmt.Errorf("count series: %w", err)
 	}
 	n := min(int(out.Aggregations.Lines.Value), s.opts.MaxSeries)
-	s.lines.put(key, n, s.opts.Now())
+	s.lines.Put(key, cachedLines{n: n, at: s.opts.Now()}, 0)
 	return n, nil
 }
 
 const linesCacheTTL = time.Minute
 
-// linesCache remembers CountLines per chart for linesCacheTTL.
-type linesCache struct {
-	mu sync.Mutex
-	m  map[string]linesEntry
-}
+// maxCachedLines bounds the charts whose line counts are remembered.
+const maxCachedLines = 1000
 
-type linesEntry struct {
+// cachedLines is a chart's line count as of at.
+type cachedLines struct {
 	n  int
 	at time.Time
-}
-
-func (c *linesCache) get(key string, now time.Time) (int, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.m[key]
-	return e.n, ok && now.Sub(e.at) < linesCacheTTL
-}
-
-func (c *linesCache) put(key string, n int, now time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.m) >= 1000 {
-		clear(c.m)
-	}
-	c.m[key] = linesEntry{n: n, at: now}
 }
 
 // Series is sel's value per step grouped by groupBy ("service" or "host"),

@@ -30,6 +30,7 @@ import (
 	"github.com/opensearch-project/opensearch-go/v4/opensearchapi"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/stackstream/stackstream/pkg/cache"
 	"github.com/stackstream/stackstream/pkg/opensearch"
 	"github.com/stackstream/stackstream/schemas/indices"
 )
@@ -88,11 +89,13 @@ func positiveOr[T int | time.Duration](v, def T) T {
 
 // Store runs the query service's searches. It is safe for concurrent use.
 type Store struct {
-	cl     *opensearchapi.Client
-	names  indices.Names
-	opts   Options
-	stacks *stackCache
-	lines  linesCache
+	cl    *opensearchapi.Client
+	names indices.Names
+	opts  Options
+	// stacks keeps the frames of stacks already read: a stack ID is a
+	// hash of its frames, so an entry never goes stale.
+	stacks *cache.Bounded[string, stackFrames]
+	lines  *cache.Bounded[string, cachedLines] // by chart, for linesCacheTTL
 	labels labelCache
 }
 
@@ -101,8 +104,8 @@ func New(cl *opensearchapi.Client, names indices.Names, opts Options) *Store {
 	opts = opts.withDefaults()
 	return &Store{
 		cl: cl, names: names, opts: opts,
-		stacks: &stackCache{m: map[string]stackFrames{}, max: opts.CacheStacks},
-		lines:  linesCache{m: map[string]linesEntry{}},
+		stacks: cache.New[string, stackFrames](opts.CacheStacks, 0),
+		lines:  cache.New[string, cachedLines](maxCachedLines, 0),
 	}
 }
 
