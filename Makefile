@@ -23,7 +23,7 @@ BINARIES := \
 # Binaries whose main package exists so far.
 BUILDABLE := $(foreach b,$(BINARIES),$(if $(wildcard $(b)/main.go),$(b)))
 
-.PHONY: up down status run build test e2e bench generate check-generated lint fuzz clean
+.PHONY: up down status run build test e2e bench release generate check-generated lint fuzz clean
 
 up: ## start local Kafka + OpenSearch on 127.0.0.1 (downloads once)
 	deploy/local/up.sh
@@ -59,6 +59,9 @@ e2e: build ## end-to-end suite against the running local stack
 bench: build ## benchmarks: go test -bench plus the harnesses that print tables
 	go test -run '^$$' -bench . -benchmem -count=1 $(PKGS)
 	@for h in services/*/bench/run.sh; do [ -x "$$h" ] && { echo "== $$h"; "$$h"; } || true; done
+
+release: ## versioned static binaries (amd64, arm64), SBOMs, OCI image archives and SHA256SUMS into dist/
+	go run ./deploy/release -version $(VERSION) -out dist
 
 generate: ## rebuild bpf2go output (needs clang, llvm, libbpf-dev)
 	cd bpf && go generate ./...
