@@ -496,9 +496,7 @@ func (ix *Indexer) convert(r *kgo.Record) (convert.Documents, error) {
 	if err != nil {
 		return convert.Documents{}, &deadLetter{reason: ReasonHeaders, err: fmt.Errorf("parse headers: %w", err)}
 	}
-	if meta.Host == "" {
-		meta.Host = string(r.Key)
-	}
+	meta.Host = record.Host(meta, r.Key)
 	// Also for a profile without samples, which makes no document whose
 	// label set would say so.
 	if err := convert.CheckHost(meta.Host); err != nil {

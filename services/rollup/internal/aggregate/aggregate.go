@@ -108,8 +108,8 @@ const (
 type Input struct {
 	Profile *profile.Profile
 	Type    record.ProfileType
-	// Host is the record's host header; when empty, each sample's host
-	// label is used, as the indexer does.
+	// Host is the record's host (record.Host: header, else key); when
+	// empty, each sample's host label is used, as the indexer does.
 	Host   string
 	Offset int64
 	// Fallback is the event time of a profile without TimeNanos (the

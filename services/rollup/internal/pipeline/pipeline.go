@@ -235,7 +235,7 @@ func (r *Rollup) process(part *aggregate.Partition, rec *kgo.Record) (dlq *kgo.R
 	if err != nil {
 		return toDLQ(decodeReason(err), fmt.Errorf("decode profile: %w", err))
 	}
-	out, err := part.Add(aggregate.Input{Profile: prof, Type: meta.Type, Host: meta.Host, Offset: rec.Offset, Fallback: rec.Timestamp})
+	out, err := part.Add(aggregate.Input{Profile: prof, Type: meta.Type, Host: record.Host(meta, rec.Key), Offset: rec.Offset, Fallback: rec.Timestamp})
 	switch {
 	case errors.Is(err, record.ErrTimeOutOfRange):
 		return toDLQ("time_out_of_range", fmt.Errorf("aggregate profile: %w (the window is STACKSTREAM_ROLLUP_MAX_AGE=%s back, STACKSTREAM_ROLLUP_MAX_CLOCK_SKEW=%s ahead)",

@@ -675,3 +675,26 @@ func TestIdlePartitionIsWritten(t *testing.T) {
 	in.close(t)
 	compare(t, byKey(e.docs()), x.finish())
 }
+
+// TestHostFromKeyWithoutHeader: a record without a host header is the host
+// of its key (record.Host), as the indexer attributes it, not host "".
+func TestHostFromKeyWithoutHeader(t *testing.T) {
+	e := newEnv(t, 1)
+	e.idle = time.Second
+	x := expected{}
+	prof := x.cpuProfile("web-7", t0, 100, 1) // samples without a host label
+	v, err := record.EncodeProfile(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &kgo.Record{Topic: e.topics.ProfilesSymbolized, Key: []byte("web-7"), Value: v,
+		Headers: record.Meta{Type: record.ProfileCPU, AgentVersion: "test"}.Headers()}
+	if err := e.prod.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	in := e.start(e.osURL)
+	minute := key(indices.RollupDoc{Resolution: "1m", Timestamp: t0, Kind: "service", Type: "cpu", Service: "checkout", Host: "web-7"})
+	waitFor(t, "windows written", 60*time.Second, func() bool { return byKey(e.docs())[minute].Value == 100 })
+	in.close(t)
+	compare(t, byKey(e.docs()), x.finish())
+}
