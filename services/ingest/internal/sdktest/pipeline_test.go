@@ -23,12 +23,16 @@ import (
 	"github.com/stackstream/stackstream/services/ingest/internal/ingesttest"
 )
 
-// TestPipelineGoSDK follows a push of the real Go SDK through the real
-// binaries: stackstream-ingest, the symbolizer (which passes the named
-// frames through), the indexer and the query API, whose top functions of
-// the application put the SDK program's hot function first, with exactly
-// the CPU time the records on profiles.raw hold for it.
-func TestPipelineGoSDK(t *testing.T) {
+// pipeline is a running stack of the real binaries under a unique topic
+// and index prefix: ingest, symbolizer, indexer, query.
+type pipeline struct {
+	brokers                             []string
+	name, bin                           string
+	ingestAddr, otlpGRPCAddr, queryAddr string
+}
+
+// startPipeline builds the binaries (and gosdk) and starts them.
+func startPipeline(t *testing.T) *pipeline {
 	brokers := testenv.KafkaBrokers(t)
 	osURL := testenv.OpenSearchURL(t)
 	bin := t.TempDir()
@@ -41,10 +45,10 @@ func TestPipelineGoSDK(t *testing.T) {
 	} {
 		testenv.Run(t, b.dir, nil, "go", "build", "-o", filepath.Join(bin, b.name), ".")
 	}
-	testenv.Run(t, "../../testdata/gosdk", []string{"GOWORK=off", "GOFLAGS=-mod=readonly"}, "go", "build", "-o", filepath.Join(bin, "gosdk"), ".")
 
-	name := testenv.Name(t, "ingest-e2e-")
-	ingestAddr, queryAddr, otlpGRPCAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	p := &pipeline{brokers: brokers, bin: bin, name: testenv.Name(t, "ingest-e2e-"),
+		ingestAddr: freeAddr(t), otlpGRPCAddr: freeAddr(t), queryAddr: freeAddr(t)}
+	name := p.name
 	env := []string{
 		"STACKSTREAM_KAFKA_BROKERS=" + strings.Join(brokers, ","),
 		"STACKSTREAM_KAFKA_TOPIC_PREFIX=" + name + ".",
@@ -55,17 +59,29 @@ func TestPipelineGoSDK(t *testing.T) {
 		"STACKSTREAM_SYMBOLIZER_GROUP=" + name + "-symbolizer",
 		"STACKSTREAM_SYMBOLIZER_TRANSACTIONAL_ID=" + name + "-symbolizer-0",
 		"STACKSTREAM_INDEXER_GROUP=" + name + "-indexer",
-		"STACKSTREAM_INGEST_LISTEN_ADDR=" + ingestAddr,
-		"STACKSTREAM_INGEST_OTLP_GRPC_ADDR=" + otlpGRPCAddr,
+		"STACKSTREAM_INGEST_LISTEN_ADDR=" + p.ingestAddr,
+		"STACKSTREAM_INGEST_OTLP_GRPC_ADDR=" + p.otlpGRPCAddr,
 		"STACKSTREAM_INGEST_OTLP_HTTP_ADDR=off",
-		"STACKSTREAM_QUERY_LISTEN_ADDR=" + queryAddr,
+		"STACKSTREAM_QUERY_LISTEN_ADDR=" + p.queryAddr,
 	}
 	t.Cleanup(func() { cleanup(brokers, name, osURL) })
 	testenv.Run(t, t.TempDir(), env, filepath.Join(bin, "stackctl"), "init")
 	for _, svc := range []string{"stackstream-symbolizer", "stackstream-indexer", "stackstream-query", "stackstream-ingest"} {
 		start(t, filepath.Join(bin, svc), append(env, "STACKSTREAM_LISTEN_ADDR="+freeAddr(t)))
 	}
-	waitHTTP(t, "http://"+ingestAddr+"/healthz")
+	waitHTTP(t, "http://"+p.ingestAddr+"/healthz")
+	return p
+}
+
+// TestPipelineGoSDK follows a push of the real Go SDK through the real
+// binaries: stackstream-ingest, the symbolizer (which passes the named
+// frames through), the indexer and the query API, whose top functions of
+// the application put the SDK program's hot function first, with exactly
+// the CPU time the records on profiles.raw hold for it.
+func TestPipelineGoSDK(t *testing.T) {
+	p := startPipeline(t)
+	brokers, name, bin, queryAddr, ingestAddr := p.brokers, p.name, p.bin, p.queryAddr, p.ingestAddr
+	testenv.Run(t, "../../testdata/gosdk", []string{"GOWORK=off", "GOFLAGS=-mod=readonly"}, "go", "build", "-o", filepath.Join(bin, "gosdk"), ".")
 
 	out, err := exec.Command(filepath.Join(bin, "gosdk"), "-server", "http://"+ingestAddr, "-app", name, "-for", "4s").CombinedOutput()
 	if err != nil {
