@@ -16,6 +16,24 @@
 # The agent publishes to Kafka under a throw-away topic prefix, created and
 # deleted here.
 #
+# Then the unwinding table (issue 12), one row per workload running alone in
+# the unit's cgroup, the agent (19 Hz, --systemd-units) started before it:
+# the share of samples whose stack reaches a root and the median user depth
+# (bench/stacks, from the profiles the agent published), next to the
+# agent's CPU over the span (its process, plus its BPF programs' run time:
+# run_time_ns of the programs it holds, kernel.bpf_stats_enabled on for the
+# run), its peak RSS and the kernel bytes of its unwind tables:
+#   xz       Debian's xz -9e -T1, in a loop
+#   openssl  Debian's openssl speed sha256, in a loop
+#   python3  Debian's /usr/bin/python3, a generator summed (native and Python
+#            frames)
+#   c-O2     a C chain leaf <- b <- a <- main built -O2 -fomit-frame-pointer
+#   go       a Go program (frame pointers and .gopclntab)
+#   rust     a Rust program built -C opt-level=3
+# UNWIND_WORKLOADS picks them (default all; "none" skips the table),
+# UNWIND_HZ the rate (19), UNWIND_WARMUP and UNWIND_SPAN the seconds (5, 30).
+# WORKLOADS=none skips the overhead table.
+#
 # Needs root (eBPF) and a Kafka broker (STACKSTREAM_KAFKA_BROKERS, default
 # 127.0.0.1:9092). WARMUP and SPAN (seconds) set each run's length; RATES
 # (default "19 99") and WORKLOADS (default "busy churn langs") pick the runs.
@@ -35,6 +53,8 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 pids_to_stop=()
+unwind_prefixes=()
+BPF_STATS=
 UNIT=stackstream-bench-$$.service
 UNIT_DIR=
 # The workload's cgroup: systemd is not PID 1 here, so make the unit's cgroup
@@ -52,12 +72,15 @@ cleanup() {
 		kill -- "-$p" 2>/dev/null || kill "$p" 2>/dev/null || true
 	done
 	"$WORK/topics" delete "$PREFIX" >/dev/null 2>&1 || true
+	for p in "${unwind_prefixes[@]}"; do "$WORK/topics" delete "$p" >/dev/null 2>&1 || true; done
+	if [ -n "$BPF_STATS" ]; then sysctl -qw kernel.bpf_stats_enabled="$BPF_STATS" || true; fi
 	[ -n "$UNIT_DIR" ] && rmdir "$UNIT_DIR" "$(dirname "$UNIT_DIR")" 2>/dev/null || true
 	rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-(cd "$MODULE" && go build -o "$WORK/stackstream-agent" ./cmd/stackstream-agent && go build -o "$WORK/topics" ./bench/topics)
+(cd "$MODULE" && go build -o "$WORK/stackstream-agent" ./cmd/stackstream-agent && go build -o "$WORK/topics" ./bench/topics &&
+	go build -o "$WORK/stacks" ./bench/stacks)
 
 # The langs workload's programs: recursion a few levels deep under a short
 # chain, as a service's handlers would be.
@@ -125,7 +148,7 @@ results=()
 for hz in ${RATES:-19 99}; do
 	for wl in ${WORKLOADS:-busy churn ${LANGS:+langs}}; do
 	for targets in all unit; do
-		if [ "$targets" = unit ] && [ -z "$UNIT_DIR" ]; then
+		if [ "$wl" = none ] || { [ "$targets" = unit ] && [ -z "$UNIT_DIR" ]; }; then
 			continue
 		fi
 		args=()
@@ -172,3 +195,128 @@ done
 echo "stackstream-agent overhead ($(nproc) CPUs, $(uname -r); shared machine, other work running)"
 printf "%-4s %-6s %-5s %9s %12s %12s %10s %12s %8s\n" "Hz" "load" "targets" "CPU%core" "maxRSS_MiB" "endRSS_MiB" "forks/s" "new_binaries" "span_s"
 printf "%s\n" "${results[@]}"
+
+# ---- Unwinding: completeness and cost per workload (issue 12) ----
+UW=${UNWIND_WORKLOADS:-xz openssl python3 c-O2 go rust}
+[ "$UW" = none ] && exit 0
+if [ -z "$UNIT_DIR" ]; then
+	echo "agent bench: no writable cgroup root, the unwinding table is left out" >&2
+	exit 0
+fi
+uw_hz=${UNWIND_HZ:-19}
+# The C chain and the Rust program are those of the sampler's tests.
+cat >"$WORK/chain.c" <<'EOF'
+#include <stdlib.h>
+volatile unsigned long sink;
+__attribute__((noinline, noipa)) unsigned long leaf(unsigned long n) {
+	unsigned long x = n;
+	for (unsigned long i = 0; i < n; i++) x = x * 6364136223846793005UL + i;
+	return x;
+}
+__attribute__((noinline, noipa)) unsigned long b(unsigned long n) {
+	unsigned long buf[64];
+	for (int i = 0; i < 64; i++) buf[i] = leaf(n + i);
+	return buf[n % 64] + 1;
+}
+__attribute__((noinline, noipa)) unsigned long a(unsigned long n) { return b(n) * 3 + 1; }
+int main(int argc, char **argv) {
+	unsigned long n = argc > 1 ? strtoul(argv[1], 0, 10) : 1000;
+	for (;;) sink += a(n);
+}
+EOF
+cat >"$WORK/hot.go" <<'EOF'
+package main
+
+var sink uint64
+
+//go:noinline
+func hotFunction(n uint64) uint64 {
+	x := n
+	for i := uint64(0); i < n; i++ {
+		x = x*6364136223846793005 + i
+	}
+	return x
+}
+
+func main() {
+	for {
+		sink += hotFunction(100000)
+	}
+}
+EOF
+cat >"$WORK/hot.rs" <<'EOF'
+#[inline(never)] fn leaf(n: u64) -> u64 { let mut x = n; for i in 0..n { x = x.wrapping_mul(6364136223846793005).wrapping_add(i); } std::hint::black_box(x) }
+#[inline(never)] fn middle(n: u64) -> u64 { let v: Vec<u64> = (0..8).map(|i| leaf(std::hint::black_box(n + i))).collect(); v[(n % 8) as usize] + 1 }
+fn main() { let mut s = 0u64; loop { s = s.wrapping_add(middle(std::hint::black_box(100000))); if s == 42 { println!("{}", s); } } }
+EOF
+# uw_cmd NAME: builds what the workload needs and prints its shell command.
+uw_cmd() {
+	case "$1" in
+	xz)
+		if [ ! -f "$WORK/xz.in" ]; then
+			cat /usr/bin/xz /lib/x86_64-linux-gnu/libc.so.6 /usr/bin/python3 >"$WORK/xz.1"
+			for _ in $(seq 16); do cat "$WORK/xz.1"; done | head -c $((64 << 20)) >"$WORK/xz.in"
+		fi
+		echo "while :; do xz -9e -T1 -c '$WORK/xz.in' >/dev/null; done" ;;
+	openssl) echo "while :; do openssl speed -seconds 60 sha256 >/dev/null 2>&1; done" ;;
+	python3) echo "exec /usr/bin/python3 -c 'while True: sum(i * i for i in range(1000))'" ;;
+	c-O2) gcc -O2 -fomit-frame-pointer -o "$WORK/chain" "$WORK/chain.c" && echo "exec '$WORK/chain' 5000" ;;
+	go) (cd "$WORK" && GOWORK=off GOFLAGS= go build -o "$WORK/gohot" hot.go) && echo "exec '$WORK/gohot'" ;;
+	rust) command -v rustc >/dev/null && rustc -C opt-level=3 -o "$WORK/rusthot" "$WORK/hot.rs" && echo "exec '$WORK/rusthot'" ;;
+	esac
+}
+# bpf_ns PID: run_time_ns summed over the BPF programs PID holds (once each).
+bpf_ns() {
+	for f in /proc/"$1"/fdinfo/*; do
+		awk '/^prog_id:/ {id = $2} /^run_time_ns:/ {ns = $2} END {if (id != "" && ns != "") print id, ns}' "$f" 2>/dev/null
+	done | sort -u -k1,1 | awk '{s += $2} END {print s + 0}'
+}
+metric() { curl -s "http://$1/metrics" | awk -v m="$2" '$1 == m {print $2}'; }
+BPF_STATS=$(sysctl -n kernel.bpf_stats_enabled)
+sysctl -qw kernel.bpf_stats_enabled=1
+uw_results=()
+for wl in $UW; do
+	cmd=$(uw_cmd "$wl") && [ -n "$cmd" ] || { echo "agent bench: $wl cannot be built, left out" >&2; continue; }
+	prefix="${PREFIX}uw-$wl."
+	unwind_prefixes+=("$prefix")
+	"$WORK/topics" create "$prefix"
+	mkdir -p "$UNIT_DIR"
+	STACKSTREAM_KAFKA_TOPIC_PREFIX=$prefix STACKSTREAM_LISTEN_ADDR=127.0.0.1:0 "$WORK/stackstream-agent" --frequency "$uw_hz" --interval 10s \
+		--systemd-units "$UNIT" >"$WORK/agent-uw-$wl.log" 2>&1 &
+	apid=$!
+	sleep 2
+	setsid bash -c "echo \$\$ >'$UNIT_DIR/cgroup.procs'; $cmd" </dev/null >/dev/null 2>&1 &
+	wpid=$!
+	pids_to_stop+=("$wpid")
+	sleep "${UNWIND_WARMUP:-5}"
+	if ! kill -0 "$apid" 2>/dev/null; then
+		echo "agent exited during warm-up:" >&2
+		cat "$WORK/agent-uw-$wl.log" >&2
+		exit 1
+	fi
+	addr=$(sed -n 's/.*msg=listening.* addr=\([0-9.:]*\).*/\1/p' "$WORK/agent-uw-$wl.log" | head -1)
+	t0=$(cpu_ticks "$apid"); b0=$(bpf_ns "$apid"); s0=$(date +%s.%N)
+	sleep "${UNWIND_SPAN:-30}"
+	t1=$(cpu_ticks "$apid"); b1=$(bpf_ns "$apid"); s1=$(date +%s.%N)
+	hwm=$(status_kb "$apid" VmHWM); tb=$(metric "$addr" stackstream_agent_unwind_table_bytes)
+	kill -TERM "$apid"; wait "$apid" || true
+	kill -- "-$wpid" 2>/dev/null || true
+	wait "$wpid" 2>/dev/null || true
+	for p in $(cat "$UNIT_DIR/cgroup.procs" 2>/dev/null); do echo "$p" >"$CGROUP_ROOT/cgroup.procs" 2>/dev/null || true; done
+	read -r share depth samples < <("$WORK/stacks" "$prefix")
+	if [ "${samples:-0}" = 0 ]; then
+		echo "agent bench: no samples of $wl; the agent's log ends:" >&2
+		tail -n 5 "$WORK/agent-uw-$wl.log" >&2
+	fi
+	uw_results+=("$(awk -v wl="$wl" -v t="$((t1 - t0))" -v tck="$(getconf CLK_TCK)" -v b="$((b1 - b0))" -v s0="$s0" -v s1="$s1" \
+		-v hwm="$hwm" -v tb="${tb:-0}" -v share="$share" -v depth="$depth" -v n="$samples" 'BEGIN {
+		span = s1 - s0
+		p = 100 * t / tck / span; k = 100 * b / 1e9 / span
+		printf "%-8s %9s %6d %8d %9.2f %8.3f %9.2f %10.1f %10.1f\n", wl, share, depth, n, p, k, p + k, hwm / 1024, tb / 1024
+	}')")
+	echo "done: unwinding, $wl" >&2
+done
+echo
+echo "stackstream-agent unwinding at $uw_hz Hz, each workload alone in its cgroup ($(nproc) CPUs, $(uname -r); shared machine)"
+printf "%-8s %9s %6s %8s %9s %8s %9s %10s %10s\n" "workload" "complete%" "depth" "samples" "proc%core" "bpf%core" "CPU%core" "maxRSS_MiB" "tables_KiB"
+printf "%s\n" "${uw_results[@]}"

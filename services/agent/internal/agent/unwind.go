@@ -158,10 +158,19 @@ func (u *unwinder) tick(ps *processes, samples []sampler.Sample) {
 	u.m.mappings.Set(float64(u.sampler.MappingEntries()))
 }
 
-// poll registers, between ticks, the processes the BPF program marked:
-// new programs (exec) before most of their first samples.
+// poll registers, between ticks, the processes the BPF program marked
+// (new programs, at their exec, before most of their first samples), then
+// those running at start.
 func (u *unwinder) poll(ps *processes) {
 	todo := u.takeMarked()
+	// Then those running at start, sooner than the ticks alone would.
+	for len(u.pending) > 0 && len(todo) < maxRegistrationsPerPoll {
+		pid := u.pending[0]
+		u.pending = u.pending[1:]
+		if _, ok := u.registered[pid]; !ok {
+			todo = append(todo, pid)
+		}
+	}
 	if len(todo) == 0 {
 		return
 	}
