@@ -146,6 +146,13 @@ func (b *OTLPBuilder) Sample(p pprofile.Profile, stack int32, attrs []int32, val
 // and native frames, and an off-CPU profile (which stackstream does not
 // store: it comes back in the partial success).
 func EBPFProfilerRequest(now time.Time) pprofile.Profiles {
+	b, _ := EBPFProfilerBuilder(now)
+	return b.PD
+}
+
+// EBPFProfilerBuilder builds EBPFProfilerRequest and returns its builder
+// and CPU profile, to add to.
+func EBPFProfilerBuilder(now time.Time) (*OTLPBuilder, pprofile.Profile) {
 	b := NewOTLPBuilder()
 	at := now.Add(-5 * time.Second)
 	libpython := b.Mapping("libpython3.12.so.1.0", OTLPBuildID, 0x1000, 0x400000, 0x1000)
@@ -172,7 +179,7 @@ func EBPFProfilerRequest(now time.Time) pprofile.Profiles {
 	b.Sample(cpu, js, common, []int64{1}, 0, at)
 	off := b.Profile(map[string]string{"host.name": OTLPHost}, "events", "nanoseconds", at)
 	b.Sample(off, py, common, []int64{1500000}, 1, at)
-	return b.PD
+	return b, cpu
 }
 
 // OTLPFromPprof is a CPU profile p as the eBPF profiler would send it: one

@@ -31,8 +31,9 @@ type pipeline struct {
 	ingestAddr, otlpGRPCAddr, queryAddr string
 }
 
-// startPipeline builds the binaries (and gosdk) and starts them.
-func startPipeline(t *testing.T) *pipeline {
+// startPipeline builds the binaries and starts them, with extra
+// environment variables.
+func startPipeline(t *testing.T, extraEnv ...string) *pipeline {
 	brokers := testenv.KafkaBrokers(t)
 	osURL := testenv.OpenSearchURL(t)
 	bin := t.TempDir()
@@ -64,6 +65,7 @@ func startPipeline(t *testing.T) *pipeline {
 		"STACKSTREAM_INGEST_OTLP_HTTP_ADDR=off",
 		"STACKSTREAM_QUERY_LISTEN_ADDR=" + p.queryAddr,
 	}
+	env = append(env, extraEnv...)
 	t.Cleanup(func() { cleanup(brokers, name, osURL) })
 	testenv.Run(t, t.TempDir(), env, filepath.Join(bin, "stackctl"), "init")
 	for _, svc := range []string{"stackstream-symbolizer", "stackstream-indexer", "stackstream-query", "stackstream-ingest"} {
