@@ -63,6 +63,7 @@ type Agent struct {
 	ks         *proc.Kallsyms
 	ps         *processes
 	heaps      []heap.Target
+	allocs     *heap.Allocs // the last scrape's allocation counts, by endpoint
 	heapLimits heap.Limits
 	http       *http.Client
 	known      map[string]bool
@@ -97,6 +98,7 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	a := &Agent{
 		cfg: cfg, d: d, m: newMetrics(d.Registry), ps: newProcesses(fs, targets, newFileGate(cfg.FileTimeout, d.Now)), heaps: heaps,
 		heapLimits: cfg.heapLimits(),
+		allocs:     heap.NewAllocs(),
 		http:       heap.NewClient(cfg.heapLimits()),
 		known:      map[string]bool{},
 		pageSize:   int64(os.Getpagesize()),
@@ -292,6 +294,13 @@ func (a *Agent) Tick(ctx context.Context) {
 			continue
 		}
 		a.publishProfile(record.ProfileHeap, p, nil)
+		// The allocation counts of a Go heap profile run from the process's
+		// start: what was allocated since the last scrape is the alloc profile.
+		if d, err := a.allocs.Delta(t.URL, p); err != nil {
+			a.d.Log.Warn("allocations of heap profile", "service", t.Service, "url", t.URL, "err", err)
+		} else if d != nil && len(d.Sample) > 0 {
+			a.publishProfile(record.ProfileAlloc, d, nil)
+		}
 	}
 	a.ps.sweep(3)
 	// Unwinding first: a JVM whose Java frames its own tables name from

@@ -189,8 +189,8 @@ func (r *running) result(key string) int {
 
 // published is what the agent wrote to the topics.
 type published struct {
-	cpu, memory, heap, offcpu []*profile.Profile
-	debuginfo                 map[string]*debuginfo.File
+	cpu, memory, heap, alloc, offcpu []*profile.Profile
+	debuginfo                        map[string]*debuginfo.File
 }
 
 // consume reads both topics from the start up to their current end.
@@ -260,6 +260,8 @@ func consume(t *testing.T, e env) published {
 				out.heap = append(out.heap, p)
 			case record.ProfileOffCPU:
 				out.offcpu = append(out.offcpu, p)
+			case record.ProfileAlloc:
+				out.alloc = append(out.alloc, p)
 			}
 		})
 	}
