@@ -163,8 +163,8 @@ func Run(ctx context.Context, cl *kgo.Client, adm *kadm.Client, opts Options, pr
 			fmt.Fprintf(progress, "lag: %v (retrying)\n", err)
 		default:
 			sum.Remaining = lag
-			done := sum.Records - lag
-			fmt.Fprintf(progress, "lag %d: %d of %d records processed (%s)\n", lag, max(done, 0), sum.Records, sum.Elapsed)
+			done := max(sum.Records-lag, 0)
+			fmt.Fprintf(progress, "lag %d: %d of %d records processed (%s)%s\n", lag, done, sum.Records, sum.Elapsed, rateETA(done, lag, sum.Elapsed))
 			if lag == 0 {
 				fmt.Fprintf(progress, "caught up: %d records replayed in %s\n", sum.Records, sum.Elapsed)
 				return sum, nil
@@ -177,6 +177,20 @@ func Run(ctx context.Context, cl *kgo.Client, adm *kadm.Client, opts Options, pr
 		case <-tick.C:
 		}
 	}
+}
+
+// rateETA describes the pace so far: records per second and, while records
+// remain, when the group will have caught up at that pace.
+func rateETA(done, left int64, elapsed time.Duration) string {
+	if done <= 0 || elapsed <= 0 {
+		return ""
+	}
+	rate := float64(done) / elapsed.Seconds()
+	if left <= 0 {
+		return fmt.Sprintf(", %.0f records/s", rate)
+	}
+	eta := time.Duration(float64(left) / rate * float64(time.Second)).Round(time.Second)
+	return fmt.Sprintf(", %.0f records/s, ETA %s", rate, eta)
 }
 
 func checkIdle(ctx context.Context, adm *kadm.Client, group string) error {

@@ -233,3 +233,19 @@ func TestFollow(t *testing.T) {
 		t.Fatalf("consumed %d, summary %+v", consumed, sum)
 	}
 }
+
+func TestRateETA(t *testing.T) {
+	for _, c := range []struct {
+		done, left int64
+		elapsed    time.Duration
+		want       string
+	}{
+		{0, 100, time.Second, ""},
+		{50, 100, 10 * time.Second, ", 5 records/s, ETA 20s"},
+		{1000, 0, 4 * time.Second, ", 250 records/s"},
+	} {
+		if got := rateETA(c.done, c.left, c.elapsed); got != c.want {
+			t.Errorf("rateETA(%d, %d, %s) = %q, want %q", c.done, c.left, c.elapsed, got, c.want)
+		}
+	}
+}
