@@ -119,7 +119,7 @@ func TestBinary(t *testing.T) {
 	}
 	resp.Body.Close()
 
-	recs := env.Read(t, 3, 30*time.Second)
+	recs := env.Read(t, 5, 30*time.Second)
 	hosts := map[string]int{}
 	for _, r := range recs {
 		if ingesttest.Label(r.Profile, "tenant") != "team-a" {
@@ -127,7 +127,8 @@ func TestBinary(t *testing.T) {
 		}
 		hosts[r.Key]++
 	}
-	if len(recs) != 3 || hosts["bin-host"] != 1 || hosts[ingesttest.OTLPHost] != 2 {
+	// The OTLP request holds a CPU and an off-CPU profile: two records each.
+	if len(recs) != 5 || hosts["bin-host"] != 1 || hosts[ingesttest.OTLPHost] != 4 {
 		t.Fatalf("records by host: %v", hosts)
 	}
 

@@ -16,7 +16,7 @@ var cpuHints = []string{"", "cpu", "itimer", "process_cpu"}
 
 // Classify returns the record profile types of p from its sample types:
 //
-//   - cpu/nanoseconds: cpu. A CPU profile of counts only (samples/count, or
+//   - cpu/nanoseconds: cpu; offcpu/nanoseconds: offcpu. A CPU profile of counts only (samples/count, or
 //     a hint of cpu) gets cpu/nanoseconds added: the count times the
 //     period, or 1e9/sampleRate without one.
 //   - inuse_space or inuse_objects: heap; alloc_space or alloc_objects:
@@ -31,6 +31,8 @@ func Classify(p *profile.Profile, hint string, sampleRate int64) ([]record.Profi
 	switch {
 	case has("cpu"):
 		return []record.ProfileType{record.ProfileCPU}, nil
+	case has("offcpu"):
+		return []record.ProfileType{record.ProfileOffCPU}, nil
 	case has("inuse_space") || has("inuse_objects"):
 		out = append(out, record.ProfileHeap)
 	}
@@ -50,7 +52,7 @@ func Classify(p *profile.Profile, hint string, sampleRate int64) ([]record.Profi
 			types = append(types, v.Type+"/"+v.Unit)
 		}
 	}
-	return nil, fmt.Errorf("%w: sample types %s (name suffix %q): stackstream stores cpu (cpu/nanoseconds, or samples/count of a .cpu profile), heap (inuse_space, inuse_objects) and alloc (alloc_space, alloc_objects)",
+	return nil, fmt.Errorf("%w: sample types %s (name suffix %q): stackstream stores cpu (cpu/nanoseconds, or samples/count of a .cpu profile), offcpu (offcpu/nanoseconds), heap (inuse_space, inuse_objects) and alloc (alloc_space, alloc_objects)",
 		ErrUnsupported, strings.Join(types, ", "), hint)
 }
 

@@ -143,8 +143,8 @@ func (b *OTLPBuilder) Sample(p pprofile.Profile, stack int32, attrs []int32, val
 
 // EBPFProfilerRequest is a request like the eBPF profiler's of one host
 // and container: a CPU profile with Python, Java, JavaScript, Ruby, kernel
-// and native frames, and an off-CPU profile (which stackstream does not
-// store: it comes back in the partial success).
+// and native frames, and an off-CPU profile (events/nanoseconds, one
+// value per block).
 func EBPFProfilerRequest(now time.Time) pprofile.Profiles {
 	b, _ := EBPFProfilerBuilder(now)
 	return b.PD

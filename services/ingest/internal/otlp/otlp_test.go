@@ -44,8 +44,12 @@ func TestConvert(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(profs) != 1 || len(rejected) != 1 || !errors.Is(rejected[0].Err, convert.ErrUnsupported) {
+	if len(profs) != 2 || len(rejected) != 0 {
 		t.Fatalf("%d profiles, rejected %+v", len(profs), rejected)
+	}
+	off := profs[1].Profile
+	if types, err := convert.Classify(off, "", 0); err != nil || types[0] != record.ProfileOffCPU || off.Sample[0].Value[1] != 1500000 || off.Sample[0].Value[0] != 1 {
+		t.Errorf("off-CPU profile: %v %v, values %v", types, err, off.Sample[0].Value)
 	}
 	p := profs[0]
 	if p.Host != ingesttest.OTLPHost || p.Agent != ingesttest.OTLPScope {
@@ -73,8 +77,8 @@ func TestClassify(t *testing.T) {
 		{"cpu", "milliseconds", "cpu"},
 		{"inuse_space", "bytes", "inuse_space"},
 		{"allocated_space", "bytes", "alloc_space"},
-		{"off_cpu", "nanoseconds", "off-CPU"},
-		{"events", "nanoseconds", "off-CPU"},
+		{"off_cpu", "nanoseconds", "samples"},
+		{"events", "nanoseconds", "samples"},
 		{"wall", "nanoseconds", "stackstream stores cpu"},
 		{"inuse_objects", "count", "stackstream stores cpu"},
 	} {

@@ -65,11 +65,13 @@ func (d *dict) attributes(idx pcommon.Int32Slice) (pcommon.Map, error) {
 type sampleKind struct {
 	types  []*profile.ValueType
 	period *profile.ValueType
-	// scale multiplies a sample's value into the last type; with counts, the
-	// first type is the count itself.
-	scale       int64
-	counts      bool
-	periodValue int64
+	// periodValue is the pprof period; scale turns one unit of the OTLP
+	// values into one of the last pprof type (nanoseconds for time).
+	periodValue, scale int64
+	value              func(n, sum int64) []int64
+	// events: a sample's timestamps without values count one each (a
+	// profile of sample counts); for the others a sample needs values.
+	events bool
 }
 
 // classify maps a profile's sample type to the pprof sample types that
@@ -91,21 +93,31 @@ func (d *dict) classify(p pprofile.Profile) (sampleKind, error) {
 	if err != nil {
 		return sampleKind{}, err
 	}
+	count := &profile.ValueType{Type: "samples", Unit: "count"}
 	cpu := &profile.ValueType{Type: "cpu", Unit: "nanoseconds"}
+	offcpu := &profile.ValueType{Type: "offcpu", Unit: "nanoseconds"}
 	switch {
 	case typ == "cpu" && unitScale(unit) > 0:
-		return sampleKind{types: []*profile.ValueType{cpu}, period: cpu, scale: unitScale(unit), periodValue: p.Period() * unitScale(unit)}, nil
+		s := unitScale(unit)
+		return sampleKind{types: []*profile.ValueType{cpu}, period: cpu, periodValue: p.Period() * s, scale: s,
+			value: func(_, sum int64) []int64 { return []int64{sum * s} }}, nil
 	case typ == "samples" && unit == "count" && ptyp == "cpu" && unitScale(punit) > 0 && p.Period() > 0:
 		period := p.Period() * unitScale(punit)
-		return sampleKind{types: []*profile.ValueType{{Type: "samples", Unit: "count"}, cpu}, period: cpu, scale: period, counts: true, periodValue: period}, nil
+		return sampleKind{types: []*profile.ValueType{count, cpu}, period: cpu, periodValue: period, scale: period, events: true,
+			value: func(n, sum int64) []int64 { return []int64{sum, sum * period} }}, nil
+	case (typ == "off_cpu" || typ == "offcpu" || typ == "events") && unitScale(unit) > 0:
+		// Each value is one block's time off the CPU.
+		s := unitScale(unit)
+		return sampleKind{types: []*profile.ValueType{count, offcpu}, scale: s,
+			value: func(n, sum int64) []int64 { return []int64{n, sum * s} }}, nil
 	case typ == "inuse_space" && unit == "bytes":
-		return sampleKind{types: []*profile.ValueType{{Type: "inuse_space", Unit: "bytes"}}, scale: 1}, nil
+		return sampleKind{types: []*profile.ValueType{{Type: "inuse_space", Unit: "bytes"}}, scale: 1,
+			value: func(_, sum int64) []int64 { return []int64{sum} }}, nil
 	case (typ == "alloc_space" || typ == "allocated_space") && unit == "bytes":
-		return sampleKind{types: []*profile.ValueType{{Type: "alloc_space", Unit: "bytes"}}, scale: 1}, nil
-	case typ == "off_cpu" || typ == "offcpu" || typ == "events" && unit == "nanoseconds":
-		return sampleKind{}, fmt.Errorf("%w: off-CPU time (sample type %s/%s) is not stored yet: no record type holds it (schemas/kafka.md)", convert.ErrUnsupported, short(typ), short(unit))
+		return sampleKind{types: []*profile.ValueType{{Type: "alloc_space", Unit: "bytes"}}, scale: 1,
+			value: func(_, sum int64) []int64 { return []int64{sum} }}, nil
 	}
-	return sampleKind{}, fmt.Errorf("%w: sample type %s/%s (period type %s/%s): stackstream stores cpu (cpu/nanoseconds, or samples/count with period type cpu/nanoseconds), heap (inuse_space/bytes) and alloc (alloc_space/bytes)",
+	return sampleKind{}, fmt.Errorf("%w: sample type %s/%s (period type %s/%s): stackstream stores cpu (cpu/nanoseconds, or samples/count with period type cpu/nanoseconds), offcpu (off_cpu or events in nanoseconds), heap (inuse_space/bytes) and alloc (alloc_space/bytes)",
 		convert.ErrUnsupported, short(typ), short(unit), short(ptyp), short(punit))
 }
 
@@ -148,18 +160,21 @@ func (d *dict) profile(p pprofile.Profile, labels map[string]string) (*profile.P
 		pseudo: map[string]*profile.Mapping{}, labels: map[string]map[string][]string{}}
 	first, last := uint64(math.MaxUint64), uint64(0)
 	for _, s := range p.Samples().All() {
-		var v int64
+		// n events (values, or timestamps without values) of sum in all:
+		// a value is a count (samples), a time (cpu, off-CPU) or bytes.
+		var sum int64
+		n := int64(max(s.Values().Len(), s.TimestampsUnixNano().Len()))
 		if vals := s.Values(); vals.Len() > 0 {
 			for _, x := range vals.All() {
-				if x < 0 || v > math.MaxInt64/(2*kind.scale)-x {
+				if x < 0 || sum > math.MaxInt64/(2*kind.scale)-x {
 					return nil, fmt.Errorf("%w: sample value %d is negative or its sum with the sample's others too large", ErrInvalid, x)
 				}
-				v += x
+				sum += x
 			}
-		} else {
-			v = int64(s.TimestampsUnixNano().Len())
+		} else if kind.events {
+			sum = n
 		}
-		if v == 0 {
+		if sum == 0 {
 			continue
 		}
 		for _, ts := range s.TimestampsUnixNano().All() {
@@ -173,11 +188,7 @@ func (d *dict) profile(p pprofile.Profile, labels map[string]string) (*profile.P
 		if err != nil {
 			return nil, err
 		}
-		values := []int64{v * kind.scale}
-		if kind.counts {
-			values = []int64{v, v * kind.scale}
-		}
-		b.p.Sample = append(b.p.Sample, &profile.Sample{Location: locs, Value: values, Label: lbl})
+		b.p.Sample = append(b.p.Sample, &profile.Sample{Location: locs, Value: kind.value(n, sum), Label: lbl})
 	}
 	if len(b.p.Sample) == 0 {
 		return nil, nil

@@ -141,12 +141,17 @@ func TestOTLP(t *testing.T) {
 	env := ingesttest.Setup(t, func(o *server.Options) { o.Auth = server.NewAuth(map[string]string{"tok-a": "team-a"}, "", "") })
 	now := time.Now()
 
-	resp, err := grpcExport(t, env.GRPCAddr, ingesttest.EBPFProfilerRequest(now), "authorization", "Bearer tok-a")
+	// Over gRPC with a wall-clock profile too, which no record type holds:
+	// it comes back in the partial success, the others are stored.
+	b, _ := ingesttest.EBPFProfilerBuilder(now)
+	wall := b.Profile(map[string]string{"host.name": ingesttest.OTLPHost}, "wall", "nanoseconds", now)
+	b.Sample(wall, b.Stack(b.Frame("cpython", "f", "f.py", 1, 0, 1)), nil, []int64{5}, 0, now)
+	resp, err := grpcExport(t, env.GRPCAddr, b.PD, "authorization", "Bearer tok-a")
 	if err != nil {
 		t.Fatalf("grpc export: %v", err)
 	}
-	if ps := resp.PartialSuccess(); ps.RejectedProfiles() != 1 || !strings.Contains(ps.ErrorMessage(), "off-CPU") {
-		t.Errorf("grpc partial success: %d %q, want the off-CPU profile rejected", ps.RejectedProfiles(), ps.ErrorMessage())
+	if ps := resp.PartialSuccess(); ps.RejectedProfiles() != 1 || !strings.Contains(ps.ErrorMessage(), "sample type wall/nanoseconds") {
+		t.Errorf("grpc partial success: %d %q, want the wall profile rejected", ps.RejectedProfiles(), ps.ErrorMessage())
 	}
 	for _, json := range []bool{false, true} {
 		ct := "application/x-protobuf"
@@ -163,16 +168,26 @@ func TestOTLP(t *testing.T) {
 		} else {
 			err = got.UnmarshalProto([]byte(body))
 		}
-		if err != nil || got.PartialSuccess().RejectedProfiles() != 1 {
+		if err != nil || got.PartialSuccess().RejectedProfiles() != 0 {
 			t.Errorf("http %s response: %v, rejected %d", ct, err, got.PartialSuccess().RejectedProfiles())
 		}
 	}
-	recs := env.Read(t, 3, 30*time.Second)
-	if len(recs) != 3 {
-		t.Fatalf("read %d records, want 3 (grpc, http protobuf, http json)", len(recs))
+	recs := env.Read(t, 6, 30*time.Second)
+	if len(recs) != 6 {
+		t.Fatalf("read %d records, want 6 (cpu and offcpu of grpc, http protobuf, http json)", len(recs))
 	}
 	for _, r := range recs {
-		checkEBPFRecord(t, r, "team-a")
+		if r.Meta.Type == record.ProfileCPU {
+			checkEBPFRecord(t, r, "team-a")
+			continue
+		}
+		// The off-CPU profile: one block of 1.5 ms with the Python stack.
+		p := r.Profile
+		if r.Meta.Type != record.ProfileOffCPU || r.Key != ingesttest.OTLPHost || len(p.Sample) != 1 ||
+			p.SampleType[1].Type != "offcpu" || p.Sample[0].Value[0] != 1 || p.Sample[0].Value[1] != 1500000 ||
+			p.Sample[0].Location[0].Mapping.File != record.MappingPython {
+			t.Errorf("off-CPU record %s %s: %v", r.Key, r.Meta.Type, p)
+		}
 	}
 }
 
@@ -185,9 +200,9 @@ func TestOTLPRefused(t *testing.T) {
 		o.OTLP.MaxSamples = 2
 	})
 	now := time.Now()
-	onlyOff := ingesttest.NewOTLPBuilder()
-	off := onlyOff.Profile(map[string]string{"host.name": "h"}, "off_cpu", "nanoseconds", now)
-	onlyOff.Sample(off, onlyOff.Stack(onlyOff.Frame("cpython", "f", "f.py", 1, 0, 1)), nil, []int64{5}, 0, now)
+	onlyWall := ingesttest.NewOTLPBuilder()
+	wall := onlyWall.Profile(map[string]string{"host.name": "h"}, "wall", "nanoseconds", now)
+	onlyWall.Sample(wall, onlyWall.Stack(onlyWall.Frame("cpython", "f", "f.py", 1, 0, 1)), nil, []int64{5}, 0, now)
 	oneSample := func(at time.Time, attr string) pprofile.Profiles {
 		b := ingesttest.NewOTLPBuilder()
 		p := b.Profile(map[string]string{"host.name": "h"}, "cpu", "nanoseconds", at)
@@ -214,7 +229,7 @@ func TestOTLPRefused(t *testing.T) {
 		{"no token", oneSample(now, ""), nil, "", 401, codes.Unauthenticated, "authentication required"},
 		{"not protobuf", pprofile.Profiles{}, []byte("\xff\xff\xff"), "tok-a", 400, codes.InvalidArgument, "invalid OTLP"},
 		{"too many samples", ingesttest.EBPFProfilerRequest(now), nil, "tok-a", 413, codes.InvalidArgument, "more than 2 samples"},
-		{"only off-cpu", onlyOff.PD, nil, "tok-a", 400, codes.InvalidArgument, "off-CPU time"},
+		{"only wall", onlyWall.PD, nil, "tok-a", 400, codes.InvalidArgument, "sample type wall/nanoseconds"},
 		{"stack out of range", badStack, nil, "tok-a", 400, codes.InvalidArgument, "stack index 99"},
 		{"bad attribute key", oneSample(now, "a/b"), nil, "tok-a", 400, codes.InvalidArgument, `attribute key "a/b"`},
 		{"too old", oneSample(now.Add(-30*24*time.Hour), ""), nil, "tok-a", 400, codes.InvalidArgument, "time"},
