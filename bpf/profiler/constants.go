@@ -94,14 +94,13 @@ const (
 
 // Indexes of the per-CPU `offcpu_counters` array (offcpu.h).
 const (
-	OffCPUCounterSwitches    = 0 // #define OFFCPU_COUNTER_SWITCHES 0
-	OffCPUCounterRecorded    = 1 // #define OFFCPU_COUNTER_RECORDED 1
-	OffCPUCounterBlocks      = 2 // #define OFFCPU_COUNTER_BLOCKS 2
-	OffCPUCounterShort       = 3 // #define OFFCPU_COUNTER_SHORT 3
-	OffCPUCounterStartsFull  = 4 // #define OFFCPU_COUNTER_STARTS_FULL 4
-	OffCPUCounterCountsFull  = 5 // #define OFFCPU_COUNTER_COUNTS_FULL 5
-	OffCPUCounterStackErrors = 6 // #define OFFCPU_COUNTER_STACK_ERRORS 6
-	NumOffCPUCounters        = 7 // #define OFFCPU_COUNTER_MAX 7
+	OffCPUCounterRecorded    = 0 // #define OFFCPU_COUNTER_RECORDED 0
+	OffCPUCounterBlocks      = 1 // #define OFFCPU_COUNTER_BLOCKS 1
+	OffCPUCounterShort       = 2 // #define OFFCPU_COUNTER_SHORT 2
+	OffCPUCounterStartsFull  = 3 // #define OFFCPU_COUNTER_STARTS_FULL 3
+	OffCPUCounterCountsFull  = 4 // #define OFFCPU_COUNTER_COUNTS_FULL 4
+	OffCPUCounterStackErrors = 5 // #define OFFCPU_COUNTER_STACK_ERRORS 5
+	NumOffCPUCounters        = 6 // #define OFFCPU_COUNTER_MAX 6
 )
 
 // OffCPUThresholdOne is offcpu_threshold recording every switch-out: the

@@ -21,14 +21,15 @@
 #define OFFCPU_PF_KTHREAD 0x00200000 // PF_KTHREAD
 
 // Indexes of the `offcpu_counters` array, mirrored in Go (OffCPUCounter*).
-#define OFFCPU_COUNTER_SWITCHES 0     // switch-outs of user threads seen
-#define OFFCPU_COUNTER_RECORDED 1     // ... recorded (sampled): stacks walked
-#define OFFCPU_COUNTER_BLOCKS 2       // blocks counted at switch-in
-#define OFFCPU_COUNTER_SHORT 3        // blocks shorter than offcpu_min_ns, dropped
-#define OFFCPU_COUNTER_STARTS_FULL 4  // offcpu_starts full: switch-out not recorded
-#define OFFCPU_COUNTER_COUNTS_FULL 5  // offcpu_counts full: block lost
-#define OFFCPU_COUNTER_STACK_ERRORS 6 // a kernel or user stack not stored (bucket taken, map full)
-#define OFFCPU_COUNTER_MAX 7
+// Not every switch-out is counted: a counter costs as much as a tenth of
+// the program's run time (the host's count is ctxt in /proc/stat).
+#define OFFCPU_COUNTER_RECORDED 0     // switch-outs of user threads recorded: stacks walked
+#define OFFCPU_COUNTER_BLOCKS 1       // blocks counted at switch-in
+#define OFFCPU_COUNTER_SHORT 2        // blocks shorter than offcpu_min_ns, dropped
+#define OFFCPU_COUNTER_STARTS_FULL 3  // offcpu_starts full: switch-out not recorded
+#define OFFCPU_COUNTER_COUNTS_FULL 4  // offcpu_counts full: block lost
+#define OFFCPU_COUNTER_STACK_ERRORS 5 // a kernel or user stack not stored (bucket taken, map full)
+#define OFFCPU_COUNTER_MAX 6
 
 // Rewritten by the agent before loading. A switch-out is recorded when a
 // random 32-bit number is below offcpu_threshold: 0 never, 1 << 32 always.
@@ -179,7 +180,6 @@ int BPF_PROG(offcpu_switch, _Bool preempt, struct task_struct *prev_task, struct
 	// (again) as user code.
 	if (tid == 0 || (prev->flags & OFFCPU_PF_KTHREAD) || (prev_state & OFFCPU_TASK_DEAD))
 		return 0;
-	offcpu_count(OFFCPU_COUNTER_SWITCHES);
 	if ((__u64)bpf_get_prandom_u32() >= offcpu_threshold)
 		return 0;
 	offcpu_record(ctx, tid);

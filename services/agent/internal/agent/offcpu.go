@@ -77,7 +77,7 @@ func (a *Agent) offCPU(start time.Time, dur time.Duration) (*cpuProfile, []sampl
 	samples := a.sampler.OffCPUSamples()
 	if c, err := a.sampler.OffCPUCounters(); err == nil {
 		for event, v := range map[string]uint64{
-			"offcpu_switches": c.Switches, "offcpu_recorded": c.Recorded, "offcpu_blocks": c.Blocks,
+			"offcpu_recorded": c.Recorded, "offcpu_blocks": c.Blocks,
 			"offcpu_short": c.Short, "offcpu_starts_full": c.StartsFull, "offcpu_counts_full": c.CountsFull,
 			"offcpu_stack_errors": c.StackErrors,
 		} {

@@ -63,7 +63,7 @@ func TestOffCPUProfile(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"stackstream_agent_offcpu_blocks_total", "stackstream_agent_offcpu_nanoseconds_total",
-		"stackstream_agent_bpf_events/offcpu_recorded", "stackstream_agent_bpf_events/offcpu_switches"} {
+		"stackstream_agent_bpf_events/offcpu_recorded", "stackstream_agent_bpf_events/offcpu_blocks"} {
 		if metrics[name] <= 0 {
 			t.Errorf("metric %s = %v", name, metrics[name])
 		}

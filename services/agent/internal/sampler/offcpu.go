@@ -53,8 +53,7 @@ func (o OffCPU) threshold() uint64 {
 
 // OffCPUCounters are cumulative since start.
 type OffCPUCounters struct {
-	Switches   uint64 // switch-outs of user threads seen
-	Recorded   uint64 // ... recorded: stacks walked
+	Recorded   uint64 // switch-outs of user threads recorded: stacks walked
 	Blocks     uint64 // recorded blocks counted at switch-in
 	Short      uint64 // recorded blocks shorter than MinBlock, dropped
 	StartsFull uint64 // switch-outs not recorded: offcpu_starts full
@@ -239,7 +238,7 @@ func batchEach[K, V any](m *ebpf.Map, k *K, v *V, f func()) error {
 // OffCPUCounters reads the off-CPU counters summed over CPUs.
 func (s *Sampler) OffCPUCounters() (OffCPUCounters, error) {
 	var c OffCPUCounters
-	dst := []*uint64{&c.Switches, &c.Recorded, &c.Blocks, &c.Short, &c.StartsFull, &c.CountsFull, &c.StackErrors}
+	dst := []*uint64{&c.Recorded, &c.Blocks, &c.Short, &c.StartsFull, &c.CountsFull, &c.StackErrors}
 	for i := range profiler.NumOffCPUCounters {
 		var perCPU []uint64
 		if err := s.objs.OffcpuCounters.Lookup(uint32(i), &perCPU); err != nil {
