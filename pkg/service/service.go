@@ -3,8 +3,9 @@
 // to kafka.Connection and opensearch.Storage where it uses them) and one run
 // group whose first actor stops the service on SIGINT or SIGTERM.
 //
-// A main.go reads as a wiring diagram: load the Config (config.Load, which
-// validates once), build the components, add one actor each to a Group, Run.
+// A main.go reads as a wiring diagram: Start (the Config loaded and validated
+// once, the logger, the registry), build the components, add one actor each
+// to a Group, Run.
 package service
 
 import (
@@ -16,7 +17,9 @@ import (
 	"syscall"
 
 	"github.com/oklog/run"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/stackstream/stackstream/pkg/config"
 	"github.com/stackstream/stackstream/pkg/telemetry"
 )
 
@@ -30,6 +33,30 @@ type Base struct {
 func (b Base) Validate() error {
 	_, err := telemetry.NewLogger(b.Log, io.Discard, "")
 	return err
+}
+
+func (b Base) base() Base { return b }
+
+// Config is a service's settings: a struct embedding Base, with its own
+// Validate.
+type Config interface {
+	config.Validator
+	base() Base
+}
+
+// Start begins every main: cfg (a pointer) loaded from the environment and
+// validated once (config.Load; -h prints the variables and returns
+// config.ErrHelp), the logger on stderr tagged component=name, and a metrics
+// registry with the runtime collectors.
+func Start(name string, cfg Config, args []string) (*slog.Logger, *prometheus.Registry, error) {
+	if err := config.Load(cfg, args, os.Stdout); err != nil {
+		return nil, nil, err
+	}
+	log, err := telemetry.NewLogger(cfg.base().Log, os.Stderr, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return log, telemetry.NewRegistry(), nil
 }
 
 // Group runs actors until the first returns; then every other is

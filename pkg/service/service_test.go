@@ -82,3 +82,36 @@ func TestBaseValidateNamesVariable(t *testing.T) {
 		}
 	}
 }
+
+type startConfig struct {
+	Base
+	Port int `envconfig:"TEST_START_PORT" default:"1"`
+}
+
+func (c startConfig) Validate() error {
+	if err := c.Base.Validate(); err != nil {
+		return err
+	}
+	if c.Port < 1 {
+		return errors.New("STACKSTREAM_TEST_START_PORT must be positive")
+	}
+	return nil
+}
+
+func TestStart(t *testing.T) {
+	t.Chdir(t.TempDir()) // no .env
+	var cfg startConfig
+	log, reg, err := Start("test", &cfg, nil)
+	if err != nil || log == nil || reg == nil || cfg.Port != 1 || cfg.Log.Level != "info" {
+		t.Fatalf("Start = %v, %v, %v; cfg %+v", log, reg, err, cfg)
+	}
+	for key, want := range map[string]string{"STACKSTREAM_TEST_START_PORT": "0", "STACKSTREAM_LOG_FORMAT": "xml"} {
+		t.Run(key, func(t *testing.T) {
+			t.Setenv(key, want)
+			var cfg startConfig
+			if _, _, err := Start("test", &cfg, nil); err == nil || !strings.Contains(err.Error(), key) {
+				t.Fatalf("Start with %s=%s = %v, want an error naming it", key, want, err)
+			}
+		})
+	}
+}

@@ -23,16 +23,12 @@ func main() {
 
 func runMain() error {
 	var cfg Config
-	if err := config.Load(&cfg, os.Args[1:], os.Stdout); err != nil {
-		return err
-	}
-	log, err := telemetry.NewLogger(cfg.Log, os.Stderr, "indexer")
+	log, reg, err := service.Start("indexer", &cfg, os.Args[1:])
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	reg := telemetry.NewRegistry()
 	topics, names := cfg.Kafka.Topics(), cfg.Index.Names()
 
 	osc, err := opensearch.NewClient(ctx, cfg.OpenSearch)

@@ -24,14 +24,10 @@ func main() {
 
 func runMain() error {
 	var cfg Config
-	if err := config.Load(&cfg, os.Args[1:], os.Stdout); err != nil {
-		return err
-	}
-	logger, err := telemetry.NewLogger(cfg.Log, os.Stderr, "query")
+	logger, reg, err := service.Start("query", &cfg, os.Args[1:])
 	if err != nil {
 		return err
 	}
-	reg := telemetry.NewRegistry()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cl, err := opensearch.NewClient(ctx, cfg.OpenSearch)

@@ -24,16 +24,12 @@ func main() {
 
 func runMain() error {
 	var cfg Config
-	if err := config.Load(&cfg, os.Args[1:], os.Stdout); err != nil {
-		return err
-	}
-	log, err := telemetry.NewLogger(cfg.Log, os.Stderr, "rollup")
+	log, reg, err := service.Start("rollup", &cfg, os.Args[1:])
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	reg := telemetry.NewRegistry()
 	topics := cfg.Kafka.Topics()
 
 	osc, err := opensearch.NewClient(ctx, cfg.OpenSearch)

@@ -29,10 +29,7 @@ func main() {
 
 func runMain() error {
 	var cfg Config
-	if err := config.Load(&cfg, os.Args[1:], os.Stdout); err != nil {
-		return err
-	}
-	log, err := telemetry.NewLogger(cfg.Log, os.Stderr, "symbolizer")
+	log, reg, err := service.Start("symbolizer", &cfg, os.Args[1:])
 	if err != nil {
 		return err
 	}
@@ -53,7 +50,6 @@ func runMain() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	reg := telemetry.NewRegistry()
 	metrics := pipeline.NewMetrics(reg)
 	topics := cfg.Kafka.Topics()
 
