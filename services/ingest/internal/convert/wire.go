@@ -394,6 +394,9 @@ func (w *wireProfile) types() ([]record.ProfileType, error) {
 	if names["cpu"] {
 		return []record.ProfileType{record.ProfileCPU}, nil
 	}
+	if names["offcpu"] {
+		return []record.ProfileType{record.ProfileOffCPU}, nil
+	}
 	var out []record.ProfileType
 	if names["inuse_space"] || names["inuse_objects"] {
 		out = append(out, record.ProfileHeap)

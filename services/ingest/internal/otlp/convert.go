@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/google/pprof/profile"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
@@ -70,9 +69,10 @@ var nativeFrames = map[string]bool{"": true, "native": true, "go": true, "rust":
 
 // Profile is one OTLP profile converted.
 type Profile struct {
-	// Profile has every label on its samples, service included; its
-	// sample types are those convert.Classify maps to one record type.
-	Profile *profile.Profile
+	// Pprof is the profile as uncompressed pprof protobuf, every label on
+	// its samples, service included; its sample types are those
+	// convert.Classify maps to one record type.
+	Pprof []byte
 	// Host is host.name of the resource, scope or profile, "" without.
 	Host string
 	// Agent is the instrumentation scope's name, "" without.
@@ -122,7 +122,7 @@ func Convert(pd pprofile.Profiles) ([]Profile, []Rejected, error) {
 				case err != nil:
 					rejected = append(rejected, Rejected{Where: where, Err: err})
 				case prof != nil:
-					out = append(out, Profile{Profile: prof, Host: record.TruncateUTF8(host, record.MaxHostBytes), Agent: sp.Scope().Name()})
+					out = append(out, Profile{Pprof: prof, Host: record.TruncateUTF8(host, record.MaxHostBytes), Agent: sp.Scope().Name()})
 				}
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/pprof/profile"
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 
 	"github.com/stackstream/stackstream/schemas/record"
@@ -42,10 +43,14 @@ func FuzzConvert(f *testing.F) {
 			return
 		}
 		for _, p := range profs {
-			if err := p.Profile.CheckValid(); err != nil {
+			parsed, err := profile.ParseUncompressed(p.Pprof)
+			if err != nil {
+				t.Fatalf("converted profile does not parse: %v", err)
+			}
+			if err := parsed.CheckValid(); err != nil {
 				t.Fatalf("converted profile invalid: %v", err)
 			}
-			recs, err := convert.Records(convert.Push{Profile: p.Profile, Host: "h"}, opts)
+			recs, err := convert.Pprof(p.Pprof, convert.Push{Host: "h"}, opts)
 			if err != nil {
 				continue
 			}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/pprof/profile"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -47,7 +48,7 @@ func TestConvert(t *testing.T) {
 	if len(profs) != 2 || len(rejected) != 0 {
 		t.Fatalf("%d profiles, rejected %+v", len(profs), rejected)
 	}
-	off := profs[1].Profile
+	off := parse(t, profs[1].Pprof)
 	if types, err := convert.Classify(off, "", 0); err != nil || types[0] != record.ProfileOffCPU || off.Sample[0].Value[1] != 1500000 || off.Sample[0].Value[0] != 1 {
 		t.Errorf("off-CPU profile: %v %v, values %v", types, err, off.Sample[0].Value)
 	}
@@ -55,14 +56,12 @@ func TestConvert(t *testing.T) {
 	if p.Host != ingesttest.OTLPHost || p.Agent != ingesttest.OTLPScope {
 		t.Errorf("host %q agent %q", p.Host, p.Agent)
 	}
-	if err := p.Profile.CheckValid(); err != nil {
-		t.Fatal(err)
-	}
-	types, err := convert.Classify(p.Profile, "", 0)
+	prof := parse(t, p.Pprof)
+	types, err := convert.Classify(prof, "", 0)
 	if err != nil || len(types) != 1 || types[0] != record.ProfileCPU {
 		t.Fatalf("classify: %v %v", types, err)
 	}
-	if got := len(p.Profile.Sample); got != 3 {
+	if got := len(prof.Sample); got != 3 {
 		t.Fatalf("%d samples", got)
 	}
 }
@@ -94,10 +93,10 @@ func TestClassify(t *testing.T) {
 				if !strings.Contains(rejected[0].Err.Error(), c.want) {
 					t.Errorf("rejected: %v, want %q", rejected[0].Err, c.want)
 				}
-			case profs[0].Profile.SampleType[0].Type != c.want:
-				t.Errorf("sample types %v, want %s", profs[0].Profile.SampleType, c.want)
-			case c.unit == "milliseconds" && profs[0].Profile.Sample[0].Value[0] != 7e6:
-				t.Errorf("7 ms became %d ns", profs[0].Profile.Sample[0].Value[0])
+			case parse(t, profs[0].Pprof).SampleType[0].Type != c.want:
+				t.Errorf("sample types %v, want %s", parse(t, profs[0].Pprof).SampleType, c.want)
+			case c.unit == "milliseconds" && parse(t, profs[0].Pprof).Sample[0].Value[0] != 7e6:
+				t.Errorf("7 ms became %d ns", parse(t, profs[0].Pprof).Sample[0].Value[0])
 			}
 		})
 	}
@@ -125,6 +124,19 @@ func TestBrokenReferences(t *testing.T) {
 			}
 		})
 	}
+}
+
+// parse decodes a converted profile as pprof does and checks it.
+func parse(t testing.TB, raw []byte) *profile.Profile {
+	t.Helper()
+	p, err := profile.ParseUncompressed(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.CheckValid(); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 func sample(pd pprofile.Profiles) pprofile.Sample {

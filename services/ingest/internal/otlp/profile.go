@@ -3,12 +3,12 @@ package otlp
 import (
 	"fmt"
 	"math"
-	"strconv"
-	"strings"
+	"slices"
 
 	"github.com/google/pprof/profile"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/stackstream/stackstream/schemas/record"
 	"github.com/stackstream/stackstream/services/ingest/internal/convert"
@@ -136,29 +136,32 @@ func unitScale(unit string) int64 {
 	return 0
 }
 
-// builder converts one OTLP profile, creating the pprof functions,
-// mappings and locations its samples use.
+// builder converts one OTLP profile straight into pprof's protobuf: the
+// locations, functions and mappings its samples use are encoded once each,
+// the labels once per distinct set of sample attributes.
 type builder struct {
 	d      *dict
-	p      *profile.Profile
-	locs   map[int32]*profile.Location
-	funcs  map[int32]*profile.Function
-	maps   map[int32]*profile.Mapping
-	pseudo map[string]*profile.Mapping
-	labels map[string]map[string][]string // by the sample's attribute indices
+	w      *pprofWriter
+	locs   map[int32]uint64 // dictionary index -> pprof ID
+	funcs  map[int32]uint64
+	maps   map[int32]uint64
+	pseudo map[string]uint64
+	labels map[string][]byte // encoded labels, by the sample's attribute indices
+	key    []byte
+	ids    []uint64
 }
 
-// profile converts p with labels on every sample; nil without samples of
-// a value.
-func (d *dict) profile(p pprofile.Profile, labels map[string]string) (*profile.Profile, error) {
+// profile converts p with labels on every sample into an uncompressed
+// pprof protobuf; nil without samples of a value.
+func (d *dict) profile(p pprofile.Profile, labels map[string]string) ([]byte, error) {
 	kind, err := d.classify(p)
 	if err != nil {
 		return nil, err
 	}
-	b := &builder{d: d, p: &profile.Profile{SampleType: kind.types, PeriodType: kind.period, Period: kind.periodValue},
-		locs: map[int32]*profile.Location{}, funcs: map[int32]*profile.Function{}, maps: map[int32]*profile.Mapping{},
-		pseudo: map[string]*profile.Mapping{}, labels: map[string]map[string][]string{}}
+	b := &builder{d: d, w: newPprofWriter(), locs: map[int32]uint64{}, funcs: map[int32]uint64{}, maps: map[int32]uint64{},
+		pseudo: map[string]uint64{}, labels: map[string][]byte{}}
 	first, last := uint64(math.MaxUint64), uint64(0)
+	samples := 0
 	for _, s := range p.Samples().All() {
 		// n events (values, or timestamps without values) of sum in all:
 		// a value is a count (samples), a time (cpu, off-CPU) or bytes.
@@ -180,39 +183,38 @@ func (d *dict) profile(p pprofile.Profile, labels map[string]string) (*profile.P
 		for _, ts := range s.TimestampsUnixNano().All() {
 			first, last = min(first, ts), max(last, ts)
 		}
-		locs, err := b.stack(s.StackIndex())
-		if err != nil {
+		if err := b.stack(s.StackIndex()); err != nil {
 			return nil, err
 		}
 		lbl, err := b.sampleLabels(s.AttributeIndices(), labels)
 		if err != nil {
 			return nil, err
 		}
-		b.p.Sample = append(b.p.Sample, &profile.Sample{Location: locs, Value: kind.value(n, sum), Label: lbl})
+		b.w.sample(b.ids, kind.value(n, sum), lbl)
+		samples++
 	}
-	if len(b.p.Sample) == 0 {
+	if samples == 0 {
 		return nil, nil
 	}
-	b.p.TimeNanos, b.p.DurationNanos = int64(p.Time()), int64(p.DurationNano())
-	if b.p.TimeNanos == 0 && last >= first {
-		b.p.TimeNanos, b.p.DurationNanos = int64(first), int64(last-first)
+	timeNanos, duration := int64(p.Time()), int64(p.DurationNano())
+	if timeNanos == 0 && last >= first {
+		timeNanos, duration = int64(first), int64(last-first)
 	}
-	if b.p.TimeNanos < 0 || b.p.DurationNanos < 0 {
+	if timeNanos < 0 || duration < 0 {
 		return nil, fmt.Errorf("%w: time %d and duration %d nanoseconds do not fit int64", ErrInvalid, p.Time(), p.DurationNano())
 	}
-	return b.p, nil
+	return b.w.finish(kind.types, kind.period, kind.periodValue, timeNanos, duration), nil
 }
 
-// sampleLabels are labels with the sample's attributes added, and service
-// set: service.name of the sample or above, else derived as the agent
-// derives it (record.DeriveService), else unknown_service.
-func (b *builder) sampleLabels(idx pcommon.Int32Slice, labels map[string]string) (map[string][]string, error) {
-	var key strings.Builder
+// sampleLabels are the encoded labels with the sample's attributes added,
+// and service set: service.name of the sample or above, else derived as
+// the agent derives it (record.DeriveService), else unknown_service.
+func (b *builder) sampleLabels(idx pcommon.Int32Slice, labels map[string]string) ([]byte, error) {
+	b.key = b.key[:0]
 	for _, i := range idx.All() {
-		key.WriteString(strconv.FormatInt(int64(i), 36))
-		key.WriteByte(',')
+		b.key = protowire.AppendVarint(b.key, uint64(uint32(i)))
 	}
-	if l, ok := b.labels[key.String()]; ok {
+	if l, ok := b.labels[string(b.key)]; ok {
 		return l, nil
 	}
 	attrs, err := b.d.attributes(idx)
@@ -226,148 +228,150 @@ func (b *builder) sampleLabels(idx pcommon.Int32Slice, labels map[string]string)
 	if flat[record.LabelService] == "" {
 		flat[record.LabelService] = record.TruncateUTF8(firstNonEmpty(record.DeriveService(flat), unknownService), record.MaxServiceBytes)
 	}
-	out := make(map[string][]string, len(flat))
-	for k, v := range flat {
-		out[k] = []string{v}
+	keys := make([]string, 0, len(flat))
+	for k := range flat {
+		keys = append(keys, k)
 	}
-	b.labels[key.String()] = out
+	slices.Sort(keys)
+	out := b.w.labels(keys, flat)
+	b.labels[string(b.key)] = out
 	return out, nil
 }
 
-func (b *builder) stack(i int32) ([]*profile.Location, error) {
+// stack sets b.ids to the pprof IDs of stack i's locations, leaf first.
+func (b *builder) stack(i int32) error {
+	b.ids = b.ids[:0]
 	if i < 0 || int(i) >= b.d.stack.Len() {
 		if i == 0 {
-			return nil, nil
+			return nil
 		}
-		return nil, fmt.Errorf("%w: stack index %d is outside the stack table (%d entries)", ErrInvalid, i, b.d.stack.Len())
+		return fmt.Errorf("%w: stack index %d is outside the stack table (%d entries)", ErrInvalid, i, b.d.stack.Len())
 	}
-	idx := b.d.stack.At(int(i)).LocationIndices()
-	out := make([]*profile.Location, 0, idx.Len())
-	for _, li := range idx.All() {
-		loc, err := b.location(li)
+	for _, li := range b.d.stack.At(int(i)).LocationIndices().All() {
+		id, err := b.location(li)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		out = append(out, loc)
+		b.ids = append(b.ids, id)
 	}
-	return out, nil
+	return nil
 }
 
-func (b *builder) location(i int32) (*profile.Location, error) {
-	if loc, ok := b.locs[i]; ok {
-		return loc, nil
+func (b *builder) location(i int32) (uint64, error) {
+	if id, ok := b.locs[i]; ok {
+		return id, nil
 	}
 	if i < 0 || int(i) >= b.d.locs.Len() {
-		return nil, fmt.Errorf("%w: location index %d is outside the location table (%d entries)", ErrInvalid, i, b.d.locs.Len())
+		return 0, fmt.Errorf("%w: location index %d is outside the location table (%d entries)", ErrInvalid, i, b.d.locs.Len())
 	}
 	l := b.d.locs.At(int(i))
 	frameType := ""
 	for _, ai := range l.AttributeIndices().All() {
 		k, v, err := b.d.attr(ai)
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
 		if k == attrFrameType {
-			frameType = v.AsString()
+			frameType = valueString(v)
 		}
 	}
-	loc := &profile.Location{ID: uint64(len(b.p.Location) + 1), Address: l.Address()}
+	var lines []pprofLine
 	for _, ln := range l.Lines().All() {
 		if ln.FunctionIndex() == 0 {
 			continue // the table's null function: no name to show
 		}
 		fn, err := b.function(ln.FunctionIndex())
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
-		loc.Line = append(loc.Line, profile.Line{Function: fn, Line: ln.Line(), Column: ln.Column()})
+		lines = append(lines, pprofLine{function: fn, line: ln.Line(), column: ln.Column()})
 	}
-	var err error
+	var mapping uint64
+	addr := l.Address()
 	switch file, known := frameFiles[frameType]; {
 	case known:
-		loc.Mapping = b.pseudoMapping(file)
+		mapping = b.pseudoMapping(file)
+		if file != record.MappingKernel {
+			// An interpreter's "address" is its line or bytecode
+			// offset, not an address in any mapping.
+			addr = 0
+		}
 	case !nativeFrames[frameType]:
-		loc.Mapping = b.pseudoMapping(record.MappingJIT)
+		mapping, addr = b.pseudoMapping(record.MappingJIT), 0
 	case l.MappingIndex() != 0:
-		if loc.Mapping, err = b.mapping(l.MappingIndex()); err != nil {
-			return nil, err
+		var err error
+		if mapping, err = b.mapping(l.MappingIndex()); err != nil {
+			return 0, err
 		}
 	}
-	if loc.Mapping != nil && loc.Mapping.File != record.MappingKernel && record.FrameKind(loc.Mapping.File) != record.KindNative {
-		// An interpreter's "address" is its line or bytecode offset, not
-		// an address in any mapping.
-		loc.Address = 0
-	}
-	b.p.Location = append(b.p.Location, loc)
-	b.locs[i] = loc
-	return loc, nil
+	id := b.w.location(mapping, addr, lines)
+	b.locs[i] = id
+	return id, nil
 }
 
-func (b *builder) function(i int32) (*profile.Function, error) {
-	if fn, ok := b.funcs[i]; ok {
-		return fn, nil
+func (b *builder) function(i int32) (uint64, error) {
+	if id, ok := b.funcs[i]; ok {
+		return id, nil
 	}
 	if i < 0 || int(i) >= b.d.funcs.Len() {
-		return nil, fmt.Errorf("%w: function index %d is outside the function table (%d entries)", ErrInvalid, i, b.d.funcs.Len())
+		return 0, fmt.Errorf("%w: function index %d is outside the function table (%d entries)", ErrInvalid, i, b.d.funcs.Len())
 	}
 	f := b.d.funcs.At(int(i))
 	name, err := b.d.str(f.NameStrindex())
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	sys, err := b.d.str(f.SystemNameStrindex())
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	file, err := b.d.str(f.FilenameStrindex())
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	fn := &profile.Function{ID: uint64(len(b.p.Function) + 1), Name: name, SystemName: sys, Filename: file, StartLine: f.StartLine()}
-	b.p.Function = append(b.p.Function, fn)
-	b.funcs[i] = fn
-	return fn, nil
+	id := b.w.function(name, sys, file, f.StartLine())
+	b.funcs[i] = id
+	return id, nil
 }
 
 // mapping is a native mapping: its file, range and offset as sent (the
 // eBPF profiler sends them in the ELF's address space, as it does the
 // locations' addresses), and its GNU build ID, under which the symbolizer
 // finds its symbols.
-func (b *builder) mapping(i int32) (*profile.Mapping, error) {
-	if m, ok := b.maps[i]; ok {
-		return m, nil
+func (b *builder) mapping(i int32) (uint64, error) {
+	if id, ok := b.maps[i]; ok {
+		return id, nil
 	}
 	if i < 0 || int(i) >= b.d.maps.Len() {
-		return nil, fmt.Errorf("%w: mapping index %d is outside the mapping table (%d entries)", ErrInvalid, i, b.d.maps.Len())
+		return 0, fmt.Errorf("%w: mapping index %d is outside the mapping table (%d entries)", ErrInvalid, i, b.d.maps.Len())
 	}
 	om := b.d.maps.At(int(i))
 	file, err := b.d.str(om.FilenameStrindex())
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	m := &profile.Mapping{ID: uint64(len(b.p.Mapping) + 1), Start: om.MemoryStart(), Limit: om.MemoryLimit(), Offset: om.FileOffset(), File: file}
+	buildID := ""
 	for _, ai := range om.AttributeIndices().All() {
 		k, v, err := b.d.attr(ai)
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
 		if k == attrBuildIDGNU {
-			m.BuildID = record.TruncateUTF8(v.AsString(), 256)
+			buildID = record.TruncateUTF8(valueString(v), 256)
 		}
 	}
-	b.p.Mapping = append(b.p.Mapping, m)
-	b.maps[i] = m
-	return m, nil
+	id := b.w.mapping(om.MemoryStart(), om.MemoryLimit(), om.FileOffset(), file, buildID, false)
+	b.maps[i] = id
+	return id, nil
 }
 
 // pseudoMapping is the mapping of frames the profiler named, on one of the
 // record contract's pseudo-files: the symbolizer passes them as they are.
-func (b *builder) pseudoMapping(file string) *profile.Mapping {
-	if m, ok := b.pseudo[file]; ok {
-		return m
+func (b *builder) pseudoMapping(file string) uint64 {
+	if id, ok := b.pseudo[file]; ok {
+		return id
 	}
-	m := &profile.Mapping{ID: uint64(len(b.p.Mapping) + 1), File: file, HasFunctions: true, HasFilenames: true, HasLineNumbers: true}
-	b.p.Mapping = append(b.p.Mapping, m)
-	b.pseudo[file] = m
-	return m
+	id := b.w.mapping(0, 0, 0, file, "", true)
+	b.pseudo[file] = id
+	return id
 }

@@ -171,7 +171,7 @@ func (s *Server) exportOTLP(body []byte, isJSON bool, tenant, client string) (pp
 		if host == "" {
 			host = client
 		}
-		out, err := convert.Records(convert.Push{Profile: p.Profile, Tenant: tenant, Host: host}, s.opts.Convert)
+		out, err := convert.Pprof(p.Pprof, convert.Push{Tenant: tenant, Host: host}, s.opts.Convert)
 		if err != nil {
 			rejected = append(rejected, otlp.Rejected{Where: "profile of " + host, Err: err})
 			continue
