@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -92,6 +93,48 @@ func BenchmarkOTLP(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "requests/s/core")
+		})
+	}
+}
+
+// BenchmarkOTLPKafka: OTLP requests over loopback gRPC from parallel
+// clients to the server producing to the real broker, each answered after
+// Kafka's acknowledgement; requests/cpu-s divides by this process's CPU
+// time (server, clients, Kafka client; not the broker).
+func BenchmarkOTLPKafka(b *testing.B) {
+	env := ingesttest.Setup(b, nil)
+	for _, tc := range []struct {
+		name string
+		pd   pprofile.Profiles
+	}{
+		{"ebpf-mixed", ingesttest.EBPFProfilerRequest(time.Now())},
+		{"service-cpu", otlpServiceCPU(b)},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			cc, err := grpc.NewClient(env.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cc.Close()
+			client := pprofileotlp.NewGRPCClient(cc)
+			var before, after syscall.Rusage
+			syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+			b.SetParallelism(4)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				req := pprofileotlp.NewExportRequest()
+				pprofileotlp.NewExportRequestFromProfiles(tc.pd).Profiles().CopyTo(req.Profiles())
+				for pb.Next() {
+					if _, err := client.Export(context.Background(), req); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			b.StopTimer()
+			syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+			cpu := time.Duration(after.Utime.Nano()-before.Utime.Nano()) + time.Duration(after.Stime.Nano()-before.Stime.Nano())
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "requests/s")
+			b.ReportMetric(float64(b.N)/cpu.Seconds(), "requests/cpu-s")
 		})
 	}
 }
