@@ -95,18 +95,26 @@ func Convert(pd pprofile.Profiles) ([]Profile, []Rejected, error) {
 	var out []Profile
 	var rejected []Rejected
 	for ri, rp := range pd.ResourceProfiles().All() {
-		resLabels, resHost, err := attrLabels(nil, rp.Resource().Attributes())
+		attrs, err := mapLabels(rp.Resource().Attributes())
+		if err != nil {
+			return nil, nil, fmt.Errorf("resource %d: %w", ri, err)
+		}
+		resLabels, resHost, err := attrLabels(nil, attrs)
 		if err != nil {
 			return nil, nil, fmt.Errorf("resource %d: %w", ri, err)
 		}
 		for si, sp := range rp.ScopeProfiles().All() {
-			scopeLabels, scopeHost, err := attrLabels(resLabels, sp.Scope().Attributes())
+			attrs, err := mapLabels(sp.Scope().Attributes())
+			if err != nil {
+				return nil, nil, fmt.Errorf("resource %d scope %d: %w", ri, si, err)
+			}
+			scopeLabels, scopeHost, err := attrLabels(resLabels, attrs)
 			if err != nil {
 				return nil, nil, fmt.Errorf("resource %d scope %d: %w", ri, si, err)
 			}
 			for pi, p := range sp.Profiles().All() {
 				where := fmt.Sprintf("resource %d scope %d profile %d", ri, si, pi)
-				attrs, err := d.attributes(p.AttributeIndices())
+				attrs, err := d.labels(p.AttributeIndices())
 				if err != nil {
 					return nil, nil, fmt.Errorf("%s: %w", where, err)
 				}
@@ -143,28 +151,52 @@ func firstNonEmpty(s ...string) string {
 	return ""
 }
 
+// attrLabel is one attribute as a label: its label key ("" when it is not
+// kept) and its value cut to record.MaxLabelValueBytes, or the host.
+type attrLabel struct {
+	key, value string
+	host       bool
+}
+
+func toLabel(k string, v pcommon.Value) (attrLabel, error) {
+	if k == attrHostName {
+		return attrLabel{value: record.TruncateUTF8(valueString(v), record.MaxHostBytes), host: true}, nil
+	}
+	label, err := labelKey(k)
+	if err != nil || label == "" {
+		return attrLabel{}, err
+	}
+	return attrLabel{key: label, value: record.TruncateUTF8(valueString(v), record.MaxLabelValueBytes)}, nil
+}
+
+func mapLabels(m pcommon.Map) ([]attrLabel, error) {
+	out := make([]attrLabel, 0, m.Len())
+	for k, v := range m.All() {
+		l, err := toLabel(k, v)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
 // attrLabels adds attrs to a copy of base as labels: contract attributes
 // under their contract label, service.name under service, others with
 // dots and dashes as underscores; host.name is returned apart.
-func attrLabels(base map[string]string, attrs pcommon.Map) (map[string]string, string, error) {
-	out := make(map[string]string, len(base)+attrs.Len())
+func attrLabels(base map[string]string, attrs []attrLabel) (map[string]string, string, error) {
+	out := make(map[string]string, len(base)+len(attrs))
 	for k, v := range base {
 		out[k] = v
 	}
 	host := ""
-	for k, v := range attrs.All() {
-		if k == attrHostName {
-			host = v.AsString()
-			continue
+	for _, a := range attrs {
+		switch {
+		case a.host:
+			host = a.value
+		case a.key != "":
+			out[a.key] = a.value
 		}
-		label, err := labelKey(k)
-		if err != nil {
-			return nil, "", err
-		}
-		if label == "" {
-			continue
-		}
-		out[label] = record.TruncateUTF8(valueString(v), record.MaxLabelValueBytes)
 	}
 	if len(out) > MaxLabels {
 		return nil, "", fmt.Errorf("%w: %d attributes, limit %d", convert.ErrInvalidTag, len(out), MaxLabels)

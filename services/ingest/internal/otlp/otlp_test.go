@@ -232,3 +232,37 @@ func repeat(num protowire.Number, n int) []byte {
 	one := msg(num, nil)
 	return bytes.Repeat(one, n)
 }
+
+// TestSharedAttributeOnce: an attribute with a large array value referred
+// to by many samples, each with an attribute of its own (so no two share a
+// label set), is written out once, not once per sample: the conversion's
+// allocations stay a small multiple of the request, not samples x value.
+func TestSharedAttributeOnce(t *testing.T) {
+	now := time.Now()
+	b := ingesttest.NewOTLPBuilder()
+	p := b.Profile(map[string]string{"service.name": "s"}, "cpu", "nanoseconds", now)
+	big := b.Attr("big", "")
+	arr := b.PD.Dictionary().AttributeTable().At(int(big)).Value().SetEmptySlice()
+	for i := range 10000 {
+		arr.AppendEmpty().SetInt(int64(i) * 1000003)
+	}
+	stack := b.Stack(b.Frame("cpython", "f", "f.py", 1, 0, 1))
+	for i := range 20000 {
+		b.Sample(p, stack, []int32{big, b.Attr("n", int64(i))}, []int64{1}, 0, now)
+	}
+	raw := marshal(t, b.PD)
+	pd := decode(t, raw)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	profs, _, err := otlp.Convert(pd)
+	runtime.ReadMemStats(&after)
+	if err != nil || len(profs) != 1 {
+		t.Fatalf("%v, %d profiles", err, len(profs))
+	}
+	used := after.TotalAlloc - before.TotalAlloc
+	t.Logf("request %d bytes, conversion allocated %d bytes", len(raw), used)
+	if used > 200<<20 {
+		t.Errorf("conversion allocated %d MB for a %d KB request: the shared attribute is written out per sample", used>>20, len(raw)>>10)
+	}
+}

@@ -22,11 +22,13 @@ type dict struct {
 	locs  pprofile.LocationSlice
 	funcs pprofile.FunctionSlice
 	maps  pprofile.MappingSlice
+	// labelCache holds each attribute's label by its index.
+	labelCache map[int32]attrLabel
 }
 
 func newDict(d pprofile.ProfilesDictionary) *dict {
 	return &dict{strs: d.StringTable(), attrs: d.AttributeTable(), stack: d.StackTable(),
-		locs: d.LocationTable(), funcs: d.FunctionTable(), maps: d.MappingTable()}
+		locs: d.LocationTable(), funcs: d.FunctionTable(), maps: d.MappingTable(), labelCache: map[int32]attrLabel{}}
 }
 
 func (d *dict) str(i int32) (string, error) {
@@ -48,17 +50,26 @@ func (d *dict) attr(i int32) (string, pcommon.Value, error) {
 	return k, kv.Value(), err
 }
 
-// attributes is the map of the attributes at idx.
-func (d *dict) attributes(idx pcommon.Int32Slice) (pcommon.Map, error) {
-	m := pcommon.NewMap()
+// labels are the attributes at idx as labels. Each attribute is turned
+// into its label once per request, however many samples refer to it (an
+// array or map value is written out as JSON).
+func (d *dict) labels(idx pcommon.Int32Slice) ([]attrLabel, error) {
+	out := make([]attrLabel, 0, idx.Len())
 	for _, i := range idx.All() {
-		k, v, err := d.attr(i)
-		if err != nil {
-			return m, err
+		l, ok := d.labelCache[i]
+		if !ok {
+			k, v, err := d.attr(i)
+			if err != nil {
+				return nil, err
+			}
+			if l, err = toLabel(k, v); err != nil {
+				return nil, err
+			}
+			d.labelCache[i] = l
 		}
-		v.CopyTo(m.PutEmpty(k))
+		out = append(out, l)
 	}
-	return m, nil
+	return out, nil
 }
 
 // sampleKind is how the values of one OTLP profile become pprof values.
@@ -217,7 +228,7 @@ func (b *builder) sampleLabels(idx pcommon.Int32Slice, labels map[string]string)
 	if l, ok := b.labels[string(b.key)]; ok {
 		return l, nil
 	}
-	attrs, err := b.d.attributes(idx)
+	attrs, err := b.d.labels(idx)
 	if err != nil {
 		return nil, err
 	}
