@@ -48,17 +48,17 @@ import (
 )
 
 type options struct {
-	bin, repo          string
-	brokers, osURL     string
-	calHosts           int
-	calDuration        time.Duration
-	calSpeed           float64
-	steps              []int
-	step, drain        time.Duration
-	probeEvery         time.Duration
-	keep               bool
-	refresh            string
-	queryAddr, metrics string
+	bin, repo        string
+	brokers, osURL   string
+	calHosts         int
+	calDuration      time.Duration
+	calSpeed         float64
+	steps            []int
+	step, drain      time.Duration
+	probeEvery       time.Duration
+	keep             bool
+	refresh          string
+	rollupStateBytes int64
 }
 
 func main() {
@@ -76,6 +76,7 @@ func main() {
 	flag.DurationVar(&o.probeEvery, "probe-every", 2*time.Second, "C: one probe profile this often during each step")
 	flag.StringVar(&o.refresh, "refresh", "5s", "STACKSTREAM_OPENSEARCH_INDEX_REFRESH_INTERVAL of the bench's indices")
 	flag.BoolVar(&o.keep, "keep", false, "keep the topics, indices and templates")
+	flag.Int64Var(&o.rollupStateBytes, "rollup-state-bytes", 0, "STACKSTREAM_ROLLUP_MAX_STATE_BYTES of the rollup; 0 keeps its default")
 	flag.Parse()
 	for _, s := range strings.Split(steps, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -141,6 +142,9 @@ func run(ctx context.Context, o options) error {
 		"STACKSTREAM_ROLLUP_GROUP="+b.id+"-rollup",
 		"STACKSTREAM_QUERY_LISTEN_ADDR=127.0.0.1:18915",
 	)
+	if o.rollupStateBytes > 0 {
+		b.env = append(b.env, fmt.Sprintf("STACKSTREAM_ROLLUP_MAX_STATE_BYTES=%d", o.rollupStateBytes))
+	}
 	b.groups = map[string]string{
 		"stackstream-symbolizer": b.id + "-symbolizer",
 		"stackstream-indexer":    b.id + "-indexer",
@@ -328,6 +332,12 @@ func (b *bench) exactness(ctx context.Context) error {
 		sleep(ctx, 10*time.Second)
 	}
 	want := b.produced.Load()
+	// What went to the DLQ instead of a rollup or a samples document.
+	for _, name := range []string{"stackstream-rollup", "stackstream-indexer", "stackstream-symbolizer"} {
+		for _, l := range metricLines("http://"+listenAddrs[name]+"/metrics", "_dlq_total", "records_total{outcome=\"dlq\"}", "panics_total") {
+			fmt.Printf("  %s: %s\n", name, l)
+		}
+	}
 	fmt.Printf("produced cpu_nanoseconds_total=%d, rollup (kind=service, 1m) sum=%d, difference %d: exact=%v\n", want, got, got-want, got == want)
 	if got != want {
 		return fmt.Errorf("rollup CPU total %d != produced %d", got, want)
@@ -733,6 +743,28 @@ func metricSum(u, name string) (int64, error) {
 		}
 	}
 	return int64(total), sc.Err()
+}
+
+// metricLines returns the lines of a metrics page that contain any of subs.
+func metricLines(u string, subs ...string) []string {
+	resp, err := http.Get(u)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	defer resp.Body.Close()
+	var out []string
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		for _, sub := range subs {
+			if !strings.HasPrefix(line, "#") && strings.Contains(line, sub) {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	return out
 }
 
 func getJSON(u string, v any) error {
