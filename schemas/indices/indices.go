@@ -70,6 +70,20 @@ func (n Names) IndexTime(index string) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// IndexEnd is when the period a daily samples or monthly rollups index holds
+// ends: retention deletes an index once that is old enough.
+func (n Names) IndexEnd(index string) (time.Time, bool) {
+	t, ok := n.IndexTime(index)
+	switch {
+	case !ok:
+		return t, false
+	case strings.HasPrefix(index, n.Prefix+samplesName+"-"):
+		return t.AddDate(0, 0, 1), true
+	default:
+		return t.AddDate(0, 1, 0), true
+	}
+}
+
 // Settings overrides the index settings of the templates.
 type Settings struct {
 	Shards          int    // 0 keeps the template's

@@ -182,3 +182,22 @@ func TestStackKinds(t *testing.T) {
 		}
 	}
 }
+
+func TestIndexEnd(t *testing.T) {
+	n := Names{Prefix: "p-"}
+	for index, want := range map[string]string{
+		"p-samples-2026.12.01": "2026-12-02T00:00:00Z",
+		"p-rollups-2026.12":    "2027-01-01T00:00:00Z",
+		"p-rollups-2026.02":    "2026-03-01T00:00:00Z",
+	} {
+		got, ok := n.IndexEnd(index)
+		if !ok || got.Format(time.RFC3339) != want {
+			t.Errorf("IndexEnd(%s) = %v, %v; want %s", index, got, ok, want)
+		}
+	}
+	for _, index := range []string{"p-stacks", "q-samples-2026.12.01", "p-samples-soon"} {
+		if _, ok := n.IndexEnd(index); ok {
+			t.Errorf("IndexEnd(%s) read a period", index)
+		}
+	}
+}

@@ -59,29 +59,8 @@ func (r *Retention) Apply(ctx context.Context) ([]string, error) {
 	if r.Days <= 0 {
 		return nil, nil
 	}
-	var rows []struct {
-		Index string `json:"index"`
-	}
-	if err := r.get(ctx, "list samples indices", "/_cat/indices/"+r.Names.SamplesPattern()+"?format=json&h=index&expand_wildcards=open,closed", &rows); err != nil {
-		return nil, err
-	}
 	cutoff := r.Now().UTC().AddDate(0, 0, -r.Days)
-	var deleted []string
-	for _, row := range rows {
-		day, ok := r.Names.IndexTime(row.Index)
-		if !ok || !day.AddDate(0, 0, 1).Before(cutoff) {
-			continue
-		}
-		status, body, err := opensearch.Raw(ctx, r.Client, http.MethodDelete, "/"+row.Index, nil)
-		if err != nil {
-			return deleted, fmt.Errorf("delete index %s: %w", row.Index, err)
-		}
-		if status != http.StatusOK && status != http.StatusNotFound {
-			return deleted, fmt.Errorf("delete index %s: HTTP %d: %.200s", row.Index, status, body)
-		}
-		deleted = append(deleted, row.Index)
-	}
-	return deleted, nil
+	return opensearch.DeleteEnded(ctx, r.Client, r.Names.SamplesPattern(), r.Names.IndexEnd, cutoff)
 }
 
 // Merge force-merges to one segment the samples indices of days that ended

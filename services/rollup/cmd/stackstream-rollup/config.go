@@ -34,6 +34,9 @@ type Settings struct {
 	FlushTimeout    time.Duration `envconfig:"FLUSH_TIMEOUT" default:"30s" desc:"bound of the final write on shutdown or partition revoke"`
 	IdleFlush       time.Duration `envconfig:"IDLE_FLUSH" default:"1m" desc:"write the open windows of a partition without records for this long; 0 disables"`
 	BulkMaxBytes    int           `envconfig:"BULK_MAX_BYTES" default:"8388608" desc:"bytes per bulk request"`
+	MinuteDays      int           `envconfig:"MINUTE_RETENTION_DAYS" default:"14" desc:"delete minute rollups older than this many days (hourly ones stay); 0 keeps them"`
+	HourlyDays      int           `envconfig:"HOURLY_RETENTION_DAYS" default:"90" desc:"delete monthly rollups indices whose month ended more than this many days ago; 0 keeps them"`
+	LifecycleEvery  time.Duration `envconfig:"LIFECYCLE_INTERVAL" default:"1h" desc:"how often rollup retention runs"`
 }
 
 // Validate checks values that parse but cannot work.
@@ -55,6 +58,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_ROLLUP_MAX_AGE=%s is negative: use 0 (any past time) or more, e.g. 168h", s.MaxAge)
 	case s.MaxStateBytes < 16<<20:
 		return fmt.Errorf("STACKSTREAM_ROLLUP_MAX_STATE_BYTES=%d is below 16 MiB: use e.g. 268435456", s.MaxStateBytes)
+	case s.MinuteDays < 0 || s.HourlyDays < 0:
+		return fmt.Errorf("STACKSTREAM_ROLLUP_MINUTE_RETENTION_DAYS=%d, STACKSTREAM_ROLLUP_HOURLY_RETENTION_DAYS=%d: use 0 (keep) or a number of days", s.MinuteDays, s.HourlyDays)
+	case s.HourlyDays > 0 && (s.MinuteDays == 0 || s.MinuteDays > s.HourlyDays):
+		return fmt.Errorf("STACKSTREAM_ROLLUP_MINUTE_RETENTION_DAYS=%d is longer than STACKSTREAM_ROLLUP_HOURLY_RETENTION_DAYS=%d: minute rollups go first (the hours are built from them)", s.MinuteDays, s.HourlyDays)
+	case s.LifecycleEvery <= 0:
+		return fmt.Errorf("STACKSTREAM_ROLLUP_LIFECYCLE_INTERVAL=%s must be positive, e.g. 1h", s.LifecycleEvery)
 	case s.MaxPollRecords <= 0:
 		return fmt.Errorf("STACKSTREAM_ROLLUP_MAX_POLL_RECORDS=%d must be positive, e.g. 1000", s.MaxPollRecords)
 	case s.IdleFlush < 0:

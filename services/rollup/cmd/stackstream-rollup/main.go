@@ -15,6 +15,7 @@ import (
 	"github.com/stackstream/stackstream/pkg/service"
 	"github.com/stackstream/stackstream/pkg/telemetry"
 	"github.com/stackstream/stackstream/services/rollup/internal/aggregate"
+	"github.com/stackstream/stackstream/services/rollup/internal/lifecycle"
 	"github.com/stackstream/stackstream/services/rollup/internal/pipeline"
 )
 
@@ -76,6 +77,9 @@ func runMain() error {
 	g := service.NewGroup(log)
 	g.AddContext(ctx, func(ctx context.Context) error { return rollup.Run(ctx, cl) })
 	g.Add(srv.Run, srv.Stop)
+	lc := &lifecycle.Lifecycle{Client: osc, Names: cfg.Index.Names(), MinuteDays: cfg.Rollup.MinuteDays, HourlyDays: cfg.Rollup.HourlyDays,
+		Interval: cfg.Rollup.LifecycleEvery, Logger: log, Now: time.Now}
+	g.AddContext(ctx, lc.Run)
 	log.Info("started", "group", cfg.Rollup.Group, "topic", topics.ProfilesSymbolized, "listen", srv.Addr())
 	return g.Run()
 }

@@ -24,6 +24,9 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		{"negative max age", "STACKSTREAM_ROLLUP_MAX_AGE", "-1h", "STACKSTREAM_ROLLUP_MAX_AGE=-1h0m0s is negative"},
 		{"tiny state", "STACKSTREAM_ROLLUP_MAX_STATE_BYTES", "1000", "STACKSTREAM_ROLLUP_MAX_STATE_BYTES=1000 is below 16 MiB"},
 		{"broker without port", "STACKSTREAM_KAFKA_BROKERS", "localhost", "STACKSTREAM_KAFKA_BROKERS"},
+		{"negative minute retention", "STACKSTREAM_ROLLUP_MINUTE_RETENTION_DAYS", "-1", "STACKSTREAM_ROLLUP_MINUTE_RETENTION_DAYS=-1"},
+		{"minutes outlive hours", "STACKSTREAM_ROLLUP_MINUTE_RETENTION_DAYS", "120", "STACKSTREAM_ROLLUP_MINUTE_RETENTION_DAYS=120 is longer than STACKSTREAM_ROLLUP_HOURLY_RETENTION_DAYS=90"},
+		{"zero lifecycle interval", "STACKSTREAM_ROLLUP_LIFECYCLE_INTERVAL", "0s", "STACKSTREAM_ROLLUP_LIFECYCLE_INTERVAL=0s must be positive"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -43,7 +46,8 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.ListenAddr != "127.0.0.1:9104" || cfg.Rollup.AllowedLateness.String() != "2m0s" || cfg.Rollup.Group != "stackstream-rollup" ||
-		cfg.Rollup.MaxClockSkew.String() != "10m0s" || cfg.Rollup.MaxAge.String() != "168h0m0s" || cfg.Rollup.MaxStateBytes != aggregate.DefaultMaxStateBytes {
+		cfg.Rollup.MaxClockSkew.String() != "10m0s" || cfg.Rollup.MaxAge.String() != "168h0m0s" || cfg.Rollup.MaxStateBytes != aggregate.DefaultMaxStateBytes ||
+		cfg.Rollup.MinuteDays != 14 || cfg.Rollup.HourlyDays != 90 || cfg.Rollup.LifecycleEvery.String() != "1h0m0s" {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 	if err := config.Load(&cfg, []string{"-h"}, io.Discard); !errors.Is(err, config.ErrHelp) {

@@ -1,0 +1,83 @@
+// Package lifecycle ages the rollups out: minute rollups are kept for
+// MinuteDays, hourly ones for HourlyDays (longer: they are what long ranges
+// read). Hourly retention deletes whole monthly indices; minute documents
+// inside a kept month are deleted by query.
+package lifecycle
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/opensearch-project/opensearch-go/v4/opensearchapi"
+
+	"github.com/stackstream/stackstream/pkg/opensearch"
+	"github.com/stackstream/stackstream/schemas/indices"
+)
+
+// Lifecycle applies the rollups' retention every Interval.
+type Lifecycle struct {
+	Client     *opensearchapi.Client
+	Names      indices.Names
+	MinuteDays int // 0 keeps minute rollups as long as their month
+	HourlyDays int // 0 keeps the monthly indices
+	Interval   time.Duration
+	Logger     *slog.Logger
+	Now        func() time.Time
+}
+
+// Result is what one pass deleted.
+type Result struct {
+	Indices       []string // monthly indices whose month ended more than HourlyDays ago
+	MinuteRollups int64    // minute documents older than MinuteDays
+}
+
+// Run applies retention now and then every Interval until ctx ends. One
+// failed pass is logged; the next one tries again.
+func (l *Lifecycle) Run(ctx context.Context) error {
+	t := time.NewTicker(l.Interval)
+	defer t.Stop()
+	for {
+		r, err := l.Apply(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			l.Logger.Warn("rollup retention", "err", err)
+		case len(r.Indices) > 0 || r.MinuteRollups > 0:
+			l.Logger.Info("rollup retention", "deleted_indices", r.Indices, "deleted_minute_rollups", r.MinuteRollups,
+				"minute_days", l.MinuteDays, "hourly_days", l.HourlyDays)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Apply deletes what is past retention. Running it from several rollup
+// instances at once is harmless: each deletion is idempotent.
+func (l *Lifecycle) Apply(ctx context.Context) (Result, error) {
+	var r Result
+	now := l.Now().UTC()
+	if l.HourlyDays > 0 {
+		deleted, err := opensearch.DeleteEnded(ctx, l.Client, l.Names.RollupsPattern(), l.Names.IndexEnd, now.AddDate(0, 0, -l.HourlyDays))
+		r.Indices = deleted
+		if err != nil {
+			return r, err
+		}
+	}
+	if l.MinuteDays > 0 {
+		cutoff := now.AddDate(0, 0, -l.MinuteDays)
+		n, err := opensearch.DeleteMatching(ctx, l.Client, l.Names.RollupsPattern(), map[string]any{
+			"bool": map[string]any{"filter": []any{
+				map[string]any{"term": map[string]any{"resolution": indices.ResolutionMinute}},
+				map[string]any{"range": map[string]any{"@timestamp": map[string]any{"lt": cutoff.UnixMilli(), "format": "epoch_millis"}}},
+			}},
+		})
+		r.MinuteRollups = n
+		if err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}

@@ -1,0 +1,97 @@
+package lifecycle
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stackstream/stackstream/pkg/opensearch"
+	"github.com/stackstream/stackstream/pkg/testenv"
+	"github.com/stackstream/stackstream/schemas/indices"
+)
+
+// TestApply writes minute and hourly rollups over four months into the real
+// OpenSearch and applies 20 days for minutes and 45 for hours on 2026-12-10:
+// the months that ended more than 45 days ago go whole, minute rollups older
+// than 20 days go, everything else stays.
+func TestApply(t *testing.T) {
+	ctx := context.Background()
+	cl, err := opensearch.NewClient(ctx, opensearch.Config{URLs: []string{testenv.OpenSearchURL(t)}, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := indices.Names{Prefix: testenv.Name(t, "lc-") + "-"}
+	t.Cleanup(func() { opensearch.RemovePrefix(context.Background(), cl, names.Prefix) })
+	if _, err := opensearch.ApplyTemplates(ctx, cl, names.Prefix, indices.DefaultSettings); err != nil {
+		t.Fatal(err)
+	}
+	day := func(s string) time.Time {
+		d, err := time.Parse("2006-01-02T15", s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	var bulk bytes.Buffer
+	add := func(at time.Time, res string) {
+		d := indices.RollupDoc{Timestamp: at, Resolution: res, Kind: indices.KindService, Type: "cpu", Service: "api", Host: "h1", Value: 1}
+		fmt.Fprintf(&bulk, `{"index":{"_index":%q,"_id":%q}}`+"\n", names.Rollups(at), indices.RollupID(&d))
+		b, _ := json.Marshal(d)
+		bulk.Write(append(b, '\n'))
+	}
+	for _, at := range []string{"2026-09-15T10", "2026-10-20T10", "2026-11-10T10", "2026-11-25T10", "2026-12-09T10"} {
+		add(day(at), indices.ResolutionMinute)
+		add(day(at), indices.ResolutionHour)
+	}
+	status, body, err := opensearch.Raw(ctx, cl, http.MethodPost, "/_bulk?refresh=true", bulk.Bytes())
+	if err != nil || status != http.StatusOK || bytes.Contains(body, []byte(`"errors":true`)) {
+		t.Fatalf("bulk: %v %d %.500s", err, status, body)
+	}
+
+	l := &Lifecycle{Client: cl, Names: names, MinuteDays: 20, HourlyDays: 45, Interval: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return day("2026-12-10T00") }}
+	r, err := l.Apply(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// September ended 70 days before; October ended 40 days before (kept).
+	if len(r.Indices) != 1 || r.Indices[0] != names.Rollups(day("2026-09-15T10")) {
+		t.Errorf("deleted indices %v, want only September's", r.Indices)
+	}
+	// Minute rollups before 2026-11-20: October's and 2026-11-10's.
+	if r.MinuteRollups != 2 {
+		t.Errorf("deleted %d minute rollups, want 2", r.MinuteRollups)
+	}
+	opensearch.Raw(ctx, cl, http.MethodPost, "/"+names.RollupsPattern()+"/_refresh", nil)
+	status, body, err = opensearch.Raw(ctx, cl, http.MethodGet, "/"+names.RollupsPattern()+"/_search?size=100&sort=@timestamp:asc,resolution:asc", nil)
+	if err != nil || status != http.StatusOK {
+		t.Fatalf("search: %v %d %.300s", err, status, body)
+	}
+	var resp struct {
+		Hits struct {
+			Hits []struct {
+				Source indices.RollupDoc `json:"_source"`
+			} `json:"hits"`
+		} `json:"hits"`
+	}
+	json.Unmarshal(body, &resp)
+	var left []string
+	for _, h := range resp.Hits.Hits {
+		left = append(left, h.Source.Timestamp.Format("01-02")+"/"+h.Source.Resolution)
+	}
+	want := []string{"10-20/1h", "11-10/1h", "11-25/1h", "11-25/1m", "12-09/1h", "12-09/1m"}
+	if fmt.Sprint(left) != fmt.Sprint(want) {
+		t.Errorf("left %v, want %v", left, want)
+	}
+
+	// A second pass finds nothing more.
+	if r, err := l.Apply(ctx); err != nil || len(r.Indices) != 0 || r.MinuteRollups != 0 {
+		t.Errorf("second pass: %+v, %v", r, err)
+	}
+}
