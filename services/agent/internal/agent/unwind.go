@@ -126,7 +126,7 @@ func (u *unwinder) tick(ps *processes, samples []sampler.Sample) {
 			add(s.PID)
 		}
 	}
-	for _, pid := range u.takeMarked() {
+	for _, pid := range u.takeMarked(ps) {
 		add(pid)
 	}
 	for len(u.pending) > 0 && len(todo) < maxRegistrationsPerTick {
@@ -143,11 +143,7 @@ func (u *unwinder) tick(ps *processes, samples []sampler.Sample) {
 	}
 	for pid, st := range u.registered {
 		if p, ok := ps.procs[pid]; !ok || p.info.StartTime != st {
-			u.reg.RemoveProcess(pid)
-			u.registerPython(pid, nil)
-			u.registerV8(pid, nil)
-			u.registerHotSpot(pid, nil)
-			delete(u.registered, pid)
+			u.forget(pid)
 		}
 	}
 	stats := u.reg.Stats()
@@ -162,7 +158,7 @@ func (u *unwinder) tick(ps *processes, samples []sampler.Sample) {
 // (new programs, at their exec, before most of their first samples), then
 // those running at start.
 func (u *unwinder) poll(ps *processes) {
-	todo := u.takeMarked()
+	todo := u.takeMarked(ps)
 	// Then those running at start, sooner than the ticks alone would.
 	for len(u.pending) > 0 && len(todo) < maxRegistrationsPerPoll {
 		pid := u.pending[0]
@@ -183,18 +179,23 @@ func (u *unwinder) poll(ps *processes) {
 }
 
 // takeMarked returns the processes left over by the last poll, then those
-// the BPF program marked since, once each.
-func (u *unwinder) takeMarked() []int {
+// the BPF program marked since, once each. A process that exec'd is read
+// again (its comm, executable and maybe its cgroup changed: `sh -c 'echo $$
+// >cgroup.procs; exec prog'` was read before it joined).
+func (u *unwinder) takeMarked(ps *processes) []int {
 	pids := u.retry
 	u.retry = nil
 	seen := make(map[int]bool, len(pids))
 	for _, pid := range pids {
 		seen[pid] = true
 	}
-	for _, pid := range u.sampler.Refresh() {
-		if !seen[pid] {
-			seen[pid] = true
-			pids = append(pids, pid)
+	for _, st := range u.sampler.Refresh() {
+		if st.Exec {
+			delete(ps.procs, st.PID)
+		}
+		if !seen[st.PID] {
+			seen[st.PID] = true
+			pids = append(pids, st.PID)
 		}
 	}
 	return pids
@@ -210,7 +211,12 @@ func (u *unwinder) registerAll(ps *processes, todo []int, limit int) []int {
 		}
 		p := ps.get(pid, "")
 		if !p.targeted || p.info.StartTime == 0 {
-			continue // excluded, a kernel thread, or gone before it was read
+			// Excluded (since an exec, maybe), a kernel thread, or gone
+			// before it was read.
+			if _, ok := u.registered[pid]; ok {
+				u.forget(pid)
+			}
+			continue
 		}
 		n++
 		if err := u.register(pid); errors.Is(err, proc.ErrGone) {
@@ -224,6 +230,16 @@ func (u *unwinder) registerAll(ps *processes, todo []int, limit int) []int {
 		u.m.registrations.WithLabelValues("ok").Inc()
 	}
 	return nil
+}
+
+// forget unregisters pid: its stacks go back to the kernel's frame-pointer
+// walk.
+func (u *unwinder) forget(pid int) {
+	u.reg.RemoveProcess(pid)
+	u.registerPython(pid, nil)
+	u.registerV8(pid, nil)
+	u.registerHotSpot(pid, nil)
+	delete(u.registered, pid)
 }
 
 // register reads pid's maps and files off the tick (a file on a hung FUSE

@@ -63,7 +63,8 @@ func (w langWorkload) run(t testing.TB) (stacks [][]string, counts []uint64, c C
 	register()
 	refresh := func(d time.Duration) {
 		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-			for _, p := range s.Refresh() {
+			for _, st := range s.Refresh() {
+				p := st.PID
 				if p == pid {
 					register()
 				}

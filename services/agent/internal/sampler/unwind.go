@@ -192,20 +192,27 @@ func prefixes(start, limit uint64) []prefix {
 	return out
 }
 
-// Refresh returns the processes whose registration is stale (an address in
-// no registered mapping, an exec, a fork of a registered process) and
-// forgets them: the caller registers them again.
-func (s *Sampler) Refresh() []int {
+// Stale is a process the BPF program marked: its registration is stale (an
+// address in no registered mapping, a fork of a registered process) or it
+// exec'd a new program (Exec: registered or not, its identity changed too).
+type Stale struct {
+	PID  int
+	Exec bool
+}
+
+// Refresh returns the processes marked since the last call and forgets
+// them: the caller registers them again.
+func (s *Sampler) Refresh() []Stale {
 	var pid, why uint32
-	var pids []int
+	var out []Stale
 	it := s.objs.UnwindRefresh.Iterate()
 	for it.Next(&pid, &why) {
-		pids = append(pids, int(pid))
+		out = append(out, Stale{PID: int(pid), Exec: why == profiler.RefreshExec})
 	}
-	for _, p := range pids {
-		s.objs.UnwindRefresh.Delete(uint32(p))
+	for _, p := range out {
+		s.objs.UnwindRefresh.Delete(uint32(p.PID))
 	}
-	return pids
+	return out
 }
 
 // SetPython names the CPython state of a registered process: its samples'

@@ -225,7 +225,8 @@ func sampleRun(t testing.TB, cmd *exec.Cmd, d time.Duration, tables bool) ([][]s
 	// marked stale (an exec, a library loaded since).
 	refresh := func(d time.Duration) {
 		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-			for _, p := range s.Refresh() {
+			for _, st := range s.Refresh() {
+				p := st.PID
 				if p == pid && tables {
 					if err := reg.AddProcess(pid); err != nil {
 						t.Fatal(err)
