@@ -213,4 +213,15 @@ await finish(async () => {
     await noApiError(page);
     await shot('11-selector.png');
   });
+
+  await step('pick the Off-CPU type: its chart in place of memory, and the wall-clock chart', async () => {
+    await page.locator('[data-test-subj="profileType"]').selectOption('offcpu');
+    await page.waitForFunction(() => new URLSearchParams(location.search).get('type') === 'offcpu', null, { timeout: STEP_TIMEOUT });
+    // The fixture has CPU samples only: off-CPU is empty, wall clock is CPU.
+    await page.locator('[data-test-subj="offcpuChart-empty"], [data-testid="offcpu-chart"]').first().waitFor();
+    await waitAttr(page, '[data-testid="wall-chart"]', 'data-series', (v) => Number(v) > 0, 'wall series');
+    check((await page.locator('[data-testid="memory-chart"]').count()) === 0, 'the memory chart is still shown for off-CPU');
+    await noApiError(page);
+    await shot('12-offcpu.png');
+  });
 });
