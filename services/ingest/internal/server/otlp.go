@@ -242,6 +242,7 @@ func (s *Server) GRPC(opts ...grpc.ServerOption) *grpc.Server {
 		grpc.MaxConcurrentStreams(uint32(max(4, 2*cap(s.slots)))),
 		grpc.InTapHandle(func(ctx context.Context, info *tap.Info) (context.Context, error) {
 			if _, ok := s.grpcAuth(info.Header); !ok {
+				s.refused(endpointOTLPGRPC, fail(http.StatusUnauthorized, "auth", authMessage), "")
 				return ctx, status.Error(codes.Unauthenticated, authMessage)
 			}
 			return ctx, nil

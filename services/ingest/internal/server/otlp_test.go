@@ -1,22 +1,30 @@
 package server_test
 
 import (
+	"bytes"
+	stdgzip "compress/gzip"
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/pprof/profile"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/stackstream/stackstream/schemas/record"
 	"github.com/stackstream/stackstream/services/ingest/internal/ingesttest"
@@ -158,7 +166,16 @@ func TestOTLP(t *testing.T) {
 		if json {
 			ct = "application/json"
 		}
-		code, body, hdr := post(t, env.URL+server.OTLPPath, ct, otlpBody(t, ingesttest.EBPFProfilerRequest(now), json), "Authorization", "Bearer tok-a")
+		// Protobuf gzipped, as the collector's otlphttp exporter sends it.
+		raw, hdrs := otlpBody(t, ingesttest.EBPFProfilerRequest(now), json), []string{"Authorization", "Bearer tok-a"}
+		if !json {
+			var zb bytes.Buffer
+			zw := stdgzip.NewWriter(&zb)
+			zw.Write(raw)
+			zw.Close()
+			raw, hdrs = zb.Bytes(), append(hdrs, "Content-Encoding", "gzip")
+		}
+		code, body, hdr := post(t, env.URL+server.OTLPPath, ct, raw, hdrs...)
 		if code != 200 || hdr.Get("Content-Type") != ct {
 			t.Fatalf("http %s: %d %s %q", ct, code, body, hdr.Get("Content-Type"))
 		}
@@ -259,7 +276,12 @@ func TestOTLPRefused(t *testing.T) {
 			}
 		})
 	}
-	code, msg, _ := post(t, env.URL+server.OTLPPath, "text/plain", body(oneSample(now, "")), "Authorization", "Bearer tok-a")
+	bigJSON := append([]byte(`{"resourceProfiles":[]`), bytes.Repeat([]byte(" "), 4<<20)...)
+	code, msg, _ := post(t, env.URL+server.OTLPPath, "application/json", append(bigJSON, '}'), "Authorization", "Bearer tok-a")
+	if code != http.StatusRequestEntityTooLarge || !strings.Contains(msg, "JSON body") {
+		t.Errorf("JSON over 4 MiB: %d %s", code, msg)
+	}
+	code, msg, _ = post(t, env.URL+server.OTLPPath, "text/plain", body(oneSample(now, "")), "Authorization", "Bearer tok-a")
 	if code != http.StatusUnsupportedMediaType {
 		t.Errorf("text/plain: %d %s", code, msg)
 	}
@@ -271,4 +293,64 @@ func TestOTLPRefused(t *testing.T) {
 	if recs := env.ReadAll(t, 10*time.Second); len(recs) != 0 {
 		t.Errorf("%d records stored from refused requests", len(recs))
 	}
+}
+
+// TestOTLPBufferFull: with Kafka unreachable, the first request's records
+// wait in the producer's buffer (of one record); the next is refused at
+// once as OTLP clients retry it (HTTP 429 with Retry-After and a
+// google.rpc.Status body; gRPC ResourceExhausted with RetryInfo), and the
+// first gets Unavailable with RetryInfo once its delivery times out.
+func TestOTLPBufferFull(t *testing.T) {
+	cl, err := kgo.NewClient(append(server.ProducerOpts(1<<20, 1, time.Second), kgo.SeedBrokers("127.0.0.1:1"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	opts := ingesttest.Options("nowhere.profiles.raw", nil)
+	opts.ProduceTimeout = time.Second
+	s := server.NewServer(cl, opts, prometheusRegistry(), discard())
+	url := httptestServer(t, s.Handler())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := s.GRPC()
+	go g.Serve(ln)
+	defer g.Stop()
+
+	pd := func() pprofile.Profiles {
+		b := ingesttest.NewOTLPBuilder()
+		p := b.Profile(map[string]string{"host.name": "h"}, "cpu", "nanoseconds", time.Now())
+		b.Sample(p, b.Stack(b.Frame("cpython", "f", "f.py", 1, 0, 1)), nil, []int64{5}, 0, time.Now())
+		return b.PD
+	}
+	var wg sync.WaitGroup
+	var first error
+	wg.Go(func() { _, first = grpcExport(t, ln.Addr().String(), pd()) })
+	for cl.BufferedProduceRecords() == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	code, body, hdr := post(t, url+server.OTLPPath, "application/x-protobuf", otlpBody(t, pd(), false))
+	st := &spb.Status{}
+	if code != 429 || hdr.Get("Retry-After") != "5" || proto.Unmarshal([]byte(body), st) != nil ||
+		codes.Code(st.Code) != codes.ResourceExhausted || !strings.Contains(st.Message, "buffer") {
+		t.Errorf("http: %d Retry-After %q status %v", code, hdr.Get("Retry-After"), st)
+	}
+	_, err = grpcExport(t, ln.Addr().String(), pd())
+	if s := status.Convert(err); s.Code() != codes.ResourceExhausted || retryDelay(s) != 5*time.Second {
+		t.Errorf("grpc: %v (retry %v), want ResourceExhausted with RetryInfo 5s", err, retryDelay(s))
+	}
+	wg.Wait()
+	if s := status.Convert(first); s.Code() != codes.Unavailable || retryDelay(s) == 0 {
+		t.Errorf("first request: %v, want Unavailable with RetryInfo after the delivery timeout", first)
+	}
+}
+
+func retryDelay(s *status.Status) time.Duration {
+	for _, d := range s.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return ri.GetRetryDelay().AsDuration()
+		}
+	}
+	return 0
 }
