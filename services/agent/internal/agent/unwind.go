@@ -24,9 +24,9 @@ const maxRegistrationsPerTick = 128
 
 // Between ticks, every pollEvery, the processes the BPF program marked (an
 // exec, a fork of a registered process, an address in no registered
-// mapping) are registered, at most maxRegistrationsPerPoll a poll: a new
-// program is known within about pollEvery of its exec rather than at the
-// next tick. Under churn the rest wait for the next poll (maxRetry at most;
+// mapping) before the previous poll are registered, at most
+// maxRegistrationsPerPoll a poll: a new program is known 1-2 pollEvery after
+// its exec rather than at the next tick. Under churn the rest wait for the next poll (maxRetry at most;
 // past it, their samples bring them back at a tick).
 const (
 	maxRegistrationsPerPoll = 32
@@ -52,9 +52,10 @@ type unwinder struct {
 	hotspot  *hotspot.Detector // nil: Java frames not walked
 	java     *hotspot.Resolver
 
-	registered map[int]uint64 // pid -> start time at registration
-	pending    []int          // running at start, registered as the ticks allow
-	retry      []int          // marked, not registered yet: past a poll's bound
+	registered map[int]uint64  // pid -> start time at registration
+	pending    []int           // running at start, registered as the ticks allow
+	retry      []int           // marked, not registered yet: past a poll's bound
+	young      []sampler.Stale // marked at the last poll: taken at the next
 }
 
 type unwindMetrics struct {
@@ -179,9 +180,11 @@ func (u *unwinder) poll(ps *processes) {
 }
 
 // takeMarked returns the processes left over by the last poll, then those
-// the BPF program marked since, once each. A process that exec'd is read
-// again (its comm, executable and maybe its cgroup changed: `sh -c 'echo $$
-// >cgroup.procs; exec prog'` was read before it joined).
+// the BPF program marked before the last poll, once each: a mark waits one
+// poll, so that a process living less than that (most of a build's) costs
+// nothing but its mark. A process that exec'd is read again (its comm,
+// executable and maybe its cgroup changed: `sh -c 'echo $$ >cgroup.procs;
+// exec prog'` may have been read before it joined).
 func (u *unwinder) takeMarked(ps *processes) []int {
 	pids := u.retry
 	u.retry = nil
@@ -189,7 +192,10 @@ func (u *unwinder) takeMarked(ps *processes) []int {
 	for _, pid := range pids {
 		seen[pid] = true
 	}
-	for _, st := range u.sampler.Refresh() {
+	aged := u.young
+	// At most the size of the BPF map the marks come from.
+	u.young = u.sampler.Refresh()
+	for _, st := range aged {
 		if st.Exec {
 			delete(ps.procs, st.PID)
 		}
