@@ -62,3 +62,33 @@ func FuzzConvert(f *testing.F) {
 		}
 	})
 }
+
+// FuzzConvertJSON: OTLP JSON as pdata decodes it (the HTTP endpoint bounds
+// its size instead of counting it) through Convert: no panic, valid
+// profiles.
+func FuzzConvertJSON(f *testing.F) {
+	b, err := pprofileotlp.NewExportRequestFromProfiles(ingesttest.EBPFProfilerRequest(time.Now())).MarshalJSON()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		req := pprofileotlp.NewExportRequest()
+		if req.UnmarshalJSON(raw) != nil {
+			return
+		}
+		profs, _, err := otlp.Convert(req.Profiles())
+		if err != nil {
+			return
+		}
+		for _, p := range profs {
+			parsed, err := profile.ParseUncompressed(p.Pprof)
+			if err != nil {
+				t.Fatalf("converted profile does not parse: %v", err)
+			}
+			if err := parsed.CheckValid(); err != nil {
+				t.Fatalf("converted profile invalid: %v", err)
+			}
+		}
+	})
+}

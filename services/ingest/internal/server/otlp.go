@@ -240,6 +240,9 @@ func (s *Server) GRPC(opts ...grpc.ServerOption) *grpc.Server {
 		grpc.ForceServerCodecV2(rawCodec{}),
 		grpc.MaxRecvMsgSize(int(s.opts.MaxBodyBytes)),
 		grpc.MaxConcurrentStreams(uint32(max(4, 2*cap(s.slots)))),
+		// As the HTTP server's header limits and time-outs.
+		grpc.MaxHeaderListSize(64 << 10),
+		grpc.ConnectionTimeout(10 * time.Second),
 		grpc.InTapHandle(func(ctx context.Context, info *tap.Info) (context.Context, error) {
 			if _, ok := s.grpcAuth(info.Header); !ok {
 				s.refused(endpointOTLPGRPC, fail(http.StatusUnauthorized, "auth", authMessage), "")
