@@ -91,7 +91,8 @@ func tail(s string, n int) string {
 
 // TestPipeline profiles a C workload with the agent and follows its samples
 // through the symbolizer, indexer and rollup into the query API: the flame
-// graph, top functions, search and series all show the workload's hot function.
+// graph, top functions, search and series all show the workload's hot function;
+// the time it spends preempted shows in the offcpu type.
 func TestPipeline(t *testing.T) {
 	testenv.Root(t)
 	brokers := testenv.KafkaBrokers(t)
@@ -125,6 +126,9 @@ func TestPipeline(t *testing.T) {
 		"STACKSTREAM_AGENT_INTERVAL=2s",
 		"STACKSTREAM_AGENT_HOST_ID=" + name,
 		"STACKSTREAM_AGENT_PIDS=" + strconv.Itoa(workload.Process.Pid),
+		// The spinning workload is off the CPU only when preempted: record
+		// more of its switches than the default 1 in 100.
+		"STACKSTREAM_AGENT_OFFCPU_PROBABILITY=0.1",
 		"STACKSTREAM_QUERY_LISTEN_ADDR=" + queryAddr,
 	}
 	t.Cleanup(func() { cleanup(t, brokers, name, osURL) })
@@ -197,6 +201,19 @@ func TestPipeline(t *testing.T) {
 			}
 		}
 		return false
+	})
+
+	// The off-CPU type: the workload preempted in its hot loop, symbolized.
+	waitFor(ctx, t, "offcpu flame graph with e2e_hot_loop", func() bool {
+		var off struct {
+			Unit  string    `json:"unit"`
+			Total int64     `json:"total"`
+			Root  flameNode `json:"root"`
+		}
+		if getJSON(base+"flamegraph?type=offcpu&from=now-15m&to=now&query="+sel, &off) != nil || off.Total == 0 {
+			return false
+		}
+		return off.Unit == "nanoseconds" && off.Root.find("e2e_hot_loop") != nil
 	})
 
 	// Keyword search finds the function.
