@@ -77,6 +77,8 @@ type Profile struct {
 	Host string
 	// Agent is the instrumentation scope's name, "" without.
 	Agent string
+	// Where names it in the request: "resource 0 scope 1 profile 2".
+	Where string
 }
 
 // Rejected is an OTLP profile not converted, with why.
@@ -85,11 +87,12 @@ type Rejected struct {
 	Err   error
 }
 
-// Convert converts every profile of pd. A profile the pipeline cannot
-// store (a sample type it has no record type for, times outside the
-// accepted window) is Rejected, the others are converted; references out
-// of their table are ErrInvalid, and attribute keys that are no label key
-// once normalized convert.ErrInvalidTag: the request is refused.
+// Convert converts every profile of pd. A profile of a sample type no
+// record type holds is Rejected (convert.ErrUnsupported), the others are
+// converted (profiles without samples are left out); references out of
+// their table are ErrInvalid, attribute keys that are no label key once
+// normalized, or too many labels, convert.ErrInvalidTag: the request is
+// refused. The time window is checked when the records are made.
 func Convert(pd pprofile.Profiles) ([]Profile, []Rejected, error) {
 	d := newDict(pd.Dictionary())
 	var out []Profile
@@ -130,7 +133,7 @@ func Convert(pd pprofile.Profiles) ([]Profile, []Rejected, error) {
 				case err != nil:
 					rejected = append(rejected, Rejected{Where: where, Err: err})
 				case prof != nil:
-					out = append(out, Profile{Pprof: prof, Host: record.TruncateUTF8(host, record.MaxHostBytes), Agent: sp.Scope().Name()})
+					out = append(out, Profile{Pprof: prof, Host: record.TruncateUTF8(host, record.MaxHostBytes), Agent: sp.Scope().Name(), Where: where})
 				}
 			}
 		}

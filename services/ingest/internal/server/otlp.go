@@ -173,7 +173,7 @@ func (s *Server) exportOTLP(body []byte, isJSON bool, tenant, client string) (pp
 		}
 		out, err := convert.Pprof(p.Pprof, convert.Push{Tenant: tenant, Host: host}, s.opts.Convert)
 		if err != nil {
-			rejected = append(rejected, otlp.Rejected{Where: "profile of " + host, Err: err})
+			rejected = append(rejected, otlp.Rejected{Where: p.Where, Err: err})
 			continue
 		}
 		agent := "otlp"
