@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -110,5 +111,45 @@ func TestOffCPUProfile(t *testing.T) {
 	}
 	if exact < 0.95*blocked {
 		t.Errorf("%.0f of %.0f ns blocked with blocker <- worker <- main <- _start over nanosleep", exact, blocked)
+	}
+}
+
+// TestConfigOffCPU: bad off-CPU settings stop start-up with the variable
+// named; off (probability 0) needs no other setting.
+func TestConfigOffCPU(t *testing.T) {
+	base := Config{Frequency: 19, Interval: 10 * time.Second, CountsMapSize: 64, StacksMapSize: 64, BufferRecords: 1, BufferBytes: 1 << 20,
+		HeapMaxCompressedBytes: 1024, HeapMaxBytes: 1024, HeapMaxEntries: 16, HeapTimeout: time.Second, FileTimeout: time.Second, DebuginfoHold: time.Second,
+		Kubernetes: "off", OffCPUProbability: 0.01, OffCPUThreads: 16384}
+	for _, tc := range []struct {
+		name string
+		set  func(*Config)
+		want string // in the error; "" for none
+	}{
+		{"default", func(*Config) {}, ""},
+		{"off", func(c *Config) { c.OffCPUProbability, c.OffCPUThreads = 0, 0 }, ""},
+		{"every switch", func(c *Config) { c.OffCPUProbability = 1 }, ""},
+		{"negative", func(c *Config) { c.OffCPUProbability = -0.1 }, "STACKSTREAM_AGENT_OFFCPU_PROBABILITY"},
+		{"above one", func(c *Config) { c.OffCPUProbability = 1.5 }, "STACKSTREAM_AGENT_OFFCPU_PROBABILITY"},
+		{"not a number", func(c *Config) { c.OffCPUProbability = math.NaN() }, "STACKSTREAM_AGENT_OFFCPU_PROBABILITY"},
+		{"too small to apply", func(c *Config) { c.OffCPUProbability = 1e-9 }, "STACKSTREAM_AGENT_OFFCPU_PROBABILITY"},
+		{"negative minimum block", func(c *Config) { c.OffCPUMinBlock = -time.Millisecond }, "STACKSTREAM_AGENT_OFFCPU_MIN_BLOCK"},
+		{"too few threads", func(c *Config) { c.OffCPUThreads = 10 }, "STACKSTREAM_AGENT_OFFCPU_THREADS"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := base
+			tc.set(&c)
+			err := c.Validate()
+			if tc.want == "" && err != nil {
+				t.Fatalf("Validate: %v", err)
+			}
+			if tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("Validate = %v, want an error naming %s", err, tc.want)
+			}
+			if err == nil {
+				if err := c.offCPUSampler().Validate(); err != nil && c.OffCPUProbability > 0 {
+					t.Fatalf("the sampler refuses what the agent accepted: %v", err)
+				}
+			}
+		})
 	}
 }
