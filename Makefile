@@ -56,6 +56,10 @@ test: ## every module's tests (integration tests need make up; CI=true makes mis
 e2e: build ## end-to-end suite against the running local stack
 	go test -count=1 -v ./e2e/...
 
+.PHONY: e2e-compose
+e2e-compose: ## docker-compose.yml in containers (local images, host network): build, up, TestCompose, down (needs dockerd, docker-compose, mmdebstrap)
+	deploy/docker/e2e-compose.sh
+
 bench: build ## benchmarks: go test -bench plus the harnesses that print tables
 	go test -run '^$$' -bench . -benchmem -count=1 $(PKGS)
 	@for h in services/*/bench/run.sh; do [ -x "$$h" ] && { echo "== $$h"; "$$h"; } || true; done
