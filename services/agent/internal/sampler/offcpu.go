@@ -128,7 +128,8 @@ func (r *stackRefs) add(k profiler.ProfileSampleKey) {
 // drainOffCPU reads and empties the idle generation's off-CPU counts. stack
 // and unwoundStack read (and mark for deletion) the idle generation's
 // stacks; a block that started in the generation before lives in the
-// current one's, read as they are. It returns the idle generation's stacks
+// current one's, read as they are and deleted at that generation's next
+// drain (offDeferred). It returns the idle generation's stacks
 // that must stay: those of blocks still under way, and of blocks that
 // started in it and ended after the flip.
 func (s *Sampler) drainOffCPU(idle uint32, stack func(int32) []uint64, unwoundStack func(uint64) []uint64) ([]Sample, stackRefs, error) {
@@ -169,6 +170,7 @@ func (s *Sampler) drainOffCPU(idle uint32, stack func(int32) []uint64, unwoundSt
 				user = unwoundStack(k.UserStackHash)
 			}
 		} else {
+			s.offDeferred[key.StackGen&1].add(k)
 			user, kernel = current(k.UserStackId), current(k.KernelStackId)
 			if k.UserStackHash != 0 && otherUnwound.Lookup(k.UserStackHash, &us) == nil {
 				user = append([]uint64(nil), us.Frames[:min(int(us.Len), len(us.Frames))]...)

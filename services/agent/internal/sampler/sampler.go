@@ -100,6 +100,10 @@ type Sampler struct {
 	gen        uint32     // generation currently recording
 	countsFull uint64     // CPU and off-CPU samples lost (maps full) at the last drain
 	offSamples []Sample   // off-CPU samples of the last drain
+	// Stacks of off-CPU blocks that ended a generation after the one they
+	// started in, read from its maps while it recorded: deleted at its
+	// next drain.
+	offDeferred [2]stackRefs
 
 	unwindMu sync.Mutex // the row allocator and the registered processes
 	rows     *rowAllocator
@@ -345,6 +349,17 @@ func (s *Sampler) Drain() (samples []Sample, entries int, err error) {
 			unwound.Delete(h)
 		}
 	}
+	for id := range s.offDeferred[idle].ids {
+		if !keep.ids[id] && id >= 0 {
+			stacks.Delete(uint32(id))
+		}
+	}
+	for h := range s.offDeferred[idle].hashes {
+		if !keep.hashes[h] {
+			unwound.Delete(h)
+		}
+	}
+	s.offDeferred[idle] = stackRefs{}
 	// A sample whose count could not be stored (counts map full) left its
 	// stacks behind, referenced by no key: clear them, or they would
 	// accumulate until no new stack fits.
