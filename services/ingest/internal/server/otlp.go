@@ -55,10 +55,10 @@ func (s *Server) otlpHTTP(w http.ResponseWriter, r *http.Request) {
 		if !isJSON && mediaType != contentProto && mediaType != "application/protobuf" {
 			return fail(http.StatusUnsupportedMediaType, "bad_format", "Content-Type %q is not supported: send %s or %s", short(mediaType), contentProto, contentJSON)
 		}
-		if err := pprofileotlp.ValidateDevelopmentVersion(r.Header.Values(pprofileotlp.DevelopmentVersionHeader)); err != nil {
-			return fail(http.StatusBadRequest, "bad_otlp", "%v", err)
-		}
 		return s.serve(r, func(r *http.Request, body []byte, tenant string) *failure {
+			if err := pprofileotlp.ValidateDevelopmentVersion(r.Header.Values(pprofileotlp.DevelopmentVersionHeader)); err != nil {
+				return fail(http.StatusBadRequest, "bad_otlp", "%v", err)
+			}
 			var f *failure
 			resp, f = s.exportOTLP(body, isJSON, tenant, s.clientAddr(r))
 			return f
@@ -285,12 +285,12 @@ func (s *Server) exportGRPC(ctx context.Context, body []byte) ([]byte, error) {
 		}
 	}
 	resp, f := func() (pprofileotlp.ExportResponse, *failure) {
-		if err := pprofileotlp.ValidateDevelopmentVersion(md.Get(pprofileotlp.DevelopmentVersionHeader)); err != nil {
-			return pprofileotlp.ExportResponse{}, fail(http.StatusBadRequest, "bad_otlp", "%v", err)
-		}
 		tenant, ok := s.grpcAuth(md)
 		if !ok {
 			return pprofileotlp.ExportResponse{}, fail(http.StatusUnauthorized, "auth", authMessage)
+		}
+		if err := pprofileotlp.ValidateDevelopmentVersion(md.Get(pprofileotlp.DevelopmentVersionHeader)); err != nil {
+			return pprofileotlp.ExportResponse{}, fail(http.StatusBadRequest, "bad_otlp", "%v", err)
 		}
 		if !s.acquire(ctx) {
 			return pprofileotlp.ExportResponse{}, &failure{status: http.StatusTooManyRequests, reason: "busy", retry: s.opts.QueueWait,
