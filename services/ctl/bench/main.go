@@ -67,7 +67,7 @@ func main() {
 	flag.StringVar(&o.repo, "repo", "../..", "repository root (bin/ and .run/ below it)")
 	flag.StringVar(&o.brokers, "brokers", "127.0.0.1:9092", "Kafka")
 	flag.StringVar(&o.osURL, "opensearch", "http://127.0.0.1:9200", "OpenSearch")
-	flag.IntVar(&o.calHosts, "cal-hosts", 200, "A: hosts of the calibration fleet")
+	flag.IntVar(&o.calHosts, "cal-hosts", 200, "A: hosts of the calibration fleet; 0 skips part A")
 	flag.DurationVar(&o.calDuration, "cal-duration", 3*time.Minute, "A: simulated time of the calibration fleet")
 	flag.Float64Var(&o.calSpeed, "cal-speed", 6, "A: catch-up speed of the calibration fleet")
 	flag.StringVar(&steps, "steps", "100,200,400,800", "B: fleet sizes tried, in order; the search stops at the first that fails")
@@ -186,8 +186,10 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	b.parts = int64(len(td[b.topics.ProfilesSymbolized].Partitions))
-	if err := b.calibrate(ctx); err != nil {
-		return err
+	if o.calHosts > 0 {
+		if err := b.calibrate(ctx); err != nil {
+			return err
+		}
 	}
 	if err := b.search(ctx); err != nil {
 		return err
@@ -241,9 +243,9 @@ func (b *bench) calibrate(ctx context.Context) error {
 // probe publishing marked profiles, until a step's lag is not bounded.
 func (b *bench) search(ctx context.Context) error {
 	o := b.o
-	fmt.Printf("\n## B+C. Stepped search: each step %v at speed 1 (8 cores, 19 Hz, 10 s, 5 services/host), lag sampled every 5 s; bounded = every group's lag in the second half of the step at most one interval of the fleet's records and loadgen on time; probe every %v, refresh %s\n", o.step, o.probeEvery, o.refresh)
-	fmt.Println("| hosts | records/s | symbolizer lag max (end) | indexer lag max (end) | rollup lag max (end) | loadgen behind | bounded | probes | latency p50 | p99 | max | consumer CPU % (sym/idx/rollup/kafka/os) |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Printf("\n## B+C. Stepped search: each step %v at speed 1 (8 cores, 19 Hz, 10 s, 5 services/host), lag sampled every 5 s; bounded = every group's lag in the second half of the step at most one interval of the fleet's records, no record to any DLQ during the step, and loadgen on time; probe every %v, refresh %s\n", o.step, o.probeEvery, o.refresh)
+	fmt.Println("| hosts | records/s | symbolizer lag max (end) | indexer lag max (end) | rollup lag max (end) | DLQ records | loadgen behind | bounded | probes | latency p50 | p99 | max | consumer CPU % (sym/idx/rollup/kafka/os) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	best := 0
 	for si, hosts := range o.steps {
 		if ctx.Err() != nil {
@@ -255,6 +257,7 @@ func (b *bench) search(ctx context.Context) error {
 		cfg.Seed = int64(100 + si)
 		pids := b.pids()
 		before := cpuOf(pids)
+		dlq0 := b.dlqCount()
 		t0 := time.Now()
 		stepCtx, stepDone := context.WithCancel(ctx)
 		var lags []lagSample
@@ -272,6 +275,7 @@ func (b *bench) search(ctx context.Context) error {
 		}
 		elapsed := time.Since(t0)
 		after := cpuOf(pids)
+		dlq := b.dlqCount() - dlq0
 		bound := int64(2*hosts) + 50 // one interval of the fleet's records, and the probes'
 		var maxLag [3]int64
 		for _, l := range lags {
@@ -286,7 +290,7 @@ func (b *bench) search(ctx context.Context) error {
 		if len(lags) > 0 {
 			end = lags[len(lags)-1].lag
 		}
-		ok := sum.Behind < cfg.Interval
+		ok := sum.Behind < cfg.Interval && dlq == 0
 		for i := range maxLag {
 			ok = ok && maxLag[i] <= bound
 		}
@@ -294,8 +298,8 @@ func (b *bench) search(ctx context.Context) error {
 		pct := func(name string) string {
 			return fmt.Sprintf("%.0f", (after[name]-before[name])/elapsed.Seconds()*100)
 		}
-		fmt.Printf("| %d | %.0f | %d (%d) | %d (%d) | %d (%d) | %v | %v | %d (%d not seen in 60 s) | %s | %s | %s | %s/%s/%s/%s/%s |\n",
-			hosts, float64(sum.Records)/elapsed.Seconds(), maxLag[0], end[0], maxLag[1], end[1], maxLag[2], end[2],
+		fmt.Printf("| %d | %.0f | %d (%d) | %d (%d) | %d (%d) | %d | %v | %v | %d (%d not seen in 60 s) | %s | %s | %s | %s/%s/%s/%s/%s |\n",
+			hosts, float64(sum.Records)/elapsed.Seconds(), maxLag[0], end[0], maxLag[1], end[1], maxLag[2], end[2], dlq,
 			sum.Behind.Round(10*time.Millisecond), ok, lat.n, lat.lost, lat.p(50), lat.p(99), lat.p(100),
 			pct("stackstream-symbolizer"), pct("stackstream-indexer"), pct("stackstream-rollup"), pct("kafka"), pct("opensearch"))
 		if err := b.waitDrained(ctx, o.drain); err != nil {
@@ -546,6 +550,16 @@ func (p *probeSet) wait(limit time.Duration) latencies {
 	s := append([]time.Duration(nil), p.lat...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return latencies{n: len(s) + p.lost, lost: p.lost, sorted: s}
+}
+
+// dlqCount is the records every consumer sent to the DLQ so far.
+func (b *bench) dlqCount() int64 {
+	var n int64
+	for _, svc := range []string{"symbolizer", "indexer", "rollup"} {
+		v, _ := metricSum("http://"+listenAddrs["stackstream-"+svc]+"/metrics", "stackstream_"+svc+"_dlq_total")
+		n += v
+	}
+	return n
 }
 
 // rollupCPU sums the per-minute service rollups of every host of the run,
