@@ -185,7 +185,7 @@ func TestJITEvict(t *testing.T) {
 func TestConfigJavaPerfMap(t *testing.T) {
 	c := Config{Frequency: 19, Interval: 10 * time.Second, CountsMapSize: 64, StacksMapSize: 64, BufferRecords: 1, BufferBytes: 1 << 20,
 		HeapMaxCompressedBytes: 1024, HeapMaxBytes: 1024, HeapMaxEntries: 16, HeapTimeout: time.Second, FileTimeout: time.Second, DebuginfoHold: time.Second,
-		PerfMaps: true, JavaPerfMap: true, JavaPerfMapInterval: 100 * time.Millisecond}
+		PerfMaps: true, JavaPerfMap: true, JavaPerfMapInterval: 100 * time.Millisecond, Kubernetes: "off"}
 	if err := c.Validate(); err == nil {
 		t.Fatal("100ms accepted")
 	}
