@@ -1,6 +1,7 @@
 // Package agent turns the sampler's counts into pprof records every interval:
-// CPU (eBPF samples), memory (RSS per process) and heap (scraped endpoints),
-// plus the debuginfo of every new binary.
+// CPU (eBPF samples), off-CPU (time blocked, eBPF sched_switch), memory (RSS
+// per process) and heap (scraped endpoints), plus the debuginfo of every new
+// binary.
 package agent
 
 import (

@@ -1,6 +1,7 @@
 // Package sampler runs the eBPF CPU sampler: it loads the program, attaches
-// it to a software CPU clock perf event on every online CPU, and drains the
-// idle map generation on demand.
+// it to a software CPU clock perf event on every online CPU (and, with
+// off-CPU profiling on, to sched_switch: offcpu.go), and drains the idle map
+// generation on demand.
 package sampler
 
 import (
