@@ -45,6 +45,11 @@ type Item struct {
 	// already stored, so immutable documents are written once.
 	Create bool
 	Doc    []byte // JSON
+	// Update, when set, makes the item an update action with this body
+	// (a script and an upsert document, say) instead of writing Doc;
+	// concurrent updates of one document are retried by OpenSearch
+	// (retry_on_conflict), then by the writer.
+	Update []byte
 }
 
 // Rejected is an item OpenSearch refused for good (a mapping error, another
@@ -179,6 +184,8 @@ func (w *Writer) send(ctx context.Context, items []Item, idx []int, body []byte)
 			switch {
 			case r.Status >= 200 && r.Status < 300:
 				w.m.Docs.WithLabelValues("stored").Inc()
+			case r.Status == http.StatusConflict && items[i].Update != nil:
+				retry = append(retry, i)
 			case r.Status == http.StatusConflict && items[i].Create:
 				w.m.Docs.WithLabelValues("existed").Inc()
 			case transient(r.Status):
@@ -397,8 +404,11 @@ func allStored(raw []byte) bool {
 }
 
 func appendItem(b *bytes.Buffer, it *Item) {
-	op := "index"
-	if it.Create {
+	op, doc := "index", it.Doc
+	switch {
+	case it.Update != nil:
+		op, doc = "update", it.Update
+	case it.Create:
 		op = "create"
 	}
 	b.WriteString(`{"`)
@@ -407,8 +417,11 @@ func appendItem(b *bytes.Buffer, it *Item) {
 	writeJSONString(b, it.Index)
 	b.WriteString(`,"_id":`)
 	writeJSONString(b, it.ID)
+	if it.Update != nil {
+		b.WriteString(`,"retry_on_conflict":3`)
+	}
 	b.WriteString("}}\n")
-	doc := bytes.TrimSpace(it.Doc)
+	doc = bytes.TrimSpace(doc)
 	if bytes.IndexByte(doc, '\n') >= 0 {
 		// The bulk format is one line per document: compact pretty JSON.
 		before := b.Len()

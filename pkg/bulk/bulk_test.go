@@ -471,3 +471,27 @@ func FuzzParseResponse(f *testing.F) {
 		}
 	})
 }
+
+// TestUpdateUpsertsAndScripts: an update item creates its upsert document
+// when there is none, then runs its script on the stored one, and several
+// updates of one document in one request all apply.
+func TestUpdateUpsertsAndScripts(t *testing.T) {
+	cl := client(t, testenv.OpenSearchURL(t))
+	index := testIndex(t, cl)
+	w := New(cl, Options{Metrics: NewMetrics(nil, "")})
+	raise := func(id string, n int) Item {
+		body := fmt.Sprintf(`{"script":{"lang":"painless","source":"if (ctx._source.n < params.n) { ctx._source.n = params.n } else { ctx.op = 'none' }","params":{"n":%d}},"upsert":{"n":%d,"s":"first"}}`, n, n)
+		return Item{Index: index, ID: id, Update: []byte(body), Doc: []byte(`{"ignored": true}`)}
+	}
+	for _, round := range [][]Item{
+		{raise("a", 5), raise("b", 1)},
+		{raise("a", 9), raise("a", 3), raise("b", 2), raise("b", 7)},
+	} {
+		if rej, err := w.Write(context.Background(), round); err != nil || len(rej) != 0 {
+			t.Fatalf("Write = %v, %v", rej, err)
+		}
+	}
+	if got := stored(t, cl, index); got["a"] != 9 || got["b"] != 7 || len(got) != 2 {
+		t.Fatalf("stored %v, want a=9 (3 came later but is lower) and b=7", got)
+	}
+}

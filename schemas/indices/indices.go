@@ -183,6 +183,25 @@ type StackDoc struct {
 	// Kinds are the distinct kinds of the frames, native included, sorted
 	// (schema 2): the keyword that finds the stacks holding Python frames.
 	Kinds []string `json:"kinds,omitempty"`
+	// LastSeen is the newest day (2006-01-02, UTC) a profile used the stack
+	// (schema 3): the indexer moves it forward once a day per stack, and
+	// retention deletes the stacks no profile used for longer than every
+	// index that can refer to them is kept.
+	LastSeen string `json:"last_seen,omitempty"`
+}
+
+// DayOf is the LastSeen form of t.
+func DayOf(t time.Time) string { return t.UTC().Format("2006-01-02") }
+
+// TouchStackScript moves a stored stack's last_seen forward to params.day,
+// and leaves a newer one (a replay of old profiles) as it is, writing
+// nothing then.
+func TouchStackScript(day string) map[string]any {
+	return map[string]any{
+		"lang":   "painless",
+		"source": "if (ctx._source.last_seen == null || ctx._source.last_seen.compareTo(params.day) < 0) { ctx._source.last_seen = params.day } else { ctx.op = 'none' }",
+		"params": map[string]any{"day": day},
+	}
 }
 
 // StackKinds are the distinct kinds of frames as stored (an empty Kind is

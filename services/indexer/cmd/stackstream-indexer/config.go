@@ -28,6 +28,7 @@ type Indexer struct {
 	BulkMaxBytes      int           `envconfig:"BULK_MAX_BYTES" default:"8388608" desc:"body size of one bulk request"`
 	ShutdownTimeout   time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"how long the last batch may take to be stored on shutdown"`
 	RetentionDays     int           `envconfig:"RETENTION_DAYS" default:"7" desc:"delete daily samples indices older than this many days; 0 keeps them"`
+	StacksDays        int           `envconfig:"STACKS_RETENTION_DAYS" default:"91" desc:"delete stacks no profile used for this many days; keep it above every retention of the indices that refer to stacks (samples, and the rollups' STACKSTREAM_ROLLUP_HOURLY_RETENTION_DAYS, 90); 0 keeps them, as does RETENTION_DAYS=0"`
 	RetentionInterval time.Duration `envconfig:"RETENTION_INTERVAL" default:"1h" desc:"how often retention runs"`
 	MergeAfter        time.Duration `envconfig:"MERGE_AFTER" default:"1h" desc:"force-merge a daily samples index to one segment this long after its day ended; 0 never"`
 	Workers           int           `envconfig:"WORKERS" default:"0" desc:"profiles decoded in parallel; 0 is one per CPU"`
@@ -55,6 +56,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_INDEXER_SHUTDOWN_TIMEOUT=%s must be positive", i.ShutdownTimeout)
 	case i.RetentionDays < 0:
 		return fmt.Errorf("STACKSTREAM_INDEXER_RETENTION_DAYS=%d must be 0 (keep) or positive", i.RetentionDays)
+	case i.StacksDays < 0 || (i.StacksDays > 0 && i.RetentionDays > 0 && i.StacksDays <= i.RetentionDays):
+		return fmt.Errorf("STACKSTREAM_INDEXER_STACKS_RETENTION_DAYS=%d: use 0 (keep), or more days than STACKSTREAM_INDEXER_RETENTION_DAYS=%d (samples refer to stacks)", i.StacksDays, i.RetentionDays)
 	case i.MergeAfter < 0:
 		return fmt.Errorf("STACKSTREAM_INDEXER_MERGE_AFTER=%s must be 0 (never) or positive", i.MergeAfter)
 	case i.Workers < 0:

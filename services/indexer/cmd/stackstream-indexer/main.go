@@ -67,7 +67,7 @@ func runMain() error {
 		Metrics:      metrics,
 	})
 	retention := &indexer.Retention{
-		Client: osc, Names: names, Days: cfg.Indexer.RetentionDays, MergeAfter: cfg.Indexer.MergeAfter,
+		Client: osc, Names: names, Days: cfg.Indexer.RetentionDays, StacksDays: cfg.Indexer.StacksDays, MergeAfter: cfg.Indexer.MergeAfter,
 		Interval: cfg.Indexer.RetentionInterval, Logger: log, Now: time.Now,
 	}
 	srv, err := telemetry.Listen(cfg.ListenAddr, telemetry.Mux(reg, func(ctx context.Context) error {

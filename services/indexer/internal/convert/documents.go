@@ -50,7 +50,8 @@ func stackDoc(frames []indices.Frame, at time.Time) indices.StackDoc {
 			fns = append(fns, f.Function)
 		}
 	}
-	return indices.StackDoc{Timestamp: at, Frames: frames, Functions: fns, Leaf: frames[0].Function, Depth: len(frames), Kinds: indices.StackKinds(frames)}
+	return indices.StackDoc{Timestamp: at, Frames: frames, Functions: fns, Leaf: frames[0].Function, Depth: len(frames), Kinds: indices.StackKinds(frames),
+		LastSeen: indices.DayOf(at)}
 }
 
 // Sample is one samples-index document: the samples of a profile with the

@@ -7,6 +7,7 @@ package indexer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -93,12 +94,12 @@ type Indexer struct {
 	opts   Options
 	log    *slog.Logger
 	m      *Metrics
-	stored map[string]struct{} // stack IDs OpenSearch acknowledged
+	stored map[string]string // stack ID -> the newest last_seen day OpenSearch acknowledged
 	// sending is the stack IDs of the batch being written: the next batch
 	// need not send them again (each would come back a 409 conflict, which
 	// costs OpenSearch more than a stored document). Should that write
 	// fail, Run stops and the records are redelivered.
-	sending map[string]bool
+	sending map[string]string
 	conv    *convert.Converter
 	// convertRecord is convert; tests replace it to reach the record
 	// boundary's recover.
@@ -155,7 +156,7 @@ func New(kcl *kgo.Client, w *bulk.Writer, opts Options) *Indexer {
 	if opts.Limits == (convert.Limits{}) {
 		opts.Limits = convert.DefaultLimits()
 	}
-	ix := &Indexer{kcl: kcl, w: w, opts: opts, log: opts.Logger, m: opts.Metrics, stored: map[string]struct{}{},
+	ix := &Indexer{kcl: kcl, w: w, opts: opts, log: opts.Logger, m: opts.Metrics, stored: map[string]string{},
 		conv: convert.New(opts.Limits)}
 	ix.convertRecord = ix.convert
 	return ix
@@ -168,7 +169,7 @@ type batch struct {
 	bytes   int
 	items   []bulk.Item
 	owner   map[string]*kgo.Record // index + "\x00" + _id -> the record it came from
-	stacks  map[string]bool        // stack IDs already in items
+	stacks  map[string]string      // stack IDs already in items -> their last_seen day
 	dlq     []*kgo.Record          // dead letters ready to produce
 	raw     int64
 	samples int
@@ -181,7 +182,7 @@ type topicPartition struct {
 }
 
 func newBatch() *batch {
-	return &batch{owner: map[string]*kgo.Record{}, stacks: map[string]bool{}, last: map[topicPartition]*kgo.Record{}}
+	return &batch{owner: map[string]*kgo.Record{}, stacks: map[string]string{}, last: map[topicPartition]*kgo.Record{}}
 }
 
 func (b *batch) lastRecords() []*kgo.Record {
@@ -367,8 +368,8 @@ func (ix *Indexer) reap(f *flight) error {
 		if len(ix.stored)+len(f.b.stacks) > ix.opts.StackCacheSize {
 			clear(ix.stored)
 		}
-		for id := range f.b.stacks {
-			ix.stored[id] = struct{}{}
+		for id, day := range f.b.stacks {
+			ix.stored[id] = max(ix.stored[id], day)
 		}
 	}
 	return f.err
@@ -436,10 +437,11 @@ func (ix *Indexer) add(b *batch, r *kgo.Record, c converted) {
 	stacksIndex := ix.opts.Names.Stacks()
 	first, stackBytes := len(b.items), 0
 	for _, s := range docs.Stacks {
-		if b.stacks[s.ID] || ix.sending[s.ID] {
-			continue
-		}
-		if _, ok := ix.stored[s.ID]; ok {
+		// A stack is written once per day it is used: created the first
+		// time, its last_seen moved forward on later days (retention deletes
+		// the stacks unused for long).
+		day := indices.DayOf(s.At)
+		if b.stacks[s.ID] >= day || ix.sending[s.ID] >= day || ix.stored[s.ID] >= day {
 			continue
 		}
 		if stackBytes += stackDocEstimate(s.Frames); stackBytes > maxStackDocBytes {
@@ -453,10 +455,11 @@ func (ix *Indexer) add(b *batch, r *kgo.Record, c converted) {
 			b.dlq = append(b.dlq, ix.deadLetter(r, err))
 			return
 		}
-		b.stacks[s.ID] = true
-		b.items = append(b.items, bulk.Item{Index: stacksIndex, ID: s.ID, Create: true, Doc: doc})
+		b.stacks[s.ID] = day
+		upd := touchStack(doc, day)
+		b.items = append(b.items, bulk.Item{Index: stacksIndex, ID: s.ID, Update: upd, Doc: doc})
 		b.owner[stacksIndex+"\x00"+s.ID] = r
-		b.bytes += len(doc) + len(s.ID) + len(stacksIndex) + 40
+		b.bytes += len(upd) + len(s.ID) + len(stacksIndex) + 40
 	}
 	for _, s := range docs.Samples {
 		b.items = append(b.items, bulk.Item{Index: s.Index, ID: s.ID, Doc: s.Doc})
@@ -473,10 +476,22 @@ func (b *batch) unadd(first int) {
 	for _, it := range b.items[first:] {
 		delete(b.stacks, it.ID)
 		delete(b.owner, it.Index+"\x00"+it.ID)
-		b.bytes -= len(it.Doc) + len(it.ID) + len(it.Index) + 40
+		b.bytes -= len(it.Update) + len(it.ID) + len(it.Index) + 40
 	}
 	clear(b.items[first:])
 	b.items = b.items[:first]
+}
+
+// touchStack is the update of a stacks document: created from doc when
+// missing, else its last_seen moved forward to day.
+func touchStack(doc []byte, day string) []byte {
+	script, _ := json.Marshal(indices.TouchStackScript(day))
+	out := make([]byte, 0, len(doc)+len(script)+32)
+	out = append(out, `{"script":`...)
+	out = append(out, script...)
+	out = append(out, `,"upsert":`...)
+	out = append(out, doc...)
+	return append(out, '}')
 }
 
 // stackDocEstimate is about the size of a stacks document of frames (the

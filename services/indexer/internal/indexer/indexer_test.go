@@ -2,6 +2,8 @@ package indexer_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -440,5 +442,86 @@ func TestBatchFillsWhileWriteInFlight(t *testing.T) {
 	}
 	if err := e.ReadStored(t).Check(want); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStacksLastSeenAndPrune: stacks record the newest day a profile used
+// them (not moved back by a replay of older days), and retention deletes
+// those unused for longer than StacksDays, never one without last_seen.
+func TestStacksLastSeenAndPrune(t *testing.T) {
+	e := setup(t, 1)
+	ctx := context.Background()
+	day1 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	day2 := day1.AddDate(0, 0, 2)
+	corpus := func(at time.Time) []indexertest.Record {
+		c := smallCorpus(2)
+		c.Start = at
+		recs, _, err := c.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return recs
+	}
+	lastSeen := func() map[string]int {
+		t.Helper()
+		opensearch.Raw(ctx, e.OS, "POST", "/"+e.Names.Stacks()+"/_refresh", nil)
+		st, body, err := opensearch.Raw(ctx, e.OS, "POST", "/"+e.Names.Stacks()+"/_search", []byte(`{"size":0,"aggs":{"d":{"terms":{"field":"last_seen","missing":"1970-01-01","size":10}}}}`))
+		if err != nil || st != 200 {
+			t.Fatalf("search stacks: %d %.300s %v", st, body, err)
+		}
+		var resp struct {
+			Aggregations struct {
+				D struct {
+					Buckets []struct {
+						Key   any `json:"key_as_string"`
+						Raw   any `json:"key"`
+						Count int `json:"doc_count"`
+					} `json:"buckets"`
+				} `json:"d"`
+			} `json:"aggregations"`
+		}
+		json.Unmarshal(body, &resp)
+		out := map[string]int{}
+		for _, b := range resp.Aggregations.D.Buckets {
+			k := fmt.Sprint(b.Key)
+			if b.Key == nil {
+				k = fmt.Sprint(b.Raw)
+			}
+			out[k] += b.Count
+		}
+		return out
+	}
+	r := start(t, e, e.URL)
+	e.Produce(t, corpus(day1))
+	e.WaitCaughtUp(t, 30*time.Second)
+	first := lastSeen()
+	if len(first) != 1 || first["2026-11-27"] == 0 {
+		t.Fatalf("after day 1: stacks by last_seen %v, want all 2026-11-27", first)
+	}
+	n := first["2026-11-27"]
+	e.Produce(t, corpus(day2))
+	e.WaitCaughtUp(t, 30*time.Second)
+	e.Produce(t, corpus(day1)) // a replay of the older day
+	e.WaitCaughtUp(t, 30*time.Second)
+	r.stop(t)
+	if got := lastSeen(); len(got) != 1 || got["2026-11-29"] != n {
+		t.Fatalf("after day 2 and a replay of day 1: %v, want all %d on 2026-11-29", got, n)
+	}
+
+	// A stack stored before last_seen existed.
+	legacy := `{"@timestamp":"2026-01-01T00:00:00Z","frames":[{"function":"old"}],"functions":["old"],"leaf":"old","depth":1}`
+	if st, body, err := opensearch.Raw(ctx, e.OS, "PUT", "/"+e.Names.Stacks()+"/_doc/legacy?refresh=true", []byte(legacy)); err != nil || st/100 != 2 {
+		t.Fatalf("legacy stack: %d %.300s %v", st, body, err)
+	}
+	ret := &indexer.Retention{Client: e.OS, Names: e.Names, Days: 7, StacksDays: 30, Now: func() time.Time { return day2.AddDate(0, 0, 30) }}
+	if deleted, err := ret.PruneStacks(ctx); err != nil || deleted != 0 {
+		t.Fatalf("30 days after their last use: %d deleted, %v; want none yet", deleted, err)
+	}
+	ret.Now = func() time.Time { return day2.AddDate(0, 0, 31) }
+	if deleted, err := ret.PruneStacks(ctx); err != nil || deleted != int64(n) {
+		t.Fatalf("31 days after: %d deleted, %v; want the %d stacks", deleted, err, n)
+	}
+	if got := lastSeen(); len(got) != 1 || got["1970-01-01"] != 1 {
+		t.Fatalf("left %v, want only the legacy stack (no last_seen)", got)
 	}
 }

@@ -24,6 +24,7 @@ type Retention struct {
 	Client     *opensearchapi.Client
 	Names      indices.Names
 	Days       int
+	StacksDays int // stacks unused this many days are deleted; 0 keeps them
 	MergeAfter time.Duration
 	Interval   time.Duration
 	Logger     *slog.Logger
@@ -39,6 +40,11 @@ func (r *Retention) Run(ctx context.Context) error {
 			r.Logger.Warn("apply retention", "err", err)
 		} else if len(deleted) > 0 {
 			r.Logger.Info("deleted expired indices", "indices", deleted, "retention_days", r.Days)
+		}
+		if n, err := r.PruneStacks(ctx); err != nil {
+			r.Logger.Warn("prune stacks", "err", err)
+		} else if n > 0 {
+			r.Logger.Info("deleted unused stacks", "stacks", n, "stacks_retention_days", r.StacksDays)
 		}
 		if merged, err := r.Merge(ctx); err != nil {
 			r.Logger.Warn("merge finished days", "err", err)
@@ -61,6 +67,20 @@ func (r *Retention) Apply(ctx context.Context) ([]string, error) {
 	}
 	cutoff := r.Now().UTC().AddDate(0, 0, -r.Days)
 	return opensearch.DeleteEnded(ctx, r.Client, r.Names.SamplesPattern(), r.Names.IndexEnd, cutoff)
+}
+
+// PruneStacks deletes the stacks whose last_seen day is more than
+// StacksDays old: no samples or rollups document kept refers to them any
+// more. Stacks written before last_seen existed (stacks schema 2) have none
+// and are kept until a profile uses them again.
+func (r *Retention) PruneStacks(ctx context.Context) (int64, error) {
+	if r.StacksDays <= 0 || r.Days <= 0 {
+		return 0, nil // samples kept forever refer to every stack
+	}
+	cutoff := indices.DayOf(r.Now().UTC().AddDate(0, 0, -r.StacksDays))
+	return opensearch.DeleteMatching(ctx, r.Client, r.Names.Stacks(), map[string]any{
+		"range": map[string]any{"last_seen": map[string]any{"lt": cutoff}},
+	})
 }
 
 // Merge force-merges to one segment the samples indices of days that ended
