@@ -96,8 +96,10 @@ func TestCompose(t *testing.T) {
 		t.Errorf("top functions = %+v, want e2e_hot_loop first", top.Functions)
 	}
 
-	// The rollup service's minute buckets: CPU of the spinning workload (a core
-	// when it has one; a shared CI machine gives it less, so any clear share).
+	// The rollup service's minute buckets: CPU of the spinning workload, the only
+	// process this agent profiles (a core when it has one; a shared CI machine
+	// gives it less, and the first minute holds only the part since it started,
+	// so any CPU at all).
 	waitFor(ctx, t, "cpu series from the rollups", func() bool {
 		var s struct {
 			Series []struct {
@@ -109,7 +111,7 @@ func TestCompose(t *testing.T) {
 		}
 		for _, ser := range s.Series {
 			for _, p := range ser.Points {
-				if p[1] > 0.05 {
+				if p[1] > 0 {
 					return true
 				}
 			}

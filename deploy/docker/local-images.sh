@@ -10,7 +10,10 @@
 #   stackstream-local/opensearch:TAG   base + the distribution deploy/local/opensearch.sh
 #                                      assembles (both from the shared download cache)
 #
-#   deploy/docker/local-images.sh      (make e2e-compose runs it)
+#   deploy/docker/local-images.sh            all of them (make e2e-compose runs it)
+#   deploy/docker/local-images.sh base-tar   only the base's root file system, as a
+#                                            tarball in the stage (no Docker needed);
+#                                            the next full run imports it
 #
 # Environment: STACKSTREAM_COMPOSE_TAG (e2e), STACKSTREAM_CACHE and STACKSTREAM_STATE as
 # in deploy/local (downloads; the staging directory is $STATE/compose).
@@ -44,28 +47,41 @@ apt_sources() {
   return 0
 }
 
-build_base() {
+# base_tar: the base's root file system as a tarball in the stage (named after its
+# recipe hash), made by mmdebstrap unless an earlier `local-images.sh base-tar` left it.
+BASE_TAR=$STAGE/base-${BASE##*:}.tar
+base_tar() {
   local log=$STAGE/mmdebstrap.log t=$SECONDS sources
+  [[ -f $BASE_TAR ]] && return 0
   mapfile -t sources < <(apt_sources)
   ((${#sources[@]})) || die "no apt sources for bookworm in /etc/apt: cannot build $BASE"
   command -v mmdebstrap >/dev/null || die "mmdebstrap is missing (apt-get install mmdebstrap)"
+  mkdir -p "$STAGE"
   # Documentation and translations are not needed in a test image; unsafe-io: no
   # fsync per file (a failed build is simply redone).
   if ! mmdebstrap --variant=essential --include="$BASE_PACKAGES" \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
     --dpkgopt=force-unsafe-io --aptopt='Acquire::Languages "none"' \
-    --customize-hook="$BASE_HOOK" --format=tar bookworm "$STAGE/base.tar" "${sources[@]}" >"$log" 2>&1; then
+    --customize-hook="$BASE_HOOK" --format=tar bookworm "$BASE_TAR.tmp" "${sources[@]}" >"$log" 2>&1; then
     tail -n 20 "$log" >&2
+    rm -f "$BASE_TAR.tmp"
     die "mmdebstrap failed (log: $log)"
   fi
-  docker import "$STAGE/base.tar" "$BASE" >/dev/null
-  rm -f "$STAGE/base.tar"
+  mv "$BASE_TAR.tmp" "$BASE_TAR"
+  say "base root file system $BASE_TAR made in $(took "$t")"
+}
+
+build_base() {
+  local t=$SECONDS
+  base_tar
+  docker import "$BASE_TAR" "$BASE" >/dev/null
+  rm -f "$BASE_TAR"
   say "base $BASE built in $(took "$t")"
 }
 
 # The service images: a root file system of three entries, imported as a layer.
 build_binaries() {
-  local t=$SECONDS b pkg root
+  local t=$SECONDS b pkg root old
   for b in "${BINARIES[@]}"; do
     case $b in
       stackctl) pkg=./services/ctl/cmd/stackctl ;;
@@ -77,21 +93,33 @@ build_binaries() {
     chmod 1777 "$root/tmp"
     (cd "$REPO_ROOT" && CGO_ENABLED=0 go build -ldflags='-s -w' -o "$root/usr/local/bin/$b" "$pkg")
     cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
+    old=$(image_id "stackstream-local/$b:$TAG")
     tar -C "$root" --owner=0 --group=0 -c . |
       docker import --change "ENTRYPOINT [\"/usr/local/bin/$b\"]" --change 'USER 65532:65532' \
         - "stackstream-local/$b:$TAG" >/dev/null
+    drop_replaced "$old" "stackstream-local/$b:$TAG"
     say "  stackstream-local/$b:$TAG ($(du -h "$root/usr/local/bin/$b" | cut -f1) static binary)"
   done
   say "service images built in $(took "$t")"
 }
 
+image_id() { docker image inspect -f '{{.Id}}' "$1" 2>/dev/null || true; }
+
+# drop_replaced OLD_ID IMAGE: a rebuild leaves the previous image untagged; remove it
+# (only that one) unless IMAGE still is it or a container uses it.
+drop_replaced() {
+  [[ -n $1 && $1 != "$(image_id "$2")" ]] && docker rmi "$1" >/dev/null 2>&1 || true
+}
+
 # docker build CONTEXT DOCKERFILE IMAGE, with the output in the stage's log.
 docker_build() {
-  local log=$STAGE/build-$(basename "$3" | tr ':/' '--').log
+  local log=$STAGE/build-$(basename "$3" | tr ':/' '--').log old
+  old=$(image_id "$3")
   if ! docker build --network host --build-arg BASE="$BASE" -f "$2" -t "$3" "$1" >"$log" 2>&1; then
     tail -n 20 "$log" >&2
     die "docker build of $3 failed (log: $log)"
   fi
+  drop_replaced "$old" "$3"
 }
 
 build_kafka() {
@@ -120,6 +148,12 @@ build_opensearch() {
   say "stackstream-local/opensearch:$TAG (opensearch $OPENSEARCH_VERSION) built in $(took "$t")"
 }
 
+case ${1:-all} in
+  all) ;;
+  # Only the base's tarball, without Docker: CI makes it while the other tests run.
+  base-tar) base_tar; exit 0 ;;
+  *) echo "usage: $0 [all|base-tar]" >&2; exit 2 ;;
+esac
 docker info >/dev/null 2>&1 || die "no Docker engine answers (start dockerd first)"
 mkdir -p "$STAGE"
 
