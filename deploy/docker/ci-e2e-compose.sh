@@ -37,7 +37,7 @@ fi
 
 dockerd_pid=
 stop_dockerd() {
-  [[ -n $dockerd_pid ]] || return 0
+  [[ -n $dockerd_pid ]] && kill -0 "$dockerd_pid" 2>/dev/null || return 0
   kill -TERM "$dockerd_pid" 2>/dev/null || true
   for _ in $(seq 1 150); do kill -0 "$dockerd_pid" 2>/dev/null || break; sleep 0.2; done
   kill -0 "$dockerd_pid" 2>/dev/null && kill -KILL "$dockerd_pid" 2>/dev/null || true
