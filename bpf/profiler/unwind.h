@@ -93,11 +93,13 @@ struct {
 
 // Processes whose registration is stale or missing: an address of a
 // registered process fell in no registered mapping (a library loaded since),
-// a registered process forked, or any process exec'd a new program. The agent reads their maps again
+// a registered process forked, a process not registered was sampled, or any
+// process exec'd a new program (its identity changed). The agent reads their maps again
 // and deletes the entry. Values say why (REFRESH_*).
 #define REFRESH_MISS 1
 #define REFRESH_EXEC 2
 #define REFRESH_FORK 3
+#define REFRESH_SAMPLED 4
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -424,8 +426,11 @@ static __always_inline __u64 unwind_user(struct bpf_perf_event_data *ctx, __u32 
 	struct pt_regs regs;
 	__u32 zero = 0;
 
-	if (!bpf_map_lookup_elem(&unwind_processes, &pid))
+	if (!bpf_map_lookup_elem(&unwind_processes, &pid)) {
+		// The agent registers it at its next poll, if it is targeted.
+		refresh(pid, REFRESH_SAMPLED);
 		return 0;
+	}
 	if (user_regs(ctx, &regs)) {
 		count(COUNTER_UNWIND_READ_ERRORS);
 		return 0;

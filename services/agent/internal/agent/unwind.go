@@ -22,12 +22,14 @@ import (
 // are walked with frame pointers meanwhile, counted).
 const maxRegistrationsPerTick = 128
 
-// Between ticks, every pollEvery, the processes the BPF program marked (an
-// exec, a fork of a registered process, an address in no registered
-// mapping) before the previous poll are registered, at most
-// maxRegistrationsPerPoll a poll: a new program is known 1-2 pollEvery after
-// its exec rather than at the next tick. Under churn the rest wait for the next poll (maxRetry at most;
-// past it, their samples bring them back at a tick).
+// Between ticks, every pollEvery, the processes the BPF program marked (a
+// sample of a process not registered, a fork of a registered process, an
+// address in no registered mapping, the exec of a registered process) are
+// registered, at most maxRegistrationsPerPoll a poll: a new program is
+// known within about pollEvery of its first sample rather than at the next
+// tick. Under churn the rest wait for the next poll (maxRetry at most; past
+// it, their samples bring them back at a tick). A process whose registration
+// failed is tried again at the next tick only.
 const (
 	maxRegistrationsPerPoll = 32
 	maxRetry                = 4096
@@ -52,10 +54,10 @@ type unwinder struct {
 	hotspot  *hotspot.Detector // nil: Java frames not walked
 	java     *hotspot.Resolver
 
-	registered map[int]uint64  // pid -> start time at registration
-	pending    []int           // running at start, registered as the ticks allow
-	retry      []int           // marked, not registered yet: past a poll's bound
-	young      []sampler.Stale // marked at the last poll: taken at the next
+	registered map[int]uint64 // pid -> start time at registration
+	pending    []int          // running at start, registered as the ticks allow
+	retry      []int          // marked, not registered yet: past a poll's bound
+	failed     map[int]bool   // registration failed this interval: not polled
 }
 
 type unwindMetrics struct {
@@ -105,6 +107,7 @@ func newUnwindMetrics(reg prometheus.Registerer) *unwindMetrics {
 // mapping) and, as room allows, those running at start; it forgets the
 // processes the agent forgot.
 func (u *unwinder) tick(ps *processes, samples []sampler.Sample) {
+	clear(u.failed)
 	var todo []int
 	want := map[int]bool{}
 	add := func(pid int) {
@@ -180,11 +183,13 @@ func (u *unwinder) poll(ps *processes) {
 }
 
 // takeMarked returns the processes left over by the last poll, then those
-// the BPF program marked before the last poll, once each: a mark waits one
-// poll, so that a process living less than that (most of a build's) costs
-// nothing but its mark. A process that exec'd is read again (its comm,
-// executable and maybe its cgroup changed: `sh -c 'echo $$ >cgroup.procs;
-// exec prog'` may have been read before it joined).
+// the BPF program marked since, once each. Every exec on the host is
+// marked: the process's identity is read again when it is next needed (its
+// comm, executable and maybe its cgroup changed: `sh -c 'echo $$
+// >cgroup.procs; exec prog'` may have been read before it joined); it is
+// registered now only if it was registered (its mappings are the old
+// program's), otherwise at its first sample. So processes that never run
+// at a sample (most of a build's) cost their mark only.
 func (u *unwinder) takeMarked(ps *processes) []int {
 	pids := u.retry
 	u.retry = nil
@@ -192,12 +197,15 @@ func (u *unwinder) takeMarked(ps *processes) []int {
 	for _, pid := range pids {
 		seen[pid] = true
 	}
-	aged := u.young
-	// At most the size of the BPF map the marks come from.
-	u.young = u.sampler.Refresh()
-	for _, st := range aged {
+	for _, st := range u.sampler.Refresh() {
 		if st.Exec {
 			delete(ps.procs, st.PID)
+			if _, ok := u.registered[st.PID]; !ok {
+				continue
+			}
+		}
+		if u.failed[st.PID] {
+			continue
 		}
 		if !seen[st.PID] {
 			seen[st.PID] = true
@@ -230,6 +238,10 @@ func (u *unwinder) registerAll(ps *processes, todo []int, limit int) []int {
 		} else if err != nil {
 			u.m.registrations.WithLabelValues("error").Inc()
 			u.log.Debug("register process for unwinding", "pid", pid, "err", err)
+			if u.failed == nil {
+				u.failed = map[int]bool{}
+			}
+			u.failed[pid] = true
 			continue
 		}
 		u.registered[pid] = p.info.StartTime
