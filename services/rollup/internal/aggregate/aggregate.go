@@ -405,7 +405,10 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 					n += docBytes + int64(len(name))
 				}
 				if p.deltas[i].hasMem {
-					if _, ok := ds.mem[offset]; ds == nil || !ok {
+					// A document not held yet has no memory slots either.
+					if ds == nil {
+						n += memBytes
+					} else if _, ok := ds.mem[offset]; !ok {
 						n += memBytes
 					}
 				}

@@ -192,3 +192,33 @@ func TestStateBytesBound(t *testing.T) {
 		})
 	}
 }
+
+// TestBudgetNearlyFullMemory: with the budget nearly full the charge of a
+// profile is looked up document by document; a memory profile of services
+// not held yet used to dereference a missing document there (a panic, so
+// the record went to the DLQ as "panic" instead of being counted or refused).
+func TestBudgetNearlyFullMemory(t *testing.T) {
+	cfg := testConfig()
+	cfg.Budget = &Budget{MaxBytes: 1 << 20}
+	p := NewPartition(cfg, Checkpoint{})
+	// Fill until a profile is refused: the budget is then within one
+	// profile's charge of its end.
+	for i := 1; ; i++ {
+		_, err := p.Add(Input{Profile: flood(t0, i, 50), Type: record.ProfileCPU, Host: "web-1", Offset: int64(i)})
+		if errors.Is(err, ErrStateFull) {
+			break
+		} else if err != nil || i == 10000 {
+			t.Fatalf("profile %d: %v", i, err)
+		}
+	}
+	b := pproftest.NewMemory(t0, 10*time.Second)
+	for j := range 500 {
+		b.Sample(svc(fmt.Sprintf("memsvc%d", j)), []int64{int64(100 + j)})
+	}
+	if _, err := p.Add(Input{Profile: b.Profile(), Type: record.ProfileMemory, Host: "web-1", Offset: 5000}); err != nil && !errors.Is(err, ErrStateFull) {
+		t.Fatalf("memory profile near a full budget: %v", err)
+	}
+	if used := cfg.Budget.Used(); used > cfg.Budget.MaxBytes {
+		t.Fatalf("%d bytes used, budget %d", used, cfg.Budget.MaxBytes)
+	}
+}
