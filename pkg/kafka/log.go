@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"log/slog"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -38,6 +39,16 @@ func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 		lv = slog.LevelWarn
 	case kgo.LogLevelInfo:
 		lv = slog.LevelInfo
+		if routine(msg) {
+			lv = slog.LevelDebug
+		}
 	}
 	k.l.Log(context.Background(), lv, msg, keyvals...)
+}
+
+// routine reports franz-go's info lines written for every transaction or
+// flush (a transactional producer writes five a batch: thousands an hour),
+// which go to debug; group joins, assignments and revokes stay at info.
+func routine(msg string) bool {
+	return strings.Contains(msg, "transact") || strings.HasPrefix(msg, "flush") || strings.HasPrefix(msg, "issuing")
 }
