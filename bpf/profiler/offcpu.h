@@ -56,6 +56,16 @@ struct {
 	__type(value, struct offcpu_start);
 } offcpu_starts SEC(".maps");
 
+// Set on a thread while it has an entry in offcpu_starts: a switch-in reads
+// this first, which costs less than the hash lookup most switches would
+// make in vain.
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, __u8);
+} offcpu_pending SEC(".maps");
+
 // Values: count = blocks, period_ns = nanoseconds blocked.
 #define OFFCPU_COUNTS_MAP(name)                        \
 	struct {                                       \
@@ -127,8 +137,9 @@ static __always_inline void offcpu_add(struct offcpu_key *key, __u64 blocked_ns)
 
 // offcpu_record walks the stacks of the current thread, about to switch out,
 // and remembers them with the time.
-static __always_inline void offcpu_record(void *ctx, __u32 tid)
+static __always_inline void offcpu_record(void *ctx, __u32 tid, struct task_struct *task)
 {
+	__u8 *pending;
 	struct offcpu_start st = {};
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 gen = current_generation();
@@ -151,7 +162,16 @@ static __always_inline void offcpu_record(void *ctx, __u32 tid)
 		offcpu_count(OFFCPU_COUNTER_STACK_ERRORS);
 	// The walk ran on this CPU before the switch: the block starts after it.
 	st.start_ns = bpf_ktime_get_ns();
-	if (bpf_map_update_elem(&offcpu_starts, &tid, &st, BPF_ANY) != 0)
+	if (bpf_map_update_elem(&offcpu_starts, &tid, &st, BPF_ANY) != 0) {
+		offcpu_count(OFFCPU_COUNTER_STARTS_FULL);
+		return;
+	}
+	pending = bpf_task_storage_get(&offcpu_pending, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (pending)
+		*pending = 1;
+	else if (bpf_map_delete_elem(&offcpu_starts, &tid) == 0)
+		// No storage: the switch-in would not look. Counted as a start
+		// not kept, so the agent clears the stacks it left.
 		offcpu_count(OFFCPU_COUNTER_STARTS_FULL);
 }
 
@@ -159,11 +179,16 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(offcpu_switch, _Bool preempt, struct task_struct *prev_task, struct task_struct *next_task, unsigned int prev_state)
 {
 	struct task_struct___offcpu *prev = (void *)prev_task, *next = (void *)next_task;
-	struct offcpu_start *st;
+	struct offcpu_start *st = NULL;
 	__u32 tid = next->pid;
+	__u8 *pending;
 
 	// The thread switching in ends its block, if it was recorded.
-	st = bpf_map_lookup_elem(&offcpu_starts, &tid);
+	pending = bpf_task_storage_get(&offcpu_pending, next_task, 0, 0);
+	if (pending && *pending) {
+		*pending = 0;
+		st = bpf_map_lookup_elem(&offcpu_starts, &tid);
+	}
 	if (st) {
 		__u64 blocked = bpf_ktime_get_ns() - st->start_ns;
 		struct offcpu_key key = st->key;
@@ -182,6 +207,6 @@ int BPF_PROG(offcpu_switch, _Bool preempt, struct task_struct *prev_task, struct
 		return 0;
 	if ((__u64)bpf_get_prandom_u32() >= offcpu_threshold)
 		return 0;
-	offcpu_record(ctx, tid);
+	offcpu_record(ctx, tid, prev_task);
 	return 0;
 }

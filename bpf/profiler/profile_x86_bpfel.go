@@ -145,6 +145,7 @@ const (
 	ProfileMapOffcpuCounters  = "offcpu_counters"
 	ProfileMapOffcpuCounts0   = "offcpu_counts_0"
 	ProfileMapOffcpuCounts1   = "offcpu_counts_1"
+	ProfileMapOffcpuPending   = "offcpu_pending"
 	ProfileMapOffcpuStarts    = "offcpu_starts"
 	ProfileMapPythonProcs     = "python_procs"
 	ProfileMapStacks0         = "stacks_0"
@@ -225,6 +226,7 @@ type ProfileMapSpecs struct {
 	OffcpuCounters  *ebpf.MapSpec `ebpf:"offcpu_counters"`
 	OffcpuCounts0   *ebpf.MapSpec `ebpf:"offcpu_counts_0"`
 	OffcpuCounts1   *ebpf.MapSpec `ebpf:"offcpu_counts_1"`
+	OffcpuPending   *ebpf.MapSpec `ebpf:"offcpu_pending"`
 	OffcpuStarts    *ebpf.MapSpec `ebpf:"offcpu_starts"`
 	PythonProcs     *ebpf.MapSpec `ebpf:"python_procs"`
 	Stacks0         *ebpf.MapSpec `ebpf:"stacks_0"`
@@ -275,6 +277,7 @@ type ProfileMaps struct {
 	OffcpuCounters  *ebpf.Map `ebpf:"offcpu_counters"`
 	OffcpuCounts0   *ebpf.Map `ebpf:"offcpu_counts_0"`
 	OffcpuCounts1   *ebpf.Map `ebpf:"offcpu_counts_1"`
+	OffcpuPending   *ebpf.Map `ebpf:"offcpu_pending"`
 	OffcpuStarts    *ebpf.Map `ebpf:"offcpu_starts"`
 	PythonProcs     *ebpf.Map `ebpf:"python_procs"`
 	Stacks0         *ebpf.Map `ebpf:"stacks_0"`
@@ -299,6 +302,7 @@ func (m *ProfileMaps) Close() error {
 		m.OffcpuCounters,
 		m.OffcpuCounts0,
 		m.OffcpuCounts1,
+		m.OffcpuPending,
 		m.OffcpuStarts,
 		m.PythonProcs,
 		m.Stacks0,
