@@ -84,6 +84,7 @@ phase config
 rc=1
 down() {
   if ((rc != 0)); then
+    phase failed
     echo "---- compose ps ----"
     compose ps || true
     echo "---- last log lines of each service ----"
