@@ -63,6 +63,7 @@ func (c Config) Hold() publish.HoldConfig {
 // kubernetes returns where pod metadata comes from, or false when it is off
 // (STACKSTREAM_AGENT_KUBERNETES=auto outside a pod).
 func (c Config) kubernetes() (k8s.Config, bool, error) {
+	// "" (a Config not read from the environment) is the default, auto.
 	if c.Kubernetes == "off" {
 		return k8s.Config{}, false, nil
 	}
@@ -114,7 +115,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_AGENT_UNWIND_MAPPINGS=%d, STACKSTREAM_AGENT_UNWIND_PROCESSES=%d: use at least 64 and 1", c.UnwindMappings, c.UnwindProcesses)
 	case c.PerfMaps && c.JavaPerfMap && c.JavaPerfMapInterval < time.Second:
 		return fmt.Errorf("STACKSTREAM_AGENT_JAVA_PERFMAP_INTERVAL=%s: use at least 1s, or STACKSTREAM_AGENT_JAVA_PERFMAP=false", c.JavaPerfMapInterval)
-	case c.Kubernetes != "auto" && c.Kubernetes != "on" && c.Kubernetes != "off":
+	case c.Kubernetes != "" && c.Kubernetes != "auto" && c.Kubernetes != "on" && c.Kubernetes != "off":
 		return fmt.Errorf("STACKSTREAM_AGENT_KUBERNETES=%q: use auto, on or off", c.Kubernetes)
 	case c.OffCPUProbability < 0 || c.OffCPUProbability > 1 || c.OffCPUProbability != c.OffCPUProbability:
 		return fmt.Errorf("STACKSTREAM_AGENT_OFFCPU_PROBABILITY=%v: use 0 (off) up to 1", c.OffCPUProbability)
