@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"regexp"
 	"time"
 
 	"github.com/stackstream/stackstream/services/agent/internal/heap"
@@ -125,8 +126,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_AGENT_OFFCPU_MIN_BLOCK=%s: use 0 or a positive duration", c.OffCPUMinBlock)
 	case c.OffCPUProbability > 0 && (c.OffCPUThreads < 64 || c.OffCPUThreads > 1<<22):
 		return fmt.Errorf("STACKSTREAM_AGENT_OFFCPU_THREADS=%d: use 64..4194304", c.OffCPUThreads)
+	case c.Comm != "" && !validRegexp(c.Comm):
+		_, err := regexp.Compile(c.Comm)
+		return fmt.Errorf("STACKSTREAM_AGENT_COMM=%q: %v", c.Comm, err)
 	case c.MemoryLimit < 0:
 		return fmt.Errorf("STACKSTREAM_AGENT_MEMORY_LIMIT=%d: use 0 (none) or a number of bytes", c.MemoryLimit)
 	}
 	return nil
+}
+
+func validRegexp(s string) bool {
+	_, err := regexp.Compile(s)
+	return err == nil
 }

@@ -197,3 +197,28 @@ func metricsText(t *testing.T, a *running) string {
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
 }
+
+// TestConfigCommAndKubernetes: a bad comm regexp or Kubernetes mode stops
+// start-up in Validate, naming the variable, before the agent reaches Kafka.
+func TestConfigCommAndKubernetes(t *testing.T) {
+	base := Config{Frequency: 19, Interval: 10 * time.Second, CountsMapSize: 64, StacksMapSize: 64, BufferRecords: 1, BufferBytes: 1 << 20,
+		HeapMaxCompressedBytes: 1024, HeapMaxBytes: 1024, HeapMaxEntries: 16, HeapTimeout: time.Second, FileTimeout: time.Second, DebuginfoHold: time.Second}
+	for _, tc := range []struct {
+		set  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.Comm = "^(java|python" }, "STACKSTREAM_AGENT_COMM"},
+		{func(c *Config) { c.Kubernetes = "maybe" }, "STACKSTREAM_AGENT_KUBERNETES"},
+		{func(c *Config) { c.Comm = "^(java|python)$"; c.Kubernetes = "" }, ""},
+	} {
+		c := base
+		tc.set(&c)
+		err := c.Validate()
+		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("Validate(%q, %q) = %v, want an error naming %q", c.Comm, c.Kubernetes, err, tc.want)
+		}
+	}
+	if _, ok, err := (Config{Kubernetes: "on"}).kubernetes(); ok || err == nil || !strings.Contains(err.Error(), "STACKSTREAM_AGENT_KUBERNETES_API") {
+		t.Errorf("KUBERNETES=on without an API server: %v, %v", ok, err)
+	}
+}
