@@ -25,12 +25,15 @@ type sampleType struct {
 // cumulative).
 type form struct {
 	profile, prevProfile []byte
+	jfr                  []byte // the Java agent's form: "jfr" (and "labels", not read)
 	sampleTypes          map[string]sampleType
 }
 
 const maxSampleTypeConfigBytes = 64 << 10
 
-func readForm(body []byte, boundary string) (form, error) {
+// readForm reads the parts of a multipart body; want names the field that
+// must be there ("profile", or "jfr" for the Java agent).
+func readForm(body []byte, boundary, want string) (form, error) {
 	var f form
 	mr := multipart.NewReader(bytes.NewReader(body), boundary)
 	for {
@@ -54,6 +57,8 @@ func readForm(body []byte, boundary string) (form, error) {
 			f.profile = data
 		case "prev_profile":
 			f.prevProfile = data
+		case "jfr":
+			f.jfr = data
 		case "sample_type_config":
 			if len(data) > maxSampleTypeConfigBytes {
 				return f, fmt.Errorf("%w: sample_type_config is %d bytes, limit %d", errBadRequest, len(data), maxSampleTypeConfigBytes)
@@ -63,8 +68,8 @@ func readForm(body []byte, boundary string) (form, error) {
 			}
 		}
 	}
-	if len(f.profile) == 0 {
-		return f, fmt.Errorf("%w: multipart body has no \"profile\" field", errBadRequest)
+	if (want == "profile" && len(f.profile) == 0) || (want == "jfr" && len(f.jfr) == 0) {
+		return f, fmt.Errorf("%w: multipart body has no %q field", errBadRequest, want)
 	}
 	return f, nil
 }

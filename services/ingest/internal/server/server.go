@@ -293,8 +293,10 @@ func (s *Server) ingest(r *http.Request, body []byte, tenant string) *failure {
 	mediaType, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	format := q.Get("format")
 	switch {
+	case format == "jfr":
+		return s.ingestJFR(push, body, mediaType, params["boundary"], r, spy)
 	case mediaType == "multipart/form-data":
-		f, err := readForm(body, params["boundary"])
+		f, err := readForm(body, params["boundary"], "profile")
 		if err != nil {
 			return fail(http.StatusBadRequest, "bad_form", "%v", err)
 		}
@@ -327,7 +329,7 @@ func (s *Server) ingest(r *http.Request, body []byte, tenant string) *failure {
 		s.m.profiles.WithLabelValues("folded").Inc()
 		return s.store(push, nil, r, spy)
 	default:
-		return fail(http.StatusBadRequest, "bad_format", "format=%q is not supported: use pprof or folded (or the Go SDK's multipart form)", short(format))
+		return fail(http.StatusBadRequest, "bad_format", "format=%q is not supported: use pprof, folded or jfr (or the Go SDK's multipart form)", short(format))
 	}
 }
 
