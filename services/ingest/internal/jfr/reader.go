@@ -7,6 +7,7 @@
 package jfr
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -199,11 +200,11 @@ type header struct {
 
 func readHeader(b []byte) (header, error) {
 	var h header
+	if !bytes.HasPrefix(b, []byte("FLR\x00")) {
+		return h, fmt.Errorf("%w: chunk does not start with FLR\\0 (got %q)", ErrInvalid, b[:min(len(b), 4)])
+	}
 	if len(b) < headerBytes {
 		return h, fmt.Errorf("%w: %d bytes left, a chunk header is %d", ErrInvalid, len(b), headerBytes)
-	}
-	if string(b[:4]) != "FLR\x00" {
-		return h, fmt.Errorf("%w: chunk does not start with FLR\\0 (got %q)", ErrInvalid, b[:4])
 	}
 	if major := binary.BigEndian.Uint16(b[4:]); major != 1 && major != 2 {
 		return h, fmt.Errorf("%w: chunk version %d.%d: read 1.x and 2.x", ErrInvalid, major, binary.BigEndian.Uint16(b[6:]))
