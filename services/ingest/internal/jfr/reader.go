@@ -345,32 +345,43 @@ func readMetadata(r *buf, h header, l Limits) (map[int64]*class, error) {
 			}
 		}
 	}
-	// A struct may not contain itself inline: its values would not end.
+	// A struct may not contain itself inline (its values would not end),
+	// nor nest deeper than MaxDepth.
+	depths := make(map[*class]int, len(classes))
 	for _, c := range classes {
-		if err := checkInline(c, nil, l.MaxDepth); err != nil {
+		d, err := inlineDepth(c, depths)
+		if err != nil {
 			return nil, err
+		}
+		if d > l.MaxDepth {
+			return nil, fmt.Errorf("%w: class %s nests %d classes inline, deeper than %d", ErrInvalid, c.name, d, l.MaxDepth)
 		}
 	}
 	return classes, nil
 }
 
-func checkInline(c *class, path []*class, depth int) error {
-	if len(path) > depth {
-		return fmt.Errorf("%w: class %s nests more than %d classes inline", ErrInvalid, c.name, depth)
-	}
-	for _, p := range path {
-		if p == c {
-			return fmt.Errorf("%w: class %s contains itself inline", ErrInvalid, c.name)
+// inlineDepth is how many structs deep the values of c nest, memoized in
+// depths (-1 while c is being visited, which finds cycles).
+func inlineDepth(c *class, depths map[*class]int) (int, error) {
+	if d, ok := depths[c]; ok {
+		if d < 0 {
+			return 0, fmt.Errorf("%w: class %s contains itself inline", ErrInvalid, c.name)
 		}
+		return d, nil
 	}
+	depths[c] = -1
+	d := 0
 	for _, f := range c.fields {
 		if !f.cp && f.cls.kind == kStruct {
-			if err := checkInline(f.cls, append(path, c), depth); err != nil {
-				return err
+			fd, err := inlineDepth(f.cls, depths)
+			if err != nil {
+				return 0, err
 			}
+			d = max(d, fd+1)
 		}
 	}
-	return nil
+	depths[c] = d
+	return d, nil
 }
 
 func readElement(r *buf, strs []string, l Limits, depth int, total *int) *element {
