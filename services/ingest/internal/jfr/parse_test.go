@@ -48,8 +48,8 @@ func TestParseAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The counts the recording holds (jfr print --events of the same file
-	// agrees: 130 jdk.ExecutionSample, 1867 jdk.ObjectAllocationInNewTLAB).
+	// The counts the recording holds (the JDK's `jfr summary` of the same
+	// file agrees: 130 jdk.ExecutionSample, 1867 jdk.ObjectAllocationInNewTLAB).
 	if rec.Events["jdk.ExecutionSample"] != 130 || rec.Events["jdk.ObjectAllocationInNewTLAB"] != 1867 {
 		t.Errorf("events = %v", rec.Events)
 	}
@@ -215,4 +215,19 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse of %d bytes allocated %d, limit %d", len(b), alloc, limit)
 		}
 	})
+}
+
+// BenchmarkParse: reading the agent's recording (66 KB, one chunk) and
+// building its pprof profiles.
+func BenchmarkParse(b *testing.B) {
+	data := agentJFR(b)
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		rec, err := Parse(data, DefaultLimits)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ToPprof(rec)
+	}
 }
