@@ -87,10 +87,11 @@ const MappingPrefixBits = 96
 
 // Why a process is in unwind_refresh.
 const (
-	RefreshMiss    = 1 // #define REFRESH_MISS 1
-	RefreshExec    = 2 // #define REFRESH_EXEC 2
-	RefreshFork    = 3 // #define REFRESH_FORK 3
-	RefreshSampled = 4 // #define REFRESH_SAMPLED 4
+	RefreshMiss        = 1 // #define REFRESH_MISS 1
+	RefreshExec        = 2 // #define REFRESH_EXEC 2
+	RefreshFork        = 3 // #define REFRESH_FORK 3
+	RefreshSampled     = 4 // #define REFRESH_SAMPLED 4
+	RefreshExecSampled = 5 // #define REFRESH_EXEC_SAMPLED 5
 )
 
 // Indexes of the per-CPU `offcpu_counters` array (offcpu.h).

@@ -38,7 +38,7 @@ func TestConstantsMatchC(t *testing.T) {
 		"COUNTER_JAVA_FRAMES": CounterJavaFrames, "COUNTER_JAVA_NO_BLOB": CounterJavaNoBlob,
 		"HS_MAX_HEAPS": HotSpotMaxHeaps, "PY_NO_OFFSET": PythonNoOffset,
 		"PY_MAX_THREADS": PythonMaxThreads, "PY_INSTR_SHIFT": PythonInstrShift,
-		"REFRESH_MISS": RefreshMiss, "REFRESH_EXEC": RefreshExec, "REFRESH_FORK": RefreshFork, "REFRESH_SAMPLED": RefreshSampled,
+		"REFRESH_MISS": RefreshMiss, "REFRESH_EXEC": RefreshExec, "REFRESH_FORK": RefreshFork, "REFRESH_SAMPLED": RefreshSampled, "REFRESH_EXEC_SAMPLED": RefreshExecSampled,
 		"RULE_NONE": RuleNone, "RULE_RSP": RuleRSP, "RULE_RBP": RuleRBP, "RULE_PLT": RulePLT,
 		"OFFCPU_COUNTER_RECORDED": OffCPUCounterRecorded,
 		"OFFCPU_COUNTER_BLOCKS":   OffCPUCounterBlocks, "OFFCPU_COUNTER_SHORT": OffCPUCounterShort,

@@ -100,6 +100,7 @@ struct {
 #define REFRESH_EXEC 2
 #define REFRESH_FORK 3
 #define REFRESH_SAMPLED 4
+#define REFRESH_EXEC_SAMPLED 5 // exec'd, then sampled before the agent read the mark
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -427,8 +428,14 @@ static __always_inline __u64 unwind_user(struct bpf_perf_event_data *ctx, __u32 
 	__u32 zero = 0;
 
 	if (!bpf_map_lookup_elem(&unwind_processes, &pid)) {
-		// The agent registers it at its next poll, if it is targeted.
-		refresh(pid, REFRESH_SAMPLED);
+		// The agent registers it at its next poll, if it is targeted; the
+		// mark of its exec, not read yet, says so too.
+		__u32 *why = bpf_map_lookup_elem(&unwind_refresh, &pid);
+
+		if (!why)
+			refresh(pid, REFRESH_SAMPLED);
+		else if (*why == REFRESH_EXEC)
+			*why = REFRESH_EXEC_SAMPLED;
 		return 0;
 	}
 	if (user_regs(ctx, &regs)) {

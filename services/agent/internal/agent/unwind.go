@@ -36,7 +36,7 @@ const (
 )
 
 // pollEvery is a variable for the test that measures the ticks alone.
-var pollEvery = 100 * time.Millisecond
+var pollEvery = 200 * time.Millisecond
 
 // unwinder registers targeted processes with the BPF unwinder: the tables
 // of their files (once per file, shared) and their mappings.
@@ -200,7 +200,7 @@ func (u *unwinder) takeMarked(ps *processes) []int {
 	for _, st := range u.sampler.Refresh() {
 		if st.Exec {
 			delete(ps.procs, st.PID)
-			if _, ok := u.registered[st.PID]; !ok {
+			if _, ok := u.registered[st.PID]; !ok && !st.Sampled {
 				continue
 			}
 		}

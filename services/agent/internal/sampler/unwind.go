@@ -193,11 +193,12 @@ func prefixes(start, limit uint64) []prefix {
 }
 
 // Stale is a process the BPF program marked: its registration is stale (an
-// address in no registered mapping, a fork of a registered process) or it
-// exec'd a new program (Exec: registered or not, its identity changed too).
+// address in no registered mapping, a fork of a registered process) or
+// missing (Sampled: a sample of a process not registered), or it exec'd a
+// new program (Exec: registered or not, its identity changed too).
 type Stale struct {
-	PID  int
-	Exec bool
+	PID           int
+	Exec, Sampled bool
 }
 
 // Refresh returns the processes marked since the last call and forgets
@@ -207,7 +208,9 @@ func (s *Sampler) Refresh() []Stale {
 	var out []Stale
 	it := s.objs.UnwindRefresh.Iterate()
 	for it.Next(&pid, &why) {
-		out = append(out, Stale{PID: int(pid), Exec: why == profiler.RefreshExec})
+		out = append(out, Stale{PID: int(pid),
+			Exec:    why == profiler.RefreshExec || why == profiler.RefreshExecSampled,
+			Sampled: why == profiler.RefreshSampled || why == profiler.RefreshExecSampled})
 	}
 	for _, p := range out {
 		s.objs.UnwindRefresh.Delete(uint32(p.PID))
