@@ -5,18 +5,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"runtime"
-	"syscall"
 	"time"
-
-	"github.com/oklog/run"
 
 	"github.com/stackstream/stackstream/pkg/config"
 	"github.com/stackstream/stackstream/pkg/kafka"
+	"github.com/stackstream/stackstream/pkg/service"
 	"github.com/stackstream/stackstream/pkg/telemetry"
 	"github.com/stackstream/stackstream/schemas/record"
 	ingestconfig "github.com/stackstream/stackstream/services/ingest/internal/config"
@@ -30,14 +27,10 @@ func main() {
 
 func runMain() error {
 	var cfg ingestconfig.Config
-	if err := config.Load(&cfg, os.Args[1:], os.Stdout); err != nil {
-		return err
-	}
-	log, err := telemetry.NewLogger(cfg.Log, os.Stderr, "ingest")
+	log, reg, err := service.Start("ingest", &cfg, os.Args[1:])
 	if err != nil {
 		return err
 	}
-	reg := telemetry.NewRegistry()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -82,8 +75,7 @@ func runMain() error {
 		return err
 	}
 
-	var g run.Group
-	g.Add(run.SignalHandler(ctx, os.Interrupt, syscall.SIGTERM))
+	g := service.NewGroup(log)
 	// The servers are the only components: a signal stops them, and each
 	// Stop waits for the requests in flight, which wait for their
 	// acknowledgements.
@@ -108,11 +100,5 @@ func runMain() error {
 	}
 	log.Info("started", "listen", srv.Addr(), "otlp_grpc", otlpGRPCAddr, "otlp_http", otlpHTTPAddr, "topic", cfg.Kafka.Topics().ProfilesRaw,
 		"auth", len(tokens) > 0 || in.BasicAuthUser != "", "tokens", len(tokens), "max_concurrent", maxConcurrent)
-	err = g.Run()
-	var sig *run.SignalError
-	if errors.As(err, &sig) {
-		log.Info("stopped", "signal", sig.Signal)
-		return nil
-	}
-	return err
+	return g.Run()
 }

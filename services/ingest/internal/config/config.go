@@ -12,15 +12,16 @@ import (
 	"time"
 
 	"github.com/stackstream/stackstream/pkg/kafka"
-	"github.com/stackstream/stackstream/pkg/telemetry"
+	"github.com/stackstream/stackstream/pkg/service"
 	"github.com/stackstream/stackstream/schemas/record"
 )
 
-// Config of stackstream-ingest.
+// Config of stackstream-ingest, from STACKSTREAM_* variables: the blocks
+// every service shares, then its own.
 type Config struct {
-	Kafka  kafka.Config        `envconfig:"KAFKA"`
-	Log    telemetry.LogConfig `envconfig:"LOG"`
-	Ingest Ingest              `envconfig:"INGEST"`
+	service.Base
+	kafka.Connection
+	Ingest Ingest `envconfig:"INGEST"`
 }
 
 // Ingest holds the settings of this service alone (STACKSTREAM_INGEST_*).
@@ -47,7 +48,10 @@ type Ingest struct {
 
 // Validate checks values that parse but cannot work.
 func (c Config) Validate() error {
-	if err := c.Kafka.Validate(); err != nil {
+	if err := c.Base.Validate(); err != nil {
+		return err
+	}
+	if err := c.Connection.Validate(); err != nil {
 		return err
 	}
 	i := c.Ingest
