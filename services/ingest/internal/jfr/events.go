@@ -42,17 +42,19 @@ type Recording struct {
 
 // eventKinds are the events read, with the field holding their weight
 // ("" for none) and a fallback field when that one is 0.
-var eventKinds = map[string]struct {
+type eventKind struct {
 	kind             Kind
 	weight, fallback string
 	ticks            bool
-}{
-	"jdk.ExecutionSample":            {kind: CPU},
-	"jdk.ObjectAllocationInNewTLAB":  {kind: Alloc, weight: "tlabSize", fallback: "allocationSize"},
+}
+
+var eventKinds = map[string]eventKind{
+	"jdk.ExecutionSample":             {kind: CPU},
+	"jdk.ObjectAllocationInNewTLAB":   {kind: Alloc, weight: "tlabSize", fallback: "allocationSize"},
 	"jdk.ObjectAllocationOutsideTLAB": {kind: Alloc, weight: "allocationSize"},
-	"jdk.ObjectAllocationSample":     {kind: Alloc, weight: "weight"},
-	"jdk.JavaMonitorEnter":           {kind: Lock, weight: "duration", ticks: true},
-	"jdk.ThreadPark":                 {kind: Lock, weight: "duration", ticks: true},
+	"jdk.ObjectAllocationSample":      {kind: Alloc, weight: "weight"},
+	"jdk.JavaMonitorEnter":            {kind: Lock, weight: "duration", ticks: true},
+	"jdk.ThreadPark":                  {kind: Lock, weight: "duration", ticks: true},
 }
 
 // Parse reads every chunk of a JFR file. A file with no events it reads is
@@ -86,68 +88,62 @@ type chunk struct {
 	pools   map[int64]map[int64]value
 	stacks  map[int64]int // stack trace key -> index in Recording.Stacks
 	methods map[int64]string
-	rec     *Recording
-	l       Limits
-}
-
-type event struct {
-	c          *class
-	start, end int
+	// eventFields caches the field indexes of each event class read.
+	eventFields map[*class]eventFields
+	rec         *Recording
+	l           Limits
 }
 
 func readChunk(b []byte, h header, l Limits, objects *int, rec *Recording) error {
 	r := &buf{b: b, compressed: h.compressed}
-	classes, err := readMetadata(r, h, l)
+	classes, err := metadata(r, h, l)
 	if err != nil {
 		return err
 	}
 	c := &chunk{h: h, classes: classes, pools: map[int64]map[int64]value{},
-		stacks: map[int64]int{}, methods: map[int64]string{}, rec: rec, l: l}
+		stacks: map[int64]int{}, methods: map[int64]string{}, eventFields: map[*class]eventFields{}, rec: rec, l: l}
 	d := &decoder{r: r, l: l, objects: objects}
-	var events []event
-	r.p = headerBytes
-	for r.p < len(b) && r.err == nil {
-		start := r.p
-		size := r.i32()
-		if r.err == nil && (size <= 0 || size > int64(len(b)-start)) {
-			r.fail("event size %d at offset %d, %d bytes left in the chunk", size, start, len(b)-start)
-		}
-		typ := r.i64()
-		if r.err != nil {
-			break
-		}
-		end := start + int(size)
-		switch typ {
-		case typeMetadata:
-		case typeConstants:
+	// Two passes: the constant pools (often at the end of the chunk) first,
+	// then the events, which refer to them.
+	counts := map[*class]int{}
+	for pass := 0; pass < 2 && r.err == nil; pass++ {
+		r.p = headerBytes
+		for r.p < len(b) && r.err == nil {
+			start := r.p
+			size := r.i32()
+			if r.err == nil && (size <= 0 || size > int64(len(b)-start)) {
+				r.fail("event size %d at offset %d, %d bytes left in the chunk", size, start, len(b)-start)
+			}
+			typ := r.i64()
+			if r.err != nil {
+				break
+			}
+			end := start + int(size)
 			r.b = b[:end]
-			c.readPools(d)
-			r.b = b
-		default:
-			if ec := classes[typ]; ec != nil {
-				rec.Events[ec.name]++
-				if _, ok := eventKinds[ec.name]; ok {
-					if !d.spend(1) {
-						break
+			switch {
+			case typ == typeMetadata:
+			case typ == typeConstants:
+				if pass == 0 {
+					c.readPools(d)
+				}
+			case pass == 1:
+				if ec := classes[typ]; ec != nil {
+					counts[ec]++
+					if _, ok := eventKinds[ec.name]; ok {
+						v := d.readEvent(ec)
+						if r.err == nil {
+							c.sample(ec, v)
+						}
 					}
-					events = append(events, event{ec, r.p, end})
 				}
 			}
+			r.b, r.p = b, end
 		}
-		r.p = end
 	}
-	if r.err != nil {
-		return r.err
+	for ec, n := range counts {
+		rec.Events[ec.name] += n
 	}
-	for _, e := range events {
-		r.b, r.p = b[:e.end], e.start
-		v := d.read(e.c, 0)
-		if r.err != nil {
-			return r.err
-		}
-		c.sample(e.c, v)
-	}
-	return nil
+	return r.err
 }
 
 // readPools reads a constant pool event after its size and type.
@@ -220,27 +216,52 @@ func (c *chunk) str(v value, cls *class) string {
 	return ""
 }
 
-func (c *chunk) sample(ec *class, v value) {
-	k := eventKinds[ec.name]
+// eventFields are the indexes of an event class's fields read: -1 when absent.
+type eventFields struct {
+	kind                    eventKind
+	stack, weight, fallback int
+}
+
+// numField is the index of the integer field name of c, or -1.
+func numField(c *class, name string) int {
+	i := c.index(name)
+	if i < 0 || name == "" || c.fields[i].array || c.fields[i].cp || c.fields[i].cls.kind == kStruct || c.fields[i].cls.kind == kString {
+		return -1
+	}
+	return i
+}
+
+func (c *chunk) sample(ec *class, v []int64) {
+	ef, ok := c.eventFields[ec]
+	k := ef.kind
+	if !ok {
+		k = eventKinds[ec.name]
+		ef.kind = k
+		ef.stack, ef.weight, ef.fallback = ec.index("stackTrace"), numField(ec, k.weight), numField(ec, k.fallback)
+		if ef.stack >= 0 && (!ec.fields[ef.stack].cp || ec.fields[ef.stack].array) {
+			ef.stack = -1
+		}
+		c.eventFields[ec] = ef
+	}
 	s := Sample{Kind: k.kind, Stack: -1}
-	i := ec.index("stackTrace")
-	if i < 0 || i >= len(v.f) || !ec.fields[i].cp {
+	i := ef.stack
+	if i < 0 || i >= len(v) {
 		return
 	}
-	s.Stack = c.stack(v.f[i].n, ec.fields[i].cls)
+	s.Stack = c.stack(v[i], ec.fields[i].cls)
 	if s.Stack < 0 {
 		return
 	}
-	num := func(name string) int64 {
-		if w, wc, ok := c.get(v, ec, name); ok && wc.kind != kStruct && wc.kind != kString {
-			return w.n
+	num := func(i int) int64 {
+		if i < 0 || i >= len(v) {
+			return 0
 		}
-		return 0
+		return v[i]
 	}
 	if k.weight != "" {
-		s.Value = num(k.weight)
-		if s.Value <= 0 && k.fallback != "" {
-			s.Value = num(k.fallback)
+		s.Value = num(ef.weight)
+		if s.Value <= 0 {
+			s.Value = num(ef.fallback)
 		}
 		if k.ticks {
 			s.Value = c.nanos(s.Value)

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/stackstream/stackstream/schemas/record"
 )
@@ -95,12 +96,17 @@ func (r *buf) u8() byte {
 // varint reads a compressed integer: 7 bits a byte, low first, the ninth
 // byte giving all its 8 bits.
 func (r *buf) varint() int64 {
+	if r.err != nil {
+		return 0
+	}
 	var v uint64
 	for i := 0; i < 9; i++ {
-		b := r.u8()
-		if r.err != nil {
+		if r.p >= len(r.b) {
+			r.fail("integer cut at offset %d", r.p)
 			return 0
 		}
+		b := r.b[r.p]
+		r.p++
 		if i == 8 {
 			return int64(v | uint64(b)<<56)
 		}
@@ -278,8 +284,64 @@ func (c *class) index(name string) int {
 // element is a node of the metadata tree.
 type element struct {
 	name     string
-	attrs    map[string]string
+	attrs    [][2]string // key, value
 	children []*element
+}
+
+func (e *element) attr(k string) string {
+	for _, a := range e.attrs {
+		if a[0] == k {
+			return a[1]
+		}
+	}
+	return ""
+}
+
+// metadataCache keeps the classes of metadata events seen before, by their
+// bytes: an agent sends the same metadata with every recording. The
+// classes are not changed once built, so requests share them. The key
+// holds the limits too: what passed one set may not pass another.
+var metadataCache = struct {
+	sync.Mutex
+	m map[metadataKey]map[int64]*class
+}{m: map[metadataKey]map[int64]*class{}}
+
+type metadataKey struct {
+	l     Limits
+	bytes string
+}
+
+const (
+	metadataCacheEntries  = 256
+	metadataCacheMaxBytes = 256 << 10 // larger metadata is not kept
+)
+
+// metadata is readMetadata through metadataCache.
+func metadata(r *buf, h header, l Limits) (map[int64]*class, error) {
+	r.p = int(h.metadata)
+	size := r.i32()
+	if r.err != nil || size <= 0 || size > int64(len(r.b))-h.metadata || size > metadataCacheMaxBytes {
+		r.err = nil
+		return readMetadata(r, h, l)
+	}
+	key := metadataKey{l: l, bytes: string(r.b[h.metadata : h.metadata+size])}
+	metadataCache.Lock()
+	classes, ok := metadataCache.m[key]
+	metadataCache.Unlock()
+	if ok {
+		return classes, nil
+	}
+	classes, err := readMetadata(r, h, l)
+	if err != nil {
+		return nil, err
+	}
+	metadataCache.Lock()
+	if len(metadataCache.m) >= metadataCacheEntries {
+		clear(metadataCache.m)
+	}
+	metadataCache.m[key] = classes
+	metadataCache.Unlock()
+	return classes, nil
 }
 
 // readMetadata reads the metadata event at h.metadata into classes by id.
@@ -408,11 +470,11 @@ func readElement(r *buf, strs []string, l Limits, depth int, total *int) *elemen
 	e := &element{name: str()}
 	n := r.count("metadata attribute", 2)
 	if n > 0 {
-		e.attrs = make(map[string]string, n)
+		e.attrs = make([][2]string, 0, n)
 	}
 	for i := 0; i < n && r.err == nil; i++ {
 		k := str()
-		e.attrs[k] = str()
+		e.attrs = append(e.attrs, [2]string{k, str()})
 	}
 	n = r.count("metadata element", 3)
 	for i := 0; i < n && r.err == nil; i++ {
@@ -424,9 +486,9 @@ func readElement(r *buf, strs []string, l Limits, depth int, total *int) *elemen
 }
 
 func newClass(e *element, l Limits) (*class, error) {
-	c := &class{name: e.attrs["name"]}
+	c := &class{name: e.attr("name")}
 	var err error
-	if c.id, err = parseID(e.attrs["id"]); err != nil {
+	if c.id, err = parseID(e.attr("id")); err != nil {
 		return nil, fmt.Errorf("%w: class %q: id: %v", ErrInvalid, c.name, err)
 	}
 	c.kind = primitives[c.name]
@@ -437,11 +499,11 @@ func newClass(e *element, l Limits) (*class, error) {
 		if len(c.fields) == l.MaxFields {
 			return nil, fmt.Errorf("%w: class %q has more than %d fields", record.ErrTooLarge, c.name, l.MaxFields)
 		}
-		f := field{name: ch.attrs["name"], cp: ch.attrs["constantPool"] == "true"}
-		if f.typ, err = parseID(ch.attrs["class"]); err != nil {
+		f := field{name: ch.attr("name"), cp: ch.attr("constantPool") == "true"}
+		if f.typ, err = parseID(ch.attr("class")); err != nil {
 			return nil, fmt.Errorf("%w: field %s.%s: class: %v", ErrInvalid, c.name, f.name, err)
 		}
-		switch d := ch.attrs["dimension"]; d {
+		switch d := ch.attr("dimension"); d {
 		case "", "0":
 		case "1":
 			f.array = true
@@ -475,6 +537,39 @@ type decoder struct {
 	r       *buf
 	l       Limits
 	objects *int
+	scratch []int64 // the fields of the event being read
+}
+
+// readEvent reads an event's fields and returns their integers (integer
+// and boolean fields, constant pool keys; 0 for the others) in a slice
+// reused by the next call. Integers only: no write barriers on the hot path.
+func (d *decoder) readEvent(c *class) []int64 {
+	if !d.spend(1) {
+		return nil
+	}
+	if cap(d.scratch) < len(c.fields) {
+		d.scratch = make([]int64, len(c.fields))
+	}
+	v := d.scratch[:len(c.fields)]
+	for i := range c.fields {
+		if d.r.err != nil {
+			break
+		}
+		switch f := &c.fields[i]; {
+		case f.array:
+			d.field(f, 1)
+			v[i] = 0
+		case f.cp:
+			v[i] = d.r.i64()
+		case f.cls.kind == kLong:
+			v[i] = d.r.i64()
+		case f.cls.kind == kInt:
+			v[i] = d.r.i32()
+		default:
+			v[i] = d.read(f.cls, 1).n
+		}
+	}
+	return v
 }
 
 func (d *decoder) spend(n int) bool {
@@ -523,16 +618,16 @@ func (d *decoder) read(c *class, depth int) value {
 		return value{}
 	}
 	v := value{f: make([]value, len(c.fields))}
-	for i, f := range c.fields {
+	for i := range c.fields {
 		if r.err != nil {
 			break
 		}
-		v.f[i] = d.field(f, depth+1)
+		v.f[i] = d.field(&c.fields[i], depth+1)
 	}
 	return v
 }
 
-func (d *decoder) field(f field, depth int) value {
+func (d *decoder) field(f *field, depth int) value {
 	if f.array {
 		n := d.r.count("array element", 1)
 		if d.r.err != nil || !d.spend(n) {
@@ -550,7 +645,7 @@ func (d *decoder) field(f field, depth int) value {
 	return d.one(f, depth)
 }
 
-func (d *decoder) one(f field, depth int) value {
+func (d *decoder) one(f *field, depth int) value {
 	if f.cp {
 		return value{n: d.r.i64(), ref: true}
 	}
