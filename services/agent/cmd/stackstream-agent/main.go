@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,13 +12,11 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
-
-	"github.com/oklog/run"
 
 	"github.com/stackstream/stackstream/pkg/config"
 	"github.com/stackstream/stackstream/pkg/kafka"
+	"github.com/stackstream/stackstream/pkg/service"
 	"github.com/stackstream/stackstream/pkg/telemetry"
 	"github.com/stackstream/stackstream/pkg/version"
 	"github.com/stackstream/stackstream/services/agent/internal/agent"
@@ -27,18 +24,28 @@ import (
 	"github.com/stackstream/stackstream/services/agent/internal/publish"
 )
 
+// cfg is every setting, from STACKSTREAM_* variables and the flags that
+// override them: the agent's own, then the blocks every service shares.
 type cfg struct {
-	Agent      agent.Config        `envconfig:"AGENT"`
-	ListenAddr string              `envconfig:"LISTEN_ADDR" default:"127.0.0.1:9101" desc:"/metrics, /healthz, /readyz"`
-	Kafka      kafka.Config        `envconfig:"KAFKA"`
-	Log        telemetry.LogConfig `envconfig:"LOG"`
+	Agent      agent.Config `envconfig:"AGENT"`
+	ListenAddr string       `envconfig:"LISTEN_ADDR" default:"127.0.0.1:9101" desc:"/metrics, /healthz, /readyz"`
+	kafka.Connection
+	service.Base
 }
 
 func (c *cfg) Validate() error {
-	if err := c.Agent.Validate(); err != nil {
-		return err
+	return config.ValidateAll(c.Agent, c.Connection, c.Base)
+}
+
+// loadConfig reads the environment, then the flags over it, and validates
+// the result once: a bad variable that a valid flag replaces does not stop
+// start-up.
+func loadConfig(args []string, stdout io.Writer) (*cfg, error) {
+	var c cfg
+	if err := config.LoadWithFlags(&c, args, stdout, func() *flag.FlagSet { return flags(&c.Agent) }); err != nil {
+		return nil, err
 	}
-	return c.Kafka.Validate()
+	return &c, nil
 }
 
 func main() {
@@ -46,23 +53,9 @@ func main() {
 }
 
 func runAgent(args []string, stdout, stderr io.Writer) error {
-	var c cfg
-	fs := flags(&c.Agent)
-	if err := config.Load(&c, args, stdout); err != nil {
-		if errors.Is(err, config.ErrHelp) {
-			fmt.Fprintln(stdout, "\nFlags (override the variables):")
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-		}
+	c, err := loadConfig(args, stdout)
+	if err != nil {
 		return err
-	}
-	// Flags override the environment: parse them over the loaded values.
-	fs = flags(&c.Agent)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := c.Validate(); err != nil {
-		return fmt.Errorf("config: %w", err)
 	}
 	log, err := telemetry.NewLogger(c.Log, stderr, "agent")
 	if err != nil {
@@ -117,8 +110,7 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	var g run.Group
-	g.Add(run.SignalHandler(ctx, os.Interrupt, syscall.SIGTERM))
+	g := service.NewGroup(log)
 	// The agent stops first and publishes its last interval; the flush then
 	// gives the buffer a bounded time to reach the brokers before exit.
 	agentCtx, stopAgent := context.WithCancel(ctx)
@@ -133,13 +125,7 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 	}, func(error) { stopAgent() })
 	g.Add(srv.Run, srv.Stop)
 	log.Info("listening", "addr", srv.Addr())
-	err = g.Run()
-	var sig *run.SignalError
-	if errors.As(err, &sig) {
-		log.Info("stopping", "signal", sig.Signal)
-		return nil
-	}
-	return err
+	return g.Run()
 }
 
 // flags binds the command-line flags to a's fields; their defaults are the

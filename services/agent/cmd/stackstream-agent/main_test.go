@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -149,4 +150,26 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestValidFlagReplacesBadVariable: the configuration is checked once, after
+// the flags override the environment, so a variable the agent would refuse
+// does not stop start-up when a valid flag replaces it; alone it still does,
+// naming the variable.
+func TestValidFlagReplacesBadVariable(t *testing.T) {
+	t.Chdir(t.TempDir()) // no .env
+	t.Setenv("STACKSTREAM_AGENT_FREQUENCY", "0")
+	c, err := loadConfig([]string{"--frequency=19"}, io.Discard)
+	if err != nil {
+		t.Fatalf("bad variable, valid flag: %v", err)
+	}
+	if c.Agent.Frequency != 19 {
+		t.Fatalf("frequency %d, want the flag's 19", c.Agent.Frequency)
+	}
+	if _, err := loadConfig(nil, io.Discard); err == nil || !strings.Contains(err.Error(), "STACKSTREAM_AGENT_FREQUENCY=0") {
+		t.Fatalf("bad variable alone: %v, want an error naming STACKSTREAM_AGENT_FREQUENCY=0", err)
+	}
+	if _, err := loadConfig([]string{"--frequency=5000"}, io.Discard); err == nil || !strings.Contains(err.Error(), "STACKSTREAM_AGENT_FREQUENCY=5000") {
+		t.Fatalf("bad flag: %v, want an error naming the value", err)
+	}
 }
