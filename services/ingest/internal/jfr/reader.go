@@ -312,8 +312,8 @@ type metadataKey struct {
 }
 
 const (
-	metadataCacheEntries  = 256
-	metadataCacheMaxBytes = 256 << 10 // larger metadata is not kept
+	metadataCacheEntries  = 64
+	metadataCacheMaxBytes = 64 << 10 // larger metadata is not kept: at most 4 MiB of keys
 )
 
 // metadata is readMetadata through metadataCache.
