@@ -7,7 +7,7 @@ package record
 const (
 	MappingKernel = "[kernel.kallsyms]" // kernel functions, from kallsyms
 	MappingPython = "[python]"          // CPython: function co_qualname, file co_filename, line
-	MappingJava   = "[java]"            // HotSpot: function pkg.Class.method, file the source file
+	MappingJava   = "[java]"            // HotSpot: function pkg.Class.method, file the source file (none from ingest's JFR)
 	MappingJS     = "[js]"              // V8: function name or "(anonymous)", file the script URL
 	MappingJIT    = "[jit]"             // a perf map's entry in a runtime not known to be one of the above
 )
