@@ -18,9 +18,11 @@ import (
 // a program whose main calls hotLoop (line 5) and allocate (line 9);
 // itimer CPU at 100 Hz, alloc=256k, lock=1ms), gunzipped: one chunk of
 // 66,152 bytes, compressed integers.
-func agentJFR(t testing.TB) []byte {
+func agentJFR(t testing.TB) []byte { return testdataJFR(t, "agent.jfr.gz") }
+
+func testdataJFR(t testing.TB, name string) []byte {
 	t.Helper()
-	f, err := os.ReadFile("testdata/agent.jfr.gz")
+	f, err := os.ReadFile("testdata/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,6 +107,43 @@ func TestParseAgent(t *testing.T) {
 	}
 }
 
+// TestParseLocks: lock events of the agent (PYROSCOPE_PROFILER_LOCK=1ms,
+// four threads contending for one monitor in Lock.contend, line 6): their
+// durations in nanoseconds. The JDK's `jfr print --json` of the same file
+// lists 262 jdk.JavaMonitorEnter and jdk.ThreadPark events of 3,456,365,774
+// ns in all.
+func TestParseLocks(t *testing.T) {
+	rec, err := Parse(testdataJFR(t, "agent-lock.jfr.gz"), DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n, total int64
+	contend := false
+	for _, s := range rec.Samples {
+		if s.Kind != Lock {
+			continue
+		}
+		n++
+		total += s.Value
+		if st := rec.Stacks[s.Stack]; st[0] == (Frame{"Lock.contend", 6}) {
+			contend = true
+		}
+	}
+	if n != 262 || total != 3456365774 {
+		t.Errorf("lock samples = %d of %d ns, want 262 of 3456365774", n, total)
+	}
+	if !contend {
+		t.Errorf("no lock sample at Lock.contend:6")
+	}
+	if k := kinds(rec); k[CPU] != 111 {
+		t.Errorf("cpu samples = %d, want 111", k[CPU])
+	}
+	// Not stored: the record contract has no lock type.
+	if ps := ToPprof(rec); ps.Alloc != nil || ps.CPU == nil {
+		t.Errorf("profiles of a CPU and lock recording = %+v", ps)
+	}
+}
+
 // TestParseChunks: a file of several chunks is read chunk by chunk.
 func TestParseChunks(t *testing.T) {
 	one := agentJFR(t)
@@ -179,6 +218,7 @@ func FuzzParse(f *testing.F) {
 	data := agentJFR(f)
 	f.Add(data)
 	f.Add(data[:4096])
+	f.Add(testdataJFR(f, "agent-lock.jfr.gz"))
 	f.Add([]byte("FLR\x00"))
 	l := DefaultLimits
 	l.MaxObjects = 1 << 16
