@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/stackstream/stackstream/pkg/kafka"
 	"github.com/stackstream/stackstream/pkg/service"
 	"github.com/stackstream/stackstream/pkg/telemetry"
+	"github.com/stackstream/stackstream/services/symbolizer/internal/source"
 )
 
 func valid() Config {
@@ -90,5 +92,29 @@ func TestTxnIDFromHostname(t *testing.T) {
 	c.Symbolizer.TransactionalID = "sym-1"
 	if id, _ := c.TxnID(); id != "sym-1" {
 		t.Fatalf("got %q", id)
+	}
+}
+
+// TestChainOptions: every chain setting reaches the chain (MAX_MISSES,
+// LOOKUP_TIMEOUT and DEBUGINFO_WAIT once did not), and DEBUGINFO_WAIT=0 turns
+// the wait off.
+func TestChainOptions(t *testing.T) {
+	s := valid().Symbolizer
+	s.MaxMisses, s.LookupTimeout, s.DebuginfoWait = 123, 45*time.Second, 3*time.Second
+	var follower *source.Follower
+	o := chainOptions(s, &follower, nil, source.Metrics{})
+	if o.MaxTables != s.MaxTables || o.MaxTableBytes != s.MaxTableBytes || o.MissTTL != s.MissTTL || o.MaxMisses != 123 || o.LookupTimeout != 45*time.Second {
+		t.Errorf("options %+v from settings %+v", o, s)
+	}
+	if o.WaitDebuginfo == nil {
+		t.Fatal("DEBUGINFO_WAIT=3s: no wait")
+	}
+	// Without a follower yet, a miss is not waited for.
+	if o.WaitDebuginfo(context.Background(), time.Now()) {
+		t.Error("waited with no follower")
+	}
+	s.DebuginfoWait = 0
+	if chainOptions(s, &follower, nil, source.Metrics{}).WaitDebuginfo != nil {
+		t.Error("DEBUGINFO_WAIT=0 still waits")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime/debug"
 	"time"
@@ -69,14 +70,7 @@ func runMain() error {
 		d.MaxDownloadBytes, d.Limits = cfg.Symbolizer.DebuginfodMaxBytes, cfg.Symbolizer.ELFLimits()
 		sources = append(sources, d)
 	}
-	chain = source.NewChain(source.Options{
-		MaxTables:     cfg.Symbolizer.MaxTables,
-		MaxTableBytes: cfg.Symbolizer.MaxTableBytes,
-		MissTTL:       cfg.Symbolizer.MissTTL,
-		Now:           time.Now,
-		Log:           log,
-		Metrics:       metrics.ChainMetrics(),
-	}, sources...)
+	chain = source.NewChain(chainOptions(cfg.Symbolizer, &follower, log, metrics.ChainMetrics()), sources...)
 
 	admCl, err := kafka.NewClient(ctx, cfg.Kafka)
 	if err != nil {
@@ -162,6 +156,22 @@ func runMain() error {
 	g.Add(srv.Run, srv.Stop)
 	log.Info("starting", "listen", srv.Addr(), "debuginfo_topic", topics.Debuginfo, "debug_dirs", cfg.Dirs(), "debuginfod", source.RedactURLs(urls))
 	return g.Run()
+}
+
+// chainOptions are the symbol source chain's settings; follower is set
+// once the debuginfo follower exists.
+func chainOptions(s Symbolizer, follower **source.Follower, log *slog.Logger, m source.Metrics) source.Options {
+	return source.Options{
+		MaxTables:     s.MaxTables,
+		MaxTableBytes: s.MaxTableBytes,
+		MissTTL:       s.MissTTL,
+		MaxMisses:     s.MaxMisses,
+		LookupTimeout: s.LookupTimeout,
+		WaitDebuginfo: waitDebuginfo(follower, s.DebuginfoWait),
+		Now:           time.Now,
+		Log:           log,
+		Metrics:       m,
+	}
 }
 
 // waitDebuginfo is the chain's wait on a miss: up to d for the follower
