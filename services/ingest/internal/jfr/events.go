@@ -88,8 +88,9 @@ type chunk struct {
 	pools   map[int64]map[int64]value
 	stacks  map[int64]int // stack trace key -> index in Recording.Stacks
 	methods map[int64]string
-	// eventFields caches the field indexes of each event class read.
-	eventFields map[*class]eventFields
+	// eventFields caches the field indexes of each event class read, by
+	// class.ord.
+	eventFields []eventFields
 	rec         *Recording
 	l           Limits
 }
@@ -101,11 +102,11 @@ func readChunk(b []byte, h header, l Limits, objects *int, rec *Recording) error
 		return err
 	}
 	c := &chunk{h: h, classes: classes, pools: map[int64]map[int64]value{},
-		stacks: map[int64]int{}, methods: map[int64]string{}, eventFields: map[*class]eventFields{}, rec: rec, l: l}
+		stacks: map[int64]int{}, methods: map[int64]string{}, eventFields: make([]eventFields, len(classes)), rec: rec, l: l}
 	d := &decoder{r: r, l: l, objects: objects}
 	// Two passes: the constant pools (often at the end of the chunk) first,
 	// then the events, which refer to them.
-	counts := map[*class]int{}
+	counts := make([]int, len(classes))
 	for pass := 0; pass < 2 && r.err == nil; pass++ {
 		r.p = headerBytes
 		for r.p < len(b) && r.err == nil {
@@ -128,11 +129,11 @@ func readChunk(b []byte, h header, l Limits, objects *int, rec *Recording) error
 				}
 			case pass == 1:
 				if ec := classes[typ]; ec != nil {
-					counts[ec]++
-					if _, ok := eventKinds[ec.name]; ok {
+					counts[ec.ord]++
+					if ef := c.info(ec); ef.read {
 						v := d.readEvent(ec)
 						if r.err == nil {
-							c.sample(ec, v)
+							c.sample(ec, ef, v)
 						}
 					}
 				}
@@ -140,8 +141,10 @@ func readChunk(b []byte, h header, l Limits, objects *int, rec *Recording) error
 			r.b, r.p = b, end
 		}
 	}
-	for ec, n := range counts {
-		rec.Events[ec.name] += n
+	for _, ec := range classes {
+		if n := counts[ec.ord]; n > 0 {
+			rec.Events[ec.name] += n
+		}
 	}
 	return r.err
 }
@@ -218,6 +221,7 @@ func (c *chunk) str(v value, cls *class) string {
 
 // eventFields are the indexes of an event class's fields read: -1 when absent.
 type eventFields struct {
+	known, read             bool
 	kind                    eventKind
 	stack, weight, fallback int
 }
@@ -231,18 +235,23 @@ func numField(c *class, name string) int {
 	return i
 }
 
-func (c *chunk) sample(ec *class, v []int64) {
-	ef, ok := c.eventFields[ec]
-	k := ef.kind
-	if !ok {
-		k = eventKinds[ec.name]
-		ef.kind = k
+// info is what the chunk reads of events of class ec, worked out once.
+func (c *chunk) info(ec *class) *eventFields {
+	ef := &c.eventFields[ec.ord]
+	if !ef.known {
+		ef.known = true
+		k, ok := eventKinds[ec.name]
+		ef.read, ef.kind = ok, k
 		ef.stack, ef.weight, ef.fallback = ec.index("stackTrace"), numField(ec, k.weight), numField(ec, k.fallback)
 		if ef.stack >= 0 && (!ec.fields[ef.stack].cp || ec.fields[ef.stack].array) {
 			ef.stack = -1
 		}
-		c.eventFields[ec] = ef
 	}
+	return ef
+}
+
+func (c *chunk) sample(ec *class, ef *eventFields, v []int64) {
+	k := ef.kind
 	s := Sample{Kind: k.kind, Stack: -1}
 	i := ef.stack
 	if i < 0 || i >= len(v) {

@@ -249,6 +249,7 @@ var primitives = map[string]int{
 
 type class struct {
 	id     int64
+	ord    int // 0..len(classes)-1: an index into a chunk's per-class slices
 	name   string
 	kind   int
 	fields []field
@@ -399,7 +400,10 @@ func readMetadata(r *buf, h header, l Limits) (map[int64]*class, error) {
 	if err := walk(root); err != nil {
 		return nil, err
 	}
+	ord := 0
 	for _, c := range classes {
+		c.ord = ord
+		ord++
 		for i := range c.fields {
 			f := &c.fields[i]
 			if f.cls = classes[f.typ]; f.cls == nil {
