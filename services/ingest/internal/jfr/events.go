@@ -61,7 +61,10 @@ var eventKinds = map[string]eventKind{
 // a Recording without samples, not an error.
 func Parse(data []byte, l Limits) (*Recording, error) {
 	rec := &Recording{Events: map[string]int{}}
-	objects := 0
+	// Decoded values: at most MaxObjects, and at most two per input byte
+	// (plus a margin): a real recording holds fewer than one per four bytes,
+	// so a small hostile body cannot make many empty values.
+	budget := budget{max: min(l.MaxObjects, 2*len(data)+1<<16)}
 	for n := 0; len(data) > 0; n++ {
 		if n == l.MaxChunks {
 			return nil, fmt.Errorf("%w: JFR file has more than %d chunks", record.ErrTooLarge, l.MaxChunks)
@@ -73,7 +76,7 @@ func Parse(data []byte, l Limits) (*Recording, error) {
 		if h.size > int64(l.MaxChunkBytes) {
 			return nil, fmt.Errorf("%w: JFR chunk %d is %d bytes, limit %d", record.ErrTooLarge, n, h.size, l.MaxChunkBytes)
 		}
-		if err := readChunk(data[:h.size], h, l, &objects, rec); err != nil {
+		if err := readChunk(data[:h.size], h, l, &budget, rec); err != nil {
 			return nil, fmt.Errorf("chunk %d: %w", n, err)
 		}
 		data = data[h.size:]
@@ -95,7 +98,7 @@ type chunk struct {
 	l           Limits
 }
 
-func readChunk(b []byte, h header, l Limits, objects *int, rec *Recording) error {
+func readChunk(b []byte, h header, l Limits, objects *budget, rec *Recording) error {
 	r := &buf{b: b, compressed: h.compressed}
 	classes, err := metadata(r, h, l)
 	if err != nil {

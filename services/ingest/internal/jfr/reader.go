@@ -29,7 +29,7 @@ type Limits struct {
 	MaxClasses     int // classes the metadata of a chunk declares
 	MaxFields      int // fields of one class
 	MaxDepth       int // nesting of metadata elements and of decoded values
-	MaxObjects     int // decoded values (pool entries, fields, events) of a file
+	MaxObjects     int // decoded values (pool entries, fields, events) of a file; also at most 2 per byte
 	MaxStringBytes int // one decoded string; longer ones are cut
 	MaxFrames      int // frames of one stack; deeper stacks keep the leaf side
 }
@@ -43,7 +43,7 @@ var DefaultLimits = Limits{
 	MaxClasses:     1 << 12,
 	MaxFields:      256,
 	MaxDepth:       16,
-	MaxObjects:     1 << 22,
+	MaxObjects:     1 << 20,
 	MaxStringBytes: 4096,
 	MaxFrames:      record.DefaultLimits().MaxLocationsPerSample,
 }
@@ -540,7 +540,7 @@ func parseID(s string) (int64, error) {
 type decoder struct {
 	r       *buf
 	l       Limits
-	objects *int
+	objects *budget
 	scratch []int64 // the fields of the event being read
 }
 
@@ -576,11 +576,14 @@ func (d *decoder) readEvent(c *class) []int64 {
 	return v
 }
 
+// budget counts the decoded values of a file.
+type budget struct{ n, max int }
+
 func (d *decoder) spend(n int) bool {
-	*d.objects += n
-	if *d.objects > d.l.MaxObjects {
+	d.objects.n += n
+	if d.objects.n > d.objects.max {
 		if d.r.err == nil {
-			d.r.err = fmt.Errorf("%w: more than %d decoded values", record.ErrTooLarge, d.l.MaxObjects)
+			d.r.err = fmt.Errorf("%w: more than %d decoded values", record.ErrTooLarge, d.objects.max)
 		}
 		return false
 	}
