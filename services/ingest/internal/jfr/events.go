@@ -62,7 +62,7 @@ var eventKinds = map[string]eventKind{
 func Parse(data []byte, l Limits) (*Recording, error) {
 	rec := &Recording{Events: map[string]int{}}
 	// Decoded values: at most MaxObjects, and at most two per input byte
-	// (plus a margin): a real recording holds fewer than one per four bytes,
+	// (plus a margin): a real recording holds fewer than one per three bytes,
 	// so a small hostile body cannot make many empty values.
 	budget := budget{max: min(l.MaxObjects, 2*len(data)+1<<16)}
 	for n := 0; len(data) > 0; n++ {
