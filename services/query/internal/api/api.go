@@ -64,6 +64,7 @@ func (o Options) withDefaults() Options {
 	o.Timeout = positiveOr(o.Timeout, 30*time.Second)
 	o.MaxRange = positiveOr(o.MaxRange, 31*24*time.Hour)
 	o.MaxNodes = positiveOr(o.MaxNodes, 5000)
+	o.MaxSeries = positiveOr(o.MaxSeries, 100)
 	if o.Now == nil {
 		o.Now = time.Now
 	}

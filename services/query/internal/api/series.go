@@ -58,16 +58,24 @@ type SeriesResponse struct {
 	Type        string   `json:"type"`
 	Unit        string   `json:"unit"`
 	StepSeconds int64    `json:"step_seconds"`
-	Truncated   bool     `json:"truncated,omitempty"`
 	Source      string   `json:"source,omitempty"`
 	Series      []Series `json:"series"`
+	// TotalSeries counts the groups of the selection: the lines of Series
+	// plus those summed in the "other" line (absent for a function's trend).
+	TotalSeries int `json:"total_series,omitempty"`
 }
 
-// Series is one line: its labels and [unix_ms, value] points.
+// Series is one line: its labels and [unix_ms, value] points. The "other"
+// line has no labels, Other set and Folded the number of groups it sums.
 type Series struct {
 	Labels map[string]string `json:"labels"`
+	Other  bool              `json:"other,omitempty"`
+	Folded int               `json:"folded,omitempty"`
 	Points [][2]float64      `json:"points"`
 }
+
+// defaultTop is how many lines a chart shows when the request says no top.
+const defaultTop = 10
 
 func (a *API) handleSeries(ctx context.Context, _ http.ResponseWriter, r *http.Request) (any, error) {
 	q := r.URL.Query()
@@ -91,6 +99,10 @@ func (a *API) handleSeries(ctx context.Context, _ http.ResponseWriter, r *http.R
 	if len(fn) > 1024 {
 		return nil, badParam("function", "longer than 1024 bytes")
 	}
+	top, err := parseInt(q, "top", defaultTop, 1, a.opts.MaxSeries)
+	if err != nil {
+		return nil, err
+	}
 	lines := 0
 	if fn != "" {
 		lines = 1
@@ -98,6 +110,8 @@ func (a *API) handleSeries(ctx context.Context, _ http.ResponseWriter, r *http.R
 		if lines, err = a.store.CountLines(ctx, s, groupBy); err != nil {
 			return nil, err
 		}
+		// The top lines and "other".
+		lines = min(lines, top+1)
 	}
 	step, err := chooseStep(reqStep, s.Range.Duration(), lines)
 	if err != nil {
@@ -130,14 +144,17 @@ func (a *API) handleSeries(ctx context.Context, _ http.ResponseWriter, r *http.R
 		resp.Source = source
 		return resp, nil
 	}
-	chart, err := a.store.Series(ctx, s, step, groupBy)
+	chart, err := a.store.Series(ctx, s, step, groupBy, top)
 	if err != nil {
 		return nil, err
 	}
-	resp.Truncated, resp.Source = chart.Truncated, chart.Source
-	resp.Series = make([]Series, 0, len(chart.Lines))
+	resp.Source, resp.TotalSeries = chart.Source, chart.Total
+	resp.Series = make([]Series, 0, len(chart.Lines)+1)
 	for _, l := range chart.Lines {
 		resp.Series = append(resp.Series, Series{Labels: map[string]string{groupBy: l.Key}, Points: l.Points})
+	}
+	if chart.Other != nil {
+		resp.Series = append(resp.Series, Series{Labels: map[string]string{}, Other: true, Folded: chart.Total - len(chart.Lines), Points: chart.Other.Points})
 	}
 	return resp, nil
 }

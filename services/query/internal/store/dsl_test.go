@@ -29,11 +29,12 @@ func TestRequestBodies(t *testing.T) {
 				window("1m", at(12, 0), at(12, 20)) + `],"minimum_should_match":1}}`,
 		},
 		{
-			"series", seriesRequest(term("kind", "service"), "host", "value", Aggs{"v": sumOf("value")}, 5*time.Minute, 100),
-			`{"size":0,"track_total_hits":1,"query":{"term":{"kind":"service"}},"aggs":{` +
-				`"groups":{"terms":{"field":"host","size":100,"order":{"gv":"desc"}},"aggs":{"gv":{"sum":{"field":"value"}},` +
-				`"time":{"date_histogram":{"field":"@timestamp","fixed_interval":"300s","min_doc_count":1},"aggs":{"v":{"sum":{"field":"value"}}}}}},` +
-				`"hourly":{"filter":{"term":{"resolution":"1h"}}}}}`,
+			"series: top groups and the rest", aggsRequest(term("kind", "service"), topSeriesAggs("host", []string{"a", "b"}, 5*time.Minute, Aggs{"v": sumOf("value")}, true)),
+			`{"size":0,"track_total_hits":false,"query":{"term":{"kind":"service"}},"aggs":{` +
+				`"rest":{"filter":{"bool":{"filter":[{"exists":{"field":"host"}}],"must_not":[{"terms":{"host":["a","b"]}}]}},` +
+				`"aggs":{"time":{"date_histogram":{"field":"@timestamp","fixed_interval":"300s","min_doc_count":1},"aggs":{"v":{"sum":{"field":"value"}}}}}},` +
+				`"top":{"filter":{"terms":{"host":["a","b"]}},"aggs":{"groups":{"terms":{"field":"host","size":2},"aggs":{` +
+				`"time":{"date_histogram":{"field":"@timestamp","fixed_interval":"300s","min_doc_count":1},"aggs":{"v":{"sum":{"field":"value"}}}}}}}}}}`,
 		},
 		{
 			"stack frames by ID", &Request{Size: 2, TrackTotalHits: false, Query: idsOf([]string{"a", "b"}), Source: &Source{Includes: []string{"frames"}}},

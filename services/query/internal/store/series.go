@@ -11,11 +11,12 @@ import (
 	"github.com/stackstream/stackstream/schemas/record"
 )
 
-// Lines are a chart's lines.
+// Lines are a chart's lines: the heaviest groups and the rest summed.
 type Lines struct {
-	Lines     []Line
-	Truncated bool   // more groups than MaxSeries: only the heaviest are in Lines
-	Source    string // "samples" or "rollups"
+	Lines  []Line
+	Other  *Line  // the groups not in Lines summed per step; nil when none is left out
+	Total  int    // groups in the selection (Lines plus those summed in Other)
+	Source string // "samples" or "rollups"
 }
 
 // Line is one group's [unix_ms, value] points, in time order: cores for
@@ -24,6 +25,12 @@ type Line struct {
 	Key    string
 	Points [][2]float64
 }
+
+// MaxGroups bounds the groups ranked for one chart: their totals are paged
+// in memory (a few dozen bytes each). Past it, the ranking covers the first
+// MaxGroups keys in key order and Total stops there; Other still holds
+// every group left out, since it is summed by OpenSearch.
+const MaxGroups = 100000
 
 // CountLines estimates how many lines a chart of sel grouped by groupBy
 // will have (distinct values, up to MaxSeries), so an automatic step can
@@ -63,18 +70,22 @@ type cachedLines struct {
 	at time.Time
 }
 
-// Series is sel's value per step grouped by groupBy ("service" or "host"),
-// the heaviest MaxSeries groups. sel.Range must be aligned to step.
-// Selectors of service and host read the per-service rollups (hourly
-// windows when step is whole hours and they exist, else minute windows);
-// label selectors, and clusters without rollups yet, read the samples.
-func (s *Store) Series(ctx context.Context, sel Selection, step time.Duration, groupBy string) (*Lines, error) {
+// Series is sel's value per step grouped by groupBy ("service" or "host"):
+// the top groups of the largest total over the range (at most MaxSeries)
+// as lines, the others summed per step in Other. sel.Range must be aligned
+// to step. Selectors of service and host read the per-service rollups
+// (hourly windows when step is whole hours and they exist, else minute
+// windows); label selectors, and clusters without rollups yet, read the
+// samples.
+func (s *Store) Series(ctx context.Context, sel Selection, step time.Duration, groupBy string, top int) (*Lines, error) {
+	top = min(max(top, 1), s.opts.MaxSeries)
 	if sel.Selector.OnlyFields("service", "host") {
 		// Hourly windows only fit steps of whole hours.
 		for _, minuteOnly := range []bool{step%time.Hour != 0, true} {
-			lines, hourly, err := s.rollupSeries(ctx, sel, step, groupBy, minuteOnly)
+			p := s.rollupPlan(sel, minuteOnly)
+			lines, hourly, err := s.topSeries(ctx, p, sel.Range, step, groupBy, top)
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("series from rollups: %w", err)
 			}
 			if lines != nil && (hourly || minuteOnly || !hasWholeHours(sel.Range)) {
 				return lines, nil
@@ -84,25 +95,29 @@ func (s *Store) Series(ctx context.Context, sel Selection, step time.Duration, g
 			}
 		}
 	}
-	return s.sampleSeries(ctx, sel, step, groupBy)
+	lines, _, err := s.topSeries(ctx, s.samplePlan(sel), sel.Range, step, groupBy, top)
+	if err != nil {
+		return nil, fmt.Errorf("series from samples: %w", err)
+	}
+	if lines == nil {
+		lines = &Lines{Lines: []Line{}, Source: "samples"}
+	}
+	return lines, nil
 }
 
-type seriesAggs struct {
-	Hourly docCount `json:"hourly"`
-	Groups struct {
-		SumOtherDocCount int64 `json:"sum_other_doc_count"`
-		Buckets          []struct {
-			Key  string `json:"key"`
-			Time struct {
-				Buckets []seriesBucket `json:"buckets"`
-			} `json:"time"`
-		} `json:"buckets"`
-	} `json:"groups"`
+// seriesPlan is where a chart's values come from: the documents, the
+// metrics of one time bucket, and the value of a bucket of a given length.
+type seriesPlan struct {
+	indices []string
+	query   Query
+	aggs    Aggs
+	value   func(b seriesBucket, length time.Duration) float64
+	source  string
 }
 
 type seriesBucket struct {
-	Key   int64     `json:"key"`
-	V     sumValue  `json:"v"`     // samples
+	Key   any       `json:"key"`   // composite: {groupBy: value}; histogram: unix ms
+	V     sumValue  `json:"v"`     // samples, minute windows
 	Times *sumValue `json:"times"` // samples: distinct report times
 	H     struct {
 		V sumValue `json:"v"`
@@ -112,107 +127,193 @@ type seriesBucket struct {
 	} `json:"m"` // rollups: minute windows
 }
 
-// seriesRequest groups by groupBy (the heaviest first), then buckets each
-// group's documents by step with timeAggs.
-func seriesRequest(query Query, groupBy, valueField string, timeAggs Aggs, step time.Duration, size int) *Request {
-	return matchedRequest(query, Aggs{
-		"hourly": hourlyCount,
-		"groups": {
-			Terms: &Terms{Field: groupBy, Size: size, Order: map[string]string{"gv": "desc"}},
-			Aggs: Aggs{
-				"gv":   sumOf(valueField), // the heaviest series first
-				"time": histogram(step, timeAggs),
-			},
-		},
-	})
-}
-
-// seriesFilterPath is what seriesAggs reads.
-var seriesFilterPath = []string{
-	"hits.total", "aggregations.hourly", "aggregations.groups.sum_other_doc_count", "aggregations.groups.buckets.key",
-	"aggregations.groups.buckets.time.buckets.key", "aggregations.groups.buckets.time.buckets.v",
-	"aggregations.groups.buckets.time.buckets.times", "aggregations.groups.buckets.time.buckets.h.v",
-	"aggregations.groups.buckets.time.buckets.m.v",
-}
-
-// rollupSeries reads kind=service rollups; lines is nil when there are
-// none, hourly whether hourly windows were among them.
-func (s *Store) rollupSeries(ctx context.Context, sel Selection, step time.Duration, groupBy string, minuteOnly bool) (lines *Lines, hourly bool, err error) {
+// rollupPlan reads kind=service rollups.
+func (s *Store) rollupPlan(sel Selection, minuteOnly bool) seriesPlan {
 	valueField := "value"
 	if sel.Type == record.ProfileMemory {
 		valueField = "mem_avg"
 	}
 	// Minute windows only need a sum; mixed resolutions weigh each apart.
-	timeAggs := Aggs{"v": sumOf(valueField)}
+	aggs := Aggs{"v": sumOf(valueField)}
 	if !minuteOnly {
-		timeAggs = Aggs{
+		aggs = Aggs{
 			"h": {Filter: term("resolution", "1h"), Aggs: Aggs{"v": sumOf(valueField)}},
 			"m": {Filter: term("resolution", "1m"), Aggs: Aggs{"v": sumOf(valueField)}},
 		}
 	}
-	var out struct {
-		Hits         hitsTotal  `json:"hits"`
-		Aggregations seriesAggs `json:"aggregations"`
+	return seriesPlan{
+		indices: s.rollupIndices(sel.Range), query: rollupQuery(sel, "service", minuteOnly), aggs: aggs, source: "rollups",
+		value: func(b seriesBucket, length time.Duration) float64 {
+			if minuteOnly {
+				b.M.V = b.V
+			}
+			if sel.Type.Time() {
+				// Nanoseconds used in a bucket / its nanoseconds = cores
+				// (cpu), or threads blocked on average (offcpu).
+				return (b.H.V.Value + b.M.V.Value) / float64(length)
+			}
+			// Each window holds its average: weigh it by its length.
+			return (b.H.V.Value*float64(time.Hour) + b.M.V.Value*float64(time.Minute)) / float64(length)
+		},
 	}
-	req := seriesRequest(rollupQuery(sel, "service", minuteOnly), groupBy, valueField, timeAggs, step, s.opts.MaxSeries)
-	if err := s.search(ctx, s.rollupIndices(sel.Range), req, &out, seriesFilterPath...); err != nil {
-		return nil, false, fmt.Errorf("series from rollups: %w", err)
-	}
-	if out.Hits.Total.Value == 0 {
-		return nil, false, nil
-	}
-	lines = toLines(out.Aggregations, "rollups", func(b seriesBucket) float64 {
-		if minuteOnly {
-			b.M.V = b.V
-		}
-		if sel.Type.Time() {
-			// Nanoseconds used in a step / the step's nanoseconds = cores
-			// (cpu), or threads blocked on average (offcpu).
-			return (b.H.V.Value + b.M.V.Value) / float64(step)
-		}
-		// Each window holds its average: weigh it by its length.
-		return (b.H.V.Value*float64(time.Hour) + b.M.V.Value*float64(time.Minute)) / float64(step)
-	})
-	return lines, out.Aggregations.Hourly.DocCount > 0, nil
 }
 
-// sampleSeries reads the raw samples: CPU as above; other types sum the
-// samples of each reporting time and average those sums over the step.
-func (s *Store) sampleSeries(ctx context.Context, sel Selection, step time.Duration, groupBy string) (*Lines, error) {
+// samplePlan reads the raw samples: CPU as above; other types sum the
+// samples of each reporting time and average those sums over the bucket.
+func (s *Store) samplePlan(sel Selection) seriesPlan {
 	cpu := sel.Type.Time()
-	var out struct {
-		Aggregations seriesAggs `json:"aggregations"`
-	}
-	timeAggs := Aggs{"v": sumOf("value")}
+	aggs := Aggs{"v": sumOf("value")}
 	if !cpu {
-		timeAggs["times"] = cardinalityOf("@timestamp")
+		aggs["times"] = cardinalityOf("@timestamp")
 	}
-	req := seriesRequest(sampleQuery(sel), groupBy, "value", timeAggs, step, s.opts.MaxSeries)
-	if err := s.search(ctx, s.sampleIndices(sel.Range), req, &out, seriesFilterPath...); err != nil {
-		return nil, fmt.Errorf("series from samples: %w", err)
+	return seriesPlan{
+		indices: s.sampleIndices(sel.Range), query: sampleQuery(sel), aggs: aggs, source: "samples",
+		value: func(b seriesBucket, length time.Duration) float64 {
+			if cpu {
+				return b.V.Value / float64(length)
+			}
+			if b.Times == nil || b.Times.Value < 1 {
+				return b.V.Value
+			}
+			return b.V.Value / b.Times.Value
+		},
 	}
-	return toLines(out.Aggregations, "samples", func(b seriesBucket) float64 {
-		if cpu {
-			return b.V.Value / float64(step)
-		}
-		if b.Times == nil || b.Times.Value < 1 {
-			return b.V.Value
-		}
-		return b.V.Value / b.Times.Value
-	}), nil
 }
 
-func toLines(aggs seriesAggs, source string, value func(seriesBucket) float64) *Lines {
-	out := &Lines{Truncated: aggs.Groups.SumOtherDocCount > 0, Source: source, Lines: make([]Line, 0, len(aggs.Groups.Buckets))}
-	for _, g := range aggs.Groups.Buckets {
-		l := Line{Key: g.Key, Points: make([][2]float64, 0, len(g.Time.Buckets))}
-		for _, b := range g.Time.Buckets {
-			l.Points = append(l.Points, [2]float64{float64(b.Key), value(b)})
-		}
-		slices.SortFunc(l.Points, func(x, y [2]float64) int { return cmp.Compare(x[0], y[0]) })
-		out.Lines = append(out.Lines, l)
+// groupTotal is one group's value over the whole range.
+type groupTotal struct {
+	key   string
+	value float64
+}
+
+// topSeries ranks every group of p by its value over the whole range (a
+// composite aggregation paged over the groups, so the ranking and the count
+// are exact), then reads the top groups per step and the rest summed per
+// step, both by OpenSearch, in one search. lines is nil when nothing
+// matched; hourly says whether hourly windows were among the documents.
+func (s *Store) topSeries(ctx context.Context, p seriesPlan, rng TimeRange, step time.Duration, groupBy string, top int) (lines *Lines, hourly bool, err error) {
+	groups, matched, hourly, err := s.groupTotals(ctx, p, groupBy, rng.Duration())
+	if err != nil || !matched {
+		return nil, hourly, err
 	}
-	return out
+	slices.SortFunc(groups, func(x, y groupTotal) int {
+		if c := cmp.Compare(y.value, x.value); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.key, y.key)
+	})
+	keys := make([]string, 0, min(top, len(groups)))
+	for _, g := range groups[:min(top, len(groups))] {
+		keys = append(keys, g.key)
+	}
+	lines = &Lines{Lines: make([]Line, 0, len(keys)), Total: len(groups), Source: p.source}
+	if len(keys) == 0 {
+		return lines, hourly, nil
+	}
+	folded := len(groups) > len(keys)
+	aggs := topSeriesAggs(groupBy, keys, step, p.aggs, folded)
+	var out struct {
+		Aggregations struct {
+			Top struct {
+				Groups struct {
+					Buckets []struct {
+						Key  string `json:"key"`
+						Time struct {
+							Buckets []seriesBucket `json:"buckets"`
+						} `json:"time"`
+					} `json:"buckets"`
+				} `json:"groups"`
+			} `json:"top"`
+			Rest struct {
+				Time struct {
+					Buckets []seriesBucket `json:"buckets"`
+				} `json:"time"`
+			} `json:"rest"`
+		} `json:"aggregations"`
+	}
+	if err := s.search(ctx, p.indices, aggsRequest(p.query, aggs), &out, "aggregations.top.groups.buckets.key",
+		"aggregations.top.groups.buckets.time.buckets", "aggregations.rest.time.buckets"); err != nil {
+		return nil, false, err
+	}
+	points := func(buckets []seriesBucket) [][2]float64 {
+		pts := make([][2]float64, 0, len(buckets))
+		for _, b := range buckets {
+			ms, _ := b.Key.(float64)
+			pts = append(pts, [2]float64{ms, p.value(b, step)})
+		}
+		slices.SortFunc(pts, func(x, y [2]float64) int { return cmp.Compare(x[0], y[0]) })
+		return pts
+	}
+	byKey := map[string][][2]float64{}
+	for _, g := range out.Aggregations.Top.Groups.Buckets {
+		byKey[g.Key] = points(g.Time.Buckets)
+	}
+	for _, k := range keys { // in rank order
+		lines.Lines = append(lines.Lines, Line{Key: k, Points: byKey[k]})
+	}
+	if folded {
+		lines.Other = &Line{Points: points(out.Aggregations.Rest.Time.Buckets)}
+	}
+	return lines, hourly, nil
+}
+
+// topSeriesAggs buckets the documents of the groups keys by group and step,
+// and, when folded, every other document with groupBy by step ("rest").
+func topSeriesAggs(groupBy string, keys []string, step time.Duration, metrics Aggs, folded bool) Aggs {
+	aggs := Aggs{"top": {Filter: termsOf(groupBy, keys), Aggs: Aggs{"groups": {
+		Terms: &Terms{Field: groupBy, Size: len(keys)},
+		Aggs:  Aggs{"time": histogram(step, metrics)},
+	}}}}
+	if folded {
+		// Every document of a group outside the top, the groups past
+		// MaxGroups included.
+		aggs["rest"] = Agg{
+			Filter: allOf([]Query{exists(groupBy)}, []Query{termsOf(groupBy, keys)}),
+			Aggs:   Aggs{"time": histogram(step, metrics)},
+		}
+	}
+	return aggs
+}
+
+// groupTotals pages through every group of p's documents (up to MaxGroups)
+// with its value over the range; matched says whether any document matched.
+func (s *Store) groupTotals(ctx context.Context, p seriesPlan, groupBy string, length time.Duration) (groups []groupTotal, matched, hourly bool, err error) {
+	var after map[string]any
+	for {
+		aggs := Aggs{"groups": {
+			Composite: &Composite{Size: min(s.opts.PageSize, MaxGroups-len(groups)), Sources: []map[string]Agg{{"g": {Terms: &Terms{Field: groupBy}}}}, After: after},
+			Aggs:      p.aggs,
+		}}
+		if after == nil {
+			aggs["hourly"] = hourlyCount
+		}
+		var out struct {
+			Hits         hitsTotal `json:"hits"`
+			Aggregations struct {
+				Hourly docCount `json:"hourly"`
+				Groups struct {
+					AfterKey map[string]any `json:"after_key"`
+					Buckets  []seriesBucket `json:"buckets"`
+				} `json:"groups"`
+			} `json:"aggregations"`
+		}
+		if err := s.search(ctx, p.indices, matchedRequest(p.query, aggs), &out, "hits.total", "aggregations.hourly",
+			"aggregations.groups.after_key", "aggregations.groups.buckets"); err != nil {
+			return nil, false, false, fmt.Errorf("rank series: %w", err)
+		}
+		if after == nil {
+			matched, hourly = out.Hits.Total.Value > 0, out.Aggregations.Hourly.DocCount > 0
+		}
+		for _, b := range out.Aggregations.Groups.Buckets {
+			k, _ := b.Key.(map[string]any)
+			key, _ := k["g"].(string)
+			groups = append(groups, groupTotal{key: key, value: p.value(b, length)})
+		}
+		after = out.Aggregations.Groups.AfterKey
+		if len(out.Aggregations.Groups.Buckets) == 0 || after == nil || len(groups) >= MaxGroups {
+			return groups, matched, hourly, nil
+		}
+	}
 }
 
 // FunctionSeries is the total (inclusive) value of function fn per step,
