@@ -73,6 +73,11 @@ type Rollup struct {
 	// count as handled, so every later flush sends them before it commits:
 	// a commit never passes a record that is neither counted nor in the DLQ.
 	unsent []*kgo.Record
+	// stopping is set once the final flush of Run is over: leaving the
+	// group on Close then revokes every partition, and writing them again
+	// would add a second FlushTimeout to the stop (a final write that could
+	// not finish would run twice, and SIGTERM would wait for both).
+	stopping bool
 	// decode reads a record value; tests replace it to reach the recover.
 	decode func([]byte) (*profile.Profile, error)
 }
@@ -163,6 +168,9 @@ func (r *Rollup) shutdown() error {
 	defer cancel()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// Whatever the flush did, it was the last write: what it did not store
+	// is not committed, and the next owner reads it again.
+	defer func() { r.stopping = true }()
 	if err := r.flush(ctx, r.parts, nil, true); err != nil {
 		return fmt.Errorf("flush on shutdown: %w", err)
 	}
@@ -488,12 +496,14 @@ func (r *Rollup) revoked(ctx context.Context, cl *kgo.Client, revoked map[string
 			parts[p] = part
 		}
 	}
-	// The callback's context ends when the client closes; the final write
-	// still deserves its bounded time.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.FlushTimeout)
-	defer cancel()
-	if err := r.flush(ctx, parts, nil, true); err != nil {
-		r.log.Warn("flush revoked partitions", "partitions", ps, "err", err)
+	if !r.stopping {
+		// The callback's context ends when the client closes; the final
+		// write still deserves its bounded time.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.FlushTimeout)
+		if err := r.flush(ctx, parts, nil, true); err != nil {
+			r.log.Warn("flush revoked partitions", "partitions", ps, "err", err)
+		}
+		cancel()
 	}
 	for _, p := range ps {
 		if part := r.parts[p]; part != nil {

@@ -30,17 +30,18 @@ import (
 
 // env is one test's topics, group and index prefix on the shared services.
 type env struct {
-	t       testing.TB
-	brokers []string
-	osURL   string
-	topics  record.Topics
-	group   string
-	names   indices.Names
-	os      *opensearchapi.Client
-	adm     *kadm.Client
-	prod    *kgo.Client
-	window  aggregate.Config
-	idle    time.Duration // IdleFlush of the instances
+	t            testing.TB
+	brokers      []string
+	osURL        string
+	topics       record.Topics
+	group        string
+	names        indices.Names
+	os           *opensearchapi.Client
+	adm          *kadm.Client
+	prod         *kgo.Client
+	window       aggregate.Config
+	idle         time.Duration // IdleFlush of the instances
+	flushTimeout time.Duration // FlushTimeout of the instances; 0 means 20s
 }
 
 func newEnv(t testing.TB, partitions int32) *env {
@@ -115,7 +116,11 @@ func (e *env) start(osURL string) *instance {
 	e.t.Helper()
 	w := bulk.New(e.osClient(osURL), bulk.Options{Backoff: 50 * time.Millisecond, MaxBackoff: time.Second})
 	log := slog.New(slog.NewTextHandler(testWriter{e.t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	r := New(Config{Topics: e.topics, Group: e.group, Window: e.window, FlushTimeout: 20 * time.Second, IdleFlush: e.idle}, w, log, prometheus.NewRegistry())
+	flushTimeout := e.flushTimeout
+	if flushTimeout == 0 {
+		flushTimeout = 20 * time.Second
+	}
+	r := New(Config{Topics: e.topics, Group: e.group, Window: e.window, FlushTimeout: flushTimeout, IdleFlush: e.idle}, w, log, prometheus.NewRegistry())
 	cl, err := kafka.NewClient(context.Background(), kafka.Config{Brokers: e.brokers, DialTimeout: 10 * time.Second}, r.ClientOpts()...)
 	if err != nil {
 		e.t.Fatal(err)
