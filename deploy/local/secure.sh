@@ -411,8 +411,9 @@ _meta:
 # What stackstream-indexer does and nothing more: at start-up it reads the cluster's
 # root endpoint and puts its index templates (cluster-wide actions: the plugin cannot
 # scope templates to a prefix), then bulk-writes documents, creates its daily indices,
-# updates their mappings, lists, deletes and force-merges its expired ones. Index
-# rights are limited to its prefix.
+# updates their mappings, lists, deletes and force-merges its expired ones, and
+# deletes unused stacks by query (a scroll: cluster-wide actions too). Index rights
+# are limited to its prefix.
 stackstream_indexer:
   reserved: false
   cluster_permissions:
@@ -422,6 +423,8 @@ stackstream_indexer:
     - "indices:admin/index_template/get"
     - "indices:admin/index_template/put"
     - "indices:data/write/bulk"
+    - "indices:data/read/scroll"
+    - "indices:data/read/scroll/clear"
   index_permissions:
     - index_patterns:
         - "$INDEXER_PREFIX*"

@@ -56,7 +56,9 @@ func DeleteMatching(ctx context.Context, cl *opensearchapi.Client, pattern strin
 	if err != nil {
 		return 0, err
 	}
-	q := url.Values{"conflicts": {"proceed"}, "slices": {"auto"}, "ignore_unavailable": {"true"}, "allow_no_indices": {"true"}}
+	// One slice: slices=auto would also need the search_shards permission
+	// (deploy/local/secure.sh's roles), for no gain at these sizes.
+	q := url.Values{"conflicts": {"proceed"}, "ignore_unavailable": {"true"}, "allow_no_indices": {"true"}}
 	status, resp, err := Raw(ctx, cl, http.MethodPost, "/"+pattern+"/_delete_by_query?"+q.Encode(), body)
 	if err != nil {
 		return 0, fmt.Errorf("delete by query in %s: %w", pattern, err)
