@@ -229,3 +229,23 @@ func TestBrowserKinds(t *testing.T) {
 		"UI_ARTIFACTS=" + artifactsDir(t, "kinds"),
 	}, node, "tests/kinds.spec.mjs", srv.URL)
 }
+
+// TestBrowserFleet loads the UI over querytest.FleetFixture (200 hosts):
+// grouped per host, the CPU chart shows the top 10 and one grey "other"
+// legend entry, and says how many hosts it folded. Screenshots go to
+// artifacts/fleet.
+func TestBrowserFleet(t *testing.T) {
+	node, chromium := browserDeps(t)
+	cl, names := querytest.Setup(t)
+	querytest.Index(t, cl, names, querytest.FleetFixture(names, time.Now(), 200))
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv := httptest.NewServer(server.New(cl, names, server.Options{
+		API: api.Options{Now: time.Now, Version: "uitest"},
+		UI:  ui.Handler(),
+	}, nil, logger))
+	defer srv.Close()
+	run(t, 3*time.Minute, uiDir, []string{
+		"CHROMIUM=" + chromium,
+		"UI_ARTIFACTS=" + artifactsDir(t, "fleet"),
+	}, node, "tests/fleet.spec.mjs", srv.URL)
+}

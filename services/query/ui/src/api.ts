@@ -8,8 +8,21 @@ export interface SeriesResponse {
   type: string;
   unit: string;
   step_seconds: number;
-  series: { labels: Record<string, string>; points: [number, number][] }[];
+  // Groups in the selection: the lines plus those summed in "other".
+  total_series?: number;
+  series: SeriesLine[];
 }
+
+// One line; "other" (no labels) is the sum of `folded` groups not shown.
+export interface SeriesLine {
+  labels: Record<string, string>;
+  other?: boolean;
+  folded?: number;
+  points: [number, number][];
+}
+
+// TOP_SERIES is how many lines a chart asks for; the rest is one "other".
+export const TOP_SERIES = 10;
 
 export interface FlameNode {
   name: string;

@@ -7,6 +7,7 @@ import {
   EuiBasicTable, EuiButton, EuiButtonGroup, EuiFieldSearch, EuiFlexGroup, EuiFlexItem, EuiPanel,
   EuiSpacer, EuiSwitch, EuiTitle, EuiText, EuiButtonEmpty, EuiCallOut,
 } from '@opensearch-project/oui';
+import { TOP_SERIES } from '../api';
 import type { Api, FlameResponse, TopFunction, TopResponse, SeriesResponse } from '../api';
 import type { Resolved } from '../time';
 import { useLoad } from '../useApi';
@@ -33,10 +34,10 @@ export function ProfileView({ api, type, query, range, onZoom, focusFunction, on
   const [downloadError, setDownloadError] = useState<unknown>(null);
   const common = { query, from: range.from, to: range.to };
 
-  const cpu = useLoad<SeriesResponse>((s) => api.series({ ...common, type: 'cpu', group_by: groupBy }, s), [api, query, range, groupBy]);
+  const cpu = useLoad<SeriesResponse>((s) => api.series({ ...common, type: 'cpu', group_by: groupBy, top: TOP_SERIES }, s), [api, query, range, groupBy]);
   const offcpu = type === 'offcpu';
   // Off-CPU replaces the memory chart with off-CPU time and wall-clock time.
-  const mem = useLoad<SeriesResponse>((s) => api.series({ ...common, type: offcpu ? 'offcpu' : 'memory', group_by: groupBy }, s), [api, query, range, groupBy, offcpu]);
+  const mem = useLoad<SeriesResponse>((s) => api.series({ ...common, type: offcpu ? 'offcpu' : 'memory', group_by: groupBy, top: TOP_SERIES }, s), [api, query, range, groupBy, offcpu]);
   const wall = useMemo(
     () => (offcpu && cpu.data && mem.data && mem.data.type === 'offcpu' ? { ...mem, data: wallSeries(cpu.data, mem.data) } : null),
     [offcpu, cpu, mem],
@@ -101,7 +102,7 @@ export function ProfileView({ api, type, query, range, onZoom, focusFunction, on
           <EuiPanel paddingSize="s">
             <EuiTitle size="xxs"><h3>CPU (cores)</h3></EuiTitle>
             <Panel state={cpu} testId="cpuChart" empty="No CPU data in this range" isEmpty={(d) => !d.series?.length}>
-              {(d) => <TimeChart data={d} fromMs={range.fromMs} toMs={range.toMs} testId="cpu-chart" onZoom={onZoom} />}
+              {(d) => <TimeChart data={d} fromMs={range.fromMs} toMs={range.toMs} testId="cpu-chart" onZoom={onZoom} groupBy={groupBy} />}
             </Panel>
           </EuiPanel>
         </EuiFlexItem>
@@ -111,14 +112,14 @@ export function ProfileView({ api, type, query, range, onZoom, focusFunction, on
               <>
                 <EuiTitle size="xxs"><h3>Off-CPU (threads blocked)</h3></EuiTitle>
                 <Panel state={mem} testId="offcpuChart" empty="No off-CPU data in this range" isEmpty={(d) => !d.series?.length}>
-                  {(d) => <TimeChart data={d} fromMs={range.fromMs} toMs={range.toMs} testId="offcpu-chart" onZoom={onZoom} />}
+                  {(d) => <TimeChart data={d} fromMs={range.fromMs} toMs={range.toMs} testId="offcpu-chart" onZoom={onZoom} groupBy={groupBy} />}
                 </Panel>
               </>
             ) : (
               <>
                 <EuiTitle size="xxs"><h3>Memory (resident)</h3></EuiTitle>
                 <Panel state={mem} testId="memChart" empty="No memory data in this range" isEmpty={(d) => !d.series?.length}>
-                  {(d) => <TimeChart data={d} fromMs={range.fromMs} toMs={range.toMs} testId="memory-chart" onZoom={onZoom} />}
+                  {(d) => <TimeChart data={d} fromMs={range.fromMs} toMs={range.toMs} testId="memory-chart" onZoom={onZoom} groupBy={groupBy} />}
                 </Panel>
               </>
             )}
@@ -129,7 +130,7 @@ export function ProfileView({ api, type, query, range, onZoom, focusFunction, on
             <EuiPanel paddingSize="s">
               <EuiTitle size="xxs"><h3>Wall clock (CPU + off-CPU, threads)</h3></EuiTitle>
               <Panel state={wall} testId="wallChart" empty="No data in this range" isEmpty={(d) => !d.series?.length}>
-                {(d) => <TimeChart data={d} fromMs={range.fromMs} toMs={range.toMs} testId="wall-chart" onZoom={onZoom} />}
+                {(d) => <TimeChart data={d} fromMs={range.fromMs} toMs={range.toMs} testId="wall-chart" onZoom={onZoom} groupBy={groupBy} />}
               </Panel>
             </EuiPanel>
           </EuiFlexItem>

@@ -6,7 +6,11 @@ import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
 import type { SeriesResponse } from '../api';
 import { formatValue } from '../flame/tree';
-import { mergePoints, seriesName } from '../series';
+import { foldedNote, mergePoints, seriesName } from '../series';
+
+// OTHER_COLOR draws the "other" line (the groups past the top ones):
+// grey and dashed, so it never reads as one more host or service.
+export const OTHER_COLOR = '#98a2b3';
 
 const PALETTE = ['#54b399', '#6092c0', '#d36086', '#9170b8', '#ca8eae', '#d6bf57', '#b9a888', '#da8b45', '#aa6556', '#e7664c'];
 
@@ -18,9 +22,10 @@ export interface TimeChartProps {
   testId: string;
   onZoom: (fromMs: number, toMs: number) => void;
   highlight?: string;
+  groupBy?: string;
 }
 
-export function TimeChart({ data, fromMs, toMs, height = 220, testId, onZoom }: TimeChartProps) {
+export function TimeChart({ data, fromMs, toMs, height = 220, testId, onZoom, groupBy = 'service' }: TimeChartProps) {
   const ref = useRef<HTMLDivElement>(null);
   const zoomRef = useRef(onZoom);
   zoomRef.current = onZoom;
@@ -48,8 +53,9 @@ export function TimeChart({ data, fromMs, toMs, height = 220, testId, onZoom }: 
       series: [
         {},
         ...data.series.map((s, i) => ({
-          label: seriesName(s.labels),
-          stroke: PALETTE[i % PALETTE.length],
+          label: s.other && s.folded ? `other (${s.folded})` : seriesName(s.labels, s.other),
+          stroke: s.other ? OTHER_COLOR : PALETTE[i % PALETTE.length],
+          dash: s.other ? [6, 4] : undefined,
           width: 1.5,
           spanGaps: false,
           value: (_u: uPlot, v: number | null) => (v == null ? '-' : formatValue(v, data.unit)),
@@ -76,7 +82,13 @@ export function TimeChart({ data, fromMs, toMs, height = 220, testId, onZoom }: 
     };
   }, [data, fromMs, toMs, height]);
 
-  return <div ref={ref} data-testid={testId} data-series={data.series.length} className="ss-chart" />;
+  const note = foldedNote(data, groupBy);
+  return (
+    <>
+      <div ref={ref} data-testid={testId} data-series={data.series.length} data-total-series={data.total_series} className="ss-chart" />
+      {note && <div className="ss-chart-note" data-testid={`${testId}-folded`}>{note}</div>}
+    </>
+  );
 }
 
 // formatTick keeps three significant digits, so a fraction of a core does
