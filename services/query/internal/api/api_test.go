@@ -38,7 +38,7 @@ func fixtureServer(t *testing.T) func(api.Options) string {
 
 // serve serves the API over cl and names, at the clock now, until the test
 // ends, and returns its base URL.
-func serve(t *testing.T, cl *opensearchapi.Client, names indices.Names, opts api.Options) string {
+func serve(t testing.TB, cl *opensearchapi.Client, names indices.Names, opts api.Options) string {
 	t.Helper()
 	opts.Now = func() time.Time { return now }
 	srv := httptest.NewServer(api.New(cl, names, opts, slog.New(slog.NewTextHandler(io.Discard, nil))))
