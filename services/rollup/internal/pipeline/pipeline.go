@@ -6,7 +6,6 @@ package pipeline
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -295,12 +294,19 @@ func (r *Rollup) flush(ctx context.Context, parts map[int32]*aggregate.Partition
 	if len(pending) > 0 {
 		items := make([]bulk.Item, len(pending))
 		byID := make(map[string]int, len(pending))
+		// Documents are appended into 1 MiB chunks: one allocation per
+		// thousands of documents, and no doubling copy of a big flush.
+		var buf []byte
 		for i, d := range pending {
-			doc, err := json.Marshal(&d.Doc)
-			if err != nil {
+			if cap(buf)-len(buf) < 4096 {
+				buf = make([]byte, 0, 1<<20)
+			}
+			start := len(buf)
+			var err error
+			if buf, err = pending[i].AppendJSON(buf); err != nil {
 				return fmt.Errorf("encode rollup document: %w", err)
 			}
-			items[i] = bulk.Item{Index: d.Index, ID: d.ID, Doc: doc}
+			items[i] = bulk.Item{Index: d.Index, ID: d.ID, Doc: buf[start:len(buf):len(buf)]}
 			byID[d.Index+"/"+d.ID] = i
 		}
 		start := time.Now()
