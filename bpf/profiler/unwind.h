@@ -401,20 +401,43 @@ static long unwind_step(__u64 index, struct unwind_state *s)
 	return 0;
 }
 
-// user_regs returns the user-space registers of the sampled task: the
-// sample's own when it interrupted user space, else those saved on entry to
-// the kernel.
-static __always_inline int user_regs(struct bpf_perf_event_data *ctx, struct pt_regs *regs)
+// The user registers a walk starts from, per architecture: the UAPI
+// register set a perf event hands over (bpf_user_pt_regs_t), whether it
+// interrupted user space, and its pc, stack and frame pointers. The kernel's
+// saved copy (bpf_task_pt_regs) starts with the same layout on both.
+#if defined(__TARGET_ARCH_arm64)
+/* PSR_MODE_EL0t; a zeroed set (off-CPU walks) has pc 0: not user mode */
+#define USER_MODE(r) (((r).pstate & 0xf) == 0 && (r).pc != 0)
+#define REG_PC(r) ((r).pc)
+#define REG_SP(r) ((r).sp)
+#define REG_FP(r) ((r).regs[29])
+#else
+#define USER_MODE(r) (((r).cs & 3) == 3)
+#define REG_PC(r) ((r).rip)
+#define REG_SP(r) ((r).rsp)
+#define REG_FP(r) ((r).rbp)
+#endif
+
+// user_regs sets the walk's start from the sampled task's user registers:
+// the sample's own when it interrupted user space, else those saved on entry
+// to the kernel (only the three used are read: arm64's set is 272 bytes).
+static __always_inline int user_regs(struct bpf_perf_event_data *ctx, struct unwind_state *s)
 {
-	if ((ctx->regs.cs & 3) == 3) {
-		*regs = ctx->regs;
+	if (USER_MODE(ctx->regs)) {
+		s->pc = REG_PC(ctx->regs);
+		s->sp = REG_SP(ctx->regs);
+		s->bp = REG_FP(ctx->regs);
 		return 0;
 	}
 	struct task_struct *task = bpf_get_current_task_btf();
-	long uregs = bpf_task_pt_regs(task);
+	bpf_user_pt_regs_t *uregs = (void *)bpf_task_pt_regs(task);
 	if (!uregs)
 		return -1;
-	return bpf_probe_read_kernel(regs, sizeof(*regs), (void *)uregs);
+	if (bpf_probe_read_kernel(&s->pc, sizeof(s->pc), &REG_PC(*uregs)) ||
+	    bpf_probe_read_kernel(&s->sp, sizeof(s->sp), &REG_SP(*uregs)) ||
+	    bpf_probe_read_kernel(&s->bp, sizeof(s->bp), &REG_FP(*uregs)))
+		return -1;
+	return 0;
 }
 
 // unwind_user walks the user stack of a registered process into
@@ -424,7 +447,6 @@ static __always_inline __u64 unwind_user(struct bpf_perf_event_data *ctx, __u32 
 {
 	struct unwind_state s = {};
 	struct unwound_stack *out;
-	struct pt_regs regs;
 	__u32 zero = 0;
 
 	if (!bpf_map_lookup_elem(&unwind_processes, &pid)) {
@@ -438,14 +460,11 @@ static __always_inline __u64 unwind_user(struct bpf_perf_event_data *ctx, __u32 
 			*why = REFRESH_EXEC_SAMPLED;
 		return 0;
 	}
-	if (user_regs(ctx, &regs)) {
+	if (user_regs(ctx, &s)) {
 		count(COUNTER_UNWIND_READ_ERRORS);
 		return 0;
 	}
 	s.pid = pid;
-	s.pc = regs.rip;
-	s.sp = regs.rsp;
-	s.bp = regs.rbp;
 	s.bp_valid = 1;
 	s.hash = 0xcbf29ce484222325ULL;
 	count(COUNTER_UNWIND_STACKS);

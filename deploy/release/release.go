@@ -26,10 +26,10 @@ type binary struct {
 	arches []string // the architectures it builds for; nil: every one asked
 }
 
-// binaries are every command of the workspace. The agent builds for amd64
-// only: its BPF objects are generated for x86 (bpf/profiler/gen.go).
+// binaries are every command of the workspace, each for every architecture
+// asked (the agent's BPF objects are generated for both: bpf/profiler/gen.go).
 var binaries = []binary{
-	{"stackstream-agent", "./services/agent/cmd/stackstream-agent", []string{"amd64"}},
+	{"stackstream-agent", "./services/agent/cmd/stackstream-agent", nil},
 	{"stackstream-symbolizer", "./services/symbolizer/cmd/stackstream-symbolizer", nil},
 	{"stackstream-indexer", "./services/indexer/cmd/stackstream-indexer", nil},
 	{"stackstream-rollup", "./services/rollup/cmd/stackstream-rollup", nil},

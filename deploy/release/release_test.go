@@ -297,3 +297,39 @@ func keys(m map[string][]byte) []string {
 	}
 	return ks
 }
+
+// TestAgentArm64: the agent, BPF objects included, builds for arm64 and runs
+// there (under qemu-aarch64-static: its -h, not the BPF programs, which need
+// an arm64 kernel).
+func TestAgentArm64(t *testing.T) {
+	root, err := servicebin.Root(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	qemu, err := exec.LookPath("qemu-aarch64-static")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("no qemu-aarch64-static (.ci/run installs qemu-user-static)")
+		}
+		t.Skip("no qemu-aarch64-static")
+	}
+	c := config{root: root, version: testVersion, commit: "0123456789ab"}
+	bin := filepath.Join(t.TempDir(), "stackstream-agent")
+	if err := c.build(binaries[0], "arm64", bin); err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if f.Machine != elf.EM_AARCH64 {
+		t.Fatalf("machine %v", f.Machine)
+	}
+	cmd := exec.Command(qemu, bin, "-h")
+	cmd.Dir = t.TempDir()
+	out, _ := cmd.CombinedOutput()
+	if !strings.Contains(string(out), testVersion+" ") || !strings.Contains(string(out), "linux/arm64") || !strings.Contains(string(out), "STACKSTREAM_AGENT_FREQUENCY") {
+		t.Errorf("arm64 agent -h:\n%.800s", out)
+	}
+}
