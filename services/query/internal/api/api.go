@@ -29,6 +29,8 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -146,9 +148,13 @@ func New(cl *opensearchapi.Client, names indices.Names, opts Options, logger *sl
 // handler computes an answer or an error; handle writes either.
 type handler func(ctx context.Context, w http.ResponseWriter, r *http.Request) (any, error)
 
+// maxFormBytes bounds a POST's form body: the parameters of a GET, for
+// selectors longer than a URL holds (lists of thousands of hosts).
+const maxFormBytes = 1 << 20
+
 func (a *API) handle(mux *http.ServeMux, path string, h handler) {
 	endpoint := path
-	mux.HandleFunc("GET /api/v1/"+path, func(w http.ResponseWriter, r *http.Request) {
+	serve := func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(r.Context(), a.opts.Timeout)
 		defer cancel()
@@ -163,6 +169,23 @@ func (a *API) handle(mux *http.ServeMux, path string, h handler) {
 			writeJSON(sw, http.StatusOK, out)
 		}
 		a.metrics.requests.WithLabelValues(endpoint, strconv.Itoa(sw.code)).Observe(time.Since(start).Seconds())
+	}
+	mux.HandleFunc("GET /api/v1/"+path, serve)
+	// POST takes the same parameters as an application/x-www-form-urlencoded
+	// body (with the URL's, if any): handlers read them from the query.
+	mux.HandleFunc("POST /api/v1/"+path, func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+		if err := r.ParseForm(); err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{Error: fmt.Sprintf("request body longer than %d bytes: select by a pattern or a label instead of listing values", maxFormBytes)})
+				return
+			}
+			writeJSON(w, http.StatusBadRequest, errorBody{Error: "request body: " + err.Error() + " (send the parameters as application/x-www-form-urlencoded)"})
+			return
+		}
+		r.URL.RawQuery = r.Form.Encode()
+		serve(w, r)
 	})
 }
 

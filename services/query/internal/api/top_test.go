@@ -1,8 +1,12 @@
 package api_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -159,6 +163,51 @@ func TestSeriesTop(t *testing.T) {
 			t.Fatalf("5 hosts with top=5: total %d, %d series; want 5 lines and no other", s.TotalSeries, len(s.Series))
 		}
 	})
+	// A selection listing 5000 hosts (150 real, 4850 absent): 65 KB of
+	// selector, past the 32 KiB URL limit, so sent as a POST form; the
+	// list is a terms query.
+	list := func(n int) string {
+		names := make([]string, n)
+		for i := range names {
+			names[i] = fmt.Sprintf("absent-%05d", i)
+			if i < hosts {
+				names[i] = fmt.Sprintf("host-%03d", i)
+			}
+		}
+		return `{host=~"` + strings.Join(names, "|") + `"}`
+	}
+	t.Run("5000 hosts listed, by POST", func(t *testing.T) {
+		q := window("top", "10", "query", list(5000))
+		var s api.SeriesResponse
+		if code := post(t, base+"/api/v1/series", q, &s); code != 200 {
+			t.Fatalf("HTTP %d", code)
+		}
+		check(t, s, want, 10, "rollups")
+		// Negated, the list leaves only the samples' node-* hosts (the
+		// rollups then match nothing, so the samples are read).
+		q.Set("query", strings.Replace(list(5000), "=~", "!~", 1))
+		s = api.SeriesResponse{}
+		if code := post(t, base+"/api/v1/series", q, &s); code != 200 || s.TotalSeries != sampleHosts {
+			t.Fatalf("host!~ of every rollup host: HTTP %d, %d series in all, want %d", code, s.TotalSeries, sampleHosts)
+		}
+		for _, ser := range s.Series {
+			if strings.HasPrefix(ser.Labels["host"], "host-") {
+				t.Fatalf("host!~ of every rollup host shows %s", ser.Labels["host"])
+			}
+		}
+	})
+	t.Run("10001 hosts listed is a 400", func(t *testing.T) {
+		var e errorBody
+		if code := post(t, base+"/api/v1/series", window("query", list(10001)), &e); code != 400 || e.Parameter != "query" || !strings.Contains(e.Error, "more than 10000 values") {
+			t.Fatalf("HTTP %d %+v, want 400 naming query and the bound", code, e)
+		}
+	})
+	t.Run("a body over 1 MiB is a 413", func(t *testing.T) {
+		var e errorBody
+		if code := post(t, base+"/api/v1/series", window("query", strings.Repeat(" ", 1<<20)), &e); code != 413 {
+			t.Fatalf("HTTP %d %+v, want 413", code, e)
+		}
+	})
 	for _, bad := range []string{"0", "101", "-1", "ten", "1e3", "99999999999999999999"} {
 		t.Run("top="+bad, func(t *testing.T) {
 			var e errorBody
@@ -167,4 +216,19 @@ func TestSeriesTop(t *testing.T) {
 			}
 		})
 	}
+}
+
+// post sends params as a form body and decodes the answer into out.
+func post(t *testing.T, u string, params url.Values, out any) int {
+	t.Helper()
+	resp, err := http.PostForm(u, params)
+	if err != nil {
+		t.Fatalf("POST %s: %v", u, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(body, out); err != nil {
+		t.Fatalf("POST %s: HTTP %d: decode %.200q: %v", u, resp.StatusCode, body, err)
+	}
+	return resp.StatusCode
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"regexp/syntax"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -42,8 +43,15 @@ var ErrSyntax = errors.New("bad selector")
 // every matcher becomes up to four OpenSearch clauses (two for labels
 // outside the contract), each regular expression an automaton.
 const (
-	MaxLength   = 4096
+	// MaxLength fits a list of MaxValues host names of about 25 bytes
+	// (host=~"web-1|web-2|..."); through GET the URL limit (32 KiB) comes
+	// first, a POST form carries the rest.
+	MaxLength   = 256 << 10
 	MaxMatchers = 32
+	// MaxValues bounds the values of a selector's lists (=~ or !~ of
+	// literals separated by |), each a terms query: far below OpenSearch's
+	// index.max_terms_count (65536), and a few hundred KB of query.
+	MaxValues = 10000
 	// MaxRegexpLength is OpenSearch's index.max_regex_length default: a
 	// longer regexp query fails on the node. It bounds an expression in
 	// Lucene's syntax, where (?i) and repetitions grow (x{100} is 100 x).
@@ -67,6 +75,7 @@ func Parse(s string) (Selector, error) {
 		return nil, p.errorf("expected { at the start, as in {service=\"checkout\"}")
 	}
 	var sel Selector
+	values := 0
 	for {
 		p.space()
 		if p.eat("}") {
@@ -75,6 +84,11 @@ func Parse(s string) (Selector, error) {
 		m, err := p.matcher()
 		if err != nil {
 			return nil, err
+		}
+		if list, ok := Values(m); ok {
+			if values += len(list); values > MaxValues {
+				return nil, p.errorf("lists of more than %d values in all: select by a pattern such as host=~\"web-.*\" or by a label instead", MaxValues)
+			}
 		}
 		if len(sel) == MaxMatchers {
 			return nil, p.errorf("more than %d matchers: select with fewer labels", MaxMatchers)
@@ -154,6 +168,10 @@ func (p *parser) matcher() (Matcher, error) {
 		return Matcher{}, err
 	}
 	if op == Regexp || op == NotRegexp {
+		if _, ok := literals(value); ok {
+			// A list of names: a terms query, no automaton.
+			return Matcher{Name: name, Op: op, Value: value}, nil
+		}
 		if _, err := regexp.Compile("^(?:" + value + ")$"); err != nil {
 			return Matcher{}, fmt.Errorf("%w: label %s: regular expression %q: %v", ErrSyntax, name, truncate(value, 200), err)
 		}
@@ -315,13 +333,20 @@ func (s Selector) Clauses() (filter, mustNot []any) {
 			}
 		case Regexp:
 			re := regexpClause(m.Name, field, pairs, m.Value)
+			if list, ok := Values(m); ok {
+				re = termsClause(m.Name, field, pairs, list)
+			}
 			if matchesEmpty(m.Value) {
 				filter = append(filter, anyOf(re, map[string]any{"bool": map[string]any{"must_not": absent}}))
 			} else {
 				filter = append(filter, re)
 			}
 		case NotRegexp:
-			mustNot = append(mustNot, regexpClause(m.Name, field, pairs, m.Value))
+			if list, ok := Values(m); ok {
+				mustNot = append(mustNot, termsClause(m.Name, field, pairs, list))
+			} else {
+				mustNot = append(mustNot, regexpClause(m.Name, field, pairs, m.Value))
+			}
 			if matchesEmpty(m.Value) {
 				filter = append(filter, has)
 			}
@@ -352,6 +377,64 @@ func regexpClause(name, field string, pairs bool, value string) map[string]any {
 		return re
 	}
 	return anyOf(re, regexpQuery(PairsField, PairsRegexp(name, lucene)))
+}
+
+// Values returns the names a =~ or !~ matcher lists, when its expression
+// is only literals separated by | (host=~"web-1|web-2"): the form a host
+// picker or a dashboard variable writes. Such a matcher is a terms query.
+func Values(m Matcher) ([]string, bool) {
+	if m.Op != Regexp && m.Op != NotRegexp {
+		return nil, false
+	}
+	return literals(m.Value)
+}
+
+// literals splits expr on | into two or more non-empty literal strings (Go
+// escapes of punctuation allowed), or reports false if any part is empty
+// or more than a literal, or the expression is case-insensitive, grouped
+// or quoted.
+func literals(expr string) ([]string, bool) {
+	if strings.ContainsAny(expr, "()[]") || strings.Contains(expr, `\Q`) {
+		return nil, false
+	}
+	var parts []string
+	start := 0
+	for i := 0; i <= len(expr); i++ {
+		if i < len(expr) && expr[i] == '\\' {
+			i++
+			continue
+		}
+		if i == len(expr) || expr[i] == '|' {
+			parts = append(parts, expr[start:min(i, len(expr))])
+			start = i + 1
+		}
+	}
+	if len(parts) < 2 {
+		return nil, false // one literal: a regexp query costs no more
+	}
+	out := make([]string, 0, len(parts))
+	for _, p := range parts {
+		re, err := syntax.Parse(p, syntax.Perl)
+		if err != nil || re.Op != syntax.OpLiteral || re.Flags&syntax.FoldCase != 0 {
+			return nil, false
+		}
+		out = append(out, string(re.Rune))
+	}
+	return out, true
+}
+
+// termsClause matches label name's value against any of values, in
+// labels.<name> and, for labels outside the contract, in PairsField.
+func termsClause(name, field string, pairs bool, values []string) map[string]any {
+	t := map[string]any{"terms": map[string]any{field: values}}
+	if !pairs {
+		return t
+	}
+	pv := make([]string, len(values))
+	for i, v := range values {
+		pv[i] = Pair(name, v)
+	}
+	return anyOf(t, map[string]any{"terms": map[string]any{PairsField: pv}})
 }
 
 // LuceneRegexp is a Go (RE2) expression in the syntax of OpenSearch's

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -201,4 +202,49 @@ func compact(t *testing.T, s string) string {
 		t.Fatalf("compact %s: %v", s, err)
 	}
 	return b.String()
+}
+
+// TestValues: =~ and !~ of two or more literals separated by | are lists
+// (terms queries, no regexp length bound); anything else stays a regexp.
+func TestValues(t *testing.T) {
+	for _, tc := range []struct {
+		expr string
+		want []string // nil: not a list
+	}{
+		{`web-1|web-2`, []string{"web-1", "web-2"}},
+		{`web\.1|web\.2|a\|b`, []string{"web.1", "web.2", "a|b"}},
+		{`é|ü`, []string{"é", "ü"}},
+		{`web-1`, nil},
+		{`a|`, nil},
+		{`a.b|c`, nil},
+		{`(?i)a|b`, nil},
+		{`(a|b)`, nil},
+		{`[ab]|c`, nil},
+		{`\Qa|b\E`, nil},
+		{`a*|b`, nil},
+	} {
+		got, ok := Values(Matcher{Name: "host", Op: Regexp, Value: tc.expr})
+		if ok != (tc.want != nil) || !slices.Equal(got, tc.want) {
+			t.Errorf("Values(%q) = %q, %v; want %q", tc.expr, got, ok, tc.want)
+		}
+	}
+	if _, ok := Values(Matcher{Name: "host", Op: Equal, Value: "a|b"}); ok {
+		t.Error("= is never a list")
+	}
+	names := make([]string, MaxValues)
+	for i := range names {
+		names[i] = fmt.Sprintf("host-%05d", i)
+	}
+	long := `{host=~"` + strings.Join(names, "|") + `"}`
+	sel, err := Parse(long)
+	if err != nil || len(sel) != 1 {
+		t.Fatalf("%d listed hosts (%d bytes): %v", MaxValues, len(long), err)
+	}
+	filter, _ := sel.Clauses()
+	if got, _ := json.Marshal(filter); !strings.HasPrefix(string(got), `[{"terms":{"host":["host-00000","host-00001",`) {
+		t.Fatalf("clauses %.100s, want a terms query", got)
+	}
+	if _, err := Parse(`{host=~"` + strings.Join(names, "|") + `|one-more"}`); err == nil || !strings.Contains(err.Error(), "more than 10000 values") {
+		t.Fatalf("%d values: %v, want the bound", MaxValues+1, err)
+	}
 }

@@ -22,7 +22,8 @@ const (
 	// short enough that a client learns quickly to come back.
 	DefaultQueueWait = 2 * time.Second
 	// DefaultMaxURLBytes bounds an API request's path and query string:
-	// three selectors of selector.MaxLength bytes, percent-encoded, fit.
+	// three 4 KiB selectors, percent-encoded, fit; longer ones (lists of
+	// hosts, up to selector.MaxLength) go in a POST form body.
 	DefaultMaxURLBytes = 32 << 10
 	// MaxHeaderBytes bounds the request line and headers (Go answers 431
 	// beyond it); Go's own default is 1 MiB.
