@@ -42,7 +42,7 @@ func DefaultMaxConcurrent() int { return max(4, 2*runtime.GOMAXPROCS(0)) }
 
 // HTTPServer is the http.Server for h with the time-outs a client-facing
 // server needs: headers within 10 s, the whole request within 30 s (the
-// API takes no bodies), the answer within the request time-out plus the
+// API takes at most a 1 MiB form), the answer within the request time-out plus the
 // queue wait plus 30 s to write it (a pprof export over a slow link), idle
 // keep-alive connections closed after 2 min.
 func HTTPServer(h http.Handler, requestTimeout, queueWait time.Duration) *http.Server {
