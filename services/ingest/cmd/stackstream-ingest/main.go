@@ -16,7 +16,6 @@ import (
 	"github.com/stackstream/stackstream/pkg/service"
 	"github.com/stackstream/stackstream/pkg/telemetry"
 	"github.com/stackstream/stackstream/schemas/record"
-	ingestconfig "github.com/stackstream/stackstream/services/ingest/internal/config"
 	"github.com/stackstream/stackstream/services/ingest/internal/convert"
 	"github.com/stackstream/stackstream/services/ingest/internal/server"
 )
@@ -26,7 +25,7 @@ func main() {
 }
 
 func runMain() error {
-	var cfg ingestconfig.Config
+	var cfg Config
 	log, reg, err := service.Start("ingest", &cfg, os.Args[1:])
 	if err != nil {
 		return err

@@ -1,5 +1,5 @@
-// Package config is the ingest service's configuration, read from STACKSTREAM_*.
-package config
+// The ingest service's configuration, read from STACKSTREAM_*.
+package main
 
 import (
 	"bufio"
