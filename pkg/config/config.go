@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/joho/godotenv"
@@ -41,7 +42,8 @@ func Load(spec any, args []string, out io.Writer) error {
 // values the fields hold when it is called: it is called after the
 // environment was read, so a flag overrides its variable. spec is validated
 // once, after both, so a bad variable that a valid flag replaces does not
-// stop start-up.
+// stop start-up; nor does one that does not even parse, when a flag whose
+// usage names the variable (as every flag's does) is given.
 func LoadWithFlags(spec any, args []string, out io.Writer, flags func() *flag.FlagSet) error {
 	for _, a := range args {
 		if a == "-h" || a == "-help" || a == "--help" {
@@ -60,16 +62,35 @@ func LoadWithFlags(spec any, args []string, out io.Writer, flags func() *flag.Fl
 	if err := loadDotEnv(".env"); err != nil {
 		return err
 	}
-	if err := envconfig.Process(Prefix, spec); err != nil {
-		var perr *envconfig.ParseError
-		if errors.As(err, &perr) {
-			return fmt.Errorf("config: %s=%q is not a valid %s: %v", perr.KeyName, perr.Value, perr.TypeName, perr.Err)
+	// A variable that does not parse is set aside while the others load:
+	// a flag may replace it.
+	var unparsed []*envconfig.ParseError
+	for {
+		err := envconfig.Process(Prefix, spec)
+		if err == nil {
+			break
 		}
-		return fmt.Errorf("config: %w", err)
+		var perr *envconfig.ParseError
+		if !errors.As(err, &perr) {
+			return fmt.Errorf("config: %w", err)
+		}
+		if flags == nil || len(unparsed) == 64 {
+			return parseErr(perr)
+		}
+		unparsed = append(unparsed, perr)
+		v := os.Getenv(perr.KeyName)
+		os.Unsetenv(perr.KeyName)
+		defer os.Setenv(perr.KeyName, v)
 	}
 	if flags != nil {
-		if err := flags().Parse(args); err != nil {
+		fs := flags()
+		if err := fs.Parse(args); err != nil {
 			return err
+		}
+		for _, perr := range unparsed {
+			if !replacedByFlag(fs, perr.KeyName) {
+				return parseErr(perr)
+			}
 		}
 	}
 	if v, ok := spec.(Validator); ok {
@@ -78,6 +99,24 @@ func LoadWithFlags(spec any, args []string, out io.Writer, flags func() *flag.Fl
 		}
 	}
 	return nil
+}
+
+func parseErr(perr *envconfig.ParseError) error {
+	return fmt.Errorf("config: %s=%q is not a valid %s: %v", perr.KeyName, perr.Value, perr.TypeName, perr.Err)
+}
+
+// replacedByFlag reports whether a flag given on the command line stands for
+// the variable key: a flag's usage names the variable it overrides.
+func replacedByFlag(fs *flag.FlagSet, key string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) {
+		for _, w := range strings.FieldsFunc(f.Usage, func(r rune) bool { return r == ' ' || r == '(' || r == ')' || r == ',' }) {
+			if w == key {
+				found = true
+			}
+		}
+	})
+	return found
 }
 
 // ValidateAll returns the first error of the blocks' checks, in order: a

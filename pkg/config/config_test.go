@@ -121,6 +121,9 @@ func TestLoadWithFlags(t *testing.T) {
 		{"bad variable without flag", "0", nil, 0, "config: STACKSTREAM_FREQUENCY=0: use 1 to 1000"},
 		{"bad flag over valid variable", "99", []string{"-frequency", "5000"}, 0, "config: STACKSTREAM_FREQUENCY=5000: use 1 to 1000"},
 		{"unknown flag", "", []string{"-nope"}, 0, "flag provided but not defined: -nope"},
+		// Not even a number: the flag still replaces it.
+		{"flag replaces unparsable variable", "abc", []string{"-frequency", "7"}, 7, ""},
+		{"unparsable variable without flag", "abc", nil, 0, `config: STACKSTREAM_FREQUENCY="abc" is not a valid int`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
