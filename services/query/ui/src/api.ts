@@ -108,6 +108,9 @@ export function queryString(params: Params): string {
   return q.toString();
 }
 
+// MAX_GET_URL is the longest URL sent as a GET; longer requests are POSTs.
+export const MAX_GET_URL = 16 * 1024;
+
 export class Api {
   constructor(
     private token: () => string,
@@ -124,10 +127,24 @@ export class Api {
     return t ? { Authorization: `Bearer ${t}` } : {};
   }
 
+  // request is a GET, or a POST of the same parameters as a form when the
+  // URL would pass the API's 32 KiB limit (a selector listing thousands of
+  // hosts).
+  private request(path: string, params: Params, signal?: AbortSignal): Promise<Response> {
+    const url = this.url(path, params);
+    if (url.length <= MAX_GET_URL) return fetch(url, { headers: this.headers(), signal });
+    return fetch(this.url(path), {
+      method: 'POST',
+      headers: { ...this.headers(), 'Content-Type': 'application/x-www-form-urlencoded' },
+      body: queryString(params),
+      signal,
+    });
+  }
+
   async get<T>(path: string, params: Params = {}, signal?: AbortSignal): Promise<T> {
     let resp: Response;
     try {
-      resp = await fetch(this.url(path, params), { headers: this.headers(), signal });
+      resp = await this.request(path, params, signal);
     } catch (e) {
       if ((e as Error).name === 'AbortError') throw e;
       throw new ApiError(`cannot reach the query API: ${(e as Error).message}`, 0);
@@ -137,7 +154,7 @@ export class Api {
   }
 
   async blob(path: string, params: Params = {}): Promise<Blob> {
-    const resp = await fetch(this.url(path, params), { headers: this.headers() });
+    const resp = await this.request(path, params);
     if (!resp.ok) throw await errorOf(resp);
     return resp.blob();
   }

@@ -44,3 +44,16 @@ export function applyCompletion(text: string, cursor: number, c: Completion, cho
   const out = head + ins + '"' + rest;
   return [out, head.length + ins.length + 1];
 }
+
+// VALUE_SUGGESTIONS bounds the values asked for and listed per keystroke.
+export const VALUE_SUGGESTIONS = 50;
+
+// valuesQuery is the selector asking /labels/{label}/values for the values
+// starting with prefix (any case), so completion finds any of thousands of
+// hosts without loading them all; '' when every value is wanted.
+export function valuesQuery(label: string, prefix: string): string {
+  if (!prefix) return '';
+  const p = prefix.slice(0, 100).replace(/[\\.+*?()|[\]{}^$]/g, '\\$&');
+  const re = `(?i)${p}.*`;
+  return `{${label}=~"${re.replace(/["\\]/g, '\\$&')}"}`;
+}

@@ -1,7 +1,8 @@
 // Browser test of a chart at fleet size: over querytest.FleetFixture (200
 // hosts, host-199 the heaviest), the CPU chart grouped per host shows the
 // top 10 hosts and one grey "other" entry, not 200 legend entries, and says
-// how many hosts it folded.
+// how many hosts it folded; completing a host value lists the hosts
+// starting with what is typed, whatever their rank among the values.
 //
 //   node tests/fleet.spec.mjs <baseURL>
 
@@ -41,5 +42,18 @@ await finish(async () => {
   await step('the chart says how many hosts are folded', async () => {
     const note = await page.locator('[data-testid="cpu-chart-folded"]').innerText();
     check(note === `top ${TOP} of ${HOSTS} hosts; ${HOSTS - TOP} summed as other`, `note ${JSON.stringify(note)}`);
+  });
+
+  await step('completion finds hosts past the first values by what is typed', async () => {
+    // host-150 .. host-159 sort after the first 50 values: only a request
+    // filtered by the prefix can list them.
+    const input = page.locator('[data-test-subj="selectorInput"]');
+    await input.click();
+    await input.fill('{host="HOST-15');
+    await page.waitForFunction(() => {
+      const items = [...document.querySelectorAll('[data-testid="selector-suggestions"] li')].map((li) => li.textContent);
+      return items.length === 10 && items.every((t) => /host-15\d$/.test(t.trim()));
+    }, null, { timeout: 20_000 });
+    await shot('02-host-completion.png');
   });
 });

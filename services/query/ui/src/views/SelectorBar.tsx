@@ -1,11 +1,12 @@
 // SelectorBar edits a label selector ({service="checkout",host=~"web-.*"})
 // with completion: label names from /labels where a name is expected, values
-// from /labels/{name}/values inside quotes.
+// from /labels/{name}/values inside quotes (those starting with what is
+// typed, at most VALUE_SUGGESTIONS per request).
 
 import { useEffect, useRef, useState } from 'react';
 import { EuiCallOut, EuiFieldText, EuiIcon } from '@opensearch-project/oui';
 import type { Api } from '../api';
-import { applyCompletion, completionAt } from '../selector';
+import { VALUE_SUGGESTIONS, applyCompletion, completionAt, valuesQuery } from '../selector';
 
 export function SelectorBar({ api, value, onSubmit, error }: {
   api: Api;
@@ -30,16 +31,27 @@ export function SelectorBar({ api, value, onSubmit, error }: {
   }, [api]);
 
   const comp = open ? completionAt(text, cursor) : null;
+  // Values are asked for as they are typed: the first VALUE_SUGGESTIONS
+  // starting with the prefix (the API filters), so a label with thousands
+  // of values (hosts) completes any of them. Keyed by label and prefix.
+  const valueKey = comp?.kind === 'value' ? `${comp.label}\u0000${comp.prefix.toLowerCase()}` : '';
   useEffect(() => {
-    if (comp?.kind !== 'value' || values[comp.label]) return;
-    const name = comp.label;
-    api.labelValues(name).then(
-      (r) => setValues((v) => ({ ...v, [name]: r.values ?? [] })),
-      () => setValues((v) => ({ ...v, [name]: [] })),
-    );
-  }, [comp?.kind, comp?.label, api, values]);
+    if (!comp || comp.kind !== 'value' || values[valueKey]) return;
+    const key = valueKey;
+    const ac = new AbortController();
+    const timer = setTimeout(() => {
+      api.labelValues(comp.label, ac.signal, { query: valuesQuery(comp.label, comp.prefix), limit: VALUE_SUGGESTIONS }).then(
+        (r) => setValues((v) => ({ ...v, [key]: r.values ?? [] })),
+        () => {},
+      );
+    }, 150);
+    return () => {
+      clearTimeout(timer);
+      ac.abort();
+    };
+  }, [valueKey, api, values]); // eslint-disable-line react-hooks/exhaustive-deps
 
-  const pool = comp ? (comp.kind === 'label' ? labels : values[comp.label] ?? []) : [];
+  const pool = comp ? (comp.kind === 'label' ? labels : values[valueKey] ?? []) : [];
   const suggestions = comp
     ? pool.filter((s) => s.toLowerCase().startsWith(comp.prefix.toLowerCase())).slice(0, 12)
     : [];
