@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strings"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
