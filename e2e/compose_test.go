@@ -65,36 +65,10 @@ func TestCompose(t *testing.T) {
 	defer cancel()
 
 	// The flame graph: the agent's stacks, symbolized by the symbolizer from the
-	// debuginfo the agent published, indexed into OpenSearch.
-	var fg struct {
-		Total int64     `json:"total"`
-		Root  flameNode `json:"root"`
-	}
+	// debuginfo the agent published, indexed into OpenSearch; top functions.
 	start := time.Now()
-	waitFor(ctx, t, "flame graph with e2e_hot_loop holding most of the CPU", func() bool {
-		if getJSON(base+"flamegraph?type=cpu&from=now-15m&to=now&query="+sel, &fg) != nil || fg.Total == 0 {
-			return false
-		}
-		hot := fg.Root.find("e2e_hot_loop")
-		return hot != nil && float64(hot.Total)/float64(fg.Total) > 0.5
-	})
-	t.Logf("flame graph: e2e_hot_loop after %s (%d samples)", time.Since(start).Round(time.Second), fg.Total)
-	if fg.Root.find("e2e_caller") == nil {
-		t.Errorf("caller e2e_caller missing from the flame graph")
-	}
-
-	var top struct {
-		Functions []struct {
-			Name string `json:"name"`
-			Self int64  `json:"self"`
-		} `json:"functions"`
-	}
-	if err := getJSON(base+"top?type=cpu&from=now-15m&to=now&limit=5&query="+sel, &top); err != nil {
-		t.Fatal(err)
-	}
-	if len(top.Functions) == 0 || top.Functions[0].Name != "e2e_hot_loop" {
-		t.Errorf("top functions = %+v, want e2e_hot_loop first", top.Functions)
-	}
+	total := checkHotWorkload(ctx, t, base, sel)
+	t.Logf("flame graph: e2e_hot_loop after %s (%d samples)", time.Since(start).Round(time.Second), total)
 
 	// The rollup service's minute buckets: CPU of the spinning workload, the only
 	// process this agent profiles (a core when it has one; a shared CI machine

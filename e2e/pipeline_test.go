@@ -150,38 +150,9 @@ func TestPipeline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	// The flame graph shows the hot function under its caller.
-	var fg struct {
-		Total int64     `json:"total"`
-		Root  flameNode `json:"root"`
-	}
-	// The first profiles of a new binary can race its debuginfo (the
-	// symbolizer follows that topic asynchronously) and keep addresses; the
-	// ones after must resolve, so the hot function's share climbs past half.
-	waitFor(ctx, t, "flame graph with e2e_hot_loop holding most of the CPU", func() bool {
-		if getJSON(base+"flamegraph?type=cpu&from=now-15m&to=now&query="+sel, &fg) != nil || fg.Total == 0 {
-			return false
-		}
-		hot := fg.Root.find("e2e_hot_loop")
-		return hot != nil && float64(hot.Total)/float64(fg.Total) > 0.5
-	})
-	if fg.Root.find("e2e_caller") == nil {
-		t.Errorf("caller e2e_caller missing from the flame graph")
-	}
-
-	// Top functions put it first by self time.
-	var top struct {
-		Functions []struct {
-			Name string `json:"name"`
-			Self int64  `json:"self"`
-		} `json:"functions"`
-	}
-	if err := getJSON(base+"top?type=cpu&from=now-15m&to=now&limit=5&query="+sel, &top); err != nil {
-		t.Fatal(err)
-	}
-	if len(top.Functions) == 0 || top.Functions[0].Name != "e2e_hot_loop" {
-		t.Errorf("top functions = %+v, want e2e_hot_loop first", top.Functions)
-	}
+	// The flame graph shows the hot function under its caller; top
+	// functions put it first by self time.
+	checkHotWorkload(ctx, t, base, sel)
 
 	// The rollups give a CPU series of about one core (the workload spins).
 	waitFor(ctx, t, "cpu series from the rollups", func() bool {
@@ -262,6 +233,43 @@ func metricValue(t *testing.T, addr, name string) float64 {
 		}
 	}
 	return 0
+}
+
+// checkHotWorkload waits until the flame graph of sel shows e2e_hot_loop
+// holding most of the CPU under its caller e2e_caller, and checks that the
+// top functions put it first by self time; it returns the flame graph's
+// total. The first profiles of a new binary can race its debuginfo (the
+// symbolizer follows that topic asynchronously) and keep addresses; the ones
+// after must resolve, so the hot function's share climbs past half.
+func checkHotWorkload(ctx context.Context, t *testing.T, base, sel string) int64 {
+	t.Helper()
+	var fg struct {
+		Total int64     `json:"total"`
+		Root  flameNode `json:"root"`
+	}
+	waitFor(ctx, t, "flame graph with e2e_hot_loop holding most of the CPU", func() bool {
+		if getJSON(base+"flamegraph?type=cpu&from=now-15m&to=now&query="+sel, &fg) != nil || fg.Total == 0 {
+			return false
+		}
+		hot := fg.Root.find("e2e_hot_loop")
+		return hot != nil && float64(hot.Total)/float64(fg.Total) > 0.5
+	})
+	if fg.Root.find("e2e_caller") == nil {
+		t.Errorf("caller e2e_caller missing from the flame graph")
+	}
+	var top struct {
+		Functions []struct {
+			Name string `json:"name"`
+			Self int64  `json:"self"`
+		} `json:"functions"`
+	}
+	if err := getJSON(base+"top?type=cpu&from=now-15m&to=now&limit=5&query="+sel, &top); err != nil {
+		t.Fatal(err)
+	}
+	if len(top.Functions) == 0 || top.Functions[0].Name != "e2e_hot_loop" {
+		t.Errorf("top functions = %+v, want e2e_hot_loop first", top.Functions)
+	}
+	return fg.Total
 }
 
 type flameNode struct {
