@@ -20,13 +20,14 @@ func TestUnwindRustCrates(t *testing.T) {
 		}
 		t.Skipf("cargo: %v", err)
 	}
-	src, err := filepath.Abs("testdata/rustcrates")
-	if err != nil {
+	// Built in a copy: cargo writes its Cargo.lock next to the manifest. The
+	// crate's version is pinned exactly in Cargo.toml (md5 has no dependencies).
+	src := t.TempDir()
+	if err := os.CopyFS(src, os.DirFS("testdata/rustcrates")); err != nil {
 		t.Fatal(err)
 	}
 	target := t.TempDir()
-	// --locked: the crate's version is the one in Cargo.lock.
-	build := exec.Command("cargo", "build", "--release", "--locked", "--manifest-path", filepath.Join(src, "Cargo.toml"), "--target-dir", target)
+	build := exec.Command("cargo", "build", "--release", "--manifest-path", filepath.Join(src, "Cargo.toml"), "--target-dir", target)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("cargo build: %v\n%s", err, out)
 	}
