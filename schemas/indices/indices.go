@@ -56,9 +56,84 @@ func (n Names) SamplesPattern() string { return n.Prefix + samplesName + "-*" }
 // RollupsPattern matches every monthly rollups index.
 func (n Names) RollupsPattern() string { return n.Prefix + rollupsName + "-*" }
 
-// IndexTime parses the date out of a daily or monthly index name, so retention
-// can delete whole indices by age.
+// Index generations (docs/STACKCTL.md, "Index generations"): the names above
+// are what services read and write. From generation 1 on they are aliases,
+// each pointing to one physical index of the current generation, named
+// <prefix><kind>_g<N>[-<period>]; stackctl reindex fills generation N+1 and
+// moves every alias in one request. Generation 0 is the layout from before
+// generations: physical indices carrying the alias names themselves.
+
+// generationMark separates the kind from the generation in a physical name;
+// "_" keeps <prefix>samples-* (the readers' pattern) from matching physical
+// indices, and keeps the three templates' patterns disjoint.
+const generationMark = "_g"
+
+// Physical is the physical index behind alias (a name of Stacks, Samples or
+// Rollups) in generation gen; generation 0 is the alias name itself.
+func (n Names) Physical(gen int, alias string) string {
+	if gen <= 0 {
+		return alias
+	}
+	for _, k := range kinds {
+		base := n.Prefix + k
+		if rest, ok := strings.CutPrefix(alias, base); ok && (rest == "" || rest[0] == '-') {
+			return base + generationMark + strconv.Itoa(gen) + rest
+		}
+	}
+	return alias
+}
+
+// Generation reads a physical index name: its generation and the alias it
+// stands for. A name of generation 0 is its own alias. ok is false for a
+// name that is not one of these indices.
+func (n Names) Generation(index string) (gen int, alias string, ok bool) {
+	for _, k := range kinds {
+		base := n.Prefix + k
+		rest, found := strings.CutPrefix(index, base)
+		if !found {
+			continue
+		}
+		if rest == "" || rest[0] == '-' {
+			return 0, index, true
+		}
+		num, found := strings.CutPrefix(rest, generationMark)
+		if !found {
+			continue
+		}
+		digits, period, _ := strings.Cut(num, "-")
+		g, err := strconv.Atoi(digits)
+		if err != nil || g < 1 || strconv.Itoa(g) != digits {
+			continue
+		}
+		if period != "" {
+			period = "-" + period
+		} else if strings.HasSuffix(num, "-") {
+			continue
+		}
+		return g, base + period, true
+	}
+	return 0, "", false
+}
+
+// GenerationPatterns match every physical index of generation gen (gen >= 1).
+func (n Names) GenerationPatterns(gen int) []string {
+	g := generationMark + strconv.Itoa(gen)
+	return []string{n.Prefix + stacksName + g, n.Prefix + samplesName + g + "-*", n.Prefix + rollupsName + g + "-*"}
+}
+
+// AliasPatterns match every name services use: the aliases, or in
+// generation 0 the physical indices carrying those names.
+func (n Names) AliasPatterns() []string {
+	return []string{n.Stacks(), n.SamplesPattern(), n.RollupsPattern()}
+}
+
+// IndexTime parses the date out of a daily or monthly index name, alias or
+// physical index of any generation, so retention can delete whole indices by
+// age.
 func (n Names) IndexTime(index string) (time.Time, bool) {
+	if _, alias, ok := n.Generation(index); ok {
+		index = alias
+	}
 	if d, ok := strings.CutPrefix(index, n.Prefix+samplesName+"-"); ok {
 		t, err := time.Parse("2006.01.02", d)
 		return t, err == nil
@@ -73,6 +148,9 @@ func (n Names) IndexTime(index string) (time.Time, bool) {
 // IndexEnd is when the period a daily samples or monthly rollups index holds
 // ends: retention deletes an index once that is old enough.
 func (n Names) IndexEnd(index string) (time.Time, bool) {
+	if _, alias, ok := n.Generation(index); ok {
+		index = alias
+	}
 	t, ok := n.IndexTime(index)
 	switch {
 	case !ok:
@@ -114,6 +192,8 @@ func (n Names) TemplateNames() []string {
 
 // Templates returns the three index templates for these names with s applied.
 func (n Names) Templates(s Settings) ([]Template, error) {
+	// Each template matches the names of generation 0 and the physical
+	// indices of every later generation.
 	files := []struct{ kind, pattern string }{
 		{stacksName, n.Stacks()},
 		{samplesName, n.SamplesPattern()},
@@ -130,7 +210,7 @@ func (n Names) Templates(s Settings) ([]Template, error) {
 		if err := json.Unmarshal(raw, &doc); err != nil {
 			return nil, fmt.Errorf("parse template %s: %w", file, err)
 		}
-		doc["index_patterns"] = []string{f.pattern}
+		doc["index_patterns"] = []string{f.pattern, n.Prefix + f.kind + generationMark + "*"}
 		idx := doc["template"].(map[string]any)["settings"].(map[string]any)["index"].(map[string]any)
 		if s.Shards > 0 {
 			idx["number_of_shards"] = s.Shards
