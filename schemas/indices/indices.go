@@ -356,6 +356,9 @@ const (
 	KindService  = "service"
 	KindFunction = "function"
 	KindStack    = "stack"
+	// KindTree is a pre-merged call tree of a (type, service, host) hour
+	// (tree.go).
+	KindTree = "tree"
 
 	ResolutionMinute = "1m"
 	ResolutionHour   = "1h"
@@ -378,6 +381,9 @@ type RollupDoc struct {
 	Cores      float64   `json:"cores,omitempty"`
 	MemAvg     float64   `json:"mem_avg,omitempty"`
 	MemMax     int64     `json:"mem_max,omitempty"`
+	// Tree is a KindTree document's encoded tree (tree.go); Value is its
+	// total.
+	Tree []byte `json:"tree,omitempty"`
 }
 
 // hashID is a short, URL-safe, deterministic ID of parts (96 bits: collisions

@@ -1,0 +1,398 @@
+package indices
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/stackstream/stackstream/schemas/record"
+)
+
+// Pre-merged call trees (rollup kind "tree"): the stacks of one (type,
+// service, host, hour) merged by frame name, root first, as the flame graph
+// shows them. A query over whole hours merges these trees instead of summing
+// every stack and reading each stack's frames, so its cost follows the
+// trees' nodes, not the distinct stacks.
+//
+// Encoding (version 1), every number an unsigned varint:
+//
+//	byte    version (1)
+//	scale   every value below is stored divided by it (their GCD)
+//	frames  count, then per frame: name length, name, kind length, kind
+//	nodes   count (the root excluded)
+//	root    total, self, children
+//	node    preorder, per node: frame index, total, self, children
+//
+// Totals are checked while decoding: a node's total is its self plus its
+// children's totals, so a decoded tree is consistent or an error.
+
+// TreeVersion is the first byte of an encoded tree.
+const TreeVersion = 1
+
+// TreeFrame is a tree node's frame: its name as the flame graph shows it
+// and its kind (record.Kind*, "" for native code).
+type TreeFrame struct {
+	Name, Kind string
+}
+
+// FrameName is the name a frame is shown by: its function, or for a frame
+// stored without one its binary in brackets.
+func FrameName(f Frame) string {
+	if f.Function != "" {
+		return f.Function
+	}
+	if f.Binary != "" {
+		return "[" + f.Binary + "]"
+	}
+	return "[unknown]"
+}
+
+// TreeFrameOf is the tree frame of a stored frame.
+func TreeFrameOf(f Frame) TreeFrame {
+	k := f.FrameKind()
+	if k == record.KindNative {
+		k = ""
+	}
+	return TreeFrame{Name: FrameName(f), Kind: k}
+}
+
+// TreeBuilder merges stacks into a tree. The zero value is ready to use.
+type TreeBuilder struct {
+	frames []TreeFrame
+	index  map[TreeFrame]int32
+	nodes  []treeNode // nodes[0] is the root
+	kids   map[treeEdge]int32
+	path   []int32
+}
+
+type treeNode struct {
+	frame              int32
+	self, total        int64
+	firstKid, nextSibl int32 // 0: none (the root is never a child)
+	lastKid            int32
+}
+
+type treeEdge struct{ parent, frame int32 }
+
+func (b *TreeBuilder) init() {
+	if b.nodes == nil {
+		b.nodes = []treeNode{{frame: -1}}
+		b.index = map[TreeFrame]int32{}
+		b.kids = map[treeEdge]int32{}
+	}
+}
+
+// AddStack adds value v to the stack of stored frames (leaf first, as the
+// stacks index holds them). v may be 0 (the stack is kept); a negative v
+// (only a hostile profile has one) is left out, so a tree's values are
+// never negative.
+func (b *TreeBuilder) AddStack(frames []Frame, v int64) {
+	if v < 0 {
+		return
+	}
+	b.init()
+	b.path = b.path[:0]
+	for i := len(frames) - 1; i >= 0; i-- {
+		b.path = append(b.path, b.frame(TreeFrameOf(frames[i])))
+	}
+	b.add(b.path, v)
+}
+
+// Add adds value v to the stack path (root first); a negative v is left
+// out.
+func (b *TreeBuilder) Add(path []TreeFrame, v int64) {
+	if v < 0 {
+		return
+	}
+	b.init()
+	b.path = b.path[:0]
+	for _, f := range path {
+		b.path = append(b.path, b.frame(f))
+	}
+	b.add(b.path, v)
+}
+
+func (b *TreeBuilder) frame(f TreeFrame) int32 {
+	i, ok := b.index[f]
+	if !ok {
+		i = int32(len(b.frames))
+		b.frames = append(b.frames, f)
+		b.index[f] = i
+	}
+	return i
+}
+
+func (b *TreeBuilder) add(path []int32, v int64) {
+	n := int32(0)
+	b.nodes[0].total += v
+	for _, f := range path {
+		e := treeEdge{n, f}
+		c, ok := b.kids[e]
+		if !ok {
+			c = int32(len(b.nodes))
+			b.nodes = append(b.nodes, treeNode{frame: f})
+			b.kids[e] = c
+			if b.nodes[n].firstKid == 0 {
+				b.nodes[n].firstKid = c
+			} else {
+				b.nodes[b.nodes[n].lastKid].nextSibl = c
+			}
+			b.nodes[n].lastKid = c
+		}
+		b.nodes[c].total += v
+		n = c
+	}
+	b.nodes[n].self += v
+}
+
+// Total is the sum of the values added.
+func (b *TreeBuilder) Total() int64 {
+	if b.nodes == nil {
+		return 0
+	}
+	return b.nodes[0].total
+}
+
+// Nodes counts the nodes below the root.
+func (b *TreeBuilder) Nodes() int { return max(len(b.nodes)-1, 0) }
+
+// Encode returns the tree in the encoding above.
+func (b *TreeBuilder) Encode() []byte {
+	b.init()
+	var scale int64
+	for _, n := range b.nodes {
+		scale = gcd(scale, n.total)
+		scale = gcd(scale, n.self)
+	}
+	if scale <= 0 {
+		scale = 1
+	}
+	out := make([]byte, 0, 16+len(b.nodes)*6)
+	out = append(out, TreeVersion)
+	out = binary.AppendUvarint(out, uint64(scale))
+	out = binary.AppendUvarint(out, uint64(len(b.frames)))
+	for _, f := range b.frames {
+		out = binary.AppendUvarint(out, uint64(len(f.Name)))
+		out = append(out, f.Name...)
+		out = binary.AppendUvarint(out, uint64(len(f.Kind)))
+		out = append(out, f.Kind...)
+	}
+	out = binary.AppendUvarint(out, uint64(len(b.nodes)-1))
+	var walk func(i int32)
+	walk = func(i int32) {
+		n := &b.nodes[i]
+		if i != 0 {
+			out = binary.AppendUvarint(out, uint64(n.frame))
+		}
+		out = binary.AppendUvarint(out, uint64(n.total/scale))
+		out = binary.AppendUvarint(out, uint64(n.self/scale))
+		kids := 0
+		for c := n.firstKid; c != 0; c = b.nodes[c].nextSibl {
+			kids++
+		}
+		out = binary.AppendUvarint(out, uint64(kids))
+		for c := n.firstKid; c != 0; c = b.nodes[c].nextSibl {
+			walk(c)
+		}
+	}
+	walk(0)
+	return out
+}
+
+// TreeLimits bound what DecodeTree accepts; checked while decoding, before
+// anything is allocated for them. Zero fields take the defaults noted.
+type TreeLimits struct {
+	MaxBytes      int // encoded size; default 64 MiB
+	MaxNodes      int // nodes below the root; default 4,000,000
+	MaxFrames     int // distinct frames; default 1,000,000
+	MaxDepth      int // default 4096
+	MaxFrameBytes int // a frame's name or kind; default 64 KiB
+}
+
+func (l TreeLimits) withDefaults() TreeLimits {
+	def := func(v, d int) int {
+		if v <= 0 {
+			return d
+		}
+		return v
+	}
+	return TreeLimits{
+		MaxBytes: def(l.MaxBytes, 64<<20), MaxNodes: def(l.MaxNodes, 4_000_000), MaxFrames: def(l.MaxFrames, 1_000_000),
+		MaxDepth: def(l.MaxDepth, 4096), MaxFrameBytes: def(l.MaxFrameBytes, 64<<10),
+	}
+}
+
+// Errors of DecodeTree.
+var (
+	ErrTreeInvalid  = errors.New("invalid tree")
+	ErrTreeTooLarge = errors.New("tree too large")
+)
+
+// maxTreeValue bounds a value so sums of many trees stay in an int64.
+const maxTreeValue = 1 << 53
+
+// TreeVisitor receives a decoded tree: Frames once, then every node below
+// the root in preorder with its depth (1 for the root's children) and its
+// index in the frames. Node is called before the node's subtree is checked:
+// on an error from DecodeTree, discard what was visited.
+type TreeVisitor interface {
+	Frames(frames []TreeFrame)
+	Node(depth int, frame int32, self, total int64)
+}
+
+// DecodeTree reads an encoded tree into v and returns its root's self (the
+// value of empty stacks) and total.
+func DecodeTree(b []byte, lim TreeLimits, v TreeVisitor) (rootSelf, rootTotal int64, err error) {
+	lim = lim.withDefaults()
+	if len(b) > lim.MaxBytes {
+		return 0, 0, fmt.Errorf("%w: %d bytes, limit %d", ErrTreeTooLarge, len(b), lim.MaxBytes)
+	}
+	d := treeDecoder{b: b}
+	if len(b) == 0 || b[0] != TreeVersion {
+		return 0, 0, fmt.Errorf("%w: not a version %d tree", ErrTreeInvalid, TreeVersion)
+	}
+	d.off = 1
+	scale := d.uvarint()
+	if d.err == nil && (scale == 0 || scale > maxTreeValue) {
+		return 0, 0, fmt.Errorf("%w: scale %d", ErrTreeInvalid, scale)
+	}
+	nFrames := d.uvarint()
+	// A frame takes at least two bytes, so the count is checked against
+	// the bytes left before the table is allocated.
+	if d.err == nil && (nFrames > uint64(lim.MaxFrames) || nFrames > uint64(len(b)-d.off)/2) {
+		if nFrames > uint64(lim.MaxFrames) {
+			return 0, 0, fmt.Errorf("%w: %d frames, limit %d", ErrTreeTooLarge, nFrames, lim.MaxFrames)
+		}
+		return 0, 0, fmt.Errorf("%w: %d frames in %d bytes", ErrTreeInvalid, nFrames, len(b))
+	}
+	if d.err != nil {
+		return 0, 0, d.err
+	}
+	frames := make([]TreeFrame, nFrames)
+	for i := range frames {
+		frames[i].Name = d.str(lim.MaxFrameBytes)
+		frames[i].Kind = d.str(lim.MaxFrameBytes)
+		if d.err != nil {
+			return 0, 0, d.err
+		}
+	}
+	nNodes := d.uvarint()
+	// A node takes at least four bytes.
+	if d.err == nil && (nNodes > uint64(lim.MaxNodes) || nNodes > uint64(len(b)-d.off)/4) {
+		if nNodes > uint64(lim.MaxNodes) {
+			return 0, 0, fmt.Errorf("%w: %d nodes, limit %d", ErrTreeTooLarge, nNodes, lim.MaxNodes)
+		}
+		return 0, 0, fmt.Errorf("%w: %d nodes in %d bytes", ErrTreeInvalid, nNodes, len(b))
+	}
+	v.Frames(frames)
+	// open holds, per node on the current path, its total, what its self
+	// and finished children add up to so far, and the children left.
+	type open struct {
+		total, sum int64
+		kids       uint64
+	}
+	value := func() int64 {
+		x := d.uvarint()
+		if x > maxTreeValue/scale {
+			d.fail("value %d times scale %d too large", x, scale)
+			return 0
+		}
+		return int64(x * scale)
+	}
+	rootTotal, rootSelf = value(), value()
+	stack := []open{{total: rootTotal, sum: rootSelf, kids: d.uvarint()}}
+	seen := uint64(0)
+	for d.err == nil {
+		top := &stack[len(stack)-1]
+		if top.kids == 0 {
+			if top.sum != top.total {
+				d.fail("a node's total %d is not its self and children's %d", top.total, top.sum)
+				break
+			}
+			stack = stack[:len(stack)-1]
+			if len(stack) == 0 {
+				break
+			}
+			parent := &stack[len(stack)-1]
+			parent.sum += top.total
+			if parent.sum > parent.total {
+				d.fail("children's totals %d above their parent's %d", parent.sum, parent.total)
+			}
+			continue
+		}
+		top.kids--
+		if seen == nNodes {
+			d.fail("more nodes than the %d declared", nNodes)
+			break
+		}
+		seen++
+		f := d.uvarint()
+		total, self := value(), value()
+		kids := d.uvarint()
+		if d.err != nil {
+			break
+		}
+		if f >= nFrames {
+			d.fail("frame %d of %d", f, nFrames)
+			break
+		}
+		if self > total {
+			d.fail("self %d above total %d", self, total)
+			break
+		}
+		if len(stack) >= lim.MaxDepth {
+			return 0, 0, fmt.Errorf("%w: deeper than %d", ErrTreeTooLarge, lim.MaxDepth)
+		}
+		v.Node(len(stack), int32(f), self, total)
+		stack = append(stack, open{total: total, sum: self, kids: kids})
+	}
+	if d.err != nil {
+		return 0, 0, d.err
+	}
+	if seen != nNodes {
+		return 0, 0, fmt.Errorf("%w: %d nodes declared, %d present", ErrTreeInvalid, nNodes, seen)
+	}
+	if d.off != len(b) {
+		return 0, 0, fmt.Errorf("%w: %d bytes after the tree", ErrTreeInvalid, len(b)-d.off)
+	}
+	return rootSelf, rootTotal, nil
+}
+
+type treeDecoder struct {
+	b   []byte
+	off int
+	err error
+}
+
+func (d *treeDecoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: at byte %d: %s", ErrTreeInvalid, d.off, fmt.Sprintf(format, args...))
+	}
+}
+
+func (d *treeDecoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	x, n := binary.Uvarint(d.b[d.off:])
+	if n <= 0 {
+		d.fail("bad varint")
+		return 0
+	}
+	d.off += n
+	return x
+}
+
+func (d *treeDecoder) str(max int) string {
+	n := d.uvarint()
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(max) || n > uint64(len(d.b)-d.off) {
+		d.fail("string of %d bytes", n)
+		return ""
+	}
+	s := string(d.b[d.off : d.off+int(n)])
+	d.off += int(n)
+	return s
+}

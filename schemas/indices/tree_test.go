@@ -1,0 +1,184 @@
+package indices
+
+import (
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// pathTree is a decoded tree keyed by path ("a;b;c", kind after "@"), for
+// comparing with a brute-force sum.
+type pathTree struct {
+	frames []TreeFrame
+	path   []string
+	self   map[string]int64
+	total  map[string]int64
+	nodes  int
+}
+
+func (p *pathTree) Frames(f []TreeFrame) { p.frames = f }
+
+func (p *pathTree) Node(depth int, frame int32, self, total int64) {
+	f := p.frames[frame]
+	p.path = append(p.path[:depth-1], f.Name+"@"+f.Kind)
+	key := strings.Join(p.path, ";")
+	if _, dup := p.total[key]; dup {
+		panic("node " + key + " twice")
+	}
+	p.self[key] += self
+	p.total[key] += total
+	p.nodes++
+}
+
+func decodePaths(t testing.TB, b []byte) (*pathTree, int64, int64, error) {
+	t.Helper()
+	p := &pathTree{self: map[string]int64{}, total: map[string]int64{}}
+	rs, rt, err := DecodeTree(b, TreeLimits{}, p)
+	return p, rs, rt, err
+}
+
+func TestTreeRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	funcs := []string{"main", "run", "work", "parse", "write", "read", "hash", "gc"}
+	kinds := []string{"", "", "", "kernel", "python"}
+	var b TreeBuilder
+	self, total := map[string]int64{}, map[string]int64{}
+	var sum int64
+	for i := 0; i < 5000; i++ {
+		depth := 1 + rng.IntN(12)
+		path := make([]TreeFrame, depth)
+		keys := make([]string, depth)
+		for d := range path {
+			path[d] = TreeFrame{Name: funcs[rng.IntN(len(funcs))], Kind: kinds[rng.IntN(len(kinds))]}
+			keys[d] = path[d].Name + "@" + path[d].Kind
+		}
+		v := int64(rng.IntN(20)+1) * 52631578 // 19 Hz samples
+		b.Add(path, v)
+		sum += v
+		for d := range path {
+			total[strings.Join(keys[:d+1], ";")] += v
+		}
+		self[strings.Join(keys, ";")] += v
+	}
+	enc := b.Encode()
+	p, rs, rt, err := decodePaths(t, enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt != sum || rs != 0 || b.Total() != sum {
+		t.Fatalf("root total %d self %d builder %d, want %d and 0", rt, rs, b.Total(), sum)
+	}
+	if p.nodes != b.Nodes() || p.nodes != len(total) {
+		t.Fatalf("%d nodes decoded, builder %d, brute force %d", p.nodes, b.Nodes(), len(total))
+	}
+	for k, v := range total {
+		if p.total[k] != v || p.self[k] != self[k] {
+			t.Fatalf("%s: total %d self %d, want %d %d", k, p.total[k], p.self[k], v, self[k])
+		}
+	}
+	t.Logf("%d nodes, %d bytes (%.1f per node)", p.nodes, len(enc), float64(len(enc))/float64(p.nodes))
+}
+
+func TestTreeFrames(t *testing.T) {
+	var b TreeBuilder
+	// Leaf first, as stored; an unnamed frame shows its binary.
+	b.AddStack([]Frame{{Binary: "libc.so.6"}, {Function: "read", Binary: "[kernel.kallsyms]", Kind: "kernel"}, {Function: "main"}}, 10)
+	b.AddStack(nil, 5)  // no frames: the root's self
+	b.AddStack(nil, -3) // negative: left out
+	p, rs, rt, err := decodePaths(t, b.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs != 5 || rt != 15 {
+		t.Fatalf("root self %d total %d, want 5 and 15", rs, rt)
+	}
+	if got := p.self["main@;read@kernel;[libc.so.6]@"]; got != 10 {
+		t.Fatalf("leaf self %d, want 10: %v", got, p.self)
+	}
+	var empty TreeBuilder
+	if _, _, rt, err := decodePaths(t, empty.Encode()); err != nil || rt != 0 {
+		t.Fatalf("empty tree: total %d, %v", rt, err)
+	}
+}
+
+func TestTreeInvalid(t *testing.T) {
+	var b TreeBuilder
+	b.Add([]TreeFrame{{Name: "a"}, {Name: "b"}}, 4)
+	b.Add([]TreeFrame{{Name: "a"}}, 2)
+	good := b.Encode()
+	// good: version 1, scale 2, 2 frames "a","" "b","", 2 nodes,
+	// root 3 0 1, node 0 3 1 1, node 1 2 2 0 (in units of the scale).
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want error
+	}{
+		{"empty", nil, ErrTreeInvalid},
+		{"version", append([]byte{2}, good[1:]...), ErrTreeInvalid},
+		{"truncated", good[:len(good)-1], ErrTreeInvalid},
+		{"trailing", append(append([]byte{}, good...), 0), ErrTreeInvalid},
+		{"zero scale", []byte{1, 0, 0, 0, 0, 0, 0}, ErrTreeInvalid},
+		{"huge frame count", []byte{1, 1, 0xff, 0xff, 0xff, 0xff, 0x0f}, ErrTreeTooLarge},
+		{"frames past the end", []byte{1, 1, 100, 0}, ErrTreeInvalid},
+		{"huge node count", []byte{1, 1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f}, ErrTreeTooLarge},
+		{"root total wrong", []byte{1, 1, 0, 0, 5, 4, 0}, ErrTreeInvalid},
+		{"more children than nodes", []byte{1, 1, 1, 1, 'a', 0, 0, 1, 1, 1}, ErrTreeInvalid},
+		{"frame out of range", []byte{1, 1, 1, 1, 'a', 0, 1, 1, 0, 1, 7, 1, 1, 0}, ErrTreeInvalid},
+		{"self above total", []byte{1, 1, 1, 1, 'a', 0, 1, 1, 0, 1, 0, 1, 2, 0}, ErrTreeInvalid},
+		{"children above parent", []byte{1, 1, 1, 1, 'a', 0, 1, 1, 0, 1, 0, 2, 2, 0}, ErrTreeInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, _, _, err := decodePaths(t, tc.b); !errors.Is(err, tc.want) {
+				t.Fatalf("error %v, want %v", err, tc.want)
+			}
+		})
+	}
+	t.Run("deeper than the limit", func(t *testing.T) {
+		var b TreeBuilder
+		path := make([]TreeFrame, 50)
+		for i := range path {
+			path[i] = TreeFrame{Name: "f"}
+		}
+		b.Add(path, 1)
+		if _, _, err := DecodeTree(b.Encode(), TreeLimits{MaxDepth: 10}, &pathTree{self: map[string]int64{}, total: map[string]int64{}}); !errors.Is(err, ErrTreeTooLarge) {
+			t.Fatalf("error %v, want ErrTreeTooLarge", err)
+		}
+	})
+}
+
+// countVisitor counts without holding anything, so the fuzzer measures
+// the decoder's own allocation.
+type countVisitor struct{ nodes int }
+
+func (c *countVisitor) Frames([]TreeFrame)            {}
+func (c *countVisitor) Node(int, int32, int64, int64) { c.nodes++ }
+
+func FuzzDecodeTree(f *testing.F) {
+	var b TreeBuilder
+	b.Add([]TreeFrame{{Name: "main"}, {Name: "run", Kind: "python"}}, 52631578)
+	b.Add([]TreeFrame{{Name: "main"}}, 2*52631578)
+	f.Add(b.Encode())
+	f.Add([]byte{1, 1, 0, 0, 0, 0, 0})
+	f.Add([]byte{1, 1, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	lim := TreeLimits{MaxBytes: 1 << 16, MaxNodes: 1 << 12, MaxFrames: 1 << 10, MaxDepth: 64, MaxFrameBytes: 256}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var c countVisitor
+		rs, rt, err := DecodeTree(in, lim, &c)
+		if err != nil {
+			if !errors.Is(err, ErrTreeInvalid) && !errors.Is(err, ErrTreeTooLarge) {
+				t.Fatalf("error %v is neither ErrTreeInvalid nor ErrTreeTooLarge", err)
+			}
+			return
+		}
+		if rs < 0 || rt < rs || c.nodes > lim.MaxNodes {
+			t.Fatalf("root self %d total %d, %d nodes", rs, rt, c.nodes)
+		}
+		// Allocation stays bounded by the input: frames and nodes were
+		// checked against the bytes left before anything was made.
+		allocs := testing.AllocsPerRun(1, func() { _, _, _ = DecodeTree(in, lim, &c) })
+		if allocs > float64(8+2*len(in)) {
+			t.Fatalf("%v allocations for %d bytes", allocs, len(in))
+		}
+	})
+}
