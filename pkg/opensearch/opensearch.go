@@ -410,6 +410,7 @@ type IndexConfig struct {
 	Shards          int    `envconfig:"SHARDS" default:"1" desc:"primary shards per index"`
 	Replicas        int    `envconfig:"REPLICAS" default:"0" desc:"replicas per index"`
 	RefreshInterval string `envconfig:"REFRESH_INTERVAL" default:"5s" desc:"index refresh interval"`
+	Generation      int    `envconfig:"GENERATION" default:"0" desc:"0 writes through the serving index names; N >= 1 writes into index generation N only (the temporary consumers of stackctl reindex)"`
 }
 
 // Validate checks values that parse but cannot work.
@@ -419,6 +420,8 @@ func (c IndexConfig) Validate() error {
 		return fmt.Errorf("STACKSTREAM_OPENSEARCH_INDEX_SHARDS=%d must be at least 1", c.Shards)
 	case c.Replicas < 0:
 		return fmt.Errorf("STACKSTREAM_OPENSEARCH_INDEX_REPLICAS=%d must be 0 or more", c.Replicas)
+	case c.Generation < 0:
+		return fmt.Errorf("STACKSTREAM_OPENSEARCH_INDEX_GENERATION=%d must be 0 (follow the serving generation) or a generation number", c.Generation)
 	}
 	return nil
 }

@@ -53,7 +53,11 @@ func runMain() error {
 	}
 
 	metrics := indexer.NewMetrics(reg)
-	ix := indexer.New(kcl, bulk.New(osc, bulk.Options{MaxBytes: cfg.Indexer.BulkMaxBytes, Metrics: metrics.Bulk}), indexer.Options{
+	// The router writes through the aliases of the serving generation, or
+	// with STACKSTREAM_OPENSEARCH_INDEX_GENERATION into that generation
+	// (a reindex's temporary consumer).
+	writer := opensearch.NewRouter(osc, names, bulk.New(osc, bulk.Options{MaxBytes: cfg.Indexer.BulkMaxBytes, Metrics: metrics.Bulk}), cfg.Index.Generation)
+	ix := indexer.New(kcl, writer, indexer.Options{
 		Names:           names,
 		DLQTopic:        topics.DLQ,
 		BatchBytes:      cfg.Indexer.BatchBytes,
@@ -81,7 +85,12 @@ func runMain() error {
 	// its Run returns.
 	g := service.NewGroup(log)
 	g.AddContext(ctx, ix.Run)
-	g.AddContext(ctx, retention.Run)
+	if cfg.Index.Generation == 0 {
+		g.AddContext(ctx, retention.Run)
+	} else {
+		// Retention works on the serving names: it is the live indexer's job.
+		log.Info("filling an index generation: retention is left to the live indexer", "generation", cfg.Index.Generation)
+	}
 	g.Add(srv.Run, srv.Stop)
 	log.Info("indexing", "topic", topics.ProfilesSymbolized, "group", cfg.Indexer.Group,
 		"samples", names.SamplesPattern(), "stacks", names.Stacks(), "listen", srv.Addr())

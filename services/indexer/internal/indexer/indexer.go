@@ -90,7 +90,7 @@ const (
 // Indexer is the consume-write-commit loop.
 type Indexer struct {
 	kcl    *kgo.Client
-	w      *bulk.Writer
+	w      Writer
 	opts   Options
 	log    *slog.Logger
 	m      *Metrics
@@ -120,9 +120,15 @@ func ConsumerOpts(group, topic string) []kgo.Opt {
 	}
 }
 
+// Writer stores documents: a *bulk.Writer, or an opensearch.Router over one
+// that resolves index generations.
+type Writer interface {
+	Write(ctx context.Context, items []bulk.Item) ([]bulk.Rejected, error)
+}
+
 // New returns an Indexer reading with kcl (built with ConsumerOpts) and
-// writing with w (its Metrics should be opts.Metrics.Bulk).
-func New(kcl *kgo.Client, w *bulk.Writer, opts Options) *Indexer {
+// writing with w (its bulk Metrics should be opts.Metrics.Bulk).
+func New(kcl *kgo.Client, w Writer, opts Options) *Indexer {
 	if opts.BatchBytes <= 0 {
 		opts.BatchBytes = DefaultBatchBytes
 	}

@@ -40,7 +40,11 @@ func runMain() error {
 	if _, err := opensearch.ApplyTemplates(ctx, osc, cfg.Index.Prefix, cfg.Index.Settings()); err != nil {
 		return fmt.Errorf("apply index templates: %w", err)
 	}
-	writer := bulk.New(osc, bulk.Options{MaxBytes: cfg.Rollup.BulkMaxBytes, Metrics: bulk.NewMetrics(reg, "stackstream_rollup")})
+	// The router writes through the aliases of the serving generation, or
+	// with STACKSTREAM_OPENSEARCH_INDEX_GENERATION into that generation
+	// (a reindex's temporary consumer).
+	writer := opensearch.NewRouter(osc, cfg.Index.Names(),
+		bulk.New(osc, bulk.Options{MaxBytes: cfg.Rollup.BulkMaxBytes, Metrics: bulk.NewMetrics(reg, "stackstream_rollup")}), cfg.Index.Generation)
 	rollup := pipeline.New(pipeline.Config{
 		Topics: topics,
 		Group:  cfg.Rollup.Group,
@@ -79,7 +83,12 @@ func runMain() error {
 	g.Add(srv.Run, srv.Stop)
 	lc := &lifecycle.Lifecycle{Client: osc, Names: cfg.Index.Names(), MinuteDays: cfg.Rollup.MinuteDays, HourlyDays: cfg.Rollup.HourlyDays,
 		Interval: cfg.Rollup.LifecycleEvery, Logger: log, Now: time.Now}
-	g.AddContext(ctx, lc.Run)
+	if cfg.Index.Generation == 0 {
+		g.AddContext(ctx, lc.Run)
+	} else {
+		// The lifecycle works on the serving names: it is the live rollup's job.
+		log.Info("filling an index generation: the lifecycle is left to the live rollup", "generation", cfg.Index.Generation)
+	}
 	log.Info("started", "group", cfg.Rollup.Group, "topic", topics.ProfilesSymbolized, "listen", srv.Addr())
 	return g.Run()
 }
