@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -322,16 +323,41 @@ func (x expected) cpuProfile(host string, at time.Time, a, b int64) *profile.Pro
 		st.Value += b
 		st.Samples++
 	}
+	// The hour's trees: the same stacks merged by name, root first.
+	x.tree(at, "checkout", host, a, "main", "mid", "leaf")
+	x.tree(at, "api", host, b, "main", "rec", "rec")
 	return pproftest.NewCPU(at, 10*time.Second).
 		Sample(map[string]string{record.LabelService: "checkout", record.LabelPID: "10"}, []int64{2, a}, "leaf", "mid", "main").
 		Sample(map[string]string{record.LabelService: "api", record.LabelPID: "20"}, []int64{1, b}, "rec", "rec", "main").
 		Profile()
 }
 
-// finish derives cores from values (the same division the rollup does).
+// expectedTrees builds the tree documents of expected, by document.
+var expectedTrees = map[*indices.RollupDoc]*indices.TreeBuilder{}
+
+func (x expected) tree(at time.Time, service, host string, v int64, path ...string) {
+	d := x.at(indices.ResolutionHour, at, indices.KindTree, "cpu", service, host, "", "")
+	b := expectedTrees[d]
+	if b == nil {
+		b = &indices.TreeBuilder{}
+		expectedTrees[d] = b
+	}
+	frames := make([]indices.TreeFrame, len(path))
+	for i, f := range path {
+		frames[i] = indices.TreeFrame{Name: f}
+	}
+	b.Add(frames, v)
+	d.Value += v
+}
+
+// finish derives cores from values (the same division the rollup does) and
+// encodes the trees.
 func (x expected) finish() map[string]indices.RollupDoc {
 	out := map[string]indices.RollupDoc{}
 	for k, d := range x {
+		if b := expectedTrees[d]; b != nil {
+			d.Tree = b.Encode()
+		}
 		if d.Kind == indices.KindService && d.Type == "cpu" {
 			size := 60e9
 			if d.Resolution == indices.ResolutionHour {
@@ -353,7 +379,14 @@ func compare(t *testing.T, got map[string]indices.RollupDoc, want map[string]ind
 			continue
 		}
 		g.Timestamp, w.Timestamp = g.Timestamp.UTC(), w.Timestamp.UTC()
-		if g != w {
+		if g.Kind == indices.KindTree {
+			// Same tree, whatever the order its stacks were added in.
+			if gp, wp := treePaths(t, g.Tree), treePaths(t, w.Tree); !reflect.DeepEqual(gp, wp) {
+				t.Errorf("%s: tree\n got %v\nwant %v", k, gp, wp)
+			}
+			g.Tree, w.Tree = nil, nil
+		}
+		if !reflect.DeepEqual(g, w) {
 			t.Errorf("%s:\n got %+v\nwant %+v", k, g, w)
 		}
 	}
@@ -444,7 +477,7 @@ func TestRollupsExactAndReplay(t *testing.T) {
 		t.Fatalf("replay changed the document count: %d, then %d", len(first), len(second))
 	}
 	for id, d := range first {
-		if second[id] != d {
+		if !reflect.DeepEqual(second[id], d) {
 			t.Errorf("replay changed %s: %+v, then %+v", id, d, second[id])
 		}
 	}
@@ -574,8 +607,9 @@ func TestBadInputGoesToDLQ(t *testing.T) {
 	in.close(t)
 	compare(t, byKey(e.docs()), x.finish())
 
-	// 2 records + per resolution 1 service, 3 function and 1 stack document.
-	recs := e.dlq(2 + 2*5)
+	// 2 records + per resolution 1 service, 3 function and 1 stack
+	// document, and the hour's tree.
+	recs := e.dlq(2 + 2*5 + 1)
 	reasons := map[string]int{}
 	for _, r := range recs {
 		reason := record.HeaderValue(r.Headers, record.HeaderDLQReason)
@@ -600,8 +634,8 @@ func TestBadInputGoesToDLQ(t *testing.T) {
 			t.Errorf("dlq service header %q", svc)
 		}
 	}
-	if reasons["decode"] != 1 || reasons["headers"] != 1 || reasons["rejected"] != 10 {
-		t.Fatalf("dlq reasons %v, want decode 1, headers 1, rejected 10", reasons)
+	if reasons["decode"] != 1 || reasons["headers"] != 1 || reasons["rejected"] != 11 {
+		t.Fatalf("dlq reasons %v, want decode 1, headers 1, rejected 11", reasons)
 	}
 }
 
@@ -702,4 +736,29 @@ func TestHostFromKeyWithoutHeader(t *testing.T) {
 	waitFor(t, "windows written", 60*time.Second, func() bool { return byKey(e.docs())[minute].Value == 100 })
 	in.close(t)
 	compare(t, byKey(e.docs()), x.finish())
+}
+
+// treePaths decodes a tree into "root;...;leaf" -> [self, total].
+func treePaths(t *testing.T, b []byte) map[string][2]int64 {
+	t.Helper()
+	p := &pathValues{out: map[string][2]int64{}}
+	if _, _, err := indices.DecodeTree(b, indices.TreeLimits{}, p); err != nil {
+		t.Errorf("decode tree: %v", err)
+	}
+	return p.out
+}
+
+type pathValues struct {
+	frames []indices.TreeFrame
+	path   []string
+	out    map[string][2]int64
+}
+
+func (p *pathValues) Frames(f []indices.TreeFrame) { p.frames = f }
+
+func (p *pathValues) Node(depth int, frame int32, self, total int64) {
+	p.path = append(p.path[:depth-1], p.frames[frame].Name)
+	k := strings.Join(p.path, ";")
+	v := p.out[k]
+	p.out[k] = [2]int64{v[0] + self, v[1] + total}
 }
