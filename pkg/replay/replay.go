@@ -32,6 +32,13 @@ type Options struct {
 	// Interval, until the lag reaches zero or ctx ends.
 	Follow   bool
 	Interval time.Duration // default 5s
+	// Force goes on although the group has live members: Kafka takes
+	// offsets from outside a group only while it has no members, so Run
+	// warns, waits up to ForceWait (default 5m) for the last member to
+	// leave (its consumers stopped or scaled to zero), and commits the
+	// reset at that moment, before a consumer rejoins.
+	Force     bool
+	ForceWait time.Duration
 }
 
 // Partition is the reset of one partition.
@@ -78,9 +85,61 @@ func Run(ctx context.Context, cl *kgo.Client, adm *kadm.Client, opts Options, pr
 		}
 	}
 
-	if err := checkIdle(ctx, adm, opts.Group); err != nil {
+	if opts.ForceWait <= 0 {
+		opts.ForceWait = 5 * time.Minute
+	}
+	deadline := time.Now().Add(opts.ForceWait)
+	if err := waitIdle(ctx, adm, opts, deadline, progress); err != nil {
 		return sum, err
 	}
+	for {
+		var err error
+		sum, err = commitReset(ctx, adm, opts, sum)
+		if !errors.Is(err, errMemberJoined) {
+			if err != nil {
+				return sum, err
+			}
+			break
+		}
+		if !opts.Force || !time.Now().Before(deadline) {
+			return sum, fmt.Errorf("replay: %w: group %q: stop the group's consumers first, then run replay again, or give --force to wait for them to leave (%v)", ErrGroupActive, opts.Group, err)
+		}
+		// A consumer came back between the check and the commit.
+		if err := waitIdle(ctx, adm, opts, deadline, progress); err != nil {
+			return sum, err
+		}
+	}
+
+	fmt.Fprintf(progress, "group %s, topic %s: reset to the first records at or after %s\n", opts.Group, opts.Topic, opts.From.UTC().Format(time.RFC3339))
+	for _, p := range sum.Partitions {
+		oldStr := "none"
+		if p.Old >= 0 {
+			oldStr = fmt.Sprint(p.Old)
+		}
+		fmt.Fprintf(progress, "  partition %d: %s -> %d (end %d, %d to process)\n", p.Partition, oldStr, p.New, p.End, max(p.End-p.New, 0))
+	}
+	fmt.Fprintf(progress, "committed: %d records to process again; start the group's consumers\n", sum.Records)
+	if !opts.Follow {
+		return sum, nil
+	}
+
+	d, err := Progress{Adm: adm, Topic: opts.Topic, Groups: []string{opts.Group}, Interval: opts.Interval, Out: progress}.Follow(ctx, 0)
+	sum.Remaining, sum.Elapsed = d.Left, d.Elapsed
+	if err != nil {
+		return sum, err
+	}
+	fmt.Fprintf(progress, "caught up: %d records replayed in %s%s\n", sum.Records, sum.Elapsed, rateETA(d.Processed, 0, d.Elapsed))
+	return sum, nil
+}
+
+// errMemberJoined is a commit the broker refused because the group has
+// members again.
+var errMemberJoined = errors.New("a member joined the group")
+
+// commitReset commits opts.Group's offsets on every partition of opts.Topic
+// to the first record at or after opts.From, and returns sum with the moves.
+func commitReset(ctx context.Context, adm *kadm.Client, opts Options, sum Summary) (Summary, error) {
+	sum.Partitions, sum.Records = nil, 0
 	starts, err := adm.ListOffsetsAfterMilli(ctx, opts.From.UnixMilli(), opts.Topic)
 	if err != nil {
 		return sum, fmt.Errorf("replay: list offsets of %s after %s: %w", opts.Topic, opts.From.Format(time.RFC3339), err)
@@ -125,58 +184,18 @@ func Run(ctx context.Context, cl *kgo.Client, adm *kadm.Client, opts Options, pr
 	sort.Slice(sum.Partitions, func(i, j int) bool { return sum.Partitions[i].Partition < sum.Partitions[j].Partition })
 
 	// A member could have joined since the check; the commit then fails
-	// with a generation or member error, reported the same way.
+	// with a generation or member error.
 	resp, err := adm.CommitOffsets(ctx, opts.Group, reset)
 	if err == nil {
 		err = resp.Error()
 	}
-	if err != nil {
-		if errors.Is(err, kerr.UnknownMemberID) || errors.Is(err, kerr.IllegalGeneration) || errors.Is(err, kerr.RebalanceInProgress) {
-			return sum, fmt.Errorf("replay: %w: group %q: stop the group's consumers first, then run replay again (%v)", ErrGroupActive, opts.Group, err)
-		}
-		return sum, fmt.Errorf("replay: commit offsets of group %s: %w", opts.Group, err)
-	}
-
-	fmt.Fprintf(progress, "group %s, topic %s: reset to the first records at or after %s\n", opts.Group, opts.Topic, opts.From.UTC().Format(time.RFC3339))
-	for _, p := range sum.Partitions {
-		oldStr := "none"
-		if p.Old >= 0 {
-			oldStr = fmt.Sprint(p.Old)
-		}
-		fmt.Fprintf(progress, "  partition %d: %s -> %d (end %d, %d to process)\n", p.Partition, oldStr, p.New, p.End, max(p.End-p.New, 0))
-	}
-	fmt.Fprintf(progress, "committed: %d records to process again; start the group's consumers\n", sum.Records)
-	if !opts.Follow {
+	if err == nil {
 		return sum, nil
 	}
-
-	began := time.Now()
-	tick := time.NewTicker(opts.Interval)
-	defer tick.Stop()
-	for {
-		lag, err := groupLag(ctx, adm, opts.Group, opts.Topic)
-		sum.Elapsed = time.Since(began).Round(time.Millisecond)
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return sum, ctx.Err()
-		case err != nil:
-			fmt.Fprintf(progress, "lag: %v (retrying)\n", err)
-		default:
-			sum.Remaining = lag
-			done := max(sum.Records-lag, 0)
-			fmt.Fprintf(progress, "lag %d: %d of %d records processed (%s)%s\n", lag, done, sum.Records, sum.Elapsed, rateETA(done, lag, sum.Elapsed))
-			if lag == 0 {
-				fmt.Fprintf(progress, "caught up: %d records replayed in %s\n", sum.Records, sum.Elapsed)
-				return sum, nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			fmt.Fprintf(progress, "stopped following with lag %d after %s\n", sum.Remaining, sum.Elapsed)
-			return sum, ctx.Err()
-		case <-tick.C:
-		}
+	if errors.Is(err, kerr.UnknownMemberID) || errors.Is(err, kerr.IllegalGeneration) || errors.Is(err, kerr.RebalanceInProgress) {
+		return sum, fmt.Errorf("%w: %w", errMemberJoined, err)
 	}
+	return sum, fmt.Errorf("replay: commit offsets of group %s: %w", opts.Group, err)
 }
 
 // rateETA describes the pace so far: records per second and, while records
@@ -191,6 +210,31 @@ func rateETA(done, left int64, elapsed time.Duration) string {
 	}
 	eta := time.Duration(float64(left) / rate * float64(time.Second)).Round(time.Second)
 	return fmt.Sprintf(", %.0f records/s, ETA %s", rate, eta)
+}
+
+// waitIdle returns nil once the group has no members. Without opts.Force it
+// does not wait; with it, it warns once and polls until deadline.
+func waitIdle(ctx context.Context, adm *kadm.Client, opts Options, deadline time.Time, progress io.Writer) error {
+	warned := false
+	for {
+		err := checkIdle(ctx, adm, opts.Group)
+		if err == nil || !opts.Force || !errors.Is(err, ErrGroupActive) {
+			return err
+		}
+		if !warned {
+			fmt.Fprintf(progress, "WARNING: --force: %v\n", err)
+			fmt.Fprintf(progress, "WARNING: Kafka takes offsets from outside a group only while it has no members: waiting up to %s for the last one to leave; stop or scale the group's consumers to zero now. The reset is committed the moment the group is empty; consumers started after that begin at the reset.\n", time.Until(deadline).Round(time.Second))
+			warned = true
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("replay --force: gave up after %s: %w", opts.ForceWait, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 func checkIdle(ctx context.Context, adm *kadm.Client, group string) error {
@@ -212,35 +256,35 @@ func checkIdle(ctx context.Context, adm *kadm.Client, group string) error {
 	for _, m := range g.Members {
 		who = append(who, m.ClientID+"@"+m.ClientHost)
 	}
-	return fmt.Errorf("replay: %w: group %q is %s with %d member(s) (%s): stop the group's consumers first (for the symbolizer, every stackstream-symbolizer process), run replay, then start them again",
+	return fmt.Errorf("replay: %w: group %q is %s with %d member(s) (%s): stop the group's consumers first (for the symbolizer, every stackstream-symbolizer process), run replay, then start them again; or give --force to wait for them to leave",
 		ErrGroupActive, group, g.State, len(g.Members), strings.Join(who, ", "))
 }
 
 // groupLag is the group's total lag on topic: end offsets minus committed
-// offsets (a partition without a commit counts from its start).
-func groupLag(ctx context.Context, adm *kadm.Client, group, topic string) (int64, error) {
+// offsets (a partition without a commit counts from its start), and the sum
+// of its committed offsets.
+func groupLag(ctx context.Context, adm *kadm.Client, group, topic string) (lag, committedSum int64, err error) {
 	committed, err := adm.FetchOffsetsForTopics(ctx, group, topic)
 	if err == nil {
 		err = committed.Error()
 	}
 	if err != nil {
-		return 0, fmt.Errorf("fetch committed offsets: %w", err)
+		return 0, 0, fmt.Errorf("fetch committed offsets: %w", err)
 	}
 	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err == nil {
 		err = ends.Error()
 	}
 	if err != nil {
-		return 0, fmt.Errorf("list end offsets: %w", err)
+		return 0, 0, fmt.Errorf("list end offsets: %w", err)
 	}
 	starts, err := adm.ListStartOffsets(ctx, topic)
 	if err == nil {
 		err = starts.Error()
 	}
 	if err != nil {
-		return 0, fmt.Errorf("list start offsets: %w", err)
+		return 0, 0, fmt.Errorf("list start offsets: %w", err)
 	}
-	var lag int64
 	ends.Each(func(e kadm.ListedOffset) {
 		at := int64(-1)
 		if c, ok := committed.Lookup(topic, e.Partition); ok && c.Err == nil {
@@ -252,6 +296,7 @@ func groupLag(ctx context.Context, adm *kadm.Client, group, topic string) (int64
 			}
 		}
 		lag += max(e.Offset-at, 0)
+		committedSum += at
 	})
-	return lag, nil
+	return lag, committedSum, nil
 }

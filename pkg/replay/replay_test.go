@@ -249,3 +249,86 @@ func TestRateETA(t *testing.T) {
 		}
 	}
 }
+
+// warnWriter signals the first write of the --force warning.
+type warnWriter struct {
+	syncWriter
+	warned chan struct{}
+	wonce  sync.Once
+}
+
+func (w *warnWriter) Write(p []byte) (int, error) {
+	if bytes.HasPrefix(p, []byte("WARNING: --force")) {
+		w.wonce.Do(func() { close(w.warned) })
+	}
+	return w.syncWriter.Write(p)
+}
+
+// TestForce: with a live member, replay refuses; with Force it warns, waits
+// for the member to leave, and commits the reset then. A member that stays
+// makes Force give up after ForceWait, leaving the offsets alone.
+func TestForce(t *testing.T) {
+	f := setup(t)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); f.consume(t, 1<<30, stop) }()
+	stopped := false
+	defer func() {
+		if !stopped {
+			close(stop)
+			wg.Wait()
+		}
+	}()
+	ctx := context.Background()
+	opts := Options{Group: f.group, Topic: f.topic, From: f.split}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := Run(ctx, f.cl, f.adm, opts, &bytes.Buffer{})
+		if errors.Is(err, ErrGroupActive) {
+			if !strings.Contains(err.Error(), "--force") {
+				t.Fatalf("the refusal does not mention --force: %v", err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replay with a live member: got %v, want ErrGroupActive", err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+
+	// The member stays: Force gives up.
+	opts.Force, opts.ForceWait = true, 2*time.Second
+	var out bytes.Buffer
+	_, err := Run(ctx, f.cl, f.adm, opts, &out)
+	if !errors.Is(err, ErrGroupActive) || !strings.Contains(err.Error(), "gave up after 2s") || !strings.Contains(out.String(), "WARNING: --force") {
+		t.Fatalf("force with a member that stays: %v\n%s", err, out.String())
+	}
+	committed, _ := f.adm.FetchOffsets(ctx, f.group)
+	if o, _ := committed.Lookup(f.topic, 0); o.At != 20 {
+		t.Fatalf("a replay that gave up moved offsets: %+v", o)
+	}
+
+	// The member leaves while Force waits: the reset lands.
+	opts.ForceWait = time.Minute
+	w := &warnWriter{syncWriter: syncWriter{committed: make(chan struct{})}, warned: make(chan struct{})}
+	go func() {
+		<-w.warned
+		close(stop)
+		wg.Wait()
+	}()
+	stopped = true
+	sum, err := Run(ctx, f.cl, f.adm, opts, w)
+	w.mu.Lock()
+	t.Logf("\n%s", w.buf.String())
+	w.mu.Unlock()
+	if err != nil || sum.Records != 20 {
+		t.Fatalf("force once the member left: %+v, %v", sum, err)
+	}
+	committed, _ = f.adm.FetchOffsets(ctx, f.group)
+	for p := int32(0); p < 2; p++ {
+		if o, ok := committed.Lookup(f.topic, p); !ok || o.At != 10 {
+			t.Fatalf("partition %d committed %+v, want 10", p, o)
+		}
+	}
+}
