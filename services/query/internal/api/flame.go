@@ -21,22 +21,34 @@ func unit(t record.ProfileType) string {
 // hangs under the root as "[other]" so the root total is the selection's
 // total.
 func stacksTree(st *store.Stacks) *node {
-	root := buildTree(st.Values, st.Frames, st.Kinds)
-	if rest := st.Total - root.total; rest > 0 && st.Truncated {
+	root := &node{name: "total"}
+	addStacks(root, st)
+	return root
+}
+
+// addStacks merges st into the tree under root, with the value of stacks
+// left out by MaxStacks under the root's "[other]".
+func addStacks(root *node, st *store.Stacks) {
+	before := root.total
+	mergeStacks(root, st.Values, st.Frames, st.Kinds)
+	if rest := st.Total - (root.total - before); rest > 0 && st.Truncated {
 		o := root.child(otherNodes, "")
 		o.self += rest
 		o.total += rest
 		root.total += rest
 	}
-	return root
 }
 
-// FlamegraphResponse is the answer of /api/v1/flamegraph.
+// FlamegraphResponse is the answer of /api/v1/flamegraph. Truncated says
+// stacks were left out before merging (their value is the root's
+// "[other]"); Folded counts the nodes below max_nodes summed into the
+// "[other]" nodes of their parents, which are exact.
 type FlamegraphResponse struct {
 	Type      string     `json:"type"`
 	Unit      string     `json:"unit"`
 	Total     int64      `json:"total"`
 	Truncated bool       `json:"truncated"`
+	Folded    int        `json:"folded"`
 	Source    string     `json:"source,omitempty"`
 	Root      *FlameNode `json:"root"`
 }
@@ -51,14 +63,14 @@ func (a *API) handleFlamegraph(ctx context.Context, _ http.ResponseWriter, r *ht
 	if err != nil {
 		return nil, err
 	}
-	m, err := a.store.Stacks(ctx, s)
+	m, err := a.selectionTree(ctx, s)
 	if err != nil {
 		return nil, err
 	}
-	root, pruned := flame(stacksTree(m), maxNodes)
+	root, folded := flame(m.root, maxNodes)
 	return FlamegraphResponse{
-		Type: string(s.Type), Unit: unit(s.Type), Total: root.Total, Truncated: m.Truncated || pruned,
-		Source: m.Source, Root: root,
+		Type: string(s.Type), Unit: unit(s.Type), Total: root.Total, Truncated: m.truncated, Folded: folded,
+		Source: m.source, Root: root,
 	}, nil
 }
 
@@ -81,13 +93,13 @@ func (a *API) handleTop(ctx context.Context, _ http.ResponseWriter, r *http.Requ
 	if err != nil {
 		return nil, err
 	}
-	m, err := a.store.Stacks(ctx, s)
+	m, err := a.selectionTree(ctx, s)
 	if err != nil {
 		return nil, err
 	}
 	return TopResponse{
-		Type: string(s.Type), Unit: unit(s.Type), Total: m.Total, Truncated: m.Truncated,
-		Functions: topFunctions(m.Values, m.Frames, m.Total, limit),
+		Type: string(s.Type), Unit: unit(s.Type), Total: m.root.total, Truncated: m.truncated,
+		Functions: topFromTree(m.root, m.root.total, limit),
 	}, nil
 }
 
@@ -98,6 +110,7 @@ type DiffResponse struct {
 	BaseTotal    int64     `json:"base_total"`
 	CompareTotal int64     `json:"compare_total"`
 	Truncated    bool      `json:"truncated"`
+	Folded       int       `json:"folded"`
 	Root         *DiffNode `json:"root"`
 }
 
@@ -127,18 +140,18 @@ func (a *API) handleDiff(ctx context.Context, _ http.ResponseWriter, r *http.Req
 	if err != nil {
 		return nil, err
 	}
-	bm, err := a.store.Stacks(ctx, base)
+	bm, err := a.selectionTree(ctx, base)
 	if err != nil {
 		return nil, fmt.Errorf("base: %w", err)
 	}
-	cm, err := a.store.Stacks(ctx, compare)
+	cm, err := a.selectionTree(ctx, compare)
 	if err != nil {
 		return nil, fmt.Errorf("compare: %w", err)
 	}
-	bt, ct := stacksTree(bm), stacksTree(cm)
-	root, pruned := diffTree(bt, ct, maxNodes)
+	bt, ct := bm.root, cm.root
+	root, folded := diffTree(bt, ct, maxNodes)
 	return DiffResponse{
 		Type: string(base.Type), Unit: unit(base.Type), BaseTotal: bt.total, CompareTotal: ct.total,
-		Truncated: bm.Truncated || cm.Truncated || pruned, Root: root,
+		Truncated: bm.truncated || cm.truncated, Folded: folded, Root: root,
 	}, nil
 }

@@ -77,7 +77,7 @@ func TestTrees(t *testing.T) {
 	}
 	root := buildTree(values, frames, nil)
 	full, truncated := flame(root, 100)
-	if truncated || full.Total != 105 {
+	if truncated != 0 || full.Total != 105 {
 		t.Fatalf("flame total %d truncated %v", full.Total, truncated)
 	}
 	js, _ := json.Marshal(full)
@@ -96,7 +96,7 @@ func TestTrees(t *testing.T) {
 		`{"name":"work","self":30,"total":90,"children":[{"name":"hash","self":60,"total":60,"children":[]}]},` +
 		`{"name":"[other]","self":10,"total":10,"children":[]}]},` +
 		`{"name":"[other]","self":5,"total":5,"children":[]}]}`
-	if !truncated || string(js) != want {
+	if truncated == 0 || string(js) != want {
 		t.Fatalf("pruned flame (truncated %v)\n got %s\nwant %s", truncated, js, want)
 	}
 

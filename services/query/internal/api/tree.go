@@ -70,6 +70,12 @@ func (n *node) child(name, kind string) *node {
 // native ones (see stackFrames).
 func buildTree(values map[string]int64, frames, kinds map[string][]string) *node {
 	root := &node{name: "total"}
+	mergeStacks(root, values, frames, kinds)
+	return root
+}
+
+// mergeStacks adds the stacks to the tree under root.
+func mergeStacks(root *node, values map[string]int64, frames, kinds map[string][]string) {
 	for id, v := range values {
 		if v == 0 {
 			continue
@@ -87,7 +93,6 @@ func buildTree(values map[string]int64, frames, kinds map[string][]string) *node
 		}
 		n.self += v
 	}
-	return root
 }
 
 // FlameNode is one node of the flamegraph answer. Kind is the frame's
@@ -100,40 +105,101 @@ type FlameNode struct {
 	Children []*FlameNode `json:"children"`
 }
 
-// keepHeaviest picks at most max nodes below root, heaviest first. A parent
-// is never lighter than its child and comes first in breadth-first order;
-// ties are broken by that order, so every kept node's parent is kept too:
-// the kept set is a tree.
-func keepHeaviest(root *node, max int, weight func(*node) float64) (map[*node]bool, bool) {
-	type entry struct {
-		n     *node
-		w     float64
-		order int
+// keepHeaviest picks at most max nodes below root, heaviest first, and
+// counts the nodes left out. A parent is never lighter than its child, so
+// the heaviest nodes are found best-first from the root: only the
+// children of kept nodes are candidates, the kept set is a tree, and a
+// tree of millions of nodes costs what its kept part does. Ties go to the
+// shallower node, then to the one found first. keep is nil when nothing
+// is left out.
+func keepHeaviest(root *node, max int, weight func(*node) float64) (map[*node]bool, int) {
+	all := countNodes(root)
+	if all <= max {
+		return nil, 0
 	}
-	var all []entry
-	queue := []*node{root}
-	for len(queue) > 0 {
-		n := queue[0]
-		queue = queue[1:]
-		for _, c := range sortedChildren(n) {
-			all = append(all, entry{c, weight(c), len(all)})
-			queue = append(queue, c)
-		}
-	}
-	if len(all) <= max {
-		return nil, false
-	}
-	slices.SortFunc(all, func(x, y entry) int {
-		if c := cmp.Compare(y.w, x.w); c != 0 {
-			return c
-		}
-		return cmp.Compare(x.order, y.order)
-	})
 	keep := make(map[*node]bool, max)
-	for _, e := range all[:max] {
-		keep[e.n] = true
+	h := &frontier{}
+	push := func(n *node, depth int) {
+		for _, c := range sortedChildren(n) {
+			h.push(candidate{c, weight(c), depth + 1, h.seq})
+			h.seq++
+		}
 	}
-	return keep, true
+	push(root, 0)
+	for len(keep) < max && len(h.items) > 0 {
+		c := h.pop()
+		keep[c.n] = true
+		push(c.n, c.depth)
+	}
+	return keep, all - len(keep)
+}
+
+// countNodes counts the nodes below n.
+func countNodes(n *node) int {
+	c := len(n.kids)
+	for _, k := range n.kids {
+		c += countNodes(k)
+	}
+	return c
+}
+
+type candidate struct {
+	n          *node
+	w          float64
+	depth, seq int
+}
+
+// frontier is a max-heap of candidates by weight, then shallower, then
+// found first.
+type frontier struct {
+	items []candidate
+	seq   int
+}
+
+func (f *frontier) less(i, j int) bool {
+	a, b := f.items[i], f.items[j]
+	if a.w != b.w {
+		return a.w > b.w
+	}
+	if a.depth != b.depth {
+		return a.depth < b.depth
+	}
+	return a.seq < b.seq
+}
+
+func (f *frontier) push(c candidate) {
+	f.items = append(f.items, c)
+	i := len(f.items) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !f.less(i, p) {
+			break
+		}
+		f.items[i], f.items[p] = f.items[p], f.items[i]
+		i = p
+	}
+}
+
+func (f *frontier) pop() candidate {
+	top := f.items[0]
+	last := len(f.items) - 1
+	f.items[0] = f.items[last]
+	f.items = f.items[:last]
+	i := 0
+	for {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < last && f.less(l, m) {
+			m = l
+		}
+		if r < last && f.less(r, m) {
+			m = r
+		}
+		if m == i {
+			return top
+		}
+		f.items[i], f.items[m] = f.items[m], f.items[i]
+		i = m
+	}
 }
 
 // sortedChildren orders children by total, heaviest first, then by name so
@@ -156,8 +222,9 @@ func sortedChildren(n *node) []*node {
 
 // flame converts the tree keeping at most maxNodes nodes; the children left
 // out of a node are summed into one "[other]" child so totals still add up.
-func flame(root *node, maxNodes int) (*FlameNode, bool) {
-	keep, truncated := keepHeaviest(root, maxNodes, func(n *node) float64 { return float64(n.total) })
+// folded counts the nodes left out.
+func flame(root *node, maxNodes int) (*FlameNode, int) {
+	keep, folded := keepHeaviest(root, maxNodes, func(n *node) float64 { return float64(n.total) })
 	var conv func(n *node) *FlameNode
 	conv = func(n *node) *FlameNode {
 		out := &FlameNode{Name: n.name, Kind: n.kind, Self: n.self, Total: n.total, Children: []*FlameNode{}}
@@ -174,7 +241,7 @@ func flame(root *node, maxNodes int) (*FlameNode, bool) {
 		}
 		return out
 	}
-	return conv(root), truncated
+	return conv(root), folded
 }
 
 // Function is one row of the top answer.
@@ -189,30 +256,12 @@ type Function struct {
 // topFunctions sums self (leaf) and total (anywhere on the stack, once per
 // stack so recursion is not counted twice) per function.
 func topFunctions(values map[string]int64, frames map[string][]string, total int64, limit int) []Function {
-	byName := map[string]*Function{}
-	get := func(name string) *Function {
-		f := byName[name]
-		if f == nil {
-			f = &Function{Name: name}
-			byName[name] = f
-		}
-		return f
-	}
-	seen := map[string]bool{}
-	for id, v := range values {
-		fr := frames[id]
-		if len(fr) == 0 || v == 0 {
-			continue
-		}
-		clear(seen)
-		for _, name := range fr {
-			if !seen[name] {
-				seen[name] = true
-				get(name).Total += v
-			}
-		}
-		get(fr[len(fr)-1]).Self += v
-	}
+	return topFromTree(buildTree(values, frames, nil), total, limit)
+}
+
+// rankFunctions orders functions by self, then total, then name, and
+// keeps limit of them, with their shares of total.
+func rankFunctions(byName map[string]*Function, total int64, limit int) []Function {
 	out := make([]Function, 0, len(byName))
 	for _, f := range byName {
 		if total > 0 {
@@ -247,7 +296,7 @@ type DiffNode struct {
 }
 
 // diffTree merges two trees by path and normalizes each side to its total.
-func diffTree(base, compare *node, maxNodes int) (*DiffNode, bool) {
+func diffTree(base, compare *node, maxNodes int) (*DiffNode, int) {
 	type pair struct{ b, c *node }
 	// Build a union tree whose nodes remember both sides; its totals (the sum
 	// of both shares) only order and prune it.
@@ -286,7 +335,7 @@ func diffTree(base, compare *node, maxNodes int) (*DiffNode, bool) {
 	for u := range sides {
 		u.total = int64(weight(u) * 1e9)
 	}
-	keep, truncated := keepHeaviest(union, maxNodes, weight)
+	keep, folded := keepHeaviest(union, maxNodes, weight)
 	var conv func(u *node) *DiffNode
 	conv = func(u *node) *DiffNode {
 		p := sides[u]
@@ -307,5 +356,5 @@ func diffTree(base, compare *node, maxNodes int) (*DiffNode, bool) {
 		}
 		return out
 	}
-	return conv(union), truncated
+	return conv(union), folded
 }

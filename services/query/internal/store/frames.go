@@ -53,16 +53,9 @@ func (s *Store) frames(ctx context.Context, ids []string) (names, kinds map[stri
 }
 
 // FrameName is the name a frame is shown by: its function, or for a
-// frame stored without one its binary in brackets.
-func FrameName(f indices.Frame) string {
-	if f.Function != "" {
-		return f.Function
-	}
-	if f.Binary != "" {
-		return "[" + f.Binary + "]"
-	}
-	return "[unknown]"
-}
+// frame stored without one its binary in brackets; the rollup's trees name
+// frames the same way.
+func FrameName(f indices.Frame) string { return indices.FrameName(f) }
 
 const (
 	// fetchChunk stays under OpenSearch's index.max_result_window (10000).

@@ -42,15 +42,7 @@ func (s *Store) Stacks(ctx context.Context, sel Selection) (*Stacks, error) {
 	if err != nil {
 		return nil, err
 	}
-	ids := make([]string, 0, len(sv.Values))
-	for id := range sv.Values {
-		ids = append(ids, id)
-	}
-	frames, kinds, err := s.frames(ctx, ids)
-	if err != nil {
-		return nil, err
-	}
-	return &Stacks{StackValues: *sv, Frames: frames, Kinds: kinds}, nil
+	return s.withFrames(ctx, sv)
 }
 
 // StackValues sums the selection per stack, from the rollups for long

@@ -55,6 +55,7 @@ type Options struct {
 	MaxSeries   int           // lines per chart; default 100
 	CacheStacks int           // stacks whose frame names are kept in memory; default 200000
 	PageSize    int           // stacks per composite aggregation page over the rollups; default 10000
+	TreePage    int           // tree documents per page of a scroll over the rollups' trees; default 200
 	Now         func() time.Time
 	// Backend observes the seconds of each OpenSearch request; Truncated
 	// counts selections with more than MaxStacks stacks. Nil: not counted.
@@ -68,6 +69,7 @@ func (o Options) withDefaults() Options {
 	o.MaxSeries = positiveOr(o.MaxSeries, 100)
 	o.CacheStacks = positiveOr(o.CacheStacks, 200000)
 	o.PageSize = positiveOr(o.PageSize, 10000)
+	o.TreePage = positiveOr(o.TreePage, 200)
 	if o.Now == nil {
 		o.Now = time.Now
 	}

@@ -1,0 +1,118 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/services/query/internal/store"
+)
+
+// merged is a selection's call tree with how it was read.
+type merged struct {
+	root *node
+	// truncated: stacks were left out before merging (an edge past
+	// MaxStacks, or a per-stack read past it); their value is under
+	// "[other]" at the root.
+	truncated bool
+	source    string
+}
+
+// selectionTree merges a selection's call tree: whole hours from the
+// rollup's pre-merged trees and the minutes around them per stack
+// (store.Trees), or every stack when trees cannot answer. A tree that does
+// not decode sends the selection to the per-stack path, which is exact up
+// to MaxStacks.
+func (a *API) selectionTree(ctx context.Context, sel store.Selection) (*merged, error) {
+	m := &treeMerge{root: &node{name: "total"}}
+	read, ok, err := a.store.Trees(ctx, sel, m.merge)
+	var bad *badTreeError
+	if errors.As(err, &bad) {
+		slog.Warn("tree does not decode: reading the selection per stack", "err", err)
+		ok, err = false, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		st, err := a.store.Stacks(ctx, sel)
+		if err != nil {
+			return nil, err
+		}
+		return &merged{root: stacksTree(st), truncated: st.Truncated, source: st.Source}, nil
+	}
+	for _, e := range read.Edges {
+		addStacks(m.root, e)
+	}
+	return &merged{root: m.root, truncated: read.Truncated(), source: read.Source}, nil
+}
+
+// badTreeError is a tree document that does not decode.
+type badTreeError struct{ err error }
+
+func (e *badTreeError) Error() string { return fmt.Sprintf("merge tree: %v", e.err) }
+func (e *badTreeError) Unwrap() error { return e.err }
+
+// treeMerge merges encoded trees into root, node by node: each tree's
+// frames are resolved once, then each node is looked up among its
+// parent's children.
+type treeMerge struct {
+	root   *node
+	frames []indices.TreeFrame
+	path   []*node
+}
+
+func (m *treeMerge) Frames(f []indices.TreeFrame) { m.frames = f }
+
+func (m *treeMerge) Node(depth int, frame int32, self, total int64) {
+	f := m.frames[frame]
+	n := m.path[depth-1].child(f.Name, f.Kind)
+	n.self += self
+	n.total += total
+	m.path = append(m.path[:depth], n)
+}
+
+func (m *treeMerge) merge(b []byte) error {
+	m.path = append(m.path[:0], m.root)
+	self, total, err := indices.DecodeTree(b, indices.TreeLimits{}, m)
+	if err != nil {
+		return &badTreeError{err}
+	}
+	m.root.self += self
+	m.root.total += total
+	return nil
+}
+
+// topFromTree sums self and total per function name over a merged tree:
+// self is every node's self, total a node's total where no ancestor has
+// the same name (so recursion counts once per stack, as a stack's total
+// counts each of its functions once). "[other]" (stacks left out) is not a
+// function.
+func topFromTree(root *node, total int64, limit int) []Function {
+	byName := map[string]*Function{}
+	onPath := map[string]int{}
+	var walk func(n *node)
+	walk = func(n *node) {
+		for _, c := range n.kids {
+			if c.name == otherNodes {
+				continue
+			}
+			f := byName[c.name]
+			if f == nil {
+				f = &Function{Name: c.name}
+				byName[c.name] = f
+			}
+			f.Self += c.self
+			if onPath[c.name] == 0 {
+				f.Total += c.total
+			}
+			onPath[c.name]++
+			walk(c)
+			onPath[c.name]--
+		}
+	}
+	walk(root)
+	return rankFunctions(byName, total, limit)
+}

@@ -1,0 +1,234 @@
+package api_test
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/services/query/internal/api"
+	"github.com/stackstream/stackstream/services/query/internal/querytest"
+)
+
+// bruteTree is the brute-force answer: every stack of the selection summed
+// by path ("a;b;c") and by function.
+type bruteTree struct {
+	nodes     map[string][2]int64 // path -> self, total
+	funcs     map[string][2]int64 // function -> self, total (once per stack)
+	total     int64
+	stacks    map[string]bool
+	hostTotal map[string]int64
+}
+
+func newBrute() *bruteTree {
+	return &bruteTree{nodes: map[string][2]int64{}, funcs: map[string][2]int64{}, stacks: map[string]bool{}, hostTotal: map[string]int64{}}
+}
+
+func (b *bruteTree) add(host string, path []string, v int64) {
+	b.total += v
+	b.hostTotal[host] += v
+	b.stacks[strings.Join(path, ";")] = true
+	seen := map[string]bool{}
+	for i := range path {
+		k := strings.Join(path[:i+1], ";")
+		n := b.nodes[k]
+		n[1] += v
+		if i == len(path)-1 {
+			n[0] += v
+		}
+		b.nodes[k] = n
+		f := b.funcs[path[i]]
+		if !seen[path[i]] {
+			seen[path[i]] = true
+			f[1] += v
+		}
+		if i == len(path)-1 {
+			f[0] += v
+		}
+		b.funcs[path[i]] = f
+	}
+}
+
+// treeStack is the i-th stack of a service on a host: host-specific
+// leaves under shared modules and functions, the way a fleet's stacks
+// differ (stackctl loadgen mutates a recorded corpus per host likewise).
+func treeStack(service, host string, i int) []string {
+	return []string{"main", service + ".serve", fmt.Sprintf("mod%d", i%40), fmt.Sprintf("fn%d", i%997), fmt.Sprintf("%s.leaf%d", host, i)}
+}
+
+// TestTreesExact: a selection with more distinct stacks (56,000) than the
+// old per-request limit (50,000) gives exact values for every node the
+// flame graph, top table and diff show, compared with a brute-force merge
+// of every stack: the whole hour is read from the rollup's trees and the
+// minutes around it from the samples.
+func TestTreesExact(t *testing.T) {
+	cl, names := querytest.Setup(t)
+	const perSeries = 7000
+	services := []string{"checkout", "api"}
+	hosts := []string{"h-0", "h-1", "h-2", "h-3"}
+	hour := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC) // now is 12:00
+	from, to := hour.Add(-20*time.Minute), hour.Add(110*time.Minute)
+	const period = 52631578 // 19 Hz
+	all, byHost := newBrute(), map[string]*bruteTree{}
+	var docs []querytest.Doc
+	for _, h := range hosts {
+		byHost[h] = newBrute()
+	}
+	for _, svc := range services {
+		for _, h := range hosts {
+			// The settled hour: the rollup's tree and stack documents.
+			var b indices.TreeBuilder
+			var stackSum int64
+			for i := 0; i < perSeries; i++ {
+				path := treeStack(svc, h, i)
+				v := int64(i%13+1) * period
+				frames := make([]indices.TreeFrame, len(path))
+				for j, f := range path {
+					frames[j] = indices.TreeFrame{Name: f}
+				}
+				b.Add(frames, v)
+				all.add(h, path, v)
+				byHost[h].add(h, path, v)
+				stackSum += v
+				docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: hour, Resolution: indices.ResolutionHour, Kind: indices.KindStack,
+					Type: "cpu", Service: svc, Host: h, StackID: fmt.Sprintf("%s-%s-%d", svc, h, i), Value: v}))
+			}
+			if b.Total() != stackSum {
+				t.Fatalf("builder total %d, stacks %d", b.Total(), stackSum)
+			}
+			docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: hour, Resolution: indices.ResolutionHour, Kind: indices.KindTree,
+				Type: "cpu", Service: svc, Host: h, Value: b.Total(), Tree: b.Encode()}))
+			// The 11:00 hour is not settled at 12:00 (its tree may be there, a
+			// rollup writes it once the hour is over): read from the samples.
+			docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: hour.Add(time.Hour), Resolution: indices.ResolutionHour, Kind: indices.KindTree,
+				Type: "cpu", Service: svc, Host: h, Value: b.Total(), Tree: b.Encode()}))
+			// The edges: samples at 09:45, 11:10 and 11:40 of 300 stacks, half
+			// of them the hour's; one at 09:30 outside the range.
+			var samples []indices.SampleDoc
+			for _, at := range []time.Time{hour.Add(-15 * time.Minute), hour.Add(70 * time.Minute), hour.Add(100 * time.Minute), hour.Add(-30 * time.Minute)} {
+				for i := 0; i < 300; i++ {
+					path := treeStack(svc, h, i*47%(2*perSeries))
+					stackDoc, id := querytest.Stack(names, at, path...)
+					docs = append(docs, stackDoc)
+					v := int64(i%5+1) * period
+					if !at.Before(from) {
+						all.add(h, path, v)
+						byHost[h].add(h, path, v)
+					}
+					samples = append(samples, indices.SampleDoc{Timestamp: at, Type: "cpu", Host: h, Service: svc, StackIDs: []string{id}, Value: v, Count: 1, Labels: map[string]string{"pid": svc}})
+				}
+			}
+			docs = append(docs, querytest.Samples(names, samples...)...)
+		}
+	}
+	querytest.Index(t, cl, names, docs)
+	if len(all.stacks) <= 50000 {
+		t.Fatalf("only %d distinct stacks", len(all.stacks))
+	}
+	base := serve(t, cl, names, api.Options{})
+	params := url.Values{"from": {from.Format(time.RFC3339)}, "to": {to.Format(time.RFC3339)}}
+
+	for _, maxNodes := range []int{100000, 500} {
+		t.Run(fmt.Sprintf("flamegraph max_nodes=%d", maxNodes), func(t *testing.T) {
+			var f api.FlamegraphResponse
+			p := url.Values{"max_nodes": {fmt.Sprint(maxNodes)}}
+			for k, v := range params {
+				p[k] = v
+			}
+			get(t, base, "/api/v1/flamegraph", p, &f)
+			if f.Source != "trees+samples" || f.Truncated || f.Total != all.total || f.Root.Total != all.total {
+				t.Fatalf("source %s truncated %v total %d root %d, want trees+samples, %d", f.Source, f.Truncated, f.Total, f.Root.Total, all.total)
+			}
+			shown, other := checkFlame(t, all, f.Root, "")
+			if shown+f.Folded != len(all.nodes) || (f.Folded > 0) != (maxNodes < len(all.nodes)) {
+				t.Fatalf("%d nodes shown, %d folded, brute force has %d", shown, f.Folded, len(all.nodes))
+			}
+			t.Logf("%d distinct stacks, %d nodes: %d shown exactly, %d folded into %d exact [other] nodes", len(all.stacks), len(all.nodes), shown, f.Folded, other)
+		})
+	}
+
+	t.Run("top", func(t *testing.T) {
+		var top api.TopResponse
+		p := url.Values{"limit": {"10000"}}
+		for k, v := range params {
+			p[k] = v
+		}
+		get(t, base, "/api/v1/top", p, &top)
+		if top.Total != all.total || top.Truncated || len(top.Functions) != min(10000, len(all.funcs)) {
+			t.Fatalf("total %d truncated %v functions %d, want %d and %d", top.Total, top.Truncated, len(top.Functions), all.total, len(all.funcs))
+		}
+		for _, fn := range top.Functions {
+			if want := all.funcs[fn.Name]; fn.Self != want[0] || fn.Total != want[1] {
+				t.Fatalf("%s: self %d total %d, want %d %d", fn.Name, fn.Self, fn.Total, want[0], want[1])
+			}
+		}
+	})
+
+	t.Run("diff", func(t *testing.T) {
+		var d api.DiffResponse
+		p := url.Values{"base": {`{host="h-0"}`}, "compare": {`{host="h-1"}`}, "max_nodes": {"100000"}}
+		for k, v := range params {
+			p[k] = v
+		}
+		get(t, base, "/api/v1/diff", p, &d)
+		b, c := byHost["h-0"], byHost["h-1"]
+		if d.Truncated || d.BaseTotal != b.total || d.CompareTotal != c.total {
+			t.Fatalf("totals %d %d truncated %v, want %d %d", d.BaseTotal, d.CompareTotal, d.Truncated, b.total, c.total)
+		}
+		checked := 0
+		var walk func(n *api.DiffNode, path string)
+		walk = func(n *api.DiffNode, path string) {
+			for _, k := range n.Children {
+				if k.Name == "[other]" {
+					continue
+				}
+				kp := strings.TrimPrefix(path+";"+k.Name, ";")
+				wb := float64(b.nodes[kp][1]) / float64(b.total)
+				wc := float64(c.nodes[kp][1]) / float64(c.total)
+				if k.Base != wb || k.Compare != wc {
+					t.Fatalf("%s: base %v compare %v, want %v %v", kp, k.Base, k.Compare, wb, wc)
+				}
+				checked++
+				walk(k, kp)
+			}
+		}
+		walk(d.Root, "")
+		if checked < 1000 {
+			t.Fatalf("only %d diff nodes checked", checked)
+		}
+	})
+}
+
+// checkFlame checks every shown node against the brute force: a named node
+// by its path, an "[other]" node as what its parent's children left out.
+func checkFlame(t *testing.T, all *bruteTree, n *api.FlameNode, path string) (shown, others int) {
+	t.Helper()
+	var childSum int64
+	for _, c := range n.Children {
+		if c.Name == "[other]" {
+			continue
+		}
+		childSum += c.Total
+	}
+	parentSelf := n.Self
+	for _, c := range n.Children {
+		if c.Name == "[other]" {
+			if want := n.Total - parentSelf - childSum; c.Total != want || c.Self != want || want <= 0 {
+				t.Fatalf("%s: [other] %d, want %d", path, c.Total, want)
+			}
+			others++
+			continue
+		}
+		cp := strings.TrimPrefix(path+";"+c.Name, ";")
+		if want, ok := all.nodes[cp]; !ok || c.Self != want[0] || c.Total != want[1] {
+			t.Fatalf("%s: self %d total %d, want %v", cp, c.Self, c.Total, want)
+		}
+		shown++
+		s, o := checkFlame(t, all, c, cp)
+		shown += s
+		others += o
+	}
+	return shown, others
+}

@@ -1,0 +1,229 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/schemas/record"
+)
+
+// TreeRead is how a selection was read as call trees: its whole settled
+// hours from the rollup's pre-merged trees (handed to the caller one by
+// one), the minutes around them per stack.
+type TreeRead struct {
+	Trees int       // tree documents read
+	Edges []*Stacks // the stacks of the minutes outside the trees' hours
+	// Source is "trees", or "trees+samples" / "trees+rollups" when edges
+	// were read per stack from the samples or the minute rollups.
+	Source string
+}
+
+// Truncated reports whether an edge had more stacks than MaxStacks.
+func (r *TreeRead) Truncated() bool {
+	for _, e := range r.Edges {
+		if e.Truncated {
+			return true
+		}
+	}
+	return false
+}
+
+// treeScrollKeep is how long the scroll context waits for the next page.
+const treeScrollKeep = "1m"
+
+// Trees reads sel's whole settled hours from the tree documents of the
+// rollups, handing each encoded tree to use, and the rest of the range per
+// stack. ok is false, with nothing handed to use, when trees cannot answer
+// exactly: the selector names fields other than service and host (trees
+// are per service and host), the range holds no whole settled hour, or the
+// trees of those hours do not add up to their stack documents (hours
+// written before trees existed, or a tree not yet visible); the caller then
+// reads the selection per stack.
+func (s *Store) Trees(ctx context.Context, sel Selection, use func(tree []byte) error) (*TreeRead, bool, error) {
+	if sel.Type == record.ProfileMemory || !sel.Selector.OnlyFields("service", "host") {
+		return nil, false, nil
+	}
+	hours, ok := hourlySpan(sel.Range)
+	if !ok {
+		return nil, false, nil
+	}
+	idx := s.rollupIndices(hours)
+	hourSel := sel
+	hourSel.Range = hours
+	complete, err := s.treesComplete(ctx, idx, hourSel)
+	if err != nil || !complete {
+		return nil, false, err
+	}
+	read := &TreeRead{Source: "trees"}
+	if read.Trees, err = s.scrollTrees(ctx, idx, hourSel, use); err != nil {
+		return nil, false, err
+	}
+	// The edges: read as a selection of their own would be, except that a
+	// long selection's edges come from the minute rollups (its samples may
+	// be past retention).
+	rollups := s.FromRollups(sel)
+	for _, edge := range []TimeRange{{From: sel.Range.From, To: hours.From}, {From: hours.To, To: sel.Range.To}} {
+		if !edge.From.Before(edge.To) {
+			continue
+		}
+		edge.Now = sel.Range.Now
+		es := sel
+		es.Range = edge
+		var sv *StackValues
+		if rollups {
+			sv, _, err = s.sumByStack(ctx, s.rollupIndices(edge), rollupQuery(es, "stack", true))
+			if err == nil {
+				sv.Source = "rollups"
+			}
+		} else {
+			sv, err = s.sampleStackValues(ctx, es)
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("edge %s-%s: %w", edge.From.Format(time.RFC3339), edge.To.Format(time.RFC3339), err)
+		}
+		st, err := s.withFrames(ctx, sv)
+		if err != nil {
+			return nil, false, err
+		}
+		read.Edges = append(read.Edges, st)
+		read.Source = "trees+" + sv.Source
+	}
+	return read, true, nil
+}
+
+// treesComplete compares the trees' total with the stack documents' of
+// the same hours: equal (and not zero) when every (service, host, hour)
+// of the selection has its tree.
+func (s *Store) treesComplete(ctx context.Context, idx []string, sel Selection) (bool, error) {
+	filter, mustNot := sel.Selector.Clauses()
+	filter = append([]Query{
+		termsOf("kind", []string{indices.KindTree, indices.KindStack}), term("type", string(sel.Type)),
+		term("resolution", indices.ResolutionHour), timeFilter(sel.Range),
+	}, filter...)
+	var resp struct {
+		Aggregations struct {
+			Trees struct {
+				V sumValue `json:"v"`
+			} `json:"trees"`
+			Stacks struct {
+				V sumValue `json:"v"`
+			} `json:"stacks"`
+		} `json:"aggregations"`
+	}
+	req := aggsRequest(allOf(filter, mustNot), Aggs{
+		"trees":  {Filter: term("kind", indices.KindTree), Aggs: Aggs{"v": sumOf("value")}},
+		"stacks": {Filter: term("kind", indices.KindStack), Aggs: Aggs{"v": sumOf("value")}},
+	})
+	if err := s.search(ctx, idx, req, &resp, "aggregations.trees.v", "aggregations.stacks.v"); err != nil {
+		return false, fmt.Errorf("check trees: %w", err)
+	}
+	t, st := resp.Aggregations.Trees.V.Value, resp.Aggregations.Stacks.V.Value
+	return t > 0 && t == st, nil
+}
+
+// scrollTrees hands the tree of every tree document of sel to use, reading
+// Options.TreePage documents per request with a scroll (tree documents are large:
+// a page is bounded by count, and the next page is fetched while use
+// merges the last one).
+func (s *Store) scrollTrees(ctx context.Context, idx []string, sel Selection, use func([]byte) error) (int, error) {
+	filter, mustNot := sel.Selector.Clauses()
+	filter = append([]Query{
+		term("kind", indices.KindTree), term("type", string(sel.Type)),
+		term("resolution", indices.ResolutionHour), timeFilter(sel.Range),
+	}, filter...)
+	type page struct {
+		ScrollID string `json:"_scroll_id"`
+		TimedOut bool   `json:"timed_out"`
+		Hits     struct {
+			Hits []struct {
+				Source struct {
+					Tree []byte `json:"tree"`
+				} `json:"_source"`
+			} `json:"hits"`
+		} `json:"hits"`
+	}
+	const filterPath = "&filter_path=_scroll_id,timed_out,hits.hits._source.tree"
+	// A scroll refuses track_total_hits=false.
+	req := &Request{Size: s.opts.TreePage, TrackTotalHits: true, Query: allOf(filter, mustNot), Source: &Source{Includes: []string{"tree"}}}
+	if dl, ok := ctx.Deadline(); ok {
+		if ms := time.Until(dl).Milliseconds(); ms > 0 {
+			req.Timeout = fmt.Sprintf("%dms", ms)
+		}
+	}
+	pages := make(chan *page, 1)
+	errc := make(chan error, 1)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		defer close(pages)
+		var scrollID string
+		defer func() {
+			if scrollID != "" {
+				// Free the scroll context now rather than at its keep-alive.
+				dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				_ = s.do(dctx, http.MethodDelete, "/_search/scroll", map[string]any{"scroll_id": []string{scrollID}}, nil)
+				dcancel()
+			}
+		}()
+		path := "/" + strings.Join(idx, ",") + "/_search?ignore_unavailable=true&allow_no_indices=true&scroll=" + treeScrollKeep + filterPath
+		var body any = req
+		method := http.MethodPost
+		for {
+			p := &page{}
+			if err := s.do(ctx, method, path, body, p); err != nil {
+				errc <- fmt.Errorf("read trees: %w", err)
+				return
+			}
+			if p.TimedOut {
+				errc <- fmt.Errorf("read trees: %w", ErrTimeout)
+				return
+			}
+			scrollID = p.ScrollID
+			if len(p.Hits.Hits) == 0 {
+				return
+			}
+			select {
+			case pages <- p:
+			case <-ctx.Done():
+				return
+			}
+			if len(p.Hits.Hits) < s.opts.TreePage {
+				return
+			}
+			path = "/_search/scroll?" + filterPath[1:]
+			body = map[string]string{"scroll": treeScrollKeep, "scroll_id": scrollID}
+		}
+	}()
+	n := 0
+	for p := range pages {
+		for _, h := range p.Hits.Hits {
+			if err := use(h.Source.Tree); err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	select {
+	case err := <-errc:
+		return n, err
+	default:
+	}
+	return n, nil
+}
+
+// withFrames reads the frames of sv's stacks.
+func (s *Store) withFrames(ctx context.Context, sv *StackValues) (*Stacks, error) {
+	ids := make([]string, 0, len(sv.Values))
+	for id := range sv.Values {
+		ids = append(ids, id)
+	}
+	frames, kinds, err := s.frames(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	return &Stacks{StackValues: *sv, Frames: frames, Kinds: kinds}, nil
+}
