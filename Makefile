@@ -56,6 +56,10 @@ test: ## every module's tests (integration tests need make up; CI=true makes mis
 e2e: build ## end-to-end suite against the running local stack
 	go test -count=1 -v ./e2e/...
 
+.PHONY: kube-apiserver
+kube-apiserver: ## kube-apiserver and etcd from their Go modules for deploy/kubernetes's apply test (minutes once, then cached)
+	deploy/internal/kubeapiserver/build.sh
+
 .PHONY: e2e-compose
 e2e-compose: ## docker-compose.yml in containers (local images, host network): build, up, TestCompose, down (needs dockerd, docker-compose, mmdebstrap)
 	deploy/docker/e2e-compose.sh

@@ -65,22 +65,38 @@ type objects struct {
 // into its k8s.io/api type, refusing unknown fields.
 func build(t *testing.T, dir string) *objects {
 	t.Helper()
+	var o objects
+	for _, m := range render(t, dir) {
+		if err := o.add(m.apiVersion, m.kind, m.yaml); err != nil {
+			t.Fatalf("%s: %s %s: %v", dir, m.kind, m.name, err)
+		}
+	}
+	return &o
+}
+
+// manifest is one object of a built kustomization, as YAML.
+type manifest struct {
+	apiVersion, kind, namespace, name string
+	yaml                              []byte
+}
+
+// render runs kustomize on dir as `kustomize build` would.
+func render(t *testing.T, dir string) []manifest {
+	t.Helper()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
 	m, err := k.Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
-	var o objects
+	var ms []manifest
 	for _, r := range m.Resources() {
 		y, err := r.AsYAML()
 		if err != nil {
 			t.Fatalf("%s: encode %s: %v", dir, r.CurId(), err)
 		}
-		if err := o.add(r.GetApiVersion(), r.GetKind(), y); err != nil {
-			t.Fatalf("%s: %s %s: %v", dir, r.GetKind(), r.GetName(), err)
-		}
+		ms = append(ms, manifest{r.GetApiVersion(), r.GetKind(), r.GetNamespace(), r.GetName(), y})
 	}
-	return &o
+	return ms
 }
 
 func (o *objects) add(apiVersion, kind string, y []byte) error {
