@@ -357,8 +357,10 @@ const (
 	KindFunction = "function"
 	KindStack    = "stack"
 	// KindTree is a pre-merged call tree of a (type, service, host) hour
-	// (tree.go).
-	KindTree = "tree"
+	// (tree.go); KindServiceTree one of a (type, service) hour over the
+	// hosts of one Kafka partition, for selections naming no host.
+	KindTree        = "tree"
+	KindServiceTree = "service_tree"
 
 	ResolutionMinute = "1m"
 	ResolutionHour   = "1h"
@@ -381,8 +383,9 @@ type RollupDoc struct {
 	Cores      float64   `json:"cores,omitempty"`
 	MemAvg     float64   `json:"mem_avg,omitempty"`
 	MemMax     int64     `json:"mem_max,omitempty"`
-	// Tree is a KindTree document's encoded tree (tree.go); Value is its
-	// total.
+	// Partition is a KindServiceTree document's Kafka partition.
+	Partition int32 `json:"partition,omitempty"`
+	// Tree is a tree document's encoded tree (tree.go); Value is its total.
 	Tree []byte `json:"tree,omitempty"`
 }
 
@@ -431,6 +434,9 @@ func SampleIDPart(host, profileType string, profileTime time.Time, part string, 
 
 // RollupID is the _id of a rollup document for one window and key.
 func RollupID(d *RollupDoc) string {
+	if d.Kind == KindServiceTree {
+		return hashID(d.Resolution, d.Kind, d.Type, strconv.FormatInt(d.Timestamp.Unix(), 10), d.Service, strconv.Itoa(int(d.Partition)))
+	}
 	return hashID(d.Resolution, d.Kind, d.Type, strconv.FormatInt(d.Timestamp.Unix(), 10), d.Service, d.Host, d.Function, d.StackID)
 }
 

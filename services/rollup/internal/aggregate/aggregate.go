@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/pprof/profile"
@@ -61,6 +62,9 @@ type Config struct {
 	Budget *Budget
 	Names  indices.Names
 	Now    func() time.Time
+	// Partition is the Kafka partition whose state this is: it names the
+	// partition's service trees (indices.KindServiceTree).
+	Partition int32
 }
 
 // Budget bounds the heap that the window state of every Partition sharing it
@@ -131,6 +135,9 @@ type seriesKey struct {
 
 type series struct {
 	docs map[string]*docState
+	// tree is the series' pre-merged call tree document (indices.KindTree),
+	// for the stack series of hour windows: dirty when a stack document is.
+	tree *docState
 }
 
 type docState struct {
@@ -140,16 +147,21 @@ type docState struct {
 	mem         map[int64]int64
 	firstOffset int64
 	dirty       bool
+	// stack is a stack document's frames, for the hour's tree.
+	stack *stackInfo
 }
 
 type window struct {
-	key       windowKey
-	end       int64
-	series    map[seriesKey]*series
-	minOffset int64
-	closed    bool
-	dirty     int
-	bytes     int64 // charged to the Budget
+	key    windowKey
+	end    int64
+	series map[seriesKey]*series
+	// serviceTrees are the hour's service tree documents, by type and
+	// service: dirty when a tree of one of the service's hosts is.
+	serviceTrees map[serviceKey]*docState
+	minOffset    int64
+	closed       bool
+	dirty        int
+	bytes        int64 // charged to the Budget
 }
 
 // Checkpoint travels with a committed offset (as commit metadata) so that a
@@ -314,9 +326,24 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 				ws = &series{docs: make(map[string]*docState, len(sc.names))}
 				w.series[sk] = ws
 				p.charge(w, seriesBytes+int64(len(sk.service)+len(sk.host)))
+				if hasTree(k.res, sk) {
+					ws.tree = &docState{firstOffset: in.Offset}
+					p.charge(w, docBytes)
+				}
 			}
 			for name, i := range sc.names {
 				p.fold(w, ws, name, &p.deltas[i], in.Offset)
+			}
+			if t := ws.tree; t != nil {
+				p.markDirty(w, t)
+				sk := serviceKey{sk.typ, sk.service}
+				st := w.serviceTrees[sk]
+				if st == nil {
+					st = &docState{firstOffset: in.Offset}
+					w.serviceTrees[sk] = st
+					p.charge(w, docBytes+int64(len(sk.service)))
+				}
+				p.markDirty(w, st)
 			}
 		}
 	}
@@ -340,6 +367,9 @@ func (p *Partition) fold(w *window, ws *series, name string, d *delta, offset in
 	ds.self += d.self
 	ds.total += d.total
 	ds.samples += d.samples
+	if ds.stack == nil {
+		ds.stack = d.stack
+	}
 	if d.hasMem {
 		if ds.mem == nil {
 			ds.mem = map[int64]int64{}
@@ -373,7 +403,7 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 		if len(sc.names) == 0 {
 			continue
 		}
-		bound += seriesBytes + int64(len(sk.service)+len(sk.host))
+		bound += seriesBytes + 2*docBytes + int64(2*len(sk.service)+len(sk.host))
 		for name := range sc.names {
 			bound += docBytes + memBytes + int64(len(name))
 		}
@@ -395,6 +425,12 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 			}
 			if ws == nil {
 				n += seriesBytes + int64(len(sk.service)+len(sk.host))
+				if hasTree(k.res, sk) {
+					n += docBytes
+					if w == nil || w.serviceTrees[serviceKey{sk.typ, sk.service}] == nil {
+						n += docBytes + int64(len(sk.service))
+					}
+				}
 			}
 			for name, i := range sc.names {
 				var ds *docState
@@ -453,7 +489,7 @@ func (p *Partition) window(res string, t, offset int64) *window {
 	k := windowKey{res: res, start: truncate(t, size)}
 	w := p.windows[k]
 	if w == nil {
-		w = &window{key: k, end: k.start + int64(size), series: map[seriesKey]*series{}, minOffset: offset}
+		w = &window{key: k, end: k.start + int64(size), series: map[seriesKey]*series{}, serviceTrees: map[serviceKey]*docState{}, minOffset: offset}
 		p.windows[k] = w
 	}
 	if offset < w.minOffset {
@@ -533,6 +569,7 @@ type delta struct {
 	value, self, total, samples int64
 	mem                         int64
 	hasMem                      bool
+	stack                       *stackInfo // of a stack document
 }
 
 // scratch is one series of a profile's sums: indices into Partition.deltas
@@ -611,6 +648,7 @@ func (p *Partition) contributions(in Input, vi int) {
 		}
 		st := p.stack(s)
 		sd := add(stS, st.id)
+		sd.stack = st
 		sd.value += v
 		sd.samples += n
 		add(fnS, st.leaf).self += v
@@ -683,8 +721,85 @@ func (p *Partition) appendDirty(out []Pending, w *window) []Pending {
 				out = append(out, p.pending(w, start, index, k, name, ds))
 			}
 		}
+		if ws.tree != nil && ws.tree.dirty {
+			out = append(out, treePending(w, start, index, k, ws))
+		}
+	}
+	for k, ds := range w.serviceTrees {
+		if ds.dirty {
+			out = append(out, p.serviceTreePending(w, start, index, k, ds))
+		}
 	}
 	return out
+}
+
+// serviceKey names a service tree: a type and a service.
+type serviceKey struct{ typ, service string }
+
+func (p *Partition) markDirty(w *window, ds *docState) {
+	if !ds.dirty {
+		ds.dirty = true
+		w.dirty++
+	}
+}
+
+// serviceTreePending is the service tree document of an hour: the stacks
+// of every host of the service in this partition merged, hosts in name
+// order and stacks in ID order so the same window encodes to the same
+// bytes. Selections that name no host read these, one per partition,
+// service and hour, instead of one tree per host.
+func (p *Partition) serviceTreePending(w *window, start time.Time, index string, k serviceKey, ds *docState) Pending {
+	var hosts []seriesKey
+	for sk := range w.series {
+		if sk.kind == indices.KindStack && sk.typ == k.typ && sk.service == k.service {
+			hosts = append(hosts, sk)
+		}
+	}
+	slices.SortFunc(hosts, func(a, b seriesKey) int { return strings.Compare(a.host, b.host) })
+	var b indices.TreeBuilder
+	for _, sk := range hosts {
+		addSeries(&b, w.series[sk])
+	}
+	d := indices.RollupDoc{
+		Timestamp: start, Resolution: w.key.res, Kind: indices.KindServiceTree, Type: k.typ,
+		Service: k.service, Partition: p.cfg.Partition, Value: b.Total(), Tree: b.Encode(),
+	}
+	return Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: ds.firstOffset, ds: ds, w: w}
+}
+
+// addSeries adds a stack series' stacks to b in stack ID order.
+func addSeries(b *indices.TreeBuilder, ws *series) {
+	ids := make([]string, 0, len(ws.docs))
+	for id := range ws.docs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		if ds := ws.docs[id]; ds.stack != nil {
+			b.AddStack(ds.stack.frames, ds.value)
+		}
+	}
+}
+
+// hasTree says whether a window's series has a tree document: the stack
+// series of hour windows. Minute trees would cost as much disk as the
+// samples (one frame table per host and minute), so the minutes at a
+// range's edges are read from stacks (see schemas/opensearch.md).
+func hasTree(res string, k seriesKey) bool {
+	return res == indices.ResolutionHour && k.kind == indices.KindStack
+}
+
+// treePending is the tree document of a stack series: every stack of the
+// window merged (recomputed whole, like every document), in stack ID order
+// so the same window always encodes to the same bytes.
+func treePending(w *window, start time.Time, index string, k seriesKey, ws *series) Pending {
+	var b indices.TreeBuilder
+	addSeries(&b, ws)
+	d := indices.RollupDoc{
+		Timestamp: start, Resolution: w.key.res, Kind: indices.KindTree, Type: k.typ,
+		Service: k.service, Host: k.host, Value: b.Total(), Tree: b.Encode(),
+	}
+	return Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: ws.tree.firstOffset, ds: ws.tree, w: w}
 }
 
 func (p *Partition) pending(w *window, start time.Time, index string, k seriesKey, name string, ds *docState) Pending {

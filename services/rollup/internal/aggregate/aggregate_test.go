@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 
@@ -99,9 +100,18 @@ func TestCPUDocs(t *testing.T) {
 			}
 		})
 	}
-	// 2 services + 5 functions + 3 stacks, per resolution.
-	if len(docs) != 2*10 {
-		t.Fatalf("got %d docs, want 20: %v", len(docs), docs)
+	// 2 services + 5 functions + 3 stacks, per resolution, and a tree per
+	// service and host and one per service in the hour.
+	if len(docs) != 2*10+2+2 {
+		t.Fatalf("got %d docs, want 24: %v", len(docs), docs)
+	}
+	tree := docs["1h/10:00/tree/checkout/"]
+	if tree.Value != 80 || tree.Host != "web-1" || len(tree.Tree) == 0 {
+		t.Fatalf("checkout's tree %+v, want value 80", tree)
+	}
+	paths := decodeTree(t, tree.Tree)
+	if paths["main;work"] != [2]int64{20, 80} || paths["main;work;hash"] != [2]int64{60, 60} || len(paths) != 3 {
+		t.Fatalf("checkout's tree %v, want main;work (self 20 total 80), main;work;hash (60)", paths)
 	}
 }
 
@@ -163,8 +173,8 @@ func TestWindowsCloseOnWatermark(t *testing.T) {
 	// the minutes that close.
 	add(t, p, cpu(t0.Add(time.Hour+30*time.Second)), record.ProfileCPU, 3)
 	got := byKey(p.Pending(false))
-	if len(got) != 30 {
-		t.Fatalf("got %d docs, want minutes 10:02, 10:03 and the hour (10 each)", len(got))
+	if len(got) != 34 {
+		t.Fatalf("got %d docs, want minutes 10:02, 10:03 and the hour (10 each, and the hour's 4 trees)", len(got))
 	}
 	if d := got["1h/10:00/service/checkout/"]; d.Value != 120 {
 		t.Fatalf("hour doc %+v, want value 120", d)
@@ -241,7 +251,7 @@ func TestTooLate(t *testing.T) {
 	if _, ok := after["1m/10:00/service/checkout/"]; ok {
 		t.Fatal("restart recreated the evicted minute 10:00 from part of its records")
 	}
-	if got, want := after["1h/10:00/service/checkout/"], hourBefore["1h/10:00/service/checkout/"]; got != want || got.Value != 3*40 {
+	if got, want := after["1h/10:00/service/checkout/"], hourBefore["1h/10:00/service/checkout/"]; !reflect.DeepEqual(got, want) || got.Value != 3*40 {
 		t.Fatalf("rebuilt hour %+v, want %+v (three profiles)", got, want)
 	}
 }
@@ -438,7 +448,7 @@ func TestRestartRebuildsExactly(t *testing.T) {
 			t.Fatalf("seed %d crash at %d (commit %d): %d docs, want %d", seed, crash, first.committed, len(second.store), len(whole.store))
 		}
 		for id, want := range whole.store {
-			if got := second.store[id]; got != want {
+			if got := second.store[id]; !reflect.DeepEqual(got, want) {
 				t.Fatalf("seed %d crash at %d (commit %d): doc %s\n got %+v\nwant %+v", seed, crash, first.committed, id, got, want)
 			}
 		}

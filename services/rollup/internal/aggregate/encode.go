@@ -1,6 +1,7 @@
 package aggregate
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"strconv"
 	"time"
@@ -46,6 +47,12 @@ func (d *Pending) AppendJSON(b []byte) ([]byte, error) {
 		return b, err
 	}
 	b = appendInt(b, "mem_max", doc.MemMax)
+	b = appendInt(b, "partition", int64(doc.Partition))
+	if len(doc.Tree) > 0 {
+		b = append(b, `,"tree":"`...)
+		b = base64.StdEncoding.AppendEncode(b, doc.Tree)
+		b = append(b, '"')
+	}
 	return append(b, '}'), nil
 }
 

@@ -81,6 +81,6 @@ func FuzzAppendJSON(f *testing.F) {
 	f.Add("<\xff>", "", "\u2028", "", int64(-1), int64(0), 1e300, int64(1e18))
 	f.Fuzz(func(t *testing.T, service, host, function, stack string, value, self int64, cores float64, ns int64) {
 		checkAppendJSON(t, indices.RollupDoc{Timestamp: time.Unix(0, ns).UTC(), Resolution: "1h", Kind: "stack", Type: "cpu",
-			Service: service, Host: host, Function: function, StackID: stack, Value: value, Self: self, Total: -value, Samples: self, Cores: cores, MemAvg: -cores, MemMax: value})
+			Service: service, Host: host, Function: function, StackID: stack, Value: value, Self: self, Total: -value, Samples: self, Cores: cores, MemAvg: -cores, MemMax: value, Tree: []byte(stack)})
 	})
 }

@@ -439,6 +439,13 @@ func (r *Rollup) commit(ctx context.Context, parts map[int32]*aggregate.Partitio
 	return nil
 }
 
+// windowConfig is the window configuration of partition p.
+func (r *Rollup) windowConfig(p int32) aggregate.Config {
+	cfg := r.cfg.Window
+	cfg.Partition = p
+	return cfg
+}
+
 // partition returns the state of p, creating it from the committed
 // checkpoint if the assignment callback has not.
 func (r *Rollup) partition(ctx context.Context, p int32) *aggregate.Partition {
@@ -446,7 +453,7 @@ func (r *Rollup) partition(ctx context.Context, p int32) *aggregate.Partition {
 		return part
 	}
 	cps := r.checkpoints(ctx, []int32{p})
-	part := aggregate.NewPartition(r.cfg.Window, cps[p])
+	part := aggregate.NewPartition(r.windowConfig(p), cps[p])
 	r.parts[p] = part
 	return part
 }
@@ -485,7 +492,7 @@ func (r *Rollup) assigned(ctx context.Context, cl *kgo.Client, assigned map[stri
 		if old := r.parts[p]; old != nil {
 			old.Release()
 		}
-		r.parts[p] = aggregate.NewPartition(r.cfg.Window, cps[p])
+		r.parts[p] = aggregate.NewPartition(r.windowConfig(p), cps[p])
 	}
 	r.log.Info("partitions assigned", "topic", r.cfg.Topics.ProfilesSymbolized, "partitions", ps)
 }

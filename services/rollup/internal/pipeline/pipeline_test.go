@@ -261,7 +261,7 @@ func (e *env) dlq(n int) []*kgo.Record {
 
 // key names a document for comparisons.
 func key(d indices.RollupDoc) string {
-	return fmt.Sprintf("%s %s %s %s %s %s f=%s s=%s", d.Resolution, d.Timestamp.UTC().Format("15:04"), d.Kind, d.Type, d.Service, d.Host, d.Function, d.StackID)
+	return fmt.Sprintf("%s %s %s %s %s %s f=%s s=%s p=%d", d.Resolution, d.Timestamp.UTC().Format("15:04"), d.Kind, d.Type, d.Service, d.Host, d.Function, d.StackID, d.Partition)
 }
 
 func byKey(docs map[string]indices.RollupDoc) map[string]indices.RollupDoc {
@@ -372,6 +372,32 @@ func (x expected) finish() map[string]indices.RollupDoc {
 
 func compare(t *testing.T, got map[string]indices.RollupDoc, want map[string]indices.RollupDoc) {
 	t.Helper()
+	// Service trees are one per partition: their merge must be the merge
+	// of the service's host trees, however the hosts were partitioned.
+	serviceTrees := func(docs map[string]indices.RollupDoc, kind string) map[string]map[string][2]int64 {
+		out := map[string]map[string][2]int64{}
+		for k, d := range docs {
+			if d.Kind != kind {
+				continue
+			}
+			if kind == indices.KindServiceTree {
+				delete(got, k)
+			}
+			key := d.Resolution + "/" + d.Timestamp.UTC().Format(time.RFC3339) + "/" + d.Type + "/" + d.Service
+			if out[key] == nil {
+				out[key] = map[string][2]int64{}
+			}
+			for p, v := range treePaths(t, d.Tree) {
+				o := out[key][p]
+				out[key][p] = [2]int64{o[0] + v[0], o[1] + v[1]}
+			}
+		}
+		return out
+	}
+	wantST := serviceTrees(want, indices.KindTree)
+	if gotST := serviceTrees(got, indices.KindServiceTree); !reflect.DeepEqual(gotST, wantST) {
+		t.Errorf("service trees\n got %v\nwant %v", gotST, wantST)
+	}
 	for k, w := range want {
 		g, ok := got[k]
 		if !ok {
@@ -608,8 +634,8 @@ func TestBadInputGoesToDLQ(t *testing.T) {
 	compare(t, byKey(e.docs()), x.finish())
 
 	// 2 records + per resolution 1 service, 3 function and 1 stack
-	// document, and the hour's tree.
-	recs := e.dlq(2 + 2*5 + 1)
+	// document, and the hour's tree and service tree.
+	recs := e.dlq(2 + 2*5 + 2)
 	reasons := map[string]int{}
 	for _, r := range recs {
 		reason := record.HeaderValue(r.Headers, record.HeaderDLQReason)
@@ -634,8 +660,8 @@ func TestBadInputGoesToDLQ(t *testing.T) {
 			t.Errorf("dlq service header %q", svc)
 		}
 	}
-	if reasons["decode"] != 1 || reasons["headers"] != 1 || reasons["rejected"] != 11 {
-		t.Fatalf("dlq reasons %v, want decode 1, headers 1, rejected 11", reasons)
+	if reasons["decode"] != 1 || reasons["headers"] != 1 || reasons["rejected"] != 12 {
+		t.Fatalf("dlq reasons %v, want decode 1, headers 1, rejected 12", reasons)
 	}
 }
 

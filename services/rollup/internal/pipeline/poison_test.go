@@ -141,7 +141,9 @@ func TestPoisonRecords(t *testing.T) {
 	want := x.finish()
 
 	in := e.start(e.osURL)
-	waitFor(t, "the good profile's rollups", 90*time.Second, func() bool { return e.count() == len(want) })
+	// want holds each host's trees; the one partition adds a service tree
+	// per service of the hour (2).
+	waitFor(t, "the good profile's rollups", 90*time.Second, func() bool { return e.count() == len(want)+2 })
 	select {
 	case err := <-in.done:
 		t.Fatalf("the consumer stopped: %v", err)
