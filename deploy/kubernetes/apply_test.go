@@ -41,10 +41,13 @@ func TestApplyToAPIServer(t *testing.T) {
 			slices.SortStableFunc(ms, func(a, b manifest) int {
 				return boolRank(b.kind == "Namespace") - boolRank(a.kind == "Namespace")
 			})
+			accepted := 0
 			for _, m := range ms {
-				s.applyAccepted(t, disc, m)
+				if s.applyAccepted(t, disc, m) {
+					accepted++
+				}
 			}
-			t.Logf("%d objects applied", len(ms))
+			t.Logf("%d of %d objects accepted", accepted, len(ms))
 		})
 	}
 
@@ -169,8 +172,9 @@ func TestApplyToAPIServer(t *testing.T) {
 }
 
 // applyAccepted applies m and fails unless the server stored it (200 or 201, the
-// object back with its kind, name and a UID) without a warning.
-func (s *apiServer) applyAccepted(t *testing.T, disc map[string]metav1.APIResourceList, m manifest) {
+// object back with its kind, name and a UID) without a warning; it reports whether
+// the server stored it.
+func (s *apiServer) applyAccepted(t *testing.T, disc map[string]metav1.APIResourceList, m manifest) bool {
 	t.Helper()
 	status, body, warnings, err := s.apply(t, disc, m)
 	if err != nil {
@@ -178,7 +182,7 @@ func (s *apiServer) applyAccepted(t *testing.T, disc map[string]metav1.APIResour
 	}
 	if status != http.StatusOK && status != http.StatusCreated {
 		t.Errorf("%s %s: refused: status %d: %s", m.kind, m.name, status, statusMessage(body))
-		return
+		return false
 	}
 	var got metav1.PartialObjectMetadata
 	if err := json.Unmarshal(body, &got); err != nil {
@@ -190,6 +194,7 @@ func (s *apiServer) applyAccepted(t *testing.T, disc map[string]metav1.APIResour
 	for _, w := range warnings {
 		t.Errorf("%s %s: warning: %s", m.kind, m.name, w)
 	}
+	return true
 }
 
 // apply sends m as a server-side apply with strict field validation.
