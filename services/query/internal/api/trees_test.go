@@ -1,12 +1,18 @@
 package api_test
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/opensearch-project/opensearch-go/v4/opensearchapi"
+
+	"github.com/stackstream/stackstream/pkg/opensearch"
 	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/services/query/internal/api"
 	"github.com/stackstream/stackstream/services/query/internal/querytest"
@@ -77,7 +83,9 @@ func TestTreesExact(t *testing.T) {
 		byHost[h] = newBrute()
 	}
 	for _, svc := range services {
-		for _, h := range hosts {
+		// Service trees: h-0 and h-1 in partition 0, h-2 and h-3 in 1.
+		var perPartition [2]indices.TreeBuilder
+		for hi, h := range hosts {
 			// The settled hour: the rollup's tree and stack documents.
 			var b indices.TreeBuilder
 			var stackSum int64
@@ -89,6 +97,7 @@ func TestTreesExact(t *testing.T) {
 					frames[j] = indices.TreeFrame{Name: f}
 				}
 				b.Add(frames, v)
+				perPartition[hi/2].Add(frames, v)
 				all.add(h, path, v)
 				byHost[h].add(h, path, v)
 				stackSum += v
@@ -122,6 +131,10 @@ func TestTreesExact(t *testing.T) {
 			}
 			docs = append(docs, querytest.Samples(names, samples...)...)
 		}
+		for p := range perPartition {
+			docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: hour, Resolution: indices.ResolutionHour, Kind: indices.KindServiceTree,
+				Type: "cpu", Service: svc, Partition: int32(p), Value: perPartition[p].Total(), Tree: perPartition[p].Encode()}))
+		}
 	}
 	querytest.Index(t, cl, names, docs)
 	if len(all.stacks) <= 50000 {
@@ -138,8 +151,8 @@ func TestTreesExact(t *testing.T) {
 				p[k] = v
 			}
 			get(t, base, "/api/v1/flamegraph", p, &f)
-			if f.Source != "trees+samples" || f.Truncated || f.Total != all.total || f.Root.Total != all.total {
-				t.Fatalf("source %s truncated %v total %d root %d, want trees+samples, %d", f.Source, f.Truncated, f.Total, f.Root.Total, all.total)
+			if f.Source != "service_trees+samples" || f.Truncated || f.Total != all.total || f.Root.Total != all.total {
+				t.Fatalf("source %s truncated %v total %d root %d, want service_trees+samples, %d", f.Source, f.Truncated, f.Total, f.Root.Total, all.total)
 			}
 			shown, other := checkFlame(t, all, f.Root, "")
 			if shown+f.Folded != len(all.nodes) || (f.Folded > 0) != (maxNodes < len(all.nodes)) {
@@ -173,7 +186,7 @@ func TestTreesExact(t *testing.T) {
 			p[k] = v
 		}
 		get(t, base, "/api/v1/diff", p, &d)
-		b, c := byHost["h-0"], byHost["h-1"]
+		b, c := byHost["h-0"], byHost["h-1"] // from host trees
 		if d.Truncated || d.BaseTotal != b.total || d.CompareTotal != c.total {
 			t.Fatalf("totals %d %d truncated %v, want %d %d", d.BaseTotal, d.CompareTotal, d.Truncated, b.total, c.total)
 		}
@@ -199,6 +212,63 @@ func TestTreesExact(t *testing.T) {
 			t.Fatalf("only %d diff nodes checked", checked)
 		}
 	})
+}
+
+// TestTreesFallBack: service trees that do not add up to the stack
+// documents (a tree left by a rollup that ran with other partitions) are
+// not read: the host trees answer, exactly; and without host trees the
+// selection is read per stack.
+func TestTreesFallBack(t *testing.T) {
+	cl, names := querytest.Setup(t)
+	hour := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	all := newBrute()
+	var docs []querytest.Doc
+	var service indices.TreeBuilder
+	for _, h := range []string{"h-0", "h-1"} {
+		var b indices.TreeBuilder
+		for i := 0; i < 50; i++ {
+			path := treeStack("checkout", h, i)
+			stackDoc, id := querytest.Stack(names, hour, path...)
+			frames := make([]indices.TreeFrame, len(path))
+			for j, f := range path {
+				frames[j] = indices.TreeFrame{Name: f}
+			}
+			b.Add(frames, int64(i+1))
+			service.Add(frames, int64(i+1))
+			all.add(h, path, int64(i+1))
+			docs = append(docs, stackDoc, querytest.Rollup(names, indices.RollupDoc{Timestamp: hour, Resolution: indices.ResolutionHour, Kind: indices.KindStack,
+				Type: "cpu", Service: "checkout", Host: h, StackID: id, Value: int64(i + 1)}))
+		}
+		docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: hour, Resolution: indices.ResolutionHour, Kind: indices.KindTree,
+			Type: "cpu", Service: "checkout", Host: h, Value: b.Total(), Tree: b.Encode()}))
+	}
+	for _, p := range []int32{0, 5} { // partition 5: a stale one
+		docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: hour, Resolution: indices.ResolutionHour, Kind: indices.KindServiceTree,
+			Type: "cpu", Service: "checkout", Partition: p, Value: service.Total(), Tree: service.Encode()}))
+	}
+	querytest.Index(t, cl, names, docs)
+	base := serve(t, cl, names, api.Options{})
+	// 8 h: long enough for the rollups (RawMaxRange is 6 h).
+	params := url.Values{"from": {hour.Add(-7 * time.Hour).Format(time.RFC3339)}, "to": {hour.Add(time.Hour).Format(time.RFC3339)}}
+	var f api.FlamegraphResponse
+	get(t, base, "/api/v1/flamegraph", params, &f)
+	if f.Source != "trees" || f.Total != all.total {
+		t.Fatalf("source %s total %d, want the host trees' %d", f.Source, f.Total, all.total)
+	}
+	if shown, _ := checkFlame(t, all, f.Root, ""); shown != len(all.nodes) {
+		t.Fatalf("%d nodes shown, want %d", shown, len(all.nodes))
+	}
+	// Without the host trees: per stack, from the hour's stack rollups.
+	if err := deleteKind(cl, names, indices.KindTree); err != nil {
+		t.Fatal(err)
+	}
+	get(t, base, "/api/v1/flamegraph", params, &f)
+	if f.Source != "rollups" || f.Total != all.total {
+		t.Fatalf("source %s total %d, want per stack from the rollups, %d", f.Source, f.Total, all.total)
+	}
+	if shown, _ := checkFlame(t, all, f.Root, ""); shown != len(all.nodes) {
+		t.Fatalf("%d nodes shown, want %d", shown, len(all.nodes))
+	}
 }
 
 // checkFlame checks every shown node against the brute force: a named node
@@ -231,4 +301,17 @@ func checkFlame(t *testing.T, all *bruteTree, n *api.FlameNode, path string) (sh
 		others += o
 	}
 	return shown, others
+}
+
+// deleteKind deletes the rollup documents of a kind.
+func deleteKind(cl *opensearchapi.Client, names indices.Names, kind string) error {
+	body, _ := json.Marshal(map[string]any{"query": map[string]any{"term": map[string]any{"kind": kind}}})
+	status, resp, err := opensearch.Raw(context.Background(), cl, http.MethodPost, "/"+names.RollupsPattern()+"/_delete_by_query?refresh=true", body)
+	if err != nil {
+		return err
+	}
+	if status != http.StatusOK {
+		return fmt.Errorf("delete %s documents: HTTP %d: %s", kind, status, resp)
+	}
+	return nil
 }

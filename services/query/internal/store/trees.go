@@ -17,8 +17,9 @@ import (
 type TreeRead struct {
 	Trees int       // tree documents read
 	Edges []*Stacks // the stacks of the minutes outside the trees' hours
-	// Source is "trees", or "trees+samples" / "trees+rollups" when edges
-	// were read per stack from the samples or the minute rollups.
+	// Source is "trees" (host trees) or "service_trees", followed by
+	// "+samples" or "+rollups" when edges were read per stack from the
+	// samples or the minute rollups.
 	Source string
 }
 
@@ -54,12 +55,33 @@ func (s *Store) Trees(ctx context.Context, sel Selection, use func(tree []byte) 
 	idx := s.rollupIndices(hours)
 	hourSel := sel
 	hourSel.Range = hours
-	complete, err := s.treesComplete(ctx, idx, hourSel)
-	if err != nil || !complete {
-		return nil, false, err
+	// A selection naming no host reads the service trees (one per
+	// partition, service and hour) when they are complete, else the host
+	// trees (one per host, service and hour).
+	kinds := []string{indices.KindTree}
+	if sel.Selector.OnlyFields("service") {
+		kinds = []string{indices.KindServiceTree, indices.KindTree}
+	}
+	kind := ""
+	for _, k := range kinds {
+		complete, err := s.treesComplete(ctx, idx, hourSel, k)
+		if err != nil {
+			return nil, false, err
+		}
+		if complete {
+			kind = k
+			break
+		}
+	}
+	if kind == "" {
+		return nil, false, nil
 	}
 	read := &TreeRead{Source: "trees"}
-	if read.Trees, err = s.scrollTrees(ctx, idx, hourSel, use); err != nil {
+	if kind == indices.KindServiceTree {
+		read.Source = "service_trees"
+	}
+	var err error
+	if read.Trees, err = s.scrollTrees(ctx, idx, hourSel, kind, use); err != nil {
 		return nil, false, err
 	}
 	// The edges: read as a selection of their own would be, except that a
@@ -90,18 +112,21 @@ func (s *Store) Trees(ctx context.Context, sel Selection, use func(tree []byte) 
 			return nil, false, err
 		}
 		read.Edges = append(read.Edges, st)
-		read.Source = "trees+" + sv.Source
+		read.Source = strings.SplitN(read.Source, "+", 2)[0] + "+" + sv.Source
 	}
 	return read, true, nil
 }
 
-// treesComplete compares the trees' total with the stack documents' of
-// the same hours: equal (and not zero) when every (service, host, hour)
-// of the selection has its tree.
-func (s *Store) treesComplete(ctx context.Context, idx []string, sel Selection) (bool, error) {
+// treesComplete compares the total of the trees of kind with the stack
+// documents' of the same hours: equal (and not zero) when every (service,
+// host, hour) of the selection is in exactly one tree. A host's tree
+// missing (an hour written before trees, a tree not yet visible) or a
+// service tree too many (left by a rollup that ran with other partitions)
+// makes them differ.
+func (s *Store) treesComplete(ctx context.Context, idx []string, sel Selection, kind string) (bool, error) {
 	filter, mustNot := sel.Selector.Clauses()
 	filter = append([]Query{
-		termsOf("kind", []string{indices.KindTree, indices.KindStack}), term("type", string(sel.Type)),
+		termsOf("kind", []string{kind, indices.KindStack}), term("type", string(sel.Type)),
 		term("resolution", indices.ResolutionHour), timeFilter(sel.Range),
 	}, filter...)
 	var resp struct {
@@ -115,7 +140,7 @@ func (s *Store) treesComplete(ctx context.Context, idx []string, sel Selection) 
 		} `json:"aggregations"`
 	}
 	req := aggsRequest(allOf(filter, mustNot), Aggs{
-		"trees":  {Filter: term("kind", indices.KindTree), Aggs: Aggs{"v": sumOf("value")}},
+		"trees":  {Filter: term("kind", kind), Aggs: Aggs{"v": sumOf("value")}},
 		"stacks": {Filter: term("kind", indices.KindStack), Aggs: Aggs{"v": sumOf("value")}},
 	})
 	if err := s.search(ctx, idx, req, &resp, "aggregations.trees.v", "aggregations.stacks.v"); err != nil {
@@ -129,10 +154,10 @@ func (s *Store) treesComplete(ctx context.Context, idx []string, sel Selection) 
 // Options.TreePage documents per request with a scroll (tree documents are large:
 // a page is bounded by count, and the next page is fetched while use
 // merges the last one).
-func (s *Store) scrollTrees(ctx context.Context, idx []string, sel Selection, use func([]byte) error) (int, error) {
+func (s *Store) scrollTrees(ctx context.Context, idx []string, sel Selection, kind string, use func([]byte) error) (int, error) {
 	filter, mustNot := sel.Selector.Clauses()
 	filter = append([]Query{
-		term("kind", indices.KindTree), term("type", string(sel.Type)),
+		term("kind", kind), term("type", string(sel.Type)),
 		term("resolution", indices.ResolutionHour), timeFilter(sel.Range),
 	}, filter...)
 	type page struct {
