@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -260,16 +261,43 @@ func checkIdle(ctx context.Context, adm *kadm.Client, group string) error {
 		ErrGroupActive, group, g.State, len(g.Members), strings.Join(who, ", "))
 }
 
-// groupLag is the group's total lag on topic: end offsets minus committed
-// offsets (a partition without a commit counts from its start), and the sum
-// of its committed offsets.
-func groupLag(ctx context.Context, adm *kadm.Client, group, topic string) (lag, committedSum int64, err error) {
+// Positions are how far group has processed topic, by partition: the
+// committed offset, or the offset in the commit's metadata after "next=" when
+// that is further. The rollup commits an offset only once the windows of
+// the records below it are evicted, which for hourly windows is hours
+// behind, and records there (aggregate.Checkpoint) the next record it has
+// handled and stored. Partitions without a commit are absent.
+func Positions(ctx context.Context, adm *kadm.Client, group, topic string) (map[int32]int64, error) {
 	committed, err := adm.FetchOffsetsForTopics(ctx, group, topic)
 	if err == nil {
 		err = committed.Error()
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("fetch committed offsets: %w", err)
+		return nil, fmt.Errorf("fetch committed offsets of %s: %w", group, err)
+	}
+	out := map[int32]int64{}
+	committed.Each(func(o kadm.OffsetResponse) {
+		if o.Topic != topic || o.Err != nil || o.At < 0 {
+			return
+		}
+		at := o.At
+		if _, next, ok := strings.Cut(o.Metadata, " next="); ok {
+			if n, err := strconv.ParseInt(next, 10, 64); err == nil && n > at {
+				at = n
+			}
+		}
+		out[o.Partition] = at
+	})
+	return out, nil
+}
+
+// groupLag is the group's total lag on topic: end offsets minus its
+// Positions (a partition without a commit counts from its start), and the
+// sum of its positions.
+func groupLag(ctx context.Context, adm *kadm.Client, group, topic string) (lag, positionSum int64, err error) {
+	pos, err := Positions(ctx, adm, group, topic)
+	if err != nil {
+		return 0, 0, err
 	}
 	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err == nil {
@@ -286,17 +314,14 @@ func groupLag(ctx context.Context, adm *kadm.Client, group, topic string) (lag, 
 		return 0, 0, fmt.Errorf("list start offsets: %w", err)
 	}
 	ends.Each(func(e kadm.ListedOffset) {
-		at := int64(-1)
-		if c, ok := committed.Lookup(topic, e.Partition); ok && c.Err == nil {
-			at = c.At
-		}
-		if at < 0 {
-			if s, ok := starts.Lookup(topic, e.Partition); ok {
+		at, ok := pos[e.Partition]
+		if !ok {
+			if s, found := starts.Lookup(topic, e.Partition); found {
 				at = s.Offset
 			}
 		}
 		lag += max(e.Offset-at, 0)
-		committedSum += at
+		positionSum += at
 	})
-	return lag, committedSum, nil
+	return lag, positionSum, nil
 }

@@ -1,6 +1,7 @@
 // stackctl sets up and inspects a stackstream deployment: topics and index
 // templates (init), the state of Kafka and OpenSearch (status), and replays
-// of a consumer group from a point in time (replay), and a simulated fleet
+// of a consumer group from a point in time (replay), new index generations
+// built from the topics and swapped in (reindex), and a simulated fleet
 // of agents (loadgen).
 package main
 
@@ -25,6 +26,7 @@ commands:
   init     create the Kafka topics and apply the OpenSearch index templates (idempotent)
   status   brokers, topics with partitions and group lag, OpenSearch health, indices
   replay   move a stopped consumer group back in time: stackctl replay -h
+  reindex  build a new index generation from the topics and swap it in: stackctl reindex -h
   loadgen  simulate a fleet of agents publishing profiles: stackctl loadgen -h
 
 Settings are STACKSTREAM_* environment variables (also read from ./.env);
@@ -50,6 +52,10 @@ func run(ctx context.Context, args []string) error {
 		fmt.Print(replayUsage)
 		return config.ErrHelp
 	}
+	if cmd == "reindex" && len(rest) > 0 && (rest[0] == "-h" || rest[0] == "--help") {
+		fmt.Print(reindexUsage)
+		return config.ErrHelp
+	}
 	var cfg ctl.Config
 	if err := config.Load(&cfg, nil, os.Stdout); err != nil {
 		return err
@@ -72,6 +78,8 @@ func run(ctx context.Context, args []string) error {
 		return ctl.Status(ctx, cfg, adm, osc, os.Stdout)
 	case "replay":
 		return runReplay(ctx, cfg, rest)
+	case "reindex":
+		return runReindex(ctx, cfg, rest)
 	case "loadgen":
 		return runLoadgen(ctx, cfg, rest)
 	default:
