@@ -220,12 +220,12 @@ func (e *rxEnv) serving(t *testing.T) [3]int64 {
 type reader struct {
 	stacks, rollupsFloor int64 // stacks are all there, rollups of the history at least
 	floor, produced      atomic.Int64
-	allowIncomplete atomic.Bool
-	reads           atomic.Int64
-	incomplete      atomic.Int64
-	wrong           atomic.Value
-	stop            chan struct{}
-	wg              sync.WaitGroup
+	allowIncomplete      atomic.Bool
+	reads                atomic.Int64
+	incomplete           atomic.Int64
+	wrong                atomic.Value
+	stop                 chan struct{}
+	wg                   sync.WaitGroup
 }
 
 func (e *rxEnv) startReader(stacks, rollupsFloor int64) *reader {
