@@ -35,8 +35,9 @@ const kubeBinDir = "deploy/internal/kubeapiserver/bin"
 // apiServer is a kube-apiserver with its etcd, both on 127.0.0.1 only, for the
 // lifetime of one test.
 type apiServer struct {
-	url    string // https://127.0.0.1:PORT
-	client *http.Client
+	url    string       // https://127.0.0.1:PORT
+	admin  *http.Client // with the admin client certificate
+	bearer *http.Client // without: requests carry a token
 }
 
 // startAPIServer starts etcd and kube-apiserver from kubeBinDir with a PKI made for
@@ -70,18 +71,19 @@ func startAPIServer(t *testing.T) *apiServer {
 		"-listen-client-url", etcdURL,
 		"-listen-peer-url", "http://127.0.0.1:"+strconv.Itoa(etcdPeer))
 
-	s := &apiServer{
-		url: "https://127.0.0.1:" + strconv.Itoa(port),
-		client: &http.Client{
+	newClient := func(certs ...tls.Certificate) *http.Client {
+		c := &http.Client{
 			Timeout: 30 * time.Second,
 			Transport: &http.Transport{TLSClientConfig: &tls.Config{
 				RootCAs:      p.pool,
-				Certificates: []tls.Certificate{p.admin},
+				Certificates: certs,
 				MinVersion:   tls.VersionTLS12,
 			}},
-		},
+		}
+		t.Cleanup(c.CloseIdleConnections)
+		return c
 	}
-	t.Cleanup(s.client.CloseIdleConnections)
+	s := &apiServer{url: "https://127.0.0.1:" + strconv.Itoa(port), admin: newClient(p.admin), bearer: newClient()}
 	apiserver := startProcess(t, dir, "kube-apiserver", filepath.Join(bins, "kube-apiserver"),
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -133,6 +135,15 @@ func startAPIServer(t *testing.T) *apiServer {
 // do sends one request with the admin certificate and returns the status, the body
 // and the texts of the Warning headers.
 func (s *apiServer) do(method, path, contentType string, body []byte) (int, []byte, []string, error) {
+	return s.send(s.admin, "", method, path, contentType, body)
+}
+
+// doAs sends one request authenticated by token alone.
+func (s *apiServer) doAs(token, method, path, contentType string, body []byte) (int, []byte, []string, error) {
+	return s.send(s.bearer, token, method, path, contentType, body)
+}
+
+func (s *apiServer) send(client *http.Client, token, method, path, contentType string, body []byte) (int, []byte, []string, error) {
 	req, err := http.NewRequest(method, s.url+path, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, nil, err
@@ -141,7 +152,10 @@ func (s *apiServer) do(method, path, contentType string, body []byte) (int, []by
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	resp, err := s.client.Do(req)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, nil, nil, err
 	}

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -27,7 +28,8 @@ const baseNamespace = "default"
 // kube-apiserver backed by etcd, by server-side apply with fieldValidation=Strict: an
 // unknown or duplicate field, a value the API's validation refuses or a failed
 // admission (NamespaceLifecycle, the cluster's ban on privileged containers) is an
-// error, and so is any warning the server returns. Then it checks that the same
+// error, and so is any warning the server returns. The agent's ServiceAccount, by a
+// token the server issues, may read pods and nothing else. Then it checks that the same
 // server refuses broken variants of the agent's DaemonSet with its own message and
 // stores nothing of them.
 func TestApplyToAPIServer(t *testing.T) {
@@ -48,6 +50,14 @@ func TestApplyToAPIServer(t *testing.T) {
 				}
 			}
 			t.Logf("%d of %d objects accepted", accepted, len(ms))
+			// Checked right after its own apply: the ClusterRole and its binding are
+			// cluster-wide, so the overlay's binding replaces the base's (one install
+			// per cluster).
+			for _, m := range ms {
+				if m.kind == "ServiceAccount" && m.name == "stackstream-agent" {
+					s.checkAgentAccount(t, cmp.Or(m.namespace, baseNamespace))
+				}
+			}
 		})
 	}
 
@@ -169,6 +179,57 @@ func TestApplyToAPIServer(t *testing.T) {
 			})
 		}
 	})
+}
+
+// checkAgentAccount: the agent's account, with a token the server issued for it,
+// may read pods everywhere (the node's, by field selector, as the agent lists and
+// watches them) and nothing else. The real authenticator and RBAC authorizer decide.
+func (s *apiServer) checkAgentAccount(t *testing.T, ns string) {
+	t.Helper()
+	token := s.serviceAccountToken(t, ns, "stackstream-agent")
+	pods := "/api/v1/pods?fieldSelector=" + url.QueryEscape("spec.nodeName=node-1")
+	for _, c := range []struct {
+		method, path string
+		status       int
+	}{
+		{http.MethodGet, pods + "&limit=500", http.StatusOK},
+		{http.MethodGet, pods + "&watch=1&allowWatchBookmarks=true&timeoutSeconds=1", http.StatusOK},
+		{http.MethodGet, "/api/v1/namespaces/" + ns + "/pods/any", http.StatusNotFound},
+		{http.MethodGet, "/api/v1/namespaces/" + ns + "/secrets", http.StatusForbidden},
+		{http.MethodGet, "/api/v1/namespaces/" + ns + "/configmaps", http.StatusForbidden},
+		{http.MethodGet, "/api/v1/nodes", http.StatusForbidden},
+		{http.MethodDelete, "/api/v1/namespaces/" + ns + "/pods/any", http.StatusForbidden},
+		{http.MethodGet, "/apis/apps/v1/daemonsets", http.StatusForbidden},
+	} {
+		status, body, _, err := s.doAs(token, c.method, c.path, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if status != c.status {
+			t.Errorf("%s/stackstream-agent: %s %s: status %d, want %d: %s", ns, c.method, c.path, status, c.status, statusMessage(body))
+		}
+	}
+}
+
+// serviceAccountToken asks the server for a token of the ServiceAccount ns/name
+// (TokenRequest), as the kubelet does for a pod's projected token.
+func (s *apiServer) serviceAccountToken(t *testing.T, ns, name string) string {
+	t.Helper()
+	req := []byte(`{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{"expirationSeconds":600}}`)
+	path := "/api/v1/namespaces/" + ns + "/serviceaccounts/" + name + "/token"
+	status, body, _, err := s.do(http.MethodPost, path, "application/json", req)
+	if err != nil || status != http.StatusCreated {
+		t.Fatalf("POST %s: status %d, %v: %s", path, status, err, statusMessage(body))
+	}
+	var tr struct {
+		Status struct {
+			Token string `json:"token"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal(body, &tr); err != nil || tr.Status.Token == "" {
+		t.Fatalf("POST %s: no token in the answer (%v)", path, err)
+	}
+	return tr.Status.Token
 }
 
 // applyAccepted applies m and fails unless the server stored it (200 or 201, the
