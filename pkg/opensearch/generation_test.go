@@ -136,8 +136,8 @@ func TestGenerations(t *testing.T) {
 		failedOK atomic.Bool
 		failed   atomic.Int64
 		wrong    atomic.Value
-		stop  = make(chan struct{})
-		wg    sync.WaitGroup
+		stop     = make(chan struct{})
+		wg       sync.WaitGroup
 	)
 	wg.Add(1)
 	go func() {
@@ -293,5 +293,51 @@ func TestPlanSwapKeepsUncovered(t *testing.T) {
 	s := PlanSwap(l, names, 2)
 	if !slices.Equal(s.Moved, []string{"p-samples-2026.11.01", "p-stacks"}) || !slices.Equal(s.Kept, []string{"p-samples-2026.01.01"}) || len(s.Actions) != 4 {
 		t.Fatalf("plan: moved %v, kept %v, %d actions", s.Moved, s.Kept, len(s.Actions))
+	}
+}
+
+// TestRetentionThroughAliases: the retention of the indexer and the rollup
+// (DeleteEnded over the serving pattern, DeleteMatching by query) works on
+// generation 1, whose names are aliases: the expired day's physical index
+// is deleted, its alias goes with it, the other day stays.
+func TestRetentionThroughAliases(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl, prefix := testNode(ctx, t)
+	names := indices.Names{Prefix: prefix}
+	if _, err := ApplyTemplates(ctx, cl, prefix, indices.Settings{Replicas: 0, RefreshInterval: "1s"}); err != nil {
+		t.Fatal(err)
+	}
+	items := genDocs(t, names, 10) // days 2026-10-31 and 2026-11-01
+	w := bulk.New(cl, bulk.Options{})
+	write(ctx, t, NewRouter(cl, names, w, 1), items)
+	l, err := ReadLayout(ctx, cl, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := PlanSwap(l, names, 1).Apply(ctx, cl); err != nil {
+		t.Fatal(err)
+	}
+	cutoff := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC) // 2026-10-31 ended at the cutoff: not before it
+	deleted, err := DeleteEnded(ctx, cl, names.SamplesPattern(), names.IndexEnd, cutoff.Add(time.Second))
+	old := names.Physical(1, names.Samples(cutoff.Add(-time.Hour)))
+	if err != nil || !slices.Equal(deleted, []string{old}) {
+		t.Fatalf("DeleteEnded through the aliases deleted %v, %v; want [%s]", deleted, err, old)
+	}
+	l, _ = ReadLayout(ctx, cl, names)
+	if _, ok := l.Serving(names.Samples(cutoff.Add(-time.Hour))); ok {
+		t.Fatal("the expired day still resolves")
+	}
+	if _, ok := l.Serving(names.Samples(cutoff)); !ok {
+		t.Fatal("the kept day no longer resolves")
+	}
+	refresh(ctx, t, cl, prefix)
+	n, err := DeleteMatching(ctx, cl, names.RollupsPattern(), map[string]any{"term": map[string]any{"host": "h1"}})
+	if err != nil || n != 1 {
+		t.Fatalf("DeleteMatching through the aliases: %d, %v; want 1", n, err)
+	}
+	refresh(ctx, t, cl, prefix)
+	if got, err := counts(ctx, cl, names); err != nil || got != [3]int64{10, 5, 9} {
+		t.Fatalf("after retention: %v, %v; want [10 5 9]", got, err)
 	}
 }
