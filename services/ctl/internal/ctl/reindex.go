@@ -229,11 +229,12 @@ func Reindex(ctx context.Context, cfg Config, adm *kadm.Client, osc *opensearcha
 		return sum, fmt.Errorf("reindex: generation %d has no stacks index: the temporary indexer indexed nothing (empty topic, or records older than --from?); nothing swapped", sum.To)
 	}
 	sum.Swap = opensearch.PlanSwap(l, names, sum.To)
+	swapStart := time.Now()
 	if err := sum.Swap.Apply(ctx, osc); err != nil {
 		return sum, fmt.Errorf("reindex: %w", err)
 	}
-	fmt.Fprintf(out, "swapped in one request: %d names moved, %d added, %d generation-0 indices replaced, %d kept on their generation\n",
-		len(sum.Swap.Moved), len(sum.Swap.Added), len(sum.Swap.Removed), len(sum.Swap.Kept))
+	fmt.Fprintf(out, "swapped in one request (%s): %d names moved, %d added, %d generation-0 indices replaced, %d kept on their generation\n",
+		time.Since(swapStart).Round(time.Millisecond), len(sum.Swap.Moved), len(sum.Swap.Added), len(sum.Swap.Removed), len(sum.Swap.Kept))
 	for _, k := range sum.Swap.Kept {
 		fmt.Fprintf(out, "  kept: %s (generation %d has no index for it: the topics no longer hold its records)\n", k, sum.To)
 	}
