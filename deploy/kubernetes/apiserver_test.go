@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -164,7 +165,26 @@ func (s *apiServer) send(client *http.Client, token, method, path, contentType s
 	if _, err := buf.ReadFrom(http.MaxBytesReader(nil, resp.Body, 16<<20)); err != nil {
 		return resp.StatusCode, nil, nil, fmt.Errorf("read %s %s: %w", method, path, err)
 	}
-	return resp.StatusCode, buf.Bytes(), resp.Header.Values("Warning"), nil
+	var warnings []string
+	for _, h := range resp.Header.Values("Warning") {
+		warnings = append(warnings, warningText(h))
+	}
+	return resp.StatusCode, buf.Bytes(), warnings, nil
+}
+
+// warningText is the text of a Warning header as the apiserver writes it
+// (`299 - "text"`, RFC 7234's warn-code, agent and quoted text), or the header
+// itself when it is not in that form.
+func warningText(h string) string {
+	code, quoted, ok := strings.Cut(h, " - ")
+	if !ok || code != "299" {
+		return h
+	}
+	text, err := strconv.Unquote(quoted)
+	if err != nil {
+		return h
+	}
+	return text
 }
 
 // process is a started command; exited is closed when it has ended, with err set.

@@ -86,6 +86,44 @@ func TestApplyToAPIServer(t *testing.T) {
 		}
 	})
 
+	// The consumers and APIs meet the "restricted" Pod Security profile (as
+	// overlays/example/namespace.yaml says): in a namespace that enforces and warns on
+	// it, the server's PodSecurity admission warns about no Deployment of the base,
+	// and does warn about the agent, which needs what the profile forbids.
+	t.Run("restricted pod security", func(t *testing.T) {
+		const ns = "stackstream-restricted"
+		s.applyAccepted(t, disc, manifest{"v1", "Namespace", "", ns, []byte(`apiVersion: v1
+kind: Namespace
+metadata:
+  name: ` + ns + `
+  labels:
+    pod-security.kubernetes.io/enforce: restricted
+    pod-security.kubernetes.io/warn: restricted
+`)})
+		deployments := 0
+		for _, m := range render(t, "base") {
+			m.namespace = ns
+			switch m.kind {
+			case "Deployment":
+				if s.applyAccepted(t, disc, m) {
+					deployments++
+				}
+			case "DaemonSet":
+				status, body, warnings, err := s.apply(t, disc, m)
+				if err != nil || (status != http.StatusOK && status != http.StatusCreated) {
+					t.Fatalf("%s %s: status %d, %v: %s", m.kind, m.name, status, err, statusMessage(body))
+				}
+				want := `would violate PodSecurity "restricted:latest": host namespaces (hostPID=true)`
+				if !slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, want) }) {
+					t.Errorf("%s %s: warnings %q, want one containing %s", m.kind, m.name, warnings, want)
+				}
+			}
+		}
+		if deployments != len(consumers)+len(apis) {
+			t.Errorf("%d Deployments accepted without a warning, want %d", deployments, len(consumers)+len(apis))
+		}
+	})
+
 	t.Run("rejected", func(t *testing.T) {
 		var agent manifest
 		for _, m := range render(t, "base") {
