@@ -341,3 +341,37 @@ func TestRetentionThroughAliases(t *testing.T) {
 		t.Fatalf("after retention: %v, %v; want [10 5 9]", got, err)
 	}
 }
+
+// TestRouterRejectedKeepsNames: a document a pinned generation's index
+// refuses comes back under the name it was given, so the indexer and the
+// rollup find the record it came from (their DLQ path).
+func TestRouterRejectedKeepsNames(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl, prefix := testNode(ctx, t)
+	names := indices.Names{Prefix: prefix}
+	if _, err := ApplyTemplates(ctx, cl, prefix, indices.Settings{Replicas: 0, RefreshInterval: "1s"}); err != nil {
+		t.Fatal(err)
+	}
+	items := []bulk.Item{
+		{Index: names.Stacks(), ID: "good", Doc: []byte(`{"leaf":"a","depth":1}`)},
+		{Index: names.Stacks(), ID: "bad", Doc: []byte(`{"leaf":"a","depth":"deep"}`)},
+	}
+	rejected, err := NewRouter(cl, names, bulk.New(cl, bulk.Options{}), 4).Write(ctx, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rejected) != 1 || rejected[0].Item.ID != "bad" || rejected[0].Item.Index != names.Stacks() {
+		t.Fatalf("rejected %+v, want the bad document under %s", rejected, names.Stacks())
+	}
+	if items[0].Index != names.Stacks() {
+		t.Fatalf("the caller's items were rewritten: %s", items[0].Index)
+	}
+	l, err := ReadLayout(ctx, cl, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := l[names.Physical(4, names.Stacks())]; !ok || p.Gen != 4 || len(p.Aliases) != 0 {
+		t.Fatalf("generation 4's stacks index: %+v, %v (layout %v)", p, ok, l)
+	}
+}

@@ -57,6 +57,10 @@ func (r *Router) Write(ctx context.Context, items []bulk.Item) ([]bulk.Rejected,
 		return r.writePinned(ctx, items)
 	}
 	for i := range items {
+		// Items come grouped by index more often than not.
+		if i > 0 && items[i].Index == items[i-1].Index {
+			continue
+		}
 		if err := r.ensure(ctx, items[i].Index); err != nil {
 			return nil, err
 		}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/opensearch-project/opensearch-go/v4/opensearchapi"
@@ -146,7 +147,15 @@ func Reindex(ctx context.Context, cfg Config, adm *kadm.Client, osc *opensearcha
 			stopOne(service)
 		}
 	}()
-	exited := map[string]bool{}
+	// expected marks the services stackctl stops itself: their exit does
+	// not end the reindex.
+	var expectedMu sync.Mutex
+	expected := map[string]bool{}
+	expect := func(service string) {
+		expectedMu.Lock()
+		expected[service] = true
+		expectedMu.Unlock()
+	}
 	for _, c := range consumers {
 		env := []string{
 			"STACKSTREAM_OPENSEARCH_INDEX_GENERATION=" + strconv.Itoa(sum.To),
@@ -165,7 +174,10 @@ func Reindex(ctx context.Context, cfg Config, adm *kadm.Client, osc *opensearcha
 		fmt.Fprintf(out, "started the temporary %s: %s\n", c.service, strings.Join(env[:2], " "))
 		go func(service string) {
 			<-done
-			if !exited[service] {
+			expectedMu.Lock()
+			ok := expected[service]
+			expectedMu.Unlock()
+			if !ok {
 				cancel(fmt.Errorf("the temporary %s exited: %v", service, exitErr()))
 			}
 		}(c.service)
@@ -200,7 +212,7 @@ func Reindex(ctx context.Context, cfg Config, adm *kadm.Client, osc *opensearcha
 			continue
 		}
 		if opts.Run {
-			exited[c.service] = true
+			expect(c.service)
 			stopOne(c.service)
 		} else {
 			fmt.Fprintf(out, "stop the temporary rollup now (group %s): it writes its open windows as it stops; the swap follows\n", c.group)
@@ -277,7 +289,7 @@ func Reindex(ctx context.Context, cfg Config, adm *kadm.Client, osc *opensearcha
 	}
 	if opts.Run {
 		for _, c := range consumers {
-			exited[c.service] = true
+			expect(c.service)
 			stopOne(c.service)
 		}
 		if _, err := adm.DeleteGroups(context.WithoutCancel(ctx), sum.Groups...); err != nil {
