@@ -358,9 +358,12 @@ const (
 	KindStack    = "stack"
 	// KindTree is a pre-merged call tree of a (type, service, host) hour
 	// (tree.go); KindServiceTree one of a (type, service) hour over the
-	// hosts of one Kafka partition, for selections naming no host.
-	KindTree        = "tree"
-	KindServiceTree = "service_tree"
+	// hosts of one Kafka partition, for selections naming no host; and
+	// KindPartitionTree one of a type's hour over every service and host of
+	// one partition, for selections naming neither.
+	KindTree          = "tree"
+	KindServiceTree   = "service_tree"
+	KindPartitionTree = "partition_tree"
 
 	ResolutionMinute = "1m"
 	ResolutionHour   = "1h"
@@ -383,7 +386,7 @@ type RollupDoc struct {
 	Cores      float64   `json:"cores,omitempty"`
 	MemAvg     float64   `json:"mem_avg,omitempty"`
 	MemMax     int64     `json:"mem_max,omitempty"`
-	// Partition is a KindServiceTree document's Kafka partition.
+	// Partition is the Kafka partition of a service or partition tree.
 	Partition int32 `json:"partition,omitempty"`
 	// Tree is a tree document's encoded tree (tree.go); Value is its total.
 	Tree []byte `json:"tree,omitempty"`
@@ -434,7 +437,7 @@ func SampleIDPart(host, profileType string, profileTime time.Time, part string, 
 
 // RollupID is the _id of a rollup document for one window and key.
 func RollupID(d *RollupDoc) string {
-	if d.Kind == KindServiceTree {
+	if d.Kind == KindServiceTree || d.Kind == KindPartitionTree {
 		return hashID(d.Resolution, d.Kind, d.Type, strconv.FormatInt(d.Timestamp.Unix(), 10), d.Service, strconv.Itoa(int(d.Partition)))
 	}
 	return hashID(d.Resolution, d.Kind, d.Type, strconv.FormatInt(d.Timestamp.Unix(), 10), d.Service, d.Host, d.Function, d.StackID)

@@ -155,8 +155,8 @@ type window struct {
 	key    windowKey
 	end    int64
 	series map[seriesKey]*series
-	// serviceTrees are the hour's service tree documents, by type and
-	// service: dirty when a tree of one of the service's hosts is.
+	// serviceTrees are the hour's service and partition tree documents:
+	// dirty when a tree of one of their hosts is.
 	serviceTrees map[serviceKey]*docState
 	minOffset    int64
 	closed       bool
@@ -336,14 +336,15 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 			}
 			if t := ws.tree; t != nil {
 				p.markDirty(w, t)
-				sk := serviceKey{sk.typ, sk.service}
-				st := w.serviceTrees[sk]
-				if st == nil {
-					st = &docState{firstOffset: in.Offset}
-					w.serviceTrees[sk] = st
-					p.charge(w, docBytes+int64(len(sk.service)))
+				for _, k := range []serviceKey{{indices.KindServiceTree, sk.typ, sk.service}, {indices.KindPartitionTree, sk.typ, ""}} {
+					st := w.serviceTrees[k]
+					if st == nil {
+						st = &docState{firstOffset: in.Offset}
+						w.serviceTrees[k] = st
+						p.charge(w, docBytes+int64(len(k.service)))
+					}
+					p.markDirty(w, st)
 				}
-				p.markDirty(w, st)
 			}
 		}
 	}
@@ -403,7 +404,7 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 		if len(sc.names) == 0 {
 			continue
 		}
-		bound += seriesBytes + 2*docBytes + int64(2*len(sk.service)+len(sk.host))
+		bound += seriesBytes + 3*docBytes + int64(2*len(sk.service)+len(sk.host))
 		for name := range sc.names {
 			bound += docBytes + memBytes + int64(len(name))
 		}
@@ -427,8 +428,11 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 				n += seriesBytes + int64(len(sk.service)+len(sk.host))
 				if hasTree(k.res, sk) {
 					n += docBytes
-					if w == nil || w.serviceTrees[serviceKey{sk.typ, sk.service}] == nil {
+					if w == nil || w.serviceTrees[serviceKey{indices.KindServiceTree, sk.typ, sk.service}] == nil {
 						n += docBytes + int64(len(sk.service))
+					}
+					if w == nil || w.serviceTrees[serviceKey{indices.KindPartitionTree, sk.typ, ""}] == nil {
+						n += docBytes
 					}
 				}
 			}
@@ -733,8 +737,9 @@ func (p *Partition) appendDirty(out []Pending, w *window) []Pending {
 	return out
 }
 
-// serviceKey names a service tree: a type and a service.
-type serviceKey struct{ typ, service string }
+// serviceKey names a service tree (its kind, type and service) or a
+// partition tree (its kind and type).
+type serviceKey struct{ kind, typ, service string }
 
 func (p *Partition) markDirty(w *window, ds *docState) {
 	if !ds.dirty {
@@ -743,25 +748,32 @@ func (p *Partition) markDirty(w *window, ds *docState) {
 	}
 }
 
-// serviceTreePending is the service tree document of an hour: the stacks
-// of every host of the service in this partition merged, hosts in name
-// order and stacks in ID order so the same window encodes to the same
-// bytes. Selections that name no host read these, one per partition,
-// service and hour, instead of one tree per host.
+// serviceTreePending is the service (or partition) tree document of an
+// hour: the stacks of every host of the service (of every service) in this
+// partition merged, series in (service, host) order and stacks in ID
+// order so the same window encodes to the same bytes. Selections that name
+// no host read these, one per partition, service and hour (one per
+// partition and hour when they name no service either), instead of one
+// tree per host.
 func (p *Partition) serviceTreePending(w *window, start time.Time, index string, k serviceKey, ds *docState) Pending {
 	var hosts []seriesKey
 	for sk := range w.series {
-		if sk.kind == indices.KindStack && sk.typ == k.typ && sk.service == k.service {
+		if sk.kind == indices.KindStack && sk.typ == k.typ && (sk.service == k.service || k.kind == indices.KindPartitionTree) {
 			hosts = append(hosts, sk)
 		}
 	}
-	slices.SortFunc(hosts, func(a, b seriesKey) int { return strings.Compare(a.host, b.host) })
+	slices.SortFunc(hosts, func(a, b seriesKey) int {
+		if c := strings.Compare(a.service, b.service); c != 0 {
+			return c
+		}
+		return strings.Compare(a.host, b.host)
+	})
 	var b indices.TreeBuilder
 	for _, sk := range hosts {
 		addSeries(&b, w.series[sk])
 	}
 	d := indices.RollupDoc{
-		Timestamp: start, Resolution: w.key.res, Kind: indices.KindServiceTree, Type: k.typ,
+		Timestamp: start, Resolution: w.key.res, Kind: k.kind, Type: k.typ,
 		Service: k.service, Partition: p.cfg.Partition, Value: b.Total(), Tree: b.Encode(),
 	}
 	return Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: ds.firstOffset, ds: ds, w: w}

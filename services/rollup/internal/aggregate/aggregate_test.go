@@ -100,10 +100,11 @@ func TestCPUDocs(t *testing.T) {
 			}
 		})
 	}
-	// 2 services + 5 functions + 3 stacks, per resolution, and a tree per
-	// service and host and one per service in the hour.
-	if len(docs) != 2*10+2+2 {
-		t.Fatalf("got %d docs, want 24: %v", len(docs), docs)
+	// 2 services + 5 functions + 3 stacks, per resolution, and in the hour
+	// a tree per service and host, one per service and one for the
+	// partition.
+	if len(docs) != 2*10+2+2+1 {
+		t.Fatalf("got %d docs, want 25: %v", len(docs), docs)
 	}
 	tree := docs["1h/10:00/tree/checkout/"]
 	if tree.Value != 80 || tree.Host != "web-1" || len(tree.Tree) == 0 {
@@ -173,8 +174,8 @@ func TestWindowsCloseOnWatermark(t *testing.T) {
 	// the minutes that close.
 	add(t, p, cpu(t0.Add(time.Hour+30*time.Second)), record.ProfileCPU, 3)
 	got := byKey(p.Pending(false))
-	if len(got) != 34 {
-		t.Fatalf("got %d docs, want minutes 10:02, 10:03 and the hour (10 each, and the hour's 4 trees)", len(got))
+	if len(got) != 35 {
+		t.Fatalf("got %d docs, want minutes 10:02, 10:03 and the hour (10 each, and the hour's 5 trees)", len(got))
 	}
 	if d := got["1h/10:00/service/checkout/"]; d.Value != 120 {
 		t.Fatalf("hour doc %+v, want value 120", d)

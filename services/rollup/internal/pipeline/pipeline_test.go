@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -332,6 +334,10 @@ func (x expected) cpuProfile(host string, at time.Time, a, b int64) *profile.Pro
 		Profile()
 }
 
+// partitionOnly marks an expected host tree that only the partition tree
+// holds (its own documents were rejected).
+const partitionOnly = "test-partition-only"
+
 // expectedTrees builds the tree documents of expected, by document.
 var expectedTrees = map[*indices.RollupDoc]*indices.TreeBuilder{}
 
@@ -372,18 +378,23 @@ func (x expected) finish() map[string]indices.RollupDoc {
 
 func compare(t *testing.T, got map[string]indices.RollupDoc, want map[string]indices.RollupDoc) {
 	t.Helper()
-	// Service trees are one per partition: their merge must be the merge
-	// of the service's host trees, however the hosts were partitioned.
-	serviceTrees := func(docs map[string]indices.RollupDoc, kind string) map[string]map[string][2]int64 {
+	// Service and partition trees are one per partition: their merge must
+	// be the merge of the service's (every service's) host trees, however
+	// the hosts were partitioned.
+	want = maps.Clone(want)
+	serviceTrees := func(docs map[string]indices.RollupDoc, kinds ...string) map[string]map[string][2]int64 {
 		out := map[string]map[string][2]int64{}
 		for k, d := range docs {
-			if d.Kind != kind {
+			if !slices.Contains(kinds, d.Kind) {
 				continue
 			}
-			if kind == indices.KindServiceTree {
-				delete(got, k)
+			if d.Kind == indices.KindServiceTree || d.Kind == indices.KindPartitionTree || d.Kind == partitionOnly {
+				delete(docs, k)
 			}
-			key := d.Resolution + "/" + d.Timestamp.UTC().Format(time.RFC3339) + "/" + d.Type + "/" + d.Service
+			key := d.Resolution + "/" + d.Timestamp.UTC().Format(time.RFC3339) + "/" + d.Type + "/"
+			if kinds[0] != indices.KindPartitionTree {
+				key += d.Service
+			}
 			if out[key] == nil {
 				out[key] = map[string][2]int64{}
 			}
@@ -393,6 +404,10 @@ func compare(t *testing.T, got map[string]indices.RollupDoc, want map[string]ind
 			}
 		}
 		return out
+	}
+	wantPT := serviceTrees(want, indices.KindPartitionTree, indices.KindTree, partitionOnly)
+	if gotPT := serviceTrees(got, indices.KindPartitionTree); len(gotPT) == 0 || !reflect.DeepEqual(gotPT, wantPT) {
+		t.Errorf("partition trees\n got %v\nwant %v", gotPT, wantPT)
 	}
 	wantST := serviceTrees(want, indices.KindTree)
 	if gotST := serviceTrees(got, indices.KindServiceTree); !reflect.DeepEqual(gotST, wantST) {
@@ -631,6 +646,14 @@ func TestBadInputGoesToDLQ(t *testing.T) {
 	in := e.start(e.osURL)
 	waitFor(t, "records read", 60*time.Second, func() bool { return in.count("added") == 3 && in.count("dlq") == 2 })
 	in.close(t)
+	// The partition tree has no service field: it is stored, with the huge
+	// service's stack.
+	huge9 := x.at(indices.ResolutionHour, t0, partitionOnly, "cpu", huge, "web-1", "", "")
+	huge9.Tree = func() []byte {
+		var b indices.TreeBuilder
+		b.Add([]indices.TreeFrame{{Name: "main"}, {Name: "mid"}, {Name: "leaf"}}, 9)
+		return b.Encode()
+	}()
 	compare(t, byKey(e.docs()), x.finish())
 
 	// 2 records + per resolution 1 service, 3 function and 1 stack

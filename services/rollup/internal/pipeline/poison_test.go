@@ -142,8 +142,8 @@ func TestPoisonRecords(t *testing.T) {
 
 	in := e.start(e.osURL)
 	// want holds each host's trees; the one partition adds a service tree
-	// per service of the hour (2).
-	waitFor(t, "the good profile's rollups", 90*time.Second, func() bool { return e.count() == len(want)+2 })
+	// per service of the hour (2) and a partition tree.
+	waitFor(t, "the good profile's rollups", 90*time.Second, func() bool { return e.count() == len(want)+3 })
 	select {
 	case err := <-in.done:
 		t.Fatalf("the consumer stopped: %v", err)
