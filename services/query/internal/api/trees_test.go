@@ -77,12 +77,14 @@ func TestTreesExact(t *testing.T) {
 	hour := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC) // now is 12:00
 	from, to := hour.Add(-20*time.Minute), hour.Add(110*time.Minute)
 	const period = 52631578 // 19 Hz
-	all, byHost := newBrute(), map[string]*bruteTree{}
+	all, byHost, byService := newBrute(), map[string]*bruteTree{}, map[string]*bruteTree{}
 	var docs []querytest.Doc
+	var partitions [2]indices.TreeBuilder // every service, by partition
 	for _, h := range hosts {
 		byHost[h] = newBrute()
 	}
 	for _, svc := range services {
+		byService[svc] = newBrute()
 		// Service trees: h-0 and h-1 in partition 0, h-2 and h-3 in 1.
 		var perPartition [2]indices.TreeBuilder
 		for hi, h := range hosts {
@@ -98,6 +100,8 @@ func TestTreesExact(t *testing.T) {
 				}
 				b.Add(frames, v)
 				perPartition[hi/2].Add(frames, v)
+				partitions[hi/2].Add(frames, v)
+				byService[svc].add(h, path, v)
 				all.add(h, path, v)
 				byHost[h].add(h, path, v)
 				stackSum += v
@@ -123,6 +127,7 @@ func TestTreesExact(t *testing.T) {
 					docs = append(docs, stackDoc)
 					v := int64(i%5+1) * period
 					if !at.Before(from) {
+						byService[svc].add(h, path, v)
 						all.add(h, path, v)
 						byHost[h].add(h, path, v)
 					}
@@ -135,6 +140,10 @@ func TestTreesExact(t *testing.T) {
 			docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: hour, Resolution: indices.ResolutionHour, Kind: indices.KindServiceTree,
 				Type: "cpu", Service: svc, Partition: int32(p), Value: perPartition[p].Total(), Tree: perPartition[p].Encode()}))
 		}
+	}
+	for p := range partitions {
+		docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: hour, Resolution: indices.ResolutionHour, Kind: indices.KindPartitionTree,
+			Type: "cpu", Partition: int32(p), Value: partitions[p].Total(), Tree: partitions[p].Encode()}))
 	}
 	querytest.Index(t, cl, names, docs)
 	if len(all.stacks) <= 50000 {
@@ -151,8 +160,8 @@ func TestTreesExact(t *testing.T) {
 				p[k] = v
 			}
 			get(t, base, "/api/v1/flamegraph", p, &f)
-			if f.Source != "service_trees+samples" || f.Truncated || f.Total != all.total || f.Root.Total != all.total {
-				t.Fatalf("source %s truncated %v total %d root %d, want service_trees+samples, %d", f.Source, f.Truncated, f.Total, f.Root.Total, all.total)
+			if f.Source != "partition_trees+samples" || f.Truncated || f.Total != all.total || f.Root.Total != all.total {
+				t.Fatalf("source %s truncated %v total %d root %d, want partition_trees+samples, %d", f.Source, f.Truncated, f.Total, f.Root.Total, all.total)
 			}
 			shown, other := checkFlame(t, all, f.Root, "")
 			if shown+f.Folded != len(all.nodes) || (f.Folded > 0) != (maxNodes < len(all.nodes)) {
@@ -161,6 +170,22 @@ func TestTreesExact(t *testing.T) {
 			t.Logf("%d distinct stacks, %d nodes: %d shown exactly, %d folded into %d exact [other] nodes", len(all.stacks), len(all.nodes), shown, f.Folded, other)
 		})
 	}
+
+	t.Run("flamegraph of a service", func(t *testing.T) {
+		var f api.FlamegraphResponse
+		p := url.Values{"max_nodes": {"100000"}, "query": {`{service="checkout"}`}}
+		for k, v := range params {
+			p[k] = v
+		}
+		get(t, base, "/api/v1/flamegraph", p, &f)
+		want := byService["checkout"]
+		if f.Source != "service_trees+samples" || f.Truncated || f.Total != want.total {
+			t.Fatalf("source %s truncated %v total %d, want service_trees+samples, %d", f.Source, f.Truncated, f.Total, want.total)
+		}
+		if shown, _ := checkFlame(t, want, f.Root, ""); shown+f.Folded != len(want.nodes) {
+			t.Fatalf("%d nodes shown, %d folded, want %d", shown, f.Folded, len(want.nodes))
+		}
+	})
 
 	t.Run("top", func(t *testing.T) {
 		var top api.TopResponse

@@ -17,7 +17,8 @@ import (
 type TreeRead struct {
 	Trees int       // tree documents read
 	Edges []*Stacks // the stacks of the minutes outside the trees' hours
-	// Source is "trees" (host trees) or "service_trees", followed by
+	// Source is "trees" (host trees), "service_trees" or
+	// "partition_trees", followed by
 	// "+samples" or "+rollups" when edges were read per stack from the
 	// samples or the minute rollups.
 	Source string
@@ -56,10 +57,14 @@ func (s *Store) Trees(ctx context.Context, sel Selection, use func(tree []byte) 
 	hourSel := sel
 	hourSel.Range = hours
 	// A selection naming no host reads the service trees (one per
-	// partition, service and hour) when they are complete, else the host
-	// trees (one per host, service and hour).
+	// partition, service and hour) when they are complete, one naming
+	// neither service nor host the partition trees (one per partition and
+	// hour), else the host trees (one per host, service and hour).
 	kinds := []string{indices.KindTree}
-	if sel.Selector.OnlyFields("service") {
+	switch {
+	case sel.Selector.OnlyFields():
+		kinds = []string{indices.KindPartitionTree, indices.KindServiceTree, indices.KindTree}
+	case sel.Selector.OnlyFields("service"):
 		kinds = []string{indices.KindServiceTree, indices.KindTree}
 	}
 	kind := ""
@@ -76,10 +81,9 @@ func (s *Store) Trees(ctx context.Context, sel Selection, use func(tree []byte) 
 	if kind == "" {
 		return nil, false, nil
 	}
-	read := &TreeRead{Source: "trees"}
-	if kind == indices.KindServiceTree {
-		read.Source = "service_trees"
-	}
+	read := &TreeRead{Source: map[string]string{
+		indices.KindTree: "trees", indices.KindServiceTree: "service_trees", indices.KindPartitionTree: "partition_trees",
+	}[kind]}
 	var err error
 	if read.Trees, err = s.scrollTrees(ctx, idx, hourSel, kind, use); err != nil {
 		return nil, false, err
