@@ -29,9 +29,10 @@ const baseNamespace = "default"
 // unknown or duplicate field, a value the API's validation refuses or a failed
 // admission (NamespaceLifecycle, the cluster's ban on privileged containers) is an
 // error, and so is any warning the server returns. The agent's ServiceAccount, by a
-// token the server issues, may read pods and nothing else. Then it checks that the same
-// server refuses broken variants of the agent's DaemonSet with its own message and
-// stores nothing of them.
+// token the server issues, may read pods and nothing else. The consumers and APIs
+// pass the restricted Pod Security profile. Then it checks that the same server
+// refuses broken variants of the agent's DaemonSet with its own message and stores
+// nothing of them.
 func TestApplyToAPIServer(t *testing.T) {
 	s := startAPIServer(t)
 	disc := map[string]metav1.APIResourceList{} // apiVersion -> its resources
