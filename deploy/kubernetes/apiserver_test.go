@@ -110,7 +110,8 @@ func startAPIServer(t *testing.T) *apiServer {
 
 	// The apiserver is ready once etcd is reachable, the built-in objects (the
 	// default namespace, RBAC's bootstrap roles) exist and the post-start hooks ran.
-	deadline := time.Now().Add(3 * time.Minute)
+	start := time.Now()
+	deadline := start.Add(3 * time.Minute)
 	for {
 		status, body, _, err := s.do(http.MethodGet, "/readyz", "", nil)
 		if err == nil && status == http.StatusOK {
@@ -130,6 +131,7 @@ func startAPIServer(t *testing.T) *apiServer {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+	t.Logf("kube-apiserver ready on %s after %s", s.url, time.Since(start).Round(time.Millisecond))
 	return s
 }
 
