@@ -208,6 +208,9 @@ func startProcess(t *testing.T, dir, name, bin string, args ...string) *process 
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	// A test binary killed by go test's timeout runs no cleanup: the kernel then
+	// stops the servers, so none is left holding its port.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = 15 * time.Second
 	if err := cmd.Start(); err != nil {
 		cancel()
