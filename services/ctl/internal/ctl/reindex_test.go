@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -213,6 +214,24 @@ func (e *rxEnv) serving(t *testing.T) [3]int64 {
 	return out
 }
 
+// settled is serving once two reads 2 s apart agree: the live rollup
+// writes its open windows when a partition has been idle for its
+// STACKSTREAM_ROLLUP_IDLE_FLUSH (1 s here), after its position has moved.
+func (e *rxEnv) settled(t *testing.T) [3]int64 {
+	t.Helper()
+	prev := e.serving(t)
+	for range 30 {
+		time.Sleep(2 * time.Second)
+		got := e.serving(t)
+		if got == prev {
+			return got
+		}
+		prev = got
+	}
+	t.Fatalf("the serving counts did not settle: last %v", prev)
+	return prev
+}
+
 // reader counts through the serving names in a loop until stopped: the
 // samples never fewer than floor nor more than produced, every stack, and
 // at least the history's rollups (no empty, partial or doubled answer). Answers OpenSearch marks incomplete (shards of an
@@ -404,8 +423,7 @@ func TestReindex(t *testing.T) {
 		}
 	}
 	e.caughtUp(t, live["indexer"], live["rollup"])
-	time.Sleep(2 * time.Second) // the live rollup's idle flush
-	got := e.serving(t)
+	got := e.settled(t)
 	if got[0] != 25 || got[1] != produced.Load() {
 		t.Fatalf("after both reindexes the names serve %v (stacks, samples, rollups), want 25 stacks and %d samples", got, produced.Load())
 	}
@@ -419,6 +437,16 @@ func TestReindex(t *testing.T) {
 	}
 	if after := e.serving(t); after != before || sum.Counts[2] != before {
 		t.Fatalf("generation 3 serves %v, generation 2 held %v at the swap and %v before", after, sum.Counts[2], before)
+	}
+	// stackctl status shows the serving generation and what each index serves as.
+	var status bytes.Buffer
+	if err := Status(ctx, e.cfg, e.adm, e.osc, &status); err != nil {
+		t.Fatal(err)
+	}
+	stacks3 := e.names.Physical(3, e.names.Stacks())
+	if !strings.Contains(status.String(), e.names.Prefix+"  3 ") && !strings.Contains(status.String(), "[3]") ||
+		!regexp.MustCompile(regexp.QuoteMeta(stacks3)+` +`+regexp.QuoteMeta(e.names.Stacks())+` `).MatchString(status.String()) {
+		t.Fatalf("stackctl status does not show generation 3 serving:\n%s", status.String())
 	}
 	var groups []string
 	listed, _ := e.adm.ListGroups(ctx)

@@ -134,12 +134,26 @@ func openSearchStatus(ctx context.Context, cfg Config, cl *opensearchapi.Client,
 	if err := getJSON(ctx, cl, "/_cat/indices/"+cfg.Index.Prefix+"*?format=json&bytes=b&s=index", &idx); err != nil {
 		return err
 	}
-	fmt.Fprintln(tw, "\nINDEX\tHEALTH\tDOCS\tSIZE (BYTES)\t")
+	// Which generation serves, and the names each physical index serves
+	// under (docs/STACKCTL.md, "Index generations").
+	layout, err := opensearch.ReadLayout(ctx, cl, cfg.Index.Names())
+	if err != nil {
+		return err
+	}
+	names := cfg.Index.Names()
+	fmt.Fprintf(tw, "\nINDEX GENERATION\tSERVING\tPRESENT\t\n%s\t%d\t%v\t\n", cfg.Index.Prefix, layout.Current(names), layout.Generations())
+	fmt.Fprintln(tw, "\nINDEX\tSERVES AS\tHEALTH\tDOCS\tSIZE (BYTES)\t")
 	for _, i := range idx {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", i.Index, i.Health, i.Docs, i.Size)
+		serves := "-"
+		if p, ok := layout[i.Index]; ok && p.Gen == 0 {
+			serves = "itself (generation 0)"
+		} else if ok && len(p.Aliases) > 0 {
+			serves = strings.Join(p.Aliases, ",")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", i.Index, serves, i.Health, i.Docs, i.Size)
 	}
 	if len(idx) == 0 {
-		fmt.Fprintln(tw, "(none yet)\t\t\t\t")
+		fmt.Fprintln(tw, "(none yet)\t\t\t\t\t")
 	}
 	return nil
 }
