@@ -386,6 +386,9 @@ type RollupDoc struct {
 	Cores      float64   `json:"cores,omitempty"`
 	MemAvg     float64   `json:"mem_avg,omitempty"`
 	MemMax     int64     `json:"mem_max,omitempty"`
+	// StackValue is, in a service document, the part of Value in samples
+	// with a stack: what the window's trees add up to.
+	StackValue int64 `json:"stack_value,omitempty"`
 	// Partition is the Kafka partition of a service or partition tree.
 	Partition int32 `json:"partition,omitempty"`
 	// Tree is a tree document's encoded tree (tree.go); Value is its total.

@@ -111,6 +111,9 @@ func TestTreesExact(t *testing.T) {
 			if b.Total() != stackSum {
 				t.Fatalf("builder total %d, stacks %d", b.Total(), stackSum)
 			}
+			// The service document says what the hour's trees add up to.
+			docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: hour, Resolution: indices.ResolutionHour, Kind: indices.KindService,
+				Type: "cpu", Service: svc, Host: h, Value: stackSum, StackValue: stackSum}))
 			docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: hour, Resolution: indices.ResolutionHour, Kind: indices.KindTree,
 				Type: "cpu", Service: svc, Host: h, Value: b.Total(), Tree: b.Encode()}))
 			// The 11:00 hour is not settled at 12:00 (its tree may be there, a
@@ -265,7 +268,9 @@ func TestTreesFallBack(t *testing.T) {
 				Type: "cpu", Service: "checkout", Host: h, StackID: id, Value: int64(i + 1)}))
 		}
 		docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: hour, Resolution: indices.ResolutionHour, Kind: indices.KindTree,
-			Type: "cpu", Service: "checkout", Host: h, Value: b.Total(), Tree: b.Encode()}))
+			Type: "cpu", Service: "checkout", Host: h, Value: b.Total(), Tree: b.Encode()}),
+			querytest.Rollup(names, indices.RollupDoc{Timestamp: hour, Resolution: indices.ResolutionHour, Kind: indices.KindService,
+				Type: "cpu", Service: "checkout", Host: h, Value: b.Total(), StackValue: b.Total()}))
 	}
 	for _, p := range []int32{0, 5} { // partition 5: a stale one
 		docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: hour, Resolution: indices.ResolutionHour, Kind: indices.KindServiceTree,

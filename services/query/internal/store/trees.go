@@ -121,16 +121,19 @@ func (s *Store) Trees(ctx context.Context, sel Selection, use func(tree []byte) 
 	return read, true, nil
 }
 
-// treesComplete compares the total of the trees of kind with the stack
-// documents' of the same hours: equal (and not zero) when every (service,
-// host, hour) of the selection is in exactly one tree. A host's tree
-// missing (an hour written before trees, a tree not yet visible) or a
-// service tree too many (left by a rollup that ran with other partitions)
-// makes them differ.
+// treesComplete compares the total of the trees of kind with the
+// stack_value of the service documents of the same hours (the value of
+// their samples with a stack, one document per service, host and hour):
+// equal (and not zero) when every (service, host, hour) of the selection
+// is in exactly one tree. A host's tree missing (an hour written before
+// trees, whose service documents have no stack_value either, or a tree not
+// yet visible) or a service tree too many (left by a rollup that ran with
+// other partitions) makes them differ. Service documents are few (the
+// stack documents of a fleet's day are millions), so the check is cheap.
 func (s *Store) treesComplete(ctx context.Context, idx []string, sel Selection, kind string) (bool, error) {
 	filter, mustNot := sel.Selector.Clauses()
 	filter = append([]Query{
-		termsOf("kind", []string{kind, indices.KindStack}), term("type", string(sel.Type)),
+		termsOf("kind", []string{kind, indices.KindService}), term("type", string(sel.Type)),
 		term("resolution", indices.ResolutionHour), timeFilter(sel.Range),
 	}, filter...)
 	var resp struct {
@@ -145,7 +148,7 @@ func (s *Store) treesComplete(ctx context.Context, idx []string, sel Selection, 
 	}
 	req := aggsRequest(allOf(filter, mustNot), Aggs{
 		"trees":  {Filter: term("kind", kind), Aggs: Aggs{"v": sumOf("value")}},
-		"stacks": {Filter: term("kind", indices.KindStack), Aggs: Aggs{"v": sumOf("value")}},
+		"stacks": {Filter: term("kind", indices.KindService), Aggs: Aggs{"v": sumOf("stack_value")}},
 	})
 	if err := s.search(ctx, idx, req, &resp, "aggregations.trees.v", "aggregations.stacks.v"); err != nil {
 		return false, fmt.Errorf("check trees: %w", err)

@@ -142,6 +142,7 @@ type series struct {
 
 type docState struct {
 	value, self, total, samples int64
+	stackValue                  int64 // service documents: value in samples with a stack
 	// mem holds, per contributing memory profile (by offset), the summed RSS
 	// of the service's processes in it.
 	mem         map[int64]int64
@@ -368,8 +369,13 @@ func (p *Partition) fold(w *window, ws *series, name string, d *delta, offset in
 	ds.self += d.self
 	ds.total += d.total
 	ds.samples += d.samples
-	if ds.stack == nil {
+	ds.stackValue += d.stackValue
+	if ds.stack == nil && d.stack != nil && w.key.res == indices.ResolutionHour {
+		// The hour's trees need the frames; holding them keeps them past
+		// the stack cache's bound, so they are charged (once per series
+		// holding them: an upper bound, stacks are shared across hosts).
 		ds.stack = d.stack
+		p.charge(w, int64(d.stack.bytes))
 	}
 	if d.hasMem {
 		if ds.mem == nil {
@@ -405,8 +411,11 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 			continue
 		}
 		bound += seriesBytes + 3*docBytes + int64(2*len(sk.service)+len(sk.host))
-		for name := range sc.names {
+		for name, i := range sc.names {
 			bound += docBytes + memBytes + int64(len(name))
+			if st := p.deltas[i].stack; st != nil {
+				bound += int64(st.bytes)
+			}
 		}
 	}
 	bound *= int64(len(targets))
@@ -443,6 +452,9 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 				}
 				if ds == nil {
 					n += docBytes + int64(len(name))
+				}
+				if st := p.deltas[i].stack; st != nil && k.res == indices.ResolutionHour && (ds == nil || ds.stack == nil) {
+					n += int64(st.bytes)
 				}
 				if p.deltas[i].hasMem {
 					// A document not held yet has no memory slots either.
@@ -507,6 +519,7 @@ type stackInfo struct {
 	id     string
 	leaf   string
 	funcs  []string // distinct, so recursion counts a function once in total
+	bytes  int      // stackBytes(frames)
 }
 
 // maxCachedStacks and maxCachedStackBytes bound the stack cache: a stack
@@ -574,6 +587,7 @@ type delta struct {
 	mem                         int64
 	hasMem                      bool
 	stack                       *stackInfo // of a stack document
+	stackValue                  int64      // of a service document
 }
 
 // scratch is one series of a profile's sums: indices into Partition.deltas
@@ -650,6 +664,7 @@ func (p *Partition) contributions(in Input, vi int) {
 		if len(s.Location) == 0 {
 			continue
 		}
+		svc.stackValue += v
 		st := p.stack(s)
 		sd := add(stS, st.id)
 		sd.stack = st
@@ -663,7 +678,7 @@ func (p *Partition) contributions(in Input, vi int) {
 }
 
 func newStackInfo(frames []indices.Frame) *stackInfo {
-	st := &stackInfo{frames: frames, id: indices.StackID(frames)}
+	st := &stackInfo{frames: frames, id: indices.StackID(frames), bytes: stackBytes(frames)}
 	if len(frames) == 0 {
 		return st
 	}
@@ -825,7 +840,7 @@ func (p *Partition) pending(w *window, start time.Time, index string, k seriesKe
 		if ds.mem != nil {
 			d.MemAvg, d.MemMax = memStats(ds.mem)
 		} else {
-			d.Value = ds.value
+			d.Value, d.StackValue = ds.value, ds.stackValue
 			if k.typ == string(record.ProfileCPU) {
 				d.Cores = float64(ds.value) / float64(windowSize(w.key.res).Nanoseconds())
 			}

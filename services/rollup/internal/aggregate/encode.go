@@ -47,6 +47,7 @@ func (d *Pending) AppendJSON(b []byte) ([]byte, error) {
 		return b, err
 	}
 	b = appendInt(b, "mem_max", doc.MemMax)
+	b = appendInt(b, "stack_value", doc.StackValue)
 	b = appendInt(b, "partition", int64(doc.Partition))
 	if len(doc.Tree) > 0 {
 		b = append(b, `,"tree":"`...)

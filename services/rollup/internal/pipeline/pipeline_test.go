@@ -307,9 +307,11 @@ func (x expected) cpuProfile(host string, at time.Time, a, b int64) *profile.Pro
 	for _, res := range []string{indices.ResolutionMinute, indices.ResolutionHour} {
 		s := x.at(res, at, indices.KindService, "cpu", "checkout", host, "", "")
 		s.Value += a
+		s.StackValue += a
 		s.Samples += 2
 		s = x.at(res, at, indices.KindService, "cpu", "api", host, "", "")
 		s.Value += b
+		s.StackValue += b
 		s.Samples++
 		x.at(res, at, indices.KindFunction, "cpu", "checkout", host, "leaf", "").Self += a
 		for _, f := range []string{"leaf", "mid", "main"} {
