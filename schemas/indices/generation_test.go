@@ -42,3 +42,22 @@ func TestGenerationNames(t *testing.T) {
 		t.Fatal("IndexEnd of a generation 1 rollups index: not ok")
 	}
 }
+
+// FuzzGeneration: any index name the cluster lists parses without panic,
+// and a name read as a generation's index is exactly that generation's
+// physical name for the alias read.
+func FuzzGeneration(f *testing.F) {
+	for _, s := range []string{"p-stacks", "p-stacks_g1", "p-samples_g2-2026.12.01", "p-rollups_g12-2026.12", "p-samples_g-1", "p-stacks_g1-", "p-samples_g99999999999999999999-x"} {
+		f.Add(s)
+	}
+	n := Names{Prefix: "p-"}
+	f.Fuzz(func(t *testing.T, index string) {
+		gen, alias, ok := n.Generation(index)
+		if !ok {
+			return
+		}
+		if got := n.Physical(gen, alias); got != index {
+			t.Fatalf("Generation(%q) = %d, %q; Physical gives back %q", index, gen, alias, got)
+		}
+	})
+}
