@@ -1,0 +1,257 @@
+package api_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/services/query/internal/api"
+	"github.com/stackstream/stackstream/services/query/internal/querytest"
+)
+
+// benchFleet is a simulated fleet shaped like stackctl loadgen's defaults:
+// 5 services per host, 10 replicas per service (so hosts*5/10 services in
+// the catalogue), 6 Kafka partitions (stackctl init's default), 8 cores at
+// 19 Hz. Each service has 60 base stacks (a shared runtime prefix, then the
+// service's handlers, logic, a shared codec library and a leaf), and each
+// host varies 10 of them per service and hour (a host-specific leaf, as
+// loadgen's mutation does): hosts x 5 x hours x 10 distinct stacks on top
+// of the base ones.
+type benchFleet struct {
+	hosts, hours, partitions int
+}
+
+const (
+	benchBase     = 60
+	benchMutated  = 10
+	benchServices = 5
+	benchReplicas = 10
+)
+
+func (f benchFleet) services() int { return max(f.hosts*benchServices/benchReplicas, benchServices) }
+
+// hostServices are the services host h runs.
+func (f benchFleet) hostServices(h int) []int {
+	out := make([]int, benchServices)
+	for k := range out {
+		out[k] = (h/benchReplicas*benchServices + k) % f.services()
+	}
+	return out
+}
+
+// stacks calls add with every stack of service s on host h in hour hr and
+// its value (8 cores at 19 Hz: 109,440 samples per service and hour).
+func (f benchFleet) stacks(s, h, hr int, add func(path []indices.TreeFrame, v int64)) {
+	const period = 52631578
+	path := make([]indices.TreeFrame, 7)
+	base := func(b int) {
+		path[0], path[1], path[2] = indices.TreeFrame{Name: "runtime.goexit"}, indices.TreeFrame{Name: "main.main"}, indices.TreeFrame{Name: "net/http.(*conn).serve"}
+		path[3] = indices.TreeFrame{Name: fmt.Sprintf("svc%d/handler%d", s, b%6)}
+		path[4] = indices.TreeFrame{Name: fmt.Sprintf("svc%d/logic%d", s, b%20)}
+		path[5] = indices.TreeFrame{Name: fmt.Sprintf("lib/codec.f%d", b%9)}
+		path[6] = indices.TreeFrame{Name: fmt.Sprintf("svc%d/leaf%d", s, b)}
+	}
+	for b := 0; b < benchBase; b++ {
+		base(b)
+		add(path, int64(b%7+1)*260*period)
+	}
+	for m := 0; m < benchMutated; m++ {
+		b := m * 7 % benchBase
+		base(b)
+		path[6] = indices.TreeFrame{Name: fmt.Sprintf("svc%d/leaf%d+h%d.%d.%d", s, b, h, hr, m)}
+		add(path, 5*period)
+	}
+}
+
+// partitionTrees encodes the partition trees of hour hr, and what the
+// service documents of the hour say they add up to.
+func (f benchFleet) partitionTrees(hr int) ([][]byte, int64) {
+	trees := make([]indices.TreeBuilder, f.partitions)
+	var total int64
+	for h := 0; h < f.hosts; h++ {
+		for _, s := range f.hostServices(h) {
+			f.stacks(s, h, hr, func(path []indices.TreeFrame, v int64) {
+				trees[h%f.partitions].Add(path, v)
+				total += v
+			})
+		}
+	}
+	out := make([][]byte, f.partitions)
+	for p := range trees {
+		out[p] = trees[p].Encode()
+	}
+	return out, total
+}
+
+// index writes the fleet's partition trees and, with hostTrees, its host
+// trees, with the service documents that say what they add up to, for
+// the hours before hour0 + hours.
+func (f benchFleet) index(b *testing.B, names indices.Names, hour0 time.Time, hostTrees bool, write func([]querytest.Doc)) (stacks int) {
+	for hr := 0; hr < f.hours; hr++ {
+		at := hour0.Add(time.Duration(hr) * time.Hour)
+		pt, _ := f.partitionTrees(hr)
+		var docs []querytest.Doc
+		for p, tree := range pt {
+			var v int64
+			indicesTotal(tree, &v)
+			docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: at, Resolution: indices.ResolutionHour, Kind: indices.KindPartitionTree,
+				Type: "cpu", Partition: int32(p), Value: v, Tree: tree}))
+		}
+		write(docs)
+		docs = docs[:0]
+		for h := 0; h < f.hosts; h++ {
+			for _, s := range f.hostServices(h) {
+				var tb indices.TreeBuilder
+				f.stacks(s, h, hr, func(path []indices.TreeFrame, v int64) { tb.Add(path, v) })
+				svc, host := fmt.Sprintf("svc%d", s), fmt.Sprintf("host-%d", h)
+				docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: at, Resolution: indices.ResolutionHour, Kind: indices.KindService,
+					Type: "cpu", Service: svc, Host: host, Value: tb.Total(), StackValue: tb.Total()}))
+				if hostTrees {
+					docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: at, Resolution: indices.ResolutionHour, Kind: indices.KindTree,
+						Type: "cpu", Service: svc, Host: host, Value: tb.Total(), Tree: tb.Encode()}))
+				}
+				stacks += benchMutated
+			}
+		}
+		write(docs)
+	}
+	return stacks + f.services()*benchBase
+}
+
+// indicesTotal reads an encoded tree's total.
+func indicesTotal(tree []byte, v *int64) {
+	_, *v, _ = indices.DecodeTree(tree, indices.TreeLimits{}, nopVisitor{})
+}
+
+type nopVisitor struct{}
+
+func (nopVisitor) Frames([]indices.TreeFrame)    {}
+func (nopVisitor) Node(int, int32, int64, int64) {}
+
+// BenchmarkFlameTrees: the flame graph of a fleet's whole settled hours
+// through the API and OpenSearch (partition trees scrolled, decoded and
+// merged, max_nodes 5000), the issue's two sizes; p50-ms and p99-ms are
+// over the b.N requests. Indexing the fleet is outside the timer.
+func BenchmarkFlameTrees(b *testing.B) {
+	for _, c := range []struct {
+		name      string
+		fleet     benchFleet
+		query     func(f benchFleet) string
+		hostTrees bool
+	}{
+		{"1h_x_100_hosts_fleet", benchFleet{hosts: 100, hours: 1, partitions: 6}, func(benchFleet) string { return "" }, false},
+		{"1h_x_100_hosts_listed", benchFleet{hosts: 100, hours: 1, partitions: 6}, listHosts, true},
+		{"24h_x_1000_hosts_fleet", benchFleet{hosts: 1000, hours: 24, partitions: 6}, func(benchFleet) string { return "" }, false},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			if c.fleet.hosts > 100 && os.Getenv("STACKSTREAM_BENCH_FLEET_DAY") == "" {
+				// 201 MB of trees to generate and index: minutes of both cores.
+				b.Skip("set STACKSTREAM_BENCH_FLEET_DAY=1 to index a fleet's day")
+			}
+			cl, names := querytest.Setup(b)
+			now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+			from := now.Add(-time.Duration(c.fleet.hours+1) * time.Hour)
+			start := time.Now()
+			stacks := c.fleet.index(b, names, from, c.hostTrees, func(docs []querytest.Doc) {
+				// Tree documents are large: bulk them a few at a time.
+				for len(docs) > 0 {
+					n := min(len(docs), 20)
+					if err := querytest.Bulk(b.Context(), cl, docs[:n]); err != nil {
+						b.Fatal(err)
+					}
+					docs = docs[n:]
+				}
+			})
+			if err := querytest.Refresh(b.Context(), cl, names); err != nil {
+				b.Fatal(err)
+			}
+			b.Logf("%d hosts x %d h: %d distinct stacks, indexed in %s", c.fleet.hosts, c.fleet.hours, stacks, time.Since(start).Round(time.Second))
+			base := serve(b, cl, names, api.Options{})
+			params := url.Values{"from": {from.Format(time.RFC3339)}, "to": {from.Add(time.Duration(c.fleet.hours) * time.Hour).Format(time.RFC3339)}}
+			if q := c.query(c.fleet); q != "" {
+				params.Set("query", q)
+			}
+			var f api.FlamegraphResponse
+			getB(b, base, params, &f)
+			b.Logf("source %s, total %d, %d nodes folded", f.Source, f.Total, f.Folded)
+			times := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				getB(b, base, params, nil)
+				times = append(times, time.Since(t0))
+			}
+			b.StopTimer()
+			slices.Sort(times)
+			b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(times[(len(times)*99)/100].Microseconds())/1000, "p99-ms")
+		})
+	}
+}
+
+// listHosts selects every host by name, so host trees answer.
+func listHosts(f benchFleet) string {
+	q := `{host=~"`
+	for h := 0; h < f.hosts; h++ {
+		if h > 0 {
+			q += "|"
+		}
+		q += fmt.Sprintf("host-%d", h)
+	}
+	return q + `"}`
+}
+
+func getB(b *testing.B, base string, params url.Values, out *api.FlamegraphResponse) {
+	b.Helper()
+	resp, err := http.Get(base + "/api/v1/flamegraph?" + params.Encode())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(resp.Body)
+		b.Fatalf("HTTP %d: %s", resp.StatusCode, body)
+	}
+	if out != nil {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			b.Fatal(err)
+		}
+		return
+	}
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkMergeTrees: decoding and merging the partition trees of a
+// fleet's day in memory (no OpenSearch), then folding to max_nodes 5000:
+// the query service's own share of BenchmarkFlameTrees.
+func BenchmarkMergeTrees(b *testing.B) {
+	for _, f := range []benchFleet{{hosts: 100, hours: 1, partitions: 6}, {hosts: 1000, hours: 24, partitions: 6}} {
+		b.Run(fmt.Sprintf("%dh_x_%d_hosts", f.hours, f.hosts), func(b *testing.B) {
+			var trees [][]byte
+			var size int
+			for hr := 0; hr < f.hours; hr++ {
+				pt, _ := f.partitionTrees(hr)
+				for _, t := range pt {
+					size += len(t)
+				}
+				trees = append(trees, pt...)
+			}
+			b.Logf("%d trees, %d MB encoded", len(trees), size>>20)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := api.MergeForBench(trees, 5000); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
