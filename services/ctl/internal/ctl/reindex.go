@@ -106,6 +106,18 @@ func Reindex(ctx context.Context, cfg Config, adm *kadm.Client, osc *opensearcha
 		return sum, errors.New("reindex: no group to refill: give --indexer-group or --rollup-group")
 	}
 
+	// A live group without offsets is most likely a wrong name: its
+	// temporary twin could not be compared with it before the swap.
+	for _, c := range consumers {
+		live, err := replay.Positions(ctx, adm, c.live, topic)
+		if err != nil {
+			return sum, fmt.Errorf("reindex: %w", err)
+		}
+		if len(live) == 0 {
+			return sum, fmt.Errorf("reindex: the live %s group %q has no committed offsets on %s: give its name with --%s-group (STACKSTREAM_%s_GROUP of the live %s), or \"\" to leave its indices as they are", c.service, c.live, topic, c.service, strings.ToUpper(c.service), c.service)
+		}
+	}
+
 	// Each temporary group starts at From, unless a resumed one has
 	// committed offsets already.
 	from := opts.From

@@ -361,6 +361,16 @@ func TestReindex(t *testing.T) {
 	}()
 	rd.produced.Store(produced.Load())
 
+	reindexIn := func(ctx context.Context, opts ReindexOptions) (ReindexSummary, string, error) {
+		if opts.IndexerGroup == "" {
+			opts.IndexerGroup = live["indexer"]
+		}
+		opts.RollupGroup, opts.Run, opts.Starter, opts.Interval = live["rollup"], true, start, 500*time.Millisecond
+		var out bytes.Buffer
+		sum, err := Reindex(ctx, e.cfg, e.adm, e.osc, opts, &out)
+		t.Logf("stackctl reindex:\n%s", out.String())
+		return sum, out.String(), err
+	}
 	reindex := func(deleteOld bool) (ReindexSummary, string, error) {
 		var out bytes.Buffer
 		sum, err := Reindex(ctx, e.cfg, e.adm, e.osc, ReindexOptions{
@@ -371,6 +381,11 @@ func TestReindex(t *testing.T) {
 		return sum, out.String(), err
 	}
 
+	// A live group that does not exist is refused: the temporary one could
+	// not be compared with it.
+	if _, _, err := reindexIn(ctx, ReindexOptions{IndexerGroup: "no-such-group", DeleteOld: true}); err == nil || !strings.Contains(err.Error(), "--indexer-group") {
+		t.Fatalf("a reindex naming a missing live group: %v", err)
+	}
 	// Generation 0 is replaced only with --delete-old.
 	if _, _, err := reindex(false); err == nil || !strings.Contains(err.Error(), "--delete-old") {
 		t.Fatalf("a migration without --delete-old: %v", err)
@@ -429,9 +444,22 @@ func TestReindex(t *testing.T) {
 	}
 
 	// Without a producer, a third generation holds exactly what the second
-	// does, rollups included.
+	// does, rollups included; the first attempt is interrupted (its
+	// temporary consumers stopped with it) and the second resumes it.
 	before := got
-	sum, _, err = reindex(true)
+	short, stopShort := context.WithTimeout(ctx, 1500*time.Millisecond)
+	_, _, err = reindexIn(short, ReindexOptions{DeleteOld: true})
+	stopShort()
+	if err == nil {
+		t.Fatal("an interrupted reindex returned no error")
+	}
+	if g := e.serving(t); g != before {
+		t.Fatalf("an interrupted reindex changed what the names serve: %v, was %v", g, before)
+	}
+	sum, out, err = reindex(true)
+	if err == nil && !strings.Contains(out, "resuming") {
+		t.Fatalf("the second attempt did not resume generation 3:\n%s", out)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
