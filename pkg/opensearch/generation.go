@@ -242,6 +242,19 @@ func DeleteUnserved(ctx context.Context, cl *opensearchapi.Client, names indices
 	return deleted, kept, nil
 }
 
+// CreateIndex creates index from its template; one that exists already is
+// no error.
+func CreateIndex(ctx context.Context, cl *opensearchapi.Client, index string) error {
+	status, body, err := Raw(ctx, cl, http.MethodPut, "/"+url.PathEscape(index), nil)
+	if err != nil {
+		return fmt.Errorf("create index %s: %w", index, err)
+	}
+	if status != http.StatusOK && !isExists(body) {
+		return fmt.Errorf("create index %s: HTTP %d: %s", index, status, truncate(body, 300))
+	}
+	return nil
+}
+
 // isExists is true for the errors OpenSearch answers when an index or alias
 // of that name exists already.
 func isExists(body []byte) bool {

@@ -270,13 +270,12 @@ func Reindex(ctx context.Context, cfg Config, adm *kadm.Client, osc *opensearcha
 		return sum, fmt.Errorf("reindex: %w", cause(ctx, ctx.Err()))
 	case <-time.After(2 * time.Second):
 	}
-	if late, err := opensearch.ReadLayout(ctx, osc, names); err == nil {
-		if s := opensearch.PlanSwap(late, names, sum.To); len(s.Actions) > 0 {
-			if err := s.Apply(ctx, osc); err != nil {
-				return sum, fmt.Errorf("reindex: move names created during the swap: %w", err)
-			}
-			fmt.Fprintf(out, "moved %d names a live writer created during the swap\n", len(s.Actions))
-		}
+	moved, err := moveLateNames(ctx, osc, names, l, sum.To)
+	if err != nil {
+		return sum, fmt.Errorf("reindex: move names created during the swap: %w", err)
+	}
+	if len(moved) > 0 {
+		fmt.Fprintf(out, "moved %d names a live writer created during the swap: %s\n", len(moved), strings.Join(moved, ", "))
 	}
 
 	// What the live indexer had stored before the swap and the temporary
@@ -335,6 +334,42 @@ func Reindex(ctx context.Context, cfg Config, adm *kadm.Client, osc *opensearcha
 	fmt.Fprintf(out, "summary: generation %d -> %d in %s; %d records indexed again; documents at the swap (stacks, samples, rollups): generation %d %v, generation %d %v\n",
 		sum.From, sum.To, sum.Elapsed.Round(time.Second), sum.Processed, sum.From, old, sum.To, now)
 	return sum, nil
+}
+
+// moveLateNames points to generation to the names that resolve to another
+// generation now but did not exist in before, the layout the swap was
+// planned on: a live writer created them meanwhile. Generation to gets an
+// index for each (the temporary indexer, still running, fills it), then
+// one _aliases request moves them. Names that existed before and have no
+// index in generation to stay where they are (the swap's "kept").
+func moveLateNames(ctx context.Context, osc *opensearchapi.Client, names indices.Names, before opensearch.Layout, to int) ([]string, error) {
+	late, err := opensearch.ReadLayout(ctx, osc, names)
+	if err != nil {
+		return nil, err
+	}
+	var created []string
+	for _, p := range late {
+		if p.Gen == to {
+			continue
+		}
+		for _, name := range p.Aliases {
+			if _, existed := before.Serving(name); existed {
+				continue
+			}
+			if err := opensearch.CreateIndex(ctx, osc, names.Physical(to, name)); err != nil {
+				return nil, err
+			}
+			created = append(created, name)
+		}
+	}
+	if late, err = opensearch.ReadLayout(ctx, osc, names); err != nil {
+		return nil, err
+	}
+	s := opensearch.PlanSwap(late, names, to)
+	if err := s.Apply(ctx, osc); err != nil {
+		return nil, err
+	}
+	return append(s.Moved, s.Added...), nil
 }
 
 // cause is the reason ctx ended (a temporary consumer that exited), or err.
