@@ -410,7 +410,7 @@ type IndexConfig struct {
 	Shards          int    `envconfig:"SHARDS" default:"1" desc:"primary shards per index"`
 	Replicas        int    `envconfig:"REPLICAS" default:"0" desc:"replicas per index"`
 	RefreshInterval string `envconfig:"REFRESH_INTERVAL" default:"5s" desc:"index refresh interval"`
-	Generation      int    `envconfig:"GENERATION" default:"0" desc:"0 writes through the serving index names; N >= 1 writes into index generation N only (the temporary consumers of stackctl reindex)"`
+	Generation      int    `envconfig:"GENERATION" default:"0" desc:"indexer and rollup: 0 writes through the serving index names; N >= 1 writes into index generation N only (the temporary consumers of stackctl reindex); readers always read the serving names"`
 }
 
 // Validate checks values that parse but cannot work.
