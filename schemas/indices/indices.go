@@ -257,9 +257,12 @@ func (f Frame) FrameKind() string {
 type StackDoc struct {
 	Timestamp time.Time `json:"@timestamp"`
 	Frames    []Frame   `json:"frames"`
-	Functions []string  `json:"functions"`
-	Leaf      string    `json:"leaf"`
-	Depth     int       `json:"depth"`
+	// Functions, Leaf and Depth are mapped, but no reader uses them: the
+	// indexer leaves them out (their postings and doc values cost bytes on
+	// every stack); stacks written before have them.
+	Functions []string `json:"functions,omitempty"`
+	Leaf      string   `json:"leaf,omitempty"`
+	Depth     int      `json:"depth,omitempty"`
 	// Kinds are the distinct kinds of the frames, native included, sorted
 	// (schema 2): the keyword that finds the stacks holding Python frames.
 	Kinds []string `json:"kinds,omitempty"`

@@ -41,17 +41,12 @@ func (s Stack) Doc() ([]byte, error) {
 	return doc, nil
 }
 
+// stackDoc is the document of a stack: its frames and what the stacks'
+// retention and the kinds search read. The functions, leaf and depth
+// fields of the mapping are left out: nothing reads them, and their
+// postings and doc values cost bytes on every stack of a fleet.
 func stackDoc(frames []indices.Frame, at time.Time) indices.StackDoc {
-	seen := make(map[string]bool, len(frames))
-	fns := make([]string, 0, len(frames))
-	for _, f := range frames {
-		if !seen[f.Function] {
-			seen[f.Function] = true
-			fns = append(fns, f.Function)
-		}
-	}
-	return indices.StackDoc{Timestamp: at, Frames: frames, Functions: fns, Leaf: frames[0].Function, Depth: len(frames), Kinds: indices.StackKinds(frames),
-		LastSeen: indices.DayOf(at)}
+	return indices.StackDoc{Timestamp: at, Frames: frames, Kinds: indices.StackKinds(frames), LastSeen: indices.DayOf(at)}
 }
 
 // Sample is one samples-index document: the samples of a profile with the
