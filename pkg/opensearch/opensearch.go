@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -422,6 +423,22 @@ func (c IndexConfig) Validate() error {
 		return fmt.Errorf("STACKSTREAM_OPENSEARCH_INDEX_REPLICAS=%d must be 0 or more", c.Replicas)
 	case c.Generation < 0:
 		return fmt.Errorf("STACKSTREAM_OPENSEARCH_INDEX_GENERATION=%d must be 0 (follow the serving generation) or a generation number", c.Generation)
+	}
+	return nil
+}
+
+// ReindexGroup is the temporary consumer group that fills generation gen
+// in place of the live group live (stackctl reindex).
+func ReindexGroup(live string, gen int) string { return live + ".reindex-g" + strconv.Itoa(gen) }
+
+// CheckGroup refuses a consumer group (read from groupVar) that cannot go
+// with Generation: a process pinned to a generation must use the temporary
+// group stackctl reindex named, or it would take partitions from the live
+// consumers and write their records where no reader looks.
+func (c IndexConfig) CheckGroup(groupVar, group string) error {
+	if c.Generation > 0 && !strings.HasSuffix(group, ReindexGroup("", c.Generation)) {
+		return fmt.Errorf("STACKSTREAM_OPENSEARCH_INDEX_GENERATION=%d needs the temporary group stackctl reindex prints (ending in %s), but %s=%s: set it, or the process takes partitions from that group's live consumers",
+			c.Generation, ReindexGroup("", c.Generation), groupVar, group)
 	}
 	return nil
 }

@@ -98,7 +98,7 @@ func Reindex(ctx context.Context, cfg Config, adm *kadm.Client, osc *opensearcha
 			fmt.Fprintf(out, "the %s is not refilled: its indices stay on their generation\n", c.service)
 			continue
 		}
-		c.group = c.live + ".reindex-g" + strconv.Itoa(sum.To)
+		c.group = opensearch.ReindexGroup(c.live, sum.To)
 		consumers = append(consumers, c)
 		sum.Groups = append(sum.Groups, c.group)
 	}

@@ -22,6 +22,10 @@ func TestConfigNamesBadVariable(t *testing.T) {
 		{"STACKSTREAM_OPENSEARCH_INDEX_SHARDS", "0"},
 		{"STACKSTREAM_INDEXER_BATCH_BYTES", "10"},
 		{"STACKSTREAM_INDEXER_WORKERS", "x"},
+		{"STACKSTREAM_INDEXER_MAX_IN_FLIGHT", "0"},
+		{"STACKSTREAM_INDEXER_MAX_IN_FLIGHT", "65"},
+		{"STACKSTREAM_INDEXER_IN_FLIGHT_BYTES", "1024"},
+		{"STACKSTREAM_OPENSEARCH_INDEX_GENERATION", "2"}, // with the live group
 	}
 	for _, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {

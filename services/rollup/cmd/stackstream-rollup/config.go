@@ -44,6 +44,9 @@ func (c Config) Validate() error {
 	if err := config.ValidateAll(c.Base, c.Connection, c.Storage); err != nil {
 		return err
 	}
+	if err := c.Index.CheckGroup("STACKSTREAM_ROLLUP_GROUP", c.Rollup.Group); err != nil {
+		return err
+	}
 	s := c.Rollup
 	switch {
 	case strings.TrimSpace(s.Group) == "":

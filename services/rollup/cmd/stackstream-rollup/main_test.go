@@ -27,6 +27,7 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		{"negative minute retention", "STACKSTREAM_ROLLUP_MINUTE_RETENTION_DAYS", "-1", "STACKSTREAM_ROLLUP_MINUTE_RETENTION_DAYS=-1"},
 		{"minutes outlive hours", "STACKSTREAM_ROLLUP_MINUTE_RETENTION_DAYS", "120", "STACKSTREAM_ROLLUP_MINUTE_RETENTION_DAYS=120 is longer than STACKSTREAM_ROLLUP_HOURLY_RETENTION_DAYS=90"},
 		{"zero lifecycle interval", "STACKSTREAM_ROLLUP_LIFECYCLE_INTERVAL", "0s", "STACKSTREAM_ROLLUP_LIFECYCLE_INTERVAL=0s must be positive"},
+		{"generation with the live group", "STACKSTREAM_OPENSEARCH_INDEX_GENERATION", "2", "STACKSTREAM_ROLLUP_GROUP=stackstream-rollup"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
