@@ -9,7 +9,11 @@
 //	   bounded;
 //	C  end-to-end latency, agent flush -> visible in the query API, from a
 //	   probe host publishing marked profiles during every step;
-//	D  rollup CPU total == produced CPU total once everything is stored.
+//	D  rollup CPU total == produced CPU total once everything is stored;
+//	F  a soak (-soak), before E: RSS of every process and lag over time,
+//	   totals exact;
+//	E  horizontal scaling: 1, 2, 3 instances of every consumer, one of each
+//	   killed and restarted mid-round, totals exact, CPU per profile.
 //
 // bench/run.sh runs it for make bench; go run ./bench -h lists the flags.
 package main
@@ -59,6 +63,12 @@ type options struct {
 	keep             bool
 	refresh          string
 	rollupStateBytes int64
+	scale            []int
+	scaleHosts       int
+	scaleDuration    time.Duration
+	scaleSpeed       float64
+	soak             time.Duration
+	soakHosts        int
 }
 
 func main() {
@@ -77,23 +87,48 @@ func main() {
 	flag.StringVar(&o.refresh, "refresh", "5s", "STACKSTREAM_OPENSEARCH_INDEX_REFRESH_INTERVAL of the bench's indices")
 	flag.BoolVar(&o.keep, "keep", false, "keep the topics, indices and templates")
 	flag.Int64Var(&o.rollupStateBytes, "rollup-state-bytes", 0, "STACKSTREAM_ROLLUP_MAX_STATE_BYTES of the rollup; 0 keeps its default")
+	var scale string
+	flag.StringVar(&scale, "scale", "1,2,3", "E: instances of every consumer in each horizontal-scaling round, growing; empty skips part E")
+	flag.IntVar(&o.scaleHosts, "scale-hosts", 150, "E: hosts of each round's fleet")
+	flag.DurationVar(&o.scaleDuration, "scale-duration", 3*time.Minute, "E: simulated time of each round's fleet")
+	flag.Float64Var(&o.scaleSpeed, "scale-speed", 4, "E: catch-up speed of each round's fleet")
+	flag.DurationVar(&o.soak, "soak", 0, "F: length of the soak at speed 1 (the issue's is 30m); 0 skips part F")
+	flag.IntVar(&o.soakHosts, "soak-hosts", 0, "F: hosts of the soak; 0 takes the largest fleet part B found bounded")
 	flag.Parse()
-	for _, s := range strings.Split(steps, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 || n > loadgen.MaxHosts {
-			fmt.Fprintf(os.Stderr, "bench: -steps: %q is not a host count in 1..%d\n", s, loadgen.MaxHosts)
-			os.Exit(2)
-		}
-		o.steps = append(o.steps, n)
+	var err error
+	if o.scale, err = hostCounts(scale, 8); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -scale:", err)
+		os.Exit(2)
+	}
+	if o.steps, err = hostCounts(steps, loadgen.MaxHosts); err != nil || len(o.steps) == 0 {
+		fmt.Fprintln(os.Stderr, "bench: -steps: at least one host count:", err)
+		os.Exit(2)
 	}
 	o.bin = filepath.Join(o.repo, "bin")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, o)
+	err = run(ctx, o)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+// hostCounts parses a comma-separated list of counts in 1..limit; an
+// empty list is nil.
+func hostCounts(list string, limit int) ([]int, error) {
+	var out []int
+	for _, s := range strings.Split(list, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > limit {
+			return nil, fmt.Errorf("%q is not a count in 1..%d", s, limit)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // bench holds the run's names and handles.
@@ -105,11 +140,14 @@ type bench struct {
 	cl       *kgo.Client
 	adm      *kadm.Client
 	corpus   *loadgen.Corpus
-	procs    map[string]*exec.Cmd
-	groups   map[string]string // service -> consumer group
-	produced atomic.Int64      // CPU nanoseconds acknowledged by the broker
+	mu       sync.Mutex
+	procs    map[string]*exec.Cmd // by instance name (instanceName)
+	deadCPU  map[string]float64   // CPU seconds of killed instances, by service
+	groups   map[string]string    // service -> consumer group
+	produced atomic.Int64         // CPU nanoseconds acknowledged by the broker
 	logDir   string
 	parts    int64 // partitions of profiles.symbolized
+	best     int   // largest fleet part B found bounded
 }
 
 // listenAddrs of the services started here: not the defaults, so a
@@ -124,7 +162,7 @@ var listenAddrs = map[string]string{
 var consumers = []string{"stackstream-symbolizer", "stackstream-indexer", "stackstream-rollup"}
 
 func run(ctx context.Context, o options) error {
-	b := &bench{o: o, id: fmt.Sprintf("b15-%d", time.Now().Unix()), procs: map[string]*exec.Cmd{}, groups: map[string]string{}}
+	b := &bench{o: o, id: fmt.Sprintf("b15-%d", time.Now().Unix()), procs: map[string]*exec.Cmd{}, deadCPU: map[string]float64{}, groups: map[string]string{}}
 	b.topics = record.TopicsFor(b.id + ".")
 	b.logDir = filepath.Join(os.TempDir(), b.id)
 	if err := os.MkdirAll(b.logDir, 0o755); err != nil {
@@ -137,7 +175,6 @@ func run(ctx context.Context, o options) error {
 		"STACKSTREAM_OPENSEARCH_INDEX_PREFIX="+b.id+"-",
 		"STACKSTREAM_OPENSEARCH_INDEX_REFRESH_INTERVAL="+o.refresh,
 		"STACKSTREAM_SYMBOLIZER_GROUP="+b.id+"-symbolizer",
-		"STACKSTREAM_SYMBOLIZER_TRANSACTIONAL_ID="+b.id+"-symbolizer",
 		"STACKSTREAM_INDEXER_GROUP="+b.id+"-indexer",
 		"STACKSTREAM_ROLLUP_GROUP="+b.id+"-rollup",
 		"STACKSTREAM_QUERY_LISTEN_ADDR=127.0.0.1:18915",
@@ -194,7 +231,20 @@ func run(ctx context.Context, o options) error {
 	if err := b.search(ctx); err != nil {
 		return err
 	}
-	return b.exactness(ctx)
+	if err := b.exactness(ctx); err != nil {
+		return err
+	}
+	// The soak runs before part E so that it has one instance of each
+	// consumer, as part B had.
+	if o.soak > 0 {
+		if err := b.soak(ctx); err != nil {
+			return err
+		}
+	}
+	if len(o.scale) > 0 {
+		return b.scaling(ctx)
+	}
+	return nil
 }
 
 // calibrate is part A: a fleet published at catch-up speed, drained; CPU
@@ -204,8 +254,7 @@ func (b *bench) calibrate(ctx context.Context) error {
 	cfg := loadgen.DefaultConfig()
 	cfg.Hosts, cfg.Duration, cfg.Speed = o.calHosts, o.calDuration, o.calSpeed
 	cfg.HostPrefix = b.id + "-cal-"
-	pids := b.pids()
-	before := cpuOf(pids)
+	before := b.serviceCPU(b.pids())
 	self0 := selfCPU()
 	wall := time.Now()
 	sum, err := b.loadgen(ctx, cfg)
@@ -219,7 +268,7 @@ func (b *bench) calibrate(ctx context.Context) error {
 	// The rollup writes a partition's windows once no record came for its
 	// idle flush (1 min): wait for it, so its writes are counted.
 	sleep(ctx, 70*time.Second)
-	after := cpuOf(pids)
+	after := b.serviceCPU(b.pids())
 	span := time.Since(wall)
 	n := float64(sum.Profiles) // host intervals: one CPU and one memory profile each
 	fmt.Printf("\n## A. CPU per profile: %d hosts x %v simulated at speed %g (%d host intervals of 1 CPU + 1 memory profile, %d raw samples each, %d distinct stacks, %d binaries), measured over %v until drained + 70 s\n",
@@ -255,8 +304,7 @@ func (b *bench) search(ctx context.Context) error {
 		cfg.Hosts, cfg.Duration, cfg.Speed = hosts, o.step, 1
 		cfg.HostPrefix = fmt.Sprintf("%s-s%d-", b.id, si)
 		cfg.Seed = int64(100 + si)
-		pids := b.pids()
-		before := cpuOf(pids)
+		before := b.serviceCPU(b.pids())
 		dlq0 := b.dlqCount()
 		t0 := time.Now()
 		stepCtx, stepDone := context.WithCancel(ctx)
@@ -274,7 +322,7 @@ func (b *bench) search(ctx context.Context) error {
 			return err
 		}
 		elapsed := time.Since(t0)
-		after := cpuOf(pids)
+		after := b.serviceCPU(b.pids())
 		dlq := b.dlqCount() - dlq0
 		bound := int64(2*hosts) + 50 // one interval of the fleet's records, and the probes'
 		var maxLag [3]int64
@@ -312,6 +360,7 @@ func (b *bench) search(ctx context.Context) error {
 		best = hosts
 	}
 	fmt.Printf("largest fleet with lag bounded: %d hosts (of the steps tried)\n", best)
+	b.best = best
 	return nil
 }
 
@@ -326,7 +375,7 @@ func (b *bench) exactness(ctx context.Context) error {
 	var got int64
 	for {
 		var err error
-		got, err = b.rollupCPU(ctx)
+		got, err = b.rollupCPU(ctx, b.id+"-")
 		if err != nil {
 			return err
 		}
@@ -338,8 +387,10 @@ func (b *bench) exactness(ctx context.Context) error {
 	want := b.produced.Load()
 	// What went to the DLQ instead of a rollup or a samples document.
 	for _, name := range []string{"stackstream-rollup", "stackstream-indexer", "stackstream-symbolizer"} {
-		for _, l := range metricLines("http://"+listenAddrs[name]+"/metrics", "_dlq_total", "records_total{outcome=\"dlq\"}", "panics_total") {
-			fmt.Printf("  %s: %s\n", name, l)
+		for _, inst := range b.instances(name) {
+			for _, l := range metricLines("http://"+addrOf(inst)+"/metrics", "_dlq_total", "records_total{outcome=\"dlq\"}", "panics_total") {
+				fmt.Printf("  %s: %s\n", inst, l)
+			}
 		}
 	}
 	fmt.Printf("produced cpu_nanoseconds_total=%d, rollup (kind=service, 1m) sum=%d, difference %d: exact=%v\n", want, got, got-want, got == want)
@@ -411,20 +462,38 @@ func (b *bench) lags(ctx context.Context) ([3]int64, error) {
 			}
 		}
 	}
-	out[2], err = metricSum("http://"+listenAddrs["stackstream-rollup"]+"/metrics", "stackstream_rollup_lag_records")
-	return out, err
+	for _, inst := range b.instances("stackstream-rollup") {
+		n, err := metricSum("http://"+addrOf(inst)+"/metrics", "stackstream_rollup_lag_records")
+		if err != nil {
+			return out, err
+		}
+		out[2] += n
+	}
+	return out, nil
 }
 
 // waitDrained waits until the symbolizer and indexer groups have no lag and
 // the rollup has read everything.
 func (b *bench) waitDrained(ctx context.Context, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
+	var last [3]int64
+	still := 0
 	for {
 		l, err := b.lags(ctx)
 		// A read-committed consumer of the symbolizer's transactional
-		// output stops one short of the high watermark on a partition
-		// whose last offset is a transaction marker.
-		if err == nil && l[0] == 0 && l[1] <= b.parts && l[2] <= b.parts {
+		// output stops short of the high watermark on a partition whose
+		// last offsets are transaction markers, or records of a
+		// transaction a killed symbolizer left to be aborted: up to one
+		// offset per partition, more after a kill. So a small lag that
+		// stays the same for 10 s also counts; the totals check the rest.
+		if err == nil && l == last {
+			still++
+		} else {
+			still = 0
+		}
+		last = l
+		small := l[0] == 0 && l[1] <= 4*b.parts && l[2] <= 4*b.parts
+		if err == nil && small && (l[1] <= b.parts && l[2] <= b.parts || still >= 5) {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -556,21 +625,37 @@ func (p *probeSet) wait(limit time.Duration) latencies {
 func (b *bench) dlqCount() int64 {
 	var n int64
 	for _, svc := range []string{"symbolizer", "indexer", "rollup"} {
-		v, _ := metricSum("http://"+listenAddrs["stackstream-"+svc]+"/metrics", "stackstream_"+svc+"_dlq_total")
-		n += v
+		for _, inst := range b.instances("stackstream-" + svc) {
+			v, _ := metricSum("http://"+addrOf(inst)+"/metrics", "stackstream_"+svc+"_dlq_total")
+			n += v
+		}
 	}
 	return n
 }
 
-// rollupCPU sums the per-minute service rollups of every host of the run,
-// per host (each sum stays exact in a double) and then here.
-func (b *bench) rollupCPU(ctx context.Context) (int64, error) {
-	body := fmt.Sprintf(`{"size":0,"query":{"bool":{"filter":[{"term":{"kind":"service"}},{"term":{"type":"cpu"}},{"term":{"resolution":"1m"}},{"prefix":{"host":%q}}]}},
-"aggs":{"h":{"terms":{"field":"host","size":65000},"aggs":{"v":{"sum":{"field":"value"}}}}}}`, b.id+"-")
-	if _, err := http.Post(b.o.osURL+"/"+b.id+"-rollups-*/_refresh", "application/json", nil); err != nil {
+// rollupCPU sums the per-minute service rollups of the hosts whose names
+// start with prefix.
+func (b *bench) rollupCPU(ctx context.Context, prefix string) (int64, error) {
+	return b.cpuTotal(ctx, "rollups", `{"term":{"kind":"service"}},{"term":{"resolution":"1m"}},`, prefix)
+}
+
+// samplesCPU sums the samples documents' values of those hosts.
+func (b *bench) samplesCPU(ctx context.Context, prefix string) (int64, error) {
+	return b.cpuTotal(ctx, "samples", "", prefix)
+}
+
+// cpuTotal sums the CPU values of an index kind's documents matching
+// filters (a JSON list prefix, each element followed by a comma) for the
+// hosts starting with prefix: per host (each sum stays exact in a double)
+// and then here.
+func (b *bench) cpuTotal(ctx context.Context, kind, filters, prefix string) (int64, error) {
+	body := fmt.Sprintf(`{"size":0,"query":{"bool":{"filter":[%s{"term":{"type":"cpu"}},{"prefix":{"host":%q}}]}},
+"aggs":{"h":{"terms":{"field":"host","size":65000},"aggs":{"v":{"sum":{"field":"value"}}}}}}`, filters, prefix)
+	pattern := b.o.osURL + "/" + b.id + "-" + kind + "-*"
+	if _, err := http.Post(pattern+"/_refresh", "application/json", nil); err != nil {
 		return 0, err
 	}
-	resp, err := http.Post(b.o.osURL+"/"+b.id+"-rollups-*/_search", "application/json", strings.NewReader(body))
+	resp, err := http.Post(pattern+"/_search", "application/json", strings.NewReader(body))
 	if err != nil {
 		return 0, err
 	}
@@ -588,10 +673,10 @@ func (b *bench) rollupCPU(ctx context.Context) (int64, error) {
 		} `json:"aggregations"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		return 0, fmt.Errorf("rollup total: %w", err)
+		return 0, fmt.Errorf("%s total: %w", kind, err)
 	}
 	if r.Aggregations.H.Other != 0 {
-		return 0, fmt.Errorf("rollup total: more hosts than one terms aggregation holds")
+		return 0, fmt.Errorf("%s total: more hosts than one terms aggregation holds", kind)
 	}
 	var total int64
 	for _, bk := range r.Aggregations.H.Buckets {
@@ -636,53 +721,8 @@ func (b *bench) command(name string, args ...string) ([]byte, error) {
 	return cmd.CombinedOutput()
 }
 
-func (b *bench) start(name string) error {
-	log, err := os.Create(filepath.Join(b.logDir, name+".log"))
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(filepath.Join(b.o.bin, name))
-	cmd.Env = append(b.env, "STACKSTREAM_LISTEN_ADDR="+listenAddrs[name])
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w (run make build)", name, err)
-	}
-	b.procs[name] = cmd
-	return nil
-}
-
-func (b *bench) waitReady(ctx context.Context) error {
-	for name, addr := range listenAddrs {
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			resp, err := http.Get("http://" + addr + "/readyz")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					break
-				}
-			}
-			if time.Now().After(deadline) || ctx.Err() != nil {
-				return fmt.Errorf("%s not ready on %s after 60 s (log: %s/%s.log)", name, addr, b.logDir, name)
-			}
-			time.Sleep(500 * time.Millisecond)
-		}
-	}
-	return nil
-}
-
 func (b *bench) cleanup() {
-	for name, cmd := range b.procs {
-		cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(40 * time.Second):
-			fmt.Fprintf(os.Stderr, "bench: %s did not stop in 40 s; killed\n", name)
-			cmd.Process.Kill()
-		}
-	}
+	b.stopAll()
 	if b.o.keep {
 		return
 	}
@@ -695,25 +735,6 @@ func (b *bench) cleanup() {
 			resp.Body.Close()
 		}
 	}
-}
-
-// pids are the processes measured: the consumers started here, and Kafka
-// and OpenSearch from their make up pid files.
-func (b *bench) pids() map[string]int {
-	out := map[string]int{}
-	for _, name := range consumers {
-		if c := b.procs[name]; c != nil {
-			out[name] = c.Process.Pid
-		}
-	}
-	for name, f := range map[string]string{"kafka": ".run/kafka/kafka.pid", "opensearch": ".run/opensearch/opensearch.pid"} {
-		if s, err := os.ReadFile(filepath.Join(b.o.repo, f)); err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(s))); err == nil {
-				out[name] = pid
-			}
-		}
-	}
-	return out
 }
 
 // cpuOf reads user+system CPU seconds of each process from /proc.

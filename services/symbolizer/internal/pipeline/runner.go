@@ -14,10 +14,17 @@ import (
 	"github.com/stackstream/stackstream/services/symbolizer/internal/symbolize"
 )
 
+// txnTimeout is the broker's bound on one transaction: past it the broker
+// aborts the transaction itself.
+const txnTimeout = 60 * time.Second
+
 // endTimeout bounds ending one transaction. Shutdown does not cancel it: a
 // batch that was produced is committed or aborted, never left hanging until
-// the broker's transaction timeout.
-const endTimeout = 30 * time.Second
+// the broker's transaction timeout. It is the transaction timeout itself:
+// ending waits out a rebalance that waits for a crashed member's session
+// to expire (45 s by default), and giving up sooner stopped a healthy
+// instance whenever another one was killed (services/ctl/bench part E).
+const endTimeout = txnTimeout
 
 // Runner polls profiles.raw in a group transact session and, per poll,
 // produces every output record and commits the consumed offsets in one
@@ -193,7 +200,7 @@ func SessionOpts(group, rawTopic, transactionalID string, sessionTimeout time.Du
 		kgo.TransactionalID(transactionalID),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.RequireStableFetchOffsets(),
-		kgo.TransactionTimeout(60 * time.Second),
+		kgo.TransactionTimeout(txnTimeout),
 		// Profiles are written as stored gzip (see Processor.Process): the
 		// batch is what gets compressed.
 		kgo.ProducerBatchCompression(codec),

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// instanceName is the i-th instance of a service: the service's own name for
+// the first, "<service>.<i>" for the others.
+func instanceName(svc string, i int) string {
+	if i == 0 {
+		return svc
+	}
+	return svc + "." + strconv.Itoa(i)
+}
+
+// serviceOf is the service (binary) an instance runs.
+func serviceOf(inst string) string {
+	svc, _, _ := strings.Cut(inst, ".")
+	return svc
+}
+
+// addrOf is an instance's listen address: the service's, with the port
+// moved up by 100 per instance.
+func addrOf(inst string) string {
+	svc, n, _ := strings.Cut(inst, ".")
+	i, _ := strconv.Atoi(n)
+	host, port, _ := net.SplitHostPort(listenAddrs[svc])
+	p, _ := strconv.Atoi(port)
+	return net.JoinHostPort(host, strconv.Itoa(p+100*i))
+}
+
+// instances lists the running instances of a service, first one first.
+func (b *bench) instances(svc string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for inst := range b.procs {
+		if serviceOf(inst) == svc {
+			out = append(out, inst)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// start starts an instance with its own listen address and log file
+// (appended to, so a restarted instance keeps its earlier log).
+func (b *bench) start(inst string) error {
+	log, err := os.OpenFile(filepath.Join(b.logDir, inst+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(filepath.Join(b.o.bin, serviceOf(inst)))
+	// Each symbolizer instance has its own transactional ID, the same
+	// after a restart (as a StatefulSet's pod name is), so a restarted
+	// instance fences its own earlier self and nobody else.
+	cmd.Env = append(b.env, "STACKSTREAM_LISTEN_ADDR="+addrOf(inst),
+		"STACKSTREAM_SYMBOLIZER_TRANSACTIONAL_ID="+b.id+"-"+strings.TrimPrefix(inst, "stackstream-"))
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return fmt.Errorf("start %s: %w (run make build)", inst, err)
+	}
+	go func() { cmd.Wait(); log.Close() }()
+	b.mu.Lock()
+	b.procs[inst] = cmd
+	b.mu.Unlock()
+	return nil
+}
+
+// kill stops an instance with SIGKILL, as a crash or a lost node would,
+// and keeps the CPU it used so far.
+func (b *bench) kill(inst string) {
+	b.mu.Lock()
+	cmd := b.procs[inst]
+	delete(b.procs, inst)
+	b.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cpu := cpuOf(map[string]int{inst: cmd.Process.Pid})[inst]
+	cmd.Process.Kill()
+	b.mu.Lock()
+	b.deadCPU[serviceOf(inst)] += cpu
+	b.mu.Unlock()
+}
+
+// stopAll sends SIGTERM to every instance and waits up to 40 s for each.
+func (b *bench) stopAll() {
+	b.mu.Lock()
+	procs := b.procs
+	b.procs = map[string]*exec.Cmd{}
+	b.mu.Unlock()
+	var wg sync.WaitGroup
+	for inst, cmd := range procs {
+		cmd.Process.Signal(syscall.SIGTERM)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			deadline := time.Now().Add(40 * time.Second)
+			for cmd.Process.Signal(syscall.Signal(0)) == nil {
+				if time.Now().After(deadline) {
+					fmt.Fprintf(os.Stderr, "bench: %s did not stop in 40 s; killed\n", inst)
+					cmd.Process.Kill()
+					return
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// waitReady waits for /readyz of every running instance.
+func (b *bench) waitReady(ctx context.Context) error {
+	b.mu.Lock()
+	var insts []string
+	for inst := range b.procs {
+		insts = append(insts, inst)
+	}
+	b.mu.Unlock()
+	for _, inst := range insts {
+		addr := addrOf(inst)
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			resp, err := http.Get("http://" + addr + "/readyz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return fmt.Errorf("%s not ready on %s after 60 s (log: %s/%s.log)", inst, addr, b.logDir, inst)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// pids are the processes measured: every consumer instance started here,
+// and Kafka and OpenSearch from their make up pid files.
+func (b *bench) pids() map[string]int {
+	out := map[string]int{}
+	b.mu.Lock()
+	for inst, c := range b.procs {
+		if serviceOf(inst) != "stackstream-query" {
+			out[inst] = c.Process.Pid
+		}
+	}
+	b.mu.Unlock()
+	for name, f := range map[string]string{"kafka": ".run/kafka/kafka.pid", "opensearch": ".run/opensearch/opensearch.pid"} {
+		if s, err := os.ReadFile(filepath.Join(b.o.repo, f)); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(s))); err == nil {
+				out[name] = pid
+			}
+		}
+	}
+	return out
+}
+
+// serviceCPU sums CPU seconds by service over its instances, killed ones
+// included.
+func (b *bench) serviceCPU(pids map[string]int) map[string]float64 {
+	out := map[string]float64{}
+	for inst, cpu := range cpuOf(pids) {
+		out[serviceOf(inst)] += cpu
+	}
+	b.mu.Lock()
+	for svc, cpu := range b.deadCPU {
+		out[svc] += cpu
+	}
+	b.mu.Unlock()
+	return out
+}

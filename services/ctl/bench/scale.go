@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/stackstream/stackstream/services/ctl/internal/loadgen"
+)
+
+// scaling is part E: the same fleet through 1, 2, 3... instances of every
+// consumer. In each round one instance of each consumer is killed with
+// SIGKILL halfway through and started again; the round's rollup and
+// samples totals must still equal what was produced, and the CPU per
+// profile (over all instances, the killed ones' included) should stay
+// what one instance spends.
+func (b *bench) scaling(ctx context.Context) error {
+	o := b.o
+	fmt.Printf("\n## E. Horizontal scaling: %d hosts x %v simulated at speed %g per round through n instances of each consumer (%d partitions); halfway through, one instance of each consumer is killed (SIGKILL) and restarted 5 s later; CPU measured until drained + 70 s\n",
+		o.scaleHosts, o.scaleDuration, o.scaleSpeed, b.parts)
+	fmt.Println("| instances | host intervals | symbolizer ms/interval | indexer ms/interval | rollup ms/interval | group members | DLQ | rollup CPU == produced | samples CPU == produced |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	var failed []string
+	for round, n := range o.scale {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		for _, svc := range consumers {
+			for i := len(b.instances(svc)); i < n; i++ {
+				if err := b.start(instanceName(svc, i)); err != nil {
+					return err
+				}
+			}
+		}
+		if err := b.waitReady(ctx); err != nil {
+			return err
+		}
+		members, err := b.waitMembers(ctx, n, 90*time.Second)
+		if err != nil {
+			return err
+		}
+		cfg := loadgen.DefaultConfig()
+		cfg.Hosts, cfg.Duration, cfg.Speed = o.scaleHosts, o.scaleDuration, o.scaleSpeed
+		cfg.HostPrefix = fmt.Sprintf("%s-e%d-", b.id, round)
+		cfg.Seed = int64(200 + round)
+		produced0 := b.produced.Load()
+		dlq0 := b.dlqCount()
+		before := b.serviceCPU(b.pids())
+
+		// Kill one instance of each consumer halfway through the fleet's
+		// wall time, and start it again 5 s later.
+		half := time.Duration(float64(o.scaleDuration) / o.scaleSpeed / 2)
+		restarted := make(chan error, 1)
+		go func() {
+			if !sleep(ctx, half) {
+				restarted <- ctx.Err()
+				return
+			}
+			var victims []string
+			for _, svc := range consumers {
+				insts := b.instances(svc)
+				v := insts[len(insts)-1]
+				b.kill(v)
+				victims = append(victims, v)
+			}
+			fmt.Printf("  killed %v at %v; restarting in 5 s\n", victims, half.Round(time.Second))
+			sleep(ctx, 5*time.Second)
+			for _, v := range victims {
+				if err := b.start(v); err != nil {
+					restarted <- err
+					return
+				}
+			}
+			restarted <- b.waitReady(ctx)
+		}()
+		sum, err := b.loadgen(ctx, cfg)
+		if rerr := <-restarted; err == nil {
+			err = rerr
+		}
+		if err != nil {
+			return err
+		}
+		if err := b.waitDrained(ctx, o.drain); err != nil {
+			return err
+		}
+		sleep(ctx, 70*time.Second) // the rollup's idle flush, as in part A
+		after := b.serviceCPU(b.pids())
+		want := b.produced.Load() - produced0
+		rollup, err := b.eventually(ctx, want, func() (int64, error) { return b.rollupCPU(ctx, cfg.HostPrefix) })
+		if err != nil {
+			return err
+		}
+		samples, err := b.eventually(ctx, want, func() (int64, error) { return b.samplesCPU(ctx, cfg.HostPrefix) })
+		if err != nil {
+			return err
+		}
+		per := func(svc string) string {
+			return fmt.Sprintf("%.2f", (after[svc]-before[svc])/float64(sum.Profiles)*1000)
+		}
+		fmt.Printf("| %d | %d | %s | %s | %s | %v | %d | %v (%d vs %d) | %v (%d vs %d) |\n",
+			n, sum.Profiles, per("stackstream-symbolizer"), per("stackstream-indexer"), per("stackstream-rollup"),
+			members, b.dlqCount()-dlq0, rollup == want, rollup, want, samples == want, samples, want)
+		if rollup != want || samples != want {
+			failed = append(failed, fmt.Sprintf("%d instances", n))
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("horizontal scaling: totals not exact with %v", failed)
+	}
+	return nil
+}
+
+// eventually polls a total until it equals want or 3 minutes pass, and
+// returns the last value.
+func (b *bench) eventually(ctx context.Context, want int64, total func() (int64, error)) (int64, error) {
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		got, err := total()
+		if err != nil || got == want || time.Now().After(deadline) || ctx.Err() != nil {
+			return got, err
+		}
+		sleep(ctx, 5*time.Second)
+	}
+}
+
+// waitMembers waits until every consumer group has n members and returns
+// their counts (symbolizer, indexer, rollup).
+func (b *bench) waitMembers(ctx context.Context, n int, limit time.Duration) ([3]int, error) {
+	deadline := time.Now().Add(limit)
+	for {
+		var got [3]int
+		ok := true
+		for i, svc := range consumers {
+			gs, err := b.adm.DescribeGroups(ctx, b.groups[svc])
+			if err != nil {
+				return got, err
+			}
+			got[i] = len(gs[b.groups[svc]].Members)
+			ok = ok && got[i] == n
+		}
+		if ok {
+			return got, nil
+		}
+		if time.Now().After(deadline) || !sleep(ctx, time.Second) {
+			return got, fmt.Errorf("consumer groups have %v members, want %d each, after %v", got, n, limit)
+		}
+	}
+}

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stackstream/stackstream/services/ctl/internal/loadgen"
+)
+
+// soakEvery is how often the soak samples RSS and lag.
+const soakEvery = 30 * time.Second
+
+// soak is part F: the fleet part B found sustainable, at speed 1 for
+// o.soak, with every process's RSS and every group's lag sampled; then the
+// soak's totals. RSS counts as flat when a service's RSS at the end is at
+// most 10% above its RSS after the first sixth of the run (the warm-up:
+// caches and Go heaps fill first).
+func (b *bench) soak(ctx context.Context) error {
+	o := b.o
+	hosts := o.soakHosts
+	if hosts == 0 {
+		hosts = b.best
+	}
+	if hosts == 0 {
+		fmt.Println("\n## F. Soak: skipped, part B found no bounded fleet and -soak-hosts is 0")
+		return nil
+	}
+	fmt.Printf("\n## F. Soak: %d hosts for %v at speed 1; RSS and lag every %v; flat = RSS at the end <= 1.1 x RSS after the first sixth\n", hosts, o.soak, soakEvery)
+	cfg := loadgen.DefaultConfig()
+	cfg.Hosts, cfg.Duration, cfg.Speed = hosts, o.soak, 1
+	cfg.HostPrefix = b.id + "-f-"
+	cfg.Seed = 300
+	produced0 := b.produced.Load()
+	dlq0 := b.dlqCount()
+	bound := int64(2*hosts) + 50
+	t0 := time.Now()
+	soakCtx, done := context.WithCancel(ctx)
+	samples := make(chan []rssSample, 1)
+	go func() { samples <- b.sampleRSS(soakCtx, t0, bound) }()
+	sum, err := b.loadgen(ctx, cfg)
+	done()
+	rss := <-samples
+	if err != nil {
+		return err
+	}
+	if err := b.waitDrained(ctx, o.drain); err != nil {
+		return err
+	}
+	sleep(ctx, 70*time.Second)
+	want := b.produced.Load() - produced0
+	rollup, err := b.eventually(ctx, want, func() (int64, error) { return b.rollupCPU(ctx, cfg.HostPrefix) })
+	if err != nil {
+		return err
+	}
+	samplesCPU, err := b.eventually(ctx, want, func() (int64, error) { return b.samplesCPU(ctx, cfg.HostPrefix) })
+	if err != nil {
+		return err
+	}
+
+	fmt.Println("| process | RSS MiB after warm-up | at the end | max | end / warm-up | flat |")
+	fmt.Println("|---|---|---|---|---|---|")
+	warm := len(rss) / 6
+	flat := true
+	var names []string
+	if len(rss) > 0 {
+		for name := range rss[len(rss)-1].rss {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		w, e := rss[warm].rss[name], rss[len(rss)-1].rss[name]
+		var m float64
+		for _, s := range rss {
+			m = max(m, s.rss[name])
+		}
+		ok := w > 0 && e <= 1.1*w
+		judged := name != "kafka" && name != "opensearch" // JVM heaps grow to their -Xmx by design
+		if judged {
+			flat = flat && ok
+		}
+		verdict := fmt.Sprint(ok)
+		if !judged {
+			verdict += " (JVM, not judged)"
+		}
+		fmt.Printf("| %s | %.1f | %.1f | %.1f | %.2f | %s |\n", name, w, e, m, e/w, verdict)
+	}
+	var maxLag [3]int64
+	for _, s := range rss {
+		for i := range maxLag {
+			maxLag[i] = max(maxLag[i], s.lag[i])
+		}
+	}
+	lagOK := maxLag[0] <= bound && maxLag[1] <= bound && maxLag[2] <= bound
+	dlq := b.dlqCount() - dlq0
+	fmt.Printf("samples: %d over %v of load; lag max (symbolizer/indexer/rollup) %v, bound %d: %v; DLQ %d; loadgen behind %v\n",
+		len(rss), soakSpan(rss), maxLag, bound, lagOK, dlq, sum.Behind.Round(10*time.Millisecond))
+	fmt.Printf("totals: rollup %d, samples %d, produced %d: exact=%v; RSS flat=%v\n", rollup, samplesCPU, want, rollup == want && samplesCPU == want, flat)
+	if rollup != want || samplesCPU != want {
+		return fmt.Errorf("soak: totals not exact (rollup %d, samples %d, produced %d)", rollup, samplesCPU, want)
+	}
+	return nil
+}
+
+// soakSpan is the time the samples cover.
+func soakSpan(rss []rssSample) time.Duration {
+	if len(rss) == 0 {
+		return 0
+	}
+	return rss[len(rss)-1].at.Round(time.Second)
+}
+
+type rssSample struct {
+	at  time.Duration
+	rss map[string]float64 // MiB by process
+	lag [3]int64
+}
+
+// sampleRSS records every process's RSS and the lags every soakEvery, and
+// prints a progress line every 5 minutes.
+func (b *bench) sampleRSS(ctx context.Context, t0 time.Time, bound int64) []rssSample {
+	var out []rssSample
+	t := time.NewTicker(soakEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return out
+		case <-t.C:
+		}
+		s := rssSample{at: time.Since(t0), rss: map[string]float64{}}
+		pids := b.pids()
+		for _, q := range b.instances("stackstream-query") {
+			b.mu.Lock()
+			if c := b.procs[q]; c != nil {
+				pids[q] = c.Process.Pid
+			}
+			b.mu.Unlock()
+		}
+		for name, pid := range pids {
+			s.rss[name] = rssMiB(pid)
+		}
+		s.lag, _ = b.lags(ctx)
+		out = append(out, s)
+		if len(out)%int(5*time.Minute/soakEvery) == 0 {
+			var parts []string
+			for _, name := range []string{"stackstream-symbolizer", "stackstream-indexer", "stackstream-rollup", "stackstream-query"} {
+				parts = append(parts, fmt.Sprintf("%s %.0f", strings.TrimPrefix(name, "stackstream-"), s.rss[name]))
+			}
+			fmt.Printf("  soak %v: RSS MiB %s; lag %v (bound %d)\n", s.at.Round(time.Second), strings.Join(parts, ", "), s.lag, bound)
+		}
+	}
+}
+
+// rssMiB reads a process's resident set from /proc; 0 if it is gone.
+func rssMiB(pid int) float64 {
+	s, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range bytes.Split(s, []byte("\n")) {
+		if v, ok := bytes.CutPrefix(l, []byte("VmRSS:")); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(string(v)), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
