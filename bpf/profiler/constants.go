@@ -92,6 +92,13 @@ const (
 	RefreshFork        = 3 // #define REFRESH_FORK 3
 	RefreshSampled     = 4 // #define REFRESH_SAMPLED 4
 	RefreshExecSampled = 5 // #define REFRESH_EXEC_SAMPLED 5
+	RefreshCgroup      = 6 // #define REFRESH_CGROUP 6
+)
+
+// How long a process stays in unwind_ignored.
+const (
+	IgnoreUntilExec = 1 // #define IGNORE_UNTIL_EXEC 1
+	IgnoreSticky    = 2 // #define IGNORE_STICKY 2
 )
 
 // Indexes of the per-CPU `offcpu_counters` array (offcpu.h).

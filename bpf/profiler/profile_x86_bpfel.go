@@ -150,16 +150,19 @@ const (
 	ProfileMapPythonProcs     = "python_procs"
 	ProfileMapStacks0         = "stacks_0"
 	ProfileMapStacks1         = "stacks_1"
+	ProfileMapUnwindIgnored   = "unwind_ignored"
 	ProfileMapUnwindMappings  = "unwind_mappings"
 	ProfileMapUnwindProcesses = "unwind_processes"
 	ProfileMapUnwindRefresh   = "unwind_refresh"
 	ProfileMapUnwindRows      = "unwind_rows"
 	ProfileMapUnwindScratch   = "unwind_scratch"
+	ProfileMapUnwindWakeup    = "unwind_wakeup"
 	ProfileMapUnwoundStacks0  = "unwound_stacks_0"
 	ProfileMapUnwoundStacks1  = "unwound_stacks_1"
 	ProfileMapV8Procs         = "v8_procs"
 	ProfileProgOffcpuSwitch   = "offcpu_switch"
 	ProfileProgProfileCpu     = "profile_cpu"
+	ProfileProgUnwindCgroup   = "unwind_cgroup"
 	ProfileProgUnwindExec     = "unwind_exec"
 	ProfileProgUnwindFork     = "unwind_fork"
 	ProfileVarOffcpuMinNs     = "offcpu_min_ns"
@@ -210,6 +213,7 @@ type ProfileSpecs struct {
 type ProfileProgramSpecs struct {
 	OffcpuSwitch *ebpf.ProgramSpec `ebpf:"offcpu_switch"`
 	ProfileCpu   *ebpf.ProgramSpec `ebpf:"profile_cpu"`
+	UnwindCgroup *ebpf.ProgramSpec `ebpf:"unwind_cgroup"`
 	UnwindExec   *ebpf.ProgramSpec `ebpf:"unwind_exec"`
 	UnwindFork   *ebpf.ProgramSpec `ebpf:"unwind_fork"`
 }
@@ -231,11 +235,13 @@ type ProfileMapSpecs struct {
 	PythonProcs     *ebpf.MapSpec `ebpf:"python_procs"`
 	Stacks0         *ebpf.MapSpec `ebpf:"stacks_0"`
 	Stacks1         *ebpf.MapSpec `ebpf:"stacks_1"`
+	UnwindIgnored   *ebpf.MapSpec `ebpf:"unwind_ignored"`
 	UnwindMappings  *ebpf.MapSpec `ebpf:"unwind_mappings"`
 	UnwindProcesses *ebpf.MapSpec `ebpf:"unwind_processes"`
 	UnwindRefresh   *ebpf.MapSpec `ebpf:"unwind_refresh"`
 	UnwindRows      *ebpf.MapSpec `ebpf:"unwind_rows"`
 	UnwindScratch   *ebpf.MapSpec `ebpf:"unwind_scratch"`
+	UnwindWakeup    *ebpf.MapSpec `ebpf:"unwind_wakeup"`
 	UnwoundStacks0  *ebpf.MapSpec `ebpf:"unwound_stacks_0"`
 	UnwoundStacks1  *ebpf.MapSpec `ebpf:"unwound_stacks_1"`
 	V8Procs         *ebpf.MapSpec `ebpf:"v8_procs"`
@@ -282,11 +288,13 @@ type ProfileMaps struct {
 	PythonProcs     *ebpf.Map `ebpf:"python_procs"`
 	Stacks0         *ebpf.Map `ebpf:"stacks_0"`
 	Stacks1         *ebpf.Map `ebpf:"stacks_1"`
+	UnwindIgnored   *ebpf.Map `ebpf:"unwind_ignored"`
 	UnwindMappings  *ebpf.Map `ebpf:"unwind_mappings"`
 	UnwindProcesses *ebpf.Map `ebpf:"unwind_processes"`
 	UnwindRefresh   *ebpf.Map `ebpf:"unwind_refresh"`
 	UnwindRows      *ebpf.Map `ebpf:"unwind_rows"`
 	UnwindScratch   *ebpf.Map `ebpf:"unwind_scratch"`
+	UnwindWakeup    *ebpf.Map `ebpf:"unwind_wakeup"`
 	UnwoundStacks0  *ebpf.Map `ebpf:"unwound_stacks_0"`
 	UnwoundStacks1  *ebpf.Map `ebpf:"unwound_stacks_1"`
 	V8Procs         *ebpf.Map `ebpf:"v8_procs"`
@@ -307,11 +315,13 @@ func (m *ProfileMaps) Close() error {
 		m.PythonProcs,
 		m.Stacks0,
 		m.Stacks1,
+		m.UnwindIgnored,
 		m.UnwindMappings,
 		m.UnwindProcesses,
 		m.UnwindRefresh,
 		m.UnwindRows,
 		m.UnwindScratch,
+		m.UnwindWakeup,
 		m.UnwoundStacks0,
 		m.UnwoundStacks1,
 		m.V8Procs,
@@ -332,6 +342,7 @@ type ProfileVariables struct {
 type ProfilePrograms struct {
 	OffcpuSwitch *ebpf.Program `ebpf:"offcpu_switch"`
 	ProfileCpu   *ebpf.Program `ebpf:"profile_cpu"`
+	UnwindCgroup *ebpf.Program `ebpf:"unwind_cgroup"`
 	UnwindExec   *ebpf.Program `ebpf:"unwind_exec"`
 	UnwindFork   *ebpf.Program `ebpf:"unwind_fork"`
 }
@@ -340,6 +351,7 @@ func (p *ProfilePrograms) Close() error {
 	return _ProfileClose(
 		p.OffcpuSwitch,
 		p.ProfileCpu,
+		p.UnwindCgroup,
 		p.UnwindExec,
 		p.UnwindFork,
 	)

@@ -56,7 +56,9 @@ struct thread_struct {
 	unsigned long fsbase;
 } __attribute__((preserve_access_index));
 
+#define PF_KTHREAD 0x00200000
 struct task_struct {
+	unsigned int flags;
 	int tgid;
 	struct thread_struct thread;
 } __attribute__((preserve_access_index));

@@ -93,14 +93,16 @@ struct {
 
 // Processes whose registration is stale or missing: an address of a
 // registered process fell in no registered mapping (a library loaded since),
-// a registered process forked, a process not registered was sampled, or any
-// process exec'd a new program (its identity changed). The agent reads their maps again
-// and deletes the entry. Values say why (REFRESH_*).
+// a registered process forked, a process neither registered nor ignored was
+// sampled, or any process exec'd a new program (its identity changed). The
+// agent reads their identity and maps again and deletes the entry. Values
+// say why (REFRESH_*).
 #define REFRESH_MISS 1
 #define REFRESH_EXEC 2
 #define REFRESH_FORK 3
 #define REFRESH_SAMPLED 4
 #define REFRESH_EXEC_SAMPLED 5 // exec'd, then sampled before the agent read the mark
+#define REFRESH_CGROUP 6       // moved to another cgroup: its identity changed
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -109,10 +111,38 @@ struct {
 	__type(value, __u32);
 } unwind_refresh SEC(".maps");
 
+// Processes the agent read and does not unwind with tables (not targeted, a
+// kernel thread): their samples mark nothing, so an idle host costs the
+// agent no registration work. IGNORE_UNTIL_EXEC: their exec, a fork reusing
+// the pid or a cgroup move takes them out. IGNORE_STICKY, when the agent
+// targets by cgroup alone (--systemd-units, --cgroups): kept across exec and
+// inherited by forks, so a build outside the targets costs nothing; a cgroup
+// move takes them out. A full map only means more marks.
+#define IGNORE_UNTIL_EXEC 1
+#define IGNORE_STICKY 2
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 32768);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, __u32);
+} unwind_ignored SEC(".maps");
+
+// Wakes the agent when a process is marked: it registers marked processes a
+// few milliseconds later instead of polling the marks. A record is a pid; the
+// agent reads the marks, not the records. The default (adaptive) wake-up
+// notifies only a reader that has caught up: one wake-up per burst.
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096);
+} unwind_wakeup SEC(".maps");
+
 static __always_inline void refresh(__u32 pid, __u32 why)
 {
 	// BPF_NOEXIST: the first reason stays, and a full map costs nothing.
-	bpf_map_update_elem(&unwind_refresh, &pid, &why, BPF_NOEXIST);
+	if (bpf_map_update_elem(&unwind_refresh, &pid, &why, BPF_NOEXIST) == 0)
+		bpf_ringbuf_output(&unwind_wakeup, &pid, sizeof(pid), 0);
 }
 
 #define UNWOUND_MAP(name)                                  \
@@ -450,10 +480,14 @@ static __always_inline __u64 unwind_user(struct bpf_perf_event_data *ctx, __u32 
 	__u32 zero = 0;
 
 	if (!bpf_map_lookup_elem(&unwind_processes, &pid)) {
-		// The agent registers it at its next poll, if it is targeted; the
-		// mark of its exec, not read yet, says so too.
-		__u32 *why = bpf_map_lookup_elem(&unwind_refresh, &pid);
+		// The agent registers it at once if it is targeted; the mark of its
+		// exec, not read yet, says so too. A kernel thread has no user stack.
+		__u32 *why;
 
+		if (bpf_map_lookup_elem(&unwind_ignored, &pid) ||
+		    (bpf_get_current_task_btf()->flags & PF_KTHREAD))
+			return 0;
+		why = bpf_map_lookup_elem(&unwind_refresh, &pid);
 		if (!why)
 			refresh(pid, REFRESH_SAMPLED);
 		else if (*why == REFRESH_EXEC)
@@ -508,28 +542,67 @@ static __always_inline __u64 unwind_user(struct bpf_perf_event_data *ctx, __u32 
 	return s.hash;
 }
 
-// A new program: the agent registers it between its ticks, before most of
-// its first samples. A registered process's mappings are the old program's:
-// until the agent registers it again, the kernel's frame-pointer walk is
-// right and the tables would not be.
+// A new program: the agent reads its identity at once and, if it is
+// targeted, registers it (ld.so maps its libraries meanwhile; the first
+// sample that finds one mapped after the registration marks it again). A registered process's
+// mappings are the old program's: until the agent registers it again, the
+// kernel's frame-pointer walk is right and the tables would not be. The mark
+// is set before the pid leaves unwind_ignored: an agent that ignores the pid
+// meanwhile finds the mark and takes its decision back.
 SEC("raw_tp/sched_process_exec")
 int unwind_exec(void *ctx)
 {
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	__u32 why = REFRESH_EXEC, *old;
 
+	old = bpf_map_lookup_elem(&unwind_ignored, &pid);
+	if (old && *old == IGNORE_STICKY)
+		return 0;
 	bpf_map_delete_elem(&unwind_processes, &pid);
-	refresh(pid, REFRESH_EXEC);
+	// An exec outranks the other reasons (a sample of the old program
+	// marked it before, unread).
+	if (bpf_map_update_elem(&unwind_refresh, &pid, &why, BPF_NOEXIST) == 0)
+		bpf_ringbuf_output(&unwind_wakeup, &pid, sizeof(pid), 0);
+	else if ((old = bpf_map_lookup_elem(&unwind_refresh, &pid)))
+		*old = REFRESH_EXEC;
+	bpf_map_delete_elem(&unwind_ignored, &pid);
 	return 0;
 }
 
 // struct task_struct (CO-RE) is in python.h.
-// A registered process forked: the child maps what its parent did.
+// A registered process forked: the child maps what its parent did. Any new
+// process: its pid may be an ignored process's, gone; the child of a
+// process ignored for its cgroup is ignored too.
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(unwind_fork, struct task_struct *parent, struct task_struct *child)
 {
-	__u32 ppid = parent->tgid, pid = child->tgid;
+	__u32 ppid = parent->tgid, pid = child->tgid, *ign;
 
-	if (pid != ppid && bpf_map_lookup_elem(&unwind_processes, &ppid))
+	if (pid == ppid)
+		return 0; // a thread
+	ign = bpf_map_lookup_elem(&unwind_ignored, &ppid);
+	if (ign && *ign == IGNORE_STICKY)
+		bpf_map_update_elem(&unwind_ignored, &pid, ign, BPF_ANY);
+	else
+		bpf_map_delete_elem(&unwind_ignored, &pid);
+	if (bpf_map_lookup_elem(&unwind_processes, &ppid))
 		refresh(pid, REFRESH_FORK);
+	return 0;
+}
+
+// A process moved to another cgroup (a service manager placing a child
+// before its exec, `echo $$ >cgroup.procs`): the agent reads it again,
+// whatever it decided before. Once per hierarchy on cgroup v1.
+struct cgroup;
+SEC("tp_btf/cgroup_attach_task")
+int BPF_PROG(unwind_cgroup, struct cgroup *dst, const char *path, struct task_struct *task, _Bool threadgroup)
+{
+	__u32 pid = task->tgid, why = REFRESH_CGROUP, *old;
+
+	if (bpf_map_update_elem(&unwind_refresh, &pid, &why, BPF_NOEXIST) == 0)
+		bpf_ringbuf_output(&unwind_wakeup, &pid, sizeof(pid), 0);
+	else if ((old = bpf_map_lookup_elem(&unwind_refresh, &pid)) && *old != REFRESH_EXEC)
+		*old = REFRESH_CGROUP;
+	bpf_map_delete_elem(&unwind_ignored, &pid);
 	return 0;
 }

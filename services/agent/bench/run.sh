@@ -41,7 +41,8 @@
 #
 # Needs root (eBPF) and a Kafka broker (STACKSTREAM_KAFKA_BROKERS, default
 # 127.0.0.1:9092). WARMUP and SPAN (seconds) set each run's length; RATES
-# (default "19 99") and WORKLOADS (default "busy churn langs") pick the runs.
+# (default "19 99"), WORKLOADS (default "busy churn langs") and TARGETS
+# (default "all unit") pick the runs.
 set -euo pipefail
 
 WARMUP=${WARMUP:-12}
@@ -162,7 +163,7 @@ start_workload() {
 results=()
 for hz in ${RATES:-19 99}; do
 	for wl in ${WORKLOADS:-busy churn ${LANGS:+langs}}; do
-	for targets in all unit; do
+	for targets in ${TARGETS:-all unit}; do
 		if [ "$wl" = none ] || { [ "$targets" = unit ] && [ -z "$UNIT_DIR" ]; }; then
 			continue
 		fi

@@ -194,9 +194,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	t := time.NewTicker(a.cfg.Interval)
 	defer t.Stop()
-	var poll <-chan time.Time // new processes registered between ticks
+	// Marked processes are registered between ticks, when the BPF program
+	// wakes the agent; the processes running at start first.
+	var marked <-chan struct{}
+	var poll <-chan time.Time
+	var pt *time.Timer
 	if a.unwind != nil {
-		pt := time.NewTicker(pollEvery)
+		marked = a.sampler.Marked()
+		pt = time.NewTimer(pollSettle)
 		defer pt.Stop()
 		poll = pt.C
 	}
@@ -210,8 +215,17 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 			a.Tick(ctx)
+		case <-marked:
+			if poll == nil {
+				pt.Reset(a.unwind.nextPoll(time.Now()))
+				poll = pt.C
+			}
 		case <-poll:
-			a.unwind.poll(a.ps)
+			poll = nil
+			if d := a.unwind.poll(a.ps); d > 0 {
+				pt.Reset(d)
+				poll = pt.C
+			}
 		}
 	}
 }

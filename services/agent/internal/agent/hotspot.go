@@ -8,6 +8,7 @@ import (
 
 	"github.com/stackstream/stackstream/schemas/record"
 	"github.com/stackstream/stackstream/services/agent/internal/hotspot"
+	"github.com/stackstream/stackstream/services/agent/internal/proc"
 )
 
 // unknownJavaFrame names a Java frame whose Method could not be read (the
@@ -69,11 +70,11 @@ func (c *cpuProfile) javaStubLocation(p *process, pc uint64) *profile.Location {
 // detectHotSpot finds pid's JVM; a JVM still starting (no code cache yet)
 // is an error, so the process is registered again at its next sample. Any
 // other failure leaves it to the perf map.
-func (u *unwinder) detectHotSpot(pid int) (*hotspot.Process, error) {
+func (u *unwinder) detectHotSpot(pid int, maps []proc.Mapping) (*hotspot.Process, error) {
 	if u.hotspot == nil {
 		return nil, nil
 	}
-	jvm, err := u.hotspot.Detect(u.fs, pid, u.mapFiles)
+	jvm, err := u.hotspot.DetectIn(u.fs, pid, maps, u.mapFiles)
 	if errors.Is(err, hotspot.ErrNotReady) {
 		return nil, err
 	}

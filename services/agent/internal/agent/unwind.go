@@ -3,6 +3,8 @@ package agent
 import (
 	"errors"
 	"log/slog"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,21 +24,38 @@ import (
 // are walked with frame pointers meanwhile, counted).
 const maxRegistrationsPerTick = 128
 
-// Between ticks, every pollEvery, the processes the BPF program marked (a
-// sample of a process not registered, a fork of a registered process, an
-// address in no registered mapping, the exec of a registered process) are
-// registered, at most maxRegistrationsPerPoll a poll: a new program is
-// known within about pollEvery of its first sample rather than at the next
-// tick. Under churn the rest wait for the next poll (maxRetry at most; past
-// it, their samples bring them back at a tick). A process whose registration
-// failed is tried again at the next tick only.
+// Between ticks, the processes the BPF program marked (the exec of any
+// process not ignored, a sample of a process neither registered nor
+// ignored, a fork of a registered process, an executable file it mapped, an
+// address of it in no registered mapping) are registered when the BPF
+// program wakes the agent (a ring buffer), pollSettle after the wake-up and
+// at least pollGap after the last poll: a new program is registered at its
+// exec, before its first samples, and a burst of marks costs one poll. At
+// most maxRegistrationsPerPoll a poll: under churn the rest wait for the next
+// (maxRetry at most; past it, their samples bring them back at a tick). A
+// process whose registration failed is tried again at the next tick only.
 const (
 	maxRegistrationsPerPoll = 32
 	maxRetry                = 4096
+	pollGap                 = sampler.MarkedGap
 )
 
-// pollEvery is a variable for the test that measures the ticks alone.
-var pollEvery = 200 * time.Millisecond
+// At most execRate new programs a second (execBurst at once) are read and
+// registered at their exec; past it, a new program is read at its first
+// sample, which marks it (as a process neither registered nor ignored): under
+// churn most short-lived processes are never sampled, and reading and
+// registering every one of them (its identity, maps, LPM entries, then their
+// removal) costs more than the samples they would have (the A/B in
+// docs/AGENT.md). A variable for the tests.
+var (
+	execRate  = 10.0
+	execBurst = 10.0
+)
+
+// pollSettle lets ld.so map a new program's libraries before the agent
+// reads its maps (those mapped later mark it again), and gathers a burst of
+// marks into one poll. A variable for the test that measures the ticks alone.
+var pollSettle = 5 * time.Millisecond
 
 // unwinder registers targeted processes with the BPF unwinder: the tables
 // of their files (once per file, shared) and their mappings.
@@ -55,9 +74,16 @@ type unwinder struct {
 	java     *hotspot.Resolver
 
 	registered map[int]uint64 // pid -> start time at registration
-	pending    []int          // running at start, registered as the ticks allow
-	retry      []int          // marked, not registered yet: past a poll's bound
-	failed     map[int]bool   // registration failed this interval: not polled
+	execTokens float64        // exec registrations allowed now (execRate, execBurst)
+	execTime   time.Time      // when execTokens was last topped up
+	ignored    map[int]uint64 // pid -> start time: not targeted, its samples mark nothing
+	lastPoll   time.Time
+	pending    []int        // running at start, registered as the ticks allow
+	retry      []int        // marked, not registered yet: past a poll's bound
+	soon       []int        // new programs whose libraries ld.so had not mapped yet
+	early      map[int]int  // pid -> registrations put off for ld.so (maxEarly at most)
+	failed     map[int]bool // registration failed this interval: not polled
+	interp     map[int]bool // registered with an interpreter walk (Python, V8, HotSpot) once
 }
 
 type unwindMetrics struct {
@@ -108,6 +134,7 @@ func newUnwindMetrics(reg prometheus.Registerer) *unwindMetrics {
 // processes the agent forgot.
 func (u *unwinder) tick(ps *processes, samples []sampler.Sample) {
 	clear(u.failed)
+	clear(u.early)
 	var todo []int
 	want := map[int]bool{}
 	add := func(pid int) {
@@ -145,9 +172,17 @@ func (u *unwinder) tick(ps *processes, samples []sampler.Sample) {
 		u.m.registrations.WithLabelValues("deferred").Add(float64(len(rest)))
 		u.retry = rest[:min(len(rest), maxRetry)]
 	}
+	u.retry = append(u.retry, u.soon...)
+	u.soon = nil
 	for pid, st := range u.registered {
 		if p, ok := ps.procs[pid]; !ok || p.info.StartTime != st {
 			u.forget(pid)
+		}
+	}
+	for pid, st := range u.ignored {
+		if p, ok := ps.procs[pid]; !ok || p.info.StartTime != st {
+			u.sampler.Unignore(pid)
+			delete(u.ignored, pid)
 		}
 	}
 	stats := u.reg.Stats()
@@ -158,10 +193,11 @@ func (u *unwinder) tick(ps *processes, samples []sampler.Sample) {
 	u.m.mappings.Set(float64(u.sampler.MappingEntries()))
 }
 
-// poll registers, between ticks, the processes the BPF program marked
-// (new programs, at their exec, before most of their first samples), then
-// those running at start.
-func (u *unwinder) poll(ps *processes) {
+// poll registers, between ticks, the processes the BPF program marked (new
+// programs at their exec, before their first samples), then those running
+// at start. It returns when to poll again (0: at the next wake-up).
+func (u *unwinder) poll(ps *processes) time.Duration {
+	u.lastPoll = time.Now()
 	todo := u.takeMarked(ps)
 	// Then those running at start, sooner than the ticks alone would.
 	for len(u.pending) > 0 && len(todo) < maxRegistrationsPerPoll {
@@ -172,24 +208,38 @@ func (u *unwinder) poll(ps *processes) {
 		}
 	}
 	if len(todo) == 0 {
-		return
+		if len(u.pending) > 0 {
+			return pollGap
+		}
+		return 0
 	}
 	rest := u.registerAll(ps, todo, maxRegistrationsPerPoll)
 	if len(rest) > maxRetry {
 		u.m.registrations.WithLabelValues("deferred").Add(float64(len(rest) - maxRetry))
 		rest = rest[:maxRetry]
 	}
-	u.retry = rest
+	u.retry = append(u.soon, rest...)
+	soon := len(u.soon) > 0
+	u.soon = nil
+	switch {
+	case soon:
+		return pollSettle // ld.so is still mapping a new program's libraries
+	case len(u.retry) > 0 || len(u.pending) > 0:
+		return pollGap
+	}
+	return 0
+}
+
+// nextPoll is how long after a wake-up at now the next poll runs.
+func (u *unwinder) nextPoll(now time.Time) time.Duration {
+	return max(pollSettle, pollGap-now.Sub(u.lastPoll))
 }
 
 // takeMarked returns the processes left over by the last poll, then those
-// the BPF program marked since, once each. Every exec on the host is
-// marked: the process's identity is read again when it is next needed (its
-// comm, executable and maybe its cgroup changed: `sh -c 'echo $$
-// >cgroup.procs; exec prog'` may have been read before it joined); it is
-// registered now only if it was registered (its mappings are the old
-// program's), otherwise at its first sample. So processes that never run
-// at a sample (most of a build's) cost their mark only.
+// the BPF program marked since, once each. An exec makes the agent read the
+// process's identity again (its comm, executable and maybe its cgroup
+// changed: `sh -c 'echo $$ >cgroup.procs; exec prog'`), and register it now
+// if it is targeted.
 func (u *unwinder) takeMarked(ps *processes) []int {
 	pids := u.retry
 	u.retry = nil
@@ -200,8 +250,9 @@ func (u *unwinder) takeMarked(ps *processes) []int {
 	for _, st := range u.sampler.Refresh() {
 		if st.Exec {
 			delete(ps.procs, st.PID)
-			if _, ok := u.registered[st.PID]; !ok && !st.Sampled {
-				continue
+			delete(u.ignored, st.PID) // the BPF program forgot it
+			if _, ok := u.registered[st.PID]; !ok && !st.Sampled && !u.execToken() {
+				continue // read at its first sample
 			}
 		}
 		if u.failed[st.PID] {
@@ -213,6 +264,38 @@ func (u *unwinder) takeMarked(ps *processes) []int {
 		}
 	}
 	return pids
+}
+
+// execToken reports whether one more new program may be registered at its
+// exec now.
+func (u *unwinder) execToken() bool {
+	now := time.Now()
+	u.execTokens = min(execBurst, u.execTokens+now.Sub(u.execTime).Seconds()*execRate)
+	u.execTime = now
+	if u.execTokens < 1 {
+		return false
+	}
+	u.execTokens--
+	return true
+}
+
+// ignore tells the BPF program that pid, read and not targeted, is not to
+// be marked again until it exec's (or, targeting by cgroup alone, until it
+// moves to another cgroup; its children are ignored with it).
+func (u *unwinder) ignore(ps *processes, p *process) {
+	pid := p.info.PID
+	if _, ok := u.ignored[pid]; ok {
+		return
+	}
+	// The agent itself is excluded by pid, not by its cgroup.
+	sticky := ps.targets.ByCgroupOnly() && pid != ps.targets.ExcludePID
+	if !u.sampler.Ignore(pid, sticky) {
+		return // exec'd since it was read: the next poll reads it again
+	}
+	if u.ignored == nil {
+		u.ignored = map[int]uint64{}
+	}
+	u.ignored[pid] = p.info.StartTime
 }
 
 // registerAll registers the targeted processes of todo, at most limit of
@@ -230,10 +313,16 @@ func (u *unwinder) registerAll(ps *processes, todo []int, limit int) []int {
 			if _, ok := u.registered[pid]; ok {
 				u.forget(pid)
 			}
+			if !p.targeted && (p.info.StartTime != 0 || ps.targets.ExcludedByPID(pid)) {
+				u.ignore(ps, p)
+			}
 			continue
 		}
 		n++
 		if err := u.register(pid); errors.Is(err, proc.ErrGone) {
+			continue
+		} else if errors.Is(err, errLoaderBusy) {
+			u.soon = append(u.soon, pid)
 			continue
 		} else if err != nil {
 			u.m.registrations.WithLabelValues("error").Inc()
@@ -250,13 +339,46 @@ func (u *unwinder) registerAll(ps *processes, todo []int, limit int) []int {
 	return nil
 }
 
+// errLoaderBusy: a new program whose libraries ld.so has not mapped yet;
+// registered pollSettle later (maxEarly times at most), rather than
+// registered now and again when its first sample finds libc unregistered.
+var errLoaderBusy = errors.New("ld.so is mapping the libraries")
+
+const maxEarly = 5
+
+// loaderBusy reports whether ld.so has not mapped a dynamic program's
+// libraries yet: the only files mapped executable are ld.so and one other
+// (the program).
+func loaderBusy(maps []proc.Mapping) bool {
+	ld := false
+	var other string
+	for _, m := range maps {
+		if m.Path == "" || strings.HasPrefix(m.Path, "[") {
+			continue
+		}
+		switch base := filepath.Base(m.Path); {
+		case strings.HasPrefix(base, "ld-linux") || strings.HasPrefix(base, "ld-musl"):
+			ld = true
+		case other == "":
+			other = m.Path
+		case other != m.Path:
+			return false
+		}
+	}
+	return ld
+}
+
 // forget unregisters pid: its stacks go back to the kernel's frame-pointer
 // walk.
 func (u *unwinder) forget(pid int) {
 	u.reg.RemoveProcess(pid)
-	u.registerPython(pid, nil)
-	u.registerV8(pid, nil)
-	u.registerHotSpot(pid, nil)
+	if u.interp[pid] {
+		u.registerPython(pid, nil)
+		u.registerV8(pid, nil)
+		u.registerHotSpot(pid, nil)
+	}
+	delete(u.interp, pid)
+	delete(u.early, pid)
 	delete(u.registered, pid)
 }
 
@@ -268,17 +390,21 @@ func (u *unwinder) register(pid int) error {
 	var js *v8.Process
 	var jvm *hotspot.Process
 	var err, jvmErr error
+	var busy bool
 	fs, mapFiles := u.fs, u.mapFiles
 	if gerr := u.files.do(procKey(pid), func() {
 		prepared, err = u.reg.Prepare(pid, mapFiles)
+		if busy = err == nil && loaderBusy(prepared.Maps) && u.early[pid] < maxEarly; busy {
+			return
+		}
 		if err == nil {
 			// Not Python, or a version without a layout: native frames only.
-			py, _ = python.Detect(fs, pid, mapFiles)
+			py, _ = python.DetectIn(fs, pid, prepared.Maps, mapFiles)
 			if u.v8 != nil {
 				// Not node, or a V8 whose metadata the agent cannot use.
-				js, _ = u.v8.Detect(fs, pid, mapFiles)
+				js, _ = u.v8.DetectIn(fs, pid, prepared.Maps, mapFiles)
 			}
-			jvm, jvmErr = u.detectHotSpot(pid)
+			jvm, jvmErr = u.detectHotSpot(pid, prepared.Maps)
 		}
 	}); gerr != nil {
 		return gerr
@@ -286,8 +412,28 @@ func (u *unwinder) register(pid int) error {
 	if err != nil {
 		return err
 	}
+	if busy {
+		if u.early == nil {
+			u.early = map[int]int{}
+		}
+		u.early[pid]++
+		return errLoaderBusy
+	}
+	delete(u.early, pid)
 	if err := u.reg.Commit(prepared); err != nil {
 		return err
+	}
+	if py == nil && js == nil && jvm == nil {
+		if !u.interp[pid] {
+			// No interpreter, now or before: nothing to tell the walks.
+			return jvmErr
+		}
+		delete(u.interp, pid)
+	} else {
+		if u.interp == nil {
+			u.interp = map[int]bool{}
+		}
+		u.interp[pid] = true
 	}
 	if err := u.registerPython(pid, py); err != nil {
 		return err

@@ -61,6 +61,11 @@ func (d *Detector) Detect(fs proc.FS, pid int, mapFiles bool) (*Process, error) 
 	if err != nil && len(maps) == 0 {
 		return nil, fmt.Errorf("read maps of pid %d: %w", pid, err)
 	}
+	return d.DetectIn(fs, pid, maps, mapFiles)
+}
+
+// DetectIn is Detect among maps, pid's executable mappings already read.
+func (d *Detector) DetectIn(fs proc.FS, pid int, maps []proc.Mapping, mapFiles bool) (*Process, error) {
 	for _, m := range maps {
 		if filepath.Base(m.Path) != libjvm {
 			continue

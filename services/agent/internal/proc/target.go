@@ -54,6 +54,13 @@ func (t *Targets) All() bool {
 	return len(t.PIDs) == 0 && len(t.SystemdUnits) == 0 && len(t.Cgroups) == 0 && t.Comm == nil
 }
 
+// ByCgroupOnly reports whether a process is targeted depends on its
+// cgroup alone (--systemd-units, --cgroups and nothing else), which its
+// children inherit and an exec keeps.
+func (t *Targets) ByCgroupOnly() bool {
+	return len(t.PIDs) == 0 && t.Comm == nil && (len(t.SystemdUnits) > 0 || len(t.Cgroups) > 0)
+}
+
 // ExcludedByPID reports whether pid is surely not targeted, before anything
 // about the process is read: it is the agent itself, or --pids is the only
 // criterion and does not name it.

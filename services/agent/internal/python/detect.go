@@ -28,6 +28,11 @@ func Detect(fs proc.FS, pid int, mapFiles bool) (*Process, error) {
 	if err != nil && len(maps) == 0 {
 		return nil, fmt.Errorf("read maps of pid %d: %w", pid, err)
 	}
+	return DetectIn(fs, pid, maps, mapFiles)
+}
+
+// DetectIn is Detect among maps, pid's executable mappings already read.
+func DetectIn(fs proc.FS, pid int, maps []proc.Mapping, mapFiles bool) (*Process, error) {
 	for _, m := range maps {
 		name := filepath.Base(m.Path)
 		sm := interpreterName.FindStringSubmatch(name)

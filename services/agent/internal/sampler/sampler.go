@@ -18,6 +18,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
@@ -109,6 +110,10 @@ type Sampler struct {
 	unwindMu sync.Mutex // the row allocator and the registered processes
 	rows     *rowAllocator
 	procKeys map[int][]profiler.ProfileUnwindMappingKey
+
+	marks     *ringbuf.Reader // wake-ups of unwind_wakeup
+	marked    chan struct{}   // one pending wake-up at most
+	marksDone chan struct{}   // closed when the reader's goroutine ends
 }
 
 // New loads the program and starts sampling on every online CPU.
@@ -164,7 +169,8 @@ func New(log *slog.Logger, cfg Config) (*Sampler, error) {
 			return nil, err
 		}
 	}
-	// exec and fork mark registrations stale. Neither link needs tracefs.
+	// exec, fork and cgroup moves mark registrations stale. No link needs
+	// tracefs.
 	exec, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sched_process_exec", Program: s.objs.UnwindExec})
 	if err != nil {
 		s.Close()
@@ -177,6 +183,16 @@ func New(log *slog.Logger, cfg Config) (*Sampler, error) {
 		return nil, fmt.Errorf("attach bpf program to sched_process_fork: %w", err)
 	}
 	s.links = append(s.links, fork)
+	cg, err := link.AttachTracing(link.TracingOptions{Program: s.objs.UnwindCgroup})
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("attach bpf program to cgroup_attach_task: %w", err)
+	}
+	s.links = append(s.links, cg)
+	if err := s.watchMarks(); err != nil {
+		s.Close()
+		return nil, err
+	}
 	if err := s.attachOffCPU(); err != nil {
 		s.Close()
 		return nil, err
@@ -440,6 +456,11 @@ func (s *Sampler) Close() error {
 		errs = append(errs, unix.Close(fd))
 	}
 	s.links, s.fds = nil, nil
+	if s.marks != nil {
+		errs = append(errs, s.marks.Close())
+		<-s.marksDone
+		s.marks = nil
+	}
 	errs = append(errs, s.objs.Close())
 	return errors.Join(errs...)
 }

@@ -1,9 +1,13 @@
 package sampler
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 	"sort"
+	"time"
+
+	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/stackstream/stackstream/bpf/profiler"
 	"github.com/stackstream/stackstream/services/agent/internal/unwind"
@@ -193,9 +197,9 @@ func prefixes(start, limit uint64) []prefix {
 }
 
 // Stale is a process the BPF program marked: its registration is stale (an
-// address in no registered mapping, a fork of a registered process) or
-// missing (Sampled: a sample of a process not registered), or it exec'd a
-// new program (Exec: registered or not, its identity changed too).
+// address in no registered mapping, a fork of a registered process) or missing (Sampled: a sample of a process neither
+// registered nor ignored), or its identity changed (Exec: it exec'd a new
+// program, registered or not, or moved to another cgroup).
 type Stale struct {
 	PID           int
 	Exec, Sampled bool
@@ -209,7 +213,7 @@ func (s *Sampler) Refresh() []Stale {
 	it := s.objs.UnwindRefresh.Iterate()
 	for it.Next(&pid, &why) {
 		out = append(out, Stale{PID: int(pid),
-			Exec:    why == profiler.RefreshExec || why == profiler.RefreshExecSampled,
+			Exec:    why == profiler.RefreshExec || why == profiler.RefreshExecSampled || why == profiler.RefreshCgroup,
 			Sampled: why == profiler.RefreshSampled || why == profiler.RefreshExecSampled})
 	}
 	for _, p := range out {
@@ -217,6 +221,89 @@ func (s *Sampler) Refresh() []Stale {
 	}
 	return out
 }
+
+// Marked receives (at most one pending value) when the BPF program has
+// marked a process since the last receive: Refresh has work. It fires at
+// most once per MarkedGap: under churn the marks of a gap are taken by one
+// Refresh.
+func (s *Sampler) Marked() <-chan struct{} { return s.marked }
+
+// MarkedGap is the shortest time between two wake-ups of Marked.
+const MarkedGap = 200 * time.Millisecond
+
+// watchMarks turns the records of unwind_wakeup into Marked's wake-ups. The
+// kernel wakes a reader only when it has read every record before: after a
+// wake-up the reader sleeps MarkedGap, then takes what came meanwhile
+// without waiting, so a steady stream of marks costs one wake-up a gap.
+func (s *Sampler) watchMarks() error {
+	r, err := ringbuf.NewReader(s.objs.UnwindWakeup)
+	if err != nil {
+		return fmt.Errorf("read unwind_wakeup ring buffer: %w", err)
+	}
+	s.marks, s.marked, s.marksDone = r, make(chan struct{}, 1), make(chan struct{})
+	go func() {
+		defer close(s.marksDone)
+		var rec ringbuf.Record
+		for {
+			r.SetDeadline(time.Time{})
+			if err := r.ReadInto(&rec); errors.Is(err, ringbuf.ErrClosed) {
+				return
+			}
+			select {
+			case s.marked <- struct{}{}:
+			default:
+			}
+			time.Sleep(MarkedGap)
+			// The records of the gap: the next ReadInto waits for new ones.
+			r.SetDeadline(time.Now())
+			more := false
+			for {
+				err := r.ReadInto(&rec)
+				if errors.Is(err, ringbuf.ErrClosed) {
+					return
+				}
+				if err != nil {
+					break
+				}
+				more = true
+			}
+			if more {
+				select {
+				case s.marked <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// Ignore tells the BPF program that pid (read by the agent, not targeted)
+// is not to be marked at its samples: until it exec's, or, sticky (the
+// agent targets by cgroup alone), across exec's and with the children it
+// forks; in both cases until it moves to another cgroup or its pid is
+// reused. It reports false when pid's identity changed since it was marked
+// (its mark says so): then it is not ignored, it is read again at the next
+// Refresh.
+func (s *Sampler) Ignore(pid int, sticky bool) bool {
+	how := uint32(profiler.IgnoreUntilExec)
+	if sticky {
+		how = profiler.IgnoreSticky
+	}
+	if err := s.objs.UnwindIgnored.Put(uint32(pid), how); err != nil {
+		return false // full: its samples mark it, as before
+	}
+	var why uint32
+	if err := s.objs.UnwindRefresh.Lookup(uint32(pid), &why); err == nil &&
+		(why == profiler.RefreshExec || why == profiler.RefreshExecSampled || why == profiler.RefreshCgroup) {
+		s.objs.UnwindIgnored.Delete(uint32(pid))
+		return false
+	}
+	return true
+}
+
+// Unignore forgets Ignore(pid).
+func (s *Sampler) Unignore(pid int) { s.objs.UnwindIgnored.Delete(uint32(pid)) }
 
 // SetPython names the CPython state of a registered process: its samples'
 // eval-loop frames are replaced by the Python frames they run.

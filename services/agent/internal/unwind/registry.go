@@ -76,7 +76,10 @@ func NewRegistry(log *slog.Logger, fs proc.FS, loader Loader, lim Limits) *Regis
 // Prepared is what Prepare read of one process: its executable mappings
 // and the compiled tables of files the registry had not seen.
 type Prepared struct {
-	PID      int
+	PID int
+	// Maps are the process's executable mappings as read: the interpreter
+	// detectors look at them too, rather than read them again.
+	Maps     []proc.Mapping
 	mappings []preparedMapping
 	// Compiled counts the tables compiled, Failed the files that could not
 	// be opened or compiled (they are unwound with frame pointers).
@@ -104,6 +107,7 @@ func (r *Registry) Prepare(pid int, mapFiles bool) (Prepared, error) {
 	if err != nil && len(maps) == 0 {
 		return p, fmt.Errorf("read maps of pid %d: %w", pid, err)
 	}
+	p.Maps = maps
 	done := map[Key]bool{} // keys compiled (or failed) by this call
 	for _, m := range maps {
 		if m.Path == vdsoPath {
