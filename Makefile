@@ -66,7 +66,7 @@ e2e-compose: ## docker-compose.yml in containers (local images, host network): b
 
 bench: build ## benchmarks: go test -bench plus the harnesses that print tables
 	go test -run '^$$' -bench . -benchmem -count=1 $(PKGS)
-	@for h in services/*/bench/run.sh; do [ -x "$$h" ] && { echo "== $$h"; "$$h"; } || true; done
+	@for h in services/*/bench/run.sh; do [ -x "$$h" ] && { echo "== $$h"; SOAK=$${SOAK:-30m} "$$h"; } || true; done
 
 release: ## versioned static binaries (amd64, arm64), SBOMs, OCI image archives and SHA256SUMS into dist/
 	go run ./deploy/release -version $(VERSION) -out dist

@@ -7,8 +7,8 @@
 # bounded, end-to-end latency from a probe host, and the rollup total vs
 # the produced CPU total, a soak (RSS and lag over time) and horizontal
 # scaling (1-3 instances of each consumer, one killed and restarted per
-# round). Needs make build and make up. Takes about 60 minutes with the
-# defaults (SOAK=0: 25); flags (go run ./bench -h) go to the program.
+# round). Needs make build and make up. Takes about 25 minutes, 60 with
+# make bench's SOAK=30m; flags (go run ./bench -h) go to the program.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(cd ../.. && pwd)
@@ -19,5 +19,6 @@ fi
 for b in stackctl stackstream-symbolizer stackstream-indexer stackstream-rollup stackstream-query; do
 	[ -x "$repo/bin/$b" ] || { echo "ctl bench: $repo/bin/$b missing (run make build)" >&2; exit 1; }
 done
-# SOAK is part F's length (the issue's 30 minutes by default; SOAK=0 skips it).
-exec go run ./bench -repo "$repo" -soak "${SOAK:-30m}" "$@"
+# SOAK is part F's length: make bench sets the issue's 30m; unset or 0
+# skips it.
+exec go run ./bench -repo "$repo" -soak "${SOAK:-0}" "$@"
