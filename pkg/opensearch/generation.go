@@ -255,6 +255,37 @@ func CreateIndex(ctx context.Context, cl *opensearchapi.Client, index string) er
 	return nil
 }
 
+// CreateAliasedIndex creates index with the alias alias in one request, so
+// the name never resolves to an index without it. When another writer
+// created the index first, it adds the alias (again: adding is idempotent).
+func CreateAliasedIndex(ctx context.Context, cl *opensearchapi.Client, index, alias string) error {
+	body, err := json.Marshal(map[string]any{"aliases": map[string]any{alias: map[string]any{}}})
+	if err != nil {
+		return err
+	}
+	status, resp, err := Raw(ctx, cl, http.MethodPut, "/"+url.PathEscape(index), body)
+	switch {
+	case err != nil:
+		return fmt.Errorf("create index %s for %s: %w", index, alias, err)
+	case status == http.StatusOK:
+		return nil
+	case !isExists(resp):
+		return fmt.Errorf("create index %s for %s: HTTP %d: %s", index, alias, status, truncate(resp, 300))
+	}
+	add, err := json.Marshal(map[string]any{"actions": []any{map[string]any{"add": map[string]any{"index": index, "alias": alias}}}})
+	if err != nil {
+		return err
+	}
+	status, resp, err = Raw(ctx, cl, http.MethodPost, "/_aliases", add)
+	if err != nil {
+		return fmt.Errorf("alias %s to %s: %w", alias, index, err)
+	}
+	if status != http.StatusOK {
+		return fmt.Errorf("alias %s to %s: HTTP %d: %s", alias, index, status, truncate(resp, 300))
+	}
+	return nil
+}
+
 // isExists is true for the errors OpenSearch answers when an index or alias
 // of that name exists already.
 func isExists(body []byte) bool {

@@ -12,6 +12,7 @@ import (
 	"github.com/stackstream/stackstream/pkg/config"
 	"github.com/stackstream/stackstream/pkg/kafka"
 	"github.com/stackstream/stackstream/pkg/opensearch"
+	"github.com/stackstream/stackstream/pkg/opensearch/route"
 	"github.com/stackstream/stackstream/pkg/service"
 	"github.com/stackstream/stackstream/pkg/telemetry"
 	"github.com/stackstream/stackstream/services/indexer/internal/indexer"
@@ -56,12 +57,14 @@ func runMain() error {
 	// The router writes through the aliases of the serving generation, or
 	// with STACKSTREAM_OPENSEARCH_INDEX_GENERATION into that generation
 	// (a reindex's temporary consumer).
-	writer := opensearch.NewRouter(osc, names, bulk.New(osc, bulk.Options{MaxBytes: cfg.Indexer.BulkMaxBytes, Metrics: metrics.Bulk}), cfg.Index.Generation)
+	writer := route.New(osc, names, bulk.New(osc, bulk.Options{MaxBytes: cfg.Indexer.BulkMaxBytes, Metrics: metrics.Bulk}), cfg.Index.Generation)
 	ix := indexer.New(kcl, writer, indexer.Options{
 		Names:           names,
 		DLQTopic:        topics.DLQ,
 		BatchBytes:      cfg.Indexer.BatchBytes,
 		FlushInterval:   cfg.Indexer.FlushInterval,
+		MaxInFlight:     cfg.Indexer.MaxInFlight,
+		InFlightBytes:   cfg.Indexer.InFlightBytes,
 		ShutdownTimeout: cfg.Indexer.ShutdownTimeout,
 		Workers:         cfg.Indexer.Workers,
 		// Older profiles would land in an index retention deletes.

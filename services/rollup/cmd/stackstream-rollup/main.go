@@ -12,6 +12,7 @@ import (
 	"github.com/stackstream/stackstream/pkg/config"
 	"github.com/stackstream/stackstream/pkg/kafka"
 	"github.com/stackstream/stackstream/pkg/opensearch"
+	"github.com/stackstream/stackstream/pkg/opensearch/route"
 	"github.com/stackstream/stackstream/pkg/service"
 	"github.com/stackstream/stackstream/pkg/telemetry"
 	"github.com/stackstream/stackstream/services/rollup/internal/aggregate"
@@ -43,7 +44,7 @@ func runMain() error {
 	// The router writes through the aliases of the serving generation, or
 	// with STACKSTREAM_OPENSEARCH_INDEX_GENERATION into that generation
 	// (a reindex's temporary consumer).
-	writer := opensearch.NewRouter(osc, cfg.Index.Names(),
+	writer := route.New(osc, cfg.Index.Names(),
 		bulk.New(osc, bulk.Options{MaxBytes: cfg.Rollup.BulkMaxBytes, Metrics: bulk.NewMetrics(reg, "stackstream_rollup")}), cfg.Index.Generation)
 	rollup := pipeline.New(pipeline.Config{
 		Topics: topics,

@@ -1,8 +1,10 @@
-package opensearch
+// Package route is the writers' side of index generations (docs/STACKCTL.md):
+// it sends a bulk writer's items, addressed by the names of indices.Names,
+// to the physical index of the right generation.
+package route
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -12,11 +14,12 @@ import (
 	"github.com/opensearch-project/opensearch-go/v4/opensearchapi"
 
 	"github.com/stackstream/stackstream/pkg/bulk"
+	"github.com/stackstream/stackstream/pkg/opensearch"
 	"github.com/stackstream/stackstream/schemas/indices"
 )
 
-// BulkWriter stores documents; *bulk.Writer is the real one.
-type BulkWriter interface {
+// Writer stores documents; *bulk.Writer is the real one.
+type Writer interface {
 	Write(ctx context.Context, items []bulk.Item) ([]bulk.Rejected, error)
 }
 
@@ -37,16 +40,16 @@ type BulkWriter interface {
 type Router struct {
 	cl    *opensearchapi.Client
 	names indices.Names
-	w     BulkWriter
+	w     Writer
 	gen   int
 
 	mu    sync.Mutex
 	ready map[string]bool // names known to resolve to an index
 }
 
-// NewRouter routes w's items; generation 0 follows the aliases, a positive
-// one pins the writes to that generation.
-func NewRouter(cl *opensearchapi.Client, names indices.Names, w BulkWriter, generation int) *Router {
+// New routes w's items; generation 0 follows the aliases, a positive one
+// pins the writes to that generation.
+func New(cl *opensearchapi.Client, names indices.Names, w Writer, generation int) *Router {
 	return &Router{cl: cl, names: names, w: w, gen: generation, ready: map[string]bool{}}
 }
 
@@ -112,14 +115,14 @@ func (r *Router) ensure(ctx context.Context, name string) error {
 }
 
 func (r *Router) create(ctx context.Context, name string) error {
-	status, _, err := Raw(ctx, r.cl, http.MethodHead, "/"+url.PathEscape(name), nil)
+	status, _, err := opensearch.Raw(ctx, r.cl, http.MethodHead, "/"+url.PathEscape(name), nil)
 	if err != nil {
 		return err
 	}
 	if status == http.StatusOK {
 		return nil // an alias or, in generation 0, the index itself
 	}
-	gen, err := CurrentGeneration(ctx, r.cl, r.names)
+	gen, err := opensearch.CurrentGeneration(ctx, r.cl, r.names)
 	if err != nil {
 		return err
 	}
@@ -127,24 +130,5 @@ func (r *Router) create(ctx context.Context, name string) error {
 	if gen == 0 || phys == name {
 		return nil // written as before generations: the template creates it
 	}
-	body, _ := json.Marshal(map[string]any{"aliases": map[string]any{name: map[string]any{}}})
-	status, resp, err := Raw(ctx, r.cl, http.MethodPut, "/"+url.PathEscape(phys), body)
-	switch {
-	case err != nil:
-		return err
-	case status == http.StatusOK:
-		return nil
-	case !isExists(resp):
-		return fmt.Errorf("create index %s for %s: HTTP %d: %s", phys, name, status, truncate(resp, 300))
-	}
-	// Another writer created the index first, with or without the alias yet.
-	add, _ := json.Marshal(map[string]any{"actions": []any{map[string]any{"add": map[string]any{"index": phys, "alias": name}}}})
-	status, resp, err = Raw(ctx, r.cl, http.MethodPost, "/_aliases", add)
-	if err != nil {
-		return err
-	}
-	if status != http.StatusOK {
-		return fmt.Errorf("alias %s to %s: HTTP %d: %s", name, phys, status, truncate(resp, 300))
-	}
-	return nil
+	return opensearch.CreateAliasedIndex(ctx, r.cl, phys, name)
 }
