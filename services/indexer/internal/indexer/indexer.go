@@ -2,7 +2,8 @@
 // samples to OpenSearch: a batch of records is turned into documents
 // (internal/convert), written with pkg/bulk, the records OpenSearch rejects
 // (or that cannot be decoded) go to the DLQ, and only then are the batch's
-// offsets committed.
+// offsets committed. Several batches may be written at once; their commits
+// follow one another in the order the batches were made.
 package indexer
 
 import (
@@ -41,6 +42,13 @@ type Options struct {
 	// ShutdownTimeout is how long the last batch may take to be written and
 	// committed after the context ends (OpenSearch may be down).
 	ShutdownTimeout time.Duration
+	// MaxInFlight is how many batches are written at once (each one bulk
+	// request at a time); InFlightBytes bounds their documents together
+	// (one batch always goes, whatever its size). Their commits stay in
+	// order: a batch's offsets are committed only after it and every
+	// earlier batch are stored, and never after an earlier batch failed.
+	MaxInFlight   int
+	InFlightBytes int
 	// MaxRebalanceDelay bounds how long a rebalance waits under steady load
 	// (the write pipeline is drained to let it through).
 	MaxRebalanceDelay time.Duration
@@ -72,6 +80,8 @@ const (
 	DefaultFlushInterval   = time.Second
 	DefaultShutdownTimeout = 30 * time.Second
 	DefaultStackCacheSize  = 1 << 20
+	DefaultMaxInFlight     = 4
+	DefaultInFlightBytes   = 32 << 20
 	// DefaultMaxRebalanceDelay stays well inside franz-go's default 60 s
 	// rebalance timeout.
 	DefaultMaxRebalanceDelay = 10 * time.Second
@@ -95,12 +105,15 @@ type Indexer struct {
 	log    *slog.Logger
 	m      *Metrics
 	stored map[string]string // stack ID -> the newest last_seen day OpenSearch acknowledged
-	// sending is the stack IDs of the batch being written: the next batch
-	// need not send them again (each would come back a 409 conflict, which
-	// costs OpenSearch more than a stored document). Should that write
-	// fail, Run stops and the records are redelivered.
+	// sending is the stack IDs of the batches being written: the next
+	// batches need not send them again (each would be a second scripted
+	// update of the same document). Should a write fail, Run stops and the
+	// records are redelivered.
 	sending map[string]string
 	conv    *convert.Converter
+	// script is the encoded TouchStackScript of scriptDay.
+	script    []byte
+	scriptDay string
 	// convertRecord is convert; tests replace it to reach the record
 	// boundary's recover.
 	convertRecord func(*kgo.Record) (convert.Documents, error)
@@ -141,6 +154,12 @@ func New(kcl *kgo.Client, w Writer, opts Options) *Indexer {
 	if opts.MaxRebalanceDelay <= 0 {
 		opts.MaxRebalanceDelay = DefaultMaxRebalanceDelay
 	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = DefaultMaxInFlight
+	}
+	if opts.InFlightBytes <= 0 {
+		opts.InFlightBytes = DefaultInFlightBytes
+	}
 	if opts.StackCacheSize == 0 {
 		opts.StackCacheSize = DefaultStackCacheSize
 	}
@@ -163,7 +182,7 @@ func New(kcl *kgo.Client, w Writer, opts Options) *Indexer {
 		opts.Limits = convert.DefaultLimits()
 	}
 	ix := &Indexer{kcl: kcl, w: w, opts: opts, log: opts.Logger, m: opts.Metrics, stored: map[string]string{},
-		conv: convert.New(opts.Limits)}
+		sending: map[string]string{}, conv: convert.New(opts.Limits)}
 	ix.convertRecord = ix.convert
 	return ix
 }
@@ -201,15 +220,20 @@ func (b *batch) lastRecords() []*kgo.Record {
 
 // Run consumes until ctx ends, then writes and commits the batches in hand
 // (within ShutdownTimeout) and returns nil. It returns an error when a batch
-// cannot be stored or dead-lettered: its offsets are then left uncommitted.
+// cannot be stored or dead-lettered: its offsets and those of every later
+// batch are then left uncommitted.
 //
-// One batch is written while the next is polled and converted, so the
-// indexer's CPU work overlaps OpenSearch's. While a write is in flight the
-// next batch keeps filling up to BatchBytes instead of waiting for it: the
-// slower OpenSearch, the larger (and cheaper per document) the requests, and
-// conversion never stops for a batch that is merely due. Rebalances wait until nothing
-// polled is uncommitted: that happens whenever the stream idles, and at least
-// every MaxRebalanceDelay under load, when the pipeline is drained.
+// Batches are written in the background, up to MaxInFlight (and
+// InFlightBytes) at once, while the next is polled and converted, so the
+// indexer's CPU work overlaps OpenSearch's and OpenSearch gets several bulk
+// requests to work on. A full batch goes out at once, waiting for the
+// oldest write when the pipeline is full; a due one goes out when there is
+// room and otherwise keeps filling up to BatchBytes: the slower OpenSearch,
+// the larger (and cheaper per document) the requests, and conversion never
+// stops for a batch that is merely due. Commits follow the batches' order
+// (see flush). Rebalances wait until nothing polled is uncommitted: that
+// happens whenever the stream idles, and at least every MaxRebalanceDelay
+// under load, when the pipeline is drained.
 func (ix *Indexer) Run(ctx context.Context) error {
 	// Writes outlive ctx by ShutdownTimeout, so a stop signal still lets the
 	// batches in hand reach OpenSearch and their offsets be committed.
@@ -223,15 +247,52 @@ func (ix *Indexer) Run(ctx context.Context) error {
 	defer ix.kcl.AllowRebalance()
 
 	b := newBatch()
-	var inflight *flight
-	// send waits for the write in flight, then writes b in the background.
-	send := func() error {
-		err := ix.reap(inflight)
-		inflight = nil
-		if err != nil {
-			return err
+	var flights []*flight // oldest first
+	flightBytes := 0
+	defer func() {
+		// On an error the later writes are abandoned (they commit nothing
+		// after a failed batch); Run returns once none is left running.
+		cancelWrite()
+		for _, f := range flights {
+			<-f.done
 		}
-		inflight = ix.start(writeCtx, b)
+		ix.m.InFlight.Set(0)
+	}()
+	// reapOldest waits for the oldest write and returns its error.
+	reapOldest := func() error {
+		f := flights[0]
+		flights[0] = nil
+		flights = flights[1:]
+		flightBytes -= f.b.bytes
+		ix.m.InFlight.Set(float64(len(flights)))
+		return ix.reap(f)
+	}
+	reapFinished := func() error {
+		for len(flights) > 0 && flights[0].finished() {
+			if err := reapOldest(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	room := func() bool {
+		return len(flights) < ix.opts.MaxInFlight && flightBytes+b.bytes <= ix.opts.InFlightBytes
+	}
+	// send writes b in the background, after waiting for the oldest writes
+	// until there is room.
+	send := func() error {
+		for len(flights) > 0 && !room() {
+			if err := reapOldest(); err != nil {
+				return err
+			}
+		}
+		var prev *flight
+		if len(flights) > 0 {
+			prev = flights[len(flights)-1]
+		}
+		flights = append(flights, ix.start(writeCtx, b, prev))
+		flightBytes += b.bytes
+		ix.m.InFlight.Set(float64(len(flights)))
 		b = newBatch()
 		return nil
 	}
@@ -241,28 +302,32 @@ func (ix *Indexer) Run(ctx context.Context) error {
 				return err
 			}
 		}
-		err := ix.reap(inflight)
-		inflight = nil
-		return err
+		for len(flights) > 0 {
+			if err := reapOldest(); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	released := ix.opts.Now()
 	for {
 		base, cancelBase := context.WithCancel(ctx)
 		pollCtx, cancelDeadline := base, context.CancelFunc(func() {})
-		if b.records > 0 && inflight == nil {
-			// With a write in flight, its end is the next deadline (below).
+		if b.records > 0 && room() {
+			// A due batch with no room waits for the oldest write (below).
 			pollCtx, cancelDeadline = context.WithDeadline(base, b.started.Add(ix.opts.FlushInterval))
 		}
-		if inflight != nil {
-			// Wake up when the write ends, to release a waiting rebalance
-			// even if no record arrives.
+		if len(flights) > 0 {
+			// Wake up when the oldest write ends, to reap it, send a due
+			// batch or release a waiting rebalance even if no record
+			// arrives.
 			go func(done <-chan struct{}) {
 				select {
 				case <-done:
 					cancelBase()
 				case <-base.Done():
 				}
-			}(inflight.done)
+			}(flights[0].done)
 		}
 		fetches := ix.kcl.PollRecords(pollCtx, pollRecords)
 		cancelDeadline()
@@ -306,23 +371,19 @@ func (ix *Indexer) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return drain()
 		}
-		if inflight != nil && inflight.finished() {
-			err := ix.reap(inflight)
-			inflight = nil
-			if err != nil {
-				return err
-			}
+		if err := reapFinished(); err != nil {
+			return err
 		}
 		now := ix.opts.Now()
-		// A full batch went out above; a due one waits until nothing is
-		// in flight, filling meanwhile.
-		if b.records > 0 && inflight == nil && !now.Before(b.started.Add(ix.opts.FlushInterval)) {
+		// A full batch went out above; a due one waits for room, filling
+		// meanwhile.
+		if b.records > 0 && room() && !now.Before(b.started.Add(ix.opts.FlushInterval)) {
 			if err := send(); err != nil {
 				return err
 			}
 		}
 		switch {
-		case inflight == nil && b.records == 0:
+		case len(flights) == 0 && b.records == 0:
 			ix.kcl.AllowRebalance()
 			released = now
 		case now.Sub(released) >= ix.opts.MaxRebalanceDelay:
@@ -335,9 +396,11 @@ func (ix *Indexer) Run(ctx context.Context) error {
 	}
 }
 
-// flight is a batch being stored.
+// flight is a batch being stored; prev is the batch made before it, still
+// being stored when this one started (its commit goes first).
 type flight struct {
 	b    *batch
+	prev *flight
 	done chan struct{}
 	err  error
 }
@@ -351,25 +414,29 @@ func (f *flight) finished() bool {
 	}
 }
 
-// start stores b in the background.
-func (ix *Indexer) start(ctx context.Context, b *batch) *flight {
-	f := &flight{b: b, done: make(chan struct{})}
-	ix.sending = b.stacks
+// start stores b in the background, committing its offsets after prev's.
+func (ix *Indexer) start(ctx context.Context, b *batch, prev *flight) *flight {
+	f := &flight{b: b, prev: prev, done: make(chan struct{})}
+	for id, day := range b.stacks {
+		ix.sending[id] = day
+	}
 	go func() {
 		defer close(f.done)
-		f.err = ix.flush(ctx, b)
+		f.err = ix.flush(ctx, f)
+		f.prev = nil
 	}()
 	return f
 }
 
-// reap waits for f (nil is done), remembers the stacks it stored, and
-// returns its error.
+// reap waits for f, remembers the stacks it stored, and returns its error.
 func (ix *Indexer) reap(f *flight) error {
-	if f == nil {
-		return nil
-	}
 	<-f.done
-	ix.sending = nil
+	for id, day := range f.b.stacks {
+		// A later batch may send the stack again for a later day.
+		if ix.sending[id] == day {
+			delete(ix.sending, id)
+		}
+	}
 	if f.err == nil && ix.opts.StackCacheSize > 0 {
 		if len(ix.stored)+len(f.b.stacks) > ix.opts.StackCacheSize {
 			clear(ix.stored)
@@ -462,7 +529,7 @@ func (ix *Indexer) add(b *batch, r *kgo.Record, c converted) {
 			return
 		}
 		b.stacks[s.ID] = day
-		upd := touchStack(doc, day)
+		upd := ix.touchStack(doc, day)
 		b.items = append(b.items, bulk.Item{Index: stacksIndex, ID: s.ID, Update: upd, Doc: doc})
 		b.owner[stacksIndex+"\x00"+s.ID] = r
 		b.bytes += len(upd) + len(s.ID) + len(stacksIndex) + 40
@@ -489,9 +556,14 @@ func (b *batch) unadd(first int) {
 }
 
 // touchStack is the update of a stacks document: created from doc when
-// missing, else its last_seen moved forward to day.
-func touchStack(doc []byte, day string) []byte {
-	script, _ := json.Marshal(indices.TouchStackScript(day))
+// missing, else its last_seen moved forward to day. The script is encoded
+// once per day.
+func (ix *Indexer) touchStack(doc []byte, day string) []byte {
+	if ix.scriptDay != day {
+		ix.script, _ = json.Marshal(indices.TouchStackScript(day))
+		ix.scriptDay = day
+	}
+	script := ix.script
 	out := make([]byte, 0, len(doc)+len(script)+32)
 	out = append(out, `{"script":`...)
 	out = append(out, script...)
@@ -587,12 +659,15 @@ func (ix *Indexer) deadLetter(r *kgo.Record, err error) *kgo.Record {
 	return record.DLQRecord(ix.opts.DLQTopic, Service, r, fmt.Errorf("%s: %w", reason, err))
 }
 
-// flush stores b's documents, dead-letters the records OpenSearch rejected
-// and those that could not be decoded, and only then commits b's offsets.
-func (ix *Indexer) flush(ctx context.Context, b *batch) error {
-	if b.records == 0 {
-		return nil
-	}
+// flush stores f's documents, dead-letters the records OpenSearch rejected
+// and those that could not be decoded, waits for the batch before it, and
+// only then commits f's offsets: the last record of each partition in f,
+// which covers every earlier record of that partition, so no commit may
+// pass a batch not yet stored. If the batch before failed, f commits
+// nothing: its records are redelivered with the failed batch's, and
+// written again under the same IDs.
+func (ix *Indexer) flush(ctx context.Context, f *flight) error {
+	b := f.b
 	start := time.Now()
 	rejected, err := ix.w.Write(ctx, b.items)
 	if err != nil {
@@ -617,7 +692,13 @@ func (ix *Indexer) flush(ctx context.Context, b *batch) error {
 			return fmt.Errorf("produce %d dead letters to %s: %w", len(b.dlq), ix.opts.DLQTopic, err)
 		}
 	}
-	// The next batch may already be polled: commit exactly this one's
+	if f.prev != nil {
+		<-f.prev.done
+		if f.prev.err != nil {
+			return fmt.Errorf("batch of %d records stored, not committed: an earlier batch failed", b.records)
+		}
+	}
+	// The next batches may already be polled: commit exactly this one's
 	// offsets, the last record of each partition.
 	commitStart := time.Now()
 	err = ix.kcl.CommitRecords(ctx, b.lastRecords()...)

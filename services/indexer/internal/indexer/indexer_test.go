@@ -407,7 +407,8 @@ func TestBatchFillsWhileWriteInFlight(t *testing.T) {
 	free := func() { once.Do(func() { close(release) }) }
 	defer free()
 
-	run := start(t, e, srv.URL)
+	// One batch in flight (TestSlowBatchHoldsLaterCommits has several).
+	run := start(t, e, srv.URL, func(o *indexer.Options) { o.MaxInFlight = 1 })
 	decoded := func() int {
 		return int(testutil.ToFloat64(run.metrics.Decoded.WithLabelValues("fast")) + testutil.ToFloat64(run.metrics.Decoded.WithLabelValues("general")))
 	}

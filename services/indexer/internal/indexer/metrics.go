@@ -19,6 +19,7 @@ type Metrics struct {
 	Batches  prometheus.Counter
 	Commits  *prometheus.CounterVec // result: ok, error
 	BatchDur prometheus.Histogram
+	InFlight prometheus.Gauge // batches being written
 	// LabelsDropped counts label changes by reason: invalid_key,
 	// value_truncated, too_many, service_truncated (see convert.LabelDrops).
 	LabelsDropped *prometheus.CounterVec
@@ -56,12 +57,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Offset commits, by result."}, []string{"result"}),
 		BatchDur: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "batch_duration_seconds",
 			Help: "Time to write, dead-letter and commit one batch.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
+		InFlight: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "batches_in_flight",
+			Help: "Batches being written or waiting for an earlier batch's commit (at most STACKSTREAM_INDEXER_MAX_IN_FLIGHT)."}),
 		LabelsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "labels_dropped_total",
 			Help: "Labels dropped or cut, once per samples document, by reason (invalid_key, value_truncated, too_many, service_truncated)."}, []string{"reason"}),
 		Bulk: bulk.NewMetrics(reg, ns),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Decoded, m.Docs, m.Raw, m.Batches, m.Commits, m.BatchDur, m.LabelsDropped)
+		reg.MustRegister(m.Decoded, m.Docs, m.Raw, m.Batches, m.Commits, m.BatchDur, m.InFlight, m.LabelsDropped)
 	}
 	return m
 }
