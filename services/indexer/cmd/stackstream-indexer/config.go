@@ -26,6 +26,8 @@ type Indexer struct {
 	BatchBytes        int           `envconfig:"BATCH_BYTES" default:"8388608" desc:"documents per batch (bytes) before a write and commit"`
 	FlushInterval     time.Duration `envconfig:"FLUSH_INTERVAL" default:"1s" desc:"longest a record waits in a batch"`
 	BulkMaxBytes      int           `envconfig:"BULK_MAX_BYTES" default:"8388608" desc:"body size of one bulk request"`
+	MaxInFlight       int           `envconfig:"MAX_IN_FLIGHT" default:"4" desc:"batches written to OpenSearch at once (their commits stay in order)"`
+	InFlightBytes     int           `envconfig:"IN_FLIGHT_BYTES" default:"33554432" desc:"documents of the batches being written, together (bytes); at least BATCH_BYTES"`
 	ShutdownTimeout   time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"how long the last batch may take to be stored on shutdown"`
 	RetentionDays     int           `envconfig:"RETENTION_DAYS" default:"7" desc:"delete daily samples indices older than this many days; 0 keeps them"`
 	StacksDays        int           `envconfig:"STACKS_RETENTION_DAYS" default:"91" desc:"delete stacks no profile used for this many days; keep it above every retention of the indices that refer to stacks (samples, and the rollups' STACKSTREAM_ROLLUP_HOURLY_RETENTION_DAYS, 90); 0 keeps them, as does RETENTION_DAYS=0"`
@@ -53,6 +55,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_INDEXER_BULK_MAX_BYTES=%d is too small: use at least 1024 (default 8388608)", i.BulkMaxBytes)
 	case i.BulkMaxBytes > 100<<20:
 		return fmt.Errorf("STACKSTREAM_INDEXER_BULK_MAX_BYTES=%d exceeds OpenSearch's default http.max_content_length of 100 MiB", i.BulkMaxBytes)
+	case i.MaxInFlight < 1 || i.MaxInFlight > 64:
+		return fmt.Errorf("STACKSTREAM_INDEXER_MAX_IN_FLIGHT=%d: use 1 to 64 (default 4)", i.MaxInFlight)
+	case i.InFlightBytes < i.BatchBytes:
+		return fmt.Errorf("STACKSTREAM_INDEXER_IN_FLIGHT_BYTES=%d is below STACKSTREAM_INDEXER_BATCH_BYTES=%d: use at least one batch (default 33554432)", i.InFlightBytes, i.BatchBytes)
 	case i.FlushInterval <= 0:
 		return fmt.Errorf("STACKSTREAM_INDEXER_FLUSH_INTERVAL=%s must be positive", i.FlushInterval)
 	case i.ShutdownTimeout <= 0:

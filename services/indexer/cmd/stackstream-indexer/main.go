@@ -63,6 +63,8 @@ func runMain() error {
 		DLQTopic:        topics.DLQ,
 		BatchBytes:      cfg.Indexer.BatchBytes,
 		FlushInterval:   cfg.Indexer.FlushInterval,
+		MaxInFlight:     cfg.Indexer.MaxInFlight,
+		InFlightBytes:   cfg.Indexer.InFlightBytes,
 		ShutdownTimeout: cfg.Indexer.ShutdownTimeout,
 		Workers:         cfg.Indexer.Workers,
 		// Older profiles would land in an index retention deletes.
