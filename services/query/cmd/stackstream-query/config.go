@@ -20,7 +20,7 @@ type Config struct {
 	Timeout       time.Duration `envconfig:"QUERY_TIMEOUT" default:"30s" desc:"longest time one API request may take"`
 	MaxRange      time.Duration `envconfig:"QUERY_MAX_RANGE" default:"744h" desc:"longest from..to range (31 days)"`
 	RawMaxRange   time.Duration `envconfig:"QUERY_RAW_MAX_RANGE" default:"6h" desc:"longer flame graphs read the per-stack rollups instead of raw samples"`
-	MaxStacks     int           `envconfig:"QUERY_MAX_STACKS" default:"50000" desc:"distinct stacks merged per selection; beyond it the heaviest are kept"`
+	MaxStacks     int           `envconfig:"QUERY_MAX_STACKS" default:"50000" desc:"distinct stacks read per stack (the minutes around whole hours read from trees, label selectors, hours without trees); beyond it the heaviest are kept"`
 	MaxNodes      int           `envconfig:"QUERY_MAX_NODES" default:"5000" desc:"default max_nodes of a flame graph"`
 	AuthToken     string        `envconfig:"QUERY_AUTH_TOKEN" desc:"require this Bearer token on the API and UI; never logged"`
 	BasicUser     string        `envconfig:"QUERY_BASIC_AUTH_USER" desc:"require HTTP basic auth with this user on the API and UI"`
