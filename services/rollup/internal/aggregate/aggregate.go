@@ -372,10 +372,13 @@ func (p *Partition) fold(w *window, ws *series, name string, d *delta, offset in
 	ds.stackValue += d.stackValue
 	if ds.stack == nil && d.stack != nil && w.key.res == indices.ResolutionHour {
 		// The hour's trees need the frames; holding them keeps them past
-		// the stack cache's bound, so they are charged (once per series
-		// holding them: an upper bound, stacks are shared across hosts).
+		// the stack cache's bound, so they are charged, once per stack
+		// however many hosts' hours hold it, until the last is evicted.
 		ds.stack = d.stack
-		p.charge(w, int64(d.stack.bytes))
+		if d.stack.held == 0 {
+			p.chargeStack(int64(d.stack.bytes))
+		}
+		d.stack.held++
 	}
 	if d.hasMem {
 		if ds.mem == nil {
@@ -389,6 +392,32 @@ func (p *Partition) fold(w *window, ws *series, name string, d *delta, offset in
 	if !ds.dirty {
 		ds.dirty = true
 		w.dirty++
+	}
+}
+
+// chargeStack charges (or returns) the frames of a stack held by hour
+// windows: to the partition, not to a window, since several windows share
+// them.
+func (p *Partition) chargeStack(n int64) {
+	p.bytes += n
+	if p.cfg.Budget != nil {
+		p.cfg.Budget.used += n
+	}
+}
+
+// releaseStacks drops an evicted hour window's hold on its stacks' frames.
+func (p *Partition) releaseStacks(w *window) {
+	for sk, ws := range w.series {
+		if sk.kind != indices.KindStack {
+			continue
+		}
+		for _, ds := range ws.docs {
+			if st := ds.stack; st != nil {
+				if st.held--; st.held == 0 {
+					p.chargeStack(-int64(st.bytes))
+				}
+			}
+		}
 	}
 }
 
@@ -453,7 +482,7 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 				if ds == nil {
 					n += docBytes + int64(len(name))
 				}
-				if st := p.deltas[i].stack; st != nil && k.res == indices.ResolutionHour && (ds == nil || ds.stack == nil) {
+				if st := p.deltas[i].stack; st != nil && st.held == 0 && k.res == indices.ResolutionHour && (ds == nil || ds.stack == nil) {
 					n += int64(st.bytes)
 				}
 				if p.deltas[i].hasMem {
@@ -478,6 +507,8 @@ func (p *Partition) Release() {
 	}
 	p.bytes = 0
 	clear(p.windows)
+	// The cached stacks' hold counts belonged to those windows.
+	p.stacks = newStackCache()
 }
 
 type mark struct{ offset, watermark int64 }
@@ -520,6 +551,7 @@ type stackInfo struct {
 	leaf   string
 	funcs  []string // distinct, so recursion counts a function once in total
 	bytes  int      // stackBytes(frames)
+	held   int32    // stack documents of hour windows holding it (charged while > 0)
 }
 
 // maxCachedStacks and maxCachedStackBytes bound the stack cache: a stack
@@ -882,6 +914,7 @@ func (p *Partition) Evict() int {
 	n := 0
 	for k, w := range p.windows {
 		if w.dirty == 0 && p.evicted(w.end, p.watermark) {
+			p.releaseStacks(w)
 			p.charge(w, -w.bytes)
 			delete(p.windows, k)
 			n++

@@ -122,6 +122,46 @@ func TestHourTrees(t *testing.T) {
 	}
 }
 
+// TestStackFramesChargedOnce: an hour holds each stack's frames for its
+// trees; a stack seen on a second host's hour is not charged again, and
+// the charge goes back when the last window holding it is evicted.
+func TestStackFramesChargedOnce(t *testing.T) {
+	cfg := testConfig()
+	cfg.Budget = &Budget{MaxBytes: 1 << 30}
+	p := NewPartition(cfg, Checkpoint{})
+	if _, err := p.Add(Input{Profile: cpu(t0), Type: record.ProfileCPU, Host: "web-1", Offset: 0}); err != nil {
+		t.Fatal(err)
+	}
+	first := cfg.Budget.Used()
+	if _, err := p.Add(Input{Profile: cpu(t0.Add(10 * time.Second)), Type: record.ProfileCPU, Host: "web-2", Offset: 1}); err != nil {
+		t.Fatal(err)
+	}
+	second := cfg.Budget.Used() - first
+	var frames int64
+	for _, ws := range p.windows[windowKey{indices.ResolutionHour, t0.UnixNano()}].series {
+		for _, ds := range ws.docs {
+			if ds.stack != nil && ds.stack.held != 2 {
+				t.Fatalf("stack held by %d hour documents, want 2", ds.stack.held)
+			}
+		}
+	}
+	for _, st := range []string{"checkout", "api"} {
+		for _, ds := range p.windows[windowKey{indices.ResolutionHour, t0.UnixNano()}].series[seriesKey{indices.KindStack, "cpu", st, "web-1"}].docs {
+			frames += int64(ds.stack.bytes)
+		}
+	}
+	if second > first-frames {
+		t.Fatalf("second host charged %d, first %d of which %d frames: frames charged twice", second, first, frames)
+	}
+	// Everything written and far behind the watermark: all returned.
+	MarkStored(p.Pending(true))
+	p.watermark = t0.Add(24 * time.Hour).UnixNano()
+	p.Evict()
+	if len(p.windows) != 0 || cfg.Budget.Used() != 0 {
+		t.Fatalf("%d windows left, %d bytes charged after eviction", len(p.windows), cfg.Budget.Used())
+	}
+}
+
 // TestServiceTrees: an hour's service tree merges the trees of every host
 // of the service in the partition, names the partition, and its _id is
 // the same for the same partition, service and hour.
