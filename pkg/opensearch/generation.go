@@ -145,14 +145,18 @@ type Swap struct {
 }
 
 // PlanSwap computes the single _aliases request that points every name for
-// which generation to has an index to that index. A name held by a
+// which generation to has an index to that index, but the names in keep,
+// which stay where they are (listed in Kept). A name held by a
 // generation-0 index can only become an alias once that index is gone, so
 // the request deletes it (remove_index): in the same atomic step, so a
 // reader sees the old index or the new alias, never neither.
-func PlanSwap(l Layout, names indices.Names, to int) Swap {
+func PlanSwap(l Layout, names indices.Names, to int, keep ...string) Swap {
 	s := Swap{To: to}
 	covered := map[string]bool{}
 	for _, p := range l.Of(to) {
+		if slices.Contains(keep, p.Name) {
+			continue
+		}
 		covered[p.Name] = true
 		old, serving := l.Serving(p.Name)
 		switch {

@@ -27,4 +27,9 @@ func TestPlanSwapKeepsUncovered(t *testing.T) {
 	if !slices.Equal(s.Moved, []string{"p-samples-2026.11.01", "p-stacks"}) || !slices.Equal(s.Kept, []string{"p-samples-2026.01.01"}) || len(s.Actions) != 4 {
 		t.Fatalf("plan: moved %v, kept %v, %d actions", s.Moved, s.Kept, len(s.Actions))
 	}
+	// A name given to keep stays although generation 2 has an index for it.
+	s = PlanSwap(l, names, 2, names.Samples(now))
+	if !slices.Equal(s.Moved, []string{"p-stacks"}) || !slices.Equal(s.Kept, []string{"p-samples-2026.01.01", "p-samples-2026.11.01"}) {
+		t.Fatalf("plan keeping %s: moved %v, kept %v", names.Samples(now), s.Moved, s.Kept)
+	}
 }

@@ -57,7 +57,7 @@ func TestMoveLateNames(t *testing.T) {
 	}
 	create(names.Physical(1, late), late) // a live writer that read generation 1
 
-	moved, err := moveLateNames(ctx, osc, names, before, 2)
+	moved, err := moveLateNames(ctx, osc, names, before, 2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestMoveLateNames(t *testing.T) {
 			t.Errorf("%s resolves to %+v, want generation %d", name, p, gen)
 		}
 	}
-	if again, err := moveLateNames(ctx, osc, names, before, 2); err != nil || len(again) != 0 {
+	if again, err := moveLateNames(ctx, osc, names, before, 2, nil); err != nil || len(again) != 0 {
 		t.Fatalf("a second pass moved %v, %v", again, err)
 	}
 }

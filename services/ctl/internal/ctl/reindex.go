@@ -2,10 +2,12 @@ package ctl
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,6 +58,7 @@ type ReindexSummary struct {
 	Processed int64
 	Swap      opensearch.Swap
 	Deleted   []string
+	Gaps      Gaps             // what was copied or kept for lack of records in the topics
 	Counts    map[int][3]int64 // documents per generation: stacks, samples, rollups
 	Elapsed   time.Duration
 }
@@ -234,6 +237,20 @@ func Reindex(ctx context.Context, cfg Config, adm *kadm.Client, osc *opensearcha
 		}
 	}
 
+	// What the topics no longer hold: copy it, or keep its name where it is.
+	since, trimmed, err := firstRecord(ctx, adm, topic, from)
+	if err != nil {
+		return sum, fmt.Errorf("reindex: %w", err)
+	}
+	if trimmed {
+		if l, err = opensearch.ReadLayout(ctx, osc, names); err != nil {
+			return sum, fmt.Errorf("reindex: %w", err)
+		}
+		if sum.Gaps, err = fillGaps(ctx, osc, names, l, sum.To, since, opts.Interval, out); err != nil {
+			return sum, fmt.Errorf("reindex: %w", err)
+		}
+	}
+
 	// Refresh the new generation so readers find everything at the swap.
 	if err := refresh(ctx, osc, names.GenerationPatterns(sum.To)); err != nil {
 		return sum, fmt.Errorf("reindex: %w", err)
@@ -252,7 +269,7 @@ func Reindex(ctx context.Context, cfg Config, adm *kadm.Client, osc *opensearcha
 	if _, ok := l[names.Physical(sum.To, names.Stacks())]; !ok && opts.IndexerGroup != "" {
 		return sum, fmt.Errorf("reindex: generation %d has no stacks index: the temporary indexer indexed nothing (empty topic, or records older than --from?); nothing swapped", sum.To)
 	}
-	sum.Swap = opensearch.PlanSwap(l, names, sum.To)
+	sum.Swap = opensearch.PlanSwap(l, names, sum.To, sum.Gaps.KeptSamples...)
 	swapStart := time.Now()
 	if err := sum.Swap.Apply(ctx, osc); err != nil {
 		return sum, fmt.Errorf("reindex: %w", err)
@@ -270,7 +287,7 @@ func Reindex(ctx context.Context, cfg Config, adm *kadm.Client, osc *opensearcha
 		return sum, fmt.Errorf("reindex: %w", cause(ctx, ctx.Err()))
 	case <-time.After(2 * time.Second):
 	}
-	moved, err := moveLateNames(ctx, osc, names, l, sum.To)
+	moved, err := moveLateNames(ctx, osc, names, l, sum.To, sum.Gaps.KeptSamples)
 	if err != nil {
 		return sum, fmt.Errorf("reindex: move names created during the swap: %w", err)
 	}
@@ -312,6 +329,13 @@ func Reindex(ctx context.Context, cfg Config, adm *kadm.Client, osc *opensearcha
 		fmt.Fprintf(out, "generation %d serves: stop the temporary consumers now (groups %s)\n", sum.To, strings.Join(sum.Groups, ", "))
 	}
 	ctx = context.WithoutCancel(ctx)
+	// The new generation's partial days, now that no temporary indexer
+	// writes them any more.
+	for _, name := range sum.Gaps.KeptSamples {
+		if err := deleteUnservedIndex(ctx, osc, names.Physical(sum.To, name)); err != nil {
+			fmt.Fprintf(out, "delete the partial %s: %v\n", names.Physical(sum.To, name), err)
+		}
+	}
 
 	if opts.DeleteOld && sum.From > 0 {
 		deleted, kept, err := opensearch.DeleteUnserved(ctx, osc, names, sum.From)
@@ -342,7 +366,7 @@ func Reindex(ctx context.Context, cfg Config, adm *kadm.Client, osc *opensearcha
 // index for each (the temporary indexer, still running, fills it), then
 // one _aliases request moves them. Names that existed before and have no
 // index in generation to stay where they are (the swap's "kept").
-func moveLateNames(ctx context.Context, osc *opensearchapi.Client, names indices.Names, before opensearch.Layout, to int) ([]string, error) {
+func moveLateNames(ctx context.Context, osc *opensearchapi.Client, names indices.Names, before opensearch.Layout, to int, keep []string) ([]string, error) {
 	late, err := opensearch.ReadLayout(ctx, osc, names)
 	if err != nil {
 		return nil, err
@@ -365,11 +389,32 @@ func moveLateNames(ctx context.Context, osc *opensearchapi.Client, names indices
 	if late, err = opensearch.ReadLayout(ctx, osc, names); err != nil {
 		return nil, err
 	}
-	s := opensearch.PlanSwap(late, names, to)
+	s := opensearch.PlanSwap(late, names, to, keep...)
 	if err := s.Apply(ctx, osc); err != nil {
 		return nil, err
 	}
 	return append(s.Moved, s.Added...), nil
+}
+
+// deleteUnservedIndex deletes index unless an alias points to it.
+func deleteUnservedIndex(ctx context.Context, cl *opensearchapi.Client, index string) error {
+	var aliases map[string]struct {
+		Aliases map[string]json.RawMessage `json:"aliases"`
+	}
+	if err := getJSON(ctx, cl, "/"+url.PathEscape(index)+"/_alias", &aliases); err != nil {
+		return err
+	}
+	if len(aliases[index].Aliases) > 0 {
+		return fmt.Errorf("%s serves, not deleted", index)
+	}
+	status, body, err := opensearch.Raw(ctx, cl, http.MethodDelete, "/"+url.PathEscape(index), nil)
+	if err != nil {
+		return err
+	}
+	if status != http.StatusOK && status != http.StatusNotFound {
+		return fmt.Errorf("HTTP %d: %.200s", status, body)
+	}
+	return nil
 }
 
 // cause is the reason ctx ended (a temporary consumer that exited), or err.
