@@ -135,6 +135,7 @@ func New(cl *opensearchapi.Client, names indices.Names, opts Options, logger *sl
 	a.handle(mux, "top", a.handleTop)
 	a.handle(mux, "search", a.handleSearch)
 	a.handle(mux, "diff", a.handleDiff)
+	a.handle(mux, "sandwich", a.handleSandwich)
 	a.handle(mux, "pprof", a.handlePprof)
 	a.handle(mux, "labels", a.handleLabels)
 	a.handle(mux, "labels/{name}/values", a.handleLabelValues)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -187,6 +188,73 @@ func TestTreesExact(t *testing.T) {
 		}
 		if shown, _ := checkFlame(t, want, f.Root, ""); shown+f.Folded != len(want.nodes) {
 			t.Fatalf("%d nodes shown, %d folded, want %d", shown, f.Folded, len(want.nodes))
+		}
+	})
+
+	t.Run("sandwich", func(t *testing.T) {
+		const fn = "fn5"
+		var sw api.SandwichResponse
+		p := url.Values{"function": {fn}, "max_nodes": {"100000"}}
+		for k, v := range params {
+			p[k] = v
+		}
+		get(t, base, "/api/v1/sandwich", p, &sw)
+		// The brute force, from every node of the merged stacks: fn's
+		// occurrences (outermost only) give the callers, everything below
+		// them the callees.
+		callers, callees := map[string][2]int64{}, map[string][2]int64{}
+		var fnTotal, fnSelf int64
+		for path, v := range all.nodes {
+			parts := strings.Split(path, ";")
+			i := slices.Index(parts, fn)
+			if i < 0 {
+				continue
+			}
+			if i == len(parts)-1 {
+				fnTotal += v[1]
+				fnSelf += v[0]
+				chain := slices.Clone(parts[:i])
+				slices.Reverse(chain)
+				for j := range chain {
+					k := strings.Join(chain[:j+1], ";")
+					c := callers[k]
+					c[1] += v[1]
+					if j == len(chain)-1 {
+						c[0] += v[1]
+					}
+					callers[k] = c
+				}
+				continue
+			}
+			k := strings.Join(parts[i+1:], ";")
+			c := callees[k]
+			callees[k] = [2]int64{c[0] + v[0], c[1] + v[1]}
+		}
+		if sw.Truncated || sw.Callers.Total != fnTotal || sw.Callees.Total != fnTotal || sw.Callees.Self != fnSelf {
+			t.Fatalf("callers %d callees %d self %d truncated %v, want %d and self %d", sw.Callers.Total, sw.Callees.Total, sw.Callees.Self, sw.Truncated, fnTotal, fnSelf)
+		}
+		for _, side := range []struct {
+			root *api.FlameNode
+			want map[string][2]int64
+		}{{sw.Callers, callers}, {sw.Callees, callees}} {
+			got := map[string][2]int64{}
+			var walk func(n *api.FlameNode, prefix string)
+			walk = func(n *api.FlameNode, prefix string) {
+				for _, c := range n.Children {
+					k := strings.TrimPrefix(prefix+";"+c.Name, ";")
+					got[k] = [2]int64{c.Self, c.Total}
+					walk(c, k)
+				}
+			}
+			walk(side.root, "")
+			if len(got) != len(side.want) {
+				t.Fatalf("%s: %d nodes, want %d", side.root.Name, len(got), len(side.want))
+			}
+			for k, v := range side.want {
+				if got[k] != v {
+					t.Fatalf("%s: %v, want %v", k, got[k], v)
+				}
+			}
 		}
 	})
 

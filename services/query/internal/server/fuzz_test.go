@@ -68,7 +68,7 @@ func (f *fakeStore) takeLargest() int {
 // fuzzEndpoints are the API paths the fuzzer picks from; {name} is
 // replaced with its label name input.
 var fuzzEndpoints = []string{
-	"series", "flamegraph", "top", "search", "diff", "pprof", "labels", "labels/{name}/values", "config",
+	"series", "flamegraph", "top", "search", "diff", "pprof", "labels", "labels/{name}/values", "config", "sandwich",
 }
 
 // FuzzQueryParams sends any query string (and label name) to every API
