@@ -68,12 +68,12 @@ func newFastLimits(l record.Limits) fastLimits {
 // Bounds of the fast path's caches: entries, and about the bytes they hold
 // (a hostile profile's stacks or label sets can be large).
 const (
-	// A fleet's working set of stacks is tens of thousands (68,536
-	// distinct in 3 simulated minutes of 200 loadgen hosts): 16,384
-	// entries and 64 MiB were cleared over and over, and stack IDs
-	// recomputed.
-	stackCacheEntries = 1 << 17
-	stackCacheBytes   = 192 << 20
+	// 131,072 entries and 192 MiB were tried for a loadgen fleet's
+	// working set (68,536 distinct stacks in 3 simulated minutes of 200
+	// hosts): the stack IDs recomputed went down, the garbage collector's
+	// work on the larger heap went up more (docs/BENCHMARKS.md, issue 15).
+	stackCacheEntries = 1 << 14
+	stackCacheBytes   = 64 << 20
 	labelCacheEntries = 1 << 14
 	labelCacheBytes   = 32 << 20
 )
