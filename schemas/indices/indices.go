@@ -370,6 +370,9 @@ const (
 
 	ResolutionMinute = "1m"
 	ResolutionHour   = "1h"
+	// ResolutionDay is only for partition trees: a settled day's hour
+	// partition trees merged (daytrees.go).
+	ResolutionDay = "1d"
 )
 
 // RollupDoc is a document of stackstream-rollups-YYYY.MM.
@@ -396,6 +399,9 @@ type RollupDoc struct {
 	Partition int32 `json:"partition,omitempty"`
 	// Tree is a tree document's encoded tree (tree.go); Value is its total.
 	Tree []byte `json:"tree,omitempty"`
+	// Sources is, in a day tree, the fingerprint of the hour trees merged
+	// into it (TreeSources).
+	Sources string `json:"sources,omitempty"`
 }
 
 // hashID is a short, URL-safe, deterministic ID of parts (96 bits: collisions

@@ -182,3 +182,40 @@ func FuzzDecodeTree(f *testing.F) {
 		}
 	})
 }
+
+// TestAddTree: trees added to a builder give the tree of all their stacks,
+// and TreeSources does not depend on order.
+func TestAddTree(t *testing.T) {
+	var a, b, both TreeBuilder
+	a.Add([]TreeFrame{{Name: "main"}, {Name: "x"}}, 3)
+	a.Add([]TreeFrame{{Name: "main"}}, 2)
+	b.Add([]TreeFrame{{Name: "main"}, {Name: "x"}, {Name: "y", Kind: "kernel"}}, 5)
+	b.Add(nil, 1)
+	both.Add([]TreeFrame{{Name: "main"}, {Name: "x"}}, 3)
+	both.Add([]TreeFrame{{Name: "main"}}, 2)
+	both.Add([]TreeFrame{{Name: "main"}, {Name: "x"}, {Name: "y", Kind: "kernel"}}, 5)
+	both.Add(nil, 1)
+	var merged TreeBuilder
+	for _, tr := range [][]byte{a.Encode(), b.Encode()} {
+		if err := merged.AddTree(tr, TreeLimits{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, _, gt, _ := decodePaths(t, merged.Encode())
+	want, _, wt, _ := decodePaths(t, both.Encode())
+	if gt != wt || len(got.total) != len(want.total) {
+		t.Fatalf("merged total %d nodes %v, want %d %v", gt, got.total, wt, want.total)
+	}
+	for k, v := range want.total {
+		if got.total[k] != v || got.self[k] != want.self[k] {
+			t.Fatalf("%s: %d/%d, want %d/%d", k, got.self[k], got.total[k], want.self[k], v)
+		}
+	}
+	s1 := TreeSources([]TreeSource{{"a", 1, 1}, {"b", 2, 1}})
+	if s2 := TreeSources([]TreeSource{{"b", 2, 1}, {"a", 1, 1}}); s1 != s2 {
+		t.Fatal("sources depend on order")
+	}
+	if s3 := TreeSources([]TreeSource{{"a", 1, 1}, {"b", 3, 1}}); s3 == s1 {
+		t.Fatal("a rewritten hour has the same sources")
+	}
+}

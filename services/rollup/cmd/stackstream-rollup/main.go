@@ -16,6 +16,7 @@ import (
 	"github.com/stackstream/stackstream/pkg/service"
 	"github.com/stackstream/stackstream/pkg/telemetry"
 	"github.com/stackstream/stackstream/services/rollup/internal/aggregate"
+	"github.com/stackstream/stackstream/services/rollup/internal/daytrees"
 	"github.com/stackstream/stackstream/services/rollup/internal/lifecycle"
 	"github.com/stackstream/stackstream/services/rollup/internal/pipeline"
 )
@@ -83,7 +84,8 @@ func runMain() error {
 	g.AddContext(ctx, func(ctx context.Context) error { return rollup.Run(ctx, cl) })
 	g.Add(srv.Run, srv.Stop)
 	lc := &lifecycle.Lifecycle{Client: osc, Names: cfg.Index.Names(), MinuteDays: cfg.Rollup.MinuteDays, HourlyDays: cfg.Rollup.HourlyDays,
-		Interval: cfg.Rollup.LifecycleEvery, Logger: log, Now: time.Now}
+		Interval: cfg.Rollup.LifecycleEvery, Logger: log, Now: time.Now,
+		DayTrees: &daytrees.Compactor{Client: osc, Names: cfg.Index.Names(), Days: 2, Now: time.Now}}
 	if cfg.Index.Generation == 0 {
 		g.AddContext(ctx, lc.Run)
 	} else {

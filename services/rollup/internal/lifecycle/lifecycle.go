@@ -13,6 +13,7 @@ import (
 
 	"github.com/stackstream/stackstream/pkg/opensearch"
 	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/services/rollup/internal/daytrees"
 )
 
 // Lifecycle applies the rollups' retention every Interval.
@@ -24,12 +25,16 @@ type Lifecycle struct {
 	Interval   time.Duration
 	Logger     *slog.Logger
 	Now        func() time.Time
+	// DayTrees, when set, writes the day trees of settled days on each
+	// pass, after retention.
+	DayTrees *daytrees.Compactor
 }
 
 // Result is what one pass deleted.
 type Result struct {
 	Indices       []string // monthly indices whose month ended more than HourlyDays ago
 	MinuteRollups int64    // minute documents older than MinuteDays
+	DayTrees      int      // day trees written (missing or stale)
 }
 
 // Run applies retention now and then every Interval until ctx ends. One
@@ -42,9 +47,9 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 		switch {
 		case err != nil && ctx.Err() == nil:
 			l.Logger.Warn("rollup retention", "err", err)
-		case len(r.Indices) > 0 || r.MinuteRollups > 0:
+		case len(r.Indices) > 0 || r.MinuteRollups > 0 || r.DayTrees > 0:
 			l.Logger.Info("rollup retention", "deleted_indices", r.Indices, "deleted_minute_rollups", r.MinuteRollups,
-				"minute_days", l.MinuteDays, "hourly_days", l.HourlyDays)
+				"minute_days", l.MinuteDays, "hourly_days", l.HourlyDays, "day_trees_written", r.DayTrees)
 		}
 		select {
 		case <-ctx.Done():
@@ -75,6 +80,13 @@ func (l *Lifecycle) Apply(ctx context.Context) (Result, error) {
 			}},
 		})
 		r.MinuteRollups = n
+		if err != nil {
+			return r, err
+		}
+	}
+	if l.DayTrees != nil {
+		n, err := l.DayTrees.Apply(ctx)
+		r.DayTrees = n
 		if err != nil {
 			return r, err
 		}

@@ -1,0 +1,188 @@
+// Package daytrees merges a settled day's hour partition trees into one
+// day tree per (type, partition) (schemas/indices/daytrees.go), so a
+// fleet's day is read as one tree per partition instead of 24.
+//
+// Any rollup instance may run it, several at once: a day tree is a pure
+// function of the hour trees it merged, written under a deterministic _id,
+// and it records their versions (indices.TreeSources), so a pass rewrites
+// it only when an hour tree changed since, and the query uses it only when
+// its sources match the hours as they are.
+package daytrees
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/opensearch-project/opensearch-go/v4/opensearchapi"
+
+	"github.com/stackstream/stackstream/pkg/opensearch"
+	"github.com/stackstream/stackstream/schemas/indices"
+)
+
+// Settle is how long after a day ends its hours are taken as written: the
+// last hour is written once the rollup's watermark passes its end by the
+// allowed lateness (2 minutes by default); a later rewrite only makes the
+// day tree stale until the next pass.
+const Settle = 30 * time.Minute
+
+// maxHourDocs bounds the hour trees of one day read at once: 24 per type
+// and partition.
+const maxHourDocs = 10000
+
+// Compactor writes day trees for the last Days settled days.
+type Compactor struct {
+	Client *opensearchapi.Client
+	Names  indices.Names
+	Days   int
+	Now    func() time.Time
+}
+
+type groupKey struct {
+	typ       string
+	partition int32
+}
+
+// Apply writes the day trees that are missing or stale and returns how
+// many it wrote.
+func (c *Compactor) Apply(ctx context.Context) (int, error) {
+	written := 0
+	now := c.Now().UTC()
+	for d := 1; d <= c.Days; d++ {
+		day := now.Truncate(24*time.Hour).AddDate(0, 0, -d)
+		if now.Before(day.Add(24*time.Hour + Settle)) {
+			continue
+		}
+		n, err := c.compactDay(ctx, day)
+		written += n
+		if err != nil {
+			return written, fmt.Errorf("day trees of %s: %w", day.Format(time.DateOnly), err)
+		}
+	}
+	return written, nil
+}
+
+type hit struct {
+	ID          string `json:"_id"`
+	SeqNo       int64  `json:"_seq_no"`
+	PrimaryTerm int64  `json:"_primary_term"`
+	Source      struct {
+		Type      string `json:"type"`
+		Partition int32  `json:"partition"`
+		Sources   string `json:"sources"`
+		Tree      []byte `json:"tree"`
+	} `json:"_source"`
+}
+
+func (c *Compactor) search(ctx context.Context, index string, body map[string]any) ([]hit, error) {
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	path := "/" + index + "/_search?ignore_unavailable=true&allow_no_indices=true&filter_path=" +
+		url.QueryEscape("hits.hits._id,hits.hits._seq_no,hits.hits._primary_term,hits.hits._source")
+	status, resp, err := opensearch.Raw(ctx, c.Client, http.MethodPost, path, raw)
+	if err != nil {
+		return nil, err
+	}
+	if status != http.StatusOK {
+		return nil, fmt.Errorf("search %s: HTTP %d: %.300s", index, status, resp)
+	}
+	var out struct {
+		Hits struct {
+			Hits []hit `json:"hits"`
+		} `json:"hits"`
+	}
+	if err := json.Unmarshal(resp, &out); err != nil {
+		return nil, fmt.Errorf("decode search answer: %w", err)
+	}
+	return out.Hits.Hits, nil
+}
+
+func treeQuery(res string, from, to time.Time) map[string]any {
+	return map[string]any{"bool": map[string]any{"filter": []any{
+		map[string]any{"term": map[string]any{"kind": indices.KindPartitionTree}},
+		map[string]any{"term": map[string]any{"resolution": res}},
+		map[string]any{"range": map[string]any{"@timestamp": map[string]any{"gte": from.UnixMilli(), "lt": to.UnixMilli(), "format": "epoch_millis"}}},
+	}}}
+}
+
+func (c *Compactor) compactDay(ctx context.Context, day time.Time) (int, error) {
+	index := c.Names.Rollups(day)
+	hours, err := c.search(ctx, index, map[string]any{
+		"size": maxHourDocs, "seq_no_primary_term": true, "_source": []string{"type", "partition"},
+		"query": treeQuery(indices.ResolutionHour, day, day.Add(24*time.Hour)),
+	})
+	if err != nil {
+		return 0, err
+	}
+	groups := map[groupKey][]hit{}
+	for _, h := range hours {
+		k := groupKey{h.Source.Type, h.Source.Partition}
+		groups[k] = append(groups[k], h)
+	}
+	days, err := c.search(ctx, index, map[string]any{
+		"size": maxHourDocs, "_source": []string{"type", "partition", "sources"},
+		"query": treeQuery(indices.ResolutionDay, day, day.Add(time.Millisecond)),
+	})
+	if err != nil {
+		return 0, err
+	}
+	current := map[groupKey]string{}
+	for _, d := range days {
+		current[groupKey{d.Source.Type, d.Source.Partition}] = d.Source.Sources
+	}
+	written := 0
+	for k, hs := range groups {
+		src := make([]indices.TreeSource, len(hs))
+		ids := make([]string, len(hs))
+		for i, h := range hs {
+			src[i] = indices.TreeSource{ID: h.ID, SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm}
+			ids[i] = h.ID
+		}
+		sources := indices.TreeSources(src)
+		if current[k] == sources {
+			continue
+		}
+		trees, err := c.search(ctx, index, map[string]any{
+			"size": len(ids), "seq_no_primary_term": true, "_source": []string{"tree"},
+			"query": map[string]any{"ids": map[string]any{"values": ids}},
+		})
+		if err != nil {
+			return written, err
+		}
+		// The versions merged must be the versions fingerprinted: an hour
+		// rewritten in between is merged at the next pass.
+		got := make([]indices.TreeSource, len(trees))
+		var b indices.TreeBuilder
+		for i, h := range trees {
+			got[i] = indices.TreeSource{ID: h.ID, SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm}
+			if err := b.AddTree(h.Source.Tree, indices.TreeLimits{}); err != nil {
+				return written, fmt.Errorf("hour tree %s: %w", h.ID, err)
+			}
+		}
+		if indices.TreeSources(got) != sources {
+			continue
+		}
+		doc := indices.RollupDoc{
+			Timestamp: day, Resolution: indices.ResolutionDay, Kind: indices.KindPartitionTree, Type: k.typ,
+			Partition: k.partition, Value: b.Total(), Tree: b.Encode(), Sources: sources,
+		}
+		raw, err := json.Marshal(&doc)
+		if err != nil {
+			return written, err
+		}
+		status, resp, err := opensearch.Raw(ctx, c.Client, http.MethodPut, "/"+index+"/_doc/"+indices.RollupID(&doc), raw)
+		if err != nil {
+			return written, err
+		}
+		if status/100 != 2 {
+			return written, fmt.Errorf("write day tree: HTTP %d: %.300s", status, resp)
+		}
+		written++
+	}
+	return written, nil
+}

@@ -1,0 +1,141 @@
+package daytrees
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opensearch-project/opensearch-go/v4/opensearchapi"
+
+	"github.com/stackstream/stackstream/pkg/opensearch"
+	"github.com/stackstream/stackstream/pkg/testenv"
+	"github.com/stackstream/stackstream/schemas/indices"
+)
+
+type paths struct {
+	frames []indices.TreeFrame
+	path   []string
+	out    map[string][2]int64
+}
+
+func (p *paths) Frames(f []indices.TreeFrame) { p.frames = f }
+
+func (p *paths) Node(depth int, frame int32, self, total int64) {
+	p.path = append(p.path[:depth-1], p.frames[frame].Name)
+	k := strings.Join(p.path, ";")
+	v := p.out[k]
+	p.out[k] = [2]int64{v[0] + self, v[1] + total}
+}
+
+func decode(t *testing.T, b []byte) map[string][2]int64 {
+	t.Helper()
+	p := &paths{out: map[string][2]int64{}}
+	if _, _, err := indices.DecodeTree(b, indices.TreeLimits{}, p); err != nil {
+		t.Fatal(err)
+	}
+	return p.out
+}
+
+func put(t *testing.T, cl *opensearchapi.Client, names indices.Names, d indices.RollupDoc) {
+	t.Helper()
+	raw, _ := json.Marshal(&d)
+	status, resp, err := opensearch.Raw(context.Background(), cl, http.MethodPut, "/"+names.Rollups(d.Timestamp)+"/_doc/"+indices.RollupID(&d)+"?refresh=true", raw)
+	if err != nil || status/100 != 2 {
+		t.Fatalf("put: %d %v %s", status, err, resp)
+	}
+}
+
+// TestCompactor: a settled day's hour partition trees become one day tree
+// per (type, partition) equal to their merge; a second pass writes
+// nothing; an hour rewritten afterwards makes the next pass rewrite that
+// partition's day tree.
+func TestCompactor(t *testing.T) {
+	ctx := context.Background()
+	cl, err := opensearch.NewClient(ctx, opensearch.Config{URLs: []string{testenv.OpenSearchURL(t)}, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := indices.Names{Prefix: testenv.Name(t, "dt-") + "-"}
+	t.Cleanup(func() { opensearch.RemovePrefix(context.Background(), cl, names.Prefix) })
+	if _, err := opensearch.ApplyTemplates(ctx, cl, names.Prefix, indices.DefaultSettings); err != nil {
+		t.Fatal(err)
+	}
+	day := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
+	want := map[int32]*indices.TreeBuilder{0: {}, 1: {}}
+	hourTree := func(p int32, h int, extra string) indices.RollupDoc {
+		var b indices.TreeBuilder
+		for i := 0; i < 5; i++ {
+			path := []indices.TreeFrame{{Name: "main"}, {Name: fmt.Sprintf("f%d", (h+i)%7)}, {Name: fmt.Sprintf("p%d.h%d.%d%s", p, h, i, extra)}}
+			b.Add(path, int64(i+1))
+		}
+		return indices.RollupDoc{Timestamp: day.Add(time.Duration(h) * time.Hour), Resolution: indices.ResolutionHour, Kind: indices.KindPartitionTree,
+			Type: "cpu", Partition: p, Value: b.Total(), Tree: b.Encode()}
+	}
+	for _, p := range []int32{0, 1} {
+		for h := 0; h < 24; h++ {
+			d := hourTree(p, h, "")
+			put(t, cl, names, d)
+			if err := want[p].AddTree(d.Tree, indices.TreeLimits{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	c := &Compactor{Client: cl, Names: names, Days: 3, Now: func() time.Time { return day.Add(50 * time.Hour) }}
+	if n, err := c.Apply(ctx); err != nil || n != 2 {
+		t.Fatalf("first pass wrote %d (%v), want 2", n, err)
+	}
+	read := func(p int32) indices.RollupDoc {
+		t.Helper()
+		d := indices.RollupDoc{Timestamp: day, Resolution: indices.ResolutionDay, Kind: indices.KindPartitionTree, Type: "cpu", Partition: p}
+		status, resp, err := opensearch.Raw(ctx, cl, http.MethodGet, "/"+names.Rollups(day)+"/_doc/"+indices.RollupID(&d), nil)
+		if err != nil || status != http.StatusOK {
+			t.Fatalf("get day tree: %d %v %s", status, err, resp)
+		}
+		var out struct {
+			Source indices.RollupDoc `json:"_source"`
+		}
+		if err := json.Unmarshal(resp, &out); err != nil {
+			t.Fatal(err)
+		}
+		return out.Source
+	}
+	for _, p := range []int32{0, 1} {
+		d := read(p)
+		if d.Value != want[p].Total() || d.Sources == "" {
+			t.Fatalf("partition %d day tree value %d sources %q, want %d", p, d.Value, d.Sources, want[p].Total())
+		}
+		got, w := decode(t, d.Tree), decode(t, want[p].Encode())
+		if len(got) != len(w) {
+			t.Fatalf("partition %d: %d nodes, want %d", p, len(got), len(w))
+		}
+		for k, v := range w {
+			if got[k] != v {
+				t.Fatalf("partition %d %s: %v, want %v", p, k, got[k], v)
+			}
+		}
+	}
+	if _, _, err := opensearch.Raw(ctx, cl, http.MethodPost, "/"+names.Prefix+"*/_refresh", nil); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Apply(ctx); err != nil || n != 0 {
+		t.Fatalf("second pass wrote %d (%v), want 0", n, err)
+	}
+	// A replay rewrites hour 5 of partition 1 with other frame names (same
+	// values): only that partition's day tree is rewritten, with them.
+	put(t, cl, names, hourTree(1, 5, "-resymbolized"))
+	before := read(1).Sources
+	if n, err := c.Apply(ctx); err != nil || n != 1 {
+		t.Fatalf("pass after a rewrite wrote %d (%v), want 1", n, err)
+	}
+	after := read(1)
+	if after.Sources == before {
+		t.Fatal("day tree sources did not change")
+	}
+	if got := decode(t, after.Tree); got["main;f5;p1.h5.0-resymbolized"] != [2]int64{1, 1} || got["main;f5;p1.h5.0"] != [2]int64{} {
+		t.Fatal("the rewritten hour's new frames are not in the day tree")
+	}
+}
