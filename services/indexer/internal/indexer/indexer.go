@@ -193,7 +193,7 @@ type batch struct {
 	records int
 	bytes   int
 	items   []bulk.Item
-	owner   map[string]*kgo.Record // index + "\x00" + _id -> the record it came from
+	owner   map[docKey]*kgo.Record // the record each document came from
 	stacks  map[string]string      // stack IDs already in items -> their last_seen day
 	dlq     []*kgo.Record          // dead letters ready to produce
 	raw     int64
@@ -201,13 +201,17 @@ type batch struct {
 	last    map[topicPartition]*kgo.Record
 }
 
+// docKey names a document: its index and _id (a struct key, so that
+// filling the batch allocates no joined string per document).
+type docKey struct{ index, id string }
+
 type topicPartition struct {
 	topic     string
 	partition int32
 }
 
 func newBatch() *batch {
-	return &batch{owner: map[string]*kgo.Record{}, stacks: map[string]string{}, last: map[topicPartition]*kgo.Record{}}
+	return &batch{owner: map[docKey]*kgo.Record{}, stacks: map[string]string{}, last: map[topicPartition]*kgo.Record{}}
 }
 
 func (b *batch) lastRecords() []*kgo.Record {
@@ -509,11 +513,16 @@ func (ix *Indexer) add(b *batch, r *kgo.Record, c converted) {
 	}
 	stacksIndex := ix.opts.Names.Stacks()
 	first, stackBytes := len(b.items), 0
+	var day string
+	var dayAt time.Time
 	for _, s := range docs.Stacks {
 		// A stack is written once per day it is used: created the first
 		// time, its last_seen moved forward on later days (retention deletes
 		// the stacks unused for long).
-		day := indices.DayOf(s.At)
+		if !s.At.Equal(dayAt) || day == "" {
+			// A record's stacks mostly share its time: format it once.
+			day, dayAt = indices.DayOf(s.At), s.At
+		}
 		if b.stacks[s.ID] >= day || ix.sending[s.ID] >= day || ix.stored[s.ID] >= day {
 			continue
 		}
@@ -531,12 +540,12 @@ func (ix *Indexer) add(b *batch, r *kgo.Record, c converted) {
 		b.stacks[s.ID] = day
 		upd := ix.touchStack(doc, day)
 		b.items = append(b.items, bulk.Item{Index: stacksIndex, ID: s.ID, Update: upd, Doc: doc})
-		b.owner[stacksIndex+"\x00"+s.ID] = r
+		b.owner[docKey{stacksIndex, s.ID}] = r
 		b.bytes += len(upd) + len(s.ID) + len(stacksIndex) + 40
 	}
 	for _, s := range docs.Samples {
 		b.items = append(b.items, bulk.Item{Index: s.Index, ID: s.ID, Doc: s.Doc})
-		b.owner[s.Index+"\x00"+s.ID] = r
+		b.owner[docKey{s.Index, s.ID}] = r
 		b.bytes += len(s.Doc) + len(s.ID) + len(s.Index) + 40
 		b.raw += s.Raw
 	}
@@ -548,7 +557,7 @@ func (ix *Indexer) add(b *batch, r *kgo.Record, c converted) {
 func (b *batch) unadd(first int) {
 	for _, it := range b.items[first:] {
 		delete(b.stacks, it.ID)
-		delete(b.owner, it.Index+"\x00"+it.ID)
+		delete(b.owner, docKey{it.Index, it.ID})
 		b.bytes -= len(it.Update) + len(it.ID) + len(it.Index) + 40
 	}
 	clear(b.items[first:])
@@ -675,7 +684,7 @@ func (ix *Indexer) flush(ctx context.Context, f *flight) error {
 	}
 	dead := map[*kgo.Record]bool{}
 	for _, rj := range rejected {
-		r := b.owner[rj.Item.Index+"\x00"+rj.Item.ID]
+		r := b.owner[docKey{rj.Item.Index, rj.Item.ID}]
 		if r == nil || dead[r] {
 			continue
 		}
