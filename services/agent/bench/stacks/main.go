@@ -5,7 +5,8 @@
 // runtime.goexit, mstart or rt0_go) and the median number of user frames.
 // Frames are named from the debuginfo the agent published. Usage:
 // stacks PREFIX (broker from STACKSTREAM_KAFKA_BROKERS, default
-// 127.0.0.1:9092). Output: "complete_percent median_depth samples".
+// 127.0.0.1:9092). Output: "complete_percent median_depth samples";
+// STACKS_VERBOSE=1 also prints each incomplete stack to stderr.
 package main
 
 import (
@@ -24,6 +25,9 @@ import (
 	"github.com/stackstream/stackstream/schemas/debuginfo"
 	"github.com/stackstream/stackstream/schemas/record"
 )
+
+// STACKS_VERBOSE=1 prints every incomplete stack to stderr.
+var verbose = os.Getenv("STACKS_VERBOSE") == "1"
 
 func main() {
 	if len(os.Args) != 2 {
@@ -53,6 +57,12 @@ func main() {
 			total += n
 			if len(user) > 0 && isRoot(user[len(user)-1], len(user) > 1, files) {
 				done += n
+			} else if verbose {
+				fmt.Fprintf(os.Stderr, "incomplete: %d sample(s) pid %v at %s:", n, s.NumLabel["pid"], time.Unix(0, p.TimeNanos).UTC().Format("15:04:05"))
+				for i, loc := range user {
+					fmt.Fprintf(os.Stderr, " %s", name(loc, i > 0, files))
+				}
+				fmt.Fprintln(os.Stderr)
 			}
 			for range n {
 				depths = append(depths, len(user))
@@ -96,6 +106,27 @@ func isRoot(loc *profile.Location, returnAddr bool, files map[string]*debuginfo.
 	}
 	defer f.Close()
 	return vaddr >= f.Entry && vaddr < f.Entry+64
+}
+
+// name is a frame's function through its file's debuginfo, or its file and
+// offset.
+func name(loc *profile.Location, returnAddr bool, files map[string]*debuginfo.File) string {
+	m := loc.Mapping
+	addr := loc.Address
+	if returnAddr {
+		addr--
+	}
+	if len(loc.Line) > 0 && loc.Line[0].Function != nil {
+		return loc.Line[0].Function.Name
+	}
+	if d := files[m.BuildID]; d != nil {
+		if vaddr, ok := d.VaddrOf(addr - m.Start + m.Offset); ok {
+			if sym, _, ok := d.Symbolize(vaddr); ok {
+				return sym.Name
+			}
+		}
+	}
+	return fmt.Sprintf("%s+%#x", m.File, addr-m.Start+m.Offset)
 }
 
 // read consumes the CPU profiles and the debuginfo up to their current end.

@@ -199,6 +199,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	var marked <-chan struct{}
 	var poll <-chan time.Time
 	var pt *time.Timer
+	due := time.Now().Add(pollSettle) // of the next poll
 	if a.unwind != nil {
 		marked = a.sampler.Marked()
 		pt = time.NewTimer(pollSettle)
@@ -216,15 +217,16 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-t.C:
 			a.Tick(ctx)
 		case <-marked:
-			if poll == nil {
-				pt.Reset(a.unwind.nextPoll(time.Now()))
-				poll = pt.C
+			// Sooner than a poll already due for the processes at start.
+			if now := time.Now(); poll == nil || now.Add(pollSettle).Before(due) {
+				pt.Reset(pollSettle)
+				poll, due = pt.C, now.Add(pollSettle)
 			}
 		case <-poll:
 			poll = nil
 			if d := a.unwind.poll(a.ps); d > 0 {
 				pt.Reset(d)
-				poll = pt.C
+				poll, due = pt.C, time.Now().Add(d)
 			}
 		}
 	}

@@ -28,9 +28,9 @@ const maxRegistrationsPerTick = 128
 // process not ignored, a sample of a process neither registered nor
 // ignored, a fork of a registered process, an executable file it mapped, an
 // address of it in no registered mapping) are registered when the BPF
-// program wakes the agent (a ring buffer), pollSettle after the wake-up and
-// at least pollGap after the last poll: a new program is registered at its
-// exec, before its first samples, and a burst of marks costs one poll. At
+// program wakes the agent (a ring buffer, at most once per pollGap),
+// pollSettle after the wake-up: a new program is registered at its exec,
+// before its first samples, and a burst of marks costs one poll. At
 // most maxRegistrationsPerPoll a poll: under churn the rest wait for the next
 // (maxRetry at most; past it, their samples bring them back at a tick). A
 // process whose registration failed is tried again at the next tick only.
@@ -77,13 +77,12 @@ type unwinder struct {
 	execTokens float64        // exec registrations allowed now (execRate, execBurst)
 	execTime   time.Time      // when execTokens was last topped up
 	ignored    map[int]uint64 // pid -> start time: not targeted, its samples mark nothing
-	lastPoll   time.Time
-	pending    []int        // running at start, registered as the ticks allow
-	retry      []int        // marked, not registered yet: past a poll's bound
-	soon       []int        // new programs whose libraries ld.so had not mapped yet
-	early      map[int]int  // pid -> registrations put off for ld.so (maxEarly at most)
-	failed     map[int]bool // registration failed this interval: not polled
-	interp     map[int]bool // registered with an interpreter walk (Python, V8, HotSpot) once
+	pending    []int          // running at start, registered as the ticks allow
+	retry      []int          // marked, not registered yet: past a poll's bound
+	soon       []int          // new programs whose libraries ld.so had not mapped yet
+	early      map[int]int    // pid -> registrations put off for ld.so (maxEarly at most)
+	failed     map[int]bool   // registration failed this interval: not polled
+	interp     map[int]bool   // registered with an interpreter walk (Python, V8, HotSpot) once
 }
 
 type unwindMetrics struct {
@@ -197,7 +196,6 @@ func (u *unwinder) tick(ps *processes, samples []sampler.Sample) {
 // programs at their exec, before their first samples), then those running
 // at start. It returns when to poll again (0: at the next wake-up).
 func (u *unwinder) poll(ps *processes) time.Duration {
-	u.lastPoll = time.Now()
 	todo := u.takeMarked(ps)
 	// Then those running at start, sooner than the ticks alone would.
 	for len(u.pending) > 0 && len(todo) < maxRegistrationsPerPoll {
@@ -228,11 +226,6 @@ func (u *unwinder) poll(ps *processes) time.Duration {
 		return pollGap
 	}
 	return 0
-}
-
-// nextPoll is how long after a wake-up at now the next poll runs.
-func (u *unwinder) nextPoll(now time.Time) time.Duration {
-	return max(pollSettle, pollGap-now.Sub(u.lastPoll))
 }
 
 // takeMarked returns the processes left over by the last poll, then those
