@@ -413,3 +413,115 @@ func deleteKind(cl *opensearchapi.Client, names indices.Names, kind string) erro
 	}
 	return nil
 }
+
+// TestDayTrees: a fleet's whole days are read from day partition trees
+// when they match their hours' versions, and from the hours when an hour
+// was rewritten since (a replay with re-symbolized frames): exact either way.
+func TestDayTrees(t *testing.T) {
+	cl, names := querytest.Setup(t)
+	day0 := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
+	hourTree := func(p, h int, suffix string) (indices.RollupDoc, [][]string, []int64) {
+		var b indices.TreeBuilder
+		var paths [][]string
+		var values []int64
+		for i := 0; i < 20; i++ {
+			path := []string{"main", fmt.Sprintf("f%d", (h+i)%9), fmt.Sprintf("p%d.h%d.%d%s", p, h, i, suffix)}
+			frames := make([]indices.TreeFrame, len(path))
+			for j, f := range path {
+				frames[j] = indices.TreeFrame{Name: f}
+			}
+			b.Add(frames, int64(i+1))
+			paths, values = append(paths, path), append(values, int64(i+1))
+		}
+		return indices.RollupDoc{Timestamp: day0.Add(time.Duration(h) * time.Hour), Resolution: indices.ResolutionHour, Kind: indices.KindPartitionTree,
+			Type: "cpu", Partition: int32(p), Value: b.Total(), Tree: b.Encode()}, paths, values
+	}
+	brute := func(rewritten int) *bruteTree {
+		all := newBrute()
+		for p := 0; p < 2; p++ {
+			for h := 0; h < 48; h++ {
+				suffix := ""
+				if p == 1 && h == rewritten {
+					suffix = "-resymbolized"
+				}
+				_, paths, values := hourTree(p, h, suffix)
+				for i := range paths {
+					all.add("", paths[i], values[i])
+				}
+			}
+		}
+		return all
+	}
+	var docs []querytest.Doc
+	hourDocs := map[[2]int]indices.RollupDoc{}
+	for p := 0; p < 2; p++ {
+		for h := 0; h < 48; h++ {
+			d, _, _ := hourTree(p, h, "")
+			hourDocs[[2]int{p, h}] = d
+			docs = append(docs, querytest.Rollup(names, d), querytest.Rollup(names, indices.RollupDoc{Timestamp: d.Timestamp, Resolution: indices.ResolutionHour,
+				Kind: indices.KindService, Type: "cpu", Service: "s", Host: fmt.Sprintf("h-%d", p), Value: d.Value, StackValue: d.Value}))
+		}
+	}
+	querytest.Index(t, cl, names, docs)
+	// The day trees, as the rollup's compactor writes them: the hours'
+	// versions read back, their trees merged.
+	docs = docs[:0]
+	for p := 0; p < 2; p++ {
+		for d := 0; d < 2; d++ {
+			var b indices.TreeBuilder
+			var src []indices.TreeSource
+			for h := 24 * d; h < 24*(d+1); h++ {
+				hd := hourDocs[[2]int{p, h}]
+				if err := b.AddTree(hd.Tree, indices.TreeLimits{}); err != nil {
+					t.Fatal(err)
+				}
+				src = append(src, version(t, cl, names, hd))
+			}
+			docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: day0.Add(time.Duration(d) * 24 * time.Hour), Resolution: indices.ResolutionDay,
+				Kind: indices.KindPartitionTree, Type: "cpu", Partition: int32(p), Value: b.Total(), Tree: b.Encode(), Sources: indices.TreeSources(src)}))
+		}
+	}
+	querytest.Index(t, cl, names, docs)
+	base := serve(t, cl, names, api.Options{})
+	params := url.Values{"from": {day0.Format(time.RFC3339)}, "to": {day0.Add(48 * time.Hour).Format(time.RFC3339)}, "max_nodes": {"100000"}}
+	check := func(wantSource string, all *bruteTree) {
+		t.Helper()
+		var f api.FlamegraphResponse
+		get(t, base, "/api/v1/flamegraph", params, &f)
+		if f.Source != wantSource || f.Total != all.total {
+			t.Fatalf("source %s total %d, want %s %d", f.Source, f.Total, wantSource, all.total)
+		}
+		if shown, _ := checkFlame(t, all, f.Root, ""); shown != len(all.nodes) {
+			t.Fatalf("%d nodes shown, want %d", shown, len(all.nodes))
+		}
+	}
+	check("partition_trees(days)", brute(-1))
+	// Hour 30 (the second day) of partition 1 rewritten with other names:
+	// that day's tree is stale, its hours answer; the first day's tree
+	// still does.
+	d, _, _ := hourTree(1, 30, "-resymbolized")
+	querytest.Index(t, cl, names, []querytest.Doc{querytest.Rollup(names, d)})
+	check("partition_trees(days)", brute(30))
+	// Both days stale: hours only.
+	d, _, _ = hourTree(1, 5, "")
+	querytest.Index(t, cl, names, []querytest.Doc{querytest.Rollup(names, d)}) // same content, new version
+	check("partition_trees", brute(30))
+}
+
+// version reads an indexed rollup document's _seq_no and _primary_term.
+func version(t *testing.T, cl *opensearchapi.Client, names indices.Names, d indices.RollupDoc) indices.TreeSource {
+	t.Helper()
+	id := indices.RollupID(&d)
+	status, resp, err := opensearch.Raw(context.Background(), cl, http.MethodGet, "/"+names.Rollups(d.Timestamp)+"/_doc/"+id, nil)
+	if err != nil || status != http.StatusOK {
+		t.Fatalf("get %s: %d %v %s", id, status, err, resp)
+	}
+	var out struct {
+		SeqNo       int64 `json:"_seq_no"`
+		PrimaryTerm int64 `json:"_primary_term"`
+	}
+	if err := json.Unmarshal(resp, &out); err != nil {
+		t.Fatal(err)
+	}
+	return indices.TreeSource{ID: id, SeqNo: out.SeqNo, PrimaryTerm: out.PrimaryTerm}
+}

@@ -23,7 +23,9 @@ type Request struct {
 	Timeout        string  `json:"timeout,omitempty"` // set by Store.search from the deadline
 	Query          Query   `json:"query"`
 	Source         *Source `json:"_source,omitempty"`
-	Aggs           Aggs    `json:"aggs,omitempty"`
+	// SeqNoPrimaryTerm asks for each hit's _seq_no and _primary_term.
+	SeqNoPrimaryTerm bool `json:"seq_no_primary_term,omitempty"`
+	Aggs             Aggs `json:"aggs,omitempty"`
 }
 
 // aggsRequest reads aggregations only: no hits, no hit count.

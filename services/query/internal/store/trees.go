@@ -84,8 +84,29 @@ func (s *Store) Trees(ctx context.Context, sel Selection, use func(tree []byte) 
 	read := &TreeRead{Source: map[string]string{
 		indices.KindTree: "trees", indices.KindServiceTree: "service_trees", indices.KindPartitionTree: "partition_trees",
 	}[kind]}
+	// Hours come from their hour trees, except the whole days whose day
+	// trees (partition trees only) match their hours' versions.
+	when := allOf([]Query{term("resolution", indices.ResolutionHour), timeFilter(hours)}, nil)
+	if kind == indices.KindPartitionTree {
+		days, err := s.freshDays(ctx, idx, sel.Type, hours)
+		if err != nil {
+			return nil, false, err
+		}
+		if len(days) > 0 {
+			should := []Query{}
+			var skip []Query
+			for _, d := range days {
+				day := TimeRange{From: d, To: d.Add(24 * time.Hour)}
+				should = append(should, allOf([]Query{term("resolution", indices.ResolutionDay), timeFilter(TimeRange{From: d, To: d.Add(time.Millisecond)})}, nil))
+				skip = append(skip, timeFilter(day))
+			}
+			should = append(should, allOf([]Query{term("resolution", indices.ResolutionHour), timeFilter(hours)}, skip))
+			when = anyOf(should...)
+			read.Source = "partition_trees(days)"
+		}
+	}
 	var err error
-	if read.Trees, err = s.scrollTrees(ctx, idx, hourSel, kind, use); err != nil {
+	if read.Trees, err = s.scrollTrees(ctx, idx, hourSel, kind, when, use); err != nil {
 		return nil, false, err
 	}
 	// The edges: read as a selection of their own would be, except that a
@@ -157,16 +178,97 @@ func (s *Store) treesComplete(ctx context.Context, idx []string, sel Selection, 
 	return t > 0 && t == st, nil
 }
 
+// freshDays are the whole UTC days inside hours whose day partition trees
+// can stand for their hours: for every partition with hour trees that day
+// a day tree whose sources are the hour trees' current versions, and no
+// day tree of another partition. One search of the hours' versions (24 per
+// partition and day, no sources read) and one of the day trees' sources.
+func (s *Store) freshDays(ctx context.Context, idx []string, typ record.ProfileType, hours TimeRange) ([]time.Time, error) {
+	first := hours.From.UTC().Truncate(24 * time.Hour)
+	if first.Before(hours.From) {
+		first = first.Add(24 * time.Hour)
+	}
+	last := hours.To.UTC().Truncate(24 * time.Hour)
+	if !first.Before(last) {
+		return nil, nil
+	}
+	const maxDocs = 10000
+	type hit struct {
+		ID          string `json:"_id"`
+		SeqNo       int64  `json:"_seq_no"`
+		PrimaryTerm int64  `json:"_primary_term"`
+		Source      struct {
+			Timestamp time.Time `json:"@timestamp"`
+			Partition int32     `json:"partition"`
+			Sources   string    `json:"sources"`
+		} `json:"_source"`
+	}
+	read := func(res string) ([]hit, error) {
+		var resp struct {
+			Hits struct {
+				Hits []hit `json:"hits"`
+			} `json:"hits"`
+		}
+		req := &Request{Size: maxDocs, TrackTotalHits: false, SeqNoPrimaryTerm: res == indices.ResolutionHour,
+			Query:  allOf([]Query{term("kind", indices.KindPartitionTree), term("type", string(typ)), term("resolution", res), timeFilter(TimeRange{From: first, To: last})}, nil),
+			Source: &Source{Includes: []string{"@timestamp", "partition", "sources"}}}
+		if err := s.search(ctx, idx, req, &resp, "hits.hits._id", "hits.hits._seq_no", "hits.hits._primary_term", "hits.hits._source"); err != nil {
+			return nil, fmt.Errorf("day trees: %w", err)
+		}
+		if len(resp.Hits.Hits) >= maxDocs {
+			return nil, nil // too many to check: read the hours
+		}
+		return resp.Hits.Hits, nil
+	}
+	hourHits, err := read(indices.ResolutionHour)
+	if err != nil || hourHits == nil {
+		return nil, err
+	}
+	dayHits, err := read(indices.ResolutionDay)
+	if err != nil {
+		return nil, err
+	}
+	type key struct {
+		day       int64
+		partition int32
+	}
+	versions := map[key][]indices.TreeSource{}
+	for _, h := range hourHits {
+		k := key{h.Source.Timestamp.UTC().Truncate(24 * time.Hour).Unix(), h.Source.Partition}
+		versions[k] = append(versions[k], indices.TreeSource{ID: h.ID, SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm})
+	}
+	stale, present := map[int64]bool{}, map[int64]bool{}
+	matched := map[key]bool{}
+	for _, d := range dayHits {
+		k := key{d.Source.Timestamp.UTC().Unix(), d.Source.Partition}
+		if v, ok := versions[k]; !ok || indices.TreeSources(v) != d.Source.Sources {
+			stale[k.day] = true
+			continue
+		}
+		matched[k] = true
+		present[k.day] = true
+	}
+	for k := range versions {
+		if !matched[k] {
+			stale[k.day] = true
+		}
+	}
+	var out []time.Time
+	for d := first; d.Before(last); d = d.Add(24 * time.Hour) {
+		if !stale[d.Unix()] && present[d.Unix()] {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
 // scrollTrees hands the tree of every tree document of sel to use, reading
 // Options.TreePage documents per request with a scroll (tree documents are large:
 // a page is bounded by count, and the next page is fetched while use
 // merges the last one).
-func (s *Store) scrollTrees(ctx context.Context, idx []string, sel Selection, kind string, use func([]byte) error) (int, error) {
+func (s *Store) scrollTrees(ctx context.Context, idx []string, sel Selection, kind string, when Query, use func([]byte) error) (int, error) {
 	filter, mustNot := sel.Selector.Clauses()
-	filter = append([]Query{
-		term("kind", kind), term("type", string(sel.Type)),
-		term("resolution", indices.ResolutionHour), timeFilter(sel.Range),
-	}, filter...)
+	filter = append([]Query{term("kind", kind), term("type", string(sel.Type)), when}, filter...)
 	type page struct {
 		ScrollID string `json:"_scroll_id"`
 		TimedOut bool   `json:"timed_out"`
