@@ -15,7 +15,7 @@
 //     rollups, and decodes the answers.
 //  3. The handler shapes the answer: call trees, pruning and diffs
 //     (tree.go), shares, pprof profiles. writeError maps failures to their
-//     status (store.ErrTimeout 504, store.ErrNotFound 404,
+//     status (store.ErrTimeout 504, store.ErrPartial 503, store.ErrNotFound 404,
 //     store.ErrRegexpTooComplex 400, anything else 500), with only the
 //     request ID in the answer and the detail in the log.
 //

@@ -202,6 +202,11 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, id string, err 
 		status = http.StatusGatewayTimeout
 		msg = fmt.Sprintf("query took longer than %s (STACKSTREAM_QUERY_TIMEOUT): narrow the range or the selector (request %s)", a.opts.Timeout, id)
 		a.logger.Warn("query timed out", "request_id", id, "path", r.URL.Path, "err", err)
+	case errors.Is(err, store.ErrPartial):
+		status = http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", "1")
+		msg = fmt.Sprintf("OpenSearch answered from part of the data only (some shards failed, e.g. an index being moved or replaced): try again (request %s)", id)
+		a.logger.Warn("partial answer refused", "request_id", id, "path", r.URL.Path, "err", err)
 	case errors.Is(err, store.ErrNotFound):
 		status = http.StatusNotFound
 		msg = "not found: see the query service's log for request " + id

@@ -114,6 +114,23 @@ func TestBackendFailures(t *testing.T) {
 			t.Fatalf("HTTP %d %+v, want 504 rather than partial numbers", code, e)
 		}
 	})
+	t.Run("partial results when shards failed", func(t *testing.T) {
+		base := backend(t, func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, `{"timed_out":false,"_shards":{"total":2,"successful":1,"failed":1},"aggregations":{"total":{"value":1}}}`)
+		}, api.Options{})
+		resp, err := http.Get(base + "/api/v1/top")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var e errorBody
+		if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(e.Error, "try again") {
+			t.Fatalf("HTTP %d %+v (Retry-After %q), want 503 with Retry-After rather than part of the numbers", resp.StatusCode, e, resp.Header.Get("Retry-After"))
+		}
+	})
 	t.Run("opensearch error", func(t *testing.T) {
 		os := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusInternalServerError)

@@ -11,9 +11,9 @@
 // only what is read, and filter_path trims the rest on OpenSearch's side.
 //
 // Errors wrap ErrTimeout (the deadline passed, or OpenSearch gave up at the
-// timeout it was given), ErrNotFound (HTTP 404) and ErrRegexpTooComplex (a
-// selector's regular expression OpenSearch refused); the API maps them to
-// 504, 404 and 400. Other errors hold OpenSearch's answer for the log.
+// timeout it was given), ErrPartial (some shards failed), ErrNotFound (HTTP
+// 404) and ErrRegexpTooComplex (a selector's regular expression OpenSearch
+// refused); the API maps them to 504, 503, 404 and 400. Other errors hold OpenSearch's answer for the log.
 package store
 
 import (
@@ -39,6 +39,10 @@ var (
 	// ErrTimeout: the request ran past its deadline, or OpenSearch stopped
 	// at the timeout it was given (its partial numbers are not used).
 	ErrTimeout = errors.New("query timed out")
+	// ErrPartial: some shards failed, so OpenSearch's numbers cover part
+	// of the data (a shard relocating or recovering, or an index deleted
+	// mid-search, as the generation-0 migration of stackctl reindex does).
+	ErrPartial = errors.New("some shards did not answer")
 	// ErrNotFound: OpenSearch answered 404.
 	ErrNotFound = errors.New("not found")
 	// ErrRegexpTooComplex is OpenSearch refusing a selector's regular
@@ -128,7 +132,7 @@ func (s *Store) search(ctx context.Context, indexNames []string, req *Request, o
 	}
 	path := "/" + strings.Join(indexNames, ",") + "/_search?ignore_unavailable=true&allow_no_indices=true&request_cache=true"
 	if len(filterPath) > 0 {
-		filterPath = append(filterPath, "timed_out")
+		filterPath = append(filterPath, "timed_out", "_shards.failed")
 		path += "&filter_path=" + url.QueryEscape(strings.Join(filterPath, ","))
 	}
 	ans := &searchAnswer{out: out}
@@ -140,24 +144,32 @@ func (s *Store) search(ctx context.Context, indexNames []string, req *Request, o
 		// results: wrong numbers are worse than none.
 		return fmt.Errorf("opensearch search of %s: %w", strings.Join(indexNames, ","), ErrTimeout)
 	}
+	if ans.FailedShards > 0 {
+		// Likewise: a sum over some shards is a wrong sum.
+		return fmt.Errorf("opensearch search of %s: %d shards failed: %w", strings.Join(indexNames, ","), ans.FailedShards, ErrPartial)
+	}
 	return nil
 }
 
 // searchAnswer decodes a search answer into out and notes whether
-// OpenSearch gave up at the timeout.
+// OpenSearch gave up at the timeout or some shards failed.
 type searchAnswer struct {
-	TimedOut bool
-	out      any
+	TimedOut     bool
+	FailedShards int
+	out          any
 }
 
 func (a *searchAnswer) UnmarshalJSON(b []byte) error {
 	var flag struct {
 		TimedOut bool `json:"timed_out"`
+		Shards   struct {
+			Failed int `json:"failed"`
+		} `json:"_shards"`
 	}
 	if err := json.Unmarshal(b, &flag); err != nil {
 		return err
 	}
-	a.TimedOut = flag.TimedOut
+	a.TimedOut, a.FailedShards = flag.TimedOut, flag.Shards.Failed
 	if a.out == nil {
 		return nil
 	}

@@ -272,7 +272,10 @@ func (s *Store) scrollTrees(ctx context.Context, idx []string, sel Selection, ki
 	type page struct {
 		ScrollID string `json:"_scroll_id"`
 		TimedOut bool   `json:"timed_out"`
-		Hits     struct {
+		Shards   struct {
+			Failed int `json:"failed"`
+		} `json:"_shards"`
+		Hits struct {
 			Hits []struct {
 				Source struct {
 					Tree []byte `json:"tree"`
@@ -280,7 +283,7 @@ func (s *Store) scrollTrees(ctx context.Context, idx []string, sel Selection, ki
 			} `json:"hits"`
 		} `json:"hits"`
 	}
-	const filterPath = "&filter_path=_scroll_id,timed_out,hits.hits._source.tree"
+	const filterPath = "&filter_path=_scroll_id,timed_out,_shards.failed,hits.hits._source.tree"
 	// A scroll refuses track_total_hits=false.
 	req := &Request{Size: s.opts.TreePage, TrackTotalHits: true, Query: allOf(filter, mustNot), Source: &Source{Includes: []string{"tree"}}}
 	if dl, ok := ctx.Deadline(); ok {
@@ -314,6 +317,10 @@ func (s *Store) scrollTrees(ctx context.Context, idx []string, sel Selection, ki
 			}
 			if p.TimedOut {
 				errc <- fmt.Errorf("read trees: %w", ErrTimeout)
+				return
+			}
+			if p.Shards.Failed > 0 {
+				errc <- fmt.Errorf("read trees: %d shards failed: %w", p.Shards.Failed, ErrPartial)
 				return
 			}
 			scrollID = p.ScrollID
