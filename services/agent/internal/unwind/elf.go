@@ -68,11 +68,16 @@ func compileELF(f *elf.File, size int64, lim Limits) (*Table, error) {
 	}
 	if len(debug) == 0 {
 		// Go without DWARF: its pclntab. A bad one costs its rows only.
-		gofdes, err := goFDEs(f, size, lim, &st)
+		gofdes, err := goFDEs(f, size, lim, &st, false)
 		if err != nil {
 			st.BadEntries++
 		}
 		debug = gofdes
+	} else if roots, err := goFDEs(f, size, lim, &st, true); err == nil {
+		// Go with DWARF: .debug_frame gives runtime.mstart and goexit a
+		// return address (garbage past a thread's or goroutine's first
+		// frame); the pclntab's end-of-stack rows win over it there.
+		eh = append(eh, roots...)
 	}
 	t, err := build(eh, debug, lim, &st)
 	if err != nil {

@@ -24,8 +24,9 @@ const (
 // Functions at whose frame a goroutine's or thread's stack begins.
 var goRoots = map[string]bool{"runtime.goexit": true, "runtime.mstart": true, "runtime.rt0_go": true}
 
-// goFDEs reads the pcsp tables of .gopclntab.
-func goFDEs(f *elf.File, fileSize int64, lim Limits, st *Stats) ([]fde, error) {
+// goFDEs reads the pcsp tables of .gopclntab; rootsOnly, those of the
+// functions that end a stack (goRoots) only.
+func goFDEs(f *elf.File, fileSize int64, lim Limits, st *Stats, rootsOnly bool) ([]fde, error) {
 	s := f.Section(".gopclntab")
 	if s == nil || s.Type == elf.SHT_NOBITS {
 		return nil, nil
@@ -85,6 +86,8 @@ func goFDEs(f *elf.File, fileSize int64, lim Limits, st *Stats) ([]fde, error) {
 		c := normal
 		if name := cString(b, funcnames+nameOff); goRoots[name] {
 			c = root
+		} else if rootsOnly {
+			continue
 		}
 		ins, err := pcspInstructions(b, pctab+pcsp, end-entry)
 		if err != nil {

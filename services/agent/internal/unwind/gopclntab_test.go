@@ -1,6 +1,7 @@
 package unwind
 
 import (
+	"debug/elf"
 	"errors"
 	"os"
 	"os/exec"
@@ -61,7 +62,8 @@ func buildGo(t *testing.T, ldflags string) string {
 // .gopclntab, and they give the CFA the same build's .debug_frame gives at
 // every address it describes.
 func TestGoPclntab(t *testing.T) {
-	withDWARF := compileFile(t, buildGo(t, ""))
+	bin := buildGo(t, "")
+	withDWARF := compileFile(t, bin)
 	stripped := compileFile(t, buildGo(t, "-s -w"))
 	if len(stripped.Rows) == 0 {
 		t.Fatal("no rows from .gopclntab")
@@ -98,6 +100,35 @@ func TestGoPclntab(t *testing.T) {
 	if stripped.Stats.Rules[RuleEnd] == 0 {
 		t.Errorf("no end-of-stack row (runtime.goexit): rules %v", stripped.Stats.Rules)
 	}
+	// With DWARF too, runtime.mstart and goexit end the stack: .debug_frame
+	// alone gave mstart a return address, and a sysmon thread's walk went
+	// on past it into garbage.
+	for _, name := range []string{"runtime.mstart", "runtime.goexit"} {
+		if r, ok := withDWARF.Lookup(goSymbol(t, bin, name)); !ok || r.Rule != RuleEnd {
+			t.Errorf("%s: row %+v (found %v), want the end of the stack", name, r, ok)
+		}
+	}
+}
+
+// goSymbol is the address of a function of a Go binary.
+func goSymbol(t *testing.T, bin, name string) uint64 {
+	t.Helper()
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range syms {
+		if s.Name == name || s.Name == name+".abi0" {
+			return s.Value
+		}
+	}
+	t.Fatalf("%s not in %s", name, bin)
+	return 0
 }
 
 // FuzzPcsp: hostile pcsp tables decode to instructions the interpreter
