@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opensearch-project/opensearch-go/v4/opensearchapi"
+
+	"github.com/stackstream/stackstream/pkg/opensearch"
 	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/services/query/internal/api"
 	"github.com/stackstream/stackstream/services/query/internal/querytest"
@@ -254,4 +257,122 @@ func BenchmarkMergeTrees(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkFlameDayTrees: the flame graph of 24 h x 1,000 simulated hosts
+// (the fleet above) read from the day partition trees the rollup's
+// compactor writes (6 documents, the day's stacks merged per partition),
+// through the API and OpenSearch, with the freshness check against the
+// hours' versions. The hour partition trees are indexed as one-node
+// placeholders carrying their hour's total (their versions and totals are
+// what the request reads of them; indexing 201 MB of real hour trees
+// takes minutes of this machine), the service documents in full.
+func BenchmarkFlameDayTrees(b *testing.B) {
+	if os.Getenv("STACKSTREAM_BENCH_FLEET_DAY") == "" {
+		b.Skip("set STACKSTREAM_BENCH_FLEET_DAY=1 to index a fleet's day")
+	}
+	f := benchFleet{hosts: 1000, hours: 24, partitions: 6}
+	cl, names := querytest.Setup(b)
+	day := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	start := time.Now()
+	dayTrees := make([]indices.TreeBuilder, f.partitions)
+	var hourDocs []indices.RollupDoc
+	bulk := func(docs []querytest.Doc) {
+		for len(docs) > 0 {
+			n := min(len(docs), 2000)
+			if err := querytest.Bulk(b.Context(), cl, docs[:n]); err != nil {
+				b.Fatal(err)
+			}
+			docs = docs[n:]
+		}
+	}
+	for hr := 0; hr < f.hours; hr++ {
+		at := day.Add(time.Duration(hr) * time.Hour)
+		hourTotal := make([]int64, f.partitions)
+		var docs []querytest.Doc
+		for h := 0; h < f.hosts; h++ {
+			p := h % f.partitions
+			for _, s := range f.hostServices(h) {
+				var total int64
+				f.stacks(s, h, hr, func(path []indices.TreeFrame, v int64) {
+					dayTrees[p].Add(path, v)
+					total += v
+				})
+				hourTotal[p] += total
+				docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: at, Resolution: indices.ResolutionHour, Kind: indices.KindService,
+					Type: "cpu", Service: fmt.Sprintf("svc%d", s), Host: fmt.Sprintf("host-%d", h), Value: total, StackValue: total}))
+			}
+		}
+		for p := range hourTotal {
+			var ph indices.TreeBuilder
+			ph.Add([]indices.TreeFrame{{Name: "[hour tree not indexed by the benchmark]"}}, hourTotal[p])
+			d := indices.RollupDoc{Timestamp: at, Resolution: indices.ResolutionHour, Kind: indices.KindPartitionTree,
+				Type: "cpu", Partition: int32(p), Value: hourTotal[p], Tree: ph.Encode()}
+			hourDocs = append(hourDocs, d)
+			docs = append(docs, querytest.Rollup(names, d))
+		}
+		bulk(docs)
+	}
+	if err := querytest.Refresh(b.Context(), cl, names); err != nil {
+		b.Fatal(err)
+	}
+	var size int
+	var docs []querytest.Doc
+	for p := range dayTrees {
+		var src []indices.TreeSource
+		for _, hd := range hourDocs {
+			if int(hd.Partition) == p {
+				src = append(src, benchVersion(b, cl, names, hd))
+			}
+		}
+		tree := dayTrees[p].Encode()
+		size += len(tree)
+		docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: day, Resolution: indices.ResolutionDay, Kind: indices.KindPartitionTree,
+			Type: "cpu", Partition: int32(p), Value: dayTrees[p].Total(), Tree: tree, Sources: indices.TreeSources(src)}))
+	}
+	for _, d := range docs {
+		if err := querytest.Bulk(b.Context(), cl, []querytest.Doc{d}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := querytest.Refresh(b.Context(), cl, names); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("%d hosts x 24 h, day trees %d MB, indexed in %s", f.hosts, size>>20, time.Since(start).Round(time.Second))
+	base := serve(b, cl, names, api.Options{})
+	params := url.Values{"from": {day.Format(time.RFC3339)}, "to": {day.Add(24 * time.Hour).Format(time.RFC3339)}}
+	var fr api.FlamegraphResponse
+	getB(b, base, params, &fr)
+	b.Logf("source %s, total %d, %d nodes folded", fr.Source, fr.Total, fr.Folded)
+	if fr.Source != "partition_trees(days)" {
+		b.Fatalf("source %s, want the day trees", fr.Source)
+	}
+	times := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		getB(b, base, params, nil)
+		times = append(times, time.Since(t0))
+	}
+	b.StopTimer()
+	slices.Sort(times)
+	b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(times[(len(times)*99)/100].Microseconds())/1000, "p99-ms")
+}
+
+func benchVersion(b *testing.B, cl *opensearchapi.Client, names indices.Names, d indices.RollupDoc) indices.TreeSource {
+	b.Helper()
+	id := indices.RollupID(&d)
+	status, resp, err := opensearch.Raw(b.Context(), cl, http.MethodGet, "/"+names.Rollups(d.Timestamp)+"/_doc/"+id, nil)
+	if err != nil || status != http.StatusOK {
+		b.Fatalf("get %s: %d %v %.200s", id, status, err, resp)
+	}
+	var out struct {
+		SeqNo       int64 `json:"_seq_no"`
+		PrimaryTerm int64 `json:"_primary_term"`
+	}
+	if err := json.Unmarshal(resp, &out); err != nil {
+		b.Fatal(err)
+	}
+	return indices.TreeSource{ID: id, SeqNo: out.SeqNo, PrimaryTerm: out.PrimaryTerm}
 }
