@@ -93,6 +93,7 @@ type unwindMetrics struct {
 	tables        prometheus.Gauge
 	failed        prometheus.Gauge
 	processes     prometheus.Gauge
+	ignored       prometheus.Gauge
 	mappings      prometheus.Gauge
 }
 
@@ -119,11 +120,14 @@ func newUnwindMetrics(reg prometheus.Registerer) *unwindMetrics {
 		processes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "stackstream_agent_unwind_processes", Help: "Processes registered for table unwinding.",
 		}),
+		ignored: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stackstream_agent_unwind_ignored_processes", Help: "Processes read and not targeted whose samples the BPF program does not mark (unwind_ignored, 32,768 at most; their forked children not counted).",
+		}),
 		mappings: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "stackstream_agent_unwind_mapping_entries", Help: "Address-range entries of the registered processes' mappings in the BPF LPM trie (STACKSTREAM_AGENT_UNWIND_MAPPINGS at most).",
 		}),
 	}
-	reg.MustRegister(m.samples, m.registrations, m.tableBytes, m.budgetBytes, m.tables, m.failed, m.processes, m.mappings)
+	reg.MustRegister(m.samples, m.registrations, m.tableBytes, m.budgetBytes, m.tables, m.failed, m.processes, m.ignored, m.mappings)
 	return m
 }
 
@@ -189,6 +193,7 @@ func (u *unwinder) tick(ps *processes, samples []sampler.Sample) {
 	u.m.tables.Set(float64(stats.Tables))
 	u.m.failed.Set(float64(stats.Failed))
 	u.m.processes.Set(float64(stats.Processes))
+	u.m.ignored.Set(float64(len(u.ignored)))
 	u.m.mappings.Set(float64(u.sampler.MappingEntries()))
 }
 
