@@ -148,8 +148,10 @@ type docState struct {
 	mem         map[int64]int64
 	firstOffset int64
 	dirty       bool
-	// stack is a stack document's frames, for the hour's tree.
-	stack *stackInfo
+	// node is a stack document's stack in its hour window's trie, for
+	// the hour's trees, when inTree.
+	node   int32
+	inTree bool
 }
 
 type window struct {
@@ -159,10 +161,12 @@ type window struct {
 	// serviceTrees are the hour's service and partition tree documents:
 	// dirty when a tree of one of their hosts is.
 	serviceTrees map[serviceKey]*docState
-	minOffset    int64
-	closed       bool
-	dirty        int
-	bytes        int64 // charged to the Budget
+	// trie holds the frames of an hour window's stacks.
+	trie      *frameTrie
+	minOffset int64
+	closed    bool
+	dirty     int
+	bytes     int64 // charged to the Budget
 }
 
 // Checkpoint travels with a committed offset (as commit metadata) so that a
@@ -370,15 +374,15 @@ func (p *Partition) fold(w *window, ws *series, name string, d *delta, offset in
 	ds.total += d.total
 	ds.samples += d.samples
 	ds.stackValue += d.stackValue
-	if ds.stack == nil && d.stack != nil && w.key.res == indices.ResolutionHour {
-		// The hour's trees need the frames; holding them keeps them past
-		// the stack cache's bound, so they are charged, once per stack
-		// however many hosts' hours hold it, until the last is evicted.
-		ds.stack = d.stack
-		if d.stack.held == 0 {
-			p.chargeStack(int64(d.stack.bytes))
+	if !ds.inTree && d.stack != nil && w.key.res == indices.ResolutionHour {
+		// The hour's trees need the frames: the window's trie holds them,
+		// shared by its stacks, charged to the window.
+		if w.trie == nil {
+			w.trie = newFrameTrie()
 		}
-		d.stack.held++
+		node, added := w.trie.insert(d.stack.frames)
+		ds.node, ds.inTree = node, true
+		p.charge(w, added)
 	}
 	if d.hasMem {
 		if ds.mem == nil {
@@ -392,32 +396,6 @@ func (p *Partition) fold(w *window, ws *series, name string, d *delta, offset in
 	if !ds.dirty {
 		ds.dirty = true
 		w.dirty++
-	}
-}
-
-// chargeStack charges (or returns) the frames of a stack held by hour
-// windows: to the partition, not to a window, since several windows share
-// them.
-func (p *Partition) chargeStack(n int64) {
-	p.bytes += n
-	if p.cfg.Budget != nil {
-		p.cfg.Budget.used += n
-	}
-}
-
-// releaseStacks drops an evicted hour window's hold on its stacks' frames.
-func (p *Partition) releaseStacks(w *window) {
-	for sk, ws := range w.series {
-		if sk.kind != indices.KindStack {
-			continue
-		}
-		for _, ds := range ws.docs {
-			if st := ds.stack; st != nil {
-				if st.held--; st.held == 0 {
-					p.chargeStack(-int64(st.bytes))
-				}
-			}
-		}
 	}
 }
 
@@ -443,7 +421,7 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 		for name, i := range sc.names {
 			bound += docBytes + memBytes + int64(len(name))
 			if st := p.deltas[i].stack; st != nil {
-				bound += int64(st.bytes)
+				bound += (*frameTrie)(nil).cost(st.frames)
 			}
 		}
 	}
@@ -482,8 +460,12 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 				if ds == nil {
 					n += docBytes + int64(len(name))
 				}
-				if st := p.deltas[i].stack; st != nil && st.held == 0 && k.res == indices.ResolutionHour && (ds == nil || ds.stack == nil) {
-					n += int64(st.bytes)
+				if st := p.deltas[i].stack; st != nil && k.res == indices.ResolutionHour && (ds == nil || !ds.inTree) {
+					var t *frameTrie
+					if w != nil {
+						t = w.trie
+					}
+					n += t.cost(st.frames)
 				}
 				if p.deltas[i].hasMem {
 					// A document not held yet has no memory slots either.
@@ -507,8 +489,6 @@ func (p *Partition) Release() {
 	}
 	p.bytes = 0
 	clear(p.windows)
-	// The cached stacks' hold counts belonged to those windows.
-	p.stacks = newStackCache()
 }
 
 type mark struct{ offset, watermark int64 }
@@ -550,8 +530,6 @@ type stackInfo struct {
 	id     string
 	leaf   string
 	funcs  []string // distinct, so recursion counts a function once in total
-	bytes  int      // stackBytes(frames)
-	held   int32    // stack documents of hour windows holding it (charged while > 0)
 }
 
 // maxCachedStacks and maxCachedStackBytes bound the stack cache: a stack
@@ -710,7 +688,7 @@ func (p *Partition) contributions(in Input, vi int) {
 }
 
 func newStackInfo(frames []indices.Frame) *stackInfo {
-	st := &stackInfo{frames: frames, id: indices.StackID(frames), bytes: stackBytes(frames)}
+	st := &stackInfo{frames: frames, id: indices.StackID(frames)}
 	if len(frames) == 0 {
 		return st
 	}
@@ -817,7 +795,7 @@ func (p *Partition) serviceTreePending(w *window, start time.Time, index string,
 	})
 	var b indices.TreeBuilder
 	for _, sk := range hosts {
-		addSeries(&b, w.series[sk])
+		addSeries(&b, w, w.series[sk])
 	}
 	d := indices.RollupDoc{
 		Timestamp: start, Resolution: w.key.res, Kind: k.kind, Type: k.typ,
@@ -827,15 +805,17 @@ func (p *Partition) serviceTreePending(w *window, start time.Time, index string,
 }
 
 // addSeries adds a stack series' stacks to b in stack ID order.
-func addSeries(b *indices.TreeBuilder, ws *series) {
+func addSeries(b *indices.TreeBuilder, w *window, ws *series) {
 	ids := make([]string, 0, len(ws.docs))
 	for id := range ws.docs {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
+	var frames []indices.Frame
 	for _, id := range ids {
-		if ds := ws.docs[id]; ds.stack != nil {
-			b.AddStack(ds.stack.frames, ds.value)
+		if ds := ws.docs[id]; ds.inTree {
+			frames = w.trie.appendFrames(frames[:0], ds.node)
+			b.AddStack(frames, ds.value)
 		}
 	}
 }
@@ -853,7 +833,7 @@ func hasTree(res string, k seriesKey) bool {
 // so the same window always encodes to the same bytes.
 func treePending(w *window, start time.Time, index string, k seriesKey, ws *series) Pending {
 	var b indices.TreeBuilder
-	addSeries(&b, ws)
+	addSeries(&b, w, ws)
 	d := indices.RollupDoc{
 		Timestamp: start, Resolution: w.key.res, Kind: indices.KindTree, Type: k.typ,
 		Service: k.service, Host: k.host, Value: b.Total(), Tree: b.Encode(),
@@ -914,7 +894,6 @@ func (p *Partition) Evict() int {
 	n := 0
 	for k, w := range p.windows {
 		if w.dirty == 0 && p.evicted(w.end, p.watermark) {
-			p.releaseStacks(w)
 			p.charge(w, -w.bytes)
 			delete(p.windows, k)
 			n++

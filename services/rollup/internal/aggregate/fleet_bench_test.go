@@ -22,6 +22,21 @@ import (
 // (a host-specific leaf), ticks spread unevenly over the stacks. Profiles
 // are interleaved host by host as a partition receives them.
 func fleetProfiles(hosts, intervals int) ([]*profile.Profile, []string) {
+	next := fleetGenerator(hosts)
+	var out []*profile.Profile
+	var hostOf []string
+	for range intervals {
+		profs, hs := next()
+		out = append(out, profs...)
+		hostOf = append(hostOf, hs...)
+	}
+	return out, hostOf
+}
+
+// fleetGenerator returns the fleetProfiles of one 10-second interval after
+// another (every host's profile of it), so an hour of a fleet need not be
+// held at once.
+func fleetGenerator(hosts int) func() ([]*profile.Profile, []string) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	const services, pool = 5, 60
 	stacks := make([][][]string, services)
@@ -34,9 +49,10 @@ func fleetProfiles(hosts, intervals int) ([]*profile.Profile, []string) {
 			}
 		}
 	}
-	var out []*profile.Profile
-	var hostOf []string
-	for iv := range intervals {
+	iv := 0
+	return func() ([]*profile.Profile, []string) {
+		var out []*profile.Profile
+		var hostOf []string
 		for h := range hosts {
 			host := fmt.Sprintf("loadgen-%d", h)
 			b := pproftest.NewCPU(t0.Add(time.Duration(iv)*10*time.Second), 10*time.Second)
@@ -65,8 +81,9 @@ func fleetProfiles(hosts, intervals int) ([]*profile.Profile, []string) {
 			out = append(out, b.Profile())
 			hostOf = append(hostOf, host)
 		}
+		iv++
+		return out, hostOf
 	}
-	return out, hostOf
 }
 
 // BenchmarkFleet folds loadgen-shaped profiles of 20 hosts in one partition
