@@ -88,7 +88,7 @@ func (b *Budget) Used() int64 { return b.used }
 // document (its docState and map entry), a memory profile's sum, a series
 // (its map and entry); names are charged their length on top.
 const (
-	docBytes    = 176
+	docBytes    = 112
 	memBytes    = 64
 	seriesBytes = 420
 )
@@ -138,20 +138,30 @@ type series struct {
 	// tree is the series' pre-merged call tree document (indices.KindTree),
 	// for the stack series of hour windows: dirty when a stack document is.
 	tree *docState
+	// svc is the rest of a service series' one document: its value in
+	// samples with a stack, and its memory sums.
+	svc *serviceSums
 }
 
+// docState is a document's sums: 32 bytes, since function and stack
+// documents are most of the state (a service document's other sums are in
+// its series' svc).
 type docState struct {
-	value, self, total, samples int64
-	stackValue                  int64 // service documents: value in samples with a stack
-	// mem holds, per contributing memory profile (by offset), the summed RSS
-	// of the service's processes in it.
-	mem         map[int64]int64
+	// a and b are the document's two sums: a service's value and samples,
+	// a function's self and total, a stack's value and samples.
+	a, b        int64
 	firstOffset int64
-	dirty       bool
 	// node is a stack document's stack in its hour window's trie, for
 	// the hour's trees, when inTree.
-	node   int32
-	inTree bool
+	node          int32
+	dirty, inTree bool
+}
+
+type serviceSums struct {
+	stackValue int64
+	// mem holds, per contributing memory profile (by offset), the summed RSS
+	// of the service's processes in it.
+	mem map[int64]int64
 }
 
 type window struct {
@@ -369,11 +379,15 @@ func (p *Partition) fold(w *window, ws *series, name string, d *delta, offset in
 		ws.docs[name] = ds
 		p.charge(w, docBytes+int64(len(name)))
 	}
-	ds.value += d.value
-	ds.self += d.self
-	ds.total += d.total
-	ds.samples += d.samples
-	ds.stackValue += d.stackValue
+	// A delta holds only its kind's sums, the others are 0.
+	ds.a += d.value + d.self
+	ds.b += d.samples + d.total
+	if d.stackValue != 0 || d.hasMem {
+		if ws.svc == nil {
+			ws.svc = &serviceSums{}
+		}
+		ws.svc.stackValue += d.stackValue
+	}
 	if !ds.inTree && d.stack != nil && w.key.res == indices.ResolutionHour {
 		// The hour's trees need the frames: the window's trie holds them,
 		// shared by its stacks, charged to the window.
@@ -385,13 +399,14 @@ func (p *Partition) fold(w *window, ws *series, name string, d *delta, offset in
 		p.charge(w, added)
 	}
 	if d.hasMem {
-		if ds.mem == nil {
-			ds.mem = map[int64]int64{}
+		m := ws.svc
+		if m.mem == nil {
+			m.mem = map[int64]int64{}
 		}
-		if _, ok := ds.mem[offset]; !ok {
+		if _, ok := m.mem[offset]; !ok {
 			p.charge(w, memBytes)
 		}
-		ds.mem[offset] += d.mem
+		m.mem[offset] += d.mem
 	}
 	if !ds.dirty {
 		ds.dirty = true
@@ -469,9 +484,9 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 				}
 				if p.deltas[i].hasMem {
 					// A document not held yet has no memory slots either.
-					if ds == nil {
+					if ds == nil || ws.svc == nil {
 						n += memBytes
-					} else if _, ok := ds.mem[offset]; !ok {
+					} else if _, ok := ws.svc.mem[offset]; !ok {
 						n += memBytes
 					}
 				}
@@ -747,7 +762,7 @@ func (p *Partition) appendDirty(out []Pending, w *window) []Pending {
 	for k, ws := range w.series {
 		for name, ds := range ws.docs {
 			if ds.dirty {
-				out = append(out, p.pending(w, start, index, k, name, ds))
+				out = append(out, p.pending(w, start, index, k, ws, name, ds))
 			}
 		}
 		if ws.tree != nil && ws.tree.dirty {
@@ -815,7 +830,7 @@ func addSeries(b *indices.TreeBuilder, w *window, ws *series) {
 	for _, id := range ids {
 		if ds := ws.docs[id]; ds.inTree {
 			frames = w.trie.appendFrames(frames[:0], ds.node)
-			b.AddStack(frames, ds.value)
+			b.AddStack(frames, ds.a)
 		}
 	}
 }
@@ -841,28 +856,32 @@ func treePending(w *window, start time.Time, index string, k seriesKey, ws *seri
 	return Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: ws.tree.firstOffset, ds: ws.tree, w: w}
 }
 
-func (p *Partition) pending(w *window, start time.Time, index string, k seriesKey, name string, ds *docState) Pending {
+func (p *Partition) pending(w *window, start time.Time, index string, k seriesKey, ws *series, name string, ds *docState) Pending {
 	d := indices.RollupDoc{
 		Timestamp: start, Resolution: w.key.res, Kind: k.kind, Type: k.typ,
 		Service: k.service, Host: k.host,
 	}
 	switch k.kind {
 	case indices.KindService:
-		d.Samples = ds.samples
-		if ds.mem != nil {
-			d.MemAvg, d.MemMax = memStats(ds.mem)
+		d.Samples = ds.b
+		var sums serviceSums
+		if ws.svc != nil {
+			sums = *ws.svc
+		}
+		if sums.mem != nil {
+			d.MemAvg, d.MemMax = memStats(sums.mem)
 		} else {
-			d.Value, d.StackValue = ds.value, ds.stackValue
+			d.Value, d.StackValue = ds.a, sums.stackValue
 			if k.typ == string(record.ProfileCPU) {
-				d.Cores = float64(ds.value) / float64(windowSize(w.key.res).Nanoseconds())
+				d.Cores = float64(ds.a) / float64(windowSize(w.key.res).Nanoseconds())
 			}
 		}
 	case indices.KindFunction:
 		d.Function = name
-		d.Self, d.Total = ds.self, ds.total
+		d.Self, d.Total = ds.a, ds.b
 	case indices.KindStack:
 		d.StackID = name
-		d.Value, d.Samples = ds.value, ds.samples
+		d.Value, d.Samples = ds.a, ds.b
 	}
 	return Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: ds.firstOffset, ds: ds, w: w}
 }
