@@ -5,6 +5,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"time"
 
@@ -71,9 +73,13 @@ func runMain() error {
 	if err := kafka.CheckTopics(ctx, cl, topics.ProfilesSymbolized, topics.DLQ); err != nil {
 		return err
 	}
-	srv, err := telemetry.Listen(cfg.ListenAddr, telemetry.Mux(reg, func(ctx context.Context) error {
+	mux := telemetry.Mux(reg, func(ctx context.Context) error {
 		return opensearch.Check(ctx, osc, cfg.OpenSearch)
-	}))
+	})
+	if cfg.Rollup.DebugPprof {
+		servePprof(mux)
+	}
+	srv, err := telemetry.Listen(cfg.ListenAddr, mux)
 	if err != nil {
 		return err
 	}
@@ -94,4 +100,13 @@ func runMain() error {
 	}
 	log.Info("started", "group", cfg.Rollup.Group, "topic", topics.ProfilesSymbolized, "listen", srv.Addr())
 	return g.Run()
+}
+
+// servePprof adds Go's /debug/pprof/ handlers (STACKSTREAM_ROLLUP_DEBUG_PPROF):
+// /debug/pprof/heap shows what the window state and the stack caches hold.
+func servePprof(mux *http.ServeMux) {
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 }

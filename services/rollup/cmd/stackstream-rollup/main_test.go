@@ -3,10 +3,16 @@ package main
 import (
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/google/pprof/profile"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/stackstream/stackstream/pkg/config"
+	"github.com/stackstream/stackstream/pkg/telemetry"
 	"github.com/stackstream/stackstream/services/rollup/internal/aggregate"
 )
 
@@ -48,10 +54,44 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if cfg.ListenAddr != "127.0.0.1:9104" || cfg.Rollup.AllowedLateness.String() != "2m0s" || cfg.Rollup.Group != "stackstream-rollup" ||
 		cfg.Rollup.MaxClockSkew.String() != "10m0s" || cfg.Rollup.MaxAge.String() != "168h0m0s" || cfg.Rollup.MaxStateBytes != aggregate.DefaultMaxStateBytes ||
-		cfg.Rollup.MinuteDays != 14 || cfg.Rollup.HourlyDays != 90 || cfg.Rollup.LifecycleEvery.String() != "1h0m0s" {
+		cfg.Rollup.MinuteDays != 14 || cfg.Rollup.HourlyDays != 90 || cfg.Rollup.LifecycleEvery.String() != "1h0m0s" || cfg.Rollup.DebugPprof {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 	if err := config.Load(&cfg, []string{"-h"}, io.Discard); !errors.Is(err, config.ErrHelp) {
 		t.Fatalf("-h = %v, want ErrHelp", err)
+	}
+}
+
+// TestPprof: with STACKSTREAM_ROLLUP_DEBUG_PPROF the listen address serves
+// a heap profile that parses; without it /debug/pprof/ is not found.
+func TestPprof(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		mux := telemetry.Mux(prometheus.NewRegistry(), nil)
+		if on {
+			servePprof(mux)
+		}
+		srv := httptest.NewServer(mux)
+		resp, err := http.Get(srv.URL + "/debug/pprof/heap")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		srv.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !on {
+			if resp.StatusCode != http.StatusNotFound {
+				t.Fatalf("pprof off: status %d, want 404", resp.StatusCode)
+			}
+			continue
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("pprof on: status %d: %s", resp.StatusCode, body)
+		}
+		if _, err := profile.ParseData(body); err != nil {
+			t.Fatalf("heap profile: %v", err)
+		}
 	}
 }
