@@ -141,6 +141,9 @@ type series struct {
 	// svc is the rest of a service series' one document: its value in
 	// samples with a stack, and its memory sums.
 	svc *serviceSums
+	// packed holds the documents instead of docs while the window is
+	// packed (pack.go).
+	packed []packedDoc
 }
 
 // docState is a document's sums: 32 bytes, since function and stack
@@ -172,7 +175,10 @@ type window struct {
 	// dirty when a tree of one of their hosts is.
 	serviceTrees map[serviceKey]*docState
 	// trie holds the frames of an hour window's stacks.
-	trie      *frameTrie
+	trie *frameTrie
+	// packed counts the documents of a packed minute window (pack.go), 0
+	// when it is not packed.
+	packed    int64
 	minOffset int64
 	closed    bool
 	dirty     int
@@ -332,6 +338,9 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 	}
 	for _, k := range targets {
 		w := p.window(k.res, at, in.Offset)
+		if w.packed > 0 {
+			p.unpack(w)
+		}
 		for sk, sc := range p.out {
 			if len(sc.names) == 0 {
 				continue
@@ -441,10 +450,12 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 		}
 	}
 	bound *= int64(len(targets))
+	unpack := p.unpackBytes(targets)
+	bound += unpack
 	if b := p.cfg.Budget; b == nil || b.used+bound <= b.MaxBytes {
 		return bound
 	}
-	var n int64
+	n := unpack
 	for _, k := range targets {
 		w := p.windows[k]
 		for sk, sc := range p.out {
@@ -908,7 +919,8 @@ func MarkStored(docs []Pending) {
 	}
 }
 
-// Evict drops windows past retention whose documents are all stored.
+// Evict drops windows past retention whose documents are all stored, and
+// packs the minute windows closed and stored (pack.go).
 func (p *Partition) Evict() int {
 	n := 0
 	for k, w := range p.windows {
@@ -916,6 +928,8 @@ func (p *Partition) Evict() int {
 			p.charge(w, -w.bytes)
 			delete(p.windows, k)
 			n++
+		} else if packable(w) {
+			p.pack(w)
 		}
 	}
 	return n

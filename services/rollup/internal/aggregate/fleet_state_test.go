@@ -65,7 +65,7 @@ func TestFleetStateBytes(t *testing.T) {
 	counts := map[string]int{}
 	for _, w := range p.windows {
 		for sk, ws := range w.series {
-			counts[w.key.res+" "+sk.kind] += len(ws.docs)
+			counts[w.key.res+" "+sk.kind] += len(ws.docs) + len(ws.packed)
 		}
 	}
 	t.Logf("documents held per resolution and kind: %v", counts)

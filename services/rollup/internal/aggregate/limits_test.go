@@ -122,6 +122,9 @@ func docsOf(p *Partition) map[string]bool {
 			for name := range s.docs {
 				out[fmt.Sprint(k, sk, name)] = true
 			}
+			for _, d := range s.packed {
+				out[fmt.Sprint(k, sk, d.name)] = true
+			}
 		}
 	}
 	return out
