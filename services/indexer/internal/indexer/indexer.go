@@ -279,13 +279,15 @@ func (ix *Indexer) Run(ctx context.Context) error {
 		}
 		return nil
 	}
+	// room reports whether b may go out now; with nothing in flight it
+	// always may, however large.
 	room := func() bool {
-		return len(flights) < ix.opts.MaxInFlight && flightBytes+b.bytes <= ix.opts.InFlightBytes
+		return len(flights) == 0 || (len(flights) < ix.opts.MaxInFlight && flightBytes+b.bytes <= ix.opts.InFlightBytes)
 	}
 	// send writes b in the background, after waiting for the oldest writes
 	// until there is room.
 	send := func() error {
-		for len(flights) > 0 && !room() {
+		for !room() {
 			if err := reapOldest(); err != nil {
 				return err
 			}
