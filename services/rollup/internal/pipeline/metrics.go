@@ -30,7 +30,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		docs: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "documents_written_total",
 			Help: "Rollup documents acknowledged by OpenSearch (rate = docs/s)."}),
 		writeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "write_seconds",
-			Help: "Time to store one flush of documents, retries included.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
+			Help: "Time to store one chunk of a flush (up to 16 MiB of documents), retries included.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
 		commits: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "commits_total",
 			Help: "Offset commits that succeeded."}),
 		commitErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "commit_errors_total",

@@ -291,42 +291,68 @@ func (r *Rollup) flush(ctx context.Context, parts map[int32]*aggregate.Partition
 			partOf = append(partOf, id)
 		}
 	}
-	if len(pending) > 0 {
-		items := make([]bulk.Item, len(pending))
-		byID := make(map[string]int, len(pending))
-		// Documents are appended into 1 MiB chunks: one allocation per
-		// thousands of documents, and no doubling copy of a big flush.
-		var buf []byte
-		for i, d := range pending {
-			if cap(buf)-len(buf) < 4096 {
-				buf = make([]byte, 0, 1<<20)
-			}
-			start := len(buf)
-			var err error
-			if buf, err = pending[i].AppendJSON(buf); err != nil {
-				return fmt.Errorf("encode rollup document: %w", err)
-			}
-			items[i] = bulk.Item{Index: d.Index, ID: d.ID, Doc: buf[start:len(buf):len(buf)]}
-			byID[d.Index+"/"+d.ID] = i
-		}
-		start := time.Now()
-		rejected, err := r.w.Write(ctx, items)
+	// Encoded and written a chunk at a time, each marked stored once
+	// written: the JSON of a whole flush (every document of an hour and
+	// its trees, at fleet scale) was most of the process's heap.
+	for start := 0; start < len(pending); {
+		n, err := r.write(ctx, pending[start:], partOf[start:])
 		if err != nil {
-			return fmt.Errorf("write rollups: %w", err)
-		}
-		r.m.writeSeconds.Observe(time.Since(start).Seconds())
-		r.m.docs.Add(float64(len(items) - len(rejected)))
-		var bad []*kgo.Record
-		for _, rj := range rejected {
-			i := byID[rj.Item.Index+"/"+rj.Item.ID]
-			bad = append(bad, r.rejectedRecord(partOf[i], pending[i], rj))
-		}
-		if err := r.produce(ctx, bad); err != nil {
 			return err
 		}
-		aggregate.MarkStored(pending)
+		start += n
 	}
 	return r.commit(ctx, parts)
+}
+
+// flushChunkBytes bounds the encoded documents a flush holds at once (a
+// variable for tests that write in many chunks).
+var flushChunkBytes = 16 << 20
+
+// write encodes pending documents until flushChunkBytes, writes them, sends
+// the rejected ones to the DLQ and marks them stored; it returns how many
+// it took.
+func (r *Rollup) write(ctx context.Context, pending []aggregate.Pending, partOf []int32) (int, error) {
+	var items []bulk.Item
+	byID := map[string]int{}
+	// Documents are appended into 1 MiB chunks: one allocation per
+	// thousands of documents, and no doubling copy of a big flush.
+	var buf []byte
+	size := 0
+	for i := range pending {
+		if size >= flushChunkBytes {
+			break
+		}
+		if cap(buf)-len(buf) < 4096 {
+			buf = make([]byte, 0, 1<<20)
+		}
+		start := len(buf)
+		var err error
+		if buf, err = pending[i].AppendJSON(buf); err != nil {
+			return 0, fmt.Errorf("encode rollup document: %w", err)
+		}
+		d := &pending[i]
+		items = append(items, bulk.Item{Index: d.Index, ID: d.ID, Doc: buf[start:len(buf):len(buf)]})
+		byID[d.Index+"/"+d.ID] = i
+		size += len(buf) - start
+	}
+	n := len(items)
+	start := time.Now()
+	rejected, err := r.w.Write(ctx, items)
+	if err != nil {
+		return 0, fmt.Errorf("write rollups: %w", err)
+	}
+	r.m.writeSeconds.Observe(time.Since(start).Seconds())
+	r.m.docs.Add(float64(n - len(rejected)))
+	var bad []*kgo.Record
+	for _, rj := range rejected {
+		i := byID[rj.Item.Index+"/"+rj.Item.ID]
+		bad = append(bad, r.rejectedRecord(partOf[i], pending[i], rj))
+	}
+	if err := r.produce(ctx, bad); err != nil {
+		return 0, err
+	}
+	aggregate.MarkStored(pending[:n])
+	return n, nil
 }
 
 // rejectedRecord is the DLQ record of a document OpenSearch refused: the

@@ -441,6 +441,9 @@ func compare(t *testing.T, got map[string]indices.RollupDoc, want map[string]ind
 }
 
 func TestRollupsExactAndReplay(t *testing.T) {
+	// Flushes written in many chunks, each marked stored once written.
+	defer func(n int) { flushChunkBytes = n }(flushChunkBytes)
+	flushChunkBytes = 4 << 10
 	e := newEnv(t, 3)
 	x := expected{}
 	n := 0
