@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/google/pprof/profile"
 
@@ -568,12 +569,14 @@ const (
 )
 
 // stackBytes is an upper bound of what caching a stack of frames holds: the
-// frames (56 bytes each), their names, its function list (16 bytes per
-// frame at most), its ID and its entry.
+// frames (indices.Frame, 72 bytes each: it was counted 56, from before its
+// Kind, so the cache held more than its bound), their names, its function
+// list (16 bytes per frame at most), its ID and its entry
+// (TestStackBytesBound).
 func stackBytes(frames []indices.Frame) int {
 	n := 256
 	for _, f := range frames {
-		n += 56 + 16 + len(f.Function) + len(f.File) + len(f.Binary)
+		n += int(unsafe.Sizeof(f)) + 16 + len(f.Function) + len(f.File) + len(f.Binary) + len(f.Kind)
 	}
 	return n
 }

@@ -81,3 +81,39 @@ func TestFleetStateBytes(t *testing.T) {
 	}
 	runtime.KeepAlive(p)
 }
+
+// TestStackBytesBound: the stack cache's count of its bytes (stackBytes per
+// stack) is above the heap its stacks hold, for fleet-shaped stacks.
+func TestStackBytesBound(t *testing.T) {
+	profs, _ := fleetProfiles(10, 6)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	p := NewPartition(testConfig(), Checkpoint{})
+	for _, prof := range profs {
+		for _, s := range prof.Sample {
+			p.stack(s)
+		}
+	}
+	p.frames = nil
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	held := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	// After the measure: the stacks held, each counted once.
+	seen := map[*stackInfo]bool{}
+	var counted int64
+	for _, prof := range profs {
+		for _, s := range prof.Sample {
+			if st := p.stack(s); !seen[st] {
+				seen[st] = true
+				counted += int64(stackBytes(st.frames))
+			}
+		}
+	}
+	t.Logf("%d stacks: held %d bytes, counted %d (%.0f%%)", len(seen), held, counted, 100*float64(held)/float64(counted))
+	if held > counted {
+		t.Fatalf("the stack cache holds %d bytes, counted %d", held, counted)
+	}
+	runtime.KeepAlive(p)
+	runtime.KeepAlive(profs)
+}
