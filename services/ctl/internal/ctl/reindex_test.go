@@ -365,7 +365,10 @@ func TestReindex(t *testing.T) {
 		if opts.IndexerGroup == "" {
 			opts.IndexerGroup = live["indexer"]
 		}
-		opts.RollupGroup, opts.Run, opts.Starter, opts.Interval = live["rollup"], true, start, 500*time.Millisecond
+		if opts.Starter == nil {
+			opts.Starter = start
+		}
+		opts.RollupGroup, opts.Run, opts.Interval = live["rollup"], true, 500*time.Millisecond
 		var out bytes.Buffer
 		sum, err := Reindex(ctx, e.cfg, e.adm, e.osc, opts, &out)
 		t.Logf("stackctl reindex:\n%s", out.String())
@@ -447,8 +450,17 @@ func TestReindex(t *testing.T) {
 	// does, rollups included; the first attempt is interrupted (its
 	// temporary consumers stopped with it) and the second resumes it.
 	before := got
-	short, stopShort := context.WithTimeout(ctx, 1500*time.Millisecond)
-	_, _, err = reindexIn(short, ReindexOptions{DeleteOld: true})
+	// Interrupted once both temporary consumers run, before they can catch
+	// up and swap (a fixed timeout let a fast machine finish the swap).
+	short, stopShort := context.WithCancel(ctx)
+	interrupt := func(c context.Context, service string, env []string) (func() error, <-chan struct{}, func() error, error) {
+		stop, done, exitErr, err := start(c, service, env)
+		if service == "rollup" {
+			stopShort()
+		}
+		return stop, done, exitErr, err
+	}
+	_, _, err = reindexIn(short, ReindexOptions{DeleteOld: true, Starter: interrupt})
 	stopShort()
 	if err == nil {
 		t.Fatal("an interrupted reindex returned no error")
