@@ -371,20 +371,11 @@ func (b *bench) exactness(ctx context.Context) error {
 	if err := b.waitDrained(ctx, b.o.drain); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(4 * time.Minute)
-	var got int64
-	for {
-		var err error
-		got, err = b.rollupCPU(ctx, b.id+"-")
-		if err != nil {
-			return err
-		}
-		if got == b.produced.Load() || time.Now().After(deadline) || ctx.Err() != nil {
-			break
-		}
-		sleep(ctx, 10*time.Second)
-	}
 	want := b.produced.Load()
+	got, err := b.eventually(ctx, want, 4*time.Minute, func() (int64, error) { return b.rollupCPU(ctx, b.id+"-") })
+	if err != nil {
+		return err
+	}
 	// What went to the DLQ instead of a rollup or a samples document.
 	for _, name := range []string{"stackstream-rollup", "stackstream-indexer", "stackstream-symbolizer"} {
 		for _, inst := range b.instances(name) {

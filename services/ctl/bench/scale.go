@@ -86,11 +86,11 @@ func (b *bench) scaling(ctx context.Context) error {
 		sleep(ctx, 70*time.Second) // the rollup's idle flush, as in part A
 		after := b.serviceCPU(b.pids())
 		want := b.produced.Load() - produced0
-		rollup, err := b.eventually(ctx, want, func() (int64, error) { return b.rollupCPU(ctx, cfg.HostPrefix) })
+		rollup, err := b.eventually(ctx, want, 3*time.Minute, func() (int64, error) { return b.rollupCPU(ctx, cfg.HostPrefix) })
 		if err != nil {
 			return err
 		}
-		samples, err := b.eventually(ctx, want, func() (int64, error) { return b.samplesCPU(ctx, cfg.HostPrefix) })
+		samples, err := b.eventually(ctx, want, 3*time.Minute, func() (int64, error) { return b.samplesCPU(ctx, cfg.HostPrefix) })
 		if err != nil {
 			return err
 		}
@@ -110,10 +110,10 @@ func (b *bench) scaling(ctx context.Context) error {
 	return nil
 }
 
-// eventually polls a total until it equals want or 3 minutes pass, and
-// returns the last value.
-func (b *bench) eventually(ctx context.Context, want int64, total func() (int64, error)) (int64, error) {
-	deadline := time.Now().Add(3 * time.Minute)
+// eventually polls a total every 5 s until it equals want or limit
+// passes, and returns the last value.
+func (b *bench) eventually(ctx context.Context, want int64, limit time.Duration, total func() (int64, error)) (int64, error) {
+	deadline := time.Now().Add(limit)
 	for {
 		got, err := total()
 		if err != nil || got == want || time.Now().After(deadline) || ctx.Err() != nil {

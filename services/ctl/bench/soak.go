@@ -54,11 +54,11 @@ func (b *bench) soak(ctx context.Context) error {
 	}
 	sleep(ctx, 70*time.Second)
 	want := b.produced.Load() - produced0
-	rollup, err := b.eventually(ctx, want, func() (int64, error) { return b.rollupCPU(ctx, cfg.HostPrefix) })
+	rollup, err := b.eventually(ctx, want, 3*time.Minute, func() (int64, error) { return b.rollupCPU(ctx, cfg.HostPrefix) })
 	if err != nil {
 		return err
 	}
-	samplesCPU, err := b.eventually(ctx, want, func() (int64, error) { return b.samplesCPU(ctx, cfg.HostPrefix) })
+	samplesCPU, err := b.eventually(ctx, want, 3*time.Minute, func() (int64, error) { return b.samplesCPU(ctx, cfg.HostPrefix) })
 	if err != nil {
 		return err
 	}
