@@ -199,7 +199,20 @@ func Reindex(ctx context.Context, cfg Config, adm *kadm.Client, osc *opensearcha
 	}
 
 	progress := replay.Progress{Adm: adm, Topic: topic, Groups: sum.Groups, Interval: opts.Interval, Out: out}
-	d, err := progress.Follow(ctx, opts.MaxLeft)
+	// The symbolizer writes the topic in transactions, so each partition
+	// ends in a commit marker that no consumer commits past: under live
+	// load every group, the live ones too, stays one offset short per
+	// partition. Those offsets are allowed on top of MaxLeft; waitPast
+	// below still makes each temporary group reach its live group.
+	tails, err := adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = tails.Error()
+	}
+	if err != nil {
+		return sum, fmt.Errorf("reindex: list end offsets of %s: %w", topic, err)
+	}
+	markers := int64(len(tails[topic]) * len(sum.Groups))
+	d, err := progress.Follow(ctx, opts.MaxLeft+markers)
 	sum.Processed = d.Processed
 	if err != nil {
 		return sum, fmt.Errorf("reindex: %w", cause(ctx, err))
