@@ -152,7 +152,8 @@ func (o *objects) workloads() []workload {
 		ws = append(ws, workload{"DaemonSet", d.Name, strings.TrimPrefix(d.Name, "stackstream-"), d.Spec.Template.Labels, d.Spec.Template.Spec})
 	}
 	for _, d := range o.deployments {
-		ws = append(ws, workload{"Deployment", d.Name, strings.TrimPrefix(d.Name, "stackstream-"), d.Spec.Template.Labels, d.Spec.Template.Spec})
+		service := strings.TrimSuffix(strings.TrimPrefix(d.Name, "stackstream-"), "-reindex")
+		ws = append(ws, workload{"Deployment", d.Name, service, d.Spec.Template.Labels, d.Spec.Template.Spec})
 	}
 	return ws
 }
@@ -179,8 +180,9 @@ func TestDecodeStrictly(t *testing.T) {
 	for _, dir := range kustomizations {
 		t.Run(dir, func(t *testing.T) {
 			o := build(t, dir)
-			if len(o.daemonSets) != 1 || len(o.deployments) != len(consumers)+len(apis) {
-				t.Fatalf("%d DaemonSets and %d Deployments, want 1 and %d", len(o.daemonSets), len(o.deployments), len(consumers)+len(apis))
+			want := len(consumers) + len(apis) + len(reindexCopies)
+			if len(o.daemonSets) != 1 || len(o.deployments) != want {
+				t.Fatalf("%d DaemonSets and %d Deployments, want 1 and %d", len(o.daemonSets), len(o.deployments), want)
 			}
 			// Secrets are created by the operator (base/secrets.example.yaml), never
 			// shipped with placeholder values.

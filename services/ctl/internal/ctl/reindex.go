@@ -179,6 +179,7 @@ func Reindex(ctx context.Context, cfg Config, adm *kadm.Client, osc *opensearcha
 		}
 		if !opts.Run {
 			fmt.Fprintf(out, "start the temporary %s (as many as the live one, any host): %s stackstream-%s\n", c.service, strings.Join(env[:2], " "), c.service)
+			fmt.Fprintf(out, "  on Kubernetes: set %s in the ConfigMap stackstream-reindex and scale deployment/stackstream-%s-reindex up (docs/STACKCTL.md)\n", env[0], c.service)
 			continue
 		}
 		stop, done, exitErr, err := opts.Starter(ctx, c.service, env)
