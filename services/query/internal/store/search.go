@@ -1,9 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/stackstream/stackstream/services/query/internal/selector"
@@ -49,30 +51,92 @@ func (s *Store) CPUTotal(ctx context.Context, sel Selection) (int64, error) {
 }
 
 // FunctionRollups finds the limit heaviest functions containing kw
-// (ignoring case) in the per-function rollups of sel, by total value;
-// hourly windows first, minute windows when no hourly ones match. None
-// when the rollups hold no match: the caller reads the stacks instead.
+// (ignoring case) in the rollups of sel, by total value: the whole settled
+// hours from the hourly function documents, the minutes around them from
+// the minute stack documents (minutefuncs.go); the whole range per stack
+// when no hourly document matches. None when the rollups hold no match:
+// the caller reads the stacks instead.
 func (s *Store) FunctionRollups(ctx context.Context, sel Selection, kw string, limit int) ([]Match, error) {
-	res, err := s.functionRollups(ctx, sel, kw, limit, false)
-	if err == nil && len(res) == 0 && hasWholeHours(sel.Range) {
-		res, err = s.functionRollups(ctx, sel, kw, limit, true)
+	lower := strings.ToLower(kw)
+	match := func(f string) bool { return strings.Contains(strings.ToLower(f), lower) }
+	sums := map[string]float64{}
+	minutes := []TimeRange{sel.Range}
+	hours, ok := hourlySpan(sel.Range)
+	var top []Match
+	if ok {
+		var err error
+		if top, err = s.hourFunctions(ctx, sel, hours, limit, contains("function", kw)); err != nil {
+			return nil, err
+		}
 	}
-	return res, err
+	if len(top) > 0 {
+		minutes = minuteSpans(sel.Range, hours)
+		for _, m := range top {
+			sums[m.Name] = m.Value
+		}
+	}
+	edge := map[string]int64{}
+	for _, r := range minutes {
+		fs, err := s.minuteFunctionSums(ctx, Selection{Type: sel.Type}, r, match)
+		if err != nil {
+			return nil, fmt.Errorf("search function rollups: %w", err)
+		}
+		for f, v := range fs {
+			edge[f] += v
+		}
+	}
+	// Every function outside the hours' top has at most the smallest
+	// hourly total of it; those the edges add to can pass it, so their
+	// hours are read too, and the answer's top is exact.
+	var extra []string
+	for f := range edge {
+		if _, ok := sums[f]; !ok && len(top) > 0 {
+			extra = append(extra, f)
+		}
+	}
+	if len(extra) > 0 {
+		more, err := s.hourFunctions(ctx, sel, hours, len(extra), termsOf("function", extra))
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range more {
+			sums[m.Name] = m.Value
+		}
+	}
+	for f, v := range edge {
+		sums[f] += float64(v)
+	}
+	if len(sums) == 0 {
+		return nil, nil
+	}
+	res := make([]Match, 0, len(sums))
+	for f, v := range sums {
+		res = append(res, Match{Kind: "function", Name: f, Value: v})
+	}
+	slices.SortFunc(res, func(x, y Match) int {
+		if c := cmp.Compare(y.Value, x.Value); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Name, y.Name)
+	})
+	return res[:min(limit, len(res))], nil
 }
 
-func (s *Store) functionRollups(ctx context.Context, sel Selection, kw string, limit int, minuteOnly bool) ([]Match, error) {
-	filter := []Query{term("kind", "function"), term("type", string(sel.Type)), rollupTime(sel.Range, minuteOnly), contains("function", kw)}
+// hourFunctions sums the hourly function documents of the whole hours
+// that which selects, the limit heaviest by total.
+func (s *Store) hourFunctions(ctx context.Context, sel Selection, hours TimeRange, limit int, which Query) ([]Match, error) {
+	filter := []Query{
+		term("kind", "function"), term("type", string(sel.Type)),
+		term("resolution", "1h"), timeFilter(hours), which,
+	}
 	var out struct {
 		Aggregations struct {
 			Funcs keyedSums `json:"funcs"`
 		} `json:"aggregations"`
 	}
 	req := aggsRequest(allOf(filter, nil), Aggs{"funcs": heaviestTerms("function", limit, "total")})
-	if err := s.search(ctx, s.rollupIndices(sel.Range), req, &out); err != nil {
+	if err := s.search(ctx, s.rollupIndices(hours), req, &out); err != nil {
 		return nil, fmt.Errorf("search function rollups: %w", err)
-	}
-	if len(out.Aggregations.Funcs.Buckets) == 0 {
-		return nil, nil
 	}
 	res := make([]Match, 0, len(out.Aggregations.Funcs.Buckets))
 	for _, b := range out.Aggregations.Funcs.Buckets {

@@ -346,19 +346,71 @@ func (s *Store) FunctionSeries(ctx context.Context, sel Selection, step time.Dur
 	}
 	filterPath := []string{"hits.total", "aggregations.time.buckets.key", "aggregations.time.buckets.v"}
 	if s.FromRollups(sel) {
-		for _, minuteOnly := range []bool{step%time.Hour != 0, true} {
+		// Whole settled hours (when the step is whole hours) from the
+		// hourly function documents; the minutes (all of them without
+		// hourly documents) from the minute stack documents holding fn
+		// (minutefuncs.go).
+		sums := map[int64]float64{}
+		add := func(out answer) {
+			for _, b := range out.Aggregations.Time.Buckets {
+				sums[b.Key] += b.V.Value
+			}
+		}
+		minutes := []TimeRange{sel.Range}
+		if hours, ok := hourlySpan(sel.Range); ok && step%time.Hour == 0 {
+			hourSel := sel
+			hourSel.Range = hours // aligned: only hourly documents
 			var out answer
-			req := matchedRequest(rollupQuery(sel, "function", minuteOnly, term("function", fn)),
+			req := matchedRequest(rollupQuery(hourSel, "function", false, term("function", fn)),
 				Aggs{"time": histogram(step, Aggs{"v": sumOf("total")})})
-			if err := s.search(ctx, s.rollupIndices(sel.Range), req, &out, filterPath...); err != nil {
+			if err := s.search(ctx, s.rollupIndices(hours), req, &out, filterPath...); err != nil {
 				return nil, "", fmt.Errorf("function series from rollups: %w", err)
 			}
 			if out.Hits.Total.Value > 0 {
-				return toPoints(out), "rollups", nil
+				add(out)
+				minutes = minuteSpans(sel.Range, hours)
 			}
-			if minuteOnly {
-				break
+		}
+		found := len(sums) > 0
+		for _, r := range minutes {
+			ids, _, err := s.minuteStackIDs(ctx, sel, r, func(f string) bool { return f == fn })
+			if err != nil {
+				return nil, "", fmt.Errorf("function series from rollups: %w", err)
 			}
+			if len(ids) == 0 {
+				continue
+			}
+			found = true
+			list := make([]string, 0, len(ids))
+			for id := range ids {
+				list = append(list, id)
+			}
+			slices.Sort(list)
+			es := sel
+			es.Range = r
+			var out answer
+			req := aggsRequest(rollupQuery(es, "stack", true, termsOf("stack_id", list)),
+				Aggs{"time": histogram(step, Aggs{"v": sumOf("value")})})
+			if err := s.search(ctx, s.rollupIndices(r), req, &out, filterPath...); err != nil {
+				return nil, "", fmt.Errorf("function series from rollups: %w", err)
+			}
+			add(out)
+		}
+		if found {
+			keys := make([]int64, 0, len(sums))
+			for k := range sums {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			var out answer
+			for _, k := range keys {
+				b := out.Aggregations.Time.Buckets
+				out.Aggregations.Time.Buckets = append(b, struct {
+					Key int64    `json:"key"`
+					V   sumValue `json:"v"`
+				}{Key: k, V: sumValue{Value: sums[k]}})
+			}
+			return toPoints(out), "rollups", nil
 		}
 	}
 	st, err := s.Stacks(ctx, sel)

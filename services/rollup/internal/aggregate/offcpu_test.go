@@ -32,10 +32,10 @@ func TestOffCPUDocs(t *testing.T) {
 		{"cpu/1m/service/checkout/", indices.RollupDoc{Value: 40, Samples: 4, Cores: 40 / 60e9}},
 		{"offcpu/1m/service/checkout/", indices.RollupDoc{Value: 7000, Samples: 4}},
 		{"offcpu/1h/service/checkout/", indices.RollupDoc{Value: 7000, Samples: 4}},
-		{"offcpu/1m/function/checkout/read", indices.RollupDoc{Self: 7000, Total: 7000}},
-		{"offcpu/1m/function/checkout/main", indices.RollupDoc{Total: 7000}},
+		{"offcpu/1h/function/checkout/read", indices.RollupDoc{Self: 7000, Total: 7000}},
+		{"offcpu/1h/function/checkout/main", indices.RollupDoc{Total: 7000}},
 		{"offcpu/1m/stack/checkout/" + stackID("read", "wait", "main"), indices.RollupDoc{Value: 7000, Samples: 4}},
-		{"cpu/1m/function/checkout/main", indices.RollupDoc{Total: 40}},
+		{"cpu/1h/function/checkout/main", indices.RollupDoc{Total: 40}},
 	}
 	for _, c := range checks {
 		got, ok := docs[c.key]
@@ -47,7 +47,7 @@ func TestOffCPUDocs(t *testing.T) {
 			t.Errorf("%s = %+v, want %+v", c.key, got, c.want)
 		}
 	}
-	if _, ok := docs["cpu/1m/function/checkout/read"]; ok {
+	if _, ok := docs["cpu/1h/function/checkout/read"]; ok {
 		t.Errorf("an off-CPU function among the cpu rollups")
 	}
 }

@@ -313,13 +313,16 @@ func (x expected) cpuProfile(host string, at time.Time, a, b int64) *profile.Pro
 		s.Value += b
 		s.StackValue += b
 		s.Samples++
-		x.at(res, at, indices.KindFunction, "cpu", "checkout", host, "leaf", "").Self += a
-		for _, f := range []string{"leaf", "mid", "main"} {
-			x.at(res, at, indices.KindFunction, "cpu", "checkout", host, f, "").Total += a
+		if res == indices.ResolutionHour {
+			// Function documents are per hour only.
+			x.at(res, at, indices.KindFunction, "cpu", "checkout", host, "leaf", "").Self += a
+			for _, f := range []string{"leaf", "mid", "main"} {
+				x.at(res, at, indices.KindFunction, "cpu", "checkout", host, f, "").Total += a
+			}
+			x.at(res, at, indices.KindFunction, "cpu", "api", host, "rec", "").Self += b
+			x.at(res, at, indices.KindFunction, "cpu", "api", host, "rec", "").Total += b
+			x.at(res, at, indices.KindFunction, "cpu", "api", host, "main", "").Total += b
 		}
-		x.at(res, at, indices.KindFunction, "cpu", "api", host, "rec", "").Self += b
-		x.at(res, at, indices.KindFunction, "cpu", "api", host, "rec", "").Total += b
-		x.at(res, at, indices.KindFunction, "cpu", "api", host, "main", "").Total += b
 		st := x.at(res, at, indices.KindStack, "cpu", "checkout", host, "", stackID("leaf", "mid", "main"))
 		st.Value += a
 		st.Samples += 2
@@ -661,9 +664,10 @@ func TestBadInputGoesToDLQ(t *testing.T) {
 	}()
 	compare(t, byKey(e.docs()), x.finish())
 
-	// 2 records + per resolution 1 service, 3 function and 1 stack
-	// document, and the hour's tree and service tree.
-	recs := e.dlq(2 + 2*5 + 2)
+	// 2 records + per resolution 1 service and 1 stack document, 3
+	// function documents in the hour, and the hour's tree and service
+	// tree.
+	recs := e.dlq(2 + 2*2 + 3 + 2)
 	reasons := map[string]int{}
 	for _, r := range recs {
 		reason := record.HeaderValue(r.Headers, record.HeaderDLQReason)
@@ -688,8 +692,8 @@ func TestBadInputGoesToDLQ(t *testing.T) {
 			t.Errorf("dlq service header %q", svc)
 		}
 	}
-	if reasons["decode"] != 1 || reasons["headers"] != 1 || reasons["rejected"] != 12 {
-		t.Fatalf("dlq reasons %v, want decode 1, headers 1, rejected 12", reasons)
+	if reasons["decode"] != 1 || reasons["headers"] != 1 || reasons["rejected"] != 9 {
+		t.Fatalf("dlq reasons %v, want decode 1, headers 1, rejected 9", reasons)
 	}
 }
 
