@@ -81,6 +81,22 @@ const (
 	RuleUnsupported = 6 // #define RULE_UNSUPPORTED 6
 )
 
+// The arm64 bits of struct unwind_row's rule (unwind/arm64.go).
+const (
+	RuleMask      = 7         // #define RULE_MASK 7
+	RAMask        = 24        // #define RA_MASK 24
+	RAInLR        = 0         // #define RA_IN_LR 0
+	RAFrame       = 8         // #define RA_FRAME 8
+	RASaved       = 16        // #define RA_SAVED 16
+	RASavedFPLost = 24        // #define RA_SAVED_FP_LOST 24
+	SlotFromReg   = 32        // #define SLOT_FROM_REG 32
+	UserVAMask    = 1<<48 - 1 // #define USER_VA_MASK ((1ULL << 48) - 1)
+	SigframeA64FP = 544       // #define SIGFRAME_A64_FP 544
+	SigframeA64LR = 552       // #define SIGFRAME_A64_LR 552
+	SigframeA64SP = 560       // #define SIGFRAME_A64_SP 560
+	SigframeA64PC = 568       // #define SIGFRAME_A64_PC 568
+)
+
 // MappingPrefixBits is the LPM trie key's full prefix: 32 bits of pid and 64
 // of address after the prefixlen field.
 const MappingPrefixBits = 96

@@ -46,6 +46,9 @@ func TestConstantsMatchC(t *testing.T) {
 		"OFFCPU_COUNTER_STARTS_FULL": OffCPUCounterStartsFull, "OFFCPU_COUNTER_COUNTS_FULL": OffCPUCounterCountsFull,
 		"OFFCPU_COUNTER_STACK_ERRORS": OffCPUCounterStackErrors, "OFFCPU_COUNTER_MAX": NumOffCPUCounters,
 		"RULE_END": RuleEnd, "RULE_SIGNAL": RuleSignal, "RULE_UNSUPPORTED": RuleUnsupported,
+		"RULE_MASK": RuleMask, "RA_MASK": RAMask, "RA_IN_LR": RAInLR, "RA_FRAME": RAFrame, "RA_SAVED": RASaved,
+		"RA_SAVED_FP_LOST": RASavedFPLost, "SLOT_FROM_REG": SlotFromReg,
+		"SIGFRAME_A64_FP": SigframeA64FP, "SIGFRAME_A64_LR": SigframeA64LR, "SIGFRAME_A64_SP": SigframeA64SP, "SIGFRAME_A64_PC": SigframeA64PC,
 	}
 	for name, v := range want {
 		got, ok := defines[name]

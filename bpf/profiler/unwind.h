@@ -24,6 +24,30 @@
 
 #define RBP_LOST (-128)
 
+// arm64 rows (unwind/arm64.go): the rule's low bits, then where the return
+// address is; the slot is 8*rbp bytes from the CFA, or from the CFA's
+// register with SLOT_FROM_REG.
+#define RULE_MASK 7
+#define RA_MASK 24
+#define RA_IN_LR 0          // in x30 (first frame, or interrupted by a signal); rbp as on x86-64
+#define RA_FRAME 8          // x29 at the slot, x30 at the slot + 8
+#define RA_SAVED 16         // x30 at the slot, x29 unchanged
+#define RA_SAVED_FP_LOST 24 // x30 at the slot, x29 lost
+#define SLOT_FROM_REG 32
+// A return address without its pointer authentication code (pac-ret): the
+// 48 bits of a user address.
+#define USER_VA_MASK ((1ULL << 48) - 1)
+
+// Where __kernel_rt_sigreturn (arm64 vDSO) finds the registers the kernel
+// saved: sp points at struct rt_sigframe, a 128-byte siginfo then struct
+// ucontext, whose uc_mcontext (struct sigcontext) is 176 bytes in and holds
+// fault_address, regs[31], sp, pc (uapi asm/ucontext.h, asm/sigcontext.h).
+#define SIGFRAME_A64_REGS (128 + 176 + 8)
+#define SIGFRAME_A64_FP 544 // regs[29]
+#define SIGFRAME_A64_LR 552 // regs[30]
+#define SIGFRAME_A64_SP 560
+#define SIGFRAME_A64_PC 568
+
 // Where __restore_rt finds the registers the kernel saved when it delivered
 // a signal: rsp points at struct ucontext (rt_sigframe's return address was
 // popped by the handler's ret), uc_mcontext starts 40 bytes in, and

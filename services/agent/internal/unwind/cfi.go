@@ -14,14 +14,23 @@ const (
 	debugFrame
 )
 
-// x86-64 DWARF register numbers (psABI, figure 3.36).
+// x86-64 DWARF register numbers (psABI, figure 3.36); arm64's are in arm64.go.
 const (
 	regRBP = 6
 	regRSP = 7
 	regRA  = 16
-	// Registers whose rules the compiler keeps: the ones an unwinder needs.
-	numRegs = 17
+	// Registers whose rules the compiler keeps: the ones an unwinder needs
+	// (arm64's x30 is the highest).
+	numRegs = 32
 )
+
+// raRegister is the return-address column a CIE of arch must name.
+func raRegister(arch Arch) uint64 {
+	if arch == ArchArm64 {
+		return arm64LR
+	}
+	return regRA
+}
 
 // Pointer encodings (DW_EH_PE_*, LSB "Exception Frames").
 const (
@@ -41,6 +50,7 @@ const (
 
 // cie is what an FDE inherits from its Common Information Entry.
 type cie struct {
+	arch         Arch
 	codeAlign    uint64
 	dataAlign    int64
 	raReg        uint64
@@ -210,7 +220,8 @@ func (r *reader) pointer(enc byte, sectionAddr uint64) uint64 {
 	case pePCRel:
 		v += pos
 	default:
-		// textrel/datarel/funcrel need bases .eh_frame does not use on x86-64.
+		// textrel/datarel/funcrel need bases .eh_frame does not use on
+		// x86-64 or arm64.
 		r.fail("pointer application %#x", enc&0x70)
 	}
 	if enc&peIndirect != 0 {
@@ -222,7 +233,7 @@ func (r *reader) pointer(enc byte, sectionAddr uint64) uint64 {
 // parseEntries walks the CIEs and FDEs of a call-frame section and returns its
 // FDEs. Each FDE is bounded by its length field, so one bad entry ends the walk
 // only when its length cannot be trusted.
-func parseEntries(b []byte, addr uint64, kind sectionKind, lim Limits, st *Stats) ([]fde, error) {
+func parseEntries(b []byte, addr uint64, kind sectionKind, arch Arch, lim Limits, st *Stats) ([]fde, error) {
 	cies := map[int]*cie{}
 	var fdes []fde
 	entries := 0
@@ -263,7 +274,7 @@ func parseEntries(b []byte, addr uint64, kind sectionKind, lim Limits, st *Stats
 		}
 		isCIE := (kind == ehFrame && id == 0) || (kind == debugFrame && (id == 0xffffffff || (is64 && id == ^uint64(0))))
 		if isCIE {
-			c, err := parseCIE(er, kind, addr)
+			c, err := parseCIE(er, kind, addr, arch)
 			if err != nil {
 				st.BadEntries++
 			} else {
@@ -290,7 +301,7 @@ func parseEntries(b []byte, addr uint64, kind sectionKind, lim Limits, st *Stats
 		if !ok && cieOff >= 0 {
 			// A CIE after its FDE (allowed in .debug_frame).
 			cr := &reader{b: b, off: cieOff}
-			c, ok = parseCIEAt(cr, kind, addr)
+			c, ok = parseCIEAt(cr, kind, addr, arch)
 			if ok {
 				cies[cieOff] = c
 			}
@@ -313,7 +324,7 @@ func parseEntries(b []byte, addr uint64, kind sectionKind, lim Limits, st *Stats
 }
 
 // parseCIEAt parses the CIE whose length field is at r.off.
-func parseCIEAt(r *reader, kind sectionKind, addr uint64) (*cie, bool) {
+func parseCIEAt(r *reader, kind sectionKind, addr uint64, arch Arch) (*cie, bool) {
 	length := uint64(r.u32())
 	is64 := length == 0xffffffff
 	if is64 {
@@ -332,13 +343,13 @@ func parseCIEAt(r *reader, kind sectionKind, addr uint64) (*cie, bool) {
 	if kind == ehFrame && id != 0 || kind == debugFrame && id != 0xffffffff && id != ^uint64(0) {
 		return nil, false
 	}
-	c, err := parseCIE(er, kind, addr)
+	c, err := parseCIE(er, kind, addr, arch)
 	return c, err == nil
 }
 
 // parseCIE parses a CIE's fields after its id.
-func parseCIE(r *reader, kind sectionKind, addr uint64) (*cie, error) {
-	c := &cie{fdeEncoding: peAbsptr, lsdaEncoding: peOmit}
+func parseCIE(r *reader, kind sectionKind, addr uint64, arch Arch) (*cie, error) {
+	c := &cie{arch: arch, fdeEncoding: peAbsptr, lsdaEncoding: peOmit}
 	version := r.u8()
 	if version != 1 && version != 3 && version != 4 {
 		r.fail("CIE version %d", version)
@@ -422,8 +433,8 @@ func parseCIE(r *reader, kind sectionKind, addr uint64) (*cie, error) {
 		r.fail("data alignment factor %d", c.dataAlign)
 		return nil, r.err
 	}
-	if c.raReg != regRA {
-		r.fail("return address register %d (x86-64 uses %d)", c.raReg, regRA)
+	if want := raRegister(arch); c.raReg != want {
+		r.fail("return address register %d (%v uses %d)", c.raReg, arch, want)
 		return nil, r.err
 	}
 	c.initial = r.b[r.off:]

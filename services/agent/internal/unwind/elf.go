@@ -7,19 +7,31 @@ import (
 	"io"
 )
 
-// Compile reads the call-frame sections of the x86-64 ELF file in r (size
-// bytes) and compiles its unwind table. A file without call-frame information
-// gives an empty table, not an error: the unwinder falls back to frame
-// pointers there.
+// Compile reads the call-frame sections of the ELF file in r (size bytes), of
+// the agent's architecture, and compiles its unwind table. A file without
+// call-frame information gives an empty table, not an error: the unwinder
+// falls back to frame pointers there.
 func Compile(r io.ReaderAt, size int64, lim Limits) (*Table, error) {
-	_, t, err := inspect(r, size, lim, func(Key) bool { return true })
+	return compileArch(r, size, hostArch, lim)
+}
+
+// compileArch compiles the table of a file of arch.
+func compileArch(r io.ReaderAt, size int64, arch Arch, lim Limits) (*Table, error) {
+	_, t, err := inspectArch(r, size, arch, lim, func(Key) bool { return true })
 	return t, err
 }
 
 // inspect reads the ELF header of the file in r and its key (build ID and
 // PT_LOAD layout), then compiles its table when want(key) says so (a nil
 // table otherwise).
-func inspect(r io.ReaderAt, size int64, lim Limits, want func(Key) bool) (k Key, t *Table, err error) {
+func inspect(r io.ReaderAt, size int64, lim Limits, want func(Key) bool) (Key, *Table, error) {
+	return inspectArch(r, size, hostArch, lim, want)
+}
+
+// machines are the ELF machines of each Arch.
+var machines = map[Arch]elf.Machine{ArchX86_64: elf.EM_X86_64, ArchArm64: elf.EM_AARCH64}
+
+func inspectArch(r io.ReaderAt, size int64, arch Arch, lim Limits, want func(Key) bool) (k Key, t *Table, err error) {
 	defer func() {
 		// debug/elf is hardened, but a panic on a hostile file must cost one
 		// table, not the agent.
@@ -34,18 +46,18 @@ func inspect(r io.ReaderAt, size int64, lim Limits, want func(Key) bool) (k Key,
 	if err != nil {
 		return Key{}, nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if f.Class != elf.ELFCLASS64 || f.Machine != elf.EM_X86_64 || f.Data != elf.ELFDATA2LSB {
-		return Key{}, nil, fmt.Errorf("%w: %v %v %v (x86-64 only)", ErrUnsupported, f.Class, f.Machine, f.Data)
+	if f.Class != elf.ELFCLASS64 || f.Machine != machines[arch] || f.Data != elf.ELFDATA2LSB {
+		return Key{}, nil, fmt.Errorf("%w: %v %v %v (%v only)", ErrUnsupported, f.Class, f.Machine, f.Data, arch)
 	}
 	k = keyOf(f)
 	if !want(k) {
 		return k, nil, nil
 	}
-	t, err = compileELF(f, size, lim)
+	t, err = compileELF(f, size, arch, lim)
 	return k, t, err
 }
 
-func compileELF(f *elf.File, size int64, lim Limits) (*Table, error) {
+func compileELF(f *elf.File, size int64, arch Arch, lim Limits) (*Table, error) {
 	var st Stats
 	var eh, debug []fde
 	if s := f.Section(".eh_frame"); s != nil && s.Type != elf.SHT_NOBITS {
@@ -53,7 +65,7 @@ func compileELF(f *elf.File, size int64, lim Limits) (*Table, error) {
 		if err != nil {
 			return nil, err
 		}
-		if eh, err = parseEntries(b, s.Addr, ehFrame, lim, &st); err != nil {
+		if eh, err = parseEntries(b, s.Addr, ehFrame, arch, lim, &st); err != nil {
 			return nil, fmt.Errorf(".eh_frame: %w", err)
 		}
 	}
@@ -62,27 +74,32 @@ func compileELF(f *elf.File, size int64, lim Limits) (*Table, error) {
 		if err != nil {
 			return nil, err
 		}
-		if debug, err = parseEntries(b, s.Addr, debugFrame, lim, &st); err != nil {
+		if debug, err = parseEntries(b, s.Addr, debugFrame, arch, lim, &st); err != nil {
 			return nil, fmt.Errorf(".debug_frame: %w", err)
 		}
 	}
 	if len(debug) == 0 {
 		// Go without DWARF: its pclntab. A bad one costs its rows only.
-		gofdes, err := goFDEs(f, size, lim, &st, false)
+		gofdes, err := goFDEs(f, size, arch, lim, &st, false)
 		if err != nil {
 			st.BadEntries++
 		}
 		debug = gofdes
-	} else if roots, err := goFDEs(f, size, lim, &st, true); err == nil {
+	} else if roots, err := goFDEs(f, size, arch, lim, &st, true); err == nil {
 		// Go with DWARF: .debug_frame gives runtime.mstart and goexit a
 		// return address (garbage past a thread's or goroutine's first
 		// frame); the pclntab's end-of-stack rows win over it there.
 		eh = append(eh, roots...)
 	}
+	if arch == ArchArm64 {
+		// arm64's PLT stubs have no FDE: rows saying they keep sp and x30.
+		eh = append(eh, arm64PLTFDEs(f)...)
+	}
 	t, err := build(eh, debug, lim, &st)
 	if err != nil {
 		return nil, err
 	}
+	t.Arch = arch
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_LOAD {
 			t.Loads = append(t.Loads, Load{Offset: p.Off, Vaddr: p.Vaddr, FileSize: p.Filesz})
@@ -122,7 +139,7 @@ func checkHeader(r io.ReaderAt, size int64) error {
 		return fmt.Errorf("%w: not an ELF file", ErrInvalid)
 	}
 	if elf.Class(h[elf.EI_CLASS]) != elf.ELFCLASS64 || elf.Data(h[elf.EI_DATA]) != elf.ELFDATA2LSB {
-		return fmt.Errorf("%w: %v %v (x86-64 only)", ErrUnsupported, elf.Class(h[elf.EI_CLASS]), elf.Data(h[elf.EI_DATA]))
+		return fmt.Errorf("%w: %v %v (64-bit little-endian only)", ErrUnsupported, elf.Class(h[elf.EI_CLASS]), elf.Data(h[elf.EI_DATA]))
 	}
 	le := binary.LittleEndian
 	table := func(name string, off uint64, entSize, num uint16) error {

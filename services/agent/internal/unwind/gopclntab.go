@@ -12,7 +12,8 @@ import (
 // its pcsp table gives, for every pc, how far rsp is below the function's
 // entry rsp. This file turns it into synthetic FDEs (CFA = rsp + delta + 8;
 // rbp saved at CFA-16 once the prologue pushed it) so that build treats Go
-// code like any other.
+// code like any other. On arm64 (arm64.go) the CFA is sp + delta, and once
+// the prologue has moved sp, x30 is saved at sp and x29 below it.
 
 // pclntab header magics (runtime/symtab.go) of the layout read here: Go
 // 1.18-1.19 and 1.20+.
@@ -26,7 +27,7 @@ var goRoots = map[string]bool{"runtime.goexit": true, "runtime.mstart": true, "r
 
 // goFDEs reads the pcsp tables of .gopclntab; rootsOnly, those of the
 // functions that end a stack (goRoots) only.
-func goFDEs(f *elf.File, fileSize int64, lim Limits, st *Stats, rootsOnly bool) ([]fde, error) {
+func goFDEs(f *elf.File, fileSize int64, arch Arch, lim Limits, st *Stats, rootsOnly bool) ([]fde, error) {
 	s := f.Section(".gopclntab")
 	if s == nil || s.Type == elf.SHT_NOBITS {
 		return nil, nil
@@ -43,7 +44,9 @@ func goFDEs(f *elf.File, fileSize int64, lim Limits, st *Stats, rootsOnly bool) 
 	if magic != pclntabMagic118 && magic != pclntabMagic120 {
 		return nil, nil // an older layout: frame pointers
 	}
-	if b[6] != 1 || b[7] != 8 {
+	// The quantum is the instruction size unit: 1 on x86-64, 4 on arm64.
+	quantum := uint64(b[6])
+	if quantum != map[Arch]uint64{ArchX86_64: 1, ArchArm64: 4}[arch] || b[7] != 8 {
 		return nil, fmt.Errorf("%w: .gopclntab quantum %d, pointer size %d", ErrUnsupported, b[6], b[7])
 	}
 	word := func(i int) uint64 { return le.Uint64(b[8+8*i:]) }
@@ -68,6 +71,9 @@ func goFDEs(f *elf.File, fileSize int64, lim Limits, st *Stats, rootsOnly bool) 
 		initial: []byte{cfaDefCFA, regRSP, 8, cfaOffset | regRA, 1}}
 	root := &cie{codeAlign: 1, dataAlign: -8, raReg: regRA,
 		initial: []byte{cfaDefCFA, regRSP, 8, cfaUndefined, regRA}}
+	if arch == ArchArm64 {
+		normal, root = arm64GoCIEs()
+	}
 	functab := b[pcln:]
 	var fdes []fde
 	// Functions may share a pcsp table: bound what they add up to.
@@ -89,7 +95,7 @@ func goFDEs(f *elf.File, fileSize int64, lim Limits, st *Stats, rootsOnly bool) 
 		} else if rootsOnly {
 			continue
 		}
-		ins, err := pcspInstructions(b, pctab+pcsp, end-entry)
+		ins, err := pcspInstructions(b, pctab+pcsp, end-entry, arch, quantum)
 		if err != nil {
 			st.BadEntries++
 			continue
@@ -116,7 +122,7 @@ func cString(b []byte, off uint64) string {
 
 // pcspInstructions decodes a pcsp table (runtime.step: zig-zag value
 // deltas from -1, pc deltas, both varints) into call-frame instructions.
-func pcspInstructions(b []byte, off, size uint64) ([]byte, error) {
+func pcspInstructions(b []byte, off, size uint64, arch Arch, quantum uint64) ([]byte, error) {
 	if off >= uint64(len(b)) {
 		return nil, fmt.Errorf("%w: pcsp table past the end", ErrInvalid)
 	}
@@ -144,14 +150,19 @@ func pcspInstructions(b []byte, off, size uint64) ([]byte, error) {
 			return nil, fmt.Errorf("%w: sp delta %d", ErrUnsupported, val)
 		}
 		// The row for [pc, pc+delta).
-		ins = append(ins, cfaDefCFAOffset)
-		ins = binary.AppendUvarint(ins, uint64(val)+8)
-		if val >= 8 && !saved {
-			ins = append(ins, cfaOffset|regRBP, 2)
-			saved = true
-		} else if val == 0 && saved {
-			ins = append(ins, cfaRestore|regRBP)
-			saved = false
+		delta *= quantum
+		if arch == ArchArm64 {
+			ins = arm64PcspRow(ins, uint64(val))
+		} else {
+			ins = append(ins, cfaDefCFAOffset)
+			ins = binary.AppendUvarint(ins, uint64(val)+8)
+			if val >= 8 && !saved {
+				ins = append(ins, cfaOffset|regRBP, 2)
+				saved = true
+			} else if val == 0 && saved {
+				ins = append(ins, cfaRestore|regRBP)
+				saved = false
+			}
 		}
 		pc += delta
 		if pc >= size {

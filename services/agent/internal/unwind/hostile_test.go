@@ -34,7 +34,7 @@ func ehSection(fdeInstructions ...[]byte) []byte {
 
 func compileSection(b []byte, lim Limits) (*Table, error) {
 	var st Stats
-	fdes, err := parseEntries(b, 0, ehFrame, lim, &st)
+	fdes, err := parseEntries(b, 0, ehFrame, ArchX86_64, lim, &st)
 	if err != nil {
 		return nil, err
 	}

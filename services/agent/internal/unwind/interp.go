@@ -33,7 +33,7 @@ const (
 	cfaValOffset        = 0x14
 	cfaValOffsetSF      = 0x15
 	cfaValExpression    = 0x16
-	cfaGNUWindowSave    = 0x2d
+	cfaGNUWindowSave    = 0x2d // arm64: DW_CFA_AARCH64_negate_ra_state
 	cfaGNUArgsSize      = 0x2e
 	cfaGNUNegOffsetExt  = 0x2f
 )
@@ -99,6 +99,9 @@ func pltThreshold(expr []byte) (uint16, bool) {
 
 // row reduces a frame state to what the BPF unwinder can follow.
 func (s *frameState) row(pc uint64, c *cie) Row {
+	if c.arch == ArchArm64 {
+		return s.arm64Row(pc, c)
+	}
 	r := Row{PC: uint32(pc)}
 	ra := s.regs[regRA]
 	switch {
@@ -290,6 +293,9 @@ func execute(ins []byte, c *cie, f fde, lim Limits, state *frameState, initial *
 			case cfaGNUArgsSize:
 				r.uleb()
 			case cfaGNUWindowSave:
+				// On arm64 the saved x30 is signed from here (pac-ret):
+				// the walk strips every return address's pointer
+				// authentication code, signed or not (arm64.go).
 			default:
 				return fmt.Errorf("%w: call-frame instruction %#x", ErrInvalid, op)
 			}

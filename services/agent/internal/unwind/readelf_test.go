@@ -14,6 +14,8 @@ type readelfRow struct {
 	pc       uint64
 	cfa      string // rsp+8, rbp+16, exp
 	rbp, ra  string // c-16, u, ...; "" when the column is absent
+	x29      string // arm64's frame pointer, as rbp
+	raColumn string // the CIE's return-address register
 	signal   bool   // the FDE's CIE has augmentation S
 	fdeStart uint64
 	fdeEnd   uint64
@@ -29,8 +31,9 @@ func readelfRows(t testing.TB, path, section string) []readelfRow {
 		t.Fatalf("readelf %s: %v", path, err)
 	}
 	type cieInfo struct {
-		signal bool
-		row    readelfRow
+		signal   bool
+		raColumn string
+		row      readelfRow
 	}
 	cies := map[string]*cieInfo{}
 	var rows []readelfRow
@@ -43,7 +46,7 @@ func readelfRows(t testing.TB, path, section string) []readelfRow {
 		if fde != nil && fdeRows == 0 {
 			r := *fde
 			if c := cies[fde.cfa]; c != nil {
-				r.cfa, r.rbp, r.ra = c.row.cfa, c.row.rbp, c.row.ra
+				r.cfa, r.rbp, r.ra, r.x29 = c.row.cfa, c.row.rbp, c.row.ra, c.row.x29
 				r.pc = fde.fdeStart
 				rows = append(rows, r)
 			}
@@ -74,7 +77,7 @@ func readelfRows(t testing.TB, path, section string) []readelfRow {
 		switch {
 		case len(f) >= 4 && f[3] == "CIE":
 			flushFDE()
-			cur = &cieInfo{signal: strings.Contains(f[4], "S")}
+			cur = &cieInfo{signal: strings.Contains(f[4], "S"), raColumn: strings.TrimPrefix(f[len(f)-1], "ra=")}
 			cies[f[0]] = cur
 		case len(f) >= 6 && f[3] == "FDE":
 			flushFDE()
@@ -85,6 +88,9 @@ func readelfRows(t testing.TB, path, section string) []readelfRow {
 			end, _ := strconv.ParseUint(hi, 16, 64)
 			c := cies[cieOff]
 			fde = &readelfRow{fdeStart: start, fdeEnd: end, cfa: cieOff, signal: c != nil && c.signal}
+			if c != nil {
+				fde.raColumn = c.raColumn
+			}
 			fdeRows = 0
 		case len(f) >= 2 && f[0] == "LOC":
 			cols = f[1:]
@@ -105,6 +111,8 @@ func readelfRows(t testing.TB, path, section string) []readelfRow {
 					r.rbp = v
 				case "ra":
 					r.ra = v
+				case "x29":
+					r.x29 = v
 				}
 			}
 			if cur != nil {
@@ -114,7 +122,7 @@ func readelfRows(t testing.TB, path, section string) []readelfRow {
 			if fde == nil {
 				continue
 			}
-			r.signal, r.fdeStart, r.fdeEnd = fde.signal, fde.fdeStart, fde.fdeEnd
+			r.signal, r.fdeStart, r.fdeEnd, r.raColumn = fde.signal, fde.fdeStart, fde.fdeEnd, fde.raColumn
 			if len(rows) > 0 && fdeRows > 0 && rows[len(rows)-1].pc == pc {
 				rows[len(rows)-1] = r
 			} else {

@@ -1,20 +1,43 @@
-// Package unwind compiles the call-frame information of an x86-64 ELF file
-// (.eh_frame, and .debug_frame where present) into a compact, sorted table of
-// unwind rows that the BPF unwinder binary-searches: for every instruction
-// address, how to find the caller's stack pointer (the canonical frame
-// address, CFA), its frame pointer and its return address.
+// Package unwind compiles the call-frame information of an x86-64 or arm64
+// ELF file (.eh_frame, and .debug_frame where present) into a compact, sorted
+// table of unwind rows that the BPF unwinder binary-searches: for every
+// instruction address, how to find the caller's stack pointer (the canonical
+// frame address, CFA), its frame pointer and its return address.
 //
 // Only what an x86-64 unwinder needs survives: the CFA as rsp+N or rbp+N (or
 // the PLT expression), rbp as saved at CFA+N or unchanged, and the return
 // address, which the psABI places at CFA-8. Anything else is kept as a row
-// the unwinder knows it cannot follow, so it stops there and says why.
+// the unwinder knows it cannot follow, so it stops there and says why. On
+// arm64 the same 8-byte rows say where the return address is too (arm64.go).
 package unwind
 
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
 )
+
+// Arch is the instruction set of a table: the rows' registers and where the
+// return address is differ.
+type Arch uint8
+
+const (
+	ArchX86_64 Arch = iota
+	ArchArm64
+)
+
+func (a Arch) String() string {
+	if a == ArchArm64 {
+		return "arm64"
+	}
+	return "x86-64"
+}
+
+// hostArch is the agent's: the tables it loads are for the code its BPF
+// program walks, so files of another architecture (run under an emulator)
+// get none.
+var hostArch = map[string]Arch{"arm64": ArchArm64}[runtime.GOARCH]
 
 // Sentinel errors of Compile and of the parsers under it.
 var (
@@ -57,8 +80,12 @@ const (
 	RuleUnsupported             // a DWARF expression or a register other than rsp/rbp
 )
 
+// ruleMask keeps the rule of an arm64 row's Rule byte, whose bits above say
+// where the return address is (arm64.go). x86-64 rows set none of them.
+const ruleMask Rule = 0x07
+
 func (r Rule) String() string {
-	switch r {
+	switch r & ruleMask {
 	case RuleNone:
 		return "none"
 	case RuleRSP:
@@ -121,6 +148,7 @@ type Stats struct {
 
 // Table is the sorted unwind rows of one ELF file.
 type Table struct {
+	Arch  Arch
 	Rows  []Row
 	Loads []Load // PT_LOAD segments: where the file's addresses are mapped
 	Stats Stats
@@ -232,7 +260,7 @@ func build(ehFDEs, debugFDEs []fde, lim Limits, st *Stats) (*Table, error) {
 		}
 	}
 	for _, r := range rows {
-		st.Rules[r.Rule]++
+		st.Rules[r.Rule&ruleMask]++
 	}
 	return &Table{Rows: rows[:len(rows):len(rows)], Stats: *st}, nil
 }
