@@ -217,6 +217,12 @@ struct unwind_state {
 	// HotSpot (hotspot.h): an address in [jvm_start, jvm_end), the code
 	// cache, is stepped by hotspot_step.
 	__u64 jvm_start, jvm_end;
+#if defined(__TARGET_ARCH_arm64)
+	// x30: known in the first frame and in the frame a signal interrupted
+	// (lr_valid), where a row may say the return address is still in it.
+	__u64 lr;
+	__u8 lr_valid;
+#endif
 };
 
 // find_row returns the row covering pc in the table of m, or NULL.
@@ -274,7 +280,14 @@ static __always_inline int frame_pointer_step(struct unwind_state *s)
 	count(COUNTER_UNWIND_FP_FRAMES);
 	s->sp = s->bp + 16;
 	s->bp = frame[0];
+#if defined(__TARGET_ARCH_arm64)
+	// arm64's frame record {x29, x30} is laid out as x86-64's {rbp, return
+	// address}; x30 may be signed (pac-ret).
+	s->pc = frame[1] & USER_VA_MASK;
+	s->lr_valid = 0;
+#else
 	s->pc = frame[1];
+#endif
 	return 0;
 }
 
@@ -334,6 +347,98 @@ __noinline int v8_step(struct unwind_state *s, __u64 pc, int no_table)
 	return 0;
 }
 
+#if defined(__TARGET_ARCH_arm64)
+// arm64_step unwinds one frame with an arm64 row (unwind/arm64.go): the CFA
+// from sp or x29, the return address from x30 (first frame, or one a signal
+// interrupted) or from the stack, stripped of its pointer authentication
+// code.
+static __always_inline long arm64_step(struct unwind_state *s, struct unwind_row *row)
+{
+	__u64 base, cfa, slot, ra = 0, rec[2];
+
+	switch (row->rule & RULE_MASK) {
+	case RULE_END:
+		count(COUNTER_UNWIND_COMPLETE);
+		s->done = 1;
+		return 1;
+	case RULE_SIGNAL: {
+		// __kernel_rt_sigreturn: sp is the struct rt_sigframe.
+		__u64 sp = s->sp;
+		count(COUNTER_UNWIND_SIGNAL);
+		if (bpf_probe_read_user(&s->bp, sizeof(s->bp), (void *)(sp + SIGFRAME_A64_FP)) ||
+		    bpf_probe_read_user(&s->lr, sizeof(s->lr), (void *)(sp + SIGFRAME_A64_LR)) ||
+		    bpf_probe_read_user(&s->sp, sizeof(s->sp), (void *)(sp + SIGFRAME_A64_SP)) ||
+		    bpf_probe_read_user(&s->pc, sizeof(s->pc), (void *)(sp + SIGFRAME_A64_PC))) {
+			count(COUNTER_UNWIND_READ_ERRORS);
+			return 1;
+		}
+		s->bp_valid = 1;
+		s->lr_valid = 1;
+		s->exact_pc = 1;
+		return 0;
+	}
+	case RULE_RSP:
+		base = s->sp;
+		break;
+	case RULE_RBP:
+		if (!s->bp_valid) {
+			count(COUNTER_UNWIND_RBP_LOST);
+			return 1;
+		}
+		base = s->bp;
+		break;
+	default:
+		count(COUNTER_UNWIND_UNSUPPORTED);
+		return 1;
+	}
+	cfa = base + (__u64)row->offset * 8;
+	slot = ((row->rule & SLOT_FROM_REG) ? base : cfa) + (__s64)row->rbp * 8;
+	switch (row->rule & RA_MASK) {
+	case RA_IN_LR:
+		// Past the first frame x30 is the callee's: not this frame's.
+		if (!s->lr_valid) {
+			count(COUNTER_UNWIND_UNSUPPORTED);
+			return 1;
+		}
+		ra = s->lr;
+		if (row->rbp == RBP_LOST) {
+			s->bp_valid = 0;
+		} else if (row->rbp != 0) {
+			if (bpf_probe_read_user(&s->bp, sizeof(s->bp), (void *)slot)) {
+				count(COUNTER_UNWIND_READ_ERRORS);
+				return 1;
+			}
+			s->bp_valid = 1;
+		}
+		break;
+	case RA_FRAME:
+		if (bpf_probe_read_user(rec, sizeof(rec), (void *)slot)) {
+			count(COUNTER_UNWIND_READ_ERRORS);
+			return 1;
+		}
+		s->bp = rec[0];
+		s->bp_valid = 1;
+		ra = rec[1];
+		break;
+	default: // RA_SAVED, RA_SAVED_FP_LOST
+		if (bpf_probe_read_user(&ra, sizeof(ra), (void *)slot)) {
+			count(COUNTER_UNWIND_READ_ERRORS);
+			return 1;
+		}
+		if ((row->rule & RA_MASK) == RA_SAVED_FP_LOST)
+			s->bp_valid = 0;
+	}
+	s->lr_valid = 0;
+	s->sp = cfa;
+	s->pc = ra & USER_VA_MASK;
+	if (s->pc == 0) {
+		count(COUNTER_UNWIND_COMPLETE);
+		return 1;
+	}
+	return 0;
+}
+#endif
+
 static long unwind_step(__u64 index, struct unwind_state *s)
 {
 	struct unwind_mapping_key key = {};
@@ -341,7 +446,10 @@ static long unwind_step(__u64 index, struct unwind_state *s)
 	struct unwind_row *row;
 	struct unwound_stack *out;
 	__u32 zero = 0, len = s->len;
-	__u64 pc = s->pc, lookup_pc, cfa, ra;
+	__u64 pc = s->pc, lookup_pc;
+#if !defined(__TARGET_ARCH_arm64)
+	__u64 cfa, ra;
+#endif
 
 	if (pc == 0 || s->done)
 		return 1;
@@ -397,6 +505,9 @@ static long unwind_step(__u64 index, struct unwind_state *s)
 			return 1;
 		return s->done ? 1 : 0;
 	}
+#if defined(__TARGET_ARCH_arm64)
+	return arm64_step(s, row);
+#else
 	switch (row->rule) {
 	case RULE_END:
 		count(COUNTER_UNWIND_COMPLETE);
@@ -453,6 +564,7 @@ static long unwind_step(__u64 index, struct unwind_state *s)
 		return 1;
 	}
 	return 0;
+#endif
 }
 
 // The user registers a walk starts from, per architecture: the UAPI
@@ -465,6 +577,7 @@ static long unwind_step(__u64 index, struct unwind_state *s)
 #define REG_PC(r) ((r).pc)
 #define REG_SP(r) ((r).sp)
 #define REG_FP(r) ((r).regs[29])
+#define REG_LR(r) ((r).regs[30])
 #else
 #define USER_MODE(r) (((r).cs & 3) == 3)
 #define REG_PC(r) ((r).rip)
@@ -474,13 +587,19 @@ static long unwind_step(__u64 index, struct unwind_state *s)
 
 // user_regs sets the walk's start from the sampled task's user registers:
 // the sample's own when it interrupted user space, else those saved on entry
-// to the kernel (only the three used are read: arm64's set is 272 bytes).
+// to the kernel (only those used are read: arm64's set is 272 bytes; arm64
+// reads x30 too, the first frame's return address until its prologue saved
+// it).
 static __always_inline int user_regs(struct bpf_perf_event_data *ctx, struct unwind_state *s)
 {
 	if (USER_MODE(ctx->regs)) {
 		s->pc = REG_PC(ctx->regs);
 		s->sp = REG_SP(ctx->regs);
 		s->bp = REG_FP(ctx->regs);
+#if defined(__TARGET_ARCH_arm64)
+		s->lr = REG_LR(ctx->regs);
+		s->lr_valid = 1;
+#endif
 		return 0;
 	}
 	struct task_struct *task = bpf_get_current_task_btf();
@@ -491,6 +610,11 @@ static __always_inline int user_regs(struct bpf_perf_event_data *ctx, struct unw
 	    bpf_probe_read_kernel(&s->sp, sizeof(s->sp), &REG_SP(*uregs)) ||
 	    bpf_probe_read_kernel(&s->bp, sizeof(s->bp), &REG_FP(*uregs)))
 		return -1;
+#if defined(__TARGET_ARCH_arm64)
+	if (bpf_probe_read_kernel(&s->lr, sizeof(s->lr), &REG_LR(*uregs)))
+		return -1;
+	s->lr_valid = 1;
+#endif
 	return 0;
 }
 
