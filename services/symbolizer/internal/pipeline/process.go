@@ -89,15 +89,24 @@ func (p *Processor) process(ctx context.Context, r *kgo.Record) Result {
 	if limit < p.MaxOutputBytes/2 {
 		return p.dead(r, fmt.Errorf("%w: key and headers take %d of the %d bytes of a record (STACKSTREAM_SYMBOLIZER_MAX_OUTPUT_BYTES)", record.ErrTooLarge, p.MaxOutputBytes-limit, p.MaxOutputBytes))
 	}
+	lim := p.Limits
+	if lim == (record.Limits{}) {
+		lim = record.DefaultLimits()
+	}
+	if val, st, ok := p.fast(ctx, r.Value, limit, lim); ok {
+		return Result{Stats: st, Parts: 1, Out: []*kgo.Record{{
+			Topic:     p.Topics.ProfilesSymbolized,
+			Key:       r.Key,
+			Value:     val,
+			Headers:   r.Headers,
+			Timestamp: r.Timestamp,
+		}}}
+	}
 	prof, err := record.DecodeProfile(r.Value)
 	if err != nil {
 		return p.dead(r, err)
 	}
 	st := p.Symbolizer.Profile(ctx, prof)
-	lim := p.Limits
-	if lim == (record.Limits{}) {
-		lim = record.DefaultLimits()
-	}
 	pieces, err := splitToFit(prof, limit, lim)
 	if err != nil {
 		return p.dead(r, err)

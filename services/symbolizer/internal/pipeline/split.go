@@ -5,6 +5,8 @@ import (
 	"compress/gzip"
 	"errors"
 	"fmt"
+	"io"
+	"sync"
 
 	"github.com/google/pprof/profile"
 
@@ -41,12 +43,31 @@ func encodeFitting(p *profile.Profile, limit int, lim record.Limits) (val []byte
 	return val, 0, nil
 }
 
-func gzipLevel(raw []byte, level int) ([]byte, error) {
-	var buf bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&buf, level)
+// gzipWriters hold one pool per level used: a gzip.Writer allocates its
+// deflate state (hundreds of KB, zeroed) when made, which cost more than
+// the whole symbolization of a record; Reset reuses it.
+var gzipWriters = map[int]*sync.Pool{
+	gzip.NoCompression:      {New: func() any { return newGzipWriter(gzip.NoCompression) }},
+	gzip.DefaultCompression: {New: func() any { return newGzipWriter(gzip.DefaultCompression) }},
+}
+
+func newGzipWriter(level int) *gzip.Writer {
+	zw, err := gzip.NewWriterLevel(io.Discard, level)
 	if err != nil {
-		return nil, fmt.Errorf("encode profile: %w", err)
+		panic(err) // the levels above are valid
 	}
+	return zw
+}
+
+// gzipLevel compresses raw at level, one of gzipWriters' levels.
+func gzipLevel(raw []byte, level int) ([]byte, error) {
+	pool := gzipWriters[level]
+	zw := pool.Get().(*gzip.Writer)
+	defer pool.Put(zw)
+	// A stored block adds 5 bytes per 64 KiB; compressed output is
+	// smaller than raw for any profile.
+	buf := bytes.NewBuffer(make([]byte, 0, len(raw)+len(raw)/8192+64))
+	zw.Reset(buf)
 	if _, err := zw.Write(raw); err != nil {
 		return nil, fmt.Errorf("encode profile: %w", err)
 	}

@@ -155,6 +155,13 @@ type funcKey struct{ name, system, file string }
 // that cannot be resolved keeps its address and mapping and gets one line
 // whose function is "binary+0xfileoffset", so no sample loses a frame.
 func (s *Symbolizer) Profile(ctx context.Context, p *profile.Profile) Stats {
+	return s.Locations(ctx, p, callerOnlyLocations(p))
+}
+
+// Locations is Profile for a profile whose samples are not decoded: it reads
+// and changes only p's Mapping, Location and Function tables. callerOnly
+// reports the locations that appear in samples only below the leaf.
+func (s *Symbolizer) Locations(ctx context.Context, p *profile.Profile, callerOnly func(*profile.Location) bool) Stats {
 	st := Stats{Resolved: map[string]int{}}
 	funcs := make(map[funcKey]*profile.Function, len(p.Function))
 	var nextID uint64
@@ -197,7 +204,6 @@ func (s *Symbolizer) Profile(ctx context.Context, p *profile.Profile) Stats {
 		slab = slab[:len(slab)+n]
 		return l
 	}
-	callerOnly := callerOnlyLocations(p)
 	fallbacks, _ := s.Tables.(Fallbacks)
 	bctx, cancel, byID, asked := s.lookup(ctx, p)
 	defer cancel()

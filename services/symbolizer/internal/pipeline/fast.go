@@ -1,0 +1,82 @@
+package pipeline
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"io"
+	"sync"
+
+	kgzip "github.com/klauspost/compress/gzip"
+
+	"github.com/stackstream/stackstream/schemas/record"
+	"github.com/stackstream/stackstream/services/symbolizer/internal/pproftables"
+	"github.com/stackstream/stackstream/services/symbolizer/internal/symbolize"
+)
+
+// buffers keeps the inflated input and the encoded output of a record
+// between records: both are copied before they leave fast.
+type buffers struct {
+	zr  *kgzip.Reader
+	in  bytes.Buffer
+	out []byte
+}
+
+var bufferPool = sync.Pool{New: func() any { return new(buffers) }}
+
+// fast symbolizes a raw record value without decoding its samples: only
+// the tables the symbolizer changes are decoded and re-encoded
+// (pproftables), and the result is written as stored gzip. ok is false
+// when the record needs the full path: a value that is not a gzip pprof
+// within the decode limits, a profile pproftables does not rewrite, or an
+// output that does not fit one record (split) or the consumers' limits.
+// The full path then gives the exact result or error.
+func (p *Processor) fast(ctx context.Context, value []byte, limit int, lim record.Limits) (val []byte, st symbolize.Stats, ok bool) {
+	bufs := bufferPool.Get().(*buffers)
+	defer bufferPool.Put(bufs)
+	in := record.DefaultLimits()
+	raw, ok := bufs.inflate(value, in.MaxDecompressedBytes)
+	if !ok || in.Check(raw) != nil {
+		return nil, st, false
+	}
+	prof, err := pproftables.Decode(raw)
+	if err != nil {
+		return nil, st, false
+	}
+	st = p.Symbolizer.Locations(ctx, prof.Tables, prof.CallerOnly)
+	out := prof.Append(bufs.out[:0])
+	bufs.out = out[:0] // keeps a grown buffer for the next record
+	if len(out) >= limit || lim.Check(out) != nil {
+		return nil, st, false
+	}
+	val, err = gzipLevel(out, gzip.NoCompression)
+	if err != nil || len(val) > limit {
+		return nil, st, false
+	}
+	return val, st, true
+}
+
+// inflate returns value's content (klauspost's gzip reader: about twice
+// as fast as the standard library's at inflating the agent's records), read into bufs, when value is gzip
+// within limit bytes.
+func (b *buffers) inflate(value []byte, limit int) ([]byte, bool) {
+	b.in.Reset()
+	if out, ok := record.AppendStored(b.in.AvailableBuffer(), value); ok {
+		b.in.Write(out)
+		return b.in.Bytes(), len(out) <= limit
+	}
+	r := bytes.NewReader(value)
+	if b.zr == nil {
+		zr, err := kgzip.NewReader(r)
+		if err != nil {
+			return nil, false
+		}
+		b.zr = zr
+	} else if err := b.zr.Reset(r); err != nil {
+		return nil, false
+	}
+	if _, err := b.in.ReadFrom(io.LimitReader(b.zr, int64(limit)+1)); err != nil {
+		return nil, false
+	}
+	return b.in.Bytes(), b.in.Len() <= limit
+}

@@ -1,0 +1,486 @@
+// Package pproftables decodes only the tables of an encoded pprof profile
+// that the symbolizer changes (mappings, locations, functions and the
+// string table) and writes the profile back with those tables re-encoded
+// and every other field (samples, labels, sample types, times, comments)
+// copied as it was. Decoding and re-encoding every sample and label with
+// google/pprof was most of the symbolizer's CPU per record.
+//
+// It is conservative: a profile that google/pprof's parser or CheckValid
+// would refuse, or that holds anything unexpected (a field pprof does not
+// define, a location naming a mapping that does not exist), is refused
+// with ErrUnsupported, and the caller decodes it in full, which gives the
+// right result or the precise error.
+package pproftables
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/google/pprof/profile"
+)
+
+// ErrUnsupported means the profile must go through the full decoder.
+var ErrUnsupported = errors.New("profile needs the full pprof decoder")
+
+// span is a range of bytes of the input kept as they are.
+type span struct{ start, end int }
+
+// Profile is an encoded profile with its tables decoded.
+type Profile struct {
+	// Tables holds the decoded Mapping, Location and Function tables
+	// (with IDs, strings and links, as profile.Parse gives them); no
+	// samples. Changes to them, and functions appended, are written by
+	// Append.
+	Tables *profile.Profile
+
+	raw        []byte
+	head, tail []span   // fields numbered below and above the tables, in input order
+	strs       [][]byte // the input's string table, slices of raw
+	// String indices of the input's mappings (file, build ID) and
+	// functions (name, system name, file name), by position in Tables.
+	mapStrs [][2]uint64
+	fnStrs  [][3]uint64
+
+	locByID  []int32 // location ID -> index+1 when IDs are dense, else nil
+	locIndex map[uint64]int
+	marks    []uint8 // by location index: leafMark, callerMark
+}
+
+const (
+	leafMark   = 1
+	callerMark = 2
+)
+
+// Decode reads raw, an uncompressed pprof protobuf. raw must not change
+// while the Profile is used: Append copies from it.
+func Decode(raw []byte) (*Profile, error) {
+	if len(raw) == 0 {
+		return nil, ErrUnsupported
+	}
+	p := &Profile{Tables: &profile.Profile{}, raw: raw}
+	var (
+		sampleTypes, samples, mappings, locations, functions [][]byte
+		checkStrs                                            []uint64 // string indices pprof resolves
+		timeSeen                                             bool
+		timeNanos                                            uint64
+	)
+	for b := raw; len(b) > 0; {
+		start := len(raw) - len(b)
+		num, typ, u, data, rest, ok := field(b)
+		if !ok {
+			return nil, ErrUnsupported
+		}
+		b = rest
+		switch num {
+		case 1, 2, 3, 4, 5, 6, 11:
+			if typ != 2 {
+				return nil, ErrUnsupported
+			}
+		case 7, 8, 9, 10, 12, 14, 15:
+			if typ != 0 {
+				return nil, ErrUnsupported
+			}
+		}
+		switch num {
+		case 1:
+			sampleTypes = append(sampleTypes, data)
+		case 2:
+			samples = append(samples, data)
+		case 3:
+			mappings = append(mappings, data)
+		case 4:
+			locations = append(locations, data)
+		case 5:
+			functions = append(functions, data)
+		case 6:
+			p.strs = append(p.strs, data)
+		case 7, 8, 14, 15: // drop_frames, keep_frames, default_sample_type, doc_url
+			checkStrs = append(checkStrs, u)
+		case 9:
+			if timeSeen && timeNanos != 0 {
+				return nil, ErrUnsupported // pprof refuses concatenated profiles
+			}
+			timeSeen, timeNanos = true, u
+		case 10, 12: // duration_nanos, period
+		case 11: // period_type
+			sampleTypes = append(sampleTypes, nil) // marks where period_type's strings go
+			var t, un uint64
+			if !scalars(data, []*uint64{&t, &un}) {
+				return nil, ErrUnsupported
+			}
+			checkStrs = append(checkStrs, t, un)
+		case 13: // comments, packed or not
+			if typ != 0 && typ != 2 || !varints(typ, u, data, func(v uint64) { checkStrs = append(checkStrs, v) }) {
+				return nil, ErrUnsupported
+			}
+		default:
+			return nil, ErrUnsupported
+		}
+		switch {
+		case num < 3:
+			p.head = addSpan(p.head, start, len(raw)-len(b))
+		case num > 6:
+			p.tail = addSpan(p.tail, start, len(raw)-len(b))
+		}
+	}
+	if len(p.strs) == 0 || len(p.strs[0]) != 0 {
+		return nil, ErrUnsupported
+	}
+	for _, i := range checkStrs {
+		if !p.validStr(i) {
+			return nil, ErrUnsupported
+		}
+	}
+	types := 0
+	for _, st := range sampleTypes {
+		if st == nil {
+			continue
+		}
+		types++
+		var t, un uint64
+		if !scalars(st, []*uint64{&t, &un}) || !p.validStr(t) || !p.validStr(un) {
+			return nil, ErrUnsupported
+		}
+	}
+	if err := p.decodeMappings(mappings); err != nil {
+		return nil, err
+	}
+	if err := p.decodeFunctions(functions); err != nil {
+		return nil, err
+	}
+	if err := p.decodeLocations(locations); err != nil {
+		return nil, err
+	}
+	if len(samples) > 0 && types == 0 {
+		return nil, ErrUnsupported
+	}
+	for _, s := range samples {
+		if !p.checkSample(s, types) {
+			return nil, ErrUnsupported
+		}
+	}
+	return p, nil
+}
+
+// addSpan adds [start, end) to spans, joining it to the last when they
+// touch.
+func addSpan(spans []span, start, end int) []span {
+	if n := len(spans); n > 0 && spans[n-1].end == start {
+		spans[n-1].end = end
+		return spans
+	}
+	return append(spans, span{start, end})
+}
+
+// validStr reports whether i, read as pprof reads string indices (int64),
+// is in the string table.
+func (p *Profile) validStr(i uint64) bool {
+	return int64(i) >= 0 && int64(i) < int64(len(p.strs))
+}
+
+func (p *Profile) str(i uint64) string { return string(p.strs[i]) }
+
+func (p *Profile) decodeMappings(msgs [][]byte) error {
+	ms := make([]profile.Mapping, len(msgs))
+	p.Tables.Mapping = make([]*profile.Mapping, len(msgs))
+	p.mapStrs = make([][2]uint64, len(msgs))
+	ids := make(map[uint64]bool, len(msgs))
+	for i, msg := range msgs {
+		var id, start, limit, offset, file, build, hasFn, hasFile, hasLine, hasInline uint64
+		if !scalars(msg, []*uint64{&id, &start, &limit, &offset, &file, &build, &hasFn, &hasFile, &hasLine, &hasInline}) ||
+			id == 0 || ids[id] || !p.validStr(file) || !p.validStr(build) {
+			return ErrUnsupported
+		}
+		ids[id] = true
+		m := &ms[i]
+		*m = profile.Mapping{ID: id, Start: start, Limit: limit, Offset: offset, File: p.str(file), BuildID: p.str(build),
+			HasFunctions: hasFn != 0, HasFilenames: hasFile != 0, HasLineNumbers: hasLine != 0, HasInlineFrames: hasInline != 0}
+		// As pprof's decoder does for "[kernel.kallsyms]_text".
+		if rest, ok := strings.CutPrefix(m.File, "[kernel.kallsyms]"); ok {
+			m.KernelRelocationSymbol = rest
+		}
+		p.Tables.Mapping[i] = m
+		p.mapStrs[i] = [2]uint64{file, build}
+	}
+	return nil
+}
+
+func (p *Profile) decodeFunctions(msgs [][]byte) error {
+	fs := make([]profile.Function, len(msgs))
+	p.Tables.Function = make([]*profile.Function, len(msgs))
+	p.fnStrs = make([][3]uint64, len(msgs))
+	ids := make(map[uint64]bool, len(msgs))
+	for i, msg := range msgs {
+		var id, name, system, file, startLine uint64
+		if !scalars(msg, []*uint64{&id, &name, &system, &file, &startLine}) ||
+			id == 0 || ids[id] || !p.validStr(name) || !p.validStr(system) || !p.validStr(file) {
+			return ErrUnsupported
+		}
+		ids[id] = true
+		fs[i] = profile.Function{ID: id, Name: p.str(name), SystemName: p.str(system), Filename: p.str(file), StartLine: int64(startLine)}
+		p.Tables.Function[i] = &fs[i]
+		p.fnStrs[i] = [3]uint64{name, system, file}
+	}
+	return nil
+}
+
+func (p *Profile) decodeLocations(msgs [][]byte) error {
+	mapByID := make(map[uint64]*profile.Mapping, len(p.Tables.Mapping))
+	for _, m := range p.Tables.Mapping {
+		mapByID[m.ID] = m
+	}
+	fnByID := make(map[uint64]*profile.Function, len(p.Tables.Function))
+	for _, f := range p.Tables.Function {
+		fnByID[f.ID] = f
+	}
+	ls := make([]profile.Location, len(msgs))
+	p.Tables.Location = make([]*profile.Location, len(msgs))
+	var lines []profile.Line
+	dense := true
+	for i, msg := range msgs {
+		l := &ls[i]
+		first := len(lines)
+		for b := msg; len(b) > 0; {
+			num, typ, u, data, rest, ok := field(b)
+			if !ok {
+				return ErrUnsupported
+			}
+			b = rest
+			if num == 4 {
+				if typ != 2 {
+					return ErrUnsupported
+				}
+				var fn, line, column uint64
+				if !scalars(data, []*uint64{&fn, &line, &column}) || fnByID[fn] == nil {
+					// pprof's CheckValid refuses a line without a function.
+					return ErrUnsupported
+				}
+				lines = append(lines, profile.Line{Function: fnByID[fn], Line: int64(line), Column: int64(column)})
+				continue
+			}
+			if num < 1 || num > 5 {
+				continue
+			}
+			if typ != 0 {
+				return ErrUnsupported
+			}
+			switch num {
+			case 1:
+				l.ID = u
+			case 2:
+				if u == 0 {
+					l.Mapping = nil
+					break
+				}
+				if l.Mapping = mapByID[u]; l.Mapping == nil {
+					return ErrUnsupported
+				}
+			case 3:
+				l.Address = u
+			case 5:
+				l.IsFolded = u != 0
+			}
+		}
+		if len(lines) > first {
+			l.Line = lines[first:len(lines):len(lines)]
+		}
+		if l.ID == 0 {
+			return ErrUnsupported
+		}
+		dense = dense && l.ID <= uint64(len(msgs))
+		p.Tables.Location[i] = l
+	}
+	if dense {
+		p.locByID = make([]int32, len(msgs)+1)
+		for i, l := range p.Tables.Location {
+			if p.locByID[l.ID] != 0 {
+				return ErrUnsupported // duplicate ID
+			}
+			p.locByID[l.ID] = int32(i + 1)
+		}
+	} else {
+		p.locIndex = make(map[uint64]int, len(msgs))
+		for i, l := range p.Tables.Location {
+			if _, dup := p.locIndex[l.ID]; dup {
+				return ErrUnsupported
+			}
+			p.locIndex[l.ID] = i
+		}
+	}
+	p.marks = make([]uint8, len(msgs))
+	return nil
+}
+
+// location is the index of the location with ID id, or -1.
+func (p *Profile) location(id uint64) int {
+	if p.locByID != nil {
+		if id < uint64(len(p.locByID)) {
+			return int(p.locByID[id]) - 1
+		}
+		return -1
+	}
+	if i, ok := p.locIndex[id]; ok {
+		return i
+	}
+	return -1
+}
+
+// checkSample checks one sample as pprof's decoder and CheckValid would
+// (every location ID defined, one value per sample type, label strings in
+// the table) and marks its locations as leaf or caller.
+func (p *Profile) checkSample(s []byte, types int) bool {
+	values, depth := 0, 0
+	for len(s) > 0 {
+		num, typ, u, data, rest, ok := field(s)
+		if !ok {
+			return false
+		}
+		s = rest
+		switch num {
+		case 1:
+			bad := false
+			if !varints(typ, u, data, func(id uint64) {
+				i := p.location(id)
+				if i < 0 {
+					bad = true
+					return
+				}
+				if depth == 0 {
+					p.marks[i] |= leafMark
+				} else {
+					p.marks[i] |= callerMark
+				}
+				depth++
+			}) || bad {
+				return false
+			}
+		case 2:
+			if !varints(typ, u, data, func(uint64) { values++ }) {
+				return false
+			}
+		case 3:
+			var key, str, num, unit uint64
+			if typ != 2 || !scalars(data, []*uint64{&key, &str, &num, &unit}) || !p.validStr(key) {
+				return false
+			}
+			// The strings pprof's decoder resolves: the value of a string
+			// label, else the unit of a numeric one.
+			if str != 0 {
+				if !p.validStr(str) {
+					return false
+				}
+			} else if unit != 0 && !p.validStr(unit) {
+				return false
+			}
+		}
+	}
+	return values == types
+}
+
+// CallerOnly reports a location that appears in samples only below the
+// leaf: its address is a return address.
+func (p *Profile) CallerOnly(l *profile.Location) bool {
+	i := p.location(l.ID)
+	return i >= 0 && p.marks[i] == callerMark
+}
+
+// Append appends the profile to dst as an uncompressed pprof protobuf: the
+// input's other fields as they were, the tables from Tables, and the
+// input's string table followed by the strings the tables added.
+func (p *Profile) Append(dst []byte) []byte {
+	for _, s := range p.head {
+		dst = append(dst, p.raw[s.start:s.end]...)
+	}
+	e := &encoder{p: p, added: map[string]uint64{}}
+	var msg []byte
+	for i, m := range p.Tables.Mapping {
+		orig := [2]uint64{notInInput, notInInput}
+		if i < len(p.mapStrs) {
+			orig = p.mapStrs[i]
+		}
+		file, build := e.index(m.File, orig[0]), e.index(m.BuildID, orig[1])
+		msg = appendUint(msg[:0], 1, m.ID)
+		msg = appendUint(msg, 2, m.Start)
+		msg = appendUint(msg, 3, m.Limit)
+		msg = appendUint(msg, 4, m.Offset)
+		msg = appendUint(msg, 5, file)
+		msg = appendUint(msg, 6, build)
+		msg = appendBool(msg, 7, m.HasFunctions)
+		msg = appendBool(msg, 8, m.HasFilenames)
+		msg = appendBool(msg, 9, m.HasLineNumbers)
+		msg = appendBool(msg, 10, m.HasInlineFrames)
+		dst = appendBytes(dst, 3, msg)
+	}
+	var line []byte
+	for _, l := range p.Tables.Location {
+		msg = appendUint(msg[:0], 1, l.ID)
+		if l.Mapping != nil {
+			msg = appendUint(msg, 2, l.Mapping.ID)
+		}
+		msg = appendUint(msg, 3, l.Address)
+		for _, ln := range l.Line {
+			line = line[:0]
+			if ln.Function != nil {
+				line = appendUint(line, 1, ln.Function.ID)
+			}
+			line = appendUint(line, 2, uint64(ln.Line))
+			line = appendUint(line, 3, uint64(ln.Column))
+			msg = appendBytes(msg, 4, line)
+		}
+		msg = appendBool(msg, 5, l.IsFolded)
+		dst = appendBytes(dst, 4, msg)
+	}
+	for i, f := range p.Tables.Function {
+		orig := [3]uint64{notInInput, notInInput, notInInput}
+		if i < len(p.fnStrs) {
+			orig = p.fnStrs[i]
+		}
+		name, system, file := e.index(f.Name, orig[0]), e.index(f.SystemName, orig[1]), e.index(f.Filename, orig[2])
+		msg = appendUint(msg[:0], 1, f.ID)
+		msg = appendUint(msg, 2, name)
+		msg = appendUint(msg, 3, system)
+		msg = appendUint(msg, 4, file)
+		msg = appendUint(msg, 5, uint64(f.StartLine))
+		dst = appendBytes(dst, 5, msg)
+	}
+	for _, s := range p.strs {
+		dst = appendBytes(dst, 6, s)
+	}
+	for _, s := range e.order {
+		dst = appendVarint(append(dst, 6<<3|2), uint64(len(s)))
+		dst = append(dst, s...)
+	}
+	for _, s := range p.tail {
+		dst = append(dst, p.raw[s.start:s.end]...)
+	}
+	return dst
+}
+
+// encoder assigns string indices while Append writes the tables.
+type encoder struct {
+	p     *Profile
+	added map[string]uint64
+	order []string
+}
+
+// notInInput stands for the input string index of a table entry the
+// input did not have.
+const notInInput = ^uint64(0)
+
+// index is the string index of s, whose index in the input was orig: orig
+// when the string did not change, else that of an added string.
+func (e *encoder) index(s string, orig uint64) uint64 {
+	if s == "" {
+		return 0
+	}
+	if orig < uint64(len(e.p.strs)) && string(e.p.strs[orig]) == s {
+		return orig
+	}
+	if j, ok := e.added[s]; ok {
+		return j
+	}
+	j := uint64(len(e.p.strs) + len(e.order))
+	e.added[s] = j
+	e.order = append(e.order, s)
+	return j
+}
