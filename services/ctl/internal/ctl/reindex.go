@@ -226,7 +226,7 @@ func Reindex(ctx context.Context, cfg Config, adm *kadm.Client, osc *opensearcha
 		if err != nil {
 			return sum, fmt.Errorf("reindex: %w", err)
 		}
-		if err := waitPast(ctx, adm, []string{c.group}, topic, live, opts.Interval, out); err != nil {
+		if err := waitPast(ctx, adm, []string{c.group}, topic, live, nil, opts.Interval, out); err != nil {
 			return sum, fmt.Errorf("reindex: %w", cause(ctx, err))
 		}
 	}
@@ -326,7 +326,9 @@ func Reindex(ctx context.Context, cfg Config, adm *kadm.Client, osc *opensearcha
 			running = append(running, c.group)
 		}
 	}
-	if err := waitPast(ctx, adm, running, topic, ends, opts.Interval, out); err != nil {
+	// On an idle topic the groups stay short of these ends by the markers
+	// that end the symbolizer's transactions: the probe tells those apart.
+	if err := waitPast(ctx, adm, running, topic, ends, markersOnly(cfg.Kafka, topic), opts.Interval, out); err != nil {
 		return sum, fmt.Errorf("reindex: %w", cause(ctx, err))
 	}
 	if opts.Run {
@@ -460,11 +462,17 @@ func waitEmpty(ctx context.Context, adm *kadm.Client, group string, interval tim
 }
 
 // waitPast waits until every group has processed at least ends on every
-// partition (replay.Positions).
-func waitPast(ctx context.Context, adm *kadm.Client, groups []string, topic string, ends map[int32]int64, interval time.Duration, out io.Writer) error {
+// partition (replay.Positions). With a probe, a group short of an end only by
+// transaction markers (markersOnly) counts as there: nothing is left for it.
+func waitPast(ctx context.Context, adm *kadm.Client, groups []string, topic string, ends map[int32]int64, probe markerProbe, interval time.Duration, out io.Writer) error {
 	if interval <= 0 {
 		interval = 5 * time.Second
 	}
+	type gap struct {
+		p        int32
+		from, to int64
+	}
+	markers := map[gap]bool{}
 	for {
 		var behind int64
 		for _, g := range groups {
@@ -473,7 +481,21 @@ func waitPast(ctx context.Context, adm *kadm.Client, groups []string, topic stri
 				return err
 			}
 			for p, end := range ends {
-				behind += max(end-committed[p], 0)
+				left := max(end-committed[p], 0)
+				if left > 0 && probe != nil {
+					k := gap{p, committed[p], end}
+					only, seen := markers[k]
+					if !seen {
+						if only, err = probe(ctx, p, k.from, k.to); err != nil {
+							return err
+						}
+						markers[k] = only
+					}
+					if only {
+						left = 0
+					}
+				}
+				behind += left
 			}
 		}
 		if behind == 0 {

@@ -190,7 +190,7 @@ func (e *rxEnv) caughtUp(t *testing.T, groups ...string) {
 	ends := map[int32]int64{}
 	listed.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
 	var out bytes.Buffer
-	if err := waitPast(ctx, e.adm, groups, topic, ends, time.Second, &out); err != nil {
+	if err := waitPast(ctx, e.adm, groups, topic, ends, nil, time.Second, &out); err != nil {
 		t.Fatalf("groups %v did not catch up: %v\n%s", groups, err, lastLines(out.String(), 5))
 	}
 }
