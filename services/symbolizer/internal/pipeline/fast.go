@@ -32,21 +32,31 @@ var bufferPool = sync.Pool{New: func() any { return new(buffers) }}
 // output that does not fit one record (split) or the consumers' limits.
 // The full path then gives the exact result or error.
 func (p *Processor) fast(ctx context.Context, value []byte, limit int, lim record.Limits) (val []byte, st symbolize.Stats, ok bool) {
-	bufs := bufferPool.Get().(*buffers)
-	defer bufferPool.Put(bufs)
-	in := record.DefaultLimits()
-	raw, ok := bufs.inflate(value, in.MaxDecompressedBytes)
-	if !ok || in.Check(raw) != nil {
+	// The input is decoded within record.DefaultLimits (DecodeProfile's),
+	// the output checked against lim: with other limits the full path
+	// checks both.
+	if lim != record.DefaultLimits() {
 		return nil, st, false
 	}
-	prof, err := pproftables.Decode(raw)
+	bufs := bufferPool.Get().(*buffers)
+	defer bufferPool.Put(bufs)
+	raw, ok := bufs.inflate(value, lim.MaxDecompressedBytes)
+	if !ok {
+		return nil, st, false
+	}
+	prof, err := pproftables.Decode(raw, lim)
 	if err != nil {
 		return nil, st, false
 	}
 	st = p.Symbolizer.Locations(ctx, prof.Tables, prof.CallerOnly)
 	out := prof.Append(bufs.out[:0])
 	bufs.out = out[:0] // keeps a grown buffer for the next record
-	if len(out) >= limit || lim.Check(out) != nil {
+	// The output holds every sample, label, location, function and
+	// string of the input, and more lines and functions: when it is
+	// within the limits and not shorter, so was the input (Limits counts
+	// and estimates from the length), and the input needs no check of
+	// its own.
+	if len(out) >= limit || len(out) < len(raw) || lim.Check(out) != nil {
 		return nil, st, false
 	}
 	val, err = gzipLevel(out, gzip.NoCompression)

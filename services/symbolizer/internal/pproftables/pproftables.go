@@ -17,6 +17,8 @@ import (
 	"strings"
 
 	"github.com/google/pprof/profile"
+
+	"github.com/stackstream/stackstream/schemas/record"
 )
 
 // ErrUnsupported means the profile must go through the full decoder.
@@ -52,8 +54,11 @@ const (
 )
 
 // Decode reads raw, an uncompressed pprof protobuf. raw must not change
-// while the Profile is used: Append copies from it.
-func Decode(raw []byte) (*Profile, error) {
+// while the Profile is used: Append copies from it. Tables past lim's
+// counts are refused before they are allocated; the other limits are
+// left to the caller's check of the output, which holds everything the
+// input held.
+func Decode(raw []byte, lim record.Limits) (*Profile, error) {
 	if len(raw) == 0 {
 		return nil, ErrUnsupported
 	}
@@ -80,6 +85,11 @@ func Decode(raw []byte) (*Profile, error) {
 			if typ != 0 {
 				return nil, ErrUnsupported
 			}
+		}
+		if len(samples) > lim.MaxSamples || len(mappings) > lim.MaxMappings || len(locations) > lim.MaxLocations ||
+			len(functions) > lim.MaxFunctions || len(p.strs) > lim.MaxStrings || len(sampleTypes) > lim.MaxSampleTypes+1 ||
+			len(checkStrs) > lim.MaxComments+8 {
+			return nil, ErrUnsupported
 		}
 		switch num {
 		case 1:
@@ -148,7 +158,7 @@ func Decode(raw []byte) (*Profile, error) {
 	if err := p.decodeFunctions(functions); err != nil {
 		return nil, err
 	}
-	if err := p.decodeLocations(locations); err != nil {
+	if err := p.decodeLocations(locations, lim.MaxLines); err != nil {
 		return nil, err
 	}
 	if len(samples) > 0 && types == 0 {
@@ -224,7 +234,7 @@ func (p *Profile) decodeFunctions(msgs [][]byte) error {
 	return nil
 }
 
-func (p *Profile) decodeLocations(msgs [][]byte) error {
+func (p *Profile) decodeLocations(msgs [][]byte, maxLines int) error {
 	mapByID := make(map[uint64]*profile.Mapping, len(p.Tables.Mapping))
 	for _, m := range p.Tables.Mapping {
 		mapByID[m.ID] = m
@@ -253,6 +263,9 @@ func (p *Profile) decodeLocations(msgs [][]byte) error {
 				var fn, line, column uint64
 				if !scalars(data, []*uint64{&fn, &line, &column}) || fnByID[fn] == nil {
 					// pprof's CheckValid refuses a line without a function.
+					return ErrUnsupported
+				}
+				if len(lines) == maxLines {
 					return ErrUnsupported
 				}
 				lines = append(lines, profile.Line{Function: fnByID[fn], Line: int64(line), Column: int64(column)})
@@ -391,7 +404,7 @@ func (p *Profile) Append(dst []byte) []byte {
 	for _, s := range p.head {
 		dst = append(dst, p.raw[s.start:s.end]...)
 	}
-	e := &encoder{p: p, added: map[string]uint64{}}
+	e := &encoder{p: p, added: make(map[string]uint64, 2*len(p.Tables.Function))}
 	var msg []byte
 	for i, m := range p.Tables.Mapping {
 		orig := [2]uint64{notInInput, notInInput}

@@ -8,6 +8,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/stackstream/stackstream/pkg/pproftest"
+	"github.com/stackstream/stackstream/schemas/record"
 )
 
 func encode(t testing.TB, p *profile.Profile) []byte {
@@ -45,7 +46,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{0x32, 0})
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		p, err := Decode(raw)
+		p, err := Decode(raw, record.DefaultLimits())
 		if err != nil {
 			return
 		}
@@ -81,7 +82,7 @@ func FuzzDecode(f *testing.F) {
 }
 
 func TestCallerOnly(t *testing.T) {
-	p, err := Decode(sample(t))
+	p, err := Decode(sample(t), record.DefaultLimits())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func TestRefused(t *testing.T) {
 	}
 	for name, raw := range cases {
 		t.Run(name, func(t *testing.T) {
-			if _, err := Decode(raw); err == nil {
+			if _, err := Decode(raw, record.DefaultLimits()); err == nil {
 				t.Fatal("accepted")
 			}
 		})
