@@ -63,11 +63,11 @@ func (a *API) handleFlamegraph(ctx context.Context, _ http.ResponseWriter, r *ht
 	if err != nil {
 		return nil, err
 	}
-	m, err := a.selectionTree(ctx, s)
+	m, err := a.flameTree(ctx, s, maxNodes)
 	if err != nil {
 		return nil, err
 	}
-	root, folded := flame(m.root, maxNodes)
+	root, folded := flameOf(m.root, maxNodes, m.allNodes())
 	return FlamegraphResponse{
 		Type: string(s.Type), Unit: unit(s.Type), Total: root.Total, Truncated: m.truncated, Folded: folded,
 		Source: m.source, Root: root,

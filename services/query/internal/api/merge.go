@@ -18,6 +18,17 @@ type merged struct {
 	// "[other]" at the root.
 	truncated bool
 	source    string
+	// nodes is, when root is a head (decodeHead), its whole tree's node
+	// count; 0 when root is the whole tree.
+	nodes int
+}
+
+// allNodes counts the nodes of m's whole tree.
+func (m *merged) allNodes() int {
+	if m.nodes > 0 {
+		return m.nodes
+	}
+	return countNodes(m.root)
 }
 
 // selectionTree merges a selection's call tree: whole hours from the

@@ -27,6 +27,10 @@ type node struct {
 	kids        []*node
 	index       map[string]*node
 	sorted      bool // kids are in answer order
+	// folded is the value of children a tree head left out (a fleet
+	// head's folded marker): they are not in kids, and are shown in the
+	// node's "[other]".
+	folded int64
 }
 
 const indexAbove = 8
@@ -111,9 +115,9 @@ type FlameNode struct {
 // children of kept nodes are candidates, the kept set is a tree, and a
 // tree of millions of nodes costs what its kept part does. Ties go to the
 // shallower node, then to the one found first. keep is nil when nothing
-// is left out.
-func keepHeaviest(root *node, max int, weight func(*node) float64) (map[*node]bool, int) {
-	all := countNodes(root)
+// is left out. all is the tree's node count: countNodes(root), or a
+// head's whole tree's.
+func keepHeaviest(root *node, max, all int, weight func(*node) float64) (map[*node]bool, int) {
 	if all <= max {
 		return nil, 0
 	}
@@ -160,6 +164,10 @@ func (f *frontier) less(i, j int) bool {
 	a, b := f.items[i], f.items[j]
 	if a.w != b.w {
 		return a.w > b.w
+	}
+	// Totals above 2^53 can be equal as weights.
+	if a.n.total != b.n.total {
+		return a.n.total > b.n.total
 	}
 	if a.depth != b.depth {
 		return a.depth < b.depth
@@ -224,11 +232,17 @@ func sortedChildren(n *node) []*node {
 // out of a node are summed into one "[other]" child so totals still add up.
 // folded counts the nodes left out.
 func flame(root *node, maxNodes int) (*FlameNode, int) {
-	keep, folded := keepHeaviest(root, maxNodes, func(n *node) float64 { return float64(n.total) })
+	return flameOf(root, maxNodes, countNodes(root))
+}
+
+// flameOf is flame of a tree of all nodes, of which root may hold only the
+// heaviest (a head, whose nodes' folded values stand for the rest).
+func flameOf(root *node, maxNodes, all int) (*FlameNode, int) {
+	keep, folded := keepHeaviest(root, maxNodes, all, func(n *node) float64 { return float64(n.total) })
 	var conv func(n *node) *FlameNode
 	conv = func(n *node) *FlameNode {
 		out := &FlameNode{Name: n.name, Kind: n.kind, Self: n.self, Total: n.total, Children: []*FlameNode{}}
-		var other int64
+		other := n.folded
 		for _, c := range sortedChildren(n) {
 			if keep != nil && !keep[c] {
 				other += c.total
@@ -335,7 +349,7 @@ func diffTree(base, compare *node, maxNodes int) (*DiffNode, int) {
 	for u := range sides {
 		u.total = int64(weight(u) * 1e9)
 	}
-	keep, folded := keepHeaviest(union, maxNodes, weight)
+	keep, folded := keepHeaviest(union, maxNodes, countNodes(union), weight)
 	var conv func(u *node) *DiffNode
 	conv = func(u *node) *DiffNode {
 		p := sides[u]

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -524,4 +526,99 @@ func version(t *testing.T, cl *opensearchapi.Client, names indices.Names, d indi
 		t.Fatal(err)
 	}
 	return indices.TreeSource{ID: id, SeqNo: out.SeqNo, PrimaryTerm: out.PrimaryTerm}
+}
+
+// TestFleetHead: a fleet day's flame graph with max_nodes up to what the
+// day's fleet head keeps is read from the head alone, and is the flame
+// graph the hour trees give (same nodes, values, "[other]" values, folded
+// count); a larger max_nodes, a head older than an hour tree, a selector
+// naming a field or a range other than the whole day read the trees.
+func TestFleetHead(t *testing.T) {
+	cl, names := querytest.Setup(t)
+	day := time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC)
+	all := newBrute()
+	var docs []querytest.Doc
+	var hourDocs []indices.RollupDoc
+	var fleet indices.TreeBuilder
+	for p := 0; p < 2; p++ {
+		for h := 0; h < 24; h++ {
+			var b indices.TreeBuilder
+			for i := 0; i < 12; i++ {
+				path := []string{"main", fmt.Sprintf("f%d", (h+i)%5), fmt.Sprintf("g%d", i%4), fmt.Sprintf("p%d.h%d.%d", p, h, i)}
+				frames := make([]indices.TreeFrame, len(path))
+				for j, f := range path {
+					frames[j] = indices.TreeFrame{Name: f}
+				}
+				v := int64(i%3 + 1) // equal values: ties at the cut
+				b.Add(frames, v)
+				fleet.Add(frames, v)
+				all.add("", path, v)
+			}
+			d := indices.RollupDoc{Timestamp: day.Add(time.Duration(h) * time.Hour), Resolution: indices.ResolutionHour, Kind: indices.KindPartitionTree,
+				Type: "cpu", Partition: int32(p), Value: b.Total(), Tree: b.Encode()}
+			hourDocs = append(hourDocs, d)
+			docs = append(docs, querytest.Rollup(names, d), querytest.Rollup(names, indices.RollupDoc{Timestamp: d.Timestamp, Resolution: indices.ResolutionHour,
+				Kind: indices.KindService, Type: "cpu", Service: "s", Host: fmt.Sprintf("h-%d", p), Value: d.Value, StackValue: d.Value}))
+		}
+	}
+	querytest.Index(t, cl, names, docs)
+	const kept = 30
+	writeHead := func() {
+		t.Helper()
+		var src []indices.TreeSource
+		for _, d := range hourDocs {
+			src = append(src, version(t, cl, names, d))
+		}
+		querytest.Index(t, cl, names, []querytest.Doc{querytest.Rollup(names, indices.RollupDoc{Timestamp: day, Resolution: indices.ResolutionDay,
+			Kind: indices.KindFleetHead, Type: "cpu", Value: fleet.Total(), Tree: fleet.EncodeHead(kept), Sources: indices.TreeSources(src)})})
+	}
+	writeHead()
+	base := serve(t, cl, names, api.Options{})
+	flameOf := func(maxNodes int, query, from, to string) api.FlamegraphResponse {
+		t.Helper()
+		params := url.Values{"from": {from}, "to": {to}, "max_nodes": {strconv.Itoa(maxNodes)}, "query": {query}}
+		var f api.FlamegraphResponse
+		get(t, base, "/api/v1/flamegraph", params, &f)
+		if f.Total != all.total {
+			t.Fatalf("max_nodes %d: total %d, want %d", maxNodes, f.Total, all.total)
+		}
+		if shown, _ := checkFlame(t, all, f.Root, ""); shown != min(maxNodes, len(all.nodes)) {
+			t.Fatalf("max_nodes %d: %d nodes shown", maxNodes, shown)
+		}
+		return f
+	}
+	from, to := day.Format(time.RFC3339), day.Add(24*time.Hour).Format(time.RFC3339)
+	fromHead := map[int]api.FlamegraphResponse{}
+	for _, max := range []int{1, 7, 12, kept} {
+		f := flameOf(max, "", from, to)
+		if f.Source != "fleet_head" || f.Folded != len(all.nodes)-max {
+			t.Fatalf("max_nodes %d: source %s, %d folded; want fleet_head, %d", max, f.Source, f.Folded, len(all.nodes)-max)
+		}
+		fromHead[max] = f
+	}
+	if f := flameOf(kept+1, "", from, to); f.Source == "fleet_head" {
+		t.Fatalf("max_nodes %d answered from a head of %d nodes", kept+1, kept)
+	}
+	// No stack or service tree documents: only the source is checked.
+	var sel api.FlamegraphResponse
+	get(t, base, "/api/v1/flamegraph", url.Values{"from": {from}, "to": {to}, "max_nodes": {"7"}, "query": {`{service="s"}`}}, &sel)
+	if sel.Source == "fleet_head" {
+		t.Fatal("a selector naming a service answered from the fleet head")
+	}
+	if f := flameOf(7, "", from, day.Add(25*time.Hour).Format(time.RFC3339)); f.Source == "fleet_head" {
+		t.Fatal("25 h answered from the fleet head")
+	}
+	// An hour rewritten (same content, a new version): the head is stale
+	// and the hour trees answer, with the same flame graphs.
+	querytest.Index(t, cl, names, []querytest.Doc{querytest.Rollup(names, hourDocs[5])})
+	for max, want := range fromHead {
+		got := flameOf(max, "", from, to)
+		if got.Source != "partition_trees" || got.Folded != want.Folded || !reflect.DeepEqual(got.Root, want.Root) {
+			t.Fatalf("max_nodes %d from %s: folded %d, want %d; the trees differ from the head's", max, got.Source, got.Folded, want.Folded)
+		}
+	}
+	writeHead()
+	if f := flameOf(7, "", from, to); f.Source != "fleet_head" {
+		t.Fatalf("source %s after the head was rewritten", f.Source)
+	}
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -25,7 +26,10 @@ type Request struct {
 	Source         *Source `json:"_source,omitempty"`
 	// SeqNoPrimaryTerm asks for each hit's _seq_no and _primary_term.
 	SeqNoPrimaryTerm bool `json:"seq_no_primary_term,omitempty"`
-	Aggs             Aggs `json:"aggs,omitempty"`
+	// DocvalueFields reads fields from their doc values (in each hit's
+	// fields), without loading _source: tree documents' _source is large.
+	DocvalueFields []DocvalueField `json:"docvalue_fields,omitempty"`
+	Aggs           Aggs            `json:"aggs,omitempty"`
 }
 
 // aggsRequest reads aggregations only: no hits, no hit count.
@@ -39,9 +43,27 @@ func matchedRequest(query Query, aggs Aggs) *Request {
 	return &Request{TrackTotalHits: 1, Query: query, Aggs: aggs}
 }
 
-// Source selects the _source fields a search returns.
+// Source selects the _source fields a search returns; None returns no
+// _source at all, so OpenSearch does not load it.
 type Source struct {
 	Includes []string `json:"includes"`
+	None     bool     `json:"-"`
+}
+
+// MarshalJSON is false for None.
+func (s Source) MarshalJSON() ([]byte, error) {
+	if s.None {
+		return []byte("false"), nil
+	}
+	return json.Marshal(struct {
+		Includes []string `json:"includes"`
+	}{s.Includes})
+}
+
+// DocvalueField is a field read from doc values, in Format when set.
+type DocvalueField struct {
+	Field  string `json:"field"`
+	Format string `json:"format,omitempty"`
 }
 
 // Aggs names the aggregations of a request or of a bucket.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -192,41 +193,26 @@ func (s *Store) freshDays(ctx context.Context, idx []string, typ record.ProfileT
 	if !first.Before(last) {
 		return nil, nil
 	}
-	const maxDocs = 10000
-	type hit struct {
-		ID          string `json:"_id"`
-		SeqNo       int64  `json:"_seq_no"`
-		PrimaryTerm int64  `json:"_primary_term"`
-		Source      struct {
-			Timestamp time.Time `json:"@timestamp"`
-			Partition int32     `json:"partition"`
-			Sources   string    `json:"sources"`
-		} `json:"_source"`
-	}
-	read := func(res string) ([]hit, error) {
-		var resp struct {
-			Hits struct {
-				Hits []hit `json:"hits"`
-			} `json:"hits"`
-		}
-		req := &Request{Size: maxDocs, TrackTotalHits: false, SeqNoPrimaryTerm: res == indices.ResolutionHour,
-			Query:  allOf([]Query{term("kind", indices.KindPartitionTree), term("type", string(typ)), term("resolution", res), timeFilter(TimeRange{From: first, To: last})}, nil),
-			Source: &Source{Includes: []string{"@timestamp", "partition", "sources"}}}
-		if err := s.search(ctx, idx, req, &resp, "hits.hits._id", "hits.hits._seq_no", "hits.hits._primary_term", "hits.hits._source"); err != nil {
-			return nil, fmt.Errorf("day trees: %w", err)
-		}
-		if len(resp.Hits.Hits) >= maxDocs {
-			return nil, nil // too many to check: read the hours
-		}
-		return resp.Hits.Hits, nil
-	}
-	hourHits, err := read(indices.ResolutionHour)
+	hourHits, err := s.hourTreeVersions(ctx, idx, typ, TimeRange{From: first, To: last})
 	if err != nil || hourHits == nil {
 		return nil, err
 	}
-	dayHits, err := read(indices.ResolutionDay)
-	if err != nil {
-		return nil, err
+	var resp struct {
+		Hits struct {
+			Hits []struct {
+				Source struct {
+					Timestamp time.Time `json:"@timestamp"`
+					Partition int32     `json:"partition"`
+					Sources   string    `json:"sources"`
+				} `json:"_source"`
+			} `json:"hits"`
+		} `json:"hits"`
+	}
+	req := &Request{Size: maxTreeDocs, TrackTotalHits: false,
+		Query:  allOf([]Query{term("kind", indices.KindPartitionTree), term("type", string(typ)), term("resolution", indices.ResolutionDay), timeFilter(TimeRange{From: first, To: last})}, nil),
+		Source: &Source{Includes: []string{"@timestamp", "partition", "sources"}}}
+	if err := s.search(ctx, idx, req, &resp, "hits.hits._source"); err != nil {
+		return nil, fmt.Errorf("day trees: %w", err)
 	}
 	type key struct {
 		day       int64
@@ -234,12 +220,12 @@ func (s *Store) freshDays(ctx context.Context, idx []string, typ record.ProfileT
 	}
 	versions := map[key][]indices.TreeSource{}
 	for _, h := range hourHits {
-		k := key{h.Source.Timestamp.UTC().Truncate(24 * time.Hour).Unix(), h.Source.Partition}
-		versions[k] = append(versions[k], indices.TreeSource{ID: h.ID, SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm})
+		k := key{h.Time.UTC().Truncate(24 * time.Hour).Unix(), h.Partition}
+		versions[k] = append(versions[k], h.TreeSource)
 	}
 	stale, present := map[int64]bool{}, map[int64]bool{}
 	matched := map[key]bool{}
-	for _, d := range dayHits {
+	for _, d := range resp.Hits.Hits {
 		k := key{d.Source.Timestamp.UTC().Unix(), d.Source.Partition}
 		if v, ok := versions[k]; !ok || indices.TreeSources(v) != d.Source.Sources {
 			stale[k.day] = true
@@ -354,6 +340,63 @@ func (s *Store) scrollTrees(ctx context.Context, idx []string, sel Selection, ki
 	default:
 	}
 	return n, nil
+}
+
+// maxTreeDocs bounds the hour tree versions read at once: 24 per partition
+// and day.
+const maxTreeDocs = 10000
+
+// hourTree is an hour partition tree document's version, hour and
+// partition.
+type hourTree struct {
+	indices.TreeSource
+	Time      time.Time
+	Partition int32
+}
+
+// hourTreeVersions reads the versions of the hour partition trees of typ in
+// hours from their metadata and doc values: their _source, which holds the
+// tree, is not loaded. nil when there are more than maxTreeDocs.
+func (s *Store) hourTreeVersions(ctx context.Context, idx []string, typ record.ProfileType, hours TimeRange) ([]hourTree, error) {
+	var resp struct {
+		Hits struct {
+			Hits []struct {
+				ID          string `json:"_id"`
+				SeqNo       int64  `json:"_seq_no"`
+				PrimaryTerm int64  `json:"_primary_term"`
+				Fields      struct {
+					Timestamp []string `json:"@timestamp"`
+					Partition []int32  `json:"partition"`
+				} `json:"fields"`
+			} `json:"hits"`
+		} `json:"hits"`
+	}
+	req := &Request{Size: maxTreeDocs, TrackTotalHits: false, SeqNoPrimaryTerm: true, Source: &Source{None: true},
+		Query:          allOf([]Query{term("kind", indices.KindPartitionTree), term("type", string(typ)), term("resolution", indices.ResolutionHour), timeFilter(hours)}, nil),
+		DocvalueFields: []DocvalueField{{Field: "@timestamp", Format: "epoch_millis"}, {Field: "partition"}}}
+	if err := s.search(ctx, idx, req, &resp, "hits.hits._id", "hits.hits._seq_no", "hits.hits._primary_term", "hits.hits.fields"); err != nil {
+		return nil, fmt.Errorf("hour tree versions: %w", err)
+	}
+	if len(resp.Hits.Hits) >= maxTreeDocs {
+		return nil, nil // too many to check
+	}
+	out := make([]hourTree, 0, len(resp.Hits.Hits))
+	for _, h := range resp.Hits.Hits {
+		var partition int32
+		if len(h.Fields.Partition) == 1 {
+			partition = h.Fields.Partition[0]
+		}
+		if len(h.Fields.Timestamp) != 1 {
+			return nil, fmt.Errorf("hour tree %s: no @timestamp", h.ID)
+		}
+		ms, err := strconv.ParseInt(h.Fields.Timestamp[0], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("hour tree %s: @timestamp %q: %w", h.ID, h.Fields.Timestamp[0], err)
+		}
+		out = append(out, hourTree{TreeSource: indices.TreeSource{ID: h.ID, SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm},
+			Time: time.UnixMilli(ms).UTC(), Partition: partition})
+	}
+	return out, nil
 }
 
 // withFrames reads the frames of sv's stacks.

@@ -1,6 +1,9 @@
 // Package daytrees merges a settled day's hour partition trees into one
 // day tree per (type, partition) (schemas/indices/daytrees.go), so a
-// fleet's day is read as one tree per partition instead of 24.
+// fleet's day is read as one tree per partition instead of 24, and the
+// day trees of a type into the head of the fleet's day
+// (schemas/indices/treehead.go), so a fleet day's flame graph reads one
+// small document.
 //
 // Any rollup instance may run it, several at once: a day tree is a pure
 // function of the hour trees it merged, written under a deterministic _id,
@@ -12,6 +15,7 @@ package daytrees
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -65,6 +69,10 @@ func (c *Compactor) Apply(ctx context.Context) (int, error) {
 	return written, nil
 }
 
+// ErrPartial is a search answer OpenSearch gave up on (timed out) or
+// that lacks some shards: a day tree made from it would miss hours.
+var ErrPartial = errors.New("partial search answer")
+
 type hit struct {
 	ID          string `json:"_id"`
 	SeqNo       int64  `json:"_seq_no"`
@@ -83,7 +91,7 @@ func (c *Compactor) search(ctx context.Context, index string, body map[string]an
 		return nil, err
 	}
 	path := "/" + index + "/_search?ignore_unavailable=true&allow_no_indices=true&filter_path=" +
-		url.QueryEscape("hits.hits._id,hits.hits._seq_no,hits.hits._primary_term,hits.hits._source")
+		url.QueryEscape("timed_out,_shards.failed,hits.hits._id,hits.hits._seq_no,hits.hits._primary_term,hits.hits._source")
 	status, resp, err := opensearch.Raw(ctx, c.Client, http.MethodPost, path, raw)
 	if err != nil {
 		return nil, err
@@ -92,12 +100,22 @@ func (c *Compactor) search(ctx context.Context, index string, body map[string]an
 		return nil, fmt.Errorf("search %s: HTTP %d: %.300s", index, status, resp)
 	}
 	var out struct {
+		TimedOut bool `json:"timed_out"`
+		Shards   struct {
+			Failed int `json:"failed"`
+		} `json:"_shards"`
 		Hits struct {
 			Hits []hit `json:"hits"`
 		} `json:"hits"`
 	}
 	if err := json.Unmarshal(resp, &out); err != nil {
 		return nil, fmt.Errorf("decode search answer: %w", err)
+	}
+	if out.TimedOut {
+		return nil, fmt.Errorf("search %s: timed out: %w", index, ErrPartial)
+	}
+	if out.Shards.Failed > 0 {
+		return nil, fmt.Errorf("search %s: %d shards failed: %w", index, out.Shards.Failed, ErrPartial)
 	}
 	return out.Hits.Hits, nil
 }
@@ -167,22 +185,122 @@ func (c *Compactor) compactDay(ctx context.Context, day time.Time) (int, error) 
 		if indices.TreeSources(got) != sources {
 			continue
 		}
-		doc := indices.RollupDoc{
+		if err := c.put(ctx, index, indices.RollupDoc{
 			Timestamp: day, Resolution: indices.ResolutionDay, Kind: indices.KindPartitionTree, Type: k.typ,
 			Partition: k.partition, Value: b.Total(), Tree: b.Encode(), Sources: sources,
+		}); err != nil {
+			return written, err
 		}
-		raw, err := json.Marshal(&doc)
+		written++
+	}
+	n, err := c.writeHeads(ctx, index, day, groups)
+	return written + n, err
+}
+
+func (c *Compactor) put(ctx context.Context, index string, doc indices.RollupDoc) error {
+	raw, err := json.Marshal(&doc)
+	if err != nil {
+		return err
+	}
+	status, resp, err := opensearch.Raw(ctx, c.Client, http.MethodPut, "/"+index+"/_doc/"+indices.RollupID(&doc), raw)
+	if err != nil {
+		return err
+	}
+	if status/100 != 2 {
+		return fmt.Errorf("write %s %s: HTTP %d: %.300s", doc.Resolution, doc.Kind, status, resp)
+	}
+	return nil
+}
+
+// writeHeads writes, per type, the head of the day's fleet tree (every
+// partition's day tree merged) when it is missing or its sources differ
+// from the fingerprint of all the day's hour trees of the type. The day
+// trees are read by _id (realtime: those written by this pass are not yet
+// searchable); a head is written only when every partition's day tree
+// merged exactly the hours as they are, else at a later pass.
+func (c *Compactor) writeHeads(ctx context.Context, index string, day time.Time, groups map[groupKey][]hit) (int, error) {
+	byType := map[string][]groupKey{}
+	for k := range groups {
+		byType[k.typ] = append(byType[k.typ], k)
+	}
+	written := 0
+	for typ, keys := range byType {
+		var all []indices.TreeSource
+		partSources := map[int32]string{}
+		ids := make([]string, 0, len(keys))
+		for _, k := range keys {
+			src := make([]indices.TreeSource, len(groups[k]))
+			for i, h := range groups[k] {
+				src[i] = indices.TreeSource{ID: h.ID, SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm}
+			}
+			all = append(all, src...)
+			partSources[k.partition] = indices.TreeSources(src)
+			d := indices.RollupDoc{Timestamp: day, Resolution: indices.ResolutionDay, Kind: indices.KindPartitionTree, Type: typ, Partition: k.partition}
+			ids = append(ids, indices.RollupID(&d))
+		}
+		sources := indices.TreeSources(all)
+		head := indices.RollupDoc{Timestamp: day, Resolution: indices.ResolutionDay, Kind: indices.KindFleetHead, Type: typ, Sources: sources}
+		docs, err := c.get(ctx, index, append(ids, indices.RollupID(&head)))
 		if err != nil {
 			return written, err
 		}
-		status, resp, err := opensearch.Raw(ctx, c.Client, http.MethodPut, "/"+index+"/_doc/"+indices.RollupID(&doc), raw)
-		if err != nil {
-			return written, err
+		if h := docs[len(docs)-1]; h.Found && h.Source.Sources == sources {
+			continue
 		}
-		if status/100 != 2 {
-			return written, fmt.Errorf("write day tree: HTTP %d: %.300s", status, resp)
+		var b indices.TreeBuilder
+		fresh := true
+		for _, d := range docs[:len(docs)-1] {
+			if !d.Found || d.Source.Sources != partSources[d.Source.Partition] {
+				fresh = false
+				break
+			}
+			if err := b.AddTree(d.Source.Tree, indices.TreeLimits{}); err != nil {
+				return written, fmt.Errorf("day tree %s: %w", d.ID, err)
+			}
+		}
+		if !fresh {
+			continue
+		}
+		head.Value, head.Tree = b.Total(), b.EncodeHead(indices.HeadNodes)
+		if err := c.put(ctx, index, head); err != nil {
+			return written, err
 		}
 		written++
 	}
 	return written, nil
+}
+
+type gotDoc struct {
+	ID     string `json:"_id"`
+	Found  bool   `json:"found"`
+	Source struct {
+		Partition int32  `json:"partition"`
+		Sources   string `json:"sources"`
+		Tree      []byte `json:"tree"`
+	} `json:"_source"`
+}
+
+// get reads documents by _id, in the order of ids.
+func (c *Compactor) get(ctx context.Context, index string, ids []string) ([]gotDoc, error) {
+	raw, err := json.Marshal(map[string]any{"ids": ids})
+	if err != nil {
+		return nil, err
+	}
+	status, resp, err := opensearch.Raw(ctx, c.Client, http.MethodPost, "/"+index+"/_mget?_source_includes=partition,sources,tree", raw)
+	if err != nil {
+		return nil, err
+	}
+	if status != http.StatusOK {
+		return nil, fmt.Errorf("get day trees: HTTP %d: %.300s", status, resp)
+	}
+	var out struct {
+		Docs []gotDoc `json:"docs"`
+	}
+	if err := json.Unmarshal(resp, &out); err != nil {
+		return nil, fmt.Errorf("decode day trees: %w", err)
+	}
+	if len(out.Docs) != len(ids) {
+		return nil, fmt.Errorf("get day trees: %d documents for %d ids", len(out.Docs), len(ids))
+	}
+	return out.Docs, nil
 }

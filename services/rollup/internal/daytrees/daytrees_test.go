@@ -3,12 +3,16 @@ package daytrees
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	osgo "github.com/opensearch-project/opensearch-go/v4"
 	"github.com/opensearch-project/opensearch-go/v4/opensearchapi"
 
 	"github.com/stackstream/stackstream/pkg/opensearch"
@@ -50,9 +54,10 @@ func put(t *testing.T, cl *opensearchapi.Client, names indices.Names, d indices.
 }
 
 // TestCompactor: a settled day's hour partition trees become one day tree
-// per (type, partition) equal to their merge; a second pass writes
-// nothing; an hour rewritten afterwards makes the next pass rewrite that
-// partition's day tree.
+// per (type, partition) equal to their merge, and the fleet head of the
+// day the head of all of them merged; a second pass writes nothing; an
+// hour rewritten afterwards makes the next pass rewrite that partition's
+// day tree and the head.
 func TestCompactor(t *testing.T) {
 	ctx := context.Background()
 	cl, err := opensearch.NewClient(ctx, opensearch.Config{URLs: []string{testenv.OpenSearchURL(t)}, Timeout: 30 * time.Second})
@@ -85,12 +90,11 @@ func TestCompactor(t *testing.T) {
 		}
 	}
 	c := &Compactor{Client: cl, Names: names, Days: 3, Now: func() time.Time { return day.Add(50 * time.Hour) }}
-	if n, err := c.Apply(ctx); err != nil || n != 2 {
-		t.Fatalf("first pass wrote %d (%v), want 2", n, err)
+	if n, err := c.Apply(ctx); err != nil || n != 3 {
+		t.Fatalf("first pass wrote %d (%v), want 3 (2 day trees and the head)", n, err)
 	}
-	read := func(p int32) indices.RollupDoc {
+	readDoc := func(d indices.RollupDoc) indices.RollupDoc {
 		t.Helper()
-		d := indices.RollupDoc{Timestamp: day, Resolution: indices.ResolutionDay, Kind: indices.KindPartitionTree, Type: "cpu", Partition: p}
 		status, resp, err := opensearch.Raw(ctx, cl, http.MethodGet, "/"+names.Rollups(day)+"/_doc/"+indices.RollupID(&d), nil)
 		if err != nil || status != http.StatusOK {
 			t.Fatalf("get day tree: %d %v %s", status, err, resp)
@@ -103,6 +107,25 @@ func TestCompactor(t *testing.T) {
 		}
 		return out.Source
 	}
+	read := func(p int32) indices.RollupDoc {
+		return readDoc(indices.RollupDoc{Timestamp: day, Resolution: indices.ResolutionDay, Kind: indices.KindPartitionTree, Type: "cpu", Partition: p})
+	}
+	// The head of 10 nodes of the fleet's day: the merge of both
+	// partitions' hours.
+	checkHead := func(parts ...*indices.TreeBuilder) {
+		t.Helper()
+		var all indices.TreeBuilder
+		for _, p := range parts {
+			if err := all.AddTree(p.Encode(), indices.TreeLimits{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h := readDoc(indices.RollupDoc{Timestamp: day, Resolution: indices.ResolutionDay, Kind: indices.KindFleetHead, Type: "cpu"})
+		if h.Value != all.Total() || string(h.Tree) != string(all.EncodeHead(indices.HeadNodes)) {
+			t.Fatalf("fleet head value %d (%d bytes), want %d (%d bytes)", h.Value, len(h.Tree), all.Total(), len(all.EncodeHead(indices.HeadNodes)))
+		}
+	}
+	checkHead(want[0], want[1])
 	for _, p := range []int32{0, 1} {
 		d := read(p)
 		if d.Value != want[p].Total() || d.Sources == "" {
@@ -128,8 +151,8 @@ func TestCompactor(t *testing.T) {
 	// values): only that partition's day tree is rewritten, with them.
 	put(t, cl, names, hourTree(1, 5, "-resymbolized"))
 	before := read(1).Sources
-	if n, err := c.Apply(ctx); err != nil || n != 1 {
-		t.Fatalf("pass after a rewrite wrote %d (%v), want 1", n, err)
+	if n, err := c.Apply(ctx); err != nil || n != 2 {
+		t.Fatalf("pass after a rewrite wrote %d (%v), want 2 (partition 1 and the head)", n, err)
 	}
 	after := read(1)
 	if after.Sources == before {
@@ -137,5 +160,36 @@ func TestCompactor(t *testing.T) {
 	}
 	if got := decode(t, after.Tree); got["main;f5;p1.h5.0-resymbolized"] != [2]int64{1, 1} || got["main;f5;p1.h5.0"] != [2]int64{} {
 		t.Fatal("the rewritten hour's new frames are not in the day tree")
+	}
+	var rewritten indices.TreeBuilder
+	if err := rewritten.AddTree(after.Tree, indices.TreeLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	checkHead(want[0], &rewritten)
+}
+
+// TestPartialAnswer: a search answer OpenSearch timed out on or with a
+// failed shard is an error (ErrPartial), not a day with fewer hours.
+func TestPartialAnswer(t *testing.T) {
+	for _, answer := range []string{
+		`{"timed_out":true,"_shards":{"failed":0},"hits":{"hits":[]}}`,
+		`{"timed_out":false,"_shards":{"failed":1},"hits":{"hits":[]}}`,
+	} {
+		t.Run(answer, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = io.WriteString(w, answer)
+			}))
+			defer srv.Close()
+			cl, err := opensearchapi.NewClient(opensearchapi.Config{Client: osgo.Config{Addresses: []string{srv.URL}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			day := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
+			c := &Compactor{Client: cl, Names: indices.Names{Prefix: "p-"}, Days: 1, Now: func() time.Time { return day.Add(25 * time.Hour) }}
+			if n, err := c.Apply(context.Background()); !errors.Is(err, ErrPartial) || n != 0 {
+				t.Fatalf("Apply = %d, %v; want ErrPartial", n, err)
+			}
+		})
 	}
 }
