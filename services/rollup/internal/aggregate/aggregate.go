@@ -128,8 +128,10 @@ type windowKey struct {
 }
 
 // seriesKey groups the documents of one kind, type, service and host; a
-// series holds them by function or stack ID ("" for the service document).
-// Two levels keep the per-frame lookup a single-string map access.
+// series holds them by stack ID ("" for the service document). Two levels
+// keep the per-sample lookup a single-string map access. Function
+// documents are no series: they are computed from the hour's stacks when
+// written (appendFunctions).
 type seriesKey struct {
 	kind, typ, service, host string
 }
@@ -147,12 +149,11 @@ type series struct {
 	packed []packedDoc
 }
 
-// docState is a document's sums: 32 bytes, since function and stack
-// documents are most of the state (a service document's other sums are in
-// its series' svc).
+// docState is a document's sums: 32 bytes, since stack documents are most
+// of the state (a service document's other sums are in its series' svc).
 type docState struct {
 	// a and b are the document's two sums: a service's value and samples,
-	// a function's self and total, a stack's value and samples.
+	// a stack's value and samples.
 	a, b        int64
 	firstOffset int64
 	// node is a stack document's stack in its hour window's trie, for
@@ -343,7 +344,7 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 			p.unpack(w)
 		}
 		for sk, sc := range p.out {
-			if len(sc.names) == 0 || !held(k.res, sk) {
+			if len(sc.names) == 0 {
 				continue
 			}
 			ws := w.series[sk]
@@ -389,9 +390,8 @@ func (p *Partition) fold(w *window, ws *series, name string, d *delta, offset in
 		ws.docs[name] = ds
 		p.charge(w, docBytes+int64(len(name)))
 	}
-	// A delta holds only its kind's sums, the others are 0.
-	ds.a += d.value + d.self
-	ds.b += d.samples + d.total
+	ds.a += d.value
+	ds.b += d.samples
 	if d.stackValue != 0 || d.hasMem {
 		if ws.svc == nil {
 			ws.svc = &serviceSums{}
@@ -460,7 +460,7 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 	for _, k := range targets {
 		w := p.windows[k]
 		for sk, sc := range p.out {
-			if len(sc.names) == 0 || !held(k.res, sk) {
+			if len(sc.names) == 0 {
 				continue
 			}
 			var ws *series
@@ -555,8 +555,6 @@ func (p *Partition) window(res string, t, offset int64) *window {
 type stackInfo struct {
 	frames []indices.Frame
 	id     string
-	leaf   string
-	funcs  []string // distinct, so recursion counts a function once in total
 }
 
 // maxCachedStacks and maxCachedStackBytes bound the stack cache: a stack
@@ -570,13 +568,12 @@ const (
 
 // stackBytes is an upper bound of what caching a stack of frames holds: the
 // frames (indices.Frame, 72 bytes each: it was counted 56, from before its
-// Kind, so the cache held more than its bound), their names, its function
-// list (16 bytes per frame at most), its ID and its entry
-// (TestStackBytesBound).
+// Kind, so the cache held more than its bound), their names, its ID and
+// its entry (TestStackBytesBound).
 func stackBytes(frames []indices.Frame) int {
 	n := 256
 	for _, f := range frames {
-		n += int(unsafe.Sizeof(f)) + 16 + len(f.Function) + len(f.File) + len(f.Binary) + len(f.Kind)
+		n += int(unsafe.Sizeof(f)) + len(f.Function) + len(f.File) + len(f.Binary) + len(f.Kind)
 	}
 	return n
 }
@@ -587,7 +584,7 @@ func newStackCache() *cache.Bounded[uint64, []*stackInfo] {
 	return cache.New[uint64, []*stackInfo](maxCachedStacks, maxCachedStackBytes)
 }
 
-// stack returns the ID and functions of a sample's stack. Hashing a stack's
+// stack returns the ID and frames of a sample's stack. Hashing a stack's
 // frames (sha256 for its ID) is most of the per-sample work, and the same
 // stacks come back in every profile of a host, so they are cached by their
 // frames.
@@ -622,15 +619,15 @@ func (p *Partition) stack(s *profile.Sample) *stackInfo {
 }
 
 type delta struct {
-	value, self, total, samples int64
-	mem                         int64
-	hasMem                      bool
-	stack                       *stackInfo // of a stack document
-	stackValue                  int64      // of a service document
+	value, samples int64
+	mem            int64
+	hasMem         bool
+	stack          *stackInfo // of a stack document
+	stackValue     int64      // of a service document
 }
 
 // scratch is one series of a profile's sums: indices into Partition.deltas
-// by function or stack ID.
+// by stack ID.
 type scratch struct {
 	names map[string]int32
 }
@@ -672,7 +669,7 @@ func (p *Partition) contributions(in Input, vi int) {
 	memory := in.Type == record.ProfileMemory
 	// Samples of one process come together: keep the last service/host's series.
 	var lastService, lastHost string
-	var svcS, fnS, stS *scratch
+	var svcS, stS *scratch
 	for _, s := range prof.Sample {
 		v := s.Value[vi]
 		n := int64(1)
@@ -688,7 +685,6 @@ func (p *Partition) contributions(in Input, vi int) {
 		if svcS == nil || service != lastService || host != lastHost {
 			lastService, lastHost = service, host
 			svcS = get(seriesKey{kind: indices.KindService, typ: typ, service: service, host: host})
-			fnS = get(seriesKey{kind: indices.KindFunction, typ: typ, service: service, host: host})
 			stS = get(seriesKey{kind: indices.KindStack, typ: typ, service: service, host: host})
 		}
 		svc := add(svcS, "")
@@ -709,27 +705,11 @@ func (p *Partition) contributions(in Input, vi int) {
 		sd.stack = st
 		sd.value += v
 		sd.samples += n
-		add(fnS, st.leaf).self += v
-		for _, f := range st.funcs {
-			add(fnS, f).total += v
-		}
 	}
 }
 
 func newStackInfo(frames []indices.Frame) *stackInfo {
-	st := &stackInfo{frames: frames, id: indices.StackID(frames)}
-	if len(frames) == 0 {
-		return st
-	}
-	st.leaf = frames[0].Function
-	seen := make(map[string]struct{}, len(frames))
-	for _, f := range frames {
-		if _, ok := seen[f.Function]; !ok {
-			seen[f.Function] = struct{}{}
-			st.funcs = append(st.funcs, f.Function)
-		}
-	}
-	return st
+	return &stackInfo{frames: frames, id: indices.StackID(frames)}
 }
 
 // Pending is a document to write.
@@ -780,6 +760,7 @@ func (p *Partition) appendDirty(out []Pending, w *window) []Pending {
 			}
 		}
 		if ws.tree != nil && ws.tree.dirty {
+			out = appendFunctions(out, w, start, index, k, ws)
 			out = append(out, treePending(w, start, index, k, ws))
 		}
 	}
@@ -849,14 +830,60 @@ func addSeries(b *indices.TreeBuilder, w *window, ws *series) {
 	}
 }
 
-// held says whether windows of resolution res hold the documents of a
-// series: function documents are per hour only. The query reads a
-// function's minutes (a range's edges, the hour in progress) from the
-// minute stack documents and the stacks' frames (schemas/opensearch.md);
-// per minute they were 9 in 10 of the documents written and most of the
-// minute windows' state (docs/ROLLUP.md).
-func held(res string, k seriesKey) bool {
-	return res == indices.ResolutionHour || k.kind != indices.KindFunction
+// appendFunctions appends the function documents of an hour's stack
+// series, computed from its stack documents and their frames in the trie:
+// a function's self is the value of the stacks whose leaf it is, its total
+// the value of the stacks holding it, counted once per stack (recursion).
+// Folding every frame of every sample into a function document per minute
+// and hour was most of the CPU per profile, and the documents most of the
+// state (docs/ROLLUP.md); the sums are the same. They are written whole
+// whenever the series' tree is, and before it: a flush marks documents
+// stored in order, so the tree's state (which they share) is clean only
+// once they are stored too.
+func appendFunctions(out []Pending, w *window, start time.Time, index string, k seriesKey, ws *series) []Pending {
+	type sums struct{ self, total int64 }
+	fns := map[string]*sums{}
+	get := func(name string) *sums {
+		s := fns[name]
+		if s == nil {
+			s = &sums{}
+			fns[name] = s
+		}
+		return s
+	}
+	var frames []indices.Frame
+	seen := map[string]struct{}{}
+	for _, ds := range ws.docs {
+		if !ds.inTree {
+			continue
+		}
+		frames = w.trie.appendFrames(frames[:0], ds.node)
+		leaf := ""
+		if len(frames) > 0 {
+			leaf = frames[0].Function
+		}
+		get(leaf).self += ds.a
+		clear(seen)
+		for _, f := range frames {
+			if _, ok := seen[f.Function]; !ok {
+				seen[f.Function] = struct{}{}
+				get(f.Function).total += ds.a
+			}
+		}
+	}
+	names := make([]string, 0, len(fns))
+	for name := range fns {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		d := indices.RollupDoc{
+			Timestamp: start, Resolution: w.key.res, Kind: indices.KindFunction, Type: k.typ,
+			Service: k.service, Host: k.host, Function: name, Self: fns[name].self, Total: fns[name].total,
+		}
+		out = append(out, Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: ws.tree.firstOffset, w: w})
+	}
+	return out
 }
 
 // hasTree says whether a window's series has a tree document: the stack
@@ -900,9 +927,6 @@ func (p *Partition) pending(w *window, start time.Time, index string, k seriesKe
 				d.Cores = float64(ds.a) / float64(windowSize(w.key.res).Nanoseconds())
 			}
 		}
-	case indices.KindFunction:
-		d.Function = name
-		d.Self, d.Total = ds.a, ds.b
 	case indices.KindStack:
 		d.StackID = name
 		d.Value, d.Samples = ds.a, ds.b
@@ -925,7 +949,9 @@ func memStats(m map[int64]int64) (avg float64, peak int64) {
 // DLQ); they are written again only if a late profile changes them.
 func MarkStored(docs []Pending) {
 	for _, d := range docs {
-		if d.ds.dirty {
+		// Function documents have no state of their own: their series'
+		// tree, written after them, has (appendFunctions).
+		if d.ds != nil && d.ds.dirty {
 			d.ds.dirty = false
 			d.w.dirty--
 		}
