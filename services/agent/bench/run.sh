@@ -42,7 +42,7 @@
 # Needs root (eBPF) and a Kafka broker (STACKSTREAM_KAFKA_BROKERS, default
 # 127.0.0.1:9092). WARMUP and SPAN (seconds) set each run's length; RATES
 # (default "19 99"), WORKLOADS (default "busy churn langs") and TARGETS
-# (default "all unit") pick the runs.
+# (default "all unit") pick the runs. AGENT=path runs a prebuilt agent.
 set -euo pipefail
 
 WARMUP=${WARMUP:-12}
@@ -85,8 +85,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-(cd "$MODULE" && go build -o "$WORK/stackstream-agent" ./cmd/stackstream-agent && go build -o "$WORK/topics" ./bench/topics &&
-	go build -o "$WORK/stacks" ./bench/stacks)
+# AGENT=path runs that binary instead of building this tree's (an A/B
+# against an older commit's build).
+if [ -n "${AGENT:-}" ]; then
+	cp "$AGENT" "$WORK/stackstream-agent"
+else
+	(cd "$MODULE" && go build -o "$WORK/stackstream-agent" ./cmd/stackstream-agent)
+fi
+(cd "$MODULE" && go build -o "$WORK/topics" ./bench/topics && go build -o "$WORK/stacks" ./bench/stacks)
 
 # The langs workload's programs: recursion a few levels deep under a short
 # chain, as a service's handlers would be.

@@ -111,7 +111,10 @@ type Sampler struct {
 	rows     *rowAllocator
 	procKeys map[int][]profiler.ProfileUnwindMappingKey
 
+	refreshKeys, refreshWhy []uint32 // Refresh's buffers (unwindMu), the size of unwind_refresh
+
 	marks     *ringbuf.Reader // wake-ups of unwind_wakeup
+	marksFile *os.File        // its descriptor in the runtime's poller
 	marked    chan struct{}   // one pending wake-up at most
 	marksDone chan struct{}   // closed when the reader's goroutine ends
 }
@@ -141,6 +144,8 @@ func New(log *slog.Logger, cfg Config) (*Sampler, error) {
 		return nil, fmt.Errorf("unwind table budget %d bytes: at most %d", cfg.UnwindTableBytes, (1<<30)*unwind.RowBytes)
 	}
 	spec.Maps[profiler.ProfileMapUnwindRows].MaxEntries = uint32(rows)
+	// The agent writes rows through a memory mapping (LoadRows).
+	spec.Maps[profiler.ProfileMapUnwindRows].Flags |= unix.BPF_F_MMAPABLE
 	spec.Maps[profiler.ProfileMapUnwindMappings].MaxEntries = uint32(max(cfg.UnwindMappings, 1))
 	spec.Maps[profiler.ProfileMapUnwindProcesses].MaxEntries = uint32(max(cfg.UnwindProcesses, 1))
 	spec.Maps[profiler.ProfileMapUnwindRefresh].MaxEntries = uint32(max(cfg.UnwindProcesses, 1))
@@ -457,9 +462,9 @@ func (s *Sampler) Close() error {
 	}
 	s.links, s.fds = nil, nil
 	if s.marks != nil {
-		errs = append(errs, s.marks.Close())
+		errs = append(errs, s.marks.Close(), s.marksFile.Close())
 		<-s.marksDone
-		s.marks = nil
+		s.marks, s.marksFile = nil, nil
 	}
 	errs = append(errs, s.objs.Close())
 	return errors.Join(errs...)

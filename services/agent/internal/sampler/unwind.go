@@ -4,10 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"os"
 	"sort"
 	"time"
+	"unsafe"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
 
 	"github.com/stackstream/stackstream/bpf/profiler"
 	"github.com/stackstream/stackstream/services/agent/internal/unwind"
@@ -59,7 +63,10 @@ func (a *rowAllocator) release(first, n uint32) {
 }
 
 // LoadRows copies a table into the unwind_rows array and returns the index
-// of its first row.
+// of its first row. The array is memory-mapped (BPF_F_MMAPABLE): the rows
+// are copied through a mapping of the pages they fall in, unmapped at once,
+// rather than written element by element by the kernel (a 430,000-row table,
+// gcc's cc1, took 60-80 ms of the agent's CPU that way).
 func (s *Sampler) LoadRows(rows []unwind.Row) (uint32, error) {
 	if len(rows) == 0 || len(rows) > profiler.MaxTableRows {
 		return 0, fmt.Errorf("load %d unwind rows: a table has 1..%d", len(rows), profiler.MaxTableRows)
@@ -70,20 +77,26 @@ func (s *Sampler) LoadRows(rows []unwind.Row) (uint32, error) {
 	if !ok {
 		return 0, fmt.Errorf("load %d unwind rows: %w", len(rows), unwind.ErrNoRoom)
 	}
-	const batch = 1 << 15
-	keys := make([]uint32, 0, min(batch, len(rows)))
-	for off := 0; off < len(rows); off += batch {
-		chunk := rows[off:min(off+batch, len(rows))]
-		keys = keys[:0]
-		for i := range chunk {
-			keys = append(keys, first+uint32(off+i))
-		}
-		if _, err := s.objs.UnwindRows.BatchUpdate(keys, chunk, nil); err != nil {
-			s.rows.release(first, uint32(len(rows)))
-			return 0, fmt.Errorf("write unwind rows: %w", err)
-		}
+	if err := s.writeRows(first, rows); err != nil {
+		s.rows.release(first, uint32(len(rows)))
+		return 0, fmt.Errorf("write unwind rows: %w", err)
 	}
 	return first, nil
+}
+
+// writeRows copies rows to unwind_rows from index first on.
+func (s *Sampler) writeRows(first uint32, rows []unwind.Row) error {
+	page := uint64(os.Getpagesize())
+	start := uint64(first) * unwind.RowBytes
+	end := start + uint64(len(rows))*unwind.RowBytes
+	off := start &^ (page - 1)
+	mem, err := unix.Mmap(s.objs.UnwindRows.FD(), int64(off), int(end-off), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("map rows %d..%d: %w", first, uint64(first)+uint64(len(rows)), err)
+	}
+	src := unsafe.Slice((*byte)(unsafe.Pointer(&rows[0])), len(rows)*unwind.RowBytes)
+	copy(mem[start-off:], src)
+	return unix.Munmap(mem)
 }
 
 // FreeRows returns a table's range to the budget. No registered process may
@@ -105,18 +118,22 @@ func (s *Sampler) SetProcess(pid int, mappings []unwind.Mapping) error {
 	defer s.unwindMu.Unlock()
 	old := s.procKeys[pid]
 	var keys []profiler.ProfileUnwindMappingKey
+	var vals []profiler.ProfileUnwindMapping
 	for _, m := range mappings {
 		if m.Limit <= m.Start {
 			continue
 		}
 		val := profiler.ProfileUnwindMapping{Bias: m.Bias, FirstRow: m.FirstRow, Rows: m.Rows}
 		for _, p := range prefixes(m.Start, m.Limit) {
-			k := mappingKey(pid, p.addr, p.bits)
-			if err := s.objs.UnwindMappings.Put(k, val); err != nil {
-				s.deleteKeys(keys)
-				return fmt.Errorf("register mapping %#x-%#x of pid %d: %w", m.Start, m.Limit, pid, err)
-			}
-			keys = append(keys, k)
+			keys = append(keys, mappingKey(pid, p.addr, p.bits))
+			vals = append(vals, val)
+		}
+	}
+	// One system call for every entry (a process has 20-30).
+	if len(keys) > 0 {
+		if n, err := s.objs.UnwindMappings.BatchUpdate(keys, vals, nil); err != nil {
+			s.deleteKeys(keys[:n])
+			return fmt.Errorf("register %d mapping entries of pid %d (%d written): %w", len(keys), pid, n, err)
 		}
 	}
 	// Entries of the old registration that the new one did not overwrite.
@@ -158,9 +175,15 @@ func (s *Sampler) MappingEntries() int {
 	return n
 }
 
+// deleteKeys deletes LPM entries, as many a system call as the kernel takes
+// (it stops at a key that is not there: that one is skipped).
 func (s *Sampler) deleteKeys(keys []profiler.ProfileUnwindMappingKey) {
-	for _, k := range keys {
-		s.objs.UnwindMappings.Delete(k)
+	for len(keys) > 0 {
+		n, err := s.objs.UnwindMappings.BatchDelete(keys, nil)
+		if err == nil {
+			return
+		}
+		keys = keys[min(n+1, len(keys)):]
 	}
 }
 
@@ -206,20 +229,33 @@ type Stale struct {
 }
 
 // Refresh returns the processes marked since the last call and forgets
-// them: the caller registers them again.
+// them: the caller registers them again. The marks are taken in one system
+// call (or a few), not three per mark: under churn every exec marks.
 func (s *Sampler) Refresh() []Stale {
-	var pid, why uint32
+	s.unwindMu.Lock()
+	defer s.unwindMu.Unlock()
+	if s.refreshKeys == nil {
+		// A buffer for the whole map: a batch must hold a hash bucket.
+		n := s.objs.UnwindRefresh.MaxEntries()
+		s.refreshKeys, s.refreshWhy = make([]uint32, n), make([]uint32, n)
+	}
 	var out []Stale
-	it := s.objs.UnwindRefresh.Iterate()
-	for it.Next(&pid, &why) {
-		out = append(out, Stale{PID: int(pid),
-			Exec:    why == profiler.RefreshExec || why == profiler.RefreshExecSampled || why == profiler.RefreshCgroup,
-			Sampled: why == profiler.RefreshSampled || why == profiler.RefreshExecSampled})
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := s.objs.UnwindRefresh.BatchLookupAndDelete(&cursor, s.refreshKeys, s.refreshWhy, nil)
+		for i, pid := range s.refreshKeys[:n] {
+			why := s.refreshWhy[i]
+			out = append(out, Stale{PID: int(pid),
+				Exec:    why == profiler.RefreshExec || why == profiler.RefreshExecSampled || why == profiler.RefreshCgroup,
+				Sampled: why == profiler.RefreshSampled || why == profiler.RefreshExecSampled})
+		}
+		if err != nil {
+			if !errors.Is(err, ebpf.ErrKeyNotExist) {
+				s.log.Warn("take unwind marks", "err", err)
+			}
+			return out
+		}
 	}
-	for _, p := range out {
-		s.objs.UnwindRefresh.Delete(uint32(p.PID))
-	}
-	return out
 }
 
 // Marked receives (at most one pending value) when the BPF program has
@@ -235,18 +271,51 @@ const MarkedGap = 200 * time.Millisecond
 // kernel wakes a reader only when it has read every record before: after a
 // wake-up the reader sleeps MarkedGap, then takes what came meanwhile
 // without waiting, so a steady stream of marks costs one wake-up a gap.
+// The wait for a record is the runtime's network poller's (the ring
+// buffer's descriptor is pollable), not the ringbuf reader's own blocking
+// epoll_wait: a thread blocked in a system call makes the Go runtime's
+// monitor thread wake up every 20 us for a millisecond and more after each
+// wake-up, which under churn cost more CPU than the agent's own work.
 func (s *Sampler) watchMarks() error {
 	r, err := ringbuf.NewReader(s.objs.UnwindWakeup)
 	if err != nil {
 		return fmt.Errorf("read unwind_wakeup ring buffer: %w", err)
 	}
-	s.marks, s.marked, s.marksDone = r, make(chan struct{}, 1), make(chan struct{})
+	fd, err := unix.FcntlInt(uintptr(s.objs.UnwindWakeup.FD()), unix.F_DUPFD_CLOEXEC, 0)
+	if err == nil {
+		err = unix.SetNonblock(fd, true)
+	}
+	if err != nil {
+		r.Close()
+		return fmt.Errorf("poll unwind_wakeup ring buffer: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "unwind_wakeup")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		r.Close()
+		f.Close()
+		return fmt.Errorf("poll unwind_wakeup ring buffer: %w", err)
+	}
+	s.marks, s.marksFile, s.marked, s.marksDone = r, f, make(chan struct{}, 1), make(chan struct{})
+	// take reads the records there are without waiting: whether it read
+	// one, and whether the reader is closed.
+	var rec ringbuf.Record
+	take := func() (got, closed bool) {
+		r.SetDeadline(time.Now())
+		err := r.ReadInto(&rec)
+		return err == nil, errors.Is(err, ringbuf.ErrClosed)
+	}
 	go func() {
 		defer close(s.marksDone)
-		var rec ringbuf.Record
 		for {
-			r.SetDeadline(time.Time{})
-			if err := r.ReadInto(&rec); errors.Is(err, ringbuf.ErrClosed) {
+			closed := false
+			// Read calls its function again each time the poller reports
+			// the descriptor readable, until it returns true.
+			if err := rc.Read(func(uintptr) bool {
+				var got bool
+				got, closed = take()
+				return got || closed
+			}); err != nil || closed {
 				return
 			}
 			select {
@@ -254,15 +323,14 @@ func (s *Sampler) watchMarks() error {
 			default:
 			}
 			time.Sleep(MarkedGap)
-			// The records of the gap: the next ReadInto waits for new ones.
-			r.SetDeadline(time.Now())
+			// The records of the gap: the next wait is for new ones.
 			more := false
 			for {
-				err := r.ReadInto(&rec)
-				if errors.Is(err, ringbuf.ErrClosed) {
+				got, closed := take()
+				if closed {
 					return
 				}
-				if err != nil {
+				if !got {
 					break
 				}
 				more = true

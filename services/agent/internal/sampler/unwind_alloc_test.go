@@ -2,10 +2,13 @@ package sampler
 
 import (
 	"encoding/binary"
+	"log/slog"
 	"math/bits"
+	"os"
 	"testing"
 
 	"github.com/stackstream/stackstream/bpf/profiler"
+	"github.com/stackstream/stackstream/pkg/testenv"
 	"github.com/stackstream/stackstream/services/agent/internal/unwind"
 )
 
@@ -78,5 +81,52 @@ func TestRowLayout(t *testing.T) {
 		if int(r) != want {
 			t.Errorf("rule %v = %d, C has %d", r, r, want)
 		}
+	}
+}
+
+// TestLoadRows: rows written through the array's memory mapping are what
+// the BPF program reads, at an offset that is not page-aligned and across
+// page boundaries, and leave their neighbours alone.
+func TestLoadRows(t *testing.T) {
+	testenv.Root(t)
+	s, err := New(slog.New(slog.NewTextHandler(os.Stderr, nil)), Config{Frequency: 19, CountsSize: 16, StacksSize: 16, UnwindTableBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	mk := func(n int, seed uint32) []unwind.Row {
+		rows := make([]unwind.Row, n)
+		for i := range rows {
+			rows[i] = unwind.Row{PC: seed + uint32(i)*16, Rule: unwind.RuleRSP, RBP: int8(i % 7), Offset: uint16(i)}
+		}
+		return rows
+	}
+	a, b := mk(3, 0x1000), mk(1500, 0x40000)
+	fa, err := s.LoadRows(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb, err := s.LoadRows(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fb != fa+3 {
+		t.Fatalf("second table at row %d, want %d", fb, fa+3)
+	}
+	check := func(first uint32, rows []unwind.Row) {
+		for i, want := range rows {
+			var got profiler.ProfileUnwindRow
+			if err := s.objs.UnwindRows.Lookup(first+uint32(i), &got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Pc != want.PC || got.Rule != uint8(want.Rule) || got.Rbp != want.RBP || got.Offset != want.Offset {
+				t.Fatalf("row %d: %+v, want %+v", first+uint32(i), got, want)
+			}
+		}
+	}
+	check(fa, a)
+	check(fb, b)
+	if _, err := s.LoadRows(make([]unwind.Row, 64<<10/unwind.RowBytes)); err == nil {
+		t.Fatal("a table larger than the room left was loaded")
 	}
 }
