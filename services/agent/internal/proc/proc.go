@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // FS reads a proc file system mounted at Root ("/proc" on a host; a fake tree
@@ -58,13 +60,45 @@ const (
 )
 
 // open opens a /proc file of pid, mapping a process that is gone to ErrGone.
-func (fs FS) open(pid int, name string) (*os.File, error) {
-	f, err := os.Open(fs.path(pid, name))
-	if errors.Is(err, os.ErrNotExist) || errors.Is(err, errSearch) {
+// The file is read with plain system calls: an *os.File would try to add it
+// to the runtime's poller and set its flags, three more calls per file, and
+// under process churn the agent reads hundreds a second.
+func (fs FS) open(pid int, name string) (*procFile, error) {
+	path := fs.path(pid, name)
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	for err == unix.EINTR {
+		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	}
+	if err == unix.ENOENT || err == unix.ESRCH {
 		return nil, fmt.Errorf("read %s of pid %d: %w", name, pid, ErrGone)
 	}
-	return f, err
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return &procFile{fd: fd}, nil
 }
+
+// procFile is an open /proc file.
+type procFile struct{ fd int }
+
+func (f *procFile) Read(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	n, err := unix.Read(f.fd, b)
+	for err == unix.EINTR {
+		n, err = unix.Read(f.fd, b)
+	}
+	switch {
+	case err != nil:
+		return 0, err
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+func (f *procFile) Close() error { return unix.Close(f.fd) }
 
 // read reads a /proc file of pid of at most max bytes; a larger one is
 // ErrTooLarge, unless truncate: then its first max bytes are returned.

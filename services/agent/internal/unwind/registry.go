@@ -131,6 +131,14 @@ func (r *Registry) Prepare(pid int, mapFiles bool) (Prepared, error) {
 			p.mappings = append(p.mappings, preparedMapping{m: m, anonymous: true})
 			continue
 		}
+		// A file seen before costs one stat (through map_files); only a
+		// new one is opened.
+		if id, err := r.fs.StatMapped(pid, m, mapFiles); err == nil {
+			if k, ok := r.keyOfFile(id); ok && (done[k] || r.has(k)) {
+				p.mappings = append(p.mappings, preparedMapping{m: m, id: id, key: k})
+				continue
+			}
+		}
 		mf, err := r.fs.OpenMapped(pid, m, mapFiles)
 		if err != nil {
 			p.Failed++
