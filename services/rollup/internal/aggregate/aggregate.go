@@ -23,7 +23,6 @@ import (
 
 	"github.com/google/pprof/profile"
 
-	"github.com/stackstream/stackstream/pkg/cache"
 	"github.com/stackstream/stackstream/pkg/pprofx"
 	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/schemas/record"
@@ -80,10 +79,23 @@ type Config struct {
 type Budget struct {
 	MaxBytes int64
 	used     int64
+	stacks   *stackCache
 }
 
-// Used is the bytes charged.
+// Used is the bytes charged: window state and the stack cache.
 func (b *Budget) Used() int64 { return b.used }
+
+// stackCache is the stack cache of the partitions sharing b; a partition
+// without a Budget gets one of its own.
+func (b *Budget) stackCache() *stackCache {
+	if b == nil {
+		return newStackCache(nil)
+	}
+	if b.stacks == nil {
+		b.stacks = newStackCache(b)
+	}
+	return b.stacks
+}
 
 // Charges of the Budget, measured by TestStateBytesBound with a margin: a
 // document (its docState and map entry), a memory profile's sum, a series
@@ -239,10 +251,10 @@ type Partition struct {
 	windows       map[windowKey]*window
 	lastCommitted int64
 	lastNext      int64
-	stacks        *cache.Bounded[uint64, []*stackInfo] // by hash of the frames, across profiles
-	bytes         int64                                // charged to the Budget by windows
-	frames        []indices.Frame                      // scratch
-	out           map[seriesKey]*scratch               // a profile's sums, reused
+	stacks        *stackCache            // the Budget's, or the partition's own without one
+	bytes         int64                  // charged to the Budget by windows
+	frames        []indices.Frame        // scratch
+	out           map[seriesKey]*scratch // a profile's sums, reused
 	deltas        []delta
 }
 
@@ -255,7 +267,7 @@ func NewPartition(cfg Config, cp Checkpoint) *Partition {
 	return &Partition{
 		cfg: cfg, watermark: cp.Watermark, baseWatermark: cp.Watermark, restored: cp,
 		next: -1, windows: map[windowKey]*window{}, lastCommitted: -1,
-		stacks: newStackCache(),
+		stacks: cfg.Budget.stackCache(),
 	}
 }
 
@@ -334,7 +346,12 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 		targets = append(targets, windowKey{res: res, start: truncate(at, size)})
 	}
 	if b := p.cfg.Budget; b != nil {
-		if n := p.newBytes(targets, in.Offset); b.used+n > b.MaxBytes {
+		n := p.newBytes(targets, in.Offset)
+		if b.used+n > b.MaxBytes {
+			// The cache gives way to the state.
+			p.stacks.reset()
+		}
+		if b.used+n > b.MaxBytes {
 			return 0, fmt.Errorf("%w: the profile adds %d bytes of documents to the %d held, limit %d", ErrStateFull, n, b.used, b.MaxBytes)
 		}
 	}
@@ -557,32 +574,19 @@ type stackInfo struct {
 	id     string
 }
 
-// maxCachedStacks and maxCachedStackBytes bound the stack cache: a stack
-// holds a frame per line of its locations, and each frame's names can be
-// long (up to record.Limits' MaxStringBytes); past either the cache starts
-// over.
-const (
-	maxCachedStacks     = 1 << 18
-	maxCachedStackBytes = 32 << 20
-)
-
 // stackBytes is an upper bound of what caching a stack of frames holds: the
 // frames (indices.Frame, 72 bytes each: it was counted 56, from before its
 // Kind, so the cache held more than its bound), their names, its ID and
 // its entry (TestStackBytesBound).
-func stackBytes(frames []indices.Frame) int {
+func stackBytes(frames []indices.Frame) int64 {
 	n := 256
 	for _, f := range frames {
 		n += int(unsafe.Sizeof(f)) + len(f.Function) + len(f.File) + len(f.Binary) + len(f.Kind)
 	}
-	return n
+	return int64(n)
 }
 
 var stackSeed = maphash.MakeSeed()
-
-func newStackCache() *cache.Bounded[uint64, []*stackInfo] {
-	return cache.New[uint64, []*stackInfo](maxCachedStacks, maxCachedStackBytes)
-}
 
 // stack returns the ID and frames of a sample's stack. Hashing a stack's
 // frames (sha256 for its ID) is most of the per-sample work, and the same
@@ -607,14 +611,14 @@ func (p *Partition) stack(s *profile.Sample) *stackInfo {
 		h.Write(line[:])
 	}
 	sum := h.Sum64()
-	same, _ := p.stacks.Get(sum)
+	same := p.stacks.get(sum)
 	for _, st := range same {
 		if slices.Equal(st.frames, p.frames) {
 			return st
 		}
 	}
 	st := newStackInfo(slices.Clone(p.frames))
-	p.stacks.Put(sum, append(slices.Clip(same), st), stackBytes(p.frames))
+	p.stacks.put(sum, same, st, stackBytes(p.frames))
 	return st
 }
 

@@ -52,7 +52,7 @@ func TestFleetStateBytes(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	withCache := int64(after.HeapAlloc) - int64(before.HeapAlloc)
-	p.stacks = newStackCache() // bounded on its own
+	p.stacks.reset() // bounded on its own, its charge returned
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	held := int64(after.HeapAlloc) - int64(before.HeapAlloc)

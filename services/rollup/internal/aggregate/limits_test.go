@@ -86,32 +86,34 @@ func TestBudgetBoundsState(t *testing.T) {
 	if refused == 0 || refused == 100 {
 		t.Fatalf("%d of 100 flood profiles refused", refused)
 	}
-	full := cfg.Budget.Used()
+	// The state's charge: the Budget's is that and the stack cache, which
+	// gives way to the state (TestStackCacheCharged).
+	full := p.bytes
 	before := docsOf(p)
 	// The steady host's next profile adds nothing new: it is counted.
 	if _, err := p.Add(Input{Profile: cpu(t0.Add(time.Second)), Type: record.ProfileCPU, Host: "web-1", Offset: 101}); err != nil {
 		t.Fatalf("steady host refused: %v", err)
 	}
-	if cfg.Budget.Used() != full || len(docsOf(p)) != len(before) {
-		t.Fatalf("steady profile changed the state: %d -> %d bytes", full, cfg.Budget.Used())
+	if p.bytes != full || len(docsOf(p)) != len(before) {
+		t.Fatalf("steady profile changed the state: %d -> %d bytes", full, p.bytes)
 	}
 	// A new flood profile is still refused, and changes nothing.
 	if _, err := p.Add(Input{Profile: flood(t0, 999, 200), Type: record.ProfileCPU, Host: "web-1", Offset: 102}); !errors.Is(err, ErrStateFull) {
 		t.Fatalf("flood profile at the limit: %v", err)
 	}
-	if cfg.Budget.Used() != full || len(docsOf(p)) != len(before) {
+	if p.bytes != full || len(docsOf(p)) != len(before) {
 		t.Fatal("a refused profile changed the state")
 	}
 	// Windows written and evicted give their bytes back.
 	add(t, p, cpu(t0.Add(3*time.Hour)), record.ProfileCPU, 103)
 	MarkStored(p.Pending(false))
 	p.Evict()
-	if used := cfg.Budget.Used(); used >= full/10 {
-		t.Fatalf("after eviction %d bytes, before %d", used, full)
+	if p.bytes >= full/10 {
+		t.Fatalf("after eviction %d bytes, before %d", p.bytes, full)
 	}
 	p.Release()
-	if used := cfg.Budget.Used(); used != 0 {
-		t.Fatalf("after release %d bytes", used)
+	if used := cfg.Budget.Used(); used != p.stacks.bytes {
+		t.Fatalf("after release %d bytes, the stack cache %d", used, p.stacks.bytes)
 	}
 }
 
@@ -181,7 +183,7 @@ func TestStateBytesBound(t *testing.T) {
 			for i, prof := range profs {
 				add(t, p, prof, typ, int64(i))
 			}
-			p.stacks = newStackCache() // bounded on its own
+			p.stacks.reset() // bounded on its own, its charge returned
 			p.out, p.deltas, p.frames = nil, nil, nil
 			runtime.GC()
 			runtime.ReadMemStats(&after)

@@ -154,8 +154,8 @@ func TestStackFramesChargedOnce(t *testing.T) {
 	MarkStored(p.Pending(true))
 	p.watermark = t0.Add(24 * time.Hour).UnixNano()
 	p.Evict()
-	if len(p.windows) != 0 || cfg.Budget.Used() != 0 {
-		t.Fatalf("%d windows left, %d bytes charged after eviction", len(p.windows), cfg.Budget.Used())
+	if len(p.windows) != 0 || cfg.Budget.Used() != p.stacks.bytes {
+		t.Fatalf("%d windows left, %d bytes charged after eviction (the stack cache: %d)", len(p.windows), cfg.Budget.Used(), p.stacks.bytes)
 	}
 }
 

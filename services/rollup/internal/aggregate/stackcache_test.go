@@ -1,0 +1,49 @@
+package aggregate
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stackstream/stackstream/schemas/record"
+)
+
+// TestStackCacheCharged: the partitions sharing a Budget share one stack
+// cache (a stack seen by one is a hit in the other), its bytes are charged
+// to the Budget, and it gives way to the state: a Budget that holds the
+// state of a profile but not the cache too drops the cache instead of
+// refusing the profile.
+func TestStackCacheCharged(t *testing.T) {
+	profs, hostOf := fleetProfiles(2, 1)
+	b := &Budget{MaxBytes: math.MaxInt64}
+	cfg := testConfig()
+	cfg.Budget = b
+	p0, p1 := NewPartition(cfg, Checkpoint{}), NewPartition(cfg, Checkpoint{})
+	if _, err := p0.Add(Input{Profile: profs[0], Type: record.ProfileCPU, Host: hostOf[0]}); err != nil {
+		t.Fatal(err)
+	}
+	cached := p0.stacks.bytes
+	if cached == 0 || b.Used() != p0.bytes+cached {
+		t.Fatalf("charged %d, want the state %d + the cache %d", b.Used(), p0.bytes, cached)
+	}
+	// The same stacks on another host of another partition: all hits.
+	n := p1.stacks.n
+	if _, err := p1.Add(Input{Profile: profs[0], Type: record.ProfileCPU, Host: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	if p1.stacks != p0.stacks || p1.stacks.n != n {
+		t.Fatalf("the second partition cached %d stacks again", p1.stacks.n-n)
+	}
+	// A budget with room for the state of the next profile only: the
+	// cache goes, the profile is folded in.
+	b.MaxBytes = b.Used() - cached + p0.newBytes(nil, 0) + 1<<20
+	before := p0.bytes
+	if _, err := p0.Add(Input{Profile: profs[1], Type: record.ProfileCPU, Host: hostOf[1], Offset: 1}); err != nil {
+		t.Fatalf("with the cache dropped the state fits: %v", err)
+	}
+	if p0.bytes == before || b.Used() > b.MaxBytes {
+		t.Fatalf("state %d -> %d, charged %d of %d", before, p0.bytes, b.Used(), b.MaxBytes)
+	}
+	if b.Used() != p0.bytes+p1.bytes+p0.stacks.bytes {
+		t.Fatalf("charged %d, want state %d + %d and cache %d", b.Used(), p0.bytes, p1.bytes, p0.stacks.bytes)
+	}
+}
