@@ -133,10 +133,11 @@ func New(cfg Config, d Deps) (*Agent, error) {
 	} else {
 		d.Log.Warn("kernel frames stay unnamed", "err", err)
 	}
-	if runtime.GOARCH != "amd64" && cfg.UnwindTableBytes > 0 {
+	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" && cfg.UnwindTableBytes > 0 {
 		// The tables' rules (CFA, return address, PLT and signal frames)
-		// are x86-64's; elsewhere the kernel's frame-pointer walk runs.
-		d.Log.Warn("unwind tables are x86-64 only: walking user stacks with frame pointers", "arch", runtime.GOARCH)
+		// are x86-64's and arm64's; elsewhere the kernel's frame-pointer
+		// walk runs.
+		d.Log.Warn("unwind tables are x86-64 and arm64 only: walking user stacks with frame pointers", "arch", runtime.GOARCH)
 		cfg.UnwindTableBytes, a.cfg.UnwindTableBytes = 0, 0
 	}
 	scfg := sampler.Config{Frequency: cfg.Frequency, CountsSize: cfg.CountsMapSize, StacksSize: cfg.StacksMapSize, OffCPU: cfg.offCPUSampler()}

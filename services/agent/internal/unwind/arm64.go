@@ -155,7 +155,7 @@ func arm64GoCIEs() (normal, root *cie) {
 // (For the one instruction after the store of a small frame and before the
 // store of x29, the x29 read is stale: the next frames use sp.)
 func arm64PcspRow(ins []byte, delta uint64) []byte {
-	ins = append(ins, cfaDefCFAOffset)
+	ins = append(ins, cfaDefCFA, arm64SP)
 	ins = binary.AppendUvarint(ins, delta)
 	if delta == 0 {
 		return append(ins, cfaRestore|arm64LR, cfaRestore|arm64FP)

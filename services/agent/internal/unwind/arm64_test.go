@@ -351,3 +351,52 @@ func TestArm64RowConstants(t *testing.T) {
 		t.Errorf("USER_VA_MASK %#x, Go %#x", uint64(profiler.UserVAMask), uint64(arm64UserVA))
 	}
 }
+
+// TestGoPclntabArm64: a stripped arm64 Go binary gets its rows from
+// .gopclntab (x30 at sp, x29 below it once the prologue moved sp), and they
+// give the CFA and the return address the same build's .debug_frame gives at
+// every address it describes.
+func TestGoPclntabArm64(t *testing.T) {
+	withDWARF := compileArm64File(t, buildGo(t, "", "GOARCH=arm64"))
+	stripped := compileArm64File(t, buildGo(t, "-s -w", "GOARCH=arm64"))
+	if len(stripped.Rows) == 0 {
+		t.Fatal("no rows from .gopclntab")
+	}
+	checked, differ, framed := 0, 0, 0
+	for i, r := range withDWARF.Rows {
+		want := decodeArm64(r)
+		if want.rule != RuleRSP {
+			continue
+		}
+		pcs := []uint64{uint64(r.PC)}
+		if i+1 < len(withDWARF.Rows) && withDWARF.Rows[i+1].PC > r.PC+4 {
+			pcs = append(pcs, uint64(withDWARF.Rows[i+1].PC)-4)
+		}
+		for _, pc := range pcs {
+			row, ok := stripped.Lookup(pc)
+			got := decodeArm64(row)
+			if got.rule == RuleEnd {
+				continue // runtime.goexit, mstart, rt0_go: roots by design
+			}
+			checked++
+			if !got.raInLR {
+				framed++
+			}
+			if !ok || got.rule != RuleRSP || got.cfaOff != want.cfaOff || got.raInLR != want.raInLR || got.raOff != want.raOff ||
+				(!got.raInLR && (got.fp != "saved" || got.fpOff != got.raOff-8)) {
+				differ++
+				if differ <= 10 {
+					t.Errorf("%#x: .debug_frame %v, .gopclntab %v", pc, want, got)
+				}
+			}
+		}
+	}
+	t.Logf("%d addresses checked (%d with x30 saved), %d differ; .debug_frame %d rows, .gopclntab %d rows (%d bytes), rules %v",
+		checked, framed, differ, len(withDWARF.Rows), len(stripped.Rows), stripped.Bytes(), stripped.Stats.Rules)
+	if checked < 1000 || framed < checked/4 || differ*1000 > checked {
+		t.Fatalf("%d of %d addresses differ (%d with x30 saved)", differ, checked, framed)
+	}
+	if stripped.Stats.Rules[RuleEnd] == 0 {
+		t.Errorf("no end-of-stack row (runtime.goexit): rules %v", stripped.Stats.Rules)
+	}
+}

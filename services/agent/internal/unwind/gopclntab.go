@@ -146,14 +146,19 @@ func pcspInstructions(b []byte, off, size uint64, arch Arch, quantum uint64) ([]
 		}
 		// Frames past what a row holds (runtime.call1048576) become
 		// unsupported rows in build, not a lost function.
-		if val < 0 || val%8 != 0 || val > 1<<40 {
+		if val < 0 && arch != ArchArm64 || val%8 != 0 || val > 1<<40 {
 			return nil, fmt.Errorf("%w: sp delta %d", ErrUnsupported, val)
 		}
 		// The row for [pc, pc+delta).
 		delta *= quantum
-		if arch == ArchArm64 {
+		switch {
+		case arch == ArchArm64 && val < 0:
+			// runtime.asyncPreempt and debugCallV2 store below sp before
+			// moving it: a row the walk stops at, not a lost function.
+			ins = append(ins, cfaDefCFAExpression, 0)
+		case arch == ArchArm64:
 			ins = arm64PcspRow(ins, uint64(val))
-		} else {
+		default:
 			ins = append(ins, cfaDefCFAOffset)
 			ins = binary.AppendUvarint(ins, uint64(val)+8)
 			if val >= 8 && !saved {

@@ -38,8 +38,9 @@ func main() {
 }
 `
 
-// buildGo builds goProgram with the given linker flags.
-func buildGo(t *testing.T, ldflags string) string {
+// buildGo builds goProgram with the given linker flags (and environment,
+// such as GOARCH=arm64).
+func buildGo(t *testing.T, ldflags string, env ...string) string {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module prog\n\ngo 1.22\n"), 0o644); err != nil {
@@ -51,7 +52,7 @@ func buildGo(t *testing.T, ldflags string) string {
 	bin := filepath.Join(dir, "prog")
 	cmd := exec.Command("go", "build", "-ldflags="+ldflags, "-o", bin, ".")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0", "GOFLAGS=-mod=mod")
+	cmd.Env = append(append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0", "GOFLAGS=-mod=mod"), env...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

@@ -144,6 +144,9 @@ func FuzzCompile(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(xz)
+	if arm64, err := os.ReadFile(arm64Sysroot + "/lib/libgcc_s.so.1"); err == nil {
+		f.Add(arm64) // Debian's arm64 build (libgcc-s1-arm64-cross)
+	}
 	f.Add(ehSection([]byte{cfaAdvanceLoc | 1, cfaDefCFAOffset, 16}))
 	f.Add(ehSection(bytes.Repeat([]byte{cfaRememberState}, 70)))
 	lim := Limits{MaxSectionBytes: 1 << 20, MaxEntries: 10_000, MaxRows: 100_000, MaxStateDepth: 16}
@@ -154,13 +157,16 @@ func FuzzCompile(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		tab, err := Compile(bytes.NewReader(b), int64(len(b)), lim)
-		if err == nil {
-			checkSorted(t, tab)
-		} else if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrTooLarge) && !errors.Is(err, ErrUnsupported) {
-			t.Fatalf("error %v is not a sentinel", err)
+		// An input is of one machine: the other stops at its header.
+		for _, arch := range []Arch{ArchX86_64, ArchArm64} {
+			tab, err := compileArch(bytes.NewReader(b), int64(len(b)), arch, lim)
+			if err == nil {
+				checkSorted(t, tab)
+			} else if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrTooLarge) && !errors.Is(err, ErrUnsupported) {
+				t.Fatalf("%v: error %v is not a sentinel", arch, err)
+			}
 		}
-		tab, err = compileSection(b, lim)
+		tab, err := compileSection(b, lim)
 		if err == nil {
 			checkSorted(t, tab)
 		} else if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrTooLarge) {
