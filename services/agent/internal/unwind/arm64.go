@@ -3,6 +3,7 @@ package unwind
 import (
 	"debug/elf"
 	"encoding/binary"
+	"io"
 )
 
 // arm64 (AArch64) rows. The return address is not pushed by the call as on
@@ -124,18 +125,36 @@ func slotUnits(off int64) (int64, bool) {
 // call-frame information for them, and their stubs (adrp, ldr, add, br x17)
 // touch neither sp nor x30, so the caller's return address is still in x30:
 // the row of a function's first instruction. Without them a sample in a stub
-// would step with frame pointers and lose its caller.
+// would step with frame pointers and lose its caller. The first 32 bytes of
+// .plt (PLT0, lazy binding's path to the resolver) push x16 and x30 with
+// `stp x16, x30, [sp, #-16]!` (after a `bti c` with BTI): the CFA is sp+16
+// after it, the return address still in x30.
 func arm64PLTFDEs(f *elf.File) []fde {
 	plt := &cie{arch: ArchArm64, codeAlign: 4, dataAlign: -8, raReg: arm64LR,
 		initial: []byte{cfaDefCFA, arm64SP, 0}}
+	const plt0Bytes = 32
 	var fdes []fde
 	for _, s := range f.Sections {
-		if (s.Name == ".plt" || s.Name == ".iplt") && s.Type == elf.SHT_PROGBITS && s.Flags&elf.SHF_EXECINSTR != 0 && s.Size > 0 {
-			fdes = append(fdes, fde{cie: plt, start: s.Addr, end: s.Addr + s.Size})
+		if (s.Name != ".plt" && s.Name != ".iplt") || s.Type != elf.SHT_PROGBITS || s.Flags&elf.SHF_EXECINSTR == 0 || s.Size == 0 {
+			continue
 		}
+		fd := fde{cie: plt, start: s.Addr, end: s.Addr + s.Size}
+		var head [8]byte
+		if _, err := io.ReadFull(s.Open(), head[:]); err == nil && s.Size > plt0Bytes {
+			for i := 0; i < 2; i++ {
+				if binary.LittleEndian.Uint32(head[4*i:]) == stpX16X30 {
+					fd.instructions = []byte{cfaAdvanceLoc | byte(i+1), cfaDefCFAOffset, 16,
+						cfaAdvanceLoc | byte(plt0Bytes/4-i-1), cfaDefCFAOffset, 0}
+				}
+			}
+		}
+		fdes = append(fdes, fd)
 	}
 	return fdes
 }
+
+// stpX16X30 is `stp x16, x30, [sp, #-16]!`.
+const stpX16X30 = 0xa9bf7bf0
 
 // arm64GoCIEs are the CIEs of Go's arm64 functions: at entry the CFA is sp
 // and the return address in x30; the root functions end the stack.

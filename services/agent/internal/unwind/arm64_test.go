@@ -311,25 +311,41 @@ func TestCompileArm64MatchesReadelf(t *testing.T) {
 	}
 }
 
-// TestArm64PLT: a sample in a PLT stub keeps its caller (x30).
+// TestArm64PLT: a sample in a PLT stub keeps its caller (x30); in PLT0,
+// after its push of x16 and x30, the CFA is sp+16.
 func TestArm64PLT(t *testing.T) {
-	path := buildArm64(t, arm64CC, chainC, "-O2")
-	f, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	plt := f.Section(".plt")
-	if plt == nil {
-		t.Fatal("no .plt")
-	}
-	tab := compileArm64File(t, path)
-	for pc := plt.Addr; pc < plt.Addr+plt.Size; pc += 4 {
-		row, ok := tab.Lookup(pc)
-		got := decodeArm64(row)
-		if !ok || got.rule != RuleRSP || got.cfaOff != 0 || !got.raInLR || got.fp != "same" {
-			t.Fatalf("%#x in .plt: row %+v means %v, want cfa=sp+0 ra=x30 x29=same", pc, row, got)
-		}
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		stp   uint64 // offset of PLT0's stp
+	}{
+		{"plain", []string{"-O2"}, 0},
+		{"bti", []string{"-O2", "-mbranch-protection=standard", "-Wl,-z,force-bti"}, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := buildArm64(t, arm64CC, chainC, tc.flags...)
+			f, err := elf.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			plt := f.Section(".plt")
+			if plt == nil {
+				t.Fatal("no .plt")
+			}
+			tab := compileArm64File(t, path)
+			for pc := plt.Addr; pc < plt.Addr+plt.Size; pc += 4 {
+				row, ok := tab.Lookup(pc)
+				got := decodeArm64(row)
+				want := int64(0)
+				if pc > plt.Addr+tc.stp && pc < plt.Addr+32 {
+					want = 16
+				}
+				if !ok || got.rule != RuleRSP || got.cfaOff != want || !got.raInLR || got.fp != "same" {
+					t.Fatalf("%#x in .plt: row %+v means %v, want cfa=sp+%d ra=x30 x29=same", pc, row, got, want)
+				}
+			}
+		})
 	}
 }
 
