@@ -47,6 +47,44 @@ function functionSeries(params) {
   return { ...s, series: [{ labels: { function: fn }, points: known ? s.series[0].points.filter((_, i) => i % 5 !== 3) : [] }] };
 }
 
+// sandwichOf answers /sandwich from the mock tree: callers as the paths
+// to fn (outermost occurrence), callees as fn's subtrees merged.
+function sandwichOf(fn) {
+  const callers = { name: fn, self: 0, total: 0, children: [] };
+  const callees = { name: fn, self: 0, total: 0, children: [] };
+  const child = (n, name) => {
+    let c = n.children.find((x) => x.name === name);
+    if (!c) n.children.push((c = { name, self: 0, total: 0, children: [] }));
+    return c;
+  };
+  const merge = (dst, src) => {
+    const c = child(dst, src.name);
+    c.self += src.self;
+    c.total += src.total;
+    for (const k of src.children ?? []) merge(c, k);
+  };
+  const walk = (n, path) => {
+    if (n.name === fn) {
+      callers.total += n.total;
+      callees.total += n.total;
+      callees.self += n.self;
+      let cur = callers;
+      for (let i = path.length - 1; i >= 1; i--) {
+        cur = child(cur, path[i].name);
+        cur.total += n.total;
+      }
+      cur.self += n.total;
+      for (const k of n.children ?? []) merge(callees, k);
+      return;
+    }
+    for (const k of n.children ?? []) walk(k, [...path, n]);
+  };
+  walk(tree, []);
+  const sum = (n) => (n.children ?? []).reduce((a, c) => a + c.total, 0);
+  callers.self = callers.total - sum(callers);
+  return { type: 'cpu', unit: 'nanoseconds', total: tree.total, truncated: false, folded: 0, callers, callees };
+}
+
 export function handle(path, params) {
   const q = params.get('query') || '';
   if (/[{]?[^}]*$/.test(q) && q && !q.trim().endsWith('}')) {
@@ -62,6 +100,8 @@ export function handle(path, params) {
       return { status: 200, body: series(params, params.get('type') === 'memory' ? 256 * 2 ** 20 : 1.25) };
     case '/api/v1/flamegraph':
       return { status: 200, body: { type: 'cpu', unit: 'nanoseconds', total: tree.total, truncated: false, root: tree } };
+    case '/api/v1/sandwich':
+      return { status: 200, body: sandwichOf(params.get('function') || '') };
     case '/api/v1/top':
       return { status: 200, body: { type: 'cpu', unit: 'nanoseconds', total: 1000, functions: [
         { name: 'main.work', self: 500, total: 600, self_share: 0.5, total_share: 0.6 },

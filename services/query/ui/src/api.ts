@@ -40,6 +40,18 @@ export interface FlameResponse {
   root: FlameNode;
 }
 
+// SandwichResponse is /api/v1/sandwich: the callers (a tree rooted at the
+// function whose children are its callers) and callees of one function,
+// from the whole merged tree.
+export interface SandwichResponse {
+  type: string;
+  unit: string;
+  total: number;
+  truncated: boolean;
+  callers: FlameNode;
+  callees: FlameNode;
+}
+
 export interface TopFunction {
   name: string;
   self: number;
@@ -166,6 +178,7 @@ export class Api {
   series = (p: Params, signal?: AbortSignal) => this.get<SeriesResponse>('series', p, signal);
   flamegraph = (p: Params, signal?: AbortSignal) => this.get<FlameResponse>('flamegraph', p, signal);
   top = (p: Params, signal?: AbortSignal) => this.get<TopResponse>('top', p, signal);
+  sandwich = (p: Params, signal?: AbortSignal) => this.get<SandwichResponse>('sandwich', p, signal);
   search = (p: Params, signal?: AbortSignal) => this.get<SearchResponse>('search', p, signal);
   diff = (p: Params, signal?: AbortSignal) => this.get<DiffResponse>('diff', p, signal);
 }

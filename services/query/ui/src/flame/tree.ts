@@ -1,7 +1,8 @@
 // The flame graph model: the API's nested tree flattened into rows of frames
 // with their horizontal position as a fraction of the root, so drawing and hit
-// testing are array scans instead of tree walks. Also the sandwich view (the
-// callers and callees of one function), computed here from the same tree.
+// testing are array scans instead of tree walks. The sandwich view's two
+// trees come from the API (/api/v1/sandwich), exact however the flame graph
+// was folded.
 
 import type { DiffNode, FlameNode } from '../api';
 import { kindOf, type FrameKind } from './kinds.js';
@@ -136,73 +137,6 @@ export function matchedShare(l: Layout, match: (n: string) => boolean): number {
     }
   });
   return share;
-}
-
-// sandwich builds the two halves of the sandwich view of fn: callers (a tree
-// rooted at fn whose children are its callers, their children the callers'
-// callers) and callees (fn's subtrees merged). Recursive calls count once:
-// only the outermost occurrence on each path contributes.
-export function sandwich(root: FlameNode, fn: string): { callers: FlameNode; callees: FlameNode } {
-  const callers: FlameNode = { name: fn, self: 0, total: 0, children: [] };
-  const callees: FlameNode = { name: fn, self: 0, total: 0, children: [] };
-  const path: FlameNode[] = [];
-  const walk = (n: FlameNode, inside: boolean) => {
-    if (n.name === fn && !inside) {
-      callers.kind ??= n.kind;
-      callees.kind ??= n.kind;
-      callers.total += n.total;
-      callers.self += n.self;
-      let cur = callers;
-      for (let i = path.length - 1; i >= 1; i--) {
-        cur = child(cur, path[i].name, path[i].kind);
-        cur.total += n.total;
-      }
-      cur.self += n.total;
-      callees.total += n.total;
-      callees.self += n.self;
-      for (const c of n.children ?? []) mergeInto(callees, c);
-      inside = true;
-    }
-    path.push(n);
-    for (const c of n.children ?? []) walk(c, inside);
-    path.pop();
-  };
-  walk(root, false);
-  // Callers' self is the part that stops there (the path reached the root).
-  fixSelf(callers);
-  sortTree(callers);
-  sortTree(callees);
-  return { callers, callees };
-}
-
-// child finds or adds the child of n for a frame: a name of one kind (a
-// Python function and a C function of one name are two frames).
-function child(n: FlameNode, name: string, kind: string | undefined): FlameNode {
-  n.children ??= [];
-  let c = n.children.find((x) => x.name === name && x.kind === kind);
-  if (!c) {
-    c = kind ? { name, kind, self: 0, total: 0, children: [] } : { name, self: 0, total: 0, children: [] };
-    n.children.push(c);
-  }
-  return c;
-}
-
-function mergeInto(dst: FlameNode, src: FlameNode) {
-  const c = child(dst, src.name, src.kind);
-  c.total += src.total;
-  c.self += src.self;
-  for (const s of src.children ?? []) mergeInto(c, s);
-}
-
-function fixSelf(n: FlameNode) {
-  const sum = (n.children ?? []).reduce((s, c) => s + c.total, 0);
-  n.self = Math.max(0, n.total - sum);
-  for (const c of n.children ?? []) fixSelf(c);
-}
-
-function sortTree(n: FlameNode) {
-  n.children?.sort((a, b) => b.total - a.total || a.name.localeCompare(b.name));
-  for (const c of n.children ?? []) sortTree(c);
 }
 
 // functionTotals sums self and total per function name over the tree

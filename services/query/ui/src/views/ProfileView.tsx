@@ -8,13 +8,13 @@ import {
   EuiSpacer, EuiSwitch, EuiTitle, EuiText, EuiButtonEmpty, EuiCallOut,
 } from '@opensearch-project/oui';
 import { TOP_SERIES } from '../api';
-import type { Api, FlameResponse, TopFunction, TopResponse, SeriesResponse } from '../api';
+import type { Api, FlameResponse, SandwichResponse, TopFunction, TopResponse, SeriesResponse } from '../api';
 import type { Resolved } from '../time';
 import { useLoad } from '../useApi';
 import { Panel, ErrorCallOut } from './Status';
 import { TimeChart } from './TimeChart';
 import { FlameGraph } from '../flame/FlameGraph';
-import { formatPercent, formatValue, layoutTree, matcher, sandwich } from '../flame/tree';
+import { formatPercent, formatValue, layoutTree, matcher } from '../flame/tree';
 import { wallSeries } from '../series';
 
 export interface ProfileProps {
@@ -47,13 +47,15 @@ export function ProfileView({ api, type, query, range, onZoom, focusFunction, on
 
   const layout = useMemo(() => (flame.data ? layoutTree(flame.data.root) : null), [flame.data]);
   const match = useMemo(() => matcher(search || focusFunction || ''), [search, focusFunction]);
-  const sw = useMemo(
-    () => (flame.data && focusFunction ? sandwich(flame.data.root, focusFunction) : null),
-    [flame.data, focusFunction],
+  // The sandwich comes from the API: computed there from the whole merged
+  // tree, its nodes are exact even where the flame graph folded them.
+  const sw = useLoad<SandwichResponse>(
+    focusFunction ? (s) => api.sandwich({ ...common, type, function: focusFunction }, s) : null,
+    [api, type, query, range, focusFunction],
   );
   const swLayouts = useMemo(
-    () => (sw ? { callers: layoutTree(sw.callers), callees: layoutTree(sw.callees) } : null),
-    [sw],
+    () => (sw.data ? { callers: layoutTree(sw.data.callers), callees: layoutTree(sw.data.callees) } : null),
+    [sw.data],
   );
 
   const download = async () => {
@@ -180,7 +182,7 @@ export function ProfileView({ api, type, query, range, onZoom, focusFunction, on
           </EuiPanel>
         </EuiFlexItem>
       </EuiFlexGroup>
-      {focusFunction && swLayouts && flame.data && (
+      {focusFunction && (
         <>
           <EuiSpacer size="m" />
           <EuiPanel paddingSize="s" data-test-subj="sandwich">
@@ -192,16 +194,16 @@ export function ProfileView({ api, type, query, range, onZoom, focusFunction, on
                 <EuiButtonEmpty size="xs" iconType="cross" onClick={() => onFocusFunction(null)} data-test-subj="closeSandwich">Close</EuiButtonEmpty>
               </EuiFlexItem>
             </EuiFlexGroup>
-            {swLayouts.callers.total === 0 ? (
-              <EuiText size="s" color="subdued"><p>{focusFunction} does not appear in this flame graph.</p></EuiText>
-            ) : (
-              <>
-                <EuiText size="xs" color="subdued"><p>Callers (above)</p></EuiText>
-                <FlameGraph layout={swLayouts.callers} unit={flame.data.unit} icicle={false} testId="sandwich-callers" />
-                <EuiText size="xs" color="subdued"><p>Callees (below)</p></EuiText>
-                <FlameGraph layout={swLayouts.callees} unit={flame.data.unit} icicle testId="sandwich-callees" />
-              </>
-            )}
+            <Panel state={sw} testId="sandwichPanel" empty={`${focusFunction} does not appear in this selection.`} isEmpty={(d) => d.callers.total === 0}>
+              {(d) => swLayouts && (
+                <>
+                  <EuiText size="xs" color="subdued"><p>Callers (above)</p></EuiText>
+                  <FlameGraph layout={swLayouts.callers} unit={d.unit} icicle={false} testId="sandwich-callers" />
+                  <EuiText size="xs" color="subdued"><p>Callees (below)</p></EuiText>
+                  <FlameGraph layout={swLayouts.callees} unit={d.unit} icicle testId="sandwich-callees" />
+                </>
+              )}
+            </Panel>
           </EuiPanel>
         </>
       )}

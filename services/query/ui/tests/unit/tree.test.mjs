@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  layoutTree, layoutDiff, frameAt, ancestors, matcher, matchedShare, sandwich, functionTotals, formatValue, formatPercent,
+  layoutTree, layoutDiff, frameAt, ancestors, matcher, matchedShare, functionTotals, formatValue, formatPercent,
 } from '../../.unit-build/flame/tree.js';
 
 const fixture = {
@@ -85,45 +85,6 @@ test('matchedShare counts nested matches once', () => {
   const l = layoutTree(fixture);
   assert.equal(matchedShare(l, (n) => n.startsWith('main.')), 0.9);
   assert.ok(Math.abs(matchedShare(l, (n) => n === 'runtime.memmove' || n === 'runtime.gc') - 0.3) < 1e-12);
-});
-
-test('sandwich of the fixture', () => {
-  const { callers, callees } = sandwich(fixture, 'main.work');
-  assert.equal(callers.total, 70);
-  assert.deepEqual(callers.children.map((c) => [c.name, c.total]), [['main.main', 70]]);
-  assert.equal(callees.total, 70);
-  assert.equal(callees.self, 50);
-  assert.deepEqual(callees.children.map((c) => [c.name, c.total]), [['runtime.memmove', 20]]);
-  const none = sandwich(fixture, 'nope');
-  assert.equal(none.callers.total, 0);
-  assert.equal(none.callees.children.length, 0);
-});
-
-test('sandwich counts recursion once and keeps totals consistent', () => {
-  const rec = {
-    name: 'total', self: 0, total: 10, children: [
-      { name: 'a', self: 0, total: 10, children: [{ name: 'a', self: 4, total: 10, children: [{ name: 'b', self: 6, total: 6 }] }] },
-    ],
-  };
-  const { callers, callees } = sandwich(rec, 'a');
-  assert.equal(callers.total, 10);
-  assert.equal(callees.total, 10);
-  for (let seed = 1; seed <= 50; seed++) {
-    const root = randomTree(seed);
-    const totals = functionTotals(root);
-    for (const [name, t] of totals) {
-      const sw = sandwich(root, name);
-      assert.equal(sw.callers.total, t.total, `seed ${seed} ${name}: callers total`);
-      assert.equal(sw.callees.total, t.total, `seed ${seed} ${name}: callees total`);
-      const check = (n) => {
-        const sum = (n.children ?? []).reduce((a, c) => a + c.total, 0);
-        assert.ok(sum <= n.total, `seed ${seed} ${name}: children exceed ${n.name}`);
-        (n.children ?? []).forEach(check);
-      };
-      check(sw.callers);
-      check(sw.callees);
-    }
-  }
 });
 
 test('functionTotals sums self and counts recursive totals once', () => {
