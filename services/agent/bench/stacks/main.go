@@ -2,7 +2,7 @@
 // prefix and prints how complete their user stacks are: the share of samples
 // whose outermost user frame is a thread's or process's root (_start or the
 // executable's entry point, __libc_start_main, clone3, start_thread, Go's
-// runtime.goexit, mstart or rt0_go) and the median number of user frames.
+// runtime.goexit, mstart or rt0_go; mcall or morestack on g0) and the median number of user frames.
 // Frames are named from the debuginfo the agent published. Usage:
 // stacks PREFIX (broker from STACKSTREAM_KAFKA_BROKERS, default
 // 127.0.0.1:9092). Output: "complete_percent median_depth samples";
@@ -79,7 +79,9 @@ func main() {
 
 var roots = map[string]bool{"_start": true, "__libc_start_main": true, "__libc_start_call_main": true,
 	"clone3": true, "clone": true, "start_thread": true, "runtime.goexit": true, "runtime.mstart": true,
-	"runtime.rt0_go": true, "runtime.goexit.abi0": true, "runtime.mstart.abi0": true, "runtime.rt0_go.abi0": true}
+	"runtime.rt0_go": true, "runtime.goexit.abi0": true, "runtime.mstart.abi0": true, "runtime.rt0_go.abi0": true,
+	// The base of g0's stack while the scheduler or newstack runs on it.
+	"runtime.mcall": true, "runtime.morestack": true, "runtime.mcall.abi0": true, "runtime.morestack.abi0": true}
 
 // isRoot names a frame through its file's debuginfo; a stripped
 // executable's _start is its entry point.

@@ -45,6 +45,27 @@ func buildWith(t testing.TB, compiler, ext, src string, flags ...string) string 
 	return bin
 }
 
+const goSchedSource = `package main
+
+import "runtime"
+
+var sink uint64
+
+func main() {
+	for i := 0; i < 4; i++ {
+		go func() {
+			for {
+				sink++
+				runtime.Gosched()
+			}
+		}()
+	}
+	for {
+		runtime.Gosched()
+	}
+}
+`
+
 const cxxSource = `
 #include <stdexcept>
 volatile unsigned long sink;
@@ -113,6 +134,12 @@ func TestUnwindWorkloads(t *testing.T) {
 		{"go stripped", func(t *testing.T) *exec.Cmd {
 			return exec.Command(workload.BuildGo(t, t.TempDir(), "prog", true))
 		}, nil, true},
+		// Goroutines that yield: most samples are the scheduler on g0,
+		// under runtime.mcall, which ends their stacks (walked on, the
+		// return address is a stale word of g0's stack).
+		{"go scheduler", func(t *testing.T) *exec.Cmd {
+			return exec.Command(buildWith(t, "go", "go", goSchedSource, "build"))
+		}, nil, true},
 		{"python3", func(t *testing.T) *exec.Cmd {
 			return exec.Command("python3", "-c", "while True: sum(i * i for i in range(1000))")
 		}, nil, false},
@@ -151,6 +178,25 @@ func TestUnwindWorkloads(t *testing.T) {
 			}
 			if tc.name == "go stripped" && (depth < 4 || c.UnwindFPFrames*100 > c.UnwindStacks) {
 				t.Errorf("median depth %d (want hotFunction <- main.main <- runtime.main <- goexit), %d frame-pointer steps", depth, c.UnwindFPFrames)
+			}
+			if tc.name == "go scheduler" {
+				g0, past := uint64(0), uint64(0)
+				for i, st := range stacks {
+					for j, f := range st {
+						if !strings.Contains(f, "runtime.mcall") {
+							continue
+						}
+						g0 += counts[i]
+						if j != len(st)-1 {
+							past += counts[i]
+							t.Errorf("%d samples walked past runtime.mcall: %s", counts[i], strings.Join(st, " <- "))
+						}
+						break
+					}
+				}
+				if g0*10 < total || past > 0 {
+					t.Errorf("%d of %d samples under runtime.mcall, %d of them walked past it", g0, total, past)
+				}
 			}
 			if c.UnwindComplete*100 < c.UnwindStacks*99 {
 				t.Errorf("%d of %d walks reached the outermost frame", c.UnwindComplete, c.UnwindStacks)

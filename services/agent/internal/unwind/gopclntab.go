@@ -22,8 +22,13 @@ const (
 	pclntabMagic120 = 0xfffffff1
 )
 
-// Functions at whose frame a goroutine's or thread's stack begins.
-var goRoots = map[string]bool{"runtime.goexit": true, "runtime.mstart": true, "runtime.rt0_go": true}
+// Functions at whose frame a goroutine's or thread's stack begins, and
+// those that switch to the thread's g0 stack and call the scheduler or
+// newstack at its base: what called them is on the goroutine's stack, out of
+// an unwinder's reach (Go's own profiles end there too). Walked on, the
+// return address read is a stale word of g0's stack.
+var goRoots = map[string]bool{"runtime.goexit": true, "runtime.mstart": true, "runtime.rt0_go": true,
+	"runtime.mcall": true, "runtime.morestack": true}
 
 // goFDEs reads the pcsp tables of .gopclntab; rootsOnly, those of the
 // functions that end a stack (goRoots) only.
