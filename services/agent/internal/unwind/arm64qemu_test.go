@@ -33,16 +33,23 @@ func (s *arm64Snapshot) mem(addr uint64, n int) ([]byte, bool) {
 // qemu-aarch64-static in mode (plain, signal).
 func runArm64Snap(t *testing.T, mode string, flags ...string) (*arm64Snapshot, string) {
 	t.Helper()
-	qemu := needTool(t, "qemu-aarch64-static")
 	src, err := os.ReadFile("testdata/arm64snap.c")
 	if err != nil {
 		t.Fatal(err)
 	}
 	bin := buildArm64(t, arm64CC, string(src), flags...)
-	out := filepath.Join(t.TempDir(), "snapshot")
 	// -L: the dynamic loader and libc of Debian's arm64 cross packages.
-	if b, err := exec.Command(qemu, "-L", arm64Sysroot, bin, out, mode).CombinedOutput(); err != nil {
-		t.Fatalf("qemu %s %s: %v\n%s", bin, mode, err, b)
+	return runArm64(t, exec.Command(needTool(t, "qemu-aarch64-static"), "-L", arm64Sysroot, bin), mode), bin
+}
+
+// runArm64 runs cmd with the snapshot's path and mode as arguments and
+// reads the snapshot.
+func runArm64(t *testing.T, cmd *exec.Cmd, mode string) *arm64Snapshot {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "snapshot")
+	cmd.Args = append(cmd.Args, out, mode)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %v\n%s", cmd.Args, err, b)
 	}
 	b, err := os.ReadFile(out)
 	if err != nil {
@@ -61,7 +68,7 @@ func runArm64Snap(t *testing.T, mode string, flags ...string) (*arm64Snapshot, s
 	if s.maps, err = proc.ParseMaps(b[48+n:]); err != nil {
 		t.Fatalf("maps: %v", err)
 	}
-	return s, bin
+	return s
 }
 
 // arm64Image is one executable mapping with its table and symbols.
@@ -184,6 +191,71 @@ func TestArm64WalkSnapshot(t *testing.T) {
 			}
 			if strings.Join(got, " <- ") != strings.Join(tc.want, " <- ") {
 				t.Fatalf("chain\n %s\nwant\n %s", strings.Join(got, " <- "), strings.Join(tc.want, " <- "))
+			}
+		})
+	}
+}
+
+// TestArm64WalkSnapshotGo: an arm64 Go program (testdata/arm64snapgo) copies
+// its goroutine's stack at main.leaf <- main.mid <- main.main under qemu; the
+// walk with its .debug_frame rows, and with the stripped build's .gopclntab
+// rows, reaches runtime.goexit.
+func TestArm64WalkSnapshotGo(t *testing.T) {
+	qemu := needTool(t, "qemu-aarch64-static")
+	build := func(ldflags string) string {
+		bin := filepath.Join(t.TempDir(), "snapgo")
+		cmd := exec.Command("go", "build", "-ldflags="+ldflags, "-o", bin, ".")
+		cmd.Dir = "testdata/arm64snapgo"
+		cmd.Env = append(os.Environ(), "GOARCH=arm64", "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=mod")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build: %v\n%s", err, out)
+		}
+		return bin
+	}
+	bin := build("")
+	stripped := build("-s -w")
+	// The same code at the same addresses: names from the symbols of bin.
+	cmd := exec.Command(qemu, bin)
+	cmd.Env = append(os.Environ(), "GOGC=off")
+	snap := runArm64(t, cmd, "plain")
+	names := loadArm64Images(t, snap.maps)
+	if len(names) != 1 {
+		t.Fatalf("%d executable mappings, want the static program only: %+v", len(names), snap.maps)
+	}
+	im := names[0]
+	want := "main.snap.abi0 <- main.leaf <- main.mid <- main.main <- runtime.main <- runtime.goexit.abi0"
+	for _, tc := range []struct {
+		name string
+		tab  *Table
+	}{{"debug_frame", im.tab}, {"gopclntab", compileArm64File(t, stripped)}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rows := func(pc uint64) (Row, bool) {
+				if pc < im.start || pc >= im.limit {
+					return Row{}, false
+				}
+				return tc.tab.Lookup(pc - im.bias)
+			}
+			frames, end, err := walkArm64(snap.regs, snap.mem, rows, 128)
+			var got []string
+			for _, f := range frames {
+				got = append(got, im.name(f.pc))
+				t.Logf("%#x %-22s %v", f.pc, got[len(got)-1], f.row)
+			}
+			if err != nil || !end {
+				t.Fatalf("walk stopped after %d frames, end %v: %v", len(frames), end, err)
+			}
+			if strings.Join(got, " <- ") != want {
+				t.Fatalf("chain\n %s\nwant\n %s", strings.Join(got, " <- "), want)
+			}
+			if tc.name != "gopclntab" {
+				return // .debug_frame does not say where Go saves x29
+			}
+			// Go points x29 at sp-8 in every frame that has one: the x29
+			// recovered from each frame record says where its caller's is.
+			for _, f := range frames[1 : len(frames)-1] {
+				if !f.fpOK || f.fp != f.sp-8 {
+					t.Errorf("%s: x29 %#x (known %v), sp %#x: want sp-8", im.name(f.pc), f.fp, f.fpOK, f.sp)
+				}
 			}
 		})
 	}

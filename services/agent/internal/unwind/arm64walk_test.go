@@ -89,7 +89,9 @@ type arm64Regs struct{ pc, sp, fp, lr uint64 }
 
 // arm64Frame is one frame of a walk and how the walk left it.
 type arm64Frame struct {
-	pc     uint64
+	pc, sp uint64
+	fp     uint64 // x29 in the frame; fpOK false when the walk lost it
+	fpOK   bool
 	row    arm64Sem
 	signed bool // its return address had a pointer authentication code
 }
@@ -118,7 +120,7 @@ func walkArm64(regs arm64Regs, mem func(addr uint64, n int) ([]byte, bool), rows
 			return frames, false, fmt.Errorf("%#x: no row", pc)
 		}
 		sem := decodeArm64(row)
-		frames = append(frames, arm64Frame{pc: pc, row: sem})
+		frames = append(frames, arm64Frame{pc: pc, sp: sp, fp: fp, fpOK: fpValid, row: sem})
 		exact = false
 		switch sem.rule {
 		case RuleEnd:

@@ -1,0 +1,3 @@
+module snapgo
+
+go 1.22
