@@ -196,11 +196,11 @@ func TestArm64WalkSnapshot(t *testing.T) {
 	}
 }
 
-// TestArm64WalkSnapshotGo: an arm64 Go program (testdata/arm64snapgo) copies
-// its goroutine's stack at main.leaf <- main.mid <- main.main under qemu; the
-// walk with its .debug_frame rows, and with the stripped build's .gopclntab
-// rows, reaches runtime.goexit.
-func TestArm64WalkSnapshotGo(t *testing.T) {
+// arm64GoSnapshot builds testdata/arm64snapgo with its symbols and
+// stripped, and runs the first under qemu: the same code at the same
+// addresses in both.
+func arm64GoSnapshot(t *testing.T) (snap *arm64Snapshot, stripped string) {
+	t.Helper()
 	qemu := needTool(t, "qemu-aarch64-static")
 	build := func(ldflags string) string {
 		bin := filepath.Join(t.TempDir(), "snapgo")
@@ -212,12 +212,17 @@ func TestArm64WalkSnapshotGo(t *testing.T) {
 		}
 		return bin
 	}
-	bin := build("")
-	stripped := build("-s -w")
-	// The same code at the same addresses: names from the symbols of bin.
-	cmd := exec.Command(qemu, bin)
+	cmd := exec.Command(qemu, build(""))
 	cmd.Env = append(os.Environ(), "GOGC=off")
-	snap := runArm64(t, cmd, "plain")
+	return runArm64(t, cmd, "plain"), build("-s -w")
+}
+
+// TestArm64WalkSnapshotGo: an arm64 Go program (testdata/arm64snapgo) copies
+// its goroutine's stack at main.leaf <- main.mid <- main.main under qemu; the
+// walk with its .debug_frame rows, and with the stripped build's .gopclntab
+// rows, reaches runtime.goexit.
+func TestArm64WalkSnapshotGo(t *testing.T) {
+	snap, stripped := arm64GoSnapshot(t)
 	names := loadArm64Images(t, snap.maps)
 	if len(names) != 1 {
 		t.Fatalf("%d executable mappings, want the static program only: %+v", len(names), snap.maps)
