@@ -112,8 +112,11 @@ const (
 
 // Row is one unwind row, 8 bytes, laid out as struct unwind_row in
 // bpf/profiler/unwind.h. Offsets are in 8-byte units: on x86-64 the stack
-// pointer is always 8-aligned, so every CFA offset and every saved-register
-// slot is a multiple of 8, and a row whose values are not is RuleUnsupported.
+// pointer is always 8-aligned (on arm64 16-aligned), so every CFA offset and
+// every saved-register slot is a multiple of 8, and a row whose values are
+// not is RuleUnsupported. On arm64 RuleRSP and RuleRBP mean sp and x29, the
+// Rule byte also says where the return address is, and RBP may be that
+// slot (arm64.go).
 type Row struct {
 	PC     uint32 // first ELF virtual address the row covers, up to the next row's
 	Rule   Rule
