@@ -142,11 +142,11 @@ func TestArm64WalkSnapshot(t *testing.T) {
 		want  []string // the functions from the leaf, "libc" for any frame in libc.so.6, then _start
 	}{
 		{"O2-omit-frame-pointer", "plain", []string{"-O2", "-fomit-frame-pointer"},
-			append(append([]string{}, deep...), "big", "b", "a", "main", "libc", "libc", "_start")},
+			append(append([]string{}, deep...), "big", "b", "dyn", "a", "main", "libc", "libc", "_start")},
 		{"O2-pac-ret", "plain", []string{"-O2", "-fomit-frame-pointer", "-mbranch-protection=pac-ret"},
-			append(append([]string{}, deep...), "big", "b", "a", "main", "libc", "libc", "_start")},
+			append(append([]string{}, deep...), "big", "b", "dyn", "a", "main", "libc", "libc", "_start")},
 		{"O0-frame-pointer", "plain", []string{"-O0", "-fno-omit-frame-pointer"},
-			append(append([]string{}, deep...), "big", "b", "a", "main", "libc", "libc", "_start")},
+			append(append([]string{}, deep...), "big", "b", "dyn", "a", "main", "libc", "libc", "_start")},
 		{"signal-pac-ret", "signal", []string{"-O2", "-fomit-frame-pointer", "-mbranch-protection=pac-ret"},
 			[]string{"leaf", "hchain", "handler", "restorer", "spin", "main", "libc", "libc", "_start"}},
 	}

@@ -2,7 +2,7 @@
 // call chain it records its registers and a copy of its stack, as a sample
 // would find them, and writes them to argv[1] with its /proc/self/maps.
 //
-//   plain:  main <- a <- b <- big <- deep x5 <- leaf
+//   plain:  main <- a <- dyn <- b <- big <- deep x6 <- leaf
 //   signal: main <- spin, interrupted by SIGALRM: spin <- restorer <- handler
 //           <- hchain <- leaf. The handler is installed with the kernel's
 //           own rt_sigaction and SA_RESTORER, so that its return goes through
@@ -66,7 +66,18 @@ __attribute__((noinline, noipa)) unsigned long b(unsigned long n)
 	return big(buf[n % 64]) + 1;
 }
 
-__attribute__((noinline, noipa)) unsigned long a(unsigned long n) { return b(n) * 3 + 1; }
+// alloca: GCC's CFA is x29-based here, and with 2 KiB of locals below the
+// frame record, its slot is out of a row's reach from the CFA: from x29.
+__attribute__((noinline, noipa)) unsigned long dyn(unsigned long n)
+{
+	volatile unsigned long fixed[256];
+	volatile unsigned long *p = __builtin_alloca(64 + (n % 8) * 16);
+	p[0] = n;
+	fixed[n % 256] = n;
+	return b(p[0] + fixed[n % 256]) + 1;
+}
+
+__attribute__((noinline, noipa)) unsigned long a(unsigned long n) { return dyn(n) * 3 + 1; }
 
 __attribute__((noinline, noipa)) unsigned long hchain(unsigned long n) { return leaf(n) + 2; }
 
