@@ -30,6 +30,7 @@ func TestFunctionsFromMinuteStacks(t *testing.T) {
 	hot := stack("main", "serve", "hot")
 	rec := stack("main", "hot", "hot") // recursion: counts once
 	cold := stack("main", "cold")
+	zone := stack("main", "zone")
 	rollup := func(d indices.RollupDoc) {
 		d.Type, d.Service, d.Host = "cpu", "api", "web-1"
 		docs = append(docs, querytest.Rollup(names, d))
@@ -42,6 +43,7 @@ func TestFunctionsFromMinuteStacks(t *testing.T) {
 	minute(from.Add(5*time.Minute), hot, 100)
 	minute(from.Add(6*time.Minute), rec, 10)
 	minute(from.Add(7*time.Minute), cold, 1)
+	minute(from.Add(8*time.Minute), zone, 9000)
 	minute(now.Add(-10*time.Minute), hot, 1000)
 	// Inside whole hours: the hourly documents count, not these minutes.
 	minute(from.Add(2*time.Hour), hot, 999999)
@@ -49,26 +51,40 @@ func TestFunctionsFromMinuteStacks(t *testing.T) {
 	rollup(indices.RollupDoc{Timestamp: hour, Resolution: "1h", Kind: "function", Function: "hot", Self: 5000, Total: 5000})
 	rollup(indices.RollupDoc{Timestamp: hour, Resolution: "1h", Kind: "function", Function: "main", Total: 5050})
 	rollup(indices.RollupDoc{Timestamp: hour, Resolution: "1h", Kind: "function", Function: "cold", Self: 50, Total: 50})
+	rollup(indices.RollupDoc{Timestamp: hour, Resolution: "1h", Kind: "function", Function: "zone", Self: 100, Total: 100})
 	querytest.Index(t, cl, names, docs)
 
 	s := store.New(cl, names, store.Options{Now: func() time.Time { return now }})
 	sel := store.Selection{Type: "cpu", Range: store.TimeRange{From: from, To: now, Now: now}}
 	ctx := context.Background()
-	got, err := s.FunctionRollups(ctx, sel, "o", 10) // hot, cold
+	got, err := s.FunctionRollups(ctx, sel, "o", 10) // hot, cold, zone
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []store.Match{{Kind: "function", Name: "hot", Value: 5000 + 100 + 10 + 1000}, {Kind: "function", Name: "cold", Value: 50 + 1}}
-	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+	want := []store.Match{
+		{Kind: "function", Name: "zone", Value: 100 + 9000},
+		{Kind: "function", Name: "hot", Value: 5000 + 100 + 10 + 1000},
+		{Kind: "function", Name: "cold", Value: 50 + 1},
+	}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
 		t.Fatalf("search o: %+v, want %+v", got, want)
 	}
+	// The hours' top 1 is hot; the edges lift zone past it, and zone's
+	// hours are read too.
+	got, err = s.FunctionRollups(ctx, sel, "o", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0] != want[0] {
+		t.Fatalf("search o, limit 1: %+v, want %+v", got, want[0])
+	}
 	// Limit 1 over the hours' top (main, by total) must still add the
-	// edges: main 5050 + 100 + 10 + 1 + 1000.
+	// edges: main 5050 + 100 + 10 + 1 + 9000 + 1000.
 	got, err = s.FunctionRollups(ctx, sel, "ma", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 1 || got[0].Name != "main" || got[0].Value != 5050+100+10+1+1000 {
+	if len(got) != 1 || got[0].Name != "main" || got[0].Value != 5050+100+10+1+9000+1000 {
 		t.Fatalf("search ma: %+v", got)
 	}
 
