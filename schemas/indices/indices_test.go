@@ -2,7 +2,9 @@ package indices
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -198,6 +200,30 @@ func TestIndexEnd(t *testing.T) {
 	for _, index := range []string{"p-stacks", "q-samples-2026.12.01", "p-samples-soon"} {
 		if _, ok := n.IndexEnd(index); ok {
 			t.Errorf("IndexEnd(%s) read a period", index)
+		}
+	}
+}
+
+// TestStackIDIsHashID: StackID hashes its frames at once, as hashID of
+// their parts would one by one (the IDs stored must not change).
+func TestStackIDIsHashID(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 15))
+	word := func() string {
+		b := make([]byte, rng.IntN(300))
+		for i := range b {
+			b[i] = byte(rng.IntN(256))
+		}
+		return string(b)
+	}
+	for n := range 40 {
+		frames := make([]Frame, n)
+		var parts []string
+		for i := range frames {
+			frames[i] = Frame{Function: word(), File: word(), Line: rng.Int64N(1<<40) - 1<<39, Binary: word()}
+			parts = append(parts, frames[i].Function, frames[i].File, strconv.FormatInt(frames[i].Line, 10), frames[i].Binary)
+		}
+		if got, want := StackID(frames), hashID(parts...); got != want {
+			t.Fatalf("%d frames: StackID %s, hashID %s", n, got, want)
 		}
 	}
 }
