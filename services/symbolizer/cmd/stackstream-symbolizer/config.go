@@ -49,7 +49,7 @@ type Symbolizer struct {
 	MaxPollRecords     int           `envconfig:"MAX_POLL_RECORDS" default:"200" desc:"records per transaction at most"`
 	MaxOutputBytes     int           `envconfig:"MAX_OUTPUT_BYTES" default:"999000" desc:"largest symbolized record value: a profile larger uncompressed (stored gzip) is gzip-compressed, one still larger goes to the DLQ (keep under the topic's max.message.bytes)"`
 	MemoryLimit        int64         `envconfig:"MEMORY_LIMIT" default:"536870912" desc:"soft limit of the Go heap in bytes (GOMEMLIMIT wins when set); 0 for none"`
-	BatchCompression   string        `envconfig:"BATCH_COMPRESSION" default:"lz4" desc:"codec of the record batches written to profiles.symbolized: lz4 (cheapest for the indexer and rollup to read), zstd (about a quarter smaller on the broker), snappy or none"`
+	BatchCompression   string        `envconfig:"BATCH_COMPRESSION" default:"snappy" desc:"codec of the record batches written to profiles.symbolized: snappy (cheapest to write, as cheap as lz4 to read), lz4, zstd (about a quarter smaller on the broker) or none"`
 }
 
 // BatchCodec is the franz-go codec named by BatchCompression.
@@ -64,7 +64,7 @@ func (s Symbolizer) BatchCodec() (kgo.CompressionCodec, error) {
 	case "none":
 		return kgo.NoCompression(), nil
 	}
-	return kgo.CompressionCodec{}, fmt.Errorf("STACKSTREAM_SYMBOLIZER_BATCH_COMPRESSION=%q: use lz4, zstd, snappy or none", s.BatchCompression)
+	return kgo.CompressionCodec{}, fmt.Errorf("STACKSTREAM_SYMBOLIZER_BATCH_COMPRESSION=%q: use snappy, lz4, zstd or none", s.BatchCompression)
 }
 
 var transactionalIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)

@@ -20,7 +20,7 @@ func valid() Config {
 		Symbolizer: Symbolizer{
 			Group: "stackstream-symbolizer", DebugDirs: []string{"/usr/lib/debug"}, DebuginfodTimeout: time.Minute,
 			MaxTables: 512, TopicCacheBytes: 512 << 20, SessionTimeout: 45 * time.Second, MissTTL: 5 * time.Minute,
-			MaxPollRecords: 200, MaxOutputBytes: 999000, BatchCompression: "lz4",
+			MaxPollRecords: 200, MaxOutputBytes: 999000, BatchCompression: "snappy",
 			MaxMisses: 1 << 16, LookupConcurrency: 4, LookupBudget: 5 * time.Second, BatchLookupBudget: 15 * time.Second, LookupTimeout: 2 * time.Minute, DebuginfoWait: 2 * time.Second,
 			MaxTableBytes: 256 << 20, DebuginfodMaxBytes: 512 << 20, MaxSectionBytes: 64 << 20, MaxELFBytes: 128 << 20,
 		},
