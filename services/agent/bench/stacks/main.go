@@ -2,7 +2,10 @@
 // prefix and prints how complete their user stacks are: the share of samples
 // whose outermost user frame is a thread's or process's root (_start or the
 // executable's entry point, __libc_start_main, clone3, start_thread, Go's
-// runtime.goexit, mstart or rt0_go; mcall or morestack on g0) and the median number of user frames.
+// runtime.goexit, mstart or rt0_go; mcall or morestack on g0), or that has
+// no user frame and a kernel stack in exec (the old program's stack gone, the
+// new one's not made yet: counted, and said on stderr), and the median number
+// of user frames.
 // Frames are named from the debuginfo the agent published. Usage:
 // stacks PREFIX (broker from STACKSTREAM_KAFKA_BROKERS, default
 // 127.0.0.1:9092). Output: "complete_percent median_depth samples";
@@ -43,7 +46,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "stacks:", err)
 		os.Exit(1)
 	}
-	var total, done int64
+	var total, done, execs int64
 	var depths []int
 	for _, p := range profiles {
 		for _, s := range p.Sample {
@@ -57,10 +60,28 @@ func main() {
 			total += n
 			if len(user) > 0 && isRoot(user[len(user)-1], len(user) > 1, files) {
 				done += n
+			} else if len(user) == 0 && inExec(s) {
+				// The kernel loading the program: the old program's stack is
+				// gone and the new one's not made yet; the kernel's stack is
+				// the whole story.
+				done += n
+				execs += n
 			} else if verbose {
 				fmt.Fprintf(os.Stderr, "incomplete: %d sample(s) pid %v at %s:", n, s.NumLabel["pid"], time.Unix(0, p.TimeNanos).UTC().Format("15:04:05"))
 				for i, loc := range user {
 					fmt.Fprintf(os.Stderr, " %s", name(loc, i > 0, files))
+				}
+				if len(user) == 0 {
+					// What the process was doing in the kernel, and who it was.
+					fmt.Fprintf(os.Stderr, " (no user frames; labels %v; kernel:", s.Label)
+					for _, loc := range s.Location {
+						if len(loc.Line) > 0 && loc.Line[0].Function != nil {
+							fmt.Fprintf(os.Stderr, " %s", loc.Line[0].Function.Name)
+						} else {
+							fmt.Fprintf(os.Stderr, " %#x", loc.Address)
+						}
+					}
+					fmt.Fprint(os.Stderr, ")")
 				}
 				fmt.Fprintln(os.Stderr)
 			}
@@ -74,6 +95,9 @@ func main() {
 		return
 	}
 	sort.Ints(depths)
+	if execs > 0 {
+		fmt.Fprintf(os.Stderr, "stacks: %d sample(s) in the kernel's exec, no user stack: counted complete\n", execs)
+	}
 	fmt.Printf("%.1f %d %d\n", 100*float64(done)/float64(total), depths[len(depths)/2], total)
 }
 
@@ -82,6 +106,21 @@ var roots = map[string]bool{"_start": true, "__libc_start_main": true, "__libc_s
 	"runtime.rt0_go": true, "runtime.goexit.abi0": true, "runtime.mstart.abi0": true, "runtime.rt0_go.abi0": true,
 	// The base of g0's stack while the scheduler or newstack runs on it.
 	"runtime.mcall": true, "runtime.morestack": true, "runtime.mcall.abi0": true, "runtime.morestack.abi0": true}
+
+// inExec reports whether a sample's kernel stack is an exec's.
+func inExec(s *profile.Sample) bool {
+	for _, loc := range s.Location {
+		if loc.Mapping != nil && loc.Mapping.File != record.MappingKernel {
+			continue
+		}
+		for _, l := range loc.Line {
+			if l.Function != nil && (strings.Contains(l.Function.Name, "execve") || l.Function.Name == "load_elf_binary" || l.Function.Name == "begin_new_exec") {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // isRoot names a frame through its file's debuginfo; a stripped
 // executable's _start is its entry point.
