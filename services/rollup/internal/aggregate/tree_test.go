@@ -2,7 +2,6 @@ package aggregate
 
 import (
 	"bytes"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -169,7 +168,15 @@ func TestFrameTrie(t *testing.T) {
 		}
 		return out
 	}
-	stacks := [][]indices.Frame{f("leaf", "mid", "main"), f("other", "mid", "main"), f("mid", "main"), f("main", "main"), {}, f("leaf", "mid", "main")}
+	// The last: the first one at other lines of another build, and a
+	// frame without a function (named by its binary) of the kernel.
+	moved := f("leaf", "mid", "main")
+	for i := range moved {
+		moved[i].Line += 100
+		moved[i].Binary = "bin-v2"
+	}
+	kernel := []indices.Frame{{Binary: record.MappingKernel}}
+	stacks := [][]indices.Frame{f("leaf", "mid", "main"), f("other", "mid", "main"), f("mid", "main"), f("main", "main"), {}, f("leaf", "mid", "main"), moved, kernel}
 	tr := newFrameTrie()
 	nodes := make([]int32, len(stacks))
 	for i, st := range stacks {
@@ -183,12 +190,20 @@ func TestFrameTrie(t *testing.T) {
 			t.Errorf("stack %d: bound below what insert added", i)
 		}
 	}
+	// Read back as the trees read them: the same tree frames, and the
+	// same function names.
 	for i, st := range stacks {
-		if got := tr.appendFrames(nil, nodes[i]); !slices.Equal(got, st) {
-			t.Errorf("stack %d: %v, want %v", i, got, st)
+		got := tr.appendFrames(nil, nodes[i])
+		if len(got) != len(st) {
+			t.Fatalf("stack %d: %v, want %v", i, got, st)
+		}
+		for j := range st {
+			if indices.TreeFrameOf(got[j]) != indices.TreeFrameOf(st[j]) || got[j].Function != st[j].Function {
+				t.Errorf("stack %d frame %d: %+v, want %+v", i, j, got[j], st[j])
+			}
 		}
 	}
-	if nodes[0] != nodes[5] || len(tr.nodes) != 1+3+1+1 || len(tr.frames) != 4 {
+	if nodes[0] != nodes[5] || nodes[0] != nodes[6] || len(tr.nodes) != 1+3+1+1+1 || len(tr.frames) != 5 {
 		t.Errorf("nodes %v, %d nodes, %d frames", nodes, len(tr.nodes), len(tr.frames))
 	}
 }
