@@ -85,6 +85,14 @@ type Budget struct {
 // Used is the bytes charged: window state and the stack cache.
 func (b *Budget) Used() int64 { return b.used }
 
+// CacheBytes is the part of Used that is the stack cache.
+func (b *Budget) CacheBytes() int64 {
+	if b.stacks == nil {
+		return 0
+	}
+	return b.stacks.bytes
+}
+
 // stackCache is the stack cache of the partitions sharing b; a partition
 // without a Budget gets one of its own.
 func (b *Budget) stackCache() *stackCache {

@@ -22,7 +22,7 @@ func TestStackCacheCharged(t *testing.T) {
 		t.Fatal(err)
 	}
 	cached := p0.stacks.bytes
-	if cached == 0 || b.Used() != p0.bytes+cached {
+	if cached == 0 || b.Used() != p0.bytes+cached || b.CacheBytes() != cached {
 		t.Fatalf("charged %d, want the state %d + the cache %d", b.Used(), p0.bytes, cached)
 	}
 	// The same stacks on another host of another partition: all hits.

@@ -18,6 +18,7 @@ type metrics struct {
 	watermark    *prometheus.GaugeVec
 	panics       prometheus.Counter
 	stateBytes   prometheus.Gauge
+	cacheBytes   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -42,10 +43,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		panics: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "panics_total",
 			Help: "Records whose processing panicked (sent to the DLQ with reason panic): each is a bug to fix."}),
 		stateBytes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "state_bytes",
-			Help: "Bytes of window state charged against STACKSTREAM_ROLLUP_MAX_STATE_BYTES."}),
+			Help: "Bytes of window state and stack cache charged against STACKSTREAM_ROLLUP_MAX_STATE_BYTES."}),
+		cacheBytes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "stack_cache_bytes",
+			Help: "The part of state_bytes that is the stack cache (dropped first when the budget is full)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.docs, m.writeSeconds, m.commits, m.commitErrors, m.openWindows, m.watermark, m.panics, m.stateBytes)
+		reg.MustRegister(m.docs, m.writeSeconds, m.commits, m.commitErrors, m.openWindows, m.watermark, m.panics, m.stateBytes, m.cacheBytes)
 	}
 	return m
 }
