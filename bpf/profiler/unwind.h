@@ -222,6 +222,9 @@ struct unwind_state {
 	// (lr_valid), where a row may say the return address is still in it.
 	__u64 lr;
 	__u8 lr_valid;
+	// sp: unknown after a frame-pointer step (a GCC frame record is at the
+	// bottom of its frame, not under the caller's sp as on x86-64).
+	__u8 sp_valid;
 #endif
 };
 
@@ -285,6 +288,7 @@ static __always_inline int frame_pointer_step(struct unwind_state *s)
 	// address}; x30 may be signed (pac-ret).
 	s->pc = frame[1] & USER_VA_MASK;
 	s->lr_valid = 0;
+	s->sp_valid = 0;
 #else
 	s->pc = frame[1];
 #endif
@@ -374,10 +378,17 @@ static __always_inline long arm64_step(struct unwind_state *s, struct unwind_row
 		}
 		s->bp_valid = 1;
 		s->lr_valid = 1;
+		s->sp_valid = 1;
 		s->exact_pc = 1;
 		return 0;
 	}
 	case RULE_RSP:
+		if (!s->sp_valid) {
+			// Below code stepped with frame pointers: keep to them.
+			if (frame_pointer_step(s))
+				return 1;
+			return s->done ? 1 : 0;
+		}
 		base = s->sp;
 		break;
 	case RULE_RBP:
@@ -430,6 +441,7 @@ static __always_inline long arm64_step(struct unwind_state *s, struct unwind_row
 	}
 	s->lr_valid = 0;
 	s->sp = cfa;
+	s->sp_valid = 1;
 	s->pc = ra & USER_VA_MASK;
 	if (s->pc == 0) {
 		count(COUNTER_UNWIND_COMPLETE);
@@ -599,6 +611,7 @@ static __always_inline int user_regs(struct bpf_perf_event_data *ctx, struct unw
 #if defined(__TARGET_ARCH_arm64)
 		s->lr = REG_LR(ctx->regs);
 		s->lr_valid = 1;
+		s->sp_valid = 1;
 #endif
 		return 0;
 	}
@@ -614,6 +627,7 @@ static __always_inline int user_regs(struct bpf_perf_event_data *ctx, struct unw
 	if (bpf_probe_read_kernel(&s->lr, sizeof(s->lr), &REG_LR(*uregs)))
 		return -1;
 	s->lr_valid = 1;
+	s->sp_valid = 1;
 #endif
 	return 0;
 }

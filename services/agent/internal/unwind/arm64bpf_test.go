@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -163,10 +164,16 @@ func TestArm64BPFWalk(t *testing.T) {
 		{"O2-pac-ret", "plain", []string{"-O2", "-fomit-frame-pointer", "-mbranch-protection=pac-ret"}},
 		{"O0-frame-pointer", "plain", []string{"-O0", "-fno-omit-frame-pointer"}},
 		{"signal-pac-ret", "signal", []string{"-O2", "-fomit-frame-pointer", "-mbranch-protection=pac-ret"}},
+		{"qsort", "qsort", []string{"-O2"}},
+		{"qsort-libc-frame-pointers", "qsort", []string{"-O2"}},
 	} {
 		cases[c.name] = func(t *testing.T) snapshot {
 			snap, _ := runArm64Snap(t, c.mode, c.flags...)
-			return snapshot{snap, loadArm64Images(t, snap.maps)}
+			images := loadArm64Images(t, snap.maps)
+			if strings.HasSuffix(c.name, "frame-pointers") {
+				dropTable(t, images, "libc.so.6")
+			}
+			return snapshot{snap, images}
 		}
 	}
 	cases["go-gopclntab"] = func(t *testing.T) snapshot {

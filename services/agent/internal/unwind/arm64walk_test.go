@@ -97,9 +97,9 @@ type arm64Frame struct {
 }
 
 // walkArm64 unwinds from regs through memory read by mem, looking rows up by
-// address (rows returns false where no table covers it). It ends at a row
-// whose return address is undefined (end true), or where the BPF walk would
-// stop (err says why).
+// address (rows returns false where no table covers it: a frame-pointer
+// step). It ends at a row whose return address is undefined or at x29 0
+// (end true), or where the BPF walk would stop (err says why).
 func walkArm64(regs arm64Regs, mem func(addr uint64, n int) ([]byte, bool), rows func(pc uint64) (Row, bool), max int) (frames []arm64Frame, end bool, err error) {
 	read := func(addr uint64) (uint64, bool) {
 		b, ok := mem(addr, 8)
@@ -109,19 +109,36 @@ func walkArm64(regs arm64Regs, mem func(addr uint64, n int) ([]byte, bool), rows
 		return binary.LittleEndian.Uint64(b), true
 	}
 	pc, sp, fp, lr := regs.pc, regs.sp, regs.fp, regs.lr
-	lrValid, fpValid, exact := true, true, true
+	lrValid, fpValid, spValid, exact := true, true, true, true
 	for len(frames) < max {
 		lookup := pc
 		if !exact {
 			lookup = pc - 1 // a return address: the call is before it
 		}
 		row, ok := rows(lookup)
-		if !ok || row.Rule&ruleMask == RuleNone {
-			return frames, false, fmt.Errorf("%#x: no row", pc)
-		}
 		sem := decodeArm64(row)
+		if !ok {
+			sem.rule = RuleNone
+		}
 		frames = append(frames, arm64Frame{pc: pc, sp: sp, fp: fp, fpOK: fpValid, row: sem})
 		exact = false
+		if sem.rule == RuleNone || sem.rule == RuleRSP && !spValid {
+			// Frame pointers: x29 points at {caller's x29, x30}; the
+			// caller's sp is unknown, so its rows from sp are not used.
+			switch {
+			case !fpValid:
+				return frames, false, fmt.Errorf("%#x: frame-pointer step with x29 lost", pc)
+			case fp == 0:
+				return frames, true, nil
+			}
+			rec, ok := mem(fp, 16)
+			if !ok {
+				return frames, false, fmt.Errorf("%#x: frame record at %#x unreadable", pc, fp)
+			}
+			sp, fp, pc = fp+16, binary.LittleEndian.Uint64(rec), binary.LittleEndian.Uint64(rec[8:])&arm64UserVA
+			lrValid, spValid = false, false
+			continue
+		}
 		switch sem.rule {
 		case RuleEnd:
 			return frames, true, nil
@@ -133,7 +150,7 @@ func walkArm64(regs arm64Regs, mem func(addr uint64, n int) ([]byte, bool), rows
 				}
 			}
 			pc, sp, fp, lr = regs[0], regs[1], regs[2], regs[3]
-			lrValid, fpValid, exact = true, true, true
+			lrValid, fpValid, spValid, exact = true, true, true, true
 			continue
 		case RuleRSP, RuleRBP:
 		default:
@@ -166,7 +183,7 @@ func walkArm64(regs arm64Regs, mem func(addr uint64, n int) ([]byte, bool), rows
 			fpValid = false
 		}
 		frames[len(frames)-1].signed = ra&^arm64UserVA != 0
-		sp, pc, lrValid = cfa, ra&arm64UserVA, false
+		sp, pc, lrValid, spValid = cfa, ra&arm64UserVA, false, true
 		if pc == 0 {
 			return frames, true, nil
 		}

@@ -3,6 +3,8 @@
 // would find them, and writes them to argv[1] with its /proc/self/maps.
 //
 //   plain:  main <- a <- dyn <- b <- big <- deep x6 <- leaf
+//   qsort:  main <- qsort (libc) <- cmp <- leaf: libc between the program's
+//           frames, walked with frame pointers when its table is dropped
 //   signal: main <- spin, interrupted by SIGALRM: spin <- restorer <- handler
 //           <- hchain <- leaf. The handler is installed with the kernel's
 //           own rt_sigaction and SA_RESTORER, so that its return goes through
@@ -79,6 +81,18 @@ __attribute__((noinline, noipa)) unsigned long dyn(unsigned long n)
 
 __attribute__((noinline, noipa)) unsigned long a(unsigned long n) { return dyn(n) * 3 + 1; }
 
+static int captured;
+
+__attribute__((noinline, noipa)) int cmp(const void *x, const void *y)
+{
+	unsigned long a = *(const unsigned long *)x, b = *(const unsigned long *)y;
+	if (!captured) {
+		captured = 1;
+		sink += leaf(a);
+	}
+	return a < b ? -1 : a > b;
+}
+
 __attribute__((noinline, noipa)) unsigned long hchain(unsigned long n) { return leaf(n) + 2; }
 
 static void handler(int sig)
@@ -135,6 +149,12 @@ int main(int argc, char **argv)
 		struct itimerval it = { { 0, 0 }, { 0, 20000 } };
 		setitimer(ITIMER_REAL, &it, NULL);
 		spin();
+	} else if (strcmp(argv[2], "qsort") == 0) {
+		unsigned long v[64];
+		for (int i = 0; i < 64; i++)
+			v[i] = (i * 37) % 64;
+		qsort(v, 64, sizeof(v[0]), cmp);
+		sink += v[argc];
 	} else {
 		sink += a(argc);
 	}

@@ -49,6 +49,7 @@ int walk_test(void *ctx)
 	s.bp = in->fp;
 	s.lr = in->lr;
 	s.lr_valid = 1;
+	s.sp_valid = 1;
 	s.bp_valid = 1;
 	s.pid = in->pid;
 	bpf_loop(UNWIND_LOOP_STEPS, unwind_step, &s, 0);
