@@ -210,7 +210,7 @@ func TestArm64BPFWalk(t *testing.T) {
 			if got.Done != 1 {
 				t.Errorf("BPF walk did not reach the end of the stack: done %d", got.Done)
 			}
-			t.Logf("BPF walk: %d frames, as the Go walk's, from %#x to %#x", got.Len, got.Frames[0], got.Frames[max(got.Len, 1)-1])
+			t.Logf("BPF walk: %d frames, %#x to %#x; Go walk: %d frames", got.Len, got.Frames[0], got.Frames[max(got.Len, 1)-1], len(want))
 		})
 	}
 }
