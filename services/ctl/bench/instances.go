@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -31,14 +32,12 @@ func serviceOf(inst string) string {
 	return svc
 }
 
-// addrOf is an instance's listen address: the service's, with the port
-// moved up by 100 per instance.
-func addrOf(inst string) string {
+// addrOf is an instance's listen address: its service's port from
+// -port-base, moved up by 100 per instance.
+func (b *bench) addrOf(inst string) string {
 	svc, n, _ := strings.Cut(inst, ".")
 	i, _ := strconv.Atoi(n)
-	host, port, _ := net.SplitHostPort(listenAddrs[svc])
-	p, _ := strconv.Atoi(port)
-	return net.JoinHostPort(host, strconv.Itoa(p+100*i))
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(b.o.portBase+slices.Index(services, svc)+100*i))
 }
 
 // instances lists the running instances of a service, first one first.
@@ -66,14 +65,35 @@ func (b *bench) start(inst string) error {
 	// Each symbolizer instance has its own transactional ID, the same
 	// after a restart (as a StatefulSet's pod name is), so a restarted
 	// instance fences its own earlier self and nobody else.
-	cmd.Env = append(b.env, "STACKSTREAM_LISTEN_ADDR="+addrOf(inst),
+	cmd.Env = append(b.env, "STACKSTREAM_LISTEN_ADDR="+b.addrOf(inst),
 		"STACKSTREAM_SYMBOLIZER_TRANSACTIONAL_ID="+b.id+"-"+strings.TrimPrefix(inst, "stackstream-"))
+	if serviceOf(inst) == "stackstream-query" {
+		cmd.Env = append(cmd.Env, "STACKSTREAM_QUERY_LISTEN_ADDR="+b.addrOf(inst))
+	}
 	cmd.Stdout, cmd.Stderr = log, log
+	// A port taken by another process (another bench) would answer its
+	// /readyz and /metrics for this one.
+	if l, err := net.Listen("tcp", b.addrOf(inst)); err != nil {
+		log.Close()
+		return fmt.Errorf("start %s: %s is taken (another bench running? -port-base moves the ports): %w", inst, b.addrOf(inst), err)
+	} else {
+		l.Close()
+	}
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		return fmt.Errorf("start %s: %w (run make build)", inst, err)
 	}
-	go func() { cmd.Wait(); log.Close() }()
+	go func() {
+		err := cmd.Wait()
+		log.Close()
+		// Still listed: nobody stopped it (kill and stopAll unlist first).
+		b.mu.Lock()
+		own := b.procs[inst] == cmd
+		b.mu.Unlock()
+		if own {
+			b.fail(fmt.Errorf("%s exited by itself (%v); its log: %s", inst, err, log.Name()))
+		}
+	}()
 	b.mu.Lock()
 	b.procs[inst] = cmd
 	b.mu.Unlock()
@@ -132,7 +152,7 @@ func (b *bench) waitReady(ctx context.Context) error {
 	}
 	b.mu.Unlock()
 	for _, inst := range insts {
-		addr := addrOf(inst)
+		addr := b.addrOf(inst)
 		deadline := time.Now().Add(60 * time.Second)
 		for {
 			resp, err := http.Get("http://" + addr + "/readyz")

@@ -24,6 +24,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -62,6 +63,7 @@ type options struct {
 	probeEvery       time.Duration
 	keep             bool
 	refresh          string
+	portBase         int
 	rollupStateBytes int64
 	scale            []int
 	scaleHosts       int
@@ -84,6 +86,7 @@ func main() {
 	flag.DurationVar(&o.step, "step", time.Minute, "B: length of each step (real time, speed 1)")
 	flag.DurationVar(&o.drain, "drain", 2*time.Minute, "longest wait for the consumers to catch up between steps")
 	flag.DurationVar(&o.probeEvery, "probe-every", 2*time.Second, "C: one probe profile this often during each step")
+	flag.IntVar(&o.portBase, "port-base", 18912, "listen ports of the services started: symbolizer, indexer, rollup, query from this one up, +100 per further instance")
 	flag.StringVar(&o.refresh, "refresh", "5s", "STACKSTREAM_OPENSEARCH_INDEX_REFRESH_INTERVAL of the bench's indices")
 	flag.BoolVar(&o.keep, "keep", false, "keep the topics, indices and templates")
 	flag.Int64Var(&o.rollupStateBytes, "rollup-state-bytes", 0, "STACKSTREAM_ROLLUP_MAX_STATE_BYTES of the rollup; 0 keeps its default")
@@ -106,7 +109,13 @@ func main() {
 	}
 	o.bin = filepath.Join(o.repo, "bin")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = run(ctx, o)
+	// A service that exits on its own (a port in use, a crash) makes every
+	// figure after it wrong: it ends the run with its error.
+	ctx, fail := context.WithCancelCause(ctx)
+	err = run(ctx, fail, o)
+	if c := context.Cause(ctx); err != nil && c != nil && !errors.Is(c, context.Canceled) {
+		err = c
+	}
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -142,27 +151,23 @@ type bench struct {
 	corpus   *loadgen.Corpus
 	mu       sync.Mutex
 	procs    map[string]*exec.Cmd // by instance name (instanceName)
-	deadCPU  map[string]float64   // CPU seconds of killed instances, by service
-	groups   map[string]string    // service -> consumer group
-	produced atomic.Int64         // CPU nanoseconds acknowledged by the broker
+	fail     context.CancelCauseFunc
+	deadCPU  map[string]float64 // CPU seconds of killed instances, by service
+	groups   map[string]string  // service -> consumer group
+	produced atomic.Int64       // CPU nanoseconds acknowledged by the broker
 	logDir   string
 	parts    int64 // partitions of profiles.symbolized
 	best     int   // largest fleet part B found bounded
 }
 
-// listenAddrs of the services started here: not the defaults, so a
-// running local pipeline is not in the way.
-var listenAddrs = map[string]string{
-	"stackstream-symbolizer": "127.0.0.1:18912",
-	"stackstream-indexer":    "127.0.0.1:18913",
-	"stackstream-rollup":     "127.0.0.1:18914",
-	"stackstream-query":      "127.0.0.1:18915",
-}
+// services started here, in the order of their listen ports: -port-base
+// and up (not the defaults, so a running local pipeline is not in the way).
+var services = []string{"stackstream-symbolizer", "stackstream-indexer", "stackstream-rollup", "stackstream-query"}
 
 var consumers = []string{"stackstream-symbolizer", "stackstream-indexer", "stackstream-rollup"}
 
-func run(ctx context.Context, o options) error {
-	b := &bench{o: o, id: fmt.Sprintf("b15-%d", time.Now().Unix()), procs: map[string]*exec.Cmd{}, deadCPU: map[string]float64{}, groups: map[string]string{}}
+func run(ctx context.Context, fail context.CancelCauseFunc, o options) error {
+	b := &bench{o: o, fail: fail, id: fmt.Sprintf("b15-%d", time.Now().Unix()), procs: map[string]*exec.Cmd{}, deadCPU: map[string]float64{}, groups: map[string]string{}}
 	b.topics = record.TopicsFor(b.id + ".")
 	b.logDir = filepath.Join(os.TempDir(), b.id)
 	if err := os.MkdirAll(b.logDir, 0o755); err != nil {
@@ -177,7 +182,6 @@ func run(ctx context.Context, o options) error {
 		"STACKSTREAM_SYMBOLIZER_GROUP="+b.id+"-symbolizer",
 		"STACKSTREAM_INDEXER_GROUP="+b.id+"-indexer",
 		"STACKSTREAM_ROLLUP_GROUP="+b.id+"-rollup",
-		"STACKSTREAM_QUERY_LISTEN_ADDR=127.0.0.1:18915",
 	)
 	if o.rollupStateBytes > 0 {
 		b.env = append(b.env, fmt.Sprintf("STACKSTREAM_ROLLUP_MAX_STATE_BYTES=%d", o.rollupStateBytes))
@@ -379,7 +383,7 @@ func (b *bench) exactness(ctx context.Context) error {
 	// What went to the DLQ instead of a rollup or a samples document.
 	for _, name := range []string{"stackstream-rollup", "stackstream-indexer", "stackstream-symbolizer"} {
 		for _, inst := range b.instances(name) {
-			for _, l := range metricLines("http://"+addrOf(inst)+"/metrics", "_dlq_total", "records_total{outcome=\"dlq\"}", "panics_total") {
+			for _, l := range metricLines("http://"+b.addrOf(inst)+"/metrics", "_dlq_total", "records_total{outcome=\"dlq\"}", "panics_total") {
 				fmt.Printf("  %s: %s\n", inst, l)
 			}
 		}
@@ -454,7 +458,7 @@ func (b *bench) lags(ctx context.Context) ([3]int64, error) {
 		}
 	}
 	for _, inst := range b.instances("stackstream-rollup") {
-		n, err := metricSum("http://"+addrOf(inst)+"/metrics", "stackstream_rollup_lag_records")
+		n, err := metricSum("http://"+b.addrOf(inst)+"/metrics", "stackstream_rollup_lag_records")
 		if err != nil {
 			return out, err
 		}
@@ -552,7 +556,7 @@ func probeProfile(flush time.Time) ([]byte, int64, error) {
 // it returns the time from flush, or -1 after 60 s.
 func (b *bench) visible(host string, flush time.Time) time.Duration {
 	q := url.Values{"type": {"cpu"}, "query": {fmt.Sprintf(`{host=%q}`, host)}, "from": {"now-15m"}, "to": {"now"}}
-	u := "http://127.0.0.1:18915/api/v1/flamegraph?" + q.Encode()
+	u := "http://" + b.addrOf(instanceName("stackstream-query", 0)) + "/api/v1/flamegraph?" + q.Encode()
 	for time.Since(flush) < 60*time.Second {
 		var fg struct {
 			Total int64 `json:"total"`
@@ -617,7 +621,7 @@ func (b *bench) dlqCount() int64 {
 	var n int64
 	for _, svc := range []string{"symbolizer", "indexer", "rollup"} {
 		for _, inst := range b.instances("stackstream-" + svc) {
-			v, _ := metricSum("http://"+addrOf(inst)+"/metrics", "stackstream_"+svc+"_dlq_total")
+			v, _ := metricSum("http://"+b.addrOf(inst)+"/metrics", "stackstream_"+svc+"_dlq_total")
 			n += v
 		}
 	}
