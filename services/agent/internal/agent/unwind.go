@@ -339,10 +339,13 @@ func (u *unwinder) registerAll(ps *processes, todo []int, limit int) []int {
 
 // errLoaderBusy: a new program whose libraries ld.so has not mapped yet;
 // registered pollSettle later (maxEarly times at most), rather than
-// registered now and again when its first sample finds libc unregistered.
+// registered now and again when its first sample finds libc unregistered
+// (that sample's walk stops at the first libc frame). 100 ms at most: on a
+// loaded machine ld.so may take longer than the 25 ms that 5 tries gave (a
+// c-O2 sample of the unwinding bench at load 20 ended at libc).
 var errLoaderBusy = errors.New("ld.so is mapping the libraries")
 
-const maxEarly = 5
+const maxEarly = 20
 
 // loaderBusy reports whether ld.so has not mapped a dynamic program's
 // libraries yet: the only files mapped executable are ld.so and one other
