@@ -37,7 +37,7 @@ func (m *merged) allNodes() int {
 // not decode sends the selection to the per-stack path, which is exact up
 // to MaxStacks.
 func (a *API) selectionTree(ctx context.Context, sel store.Selection) (*merged, error) {
-	m := newTreeMerge()
+	m := &treeMerge{root: &node{name: "total"}}
 	read, ok, err := a.store.Trees(ctx, sel, m.merge)
 	var bad *badTreeError
 	if errors.As(err, &bad) {
@@ -54,11 +54,10 @@ func (a *API) selectionTree(ctx context.Context, sel store.Selection) (*merged, 
 		}
 		return &merged{root: stacksTree(st), truncated: st.Truncated, source: st.Source}, nil
 	}
-	root := m.tree()
 	for _, e := range read.Edges {
-		addStacks(root, e)
+		addStacks(m.root, e)
 	}
-	return &merged{root: root, truncated: read.Truncated(), source: read.Source}, nil
+	return &merged{root: m.root, truncated: read.Truncated(), source: read.Source}, nil
 }
 
 // badTreeError is a tree document that does not decode.
@@ -67,94 +66,34 @@ type badTreeError struct{ err error }
 func (e *badTreeError) Error() string { return fmt.Sprintf("merge tree: %v", e.err) }
 func (e *badTreeError) Unwrap() error { return e.err }
 
-// treeMerge merges encoded trees node by node into an arena: frames are
-// interned once per tree, a node's child is found by (parent, frame) in
-// one map, and no node is allocated on its own; tree converts the arena
-// to nodes once every tree is in.
+// treeMerge merges encoded trees into root, node by node: each tree's
+// frames are resolved once, then each node is looked up among its
+// parent's children.
 type treeMerge struct {
-	frames []int32 // the current tree's frames, as interned IDs
-	intern map[indices.TreeFrame]int32
-	names  []indices.TreeFrame // by interned ID
-	nodes  []arenaNode         // nodes[0] is the root
-	kids   map[uint64]int32    // parent<<32 | frame -> node
-	path   []int32
+	root   *node
+	frames []indices.TreeFrame
+	path   []*node
 }
 
-type arenaNode struct {
-	frame       int32
-	parent      int32
-	self, total int64
-}
-
-func newTreeMerge() *treeMerge {
-	return &treeMerge{intern: map[indices.TreeFrame]int32{}, nodes: []arenaNode{{frame: -1}}, kids: map[uint64]int32{}}
-}
-
-func (m *treeMerge) Frames(f []indices.TreeFrame) {
-	m.frames = m.frames[:0]
-	for _, tf := range f {
-		id, ok := m.intern[tf]
-		if !ok {
-			id = int32(len(m.names))
-			m.names = append(m.names, tf)
-			m.intern[tf] = id
-		}
-		m.frames = append(m.frames, id)
-	}
-}
+func (m *treeMerge) Frames(f []indices.TreeFrame) { m.frames = f }
 
 func (m *treeMerge) Node(depth int, frame int32, self, total int64) {
-	p := m.path[depth-1]
 	f := m.frames[frame]
-	k := uint64(p)<<32 | uint64(uint32(f))
-	c, ok := m.kids[k]
-	if !ok {
-		c = int32(len(m.nodes))
-		m.nodes = append(m.nodes, arenaNode{frame: f, parent: p})
-		m.kids[k] = c
-	}
-	m.nodes[c].self += self
-	m.nodes[c].total += total
-	m.path = append(m.path[:depth], c)
+	n := m.path[depth-1].child(f.Name, f.Kind)
+	n.self += self
+	n.total += total
+	m.path = append(m.path[:depth], n)
 }
 
 func (m *treeMerge) merge(b []byte) error {
-	m.path = append(m.path[:0], 0)
+	m.path = append(m.path[:0], m.root)
 	self, total, err := indices.DecodeTree(b, indices.TreeLimits{}, m)
 	if err != nil {
 		return &badTreeError{err}
 	}
-	m.nodes[0].self += self
-	m.nodes[0].total += total
+	m.root.self += self
+	m.root.total += total
 	return nil
-}
-
-// tree is the merged tree as nodes, allocated in one slice, each node's
-// children in one slice cut from another.
-func (m *treeMerge) tree() *node {
-	out := make([]node, len(m.nodes))
-	counts := make([]int32, len(m.nodes))
-	for i := 1; i < len(m.nodes); i++ {
-		counts[m.nodes[i].parent]++
-	}
-	ptrs := make([]*node, len(m.nodes)-1)
-	next := 0
-	for i := range out {
-		a := &m.nodes[i]
-		out[i].self, out[i].total = a.self, a.total
-		if i == 0 {
-			out[i].name = "total"
-		} else {
-			out[i].name, out[i].kind = m.names[a.frame].Name, m.names[a.frame].Kind
-		}
-		out[i].kids = ptrs[next : next : next+int(counts[i])]
-		next += int(counts[i])
-	}
-	for i := 1; i < len(m.nodes); i++ {
-		p := &out[m.nodes[i].parent]
-		p.kids = append(p.kids, &out[i])
-	}
-	return &out[0]
 }
 
 // topFromTree sums self and total per function name over a merged tree:

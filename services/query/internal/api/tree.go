@@ -44,13 +44,6 @@ func indexKey(name, kind string) string {
 }
 
 func (n *node) child(name, kind string) *node {
-	if n.index == nil && len(n.kids) > indexAbove {
-		// A merged tree's nodes come with their children and no index.
-		n.index = make(map[string]*node, 2*len(n.kids))
-		for _, k := range n.kids {
-			n.index[indexKey(k.name, k.kind)] = k
-		}
-	}
 	if n.index != nil {
 		if c := n.index[indexKey(name, kind)]; c != nil {
 			return c
