@@ -416,13 +416,19 @@ func hashID(parts ...string) string {
 }
 
 // StackID is the _id of a stack: a hash of its frames, leaf first. It is
-// hashID of (function, file, line, binary) for each frame, written into one
-// buffer and hashed at once: the indexer computes it for every stack its
-// cache misses, and a Write per part was half of its cost.
+// hashID of (function, file, line, binary) for each frame; a stack whose
+// text fits 8 KiB (nearly all) is written into one buffer on the stack and
+// hashed at once: the indexer computes it for every stack its cache misses,
+// and a Write per part was half of its cost. Longer ones are hashed part by
+// part, so a hostile stack of long names costs no buffer of its size.
 func StackID(frames []Frame) string {
-	var stack [4096]byte
+	var stack [8192]byte
 	b := stack[:0]
 	for _, f := range frames {
+		// 20 digits of the line at most, and 4 separators.
+		if len(b)+len(f.Function)+len(f.File)+len(f.Binary)+24 > len(stack) {
+			return stackIDParts(frames)
+		}
 		b = append(append(b, f.Function...), 0)
 		b = append(append(b, f.File...), 0)
 		b = append(strconv.AppendInt(b, f.Line, 10), 0)
@@ -430,6 +436,14 @@ func StackID(frames []Frame) string {
 	}
 	sum := sha256.Sum256(b)
 	return base64.RawURLEncoding.EncodeToString(sum[:12])
+}
+
+func stackIDParts(frames []Frame) string {
+	parts := make([]string, 0, len(frames)*4)
+	for _, f := range frames {
+		parts = append(parts, f.Function, f.File, strconv.FormatInt(f.Line, 10), f.Binary)
+	}
+	return hashID(parts...)
 }
 
 // SampleID is the _id of a sample document: one per (profile, label set),

@@ -204,12 +204,13 @@ func TestIndexEnd(t *testing.T) {
 	}
 }
 
-// TestStackIDIsHashID: StackID hashes its frames at once, as hashID of
-// their parts would one by one (the IDs stored must not change).
+// TestStackIDIsHashID: StackID hashes its frames at once (or, past 8 KiB,
+// part by part), as hashID of their parts would (the IDs stored must not
+// change).
 func TestStackIDIsHashID(t *testing.T) {
 	rng := rand.New(rand.NewPCG(15, 15))
 	word := func() string {
-		b := make([]byte, rng.IntN(300))
+		b := make([]byte, rng.IntN(300)+rng.IntN(2)*rng.IntN(9000))
 		for i := range b {
 			b[i] = byte(rng.IntN(256))
 		}
