@@ -120,7 +120,14 @@ func Decode(raw []byte, lim record.Limits) (*Profile, error) {
 			}
 			checkStrs = append(checkStrs, t, un)
 		case 13: // comments, packed or not
-			if typ != 0 && typ != 2 || !varints(typ, u, data, func(v uint64) { checkStrs = append(checkStrs, v) }) {
+			tooMany := false
+			if typ != 0 && typ != 2 || !varints(typ, u, data, func(v uint64) {
+				// One packed field can hold millions: bounded here, not
+				// after it was stored.
+				if tooMany = tooMany || len(checkStrs) > lim.MaxComments+8; !tooMany {
+					checkStrs = append(checkStrs, v)
+				}
+			}) || tooMany {
 				return nil, ErrUnsupported
 			}
 		default:

@@ -112,6 +112,7 @@ func TestRefused(t *testing.T) {
 		"truncated":             good[:len(good)-3],
 		"unknown profile field": append(append([]byte{}, good...), 0xf8, 0x01, 0x01), // field 31, varint
 		"two time_nanos":        append(append([]byte{}, good...), 0x48, 0x05),
+		"too many comments":     append(append(append([]byte{}, good...), 0x6a, 0x90, 0x4e), make([]byte, 10000)...), // field 13, packed, 10,000 zeros
 	}
 	for name, raw := range cases {
 		t.Run(name, func(t *testing.T) {
