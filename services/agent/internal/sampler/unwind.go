@@ -291,6 +291,10 @@ func (s *Sampler) watchMarks() error {
 	}
 	f := os.NewFile(uintptr(fd), "unwind_wakeup")
 	rc, err := f.SyscallConn()
+	if err == nil {
+		// Fails (os.ErrNoDeadline) unless the poller took the descriptor.
+		err = f.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		r.Close()
 		f.Close()
