@@ -2,7 +2,9 @@ package indices
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -100,4 +102,45 @@ func FuzzDecodeHead(f *testing.F) {
 			t.Fatalf("root self %d total %d, %d of %d nodes", rs, rt, h.nodes, nodes)
 		}
 	})
+}
+
+// BenchmarkFleetHead: what the rollup's lifecycle pass spends on one fleet
+// head of 24 h x 1,000 hosts shaped like the query's benchFleet mutations
+// (6 partition day trees, 1.2 M distinct leaves): merging the day trees
+// and encoding the head, with the heap the merge holds.
+func BenchmarkFleetHead(b *testing.B) {
+	var parts [][]byte
+	for p := 0; p < 6; p++ {
+		var t TreeBuilder
+		for h := p; h < 1000; h += 6 {
+			for s := 0; s < 5; s++ {
+				svc := (h/10*5 + s) % 500
+				for hr := 0; hr < 24; hr++ {
+					for m := 0; m < 10; m++ {
+						t.Add([]TreeFrame{{Name: "runtime.goexit"}, {Name: "main.main"}, {Name: "net/http.(*conn).serve"},
+							{Name: fmt.Sprintf("svc%d/handler%d", svc, m%6)}, {Name: fmt.Sprintf("svc%d/logic%d", svc, m)},
+							{Name: fmt.Sprintf("lib/codec.f%d", m%9)}, {Name: fmt.Sprintf("svc%d/leaf%d+h%d.%d.%d", svc, m, h, hr, m)}}, 5*52631578)
+					}
+				}
+			}
+		}
+		parts = append(parts, t.Encode())
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		var all TreeBuilder
+		for _, p := range parts {
+			if err := all.AddTree(p, TreeLimits{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		head := all.EncodeHead(HeadNodes)
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapInuse-before.HeapInuse)/(1<<20), "heap-MB")
+		b.ReportMetric(float64(len(head))/1024, "head-KB")
+		b.ReportMetric(float64(all.Nodes()), "nodes")
+	}
 }
