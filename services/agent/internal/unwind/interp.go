@@ -97,6 +97,38 @@ func pltThreshold(expr []byte) (uint16, bool) {
 	return uint16(n - 0x30), true
 }
 
+// derefOffset reports whether expr is DW_OP_breg7 (rsp) N; DW_OP_deref,
+// optionally followed by DW_OP_plus_uconst K: CFA = *(rsp + N) + K, written
+// by perlasm code that realigned the stack after saving its entry rsp (or
+// that minus K) at rsp+N. It packs N/8 and K/8 as a RuleDeref row's Offset
+// (Row.Deref).
+func derefOffset(expr []byte) (uint16, bool) {
+	const (
+		opDeref      = 0x06
+		opPlusUconst = 0x23
+		opBregRSP    = 0x70 + regRSP
+	)
+	r := &reader{b: expr}
+	if r.u8() != opBregRSP {
+		return 0, false
+	}
+	n := r.sleb()
+	if r.u8() != opDeref {
+		return 0, false
+	}
+	var k uint64
+	if r.off < len(r.b) {
+		if r.u8() != opPlusUconst {
+			return 0, false
+		}
+		k = r.uleb()
+	}
+	if r.err != nil || r.off != len(r.b) || n%8 != 0 || n/8 < -128 || n/8 > 127 || k%8 != 0 || k/8 > 255 {
+		return 0, false
+	}
+	return uint16(uint8(int8(n/8))) | uint16(k/8)<<8, true
+}
+
 // row reduces a frame state to what the BPF unwinder can follow.
 func (s *frameState) row(pc uint64, c *cie) Row {
 	if c.arch == ArchArm64 {
@@ -115,28 +147,31 @@ func (s *frameState) row(pc uint64, c *cie) Row {
 		r.Rule = RuleUnsupported
 		return r
 	}
-	if s.cfa.expr != nil {
+	switch {
+	case s.cfa.expr != nil:
 		if n, ok := pltThreshold(s.cfa.expr); ok {
 			r.Rule, r.Offset = RulePLT, n
-		} else {
-			r.Rule = RuleUnsupported
+			return r
 		}
+		off, ok := derefOffset(s.cfa.expr)
+		if !ok {
+			r.Rule = RuleUnsupported
+			return r
+		}
+		r.Rule, r.Offset = RuleDeref, off
+	case s.cfa.off < 0 || s.cfa.off%8 != 0 || s.cfa.off/8 > 0xffff:
+		r.Rule = RuleUnsupported
 		return r
-	}
-	switch s.cfa.reg {
-	case regRSP:
-		r.Rule = RuleRSP
-	case regRBP:
-		r.Rule = RuleRBP
+	case s.cfa.reg == regRSP:
+		r.Rule, r.Offset = RuleRSP, uint16(s.cfa.off/8)
+	case s.cfa.reg == regRBP:
+		r.Rule, r.Offset = RuleRBP, uint16(s.cfa.off/8)
+	case s.cfa.reg <= 15:
+		r.Rule, r.Offset = RuleUnsupported|Rule(s.cfa.reg+1)<<cfaRegShift, uint16(s.cfa.off/8)
 	default:
 		r.Rule = RuleUnsupported
 		return r
 	}
-	if s.cfa.off < 0 || s.cfa.off%8 != 0 || s.cfa.off/8 > 0xffff {
-		r.Rule = RuleUnsupported
-		return r
-	}
-	r.Offset = uint16(s.cfa.off / 8)
 	switch bp := s.regs[regRBP]; bp.kind {
 	case regSame:
 		r.RBP = RBPUnchanged

@@ -5,7 +5,8 @@
 // frame address, CFA), its frame pointer and its return address.
 //
 // Only what an x86-64 unwinder needs survives: the CFA as rsp+N or rbp+N (or
-// the PLT expression), rbp as saved at CFA+N or unchanged, and the return
+// the PLT expression, or *(rsp+N)+K; or another register plus N, which only
+// the first frame and the one a signal interrupted can follow), rbp as saved at CFA+N or unchanged, and the return
 // address, which the psABI places at CFA-8. Anything else is kept as a row
 // the unwinder knows it cannot follow, so it stops there and says why. On
 // arm64 the same 8-byte rows say where the return address is too (arm64.go).
@@ -77,12 +78,25 @@ const (
 	RulePLT                     // CFA = rsp + 8 + ((rip & 15) >= Offset ? 8 : 0): a PLT stub
 	RuleEnd                     // the return address is undefined: the outermost frame (_start, clone)
 	RuleSignal                  // a signal trampoline (CIE augmentation "S"): registers from the kernel's signal frame
-	RuleUnsupported             // a DWARF expression or a register other than rsp/rbp
+	RuleUnsupported             // a DWARF expression, a register other than rsp/rbp (see CFARegister)
+	RuleDeref                   // x86-64: CFA = *(rsp + N) + K, N and K packed in Offset (see Deref)
 )
 
 // ruleMask keeps the rule of an arm64 row's Rule byte, whose bits above say
-// where the return address is (arm64.go). x86-64 rows set none of them.
+// where the return address is (arm64.go). On x86-64 they are set only on a
+// RuleUnsupported row whose CFA is another general register plus an offset
+// (CFARegister).
 const ruleMask Rule = 0x07
+
+// cfaRegShift: an x86-64 RuleUnsupported row whose CFA is reg + Offset*8,
+// reg a general register other than rsp and rbp (rax, rdx, rcx, rbx, rsi,
+// rdi, r8-r15: DWARF 0-5, 8-15), has reg+1 in the Rule byte's bits from
+// here. Perlasm code (OpenSSL's libcrypto) keeps the caller's rsp in rax,
+// r9 or r11 while it realigns the stack. The walk can follow such a row only
+// where it knows that register: in the first frame (the sample's registers)
+// and in the frame a signal interrupted (the kernel's signal frame); in any
+// other frame the row is unsupported, as without the register.
+const cfaRegShift = 3
 
 func (r Rule) String() string {
 	switch r & ruleMask {
@@ -100,6 +114,8 @@ func (r Rule) String() string {
 		return "signal"
 	case RuleUnsupported:
 		return "unsupported"
+	case RuleDeref:
+		return "deref"
 	}
 	return "unknown"
 }
@@ -121,7 +137,24 @@ type Row struct {
 	PC     uint32 // first ELF virtual address the row covers, up to the next row's
 	Rule   Rule
 	RBP    int8   // rbp saved at CFA + RBP*8; RBPUnchanged; RBPLost
-	Offset uint16 // RuleRSP/RuleRBP: CFA offset / 8; RulePLT: the threshold
+	Offset uint16 // RuleRSP/RuleRBP/CFARegister: CFA offset / 8; RulePLT: the threshold; RuleDeref: N/8, K/8
+}
+
+// CFARegister returns the DWARF number of the general register an x86-64
+// RuleUnsupported row's CFA is based on (CFA = reg + CFAOffset()), if it
+// names one (cfaRegShift).
+func (r Row) CFARegister() (uint8, bool) {
+	reg := uint8(r.Rule >> cfaRegShift)
+	if r.Rule&ruleMask != RuleUnsupported || reg == 0 {
+		return 0, false
+	}
+	return reg - 1, true
+}
+
+// Deref returns a RuleDeref row's CFA = *(rsp + n) + k in bytes: n/8 is
+// the low byte of Offset (signed), k/8 the high byte.
+func (r Row) Deref() (n, k int) {
+	return int(int8(r.Offset)) * 8, int(r.Offset>>8) * 8
 }
 
 // RowBytes is the size of a Row in memory and in the BPF maps.
@@ -146,7 +179,7 @@ type Stats struct {
 	HighFDEs         int // FDEs above 4 GiB, which a 32-bit row cannot name
 	Overlaps         int // FDEs cut short by a later FDE starting inside them
 	RowsBeforeDedupe int
-	Rules            [RuleUnsupported + 1]int // rows per rule
+	Rules            [RuleDeref + 1]int // rows per rule
 }
 
 // Table is the sorted unwind rows of one ELF file.

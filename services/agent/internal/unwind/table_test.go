@@ -96,7 +96,7 @@ func python3Path(t testing.TB) string {
 }
 
 // checkRows compares the table's row at every address readelf lists.
-func checkRows(t *testing.T, tab *Table, ref []readelfRow) (checked, plt int) {
+func checkRows(t *testing.T, tab *Table, ref []readelfRow) (checked, plt, deref, cfaReg int) {
 	t.Helper()
 	bad := 0
 	for i, r := range ref {
@@ -121,8 +121,14 @@ func checkRows(t *testing.T, tab *Table, ref []readelfRow) (checked, plt int) {
 			}
 			continue
 		}
-		if got.Rule != want.Rule || got.Offset != want.Offset || (got.Rule == RuleRSP || got.Rule == RuleRBP) && got.RBP != want.RBP {
-			t.Errorf("%#x: readelf CFA %s rbp %q ra %q: got %+v, want %+v", r.pc, r.cfa, r.rbp, r.ra, got, want)
+		if _, ok := want.CFARegister(); ok {
+			cfaReg++
+		}
+		if want.Rule == RuleDeref {
+			deref++
+		}
+		if !got.sameRule(want) {
+			t.Errorf("%#x: readelf CFA %s %s rbp %q ra %q: got %+v, want %+v", r.pc, r.cfa, r.expr, r.rbp, r.ra, got, want)
 			bad++
 		}
 		if bad > 20 {
@@ -130,7 +136,7 @@ func checkRows(t *testing.T, tab *Table, ref []readelfRow) (checked, plt int) {
 		}
 		checked++
 	}
-	return checked, plt
+	return checked, plt, deref, cfaReg
 }
 
 // symbolAddr is the address of a function symbol, by nm.
@@ -160,17 +166,24 @@ func TestCompileMatchesReadelf(t *testing.T) {
 	cases := []struct {
 		name string
 		path func(t *testing.T) string
+		// Rows readelf shows with CFA *(rsp+N)+K and reg+N at least.
+		deref, cfaReg int
 	}{
-		{"xz", func(t *testing.T) string { return "/usr/bin/xz" }},
-		{"libc", func(t *testing.T) string { return "/lib/x86_64-linux-gnu/libc.so.6" }},
-		{"python3", func(t *testing.T) string { return python3Path(t) }},
+		{"xz", func(t *testing.T) string { return "/usr/bin/xz" }, 0, 0},
+		{"libc", func(t *testing.T) string { return "/lib/x86_64-linux-gnu/libc.so.6" }, 0, 0},
+		{"python3", func(t *testing.T) string { return python3Path(t) }, 0, 0},
+		// Perlasm code: CFA expressions *(rsp+N)+K and CFAs in rax, rsi,
+		// r9, r11, ... (RuleDeref, CFARegister).
+		{"libcrypto", func(t *testing.T) string { return "/lib/x86_64-linux-gnu/libcrypto.so.3" }, 50, 500},
+		{"openssl", func(t *testing.T) string { return "/usr/bin/openssl" }, 0, 0},
+		{"ld.so", func(t *testing.T) string { return "/lib64/ld-linux-x86-64.so.2" }, 0, 0},
 		{"c-O2-omit-frame-pointer", func(t *testing.T) string {
 			return buildC(t, chainC, "-O2", "-fomit-frame-pointer")
-		}},
+		}, 0, 0},
 		{"c-O0-frame-pointer", func(t *testing.T) string {
 			return buildC(t, chainC, "-O0", "-fno-omit-frame-pointer")
-		}},
-		{"rust-release", func(t *testing.T) string { return buildRust(t, chainRust) }},
+		}, 0, 0},
+		{"rust-release", func(t *testing.T) string { return buildRust(t, chainRust) }, 0, 0},
 	}
 	debugFrameCases := []struct {
 		name string
@@ -211,9 +224,12 @@ func TestCompileMatchesReadelf(t *testing.T) {
 			if len(ref) == 0 {
 				t.Fatalf("readelf printed no rows for %s", path)
 			}
-			checked, plt := checkRows(t, tab, ref)
-			t.Logf("%s: %d readelf rows checked, %d PLT rows; table %d rows (%d bytes) from %d FDEs, %d before dedupe; rules %v",
-				filepath.Base(path), checked, plt, len(tab.Rows), tab.Bytes(), tab.Stats.FDEs, tab.Stats.RowsBeforeDedupe, tab.Stats.Rules)
+			checked, plt, deref, cfaReg := checkRows(t, tab, ref)
+			t.Logf("%s: %d readelf rows checked, %d PLT rows, %d *(rsp+N)+K, %d reg+N; table %d rows (%d bytes) from %d FDEs, %d before dedupe; rules %v",
+				filepath.Base(path), checked, plt, deref, cfaReg, len(tab.Rows), tab.Bytes(), tab.Stats.FDEs, tab.Stats.RowsBeforeDedupe, tab.Stats.Rules)
+			if deref < tc.deref || cfaReg < tc.cfaReg {
+				t.Errorf("%d rows *(rsp+N)+K, %d reg+N; want at least %d, %d", deref, cfaReg, tc.deref, tc.cfaReg)
+			}
 		})
 	}
 }
