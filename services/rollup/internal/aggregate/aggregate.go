@@ -429,7 +429,7 @@ func (p *Partition) fold(w *window, ws *series, name string, d *delta, offset in
 		if w.trie == nil {
 			w.trie = newFrameTrie()
 		}
-		node, added := w.trie.insert(d.stack.frames)
+		node, added := w.trie.insert(d.stack.id, d.stack.frames)
 		ds.node, ds.inTree = node, true
 		p.charge(w, added)
 	}
@@ -471,7 +471,7 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 		for name, i := range sc.names {
 			bound += docBytes + memBytes + int64(len(name))
 			if st := p.deltas[i].stack; st != nil {
-				bound += (*frameTrie)(nil).cost(st.frames)
+				bound += (*frameTrie)(nil).cost(st.id, st.frames)
 			}
 		}
 	}
@@ -517,7 +517,7 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 					if w != nil {
 						t = w.trie
 					}
-					n += t.cost(st.frames)
+					n += t.cost(st.id, st.frames)
 				}
 				if p.deltas[i].hasMem {
 					// A document not held yet has no memory slots either.

@@ -180,13 +180,13 @@ func TestFrameTrie(t *testing.T) {
 	tr := newFrameTrie()
 	nodes := make([]int32, len(stacks))
 	for i, st := range stacks {
-		want := tr.cost(st)
+		want := tr.cost(indices.StackID(st), st)
 		var got int64
-		nodes[i], got = tr.insert(st)
+		nodes[i], got = tr.insert(indices.StackID(st), st)
 		if got != want {
 			t.Errorf("stack %d: cost %d, insert added %d", i, want, got)
 		}
-		if (*frameTrie)(nil).cost(st) < got {
+		if (*frameTrie)(nil).cost(indices.StackID(st), st) < got {
 			t.Errorf("stack %d: bound below what insert added", i)
 		}
 	}
