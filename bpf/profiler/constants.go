@@ -79,6 +79,15 @@ const (
 	RuleEnd         = 4 // #define RULE_END 4
 	RuleSignal      = 5 // #define RULE_SIGNAL 5
 	RuleUnsupported = 6 // #define RULE_UNSUPPORTED 6
+	RuleDeref       = 7 // #define RULE_DEREF 7
+)
+
+// x86-64: a RuleUnsupported row's CFA register, and where the walk knows it.
+const (
+	CFARegShift  = 3  // #define CFA_REG_SHIFT 3
+	RegsTask     = 1  // #define REGS_TASK 1
+	RegsSignal   = 2  // #define REGS_SIGNAL 2
+	SigframeRegs = 40 // #define SIGFRAME_REGS 40
 )
 
 // The arm64 bits of struct unwind_row's rule (unwind/arm64.go).

@@ -45,7 +45,8 @@ func TestConstantsMatchC(t *testing.T) {
 		"OFFCPU_COUNTER_BLOCKS":   OffCPUCounterBlocks, "OFFCPU_COUNTER_SHORT": OffCPUCounterShort,
 		"OFFCPU_COUNTER_STARTS_FULL": OffCPUCounterStartsFull, "OFFCPU_COUNTER_COUNTS_FULL": OffCPUCounterCountsFull,
 		"OFFCPU_COUNTER_STACK_ERRORS": OffCPUCounterStackErrors, "OFFCPU_COUNTER_MAX": NumOffCPUCounters,
-		"RULE_END": RuleEnd, "RULE_SIGNAL": RuleSignal, "RULE_UNSUPPORTED": RuleUnsupported,
+		"RULE_END": RuleEnd, "RULE_SIGNAL": RuleSignal, "RULE_UNSUPPORTED": RuleUnsupported, "RULE_DEREF": RuleDeref,
+		"CFA_REG_SHIFT": CFARegShift, "REGS_TASK": RegsTask, "REGS_SIGNAL": RegsSignal, "SIGFRAME_REGS": SigframeRegs,
 		"RULE_MASK": RuleMask, "RA_MASK": RAMask, "RA_IN_LR": RAInLR, "RA_FRAME": RAFrame, "RA_SAVED": RASaved,
 		"RA_SAVED_FP_LOST": RASavedFPLost, "SLOT_FROM_REG": SlotFromReg,
 		"SIGFRAME_A64_FP": SigframeA64FP, "SIGFRAME_A64_LR": SigframeA64LR, "SIGFRAME_A64_SP": SigframeA64SP, "SIGFRAME_A64_PC": SigframeA64PC,
@@ -69,5 +70,49 @@ func TestConstantsMatchC(t *testing.T) {
 	}
 	if 1<<defines["UNWIND_SEARCH_STEPS"] != MaxTableRows {
 		t.Errorf("UNWIND_SEARCH_STEPS %d, Go MaxTableRows %d", defines["UNWIND_SEARCH_STEPS"], MaxTableRows)
+	}
+}
+
+// TestRegisterSlots: the nibble tables of unwind.h give each general
+// register's slot in struct pt_regs and struct sigcontext (x86-64 UAPI
+// field order), by DWARF number.
+func TestRegisterSlots(t *testing.T) {
+	b, err := os.ReadFile("unwind.h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dwarf := []string{"rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15"}
+	for _, tc := range []struct {
+		define string
+		fields []string
+	}{
+		{"PT_REGS_SLOTS", []string{"r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9", "r8", "rax", "rcx", "rdx", "rsi", "rdi", "orig_rax", "rip", "cs", "eflags", "rsp", "ss"}},
+		{"SIGCONTEXT_SLOTS", []string{"r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rdi", "rsi", "rbp", "rbx", "rdx", "rax", "rcx", "rsp", "rip"}},
+	} {
+		m := regexp.MustCompile(`(?m)^#define ` + tc.define + ` 0x([0-9a-f]+)ULL`).FindSubmatch(b)
+		if m == nil {
+			t.Fatalf("#define %s not found", tc.define)
+		}
+		v, err := strconv.ParseUint(string(m[1]), 16, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n, name := range dwarf {
+			if name == "rbp" || name == "rsp" {
+				continue // their own rules
+			}
+			slot := -1
+			for i, f := range tc.fields {
+				if f == name {
+					slot = i
+				}
+			}
+			if got := int(v >> (4 * n) & 15); got != slot {
+				t.Errorf("%s: %s (DWARF %d) in slot %d, want %d", tc.define, name, n, got, slot)
+			}
+		}
+	}
+	if !regexp.MustCompile(`(?m)^#define PT_REGS_RIP \(16 \* 8\)`).Match(b) {
+		t.Errorf("PT_REGS_RIP is not rip's slot, 16")
 	}
 }

@@ -21,6 +21,7 @@
 #define RULE_END 4
 #define RULE_SIGNAL 5
 #define RULE_UNSUPPORTED 6
+#define RULE_DEREF 7 // x86-64: CFA = *(rsp + 8*(s8)offset) + 8*(offset >> 8)
 
 #define RBP_LOST (-128)
 
@@ -48,11 +49,30 @@
 #define SIGFRAME_A64_SP 560
 #define SIGFRAME_A64_PC 568
 
+// x86-64: a RULE_UNSUPPORTED row may name the general register its CFA is
+// based on (CFA = reg + 8*offset): its DWARF number + 1 in the rule's bits
+// from CFA_REG_SHIFT (unwind.Row.CFARegister). The walk knows that register
+// in the first frame (REGS_TASK: the task's saved user registers) and in the
+// frame a signal interrupted (REGS_SIGNAL: the kernel's struct sigcontext);
+// elsewhere the row is unsupported.
+#define CFA_REG_SHIFT 3
+#define REGS_TASK 1
+#define REGS_SIGNAL 2
+// The 8-byte slot of DWARF register n (rax, rdx, rcx, rbx, rsi, rdi, -, -,
+// r8..r15) is nibble n of these: in struct pt_regs (r15, r14, r13, r12, rbp,
+// rbx, r11, r10, r9, r8, rax, rcx, rdx, rsi, rdi, orig_rax, rip, cs, eflags,
+// rsp) and in struct sigcontext (r8..r15, rdi, rsi, rbp, rbx, rdx, rax, rcx,
+// rsp, rip): asm/ptrace.h, asm/sigcontext.h.
+#define PT_REGS_SLOTS 0x0123678900ed5bcaULL
+#define SIGCONTEXT_SLOTS 0x765432100089becdULL
+#define PT_REGS_RIP (16 * 8)
+
 // Where __restore_rt finds the registers the kernel saved when it delivered
 // a signal: rsp points at struct ucontext (rt_sigframe's return address was
 // popped by the handler's ret), uc_mcontext starts 40 bytes in, and
 // struct sigcontext holds r8..r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp,
 // rip (asm/sigcontext.h).
+#define SIGFRAME_REGS 40
 #define SIGFRAME_RBP (40 + 10 * 8)
 #define SIGFRAME_RSP (40 + 15 * 8)
 #define SIGFRAME_RIP (40 + 16 * 8)
@@ -69,7 +89,7 @@ struct unwind_row {
 	__u32 pc;     // first ELF virtual address the row covers
 	__u8 rule;    // RULE_*
 	__s8 rbp;     // rbp saved at CFA + 8*rbp; 0: unchanged; RBP_LOST
-	__u16 offset; // RULE_RSP/RULE_RBP: CFA offset / 8; RULE_PLT: the threshold
+	__u16 offset; // RULE_RSP/RULE_RBP (and CFA_REG_SHIFT): CFA offset / 8; RULE_PLT: the threshold; RULE_DEREF: N/8, K/8
 };
 
 // LPM trie key: pid and address in network byte order, prefixlen counting
@@ -217,6 +237,10 @@ struct unwind_state {
 	// HotSpot (hotspot.h): an address in [jvm_start, jvm_end), the code
 	// cache, is stepped by hotspot_step.
 	__u64 jvm_start, jvm_end;
+	// x86-64: where the general registers of the frame at pc are (REGS_*;
+	// 0: unknown), and the struct sigcontext for REGS_SIGNAL.
+	__u8 regs_in;
+	__u64 regs_at;
 #if defined(__TARGET_ARCH_arm64)
 	// x30: known in the first frame and in the frame a signal interrupted
 	// (lr_valid), where a row may say the return address is still in it.
@@ -451,6 +475,34 @@ static __always_inline long arm64_step(struct unwind_state *s, struct unwind_row
 }
 #endif
 
+#if !defined(__TARGET_ARCH_arm64)
+// cfa_register reads the general register named by a RULE_UNSUPPORTED row
+// (CFA_REG_SHIFT) in the frame being stepped, whose registers are where
+// regs_in says. Returns 0, 1 when the walk does not know it, -1 when it
+// cannot be read.
+static __always_inline int cfa_register(struct unwind_state *s, __u8 regs_in, __u32 n, __u64 *v)
+{
+	struct task_struct *task;
+	__u64 regs, head[4]; // rip, cs, eflags, rsp
+	__u32 reg = n - 1;
+
+	if (n == 0 || n > 16 || reg == 6 || reg == 7)
+		return 1;
+	if (regs_in == REGS_SIGNAL)
+		return bpf_probe_read_user(v, sizeof(*v), (void *)(s->regs_at + ((SIGCONTEXT_SLOTS >> (4 * reg)) & 15) * 8)) ? -1 : 0;
+	if (regs_in != REGS_TASK)
+		return 1;
+	task = bpf_get_current_task_btf();
+	regs = (__u64)bpf_task_pt_regs(task);
+	if (!regs || bpf_probe_read_kernel(head, sizeof(head), (void *)(regs + PT_REGS_RIP)) ||
+	    bpf_probe_read_kernel(v, sizeof(*v), (void *)(regs + ((PT_REGS_SLOTS >> (4 * reg)) & 15) * 8)))
+		return -1;
+	// A sample that interrupted user space has the registers the entry code
+	// saved there; any other set is not this frame's.
+	return head[0] == s->pc && head[3] == s->sp ? 0 : 1;
+}
+#endif
+
 static long unwind_step(__u64 index, struct unwind_state *s)
 {
 	struct unwind_mapping_key key = {};
@@ -461,6 +513,8 @@ static long unwind_step(__u64 index, struct unwind_state *s)
 	__u64 pc = s->pc, lookup_pc;
 #if !defined(__TARGET_ARCH_arm64)
 	__u64 cfa, ra;
+	__u8 regs_in;
+	int err;
 #endif
 
 	if (pc == 0 || s->done)
@@ -473,8 +527,10 @@ static long unwind_step(__u64 index, struct unwind_state *s)
 	lookup_pc = !s->walked || s->exact_pc ? pc : pc - 1;
 	if (s->py_more)
 		return python_step(s) ? 1 : 0;
-	if (lookup_pc >= s->jvm_start && lookup_pc < s->jvm_end)
+	if (lookup_pc >= s->jvm_start && lookup_pc < s->jvm_end) {
+		s->regs_in = 0;
 		return hotspot_step(s, lookup_pc) ? 1 : 0;
+	}
 	if (s->py_frame && !s->py_skip && lookup_pc >= s->eval_start && lookup_pc < s->eval_end) {
 		// This C frame runs Python frames: record them instead.
 		s->py_more = 1;
@@ -520,7 +576,10 @@ static long unwind_step(__u64 index, struct unwind_state *s)
 #if defined(__TARGET_ARCH_arm64)
 	return arm64_step(s, row);
 #else
-	switch (row->rule) {
+	// Only the frame being stepped may use the registers.
+	regs_in = s->regs_in;
+	s->regs_in = 0;
+	switch (row->rule & RULE_MASK) {
 	case RULE_END:
 		count(COUNTER_UNWIND_COMPLETE);
 		s->done = 1;
@@ -538,6 +597,21 @@ static long unwind_step(__u64 index, struct unwind_state *s)
 	case RULE_PLT:
 		cfa = s->sp + 8 + ((lookup_pc & 15) >= row->offset ? 8 : 0);
 		break;
+	case RULE_DEREF:
+		if (bpf_probe_read_user(&cfa, sizeof(cfa), (void *)(s->sp + (__s64)(__s8)(row->offset & 0xff) * 8))) {
+			count(COUNTER_UNWIND_READ_ERRORS);
+			return 1;
+		}
+		cfa += (__u64)(row->offset >> 8) * 8;
+		break;
+	case RULE_UNSUPPORTED:
+		err = cfa_register(s, regs_in, row->rule >> CFA_REG_SHIFT, &cfa);
+		if (err) {
+			count(err < 0 ? COUNTER_UNWIND_READ_ERRORS : COUNTER_UNWIND_UNSUPPORTED);
+			return 1;
+		}
+		cfa += (__u64)row->offset * 8;
+		break;
 	case RULE_SIGNAL: {
 		__u64 sp = s->sp;
 		count(COUNTER_UNWIND_SIGNAL);
@@ -549,6 +623,8 @@ static long unwind_step(__u64 index, struct unwind_state *s)
 		}
 		s->bp_valid = 1;
 		s->exact_pc = 1;
+		s->regs_in = REGS_SIGNAL;
+		s->regs_at = sp + SIGFRAME_REGS;
 		return 0;
 	}
 	default:
@@ -662,6 +738,7 @@ static __always_inline __u64 unwind_user(struct bpf_perf_event_data *ctx, __u32 
 	}
 	s.pid = pid;
 	s.bp_valid = 1;
+	s.regs_in = REGS_TASK;
 	s.hash = 0xcbf29ce484222325ULL;
 	count(COUNTER_UNWIND_STACKS);
 	struct python_proc *py = bpf_map_lookup_elem(&python_procs, &pid);

@@ -75,9 +75,10 @@ func TestRowLayout(t *testing.T) {
 	if a, b := binary.Size(unwind.Row{}), binary.Size(profiler.ProfileUnwindRow{}); a != b || a != unwind.RowBytes {
 		t.Fatalf("unwind.Row %d bytes, struct unwind_row %d, RowBytes %d", a, b, unwind.RowBytes)
 	}
-	for r := unwind.RuleNone; r <= unwind.RuleUnsupported; r++ {
+	for r := unwind.RuleNone; r <= unwind.RuleDeref; r++ {
 		want := map[unwind.Rule]int{unwind.RuleNone: profiler.RuleNone, unwind.RuleRSP: profiler.RuleRSP, unwind.RuleRBP: profiler.RuleRBP,
-			unwind.RulePLT: profiler.RulePLT, unwind.RuleEnd: profiler.RuleEnd, unwind.RuleSignal: profiler.RuleSignal, unwind.RuleUnsupported: profiler.RuleUnsupported}[r]
+			unwind.RulePLT: profiler.RulePLT, unwind.RuleEnd: profiler.RuleEnd, unwind.RuleSignal: profiler.RuleSignal, unwind.RuleUnsupported: profiler.RuleUnsupported,
+			unwind.RuleDeref: profiler.RuleDeref}[r]
 		if int(r) != want {
 			t.Errorf("rule %v = %d, C has %d", r, r, want)
 		}

@@ -80,7 +80,7 @@ func TestRowAccessors(t *testing.T) {
 			t.Errorf("%+v: CFARegister %d", r, reg)
 		}
 	}
-	if RuleDeref.String() != "deref" || (RuleUnsupported | 3<<cfaRegShift).String() != "unsupported" {
+	if RuleDeref.String() != "deref" || (RuleUnsupported|3<<cfaRegShift).String() != "unsupported" {
 		t.Errorf("names %v %v", RuleDeref, RuleUnsupported|3<<cfaRegShift)
 	}
 }
