@@ -59,6 +59,11 @@ type cie struct {
 	signalFrame  bool
 	hasAugData   bool   // 'z': FDEs carry augmentation data
 	initial      []byte // initial instructions
+
+	// The state after initial, computed by the first FDE run (runFDE).
+	ran          bool
+	initialState frameState
+	initialErr   error
 }
 
 // fde is one Frame Description Entry: a pc range and its instructions.

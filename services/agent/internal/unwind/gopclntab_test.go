@@ -150,7 +150,8 @@ func FuzzPcsp(f *testing.F) {
 			return
 		}
 		fd := fde{cie: normal, start: 0x1000, end: 0x1000 + uint64(size), instructions: ins}
-		if err := runFDE(fd, DefaultLimits, func(Row) error { return nil }); err != nil {
+		var stack []frameState
+		if err := runFDE(&fd, DefaultLimits, &stack, func(Row) error { return nil }); err != nil {
 			t.Fatalf("instructions from a decoded pcsp table fail: %v", err)
 		}
 	})

@@ -188,23 +188,33 @@ func (s *frameState) row(pc uint64, c *cie) Row {
 }
 
 // runFDE executes the CIE's initial instructions, then the FDE's, emitting a
-// row at the FDE's start and after every advance within its range.
-func runFDE(f fde, lim Limits, emit func(Row) error) error {
-	c := f.cie
-	var state frameState
-	if err := execute(c.initial, c, f, lim, &state, nil, nil); err != nil {
-		return fmt.Errorf("CIE initial instructions: %w", err)
+// row at the FDE's start and after every advance within its range. stack is
+// scratch for DW_CFA_remember_state, reused across FDEs.
+func runFDE(f *fde, lim Limits, stack *[]frameState, emit func(Row) error) error {
+	if f.start >= f.end {
+		return nil // no instruction runs, no row
 	}
-	initial := state
-	return execute(f.instructions, c, f, lim, &state, &initial, emit)
+	c := f.cie
+	// The state after the CIE's instructions depends on the CIE alone: run
+	// them once for all its FDEs.
+	if !c.ran {
+		c.ran = true
+		c.initialErr = execute(c.initial, c, f, lim, &c.initialState, nil, stack, nil)
+	}
+	if c.initialErr != nil {
+		return fmt.Errorf("CIE initial instructions: %w", c.initialErr)
+	}
+	state := c.initialState
+	return execute(f.instructions, c, f, lim, &state, &c.initialState, stack, emit)
 }
 
 // execute runs instructions over state. initial is the state after the CIE
 // (for DW_CFA_restore); emit is nil while running the CIE.
-func execute(ins []byte, c *cie, f fde, lim Limits, state *frameState, initial *frameState, emit func(Row) error) error {
+func execute(ins []byte, c *cie, f *fde, lim Limits, state *frameState, initial *frameState, scratch *[]frameState, emit func(Row) error) error {
 	r := &reader{b: ins}
 	loc := f.start
-	var stack []frameState
+	stack := (*scratch)[:0]
+	defer func() { *scratch = stack[:0] }()
 	advance := func(delta uint64) error {
 		if emit == nil {
 			return nil // location moves are meaningless in a CIE

@@ -13,9 +13,11 @@
 package unwind
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sort"
 )
 
@@ -237,8 +239,9 @@ const paddingBytes = 16
 // build turns FDEs into sorted, deduplicated rows. ehFDEs take precedence:
 // a .debug_frame FDE is used only where no .eh_frame FDE covers its range.
 func build(ehFDEs, debugFDEs []fde, lim Limits, st *Stats) (*Table, error) {
-	sort.Slice(ehFDEs, func(i, j int) bool { return ehFDEs[i].start < ehFDEs[j].start })
-	fdes := ehFDEs
+	byStart := func(a, b fde) int { return cmp.Compare(a.start, b.start) }
+	slices.SortFunc(ehFDEs, byStart)
+	fdes := slices.Grow(ehFDEs, len(debugFDEs))
 	for _, f := range debugFDEs {
 		i := sort.Search(len(ehFDEs), func(i int) bool { return ehFDEs[i].end > f.start })
 		if i < len(ehFDEs) && ehFDEs[i].start < f.end {
@@ -247,10 +250,11 @@ func build(ehFDEs, debugFDEs []fde, lim Limits, st *Stats) (*Table, error) {
 		fdes = append(fdes, f)
 		st.DebugFrameFDEs++
 	}
-	sort.SliceStable(fdes, func(i, j int) bool { return fdes[i].start < fdes[j].start })
+	slices.SortStableFunc(fdes, byStart)
 
 	rows := make([]Row, 0, len(fdes)*4)
 	var prevEnd uint64
+	var stack []frameState
 	emit := func(r Row) error {
 		st.RowsBeforeDedupe++
 		// A later row at the same address replaces the earlier one.
@@ -266,7 +270,8 @@ func build(ehFDEs, debugFDEs []fde, lim Limits, st *Stats) (*Table, error) {
 		rows = append(rows, r)
 		return nil
 	}
-	for _, f := range fdes {
+	for i := range fdes {
+		f := &fdes[i]
 		if f.end > 1<<32 {
 			st.HighFDEs++
 			continue
@@ -278,7 +283,7 @@ func build(ehFDEs, debugFDEs []fde, lim Limits, st *Stats) (*Table, error) {
 				return nil, fmt.Errorf("%w: more than %d unwind rows", ErrTooLarge, lim.MaxRows)
 			}
 		}
-		if err := runFDE(f, lim, emit); err != nil {
+		if err := runFDE(f, lim, &stack, emit); err != nil {
 			if errors.Is(err, errRowLimit) {
 				return nil, fmt.Errorf("%w: more than %d unwind rows", ErrTooLarge, lim.MaxRows)
 			}
