@@ -240,7 +240,7 @@ func (r *reader) pointer(enc byte, sectionAddr uint64) uint64 {
 // only when its length cannot be trusted.
 func parseEntries(b []byte, addr uint64, kind sectionKind, arch Arch, lim Limits, st *Stats) ([]fde, error) {
 	cies := map[int]*cie{}
-	var fdes []fde
+	fdes := make([]fde, 0, countEntries(b, lim.MaxEntries))
 	entries := 0
 	for off := 0; off < len(b); {
 		r := &reader{b: b, off: off}
@@ -326,6 +326,33 @@ func parseEntries(b []byte, addr uint64, kind sectionKind, arch Arch, lim Limits
 		off = next
 	}
 	return fdes, nil
+}
+
+// countEntries counts the entries of a call-frame section by their length
+// fields alone, up to max (what parseEntries accepts), so that parseEntries
+// allocates its FDEs once. Zero lengths (padding, the terminator) are no
+// entries.
+func countEntries(b []byte, max int) int {
+	n := 0
+	for off := 0; off+4 <= len(b) && n < max; {
+		length := uint64(binary.LittleEndian.Uint32(b[off:]))
+		off += 4
+		if length == 0xffffffff {
+			if off+8 > len(b) {
+				break
+			}
+			length = binary.LittleEndian.Uint64(b[off:])
+			off += 8
+		}
+		if length > uint64(len(b)-off) {
+			break
+		}
+		if length > 0 {
+			n++
+		}
+		off += int(length)
+	}
+	return n
 }
 
 // parseCIEAt parses the CIE whose length field is at r.off.

@@ -19,6 +19,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"sync"
 )
 
 // Arch is the instruction set of a table: the rows' registers and where the
@@ -252,7 +253,17 @@ func build(ehFDEs, debugFDEs []fde, lim Limits, st *Stats) (*Table, error) {
 	}
 	slices.SortStableFunc(fdes, byStart)
 
-	rows := make([]Row, 0, len(fdes)*4)
+	scratch := rowScratch.Get().(*[]Row)
+	rows := (*scratch)[:0]
+	if cap(rows) < len(fdes)*8 {
+		rows = make([]Row, 0, len(fdes)*8)
+	}
+	defer func() {
+		if cap(rows) <= maxScratchRows {
+			*scratch = rows[:0]
+			rowScratch.Put(scratch)
+		}
+	}()
 	var prevEnd uint64
 	var stack []frameState
 	emit := func(r Row) error {
@@ -303,5 +314,13 @@ func build(ehFDEs, debugFDEs []fde, lim Limits, st *Stats) (*Table, error) {
 	for _, r := range rows {
 		st.Rules[r.Rule&ruleMask]++
 	}
-	return &Table{Rows: rows[:len(rows):len(rows)], Stats: *st}, nil
+	return &Table{Rows: slices.Clone(rows), Stats: *st}, nil
 }
+
+// rowScratch holds the rows of a table while build deduplicates them, reused
+// by every compile: a table then costs one allocation of its exact size
+// instead of a chain of growing ones, and no garbage for the collector.
+// Buffers above maxScratchRows (16 MiB) are left to it.
+var rowScratch = sync.Pool{New: func() any { return new([]Row) }}
+
+const maxScratchRows = 2 << 20
