@@ -568,6 +568,11 @@ static long unwind_step(__u64 index, struct unwind_state *s)
 	}
 	s->walked = 1;
 	s->exact_pc = 0;
+#if !defined(__TARGET_ARCH_arm64)
+	// Only the frame being stepped may use the registers.
+	regs_in = s->regs_in;
+	s->regs_in = 0;
+#endif
 	if (!row || s->js_fp) {
 		if (frame_pointer_step(s))
 			return 1;
@@ -576,9 +581,6 @@ static long unwind_step(__u64 index, struct unwind_state *s)
 #if defined(__TARGET_ARCH_arm64)
 	return arm64_step(s, row);
 #else
-	// Only the frame being stepped may use the registers.
-	regs_in = s->regs_in;
-	s->regs_in = 0;
 	switch (row->rule & RULE_MASK) {
 	case RULE_END:
 		count(COUNTER_UNWIND_COMPLETE);
