@@ -5,10 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"testing"
 )
 
@@ -198,16 +196,12 @@ func checkSorted(t *testing.T, tab *Table) {
 // gcc's cc1 (~430k rows) is the largest the agent meets under a build's
 // process churn, libcrypto has perlasm's expression rows.
 func BenchmarkCompile(b *testing.B) {
-	cc1, err := exec.Command("gcc", "-print-prog-name=cc1").Output()
-	if err != nil {
-		b.Fatalf("find cc1: %v", err)
-	}
 	for _, path := range []string{
 		"/usr/bin/xz",
 		"/lib/x86_64-linux-gnu/libc.so.6",
 		python3Path(b),
 		"/lib/x86_64-linux-gnu/libcrypto.so.3",
-		strings.TrimSpace(string(cc1)),
+		cc1Path(b),
 	} {
 		data, err := os.ReadFile(path)
 		if err != nil {

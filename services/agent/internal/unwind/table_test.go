@@ -1,11 +1,14 @@
 package unwind
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -95,6 +98,16 @@ func python3Path(t testing.TB) string {
 	return p
 }
 
+// cc1Path is gcc's compiler proper, the largest table (~430k rows) a build's
+// process churn makes the agent compile.
+func cc1Path(t testing.TB) string {
+	out, err := exec.Command("gcc", "-print-prog-name=cc1").Output()
+	if err != nil {
+		t.Fatalf("find cc1: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
 // checkRows compares the table's row at every address readelf lists.
 func checkRows(t *testing.T, tab *Table, ref []readelfRow) (checked, plt, deref, cfaReg int) {
 	t.Helper()
@@ -177,6 +190,7 @@ func TestCompileMatchesReadelf(t *testing.T) {
 		{"libcrypto", func(t *testing.T) string { return "/lib/x86_64-linux-gnu/libcrypto.so.3" }, 50, 500},
 		{"openssl", func(t *testing.T) string { return "/usr/bin/openssl" }, 0, 0},
 		{"ld.so", func(t *testing.T) string { return "/lib64/ld-linux-x86-64.so.2" }, 0, 0},
+		{"cc1", func(t *testing.T) string { return cc1Path(t) }, 0, 0},
 		{"c-O2-omit-frame-pointer", func(t *testing.T) string {
 			return buildC(t, chainC, "-O2", "-fomit-frame-pointer")
 		}, 0, 0},
@@ -256,5 +270,40 @@ func TestBias(t *testing.T) {
 				t.Fatalf("bias %#x %v, want %#x", got, ok, tc.want)
 			}
 		})
+	}
+}
+
+// TestCompileConcurrent: compiles share a pool of scratch rows (build); a
+// table must not keep a buffer another compile reuses.
+func TestCompileConcurrent(t *testing.T) {
+	paths := []string{"/lib/x86_64-linux-gnu/libc.so.6", python3Path(t), "/usr/bin/xz"}
+	want := make([]*Table, len(paths))
+	for i, p := range paths {
+		want[i] = compileFile(t, p)
+	}
+	got := make([][]*Table, 4)
+	var wg sync.WaitGroup
+	for g := range got {
+		got[g] = make([]*Table, len(paths))
+		wg.Go(func() {
+			for i, p := range paths {
+				data, err := os.ReadFile(p)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if got[g][i], err = Compile(bytes.NewReader(data), int64(len(data)), DefaultLimits); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for g := range got {
+		for i, p := range paths {
+			if got[g][i] == nil || !slices.Equal(got[g][i].Rows, want[i].Rows) {
+				t.Errorf("goroutine %d: %s: rows differ from a compile alone", g, p)
+			}
+		}
 	}
 }
