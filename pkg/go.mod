@@ -12,6 +12,7 @@ require (
 	github.com/stackstream/stackstream/schemas v0.0.0
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -27,7 +28,6 @@ require (
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
 	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace github.com/stackstream/stackstream/schemas => ../schemas

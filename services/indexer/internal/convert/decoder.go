@@ -3,6 +3,7 @@ package convert
 import (
 	"bytes"
 	"encoding/binary"
+	"github.com/stackstream/stackstream/pkg/pprofwire"
 	"io"
 
 	"github.com/google/pprof/profile"
@@ -148,7 +149,7 @@ func (d *fastDecoder) parse(l *fastLimits) bool {
 		if k := b[0]; k < 0x80 && k&7 == 2 {
 			// A one-byte key of a length-delimited field: nearly every
 			// field of a profile, read here as field would.
-			l, n := varint(b[1:])
+			l, n := pprofwire.Varint(b[1:])
 			if n == 0 || l > uint64(len(b)-1-n) {
 				return false
 			}
@@ -156,7 +157,7 @@ func (d *fastDecoder) parse(l *fastLimits) bool {
 		} else {
 			var rest []byte
 			var ok bool
-			if num, typ, u, data, rest, ok = field(b); !ok {
+			if num, typ, u, data, rest, ok = pprofwire.Field(b); !ok {
 				return false
 			}
 			b = rest
@@ -329,7 +330,7 @@ func (d *fastDecoder) parse(l *fastLimits) bool {
 func (d *fastDecoder) parseLocation(b []byte) bool {
 	l := fastLocation{lines: [2]int{len(d.lines), len(d.lines)}}
 	for len(b) > 0 {
-		key, n := varint(b)
+		key, n := pprofwire.Varint(b)
 		if n == 0 {
 			return false
 		}
@@ -337,7 +338,7 @@ func (d *fastDecoder) parseLocation(b []byte) bool {
 		num, typ := key>>3, key&7
 		switch {
 		case typ == 0 && (num >= 1 && num <= 3 || num == 5):
-			u, m := varint(b)
+			u, m := pprofwire.Varint(b)
 			if m == 0 {
 				return false
 			}
@@ -351,7 +352,7 @@ func (d *fastDecoder) parseLocation(b []byte) bool {
 				l.address = u
 			}
 		case typ == 2 && num == 4:
-			size, m := varint(b)
+			size, m := pprofwire.Varint(b)
 			if m == 0 || size > uint64(len(b)-m) {
 				return false
 			}
@@ -435,7 +436,7 @@ func (d *fastDecoder) usualSample(s []byte) (locs, labels []byte, ok bool) {
 		}
 	} else {
 		for len(s) > 0 && s[0] == 2<<3 {
-			u, n := varint(s[1:])
+			u, n := pprofwire.Varint(s[1:])
 			if n == 0 {
 				return nil, nil, false
 			}
@@ -461,7 +462,7 @@ func (d *fastDecoder) walkSample(s []byte, locFields *[]locField) (labelKey []by
 	labelStart, labelEnd, labelsApart := -1, -1, false
 	for len(s) > 0 {
 		start := len(full) - len(s)
-		num, typ, u, data, rest, ok := field(s)
+		num, typ, u, data, rest, ok := pprofwire.Field(s)
 		if !ok {
 			return nil, false
 		}
@@ -494,7 +495,7 @@ func (d *fastDecoder) walkSample(s []byte, locFields *[]locField) (labelKey []by
 	if labelsApart {
 		d.labelBuf = d.labelBuf[:0]
 		for r := full; len(r) > 0; {
-			num, _, _, data, rest, _ := field(r) // walked above
+			num, _, _, data, rest, _ := pprofwire.Field(r) // walked above
 			r = rest
 			if num == 3 {
 				d.labelBuf = binary.AppendUvarint(d.labelBuf, 3<<3|2)
@@ -516,7 +517,7 @@ func (d *fastDecoder) labels(raw []byte) (map[string][]string, bool) {
 		if n == d.limits.MaxLabelsPerSample {
 			return nil, false
 		}
-		_, _, _, data, rest, _ := field(raw) // validated by the caller
+		_, _, _, data, rest, _ := pprofwire.Field(raw) // validated by the caller
 		raw = rest
 		var key, str, num, unit uint64
 		if !scalars(data, []*uint64{&key, &str, &num, &unit}) || !d.validStr(int64(key)) {

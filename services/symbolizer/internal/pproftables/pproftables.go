@@ -14,6 +14,7 @@ package pproftables
 
 import (
 	"errors"
+	"github.com/stackstream/stackstream/pkg/pprofwire"
 	"strings"
 
 	"github.com/google/pprof/profile"
@@ -71,7 +72,7 @@ func Decode(raw []byte, lim record.Limits) (*Profile, error) {
 	)
 	for b := raw; len(b) > 0; {
 		start := len(raw) - len(b)
-		num, typ, u, data, rest, ok := field(b)
+		num, typ, u, data, rest, ok := pprofwire.Field(b)
 		if !ok {
 			return nil, ErrUnsupported
 		}
@@ -258,7 +259,7 @@ func (p *Profile) decodeLocations(msgs [][]byte, maxLines int) error {
 		l := &ls[i]
 		first := len(lines)
 		for b := msg; len(b) > 0; {
-			num, typ, u, data, rest, ok := field(b)
+			num, typ, u, data, rest, ok := pprofwire.Field(b)
 			if !ok {
 				return ErrUnsupported
 			}
@@ -351,7 +352,7 @@ func (p *Profile) location(id uint64) int {
 func (p *Profile) checkSample(s []byte, types int) bool {
 	values, depth := 0, 0
 	for len(s) > 0 {
-		num, typ, u, data, rest, ok := field(s)
+		num, typ, u, data, rest, ok := pprofwire.Field(s)
 		if !ok {
 			return false
 		}

@@ -2,6 +2,7 @@ package pproftables
 
 import (
 	"bytes"
+	"github.com/stackstream/stackstream/pkg/pprofwire"
 	"testing"
 	"time"
 
@@ -127,7 +128,7 @@ func TestRefused(t *testing.T) {
 func encodeFields(t *testing.T, raw []byte, keep func(uint64) bool) []byte {
 	var out []byte
 	for b := raw; len(b) > 0; {
-		num, _, _, _, rest, ok := field(b)
+		num, _, _, _, rest, ok := pprofwire.Field(b)
 		if !ok {
 			t.Fatal("bad test input")
 		}
