@@ -246,7 +246,8 @@ func execute(ins []byte, c *cie, f *fde, lim Limits, state *frameState, initial 
 		}
 	}
 	for r.off < len(r.b) && r.err == nil && loc < f.end {
-		op := r.u8()
+		op := r.b[r.off] // in bounds and without error: the loop's condition
+		r.off++
 		var err error
 		switch op & 0xc0 {
 		case cfaAdvanceLoc:

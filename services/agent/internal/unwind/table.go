@@ -240,8 +240,7 @@ const paddingBytes = 16
 // build turns FDEs into sorted, deduplicated rows. ehFDEs take precedence:
 // a .debug_frame FDE is used only where no .eh_frame FDE covers its range.
 func build(ehFDEs, debugFDEs []fde, lim Limits, st *Stats) (*Table, error) {
-	byStart := func(a, b fde) int { return cmp.Compare(a.start, b.start) }
-	slices.SortFunc(ehFDEs, byStart)
+	sortByStart(ehFDEs)
 	fdes := slices.Grow(ehFDEs, len(debugFDEs))
 	for _, f := range debugFDEs {
 		i := sort.Search(len(ehFDEs), func(i int) bool { return ehFDEs[i].end > f.start })
@@ -251,7 +250,9 @@ func build(ehFDEs, debugFDEs []fde, lim Limits, st *Stats) (*Table, error) {
 		fdes = append(fdes, f)
 		st.DebugFrameFDEs++
 	}
-	slices.SortStableFunc(fdes, byStart)
+	if len(fdes) > len(ehFDEs) {
+		slices.SortStableFunc(fdes, func(a, b fde) int { return cmp.Compare(a.start, b.start) })
+	}
 
 	scratch := rowScratch.Get().(*[]Row)
 	rows := (*scratch)[:0]
@@ -315,6 +316,40 @@ func build(ehFDEs, debugFDEs []fde, lim Limits, st *Stats) (*Table, error) {
 		st.Rules[r.Rule&ruleMask]++
 	}
 	return &Table{Rows: slices.Clone(rows), Stats: *st}, nil
+}
+
+// sortByStart sorts FDEs by start address. It sorts 16-byte keys, not the
+// 48-byte FDEs, then moves each FDE once; slices.SortFunc's order depends on
+// its comparisons alone, so FDEs of equal start end in the order a sort of
+// the FDEs themselves gives.
+func sortByStart(fdes []fde) {
+	type key struct {
+		start uint64
+		from  int
+	}
+	keys := make([]key, len(fdes))
+	for i, f := range fdes {
+		keys[i] = key{f.start, i}
+	}
+	slices.SortFunc(keys, func(a, b key) int { return cmp.Compare(a.start, b.start) })
+	// Follow each cycle of the permutation: fdes[i] takes fdes[keys[i].from].
+	for i := range keys {
+		if keys[i].from < 0 || keys[i].from == i {
+			continue
+		}
+		first := fdes[i]
+		j := i
+		for {
+			from := keys[j].from
+			keys[j].from = -1
+			if from == i {
+				fdes[j] = first
+				break
+			}
+			fdes[j] = fdes[from]
+			j = from
+		}
+	}
 }
 
 // rowScratch holds the rows of a table while build deduplicates them, reused

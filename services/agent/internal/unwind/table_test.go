@@ -2,6 +2,8 @@ package unwind
 
 import (
 	"bytes"
+	"cmp"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -304,6 +306,25 @@ func TestCompileConcurrent(t *testing.T) {
 			if got[g][i] == nil || !slices.Equal(got[g][i].Rows, want[i].Rows) {
 				t.Errorf("goroutine %d: %s: rows differ from a compile alone", g, p)
 			}
+		}
+	}
+}
+
+// TestSortByStart: FDEs of equal start (told apart by their end) end in the
+// order slices.SortFunc gives the FDEs themselves, which the rows depend on.
+func TestSortByStart(t *testing.T) {
+	for _, n := range []int{0, 1, 2, 12, 13, 50, 1000, 45201} {
+		rng := rand.New(rand.NewPCG(uint64(n), 1))
+		fdes := make([]fde, n)
+		for i := range fdes {
+			start := rng.Uint64N(uint64(n/3 + 1))
+			fdes[i] = fde{start: start, end: start + uint64(i) + 1}
+		}
+		want := slices.Clone(fdes)
+		slices.SortFunc(want, func(a, b fde) int { return cmp.Compare(a.start, b.start) })
+		sortByStart(fdes)
+		if !slices.EqualFunc(fdes, want, func(a, b fde) bool { return a.start == b.start && a.end == b.end }) {
+			t.Errorf("%d FDEs: order differs from slices.SortFunc", n)
 		}
 	}
 }
