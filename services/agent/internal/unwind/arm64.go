@@ -46,19 +46,13 @@ const (
 	arm64SP = 31
 )
 
-// arm64Row reduces a frame state to an arm64 row.
-func (s *frameState) arm64Row(pc uint64, c *cie) Row {
+// arm64Row reduces a frame state to an arm64 row; row has handled the end
+// of the stack and the signal trampoline.
+func (s *frameState) arm64Row(pc uint64) Row {
 	r := Row{PC: uint32(pc)}
 	ra := s.regs[arm64LR]
 	unsupported := Row{PC: uint32(pc), Rule: RuleUnsupported}
-	switch {
-	case ra.kind == regUndefined:
-		r.Rule = RuleEnd
-		return r
-	case c.signalFrame:
-		r.Rule = RuleSignal
-		return r
-	case s.cfa.expr != nil:
+	if s.cfa.expr != nil {
 		return unsupported
 	}
 	switch s.cfa.reg {

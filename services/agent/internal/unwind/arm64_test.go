@@ -57,23 +57,7 @@ func buildArm64(t testing.TB, compiler, src string, flags ...string) string {
 
 func compileArm64File(t testing.TB, path string) *Table {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tab, err := compileArch(f, fi.Size(), ArchArm64, DefaultLimits)
-	if err != nil {
-		t.Fatalf("compile %s: %v", path, err)
-	}
-	if tab.Arch != ArchArm64 {
-		t.Fatalf("%s: table of %v", path, tab.Arch)
-	}
-	return tab
+	return compileFileArch(t, path, ArchArm64)
 }
 
 const cxxExceptions = `

@@ -131,19 +131,20 @@ func derefOffset(expr []byte) (uint16, bool) {
 
 // row reduces a frame state to what the BPF unwinder can follow.
 func (s *frameState) row(pc uint64, c *cie) Row {
-	if c.arch == ArchArm64 {
-		return s.arm64Row(pc, c)
-	}
 	r := Row{PC: uint32(pc)}
-	ra := s.regs[regRA]
+	// On both architectures an undefined return address ends the stack and
+	// a signal CIE is the trampoline.
 	switch {
-	case ra.kind == regUndefined:
+	case s.regs[raRegister(c.arch)].kind == regUndefined:
 		r.Rule = RuleEnd
 		return r
 	case c.signalFrame:
 		r.Rule = RuleSignal
 		return r
-	case ra.kind != regOffset || ra.off != -8:
+	case c.arch == ArchArm64:
+		return s.arm64Row(pc)
+	}
+	if ra := s.regs[regRA]; ra.kind != regOffset || ra.off != -8 {
 		r.Rule = RuleUnsupported
 		return r
 	}

@@ -16,6 +16,13 @@ import (
 
 func compileFile(t testing.TB, path string) *Table {
 	t.Helper()
+	return compileFileArch(t, path, hostArch)
+}
+
+// compileFileArch compiles the table of path as a file of arch, which the
+// table must say it is.
+func compileFileArch(t testing.TB, path string, arch Arch) *Table {
+	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -25,9 +32,12 @@ func compileFile(t testing.TB, path string) *Table {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tab, err := Compile(f, fi.Size(), DefaultLimits)
+	tab, err := compileArch(f, fi.Size(), arch, DefaultLimits)
 	if err != nil {
 		t.Fatalf("compile %s: %v", path, err)
+	}
+	if tab.Arch != arch {
+		t.Fatalf("%s: table of %v", path, tab.Arch)
 	}
 	return tab
 }
