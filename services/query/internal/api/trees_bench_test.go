@@ -184,17 +184,9 @@ func BenchmarkFlameTrees(b *testing.B) {
 			var f api.FlamegraphResponse
 			getB(b, base, params, &f)
 			b.Logf("source %s, total %d, %d nodes folded", f.Source, f.Total, f.Folded)
-			times := make([]time.Duration, 0, b.N)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				t0 := time.Now()
-				getB(b, base, params, nil)
-				times = append(times, time.Since(t0))
-			}
-			b.StopTimer()
-			slices.Sort(times)
-			b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "p50-ms")
-			b.ReportMetric(float64(times[(len(times)*99)/100].Microseconds())/1000, "p99-ms")
+			p50, p99 := timeRequests(b, base, params)
+			b.ReportMetric(p50, "p50-ms")
+			b.ReportMetric(p99, "p99-ms")
 		})
 	}
 }
@@ -209,6 +201,22 @@ func listHosts(f benchFleet) string {
 		q += fmt.Sprintf("host-%d", h)
 	}
 	return q + `"}`
+}
+
+// timeRequests times b.N flame graph requests (the timer reset first) and
+// gives their p50 and p99 in milliseconds.
+func timeRequests(b *testing.B, base string, params url.Values) (p50, p99 float64) {
+	times := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		getB(b, base, params, nil)
+		times = append(times, time.Since(t0))
+	}
+	b.StopTimer()
+	slices.Sort(times)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	return ms(times[len(times)/2]), ms(times[(len(times)*99)/100])
 }
 
 func getB(b *testing.B, base string, params url.Values, out *api.FlamegraphResponse) {
@@ -366,17 +374,7 @@ func BenchmarkFlameDayTrees(b *testing.B) {
 		if fr.Source != want {
 			b.Fatalf("source %s, want %s", fr.Source, want)
 		}
-		times := make([]time.Duration, 0, b.N)
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			t0 := time.Now()
-			getB(b, base, params, nil)
-			times = append(times, time.Since(t0))
-		}
-		b.StopTimer()
-		slices.Sort(times)
-		metrics[want+"-p50-ms"] = float64(times[len(times)/2].Microseconds()) / 1000
-		metrics[want+"-p99-ms"] = float64(times[(len(times)*99)/100].Microseconds()) / 1000
+		metrics[want+"-p50-ms"], metrics[want+"-p99-ms"] = timeRequests(b, base, params)
 	}
 	// Without the head (before it exists, or while stale): the day trees.
 	measure("partition_trees(days)")
