@@ -34,7 +34,7 @@ func (a *API) flameTree(ctx context.Context, sel store.Selection, maxNodes int) 
 // decodeHead is a head as a tree whose nodes' folded values stand for the
 // children it left out, and the number of nodes it kept.
 func decodeHead(b []byte) (m *merged, kept int, err error) {
-	h := &headTree{root: &node{name: "total"}}
+	h := &headTree{treeMerge: treeMerge{root: &node{name: "total"}}}
 	h.path = append(h.path, h.root)
 	nodes, self, total, err := indices.DecodeHead(b, indices.TreeLimits{}, h)
 	if err != nil {
@@ -44,21 +44,15 @@ func decodeHead(b []byte) (m *merged, kept int, err error) {
 	return &merged{root: h.root, nodes: nodes, source: "fleet_head"}, h.kept, nil
 }
 
+// headTree builds a head's tree as treeMerge builds a tree's, counting the
+// nodes the head kept.
 type headTree struct {
-	root   *node
-	frames []indices.TreeFrame
-	path   []*node
-	kept   int
+	treeMerge
+	kept int
 }
 
-func (h *headTree) Frames(f []indices.TreeFrame) { h.frames = f }
-
 func (h *headTree) Node(depth int, frame int32, self, total int64) {
-	f := h.frames[frame]
-	n := h.path[depth-1].child(f.Name, f.Kind)
-	n.self += self
-	n.total += total
-	h.path = append(h.path[:depth], n)
+	h.treeMerge.Node(depth, frame, self, total)
 	h.kept++
 }
 
