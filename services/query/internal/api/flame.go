@@ -41,8 +41,8 @@ func addStacks(root *node, st *store.Stacks) {
 
 // FlamegraphResponse is the answer of /api/v1/flamegraph. Truncated says
 // stacks were left out before merging (their value is the root's
-// "[other]"); Folded counts the nodes below max_nodes summed into the
-// "[other]" nodes of their parents, which are exact.
+// "[other]"); Folded counts the "[other]" nodes holding the children
+// below max_nodes, whose values are exact.
 type FlamegraphResponse struct {
 	Type      string     `json:"type"`
 	Unit      string     `json:"unit"`
@@ -67,7 +67,13 @@ func (a *API) handleFlamegraph(ctx context.Context, _ http.ResponseWriter, r *ht
 	if err != nil {
 		return nil, err
 	}
-	root, folded := flameOf(m.root, maxNodes, m.allNodes())
+	var root *FlameNode
+	var folded int
+	if m.keep != nil {
+		root, folded = flameKept(m.root, m.keep)
+	} else {
+		root, folded = flameOf(m.root, maxNodes, m.allNodes())
+	}
 	return FlamegraphResponse{
 		Type: string(s.Type), Unit: unit(s.Type), Total: root.Total, Truncated: m.truncated, Folded: folded,
 		Source: m.source, Root: root,

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 
 	"github.com/stackstream/stackstream/schemas/indices"
@@ -11,7 +12,8 @@ import (
 // flameTree is the tree a flame graph of maxNodes nodes folds: the fleet
 // day's head when one answers sel (store.FleetHead) and keeps at least
 // maxNodes nodes (the first maxNodes nodes of a head are its whole
-// tree's), else sel's merged tree.
+// tree's); else the merge of the fleet's hour heads when it proves the
+// flame graph (hourHeadsTree); else sel's merged tree.
 func (a *API) flameTree(ctx context.Context, sel store.Selection, maxNodes int) (*merged, error) {
 	if maxNodes <= indices.HeadNodes {
 		head, ok, err := a.store.FleetHead(ctx, sel)
@@ -27,8 +29,47 @@ func (a *API) flameTree(ctx context.Context, sel store.Selection, maxNodes int) 
 				return m, nil
 			}
 		}
+		m, ok, err := a.hourHeadsTree(ctx, sel, maxNodes)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return m, nil
+		}
 	}
 	return a.selectionTree(ctx, sel)
+}
+
+// hourHeadsTree merges sel's hours from the fleet's hour heads (and whole
+// trees where an hour has none) with its edges, and proves the flame graph
+// of maxNodes nodes from them (proveKeep). ok is false when heads cannot
+// answer sel or the proof fails: the caller then reads the whole trees.
+func (a *API) hourHeadsTree(ctx context.Context, sel store.Selection, maxNodes int) (*merged, bool, error) {
+	pm := newPieceMerge()
+	read, ok, err := a.store.FleetHourHeads(ctx, sel, pm.mergeHead, pm.merge)
+	var bad *badTreeError
+	if errors.As(err, &bad) {
+		slog.Warn("hour head or tree does not decode: reading the trees", "err", err)
+		return nil, false, nil
+	}
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	for _, e := range read.Edges {
+		addStacks(pm.root, e)
+	}
+	m := &merged{root: pm.root, truncated: read.Truncated(), source: read.Source}
+	if len(pm.heads) == 0 {
+		return m, true, nil // every head kept its whole hour
+	}
+	pm.bound()
+	keep, proven := proveKeep(pm.root, maxNodes)
+	if !proven {
+		slog.Debug("hour heads do not prove the flame graph: reading the trees", "max_nodes", maxNodes, "heads", len(pm.heads))
+		return nil, false, nil
+	}
+	m.keep = keep
+	return m, true, nil
 }
 
 // decodeHead is a head as a tree whose nodes' folded values stand for the
@@ -56,4 +97,6 @@ func (h *headTree) Node(depth int, frame int32, self, total int64) {
 	h.kept++
 }
 
-func (h *headTree) Folded(depth int, total int64) { h.path[depth-1].folded += total }
+// Folded is nothing to headTree: a node's folded value is its total less
+// its self and kept children's totals, which is what flameKept shows.
+func (h *headTree) Folded(int, int64) {}

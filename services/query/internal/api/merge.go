@@ -21,6 +21,10 @@ type merged struct {
 	// nodes is, when root is a head (decodeHead), its whole tree's node
 	// count; 0 when root is the whole tree.
 	nodes int
+	// keep, when set, is the flame graph's nodes proven from a merge of
+	// heads (proveKeep): root is not the whole tree, and only they are
+	// exact.
+	keep map[*node]bool
 }
 
 // allNodes counts the nodes of m's whole tree.

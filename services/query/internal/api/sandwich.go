@@ -9,7 +9,8 @@ import (
 // function (a tree rooted at it whose children are its callers, their
 // children the callers' callers) and its callees (its subtrees merged),
 // computed from the whole merged tree, so every node shown is exact even
-// where the flame graph folds the function's nodes into "[other]".
+// where the flame graph folds the function's nodes into "[other]". Folded
+// counts the "[other]" nodes of both sides.
 type SandwichResponse struct {
 	Type      string     `json:"type"`
 	Unit      string     `json:"unit"`

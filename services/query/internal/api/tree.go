@@ -27,10 +27,10 @@ type node struct {
 	kids        []*node
 	index       map[string]*node
 	sorted      bool // kids are in answer order
-	// folded is the value of children a tree head left out (a fleet
-	// head's folded marker): they are not in kids, and are shown in the
-	// node's "[other]".
-	folded int64
+	// In a merge of heads (proof.go): slack bounds what the heads that
+	// left the node out may add to its total, open the total of any child
+	// of it that is in no piece.
+	slack, open int64
 }
 
 const indexAbove = 8
@@ -230,7 +230,7 @@ func sortedChildren(n *node) []*node {
 
 // flame converts the tree keeping at most maxNodes nodes; the children left
 // out of a node are summed into one "[other]" child so totals still add up.
-// folded counts the nodes left out.
+// folded counts those "[other]" children.
 func flame(root *node, maxNodes int) (*FlameNode, int) {
 	return flameOf(root, maxNodes, countNodes(root))
 }
@@ -238,20 +238,34 @@ func flame(root *node, maxNodes int) (*FlameNode, int) {
 // flameOf is flame of a tree of all nodes, of which root may hold only the
 // heaviest (a head, whose nodes' folded values stand for the rest).
 func flameOf(root *node, maxNodes, all int) (*FlameNode, int) {
-	keep, folded := keepHeaviest(root, maxNodes, all, func(n *node) float64 { return float64(n.total) })
+	keep, _ := keepHeaviest(root, maxNodes, all, func(n *node) float64 { return float64(n.total) })
+	return flameKept(root, keep)
+}
+
+// flameKept converts the nodes of keep (every node when keep is nil). A
+// node's "[other]" is its total less its self and its shown children's
+// totals: the children it left out, a head's folded value, or the part of
+// a merge of heads that no head kept (proveKeep) are all in it, and no
+// child's total is needed for what is not shown. folded counts the
+// "[other]" children: unlike the number of nodes left out, it is known
+// from the shown nodes alone, so a merge of heads gives the same count as
+// the merge of the whole trees.
+func flameKept(root *node, keep map[*node]bool) (*FlameNode, int) {
+	folded := 0
 	var conv func(n *node) *FlameNode
 	conv = func(n *node) *FlameNode {
 		out := &FlameNode{Name: n.name, Kind: n.kind, Self: n.self, Total: n.total, Children: []*FlameNode{}}
-		other := n.folded
+		other := n.total - n.self
 		for _, c := range sortedChildren(n) {
 			if keep != nil && !keep[c] {
-				other += c.total
 				continue
 			}
+			other -= c.total
 			out.Children = append(out.Children, conv(c))
 		}
 		if other > 0 {
 			out.Children = append(out.Children, &FlameNode{Name: otherNodes, Self: other, Total: other, Children: []*FlameNode{}})
+			folded++
 		}
 		return out
 	}

@@ -61,3 +61,94 @@ func (s *Store) FleetHead(ctx context.Context, sel Selection) (head []byte, ok b
 	}
 	return nil, false, nil
 }
+
+// MaxHeadHours is the longest span of whole hours read from hour heads
+// (FleetHourHeads): a rolling day or two. Longer ranges read the day and
+// hour trees, whose bytes grow slower than a head per hour.
+const MaxHeadHours = 48
+
+// FleetHourHeads reads sel's whole settled hours as the fleet's hour heads
+// (indices.KindFleetHead, resolution 1h: one per type and hour, the head
+// of the hour's partition trees merged), handing each head that is fresh
+// (its sources are its hour's partition trees' versions now) to useHead and
+// the partition trees of the other hours to useTree, and the minutes
+// around the hours per stack as Trees does. ok is false, with nothing
+// handed over, when sel names a field, its whole hours are not in complete
+// partition trees (treesComplete) or span more than MaxHeadHours, or no
+// hour has a fresh head.
+func (s *Store) FleetHourHeads(ctx context.Context, sel Selection, useHead, useTree func([]byte) error) (*TreeRead, bool, error) {
+	if sel.Type == record.ProfileMemory || !sel.Selector.OnlyFields() {
+		return nil, false, nil
+	}
+	hours, ok := hourlySpan(sel.Range)
+	if !ok || hours.To.Sub(hours.From) > MaxHeadHours*time.Hour {
+		return nil, false, nil
+	}
+	idx := s.rollupIndices(hours)
+	hourSel := sel
+	hourSel.Range = hours
+	complete, err := s.treesComplete(ctx, idx, hourSel, indices.KindPartitionTree)
+	if err != nil || !complete {
+		return nil, false, err
+	}
+	versions, err := s.hourTreeVersions(ctx, idx, sel.Type, hours)
+	if err != nil || versions == nil {
+		return nil, false, err
+	}
+	byHour := map[int64][]indices.TreeSource{}
+	for _, v := range versions {
+		byHour[v.Time.Unix()] = append(byHour[v.Time.Unix()], v.TreeSource)
+	}
+	var resp struct {
+		Hits struct {
+			Hits []struct {
+				Source struct {
+					Timestamp time.Time `json:"@timestamp"`
+					Sources   string    `json:"sources"`
+					Tree      []byte    `json:"tree"`
+				} `json:"_source"`
+			} `json:"hits"`
+		} `json:"hits"`
+	}
+	req := &Request{Size: MaxHeadHours + 1, TrackTotalHits: false, Source: &Source{Includes: []string{"@timestamp", "sources", "tree"}},
+		Query: allOf([]Query{term("kind", indices.KindFleetHead), term("type", string(sel.Type)), term("resolution", indices.ResolutionHour),
+			timeFilter(hours)}, nil)}
+	if err := s.search(ctx, idx, req, &resp, "hits.hits._source"); err != nil {
+		return nil, false, fmt.Errorf("hour heads: %w", err)
+	}
+	fresh := map[int64][]byte{}
+	for _, h := range resp.Hits.Hits {
+		t := h.Source.Timestamp.Unix()
+		if src, ok := byHour[t]; ok && h.Source.Sources == indices.TreeSources(src) {
+			fresh[t] = h.Source.Tree
+		}
+	}
+	if len(fresh) == 0 {
+		return nil, false, nil
+	}
+	read := &TreeRead{Source: "fleet_hour_heads"}
+	var missing []Query
+	for t := hours.From; t.Before(hours.To); t = t.Add(time.Hour) {
+		head, ok := fresh[t.Unix()]
+		if !ok {
+			missing = append(missing, timeFilter(TimeRange{From: t, To: t.Add(time.Hour)}))
+			continue
+		}
+		if err := useHead(head); err != nil {
+			return nil, false, err
+		}
+		read.Trees++
+	}
+	if len(missing) > 0 {
+		when := allOf([]Query{term("resolution", indices.ResolutionHour), anyOf(missing...)}, nil)
+		n, err := s.scrollTrees(ctx, idx, hourSel, indices.KindPartitionTree, when, useTree)
+		if err != nil {
+			return nil, false, err
+		}
+		read.Trees += n
+	}
+	if err := s.readEdges(ctx, sel, hours, read); err != nil {
+		return nil, false, err
+	}
+	return read, true, nil
+}

@@ -110,9 +110,17 @@ func (s *Store) Trees(ctx context.Context, sel Selection, use func(tree []byte) 
 	if read.Trees, err = s.scrollTrees(ctx, idx, hourSel, kind, when, use); err != nil {
 		return nil, false, err
 	}
-	// The edges: read as a selection of their own would be, except that a
-	// long selection's edges come from the minute rollups (its samples may
-	// be past retention).
+	if err := s.readEdges(ctx, sel, hours, read); err != nil {
+		return nil, false, err
+	}
+	return read, true, nil
+}
+
+// readEdges reads the minutes of sel outside hours per stack into
+// read.Edges, as a selection of their own would be read, except that a long
+// selection's edges come from the minute rollups (its samples may be past
+// retention); read.Source gets "+samples" or "+rollups".
+func (s *Store) readEdges(ctx context.Context, sel Selection, hours TimeRange, read *TreeRead) error {
 	rollups := s.FromRollups(sel)
 	for _, edge := range []TimeRange{{From: sel.Range.From, To: hours.From}, {From: hours.To, To: sel.Range.To}} {
 		if !edge.From.Before(edge.To) {
@@ -122,6 +130,7 @@ func (s *Store) Trees(ctx context.Context, sel Selection, use func(tree []byte) 
 		es := sel
 		es.Range = edge
 		var sv *StackValues
+		var err error
 		if rollups {
 			sv, _, err = s.sumByStack(ctx, s.rollupIndices(edge), rollupQuery(es, "stack", true))
 			if err == nil {
@@ -131,16 +140,16 @@ func (s *Store) Trees(ctx context.Context, sel Selection, use func(tree []byte) 
 			sv, err = s.sampleStackValues(ctx, es)
 		}
 		if err != nil {
-			return nil, false, fmt.Errorf("edge %s-%s: %w", edge.From.Format(time.RFC3339), edge.To.Format(time.RFC3339), err)
+			return fmt.Errorf("edge %s-%s: %w", edge.From.Format(time.RFC3339), edge.To.Format(time.RFC3339), err)
 		}
 		st, err := s.withFrames(ctx, sv)
 		if err != nil {
-			return nil, false, err
+			return err
 		}
 		read.Edges = append(read.Edges, st)
 		read.Source = strings.SplitN(read.Source, "+", 2)[0] + "+" + sv.Source
 	}
-	return read, true, nil
+	return nil
 }
 
 // treesComplete compares the total of the trees of kind with the

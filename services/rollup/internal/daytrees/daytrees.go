@@ -3,7 +3,9 @@
 // fleet's day is read as one tree per partition instead of 24, and the
 // day trees of a type into the head of the fleet's day
 // (schemas/indices/treehead.go), so a fleet day's flame graph reads one
-// small document.
+// small document; and each settled hour's partition trees into the head of
+// the fleet's hour (hourheads.go), so a fleet-wide range that is not one
+// whole day reads a small document per hour.
 //
 // Any rollup instance may run it, several at once: a day tree is a pure
 // function of the hour trees it merged, written under a deterministic _id,
@@ -37,7 +39,8 @@ const Settle = 30 * time.Minute
 // and partition.
 const maxHourDocs = 10000
 
-// Compactor writes day trees for the last Days settled days.
+// Compactor writes day trees for the last Days settled days, and the
+// fleet's hour heads for their hours and today's settled ones.
 type Compactor struct {
 	Client *opensearchapi.Client
 	Names  indices.Names
@@ -50,8 +53,8 @@ type groupKey struct {
 	partition int32
 }
 
-// Apply writes the day trees that are missing or stale and returns how
-// many it wrote.
+// Apply writes the day trees, day heads and hour heads that are missing or
+// stale and returns how many it wrote.
 func (c *Compactor) Apply(ctx context.Context) (int, error) {
 	written := 0
 	now := c.Now().UTC()
@@ -66,7 +69,8 @@ func (c *Compactor) Apply(ctx context.Context) (int, error) {
 			return written, fmt.Errorf("day trees of %s: %w", day.Format(time.DateOnly), err)
 		}
 	}
-	return written, nil
+	n, err := c.writeHourHeads(ctx, now)
+	return written + n, err
 }
 
 // ErrPartial is a search answer OpenSearch gave up on (timed out) or
@@ -78,10 +82,11 @@ type hit struct {
 	SeqNo       int64  `json:"_seq_no"`
 	PrimaryTerm int64  `json:"_primary_term"`
 	Source      struct {
-		Type      string `json:"type"`
-		Partition int32  `json:"partition"`
-		Sources   string `json:"sources"`
-		Tree      []byte `json:"tree"`
+		Timestamp time.Time `json:"@timestamp"`
+		Type      string    `json:"type"`
+		Partition int32     `json:"partition"`
+		Sources   string    `json:"sources"`
+		Tree      []byte    `json:"tree"`
 	} `json:"_source"`
 }
 

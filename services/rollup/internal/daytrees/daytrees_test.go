@@ -90,8 +90,8 @@ func TestCompactor(t *testing.T) {
 		}
 	}
 	c := &Compactor{Client: cl, Names: names, Days: 3, Now: func() time.Time { return day.Add(50 * time.Hour) }}
-	if n, err := c.Apply(ctx); err != nil || n != 3 {
-		t.Fatalf("first pass wrote %d (%v), want 3 (2 day trees and the head)", n, err)
+	if n, err := c.Apply(ctx); err != nil || n != 3+24 {
+		t.Fatalf("first pass wrote %d (%v), want 27 (2 day trees, the day's head, 24 hour heads)", n, err)
 	}
 	readDoc := func(d indices.RollupDoc) indices.RollupDoc {
 		t.Helper()
@@ -126,6 +126,24 @@ func TestCompactor(t *testing.T) {
 		}
 	}
 	checkHead(want[0], want[1])
+	// The head of each hour: its two partition trees merged.
+	checkHourHead := func(h int, trees ...indices.RollupDoc) {
+		t.Helper()
+		var all indices.TreeBuilder
+		for _, d := range trees {
+			if err := all.AddTree(d.Tree, indices.TreeLimits{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		at := day.Add(time.Duration(h) * time.Hour)
+		got := readDoc(indices.RollupDoc{Timestamp: at, Resolution: indices.ResolutionHour, Kind: indices.KindFleetHead, Type: "cpu"})
+		if got.Value != all.Total() || !got.Timestamp.Equal(at) || got.Sources == "" || string(got.Tree) != string(all.EncodeHead(indices.HeadNodes)) {
+			t.Fatalf("hour %d head: value %d at %s (%d bytes), want %d (%d bytes)", h, got.Value, got.Timestamp, len(got.Tree), all.Total(), len(all.EncodeHead(indices.HeadNodes)))
+		}
+	}
+	for h := 0; h < 24; h++ {
+		checkHourHead(h, hourTree(0, h, ""), hourTree(1, h, ""))
+	}
 	for _, p := range []int32{0, 1} {
 		d := read(p)
 		if d.Value != want[p].Total() || d.Sources == "" {
@@ -151,9 +169,10 @@ func TestCompactor(t *testing.T) {
 	// values): only that partition's day tree is rewritten, with them.
 	put(t, cl, names, hourTree(1, 5, "-resymbolized"))
 	before := read(1).Sources
-	if n, err := c.Apply(ctx); err != nil || n != 2 {
-		t.Fatalf("pass after a rewrite wrote %d (%v), want 2 (partition 1 and the head)", n, err)
+	if n, err := c.Apply(ctx); err != nil || n != 3 {
+		t.Fatalf("pass after a rewrite wrote %d (%v), want 3 (partition 1, the day's head, hour 5's head)", n, err)
 	}
+	checkHourHead(5, hourTree(0, 5, ""), hourTree(1, 5, "-resymbolized"))
 	after := read(1)
 	if after.Sources == before {
 		t.Fatal("day tree sources did not change")
