@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http/pprof"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -71,6 +72,7 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 	if os.Getenv("GOMEMLIMIT") == "" && c.Agent.MemoryLimit > 0 {
 		debug.SetMemoryLimit(c.Agent.MemoryLimit)
 	}
+	setMaxProcs(c.Agent.MaxProcs)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -128,6 +130,19 @@ func runAgent(args []string, stdout, stderr io.Writer) error {
 	return g.Run()
 }
 
+// setMaxProcs caps the threads running Go code (GOMAXPROCS wins when set).
+// The agent's work is serial: a tick, a poll, reads handed to a goroutine
+// and waited for. With a second P idle, every such hand-off woke another
+// thread that spun looking for work and slept again, and the collector ran
+// idle mark workers there: under process churn that was most of the
+// agent's CPU (docs/AGENT.md, "Churn CPU: one P"). A blocked read still
+// leaves the tick running: a goroutine in a system call gives its P up.
+func setMaxProcs(n int) {
+	if os.Getenv("GOMAXPROCS") == "" && n > 0 {
+		runtime.GOMAXPROCS(n)
+	}
+}
+
 // flags binds the command-line flags to a's fields; their defaults are the
 // values already loaded from the environment.
 func flags(a *agent.Config) *flag.FlagSet {
@@ -157,6 +172,7 @@ func flags(a *agent.Config) *flag.FlagSet {
 	fs.Func("heap-endpoints", "comma-separated [service=]URL of pprof heap endpoints (STACKSTREAM_AGENT_HEAP_ENDPOINTS)", list(&a.HeapEndpoints))
 	fs.StringVar(&a.ProcRoot, "proc-root", a.ProcRoot, "STACKSTREAM_AGENT_PROC_ROOT")
 	fs.Int64Var(&a.MemoryLimit, "memory-limit", a.MemoryLimit, "soft Go heap limit in bytes (STACKSTREAM_AGENT_MEMORY_LIMIT)")
+	fs.IntVar(&a.MaxProcs, "max-procs", a.MaxProcs, "threads running Go code at once; 0: one per CPU (STACKSTREAM_AGENT_MAX_PROCS)")
 	fs.IntVar(&a.UnwindTableBytes, "unwind-table-bytes", a.UnwindTableBytes, "kernel memory for unwind tables; 0: frame pointers only (STACKSTREAM_AGENT_UNWIND_TABLE_BYTES)")
 	fs.Float64Var(&a.OffCPUProbability, "offcpu-probability", a.OffCPUProbability, "share of thread switch-outs recorded for the offcpu profile; 0: off (STACKSTREAM_AGENT_OFFCPU_PROBABILITY)")
 	return fs

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -171,5 +172,45 @@ func TestValidFlagReplacesBadVariable(t *testing.T) {
 	}
 	if _, err := loadConfig([]string{"--frequency=5000"}, io.Discard); err == nil || !strings.Contains(err.Error(), "STACKSTREAM_AGENT_FREQUENCY=5000") {
 		t.Fatalf("bad flag: %v, want an error naming the value", err)
+	}
+}
+
+func TestMaxProcs(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, tc := range []struct {
+		name       string
+		gomaxprocs string
+		n, want    int
+	}{
+		{name: "default", n: 1, want: 1},
+		{name: "GOMAXPROCS wins", gomaxprocs: "3", n: 1, want: 3},
+		{name: "0 leaves the runtime's", n: 0, want: 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("GOMAXPROCS", tc.gomaxprocs)
+			runtime.GOMAXPROCS(5) // the runtime's own choice, or GOMAXPROCS's at start
+			if tc.gomaxprocs != "" {
+				runtime.GOMAXPROCS(3)
+			}
+			setMaxProcs(tc.n)
+			if got := runtime.GOMAXPROCS(0); got != tc.want {
+				t.Fatalf("GOMAXPROCS %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestMaxProcsConfig(t *testing.T) {
+	t.Chdir(t.TempDir()) // no .env
+	c, err := loadConfig(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Agent.MaxProcs != 1 {
+		t.Fatalf("default STACKSTREAM_AGENT_MAX_PROCS %d, want 1", c.Agent.MaxProcs)
+	}
+	t.Setenv("STACKSTREAM_AGENT_MAX_PROCS", "-1")
+	if _, err := loadConfig(nil, io.Discard); err == nil || !strings.Contains(err.Error(), "STACKSTREAM_AGENT_MAX_PROCS=-1") {
+		t.Fatalf("negative: %v, want an error naming STACKSTREAM_AGENT_MAX_PROCS", err)
 	}
 }

@@ -33,6 +33,7 @@ type Config struct {
 	DebuginfoHold          time.Duration `envconfig:"DEBUGINFO_HOLD" default:"30s" desc:"longest a profile waits for the debuginfo of a new binary it names to be acknowledged"`
 	ProcRoot               string        `envconfig:"PROC_ROOT" default:"/proc" desc:"where the host's /proc is mounted"`
 	MemoryLimit            int64         `envconfig:"MEMORY_LIMIT" default:"20971520" desc:"soft limit of the Go heap in bytes (GOMEMLIMIT wins when set); 0 for none"`
+	MaxProcs               int           `envconfig:"MAX_PROCS" default:"1" desc:"threads running the agent's Go code at once (GOMAXPROCS wins when set); 0 for one per CPU"`
 	UnwindTableBytes       int           `envconfig:"UNWIND_TABLE_BYTES" default:"33554432" desc:"kernel memory reserved for unwind tables (8 bytes a row, allocated at start); 0 walks user stacks with frame pointers only"`
 	UnwindMappings         int           `envconfig:"UNWIND_MAPPINGS" default:"131072" desc:"most address-range entries (a few per executable mapping) of the processes registered for table unwinding"`
 	UnwindProcesses        int           `envconfig:"UNWIND_PROCESSES" default:"8192" desc:"most processes registered for table unwinding"`
@@ -131,6 +132,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_AGENT_COMM=%q: %v", c.Comm, err)
 	case c.MemoryLimit < 0:
 		return fmt.Errorf("STACKSTREAM_AGENT_MEMORY_LIMIT=%d: use 0 (none) or a number of bytes", c.MemoryLimit)
+	case c.MaxProcs < 0:
+		return fmt.Errorf("STACKSTREAM_AGENT_MAX_PROCS=%d: use 0 (one per CPU) or a number of threads", c.MaxProcs)
 	}
 	return nil
 }
