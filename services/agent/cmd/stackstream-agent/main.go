@@ -174,6 +174,7 @@ func flags(a *agent.Config) *flag.FlagSet {
 	fs.Int64Var(&a.MemoryLimit, "memory-limit", a.MemoryLimit, "soft Go heap limit in bytes (STACKSTREAM_AGENT_MEMORY_LIMIT)")
 	fs.IntVar(&a.MaxProcs, "max-procs", a.MaxProcs, "threads running Go code at once; 0: one per CPU (STACKSTREAM_AGENT_MAX_PROCS)")
 	fs.IntVar(&a.UnwindTableBytes, "unwind-table-bytes", a.UnwindTableBytes, "kernel memory for unwind tables; 0: frame pointers only (STACKSTREAM_AGENT_UNWIND_TABLE_BYTES)")
+	fs.StringVar(&a.UnwindCacheDir, "unwind-cache-dir", a.UnwindCacheDir, "compiled unwind tables kept across restarts; empty: none (STACKSTREAM_AGENT_UNWIND_CACHE_DIR)")
 	fs.Float64Var(&a.OffCPUProbability, "offcpu-probability", a.OffCPUProbability, "share of thread switch-outs recorded for the offcpu profile; 0: off (STACKSTREAM_AGENT_OFFCPU_PROBABILITY)")
 	return fs
 }

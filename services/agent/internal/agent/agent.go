@@ -164,6 +164,14 @@ func New(cfg Config, d Deps) (*Agent, error) {
 		a.unwind = &unwinder{log: d.Log, fs: fs, files: a.ps.files, mapFiles: a.ps.mapFiles, sampler: a.sampler,
 			m: newUnwindMetrics(d.Registry), registered: map[int]uint64{}}
 		a.unwind.reg = unwind.NewRegistry(d.Log, fs, a.sampler, unwind.DefaultLimits)
+		if cfg.UnwindCacheDir != "" {
+			// Without it every table is compiled at first sight, as before.
+			if c, err := unwind.OpenDiskCache(cfg.UnwindCacheDir, cfg.UnwindCacheBytes); err != nil {
+				d.Log.Warn("unwind table cache off", "dir", cfg.UnwindCacheDir, "err", err)
+			} else {
+				a.unwind.reg.UseDiskCache(c)
+			}
+		}
 		a.unwind.python = python.NewResolver(cfg.ProcRoot, python.DefaultLimits, python.DefaultCacheEntries, python.DefaultCacheBytes)
 		a.ps.python = a.unwind.python
 		a.unwind.v8 = v8.NewDetector(v8.DefaultFileLimits)

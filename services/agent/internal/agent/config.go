@@ -36,6 +36,8 @@ type Config struct {
 	MaxProcs               int           `envconfig:"MAX_PROCS" default:"1" desc:"threads running the agent's Go code at once (GOMAXPROCS wins when set); 0 for one per CPU"`
 	UnwindTableBytes       int           `envconfig:"UNWIND_TABLE_BYTES" default:"33554432" desc:"kernel memory reserved for unwind tables (8 bytes a row, allocated at start); 0 walks user stacks with frame pointers only"`
 	UnwindMappings         int           `envconfig:"UNWIND_MAPPINGS" default:"131072" desc:"most address-range entries (a few per executable mapping) of the processes registered for table unwinding"`
+	UnwindCacheDir         string        `envconfig:"UNWIND_CACHE_DIR" default:"/var/cache/stackstream-agent/unwind" desc:"compiled unwind tables kept on disk by build ID, so a restarted agent does not compile them again; empty for none"`
+	UnwindCacheBytes       int64         `envconfig:"UNWIND_CACHE_BYTES" default:"268435456" desc:"most bytes of the unwind table cache; the least recently used tables are removed past it"`
 	UnwindProcesses        int           `envconfig:"UNWIND_PROCESSES" default:"8192" desc:"most processes registered for table unwinding"`
 	PerfMaps               bool          `envconfig:"PERF_MAPS" default:"true" desc:"name JIT code (anonymous executable memory) from the process's /tmp/perf-PID.map"`
 	JavaPerfMap            bool          `envconfig:"JAVA_PERFMAP" default:"true" desc:"ask sampled JVMs to write their perf map (jcmd Compiler.perfmap through the attach mechanism: no JVM flag needed)"`
@@ -115,6 +117,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_AGENT_UNWIND_TABLE_BYTES=%d: use 0 (frame pointers only) up to 1073741824", c.UnwindTableBytes)
 	case c.UnwindTableBytes > 0 && (c.UnwindMappings < 64 || c.UnwindProcesses < 1):
 		return fmt.Errorf("STACKSTREAM_AGENT_UNWIND_MAPPINGS=%d, STACKSTREAM_AGENT_UNWIND_PROCESSES=%d: use at least 64 and 1", c.UnwindMappings, c.UnwindProcesses)
+	case c.UnwindCacheDir != "" && c.UnwindCacheBytes < 1<<20:
+		return fmt.Errorf("STACKSTREAM_AGENT_UNWIND_CACHE_BYTES=%d: use at least 1048576, or an empty STACKSTREAM_AGENT_UNWIND_CACHE_DIR for no cache", c.UnwindCacheBytes)
 	case c.PerfMaps && c.JavaPerfMap && c.JavaPerfMapInterval < time.Second:
 		return fmt.Errorf("STACKSTREAM_AGENT_JAVA_PERFMAP_INTERVAL=%s: use at least 1s, or STACKSTREAM_AGENT_JAVA_PERFMAP=false", c.JavaPerfMapInterval)
 	case c.Kubernetes != "" && c.Kubernetes != "auto" && c.Kubernetes != "on" && c.Kubernetes != "off":

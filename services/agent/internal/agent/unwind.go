@@ -88,6 +88,7 @@ type unwinder struct {
 type unwindMetrics struct {
 	samples       *prometheus.CounterVec
 	registrations *prometheus.CounterVec
+	builds        *prometheus.CounterVec
 	tableBytes    prometheus.Gauge
 	budgetBytes   prometheus.Gauge
 	tables        prometheus.Gauge
@@ -105,6 +106,9 @@ func newUnwindMetrics(reg prometheus.Registerer) *unwindMetrics {
 		registrations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stackstream_agent_unwind_registrations_total", Help: "Processes registered for table unwinding, by result (ok, error, deferred: past the per-interval or per-poll bound).",
 		}, []string{"result"}),
+		builds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stackstream_agent_unwind_table_builds_total", Help: "Unwind tables made for files first met, by source: compiled, or cache (read from STACKSTREAM_AGENT_UNWIND_CACHE_DIR).",
+		}, []string{"source"}),
 		tableBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "stackstream_agent_unwind_table_bytes", Help: "Kernel memory of the unwind rows loaded (8 bytes a row).",
 		}),
@@ -127,7 +131,7 @@ func newUnwindMetrics(reg prometheus.Registerer) *unwindMetrics {
 			Name: "stackstream_agent_unwind_mapping_entries", Help: "Address-range entries of the registered processes' mappings in the BPF LPM trie (STACKSTREAM_AGENT_UNWIND_MAPPINGS at most).",
 		}),
 	}
-	reg.MustRegister(m.samples, m.registrations, m.tableBytes, m.budgetBytes, m.tables, m.failed, m.processes, m.ignored, m.mappings)
+	reg.MustRegister(m.samples, m.registrations, m.builds, m.tableBytes, m.budgetBytes, m.tables, m.failed, m.processes, m.ignored, m.mappings)
 	return m
 }
 
@@ -424,6 +428,8 @@ func (u *unwinder) register(pid int) error {
 	if err := u.reg.Commit(prepared); err != nil {
 		return err
 	}
+	u.m.builds.WithLabelValues("compiled").Add(float64(prepared.Compiled))
+	u.m.builds.WithLabelValues("cache").Add(float64(prepared.Cached))
 	if py == nil && js == nil && jvm == nil {
 		if !u.interp[pid] {
 			// No interpreter, now or before: nothing to tell the walks.

@@ -257,3 +257,52 @@ func TestUnwindNewProcess(t *testing.T) {
 		want(t, exact, total, tables, fp)
 	})
 }
+
+// TestUnwindCacheAcrossRestart: an agent restarted with the same
+// STACKSTREAM_AGENT_UNWIND_CACHE_DIR reads the tables of the files the first
+// one compiled (the program, libc, ld.so) from the disk and compiles none,
+// and the program's samples are walked with them.
+func TestUnwindCacheAcrossRestart(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	src := filepath.Join(dir, "chain.c")
+	if err := os.WriteFile(src, []byte(chainC), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "chain")
+	if out, err := exec.Command("gcc", "-O2", "-fomit-frame-pointer", "-Wl,--build-id", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "5000")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	time.Sleep(100 * time.Millisecond)
+	cache := filepath.Join(dir, "cache")
+	for i, want := range []string{"compiled", "cache"} {
+		a := start(t, e, Config{PIDs: []int{cmd.Process.Pid}, UnwindTableBytes: 16 << 20, UnwindMappings: 4096, UnwindProcesses: 64,
+			UnwindCacheDir: cache, UnwindCacheBytes: 64 << 20})
+		time.Sleep(2500 * time.Millisecond)
+		families, err := a.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.stop(t)
+		got := map[string]float64{}
+		for _, f := range families {
+			for _, m := range f.GetMetric() {
+				switch f.GetName() {
+				case "stackstream_agent_unwind_table_builds_total", "stackstream_agent_unwind_samples_total":
+					got[m.GetLabel()[0].GetValue()] = value(m)
+				}
+			}
+		}
+		t.Logf("agent %d: %v", i, got)
+		// chain, libc and ld.so (the vDSO's table is built from memory).
+		if got[want] < 3 || (want == "cache" && got["compiled"] != 0) || got["tables"] == 0 {
+			t.Fatalf("agent %d: tables compiled %.0f, from the cache %.0f, samples walked with tables %.0f; want %s >= 3",
+				i, got["compiled"], got["cache"], got["tables"], want)
+		}
+	}
+}

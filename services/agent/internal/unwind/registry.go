@@ -59,6 +59,7 @@ type Registry struct {
 	fs     proc.FS
 	loader Loader
 	lim    Limits
+	cache  *DiskCache // nil: every table compiled
 
 	mu     sync.Mutex
 	tables map[Key]*table
@@ -73,6 +74,10 @@ func NewRegistry(log *slog.Logger, fs proc.FS, loader Loader, lim Limits) *Regis
 		tables: map[Key]*table{}, files: map[proc.FileID]Key{}, procs: map[int][]Key{}}
 }
 
+// UseDiskCache makes Prepare load the tables of build IDs from c before
+// compiling them, and store those it compiles there.
+func (r *Registry) UseDiskCache(c *DiskCache) { r.cache = c }
+
 // Prepared is what Prepare read of one process: its executable mappings
 // and the compiled tables of files the registry had not seen.
 type Prepared struct {
@@ -81,9 +86,10 @@ type Prepared struct {
 	// detectors look at them too, rather than read them again.
 	Maps     []proc.Mapping
 	mappings []preparedMapping
-	// Compiled counts the tables compiled, Failed the files that could not
-	// be opened or compiled (they are unwound with frame pointers).
-	Compiled, Failed int
+	// Compiled counts the tables compiled, Cached those read from the disk
+	// cache, Failed the files that could not be opened or compiled (they are
+	// unwound with frame pointers).
+	Compiled, Cached, Failed int
 }
 
 type preparedMapping struct {
@@ -149,13 +155,27 @@ func (r *Registry) Prepare(pid int, mapFiles bool) (Prepared, error) {
 		if k, ok := r.keyOfFile(mf.ID); ok && (done[k] || r.has(k)) {
 			pm.key = k
 		} else {
-			// Its key, and its table when the key is new.
-			pm.key, pm.table, pm.err = compileMapped(mf, r.lim, func(k Key) bool { return !done[k] && !r.has(k) })
+			// Its key, and its table when the key is new: from the disk
+			// cache, or compiled (and then stored there).
+			var cached *Table
+			pm.key, pm.table, pm.err = compileMapped(mf, r.lim, func(k Key) bool {
+				if done[k] || r.has(k) {
+					return false
+				}
+				cached = r.cache.load(k, r.lim)
+				return cached == nil
+			})
 			switch {
+			case cached != nil:
+				pm.table = cached
+				p.Cached++
 			case pm.err != nil && !done[pm.key]:
 				p.Failed++
 			case pm.table != nil:
 				p.Compiled++
+				if err := r.cache.store(pm.key, pm.table); err != nil {
+					r.log.Debug("store unwind table", "path", m.Path, "err", err)
+				}
 			}
 			done[pm.key] = true
 		}
