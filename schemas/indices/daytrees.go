@@ -31,31 +31,39 @@ func TreeSources(src []TreeSource) string {
 	return strconv.Itoa(len(src)) + "-" + hashID(strings.Join(parts, ","))
 }
 
-// AddTree adds an encoded tree to b: each node's self along its path, so
-// the totals are rebuilt from the selfs.
+// AddTree adds an encoded tree to b node by node: the tree's frames are
+// interned once, then each node adds its self and total to b's node of the
+// same path, found among its parent's children, so a node costs one lookup
+// whatever its depth. Nodes of value 0 are kept, as the query's merge of
+// trees keeps them. On an error b holds part of the tree: discard it.
 func (b *TreeBuilder) AddTree(enc []byte, lim TreeLimits) error {
-	v := &treeAdder{b: b}
-	rootSelf, _, err := DecodeTree(enc, lim, v)
+	b.init()
+	v := &treeAdder{b: b, path: []int32{0}}
+	rootSelf, rootTotal, err := DecodeTree(enc, lim, v)
 	if err != nil {
 		return err
 	}
-	if rootSelf > 0 {
-		b.Add(nil, rootSelf)
-	}
+	b.nodes[0].self += rootSelf
+	b.nodes[0].total += rootTotal
 	return nil
 }
 
 type treeAdder struct {
 	b      *TreeBuilder
-	frames []TreeFrame
-	path   []TreeFrame
+	frames []int32 // b's frame of each of the tree's frames
+	path   []int32 // b's nodes on the path to the last node
 }
 
-func (a *treeAdder) Frames(f []TreeFrame) { a.frames = f }
-
-func (a *treeAdder) Node(depth int, frame int32, self, _ int64) {
-	a.path = append(a.path[:depth-1], a.frames[frame])
-	if self > 0 {
-		a.b.Add(a.path, self)
+func (a *treeAdder) Frames(f []TreeFrame) {
+	a.frames = make([]int32, len(f))
+	for i, fr := range f {
+		a.frames[i] = a.b.frame(fr)
 	}
+}
+
+func (a *treeAdder) Node(depth int, frame int32, self, total int64) {
+	c := a.b.child(a.path[depth-1], a.frames[frame])
+	a.b.nodes[c].self += self
+	a.b.nodes[c].total += total
+	a.path = append(a.path[:depth], c)
 }

@@ -126,23 +126,29 @@ func (b *TreeBuilder) add(path []int32, v int64) {
 	n := int32(0)
 	b.nodes[0].total += v
 	for _, f := range path {
-		e := treeEdge{n, f}
-		c, ok := b.kids[e]
-		if !ok {
-			c = int32(len(b.nodes))
-			b.nodes = append(b.nodes, treeNode{frame: f})
-			b.kids[e] = c
-			if b.nodes[n].firstKid == 0 {
-				b.nodes[n].firstKid = c
-			} else {
-				b.nodes[b.nodes[n].lastKid].nextSibl = c
-			}
-			b.nodes[n].lastKid = c
-		}
+		c := b.child(n, f)
 		b.nodes[c].total += v
 		n = c
 	}
 	b.nodes[n].self += v
+}
+
+// child is node n's child of frame f, added when n has none.
+func (b *TreeBuilder) child(n, f int32) int32 {
+	e := treeEdge{n, f}
+	c, ok := b.kids[e]
+	if !ok {
+		c = int32(len(b.nodes))
+		b.nodes = append(b.nodes, treeNode{frame: f})
+		b.kids[e] = c
+		if b.nodes[n].firstKid == 0 {
+			b.nodes[n].firstKid = c
+		} else {
+			b.nodes[b.nodes[n].lastKid].nextSibl = c
+		}
+		b.nodes[n].lastKid = c
+	}
+	return c
 }
 
 // Total is the sum of the values added.

@@ -197,11 +197,14 @@ func FuzzDecodeTree(f *testing.F) {
 }
 
 // TestAddTree: trees added to a builder give the tree of all their stacks,
+// a stack of value 0 included (the query's merge of trees keeps it too),
 // and TreeSources does not depend on order.
 func TestAddTree(t *testing.T) {
 	var a, b, both TreeBuilder
 	a.Add([]TreeFrame{{Name: "main"}, {Name: "x"}}, 3)
 	a.Add([]TreeFrame{{Name: "main"}}, 2)
+	a.Add([]TreeFrame{{Name: "main"}, {Name: "idle"}}, 0)
+	both.Add([]TreeFrame{{Name: "main"}, {Name: "idle"}}, 0)
 	b.Add([]TreeFrame{{Name: "main"}, {Name: "x"}, {Name: "y", Kind: "kernel"}}, 5)
 	b.Add(nil, 1)
 	both.Add([]TreeFrame{{Name: "main"}, {Name: "x"}}, 3)
