@@ -167,6 +167,10 @@ type series struct {
 	// packed holds the documents instead of docs while the window is
 	// packed (pack.go).
 	packed []packedDoc
+	// frozen holds a stack series' documents instead of docs while its
+	// hour window is frozen (freeze.go); thawing it charges thawBytes.
+	frozen    []byte
+	thawBytes int64
 }
 
 // docState is a document's sums: 32 bytes, since stack documents are most
@@ -203,6 +207,9 @@ type window struct {
 	packed    int64
 	minOffset int64
 	closed    bool
+	// frozen: an hour window whose trie and stack series are frozen
+	// (freeze.go).
+	frozen bool
 	dirty     int
 	bytes     int64 // charged to the Budget
 }
@@ -360,6 +367,14 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 			p.stacks.reset()
 		}
 		if b.used+n > b.MaxBytes {
+			// Its time still moves the watermark: when every profile
+			// brings new documents (the first of an hour, fleet-wide),
+			// a watermark that stood still would never end the hour
+			// holding the budget, and every later profile would be
+			// refused. The watermark is then a function of the records
+			// alone, whatever the budget held, as a replay needs.
+			p.raiseWatermark(at, in.Offset)
+			p.Advance(in.Offset)
 			return 0, fmt.Errorf("%w: the profile adds %d bytes of documents to the %d held, limit %d", ErrStateFull, n, b.used, b.MaxBytes)
 		}
 	}
@@ -373,6 +388,9 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 				continue
 			}
 			ws := w.series[sk]
+			if ws != nil && ws.frozen != nil {
+				p.thaw(w, ws)
+			}
 			if ws == nil {
 				ws = &series{docs: make(map[string]*docState, len(sc.names))}
 				w.series[sk] = ws
@@ -399,12 +417,29 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 			}
 		}
 	}
-	if at > p.watermark {
-		p.watermark = at
-		p.marks = append(p.marks, mark{offset: in.Offset, watermark: at})
-	}
+	p.raiseWatermark(at, in.Offset)
 	p.Advance(in.Offset)
 	return Added, nil
+}
+
+func (p *Partition) raiseWatermark(at, offset int64) {
+	if at > p.watermark {
+		p.watermark = at
+		p.marks = append(p.marks, mark{offset: offset, watermark: at})
+	}
+}
+
+// HoldsEndedHour reports whether an hour window has ended (the watermark
+// passed its end) and is not frozen yet (freeze.go): the consumer writes
+// it at once, before folding more of the next hour in, so the two hours
+// are held whole together for one profile, not for a poll of them.
+func (p *Partition) HoldsEndedHour() bool {
+	for _, w := range p.windows {
+		if w.trie != nil && !w.trie.frozen && w.end <= p.watermark {
+			return true
+		}
+	}
+	return false
 }
 
 // fold adds a profile's delta to one document of a window.
@@ -476,7 +511,7 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 		}
 	}
 	bound *= int64(len(targets))
-	unpack := p.unpackBytes(targets)
+	unpack := p.unpackBytes(targets) + p.thawBytes(targets)
 	bound += unpack
 	if b := p.cfg.Budget; b == nil || b.used+bound <= b.MaxBytes {
 		return bound
@@ -484,6 +519,16 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 	n := unpack
 	for _, k := range targets {
 		w := p.windows[k]
+		// A window without a trie to insert into (new, or frozen without
+		// late stacks yet) is charged what the profile's stacks add to an
+		// empty one: counting each frame as new for every stack was many
+		// times that, and refused the first profiles of every hour once
+		// the state neared the budget.
+		var t, scratch *frameTrie
+		if w != nil {
+			t = w.trie
+		}
+		empty := t == nil || t.frozen && t.late == nil
 		for sk, sc := range p.out {
 			if len(sc.names) == 0 {
 				continue
@@ -513,11 +558,15 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 					n += docBytes + int64(len(name))
 				}
 				if st := p.deltas[i].stack; st != nil && k.res == indices.ResolutionHour && (ds == nil || !ds.inTree) {
-					var t *frameTrie
-					if w != nil {
-						t = w.trie
+					if empty {
+						if scratch == nil {
+							scratch = newFrameTrie()
+						}
+						_, added := scratch.insert(st.id, st.frames)
+						n += added
+					} else {
+						n += t.cost(st.id, st.frames)
 					}
-					n += t.cost(st.id, st.frames)
 				}
 				if p.deltas[i].hasMem {
 					// A document not held yet has no memory slots either.
@@ -755,7 +804,10 @@ func (p *Partition) Pending(all bool) []Pending {
 	}
 	for _, w := range p.windows {
 		ended := w.end <= p.watermark
-		if w.dirty > 0 && w.key.res == indices.ResolutionHour && (w.closed || all || (minuteWritten && ended)) {
+		// An hour that just ended is written at once, so that it can be
+		// frozen (freeze.go); late profiles' rewrites wait for a minute.
+		first := ended && w.trie != nil && !w.trie.frozen
+		if w.dirty > 0 && w.key.res == indices.ResolutionHour && (w.closed || all || (minuteWritten || first) && ended) {
 			out = p.appendDirty(out, w)
 		}
 	}
@@ -828,18 +880,11 @@ func (p *Partition) serviceTreePending(w *window, start time.Time, index string,
 
 // addSeries adds a stack series' stacks to b in stack ID order.
 func addSeries(b *indices.TreeBuilder, w *window, ws *series) {
-	ids := make([]string, 0, len(ws.docs))
-	for id := range ws.docs {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
 	var frames []indices.Frame
-	for _, id := range ids {
-		if ds := ws.docs[id]; ds.inTree {
-			frames = w.trie.appendFrames(frames[:0], ds.node)
-			b.AddStack(frames, ds.a)
-		}
-	}
+	ws.eachStack(true, func(ds docState) {
+		frames = w.trie.appendFrames(frames[:0], ds.node)
+		b.AddStack(frames, ds.a)
+	})
 }
 
 // appendFunctions appends the function documents of an hour's stack
@@ -865,10 +910,7 @@ func appendFunctions(out []Pending, w *window, start time.Time, index string, k 
 	}
 	var frames []indices.Frame
 	seen := map[string]struct{}{}
-	for _, ds := range ws.docs {
-		if !ds.inTree {
-			continue
-		}
+	ws.eachStack(false, func(ds docState) {
 		frames = w.trie.appendFrames(frames[:0], ds.node)
 		leaf := ""
 		if len(frames) > 0 {
@@ -882,7 +924,7 @@ func appendFunctions(out []Pending, w *window, start time.Time, index string, k 
 				get(f.Function).total += ds.a
 			}
 		}
-	}
+	})
 	names := make([]string, 0, len(fns))
 	for name := range fns {
 		names = append(names, name)
@@ -981,6 +1023,8 @@ func (p *Partition) Evict() int {
 			n++
 		} else if packable(w) {
 			p.pack(w)
+		} else if p.freezable(w) {
+			p.freeze(w)
 		}
 	}
 	return n

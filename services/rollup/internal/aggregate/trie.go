@@ -1,6 +1,11 @@
 package aggregate
 
-import "github.com/stackstream/stackstream/schemas/indices"
+import (
+	"slices"
+	"unsafe"
+
+	"github.com/stackstream/stackstream/schemas/indices"
+)
 
 // frameTrie holds the stacks of an hour window for its trees: each distinct
 // frame once, and each stack as a node of a prefix tree of frames (root
@@ -20,6 +25,13 @@ type frameTrie struct {
 	// per frame (inserting was a sixth of the rollup's CPU in the 50-host
 	// soak).
 	stacks map[string]int32
+	// frozen: the maps are dropped (freeze), and stacks inserted since go
+	// to late, whose node n is node base+n-1 here.
+	frozen bool
+	late   *frameTrie
+	base   int32
+	// bytes is what the trie is charged.
+	bytes int64
 }
 
 type trieNode struct{ parent, frame int32 }
@@ -59,12 +71,45 @@ func newFrameTrie() *frameTrie {
 // insert adds a stack (its ID, and its frames leaf first, as indices.Frame
 // slices are) and returns its node and the bytes it added.
 func (t *frameTrie) insert(id string, frames []indices.Frame) (int32, int64) {
+	if t.frozen {
+		if t.late == nil {
+			t.late = newFrameTrie()
+		}
+		n, added := t.late.insert(id, frames)
+		if n == 0 {
+			return 0, added
+		}
+		return t.base + n - 1, added
+	}
 	if n, ok := t.stacks[id]; ok {
 		return n, 0
 	}
 	node, added := t.insertFrames(frames)
 	t.stacks[id] = node
-	return node, added + trieStackBytes
+	added += trieStackBytes
+	t.bytes += added
+	return node, added
+}
+
+// freeze drops what only inserting reads: the maps, and the slack of the
+// slices. A late stack inserted after is held by a live trie of its own,
+// so its frames are not shared with the frozen ones (the trees read the
+// same frames either way). It returns the change of the trie's charge:
+// a node, a frame and its names in exactly sized slices.
+func (t *frameTrie) freeze() int64 {
+	if t.frozen {
+		return 0
+	}
+	t.nodes, t.frames = slices.Clone(t.nodes), slices.Clone(t.frames)
+	t.frameIDs, t.children, t.stacks = nil, nil, nil
+	t.frozen, t.base = true, int32(len(t.nodes))
+	n := int64(cap(t.nodes))*int64(unsafe.Sizeof(trieNode{})) + int64(cap(t.frames))*int64(unsafe.Sizeof(indices.Frame{}))
+	for _, f := range t.frames {
+		n += int64(len(f.Function) + len(f.File) + len(f.Binary) + len(f.Kind))
+	}
+	delta := n - t.bytes
+	t.bytes = n
+	return delta
 }
 
 func (t *frameTrie) insertFrames(frames []indices.Frame) (node int32, added int64) {
@@ -92,6 +137,9 @@ func (t *frameTrie) insertFrames(frames []indices.Frame) (node int32, added int6
 
 // cost is what insert would add (an upper bound when t is nil).
 func (t *frameTrie) cost(id string, frames []indices.Frame) int64 {
+	if t != nil && t.frozen {
+		return t.late.cost(id, frames)
+	}
 	if t != nil {
 		if _, ok := t.stacks[id]; ok {
 			return 0
@@ -122,6 +170,9 @@ func (t *frameTrie) cost(id string, frames []indices.Frame) int64 {
 
 // appendFrames appends a node's stack, leaf first, as trieFrame has it.
 func (t *frameTrie) appendFrames(dst []indices.Frame, node int32) []indices.Frame {
+	if t.frozen && node >= t.base {
+		return t.late.appendFrames(dst, node-t.base+1)
+	}
 	for ; node != 0; node = t.nodes[node].parent {
 		dst = append(dst, t.frames[t.nodes[node].frame])
 	}

@@ -178,10 +178,15 @@ func (r *Rollup) shutdown() error {
 }
 
 // handle folds a batch of records into the windows, then writes and commits.
+// A record that ends an hour (its time passes the hour's end) is followed
+// by a write of that partition first: the hour is written and frozen
+// (aggregate.Partition.HoldsEndedHour) before the rest of the batch, the
+// next hour's first profiles, is folded in beside it.
 func (r *Rollup) handle(ctx context.Context, fetches kgo.Fetches) error {
 	var dlq []*kgo.Record
+	var err error
 	fetches.EachPartition(func(ft kgo.FetchTopicPartition) {
-		if len(ft.Records) == 0 {
+		if len(ft.Records) == 0 || err != nil {
 			return
 		}
 		part := r.partition(ctx, ft.Partition)
@@ -190,11 +195,22 @@ func (r *Rollup) handle(ctx context.Context, fetches kgo.Fetches) error {
 			if d := r.process(part, rec); d != nil {
 				dlq = append(dlq, d)
 			}
+			if part.HoldsEndedHour() {
+				// The records after it are left unread (not committed)
+				// when the write fails: Run returns the error.
+				if err = r.flush(ctx, map[int32]*aggregate.Partition{ft.Partition: part}, dlq, false); err != nil {
+					return
+				}
+				dlq = nil
+			}
 		}
 		last := ft.Records[len(ft.Records)-1]
 		r.m.SetLag(ft.Partition, ft.HighWatermark, last.Offset)
 		r.m.watermark.WithLabelValues(strconv.Itoa(int(ft.Partition))).Set(float64(part.Watermark().UnixNano()) / 1e9)
 	})
+	if err != nil {
+		return err
+	}
 	return r.flush(ctx, r.parts, dlq, false)
 }
 

@@ -1,0 +1,144 @@
+package aggregate
+
+import (
+	"bytes"
+	"encoding/binary"
+	"slices"
+	"strings"
+
+	"github.com/stackstream/stackstream/schemas/indices"
+)
+
+// An hour window that has ended and is wholly stored is frozen by Evict:
+// its stack documents become one byte string per series, and its trie
+// loses the maps that only inserting needs. A late profile of the hour
+// (within lateness + retention of its minute) thaws only the series it
+// touches, and its new stacks go to a small live trie beside the frozen one;
+// the window freezes again once its rewrite is stored. Held live, the hour
+// just ended stayed in memory for lateness + retention (12 minutes) while
+// the next hour filled with the same stacks, so every hour boundary
+// nearly doubled the state and passed the budget at fleet scale
+// (docs/ROLLUP.md, "Hour boundaries").
+
+// freezable: an hour window that has ended and is wholly stored, with
+// something left to freeze.
+func (p *Partition) freezable(w *window) bool {
+	return w.key.res == indices.ResolutionHour && w.trie != nil && !w.frozen && w.dirty == 0 && w.end <= p.watermark
+}
+
+// freeze freezes the window's trie and every stack series that holds its
+// documents in a map, and charges the window what it holds then.
+func (p *Partition) freeze(w *window) {
+	p.charge(w, w.trie.freeze())
+	var buf []byte
+	for _, ws := range w.series {
+		if ws.tree == nil || ws.docs == nil {
+			continue
+		}
+		ids := make([]string, 0, len(ws.docs))
+		var live int64
+		for id := range ws.docs {
+			ids = append(ids, id)
+			live += docBytes + int64(len(id))
+		}
+		slices.Sort(ids)
+		buf = buf[:0]
+		for _, id := range ids {
+			ds := ws.docs[id]
+			buf = binary.AppendUvarint(buf, uint64(len(id)))
+			buf = append(buf, id...)
+			buf = binary.AppendUvarint(buf, uint64(ds.node))
+			buf = binary.AppendVarint(buf, ds.a)
+			buf = binary.AppendVarint(buf, ds.b)
+			buf = binary.AppendVarint(buf, ds.firstOffset)
+		}
+		ws.frozen = bytes.Clone(buf)
+		ws.thawBytes = live
+		ws.docs = nil
+		p.charge(w, int64(cap(ws.frozen))-live)
+	}
+	w.frozen = true
+}
+
+// thaw gives a frozen series its documents back, to fold a late profile
+// in; the window freezes again once they are stored.
+func (p *Partition) thaw(w *window, ws *series) {
+	n := 0
+	ws.eachFrozen(func([]byte, docState) { n++ })
+	ws.docs = make(map[string]*docState, n)
+	ws.eachFrozen(func(id []byte, ds docState) {
+		ds.inTree = true
+		ws.docs[string(id)] = &ds
+	})
+	p.charge(w, ws.thawBytes-int64(cap(ws.frozen)))
+	ws.frozen, ws.thawBytes = nil, 0
+	w.frozen = false
+}
+
+// thawBytes is what thawing the series of the target windows that p.out
+// touches would charge.
+func (p *Partition) thawBytes(targets []windowKey) int64 {
+	var n int64
+	for _, k := range targets {
+		w := p.windows[k]
+		if w == nil {
+			continue
+		}
+		for sk, sc := range p.out {
+			if ws := w.series[sk]; ws != nil && ws.frozen != nil && len(sc.names) > 0 {
+				n += ws.thawBytes - int64(cap(ws.frozen))
+			}
+		}
+	}
+	return n
+}
+
+// eachFrozen calls fn for each document of a frozen series, in stack ID
+// order; id is only valid during the call.
+func (ws *series) eachFrozen(fn func(id []byte, ds docState)) {
+	b := ws.frozen
+	for len(b) > 0 {
+		n, k := binary.Uvarint(b)
+		id := b[k : k+int(n)]
+		b = b[k+int(n):]
+		node, k := binary.Uvarint(b)
+		b = b[k:]
+		var ds docState
+		ds.node = int32(node)
+		ds.a, k = binary.Varint(b)
+		b = b[k:]
+		ds.b, k = binary.Varint(b)
+		b = b[k:]
+		ds.firstOffset, k = binary.Varint(b)
+		b = b[k:]
+		fn(id, ds)
+	}
+}
+
+// eachStack calls fn for each stack document of an hour's stack series,
+// frozen or not; in stack ID order when ordered (trees encode to the same
+// bytes every time), else in any.
+func (ws *series) eachStack(ordered bool, fn func(ds docState)) {
+	if ws.frozen != nil {
+		ws.eachFrozen(func(_ []byte, ds docState) { fn(ds) })
+		return
+	}
+	if !ordered {
+		for _, ds := range ws.docs {
+			if ds.inTree {
+				fn(*ds)
+			}
+		}
+		return
+	}
+	ids := make([]string, 0, len(ws.docs))
+	for id, ds := range ws.docs {
+		if ds.inTree {
+			ids = append(ids, id)
+		}
+	}
+	slices.SortFunc(ids, strings.Compare)
+	for _, id := range ids {
+		fn(*ws.docs[id])
+	}
+}
