@@ -27,12 +27,17 @@ type pieceMerge struct {
 	heads []*headPiece // the heads that left nodes out
 }
 
-// headPiece is a merged head: the nodes it kept (the root too) with the
+// headPiece is a merged head: the nodes it kept (the root first) with the
 // value of their children it left out, and the lightest total it kept.
 type headPiece struct {
-	folded map[*node]int64
-	least  int64
-	kept   int
+	kept  []keptNode
+	least int64
+	at    []int // the index in kept of each node on the decoder's path
+}
+
+type keptNode struct {
+	n      *node
+	folded int64
 }
 
 func newPieceMerge() *pieceMerge {
@@ -41,7 +46,7 @@ func newPieceMerge() *pieceMerge {
 
 // mergeHead merges an encoded head (indices.DecodeHead).
 func (pm *pieceMerge) mergeHead(b []byte) error {
-	p := &headPiece{folded: map[*node]int64{pm.root: 0}, least: math.MaxInt64}
+	p := &headPiece{kept: []keptNode{{n: pm.root}}, least: math.MaxInt64, at: []int{0}}
 	pm.path = append(pm.path[:0], pm.root)
 	nodes, self, total, err := indices.DecodeHead(b, indices.TreeLimits{}, &headMerge{m: &pm.treeMerge, p: p})
 	if err != nil {
@@ -49,7 +54,8 @@ func (pm *pieceMerge) mergeHead(b []byte) error {
 	}
 	pm.root.self += self
 	pm.root.total += total
-	if p.kept < nodes {
+	if len(p.kept)-1 < nodes {
+		p.at = nil
 		pm.heads = append(pm.heads, p)
 	}
 	return nil
@@ -65,12 +71,12 @@ func (h *headMerge) Frames(f []indices.TreeFrame) { h.m.Frames(f) }
 
 func (h *headMerge) Node(depth int, frame int32, self, total int64) {
 	h.m.Node(depth, frame, self, total)
-	h.p.folded[h.m.path[depth]] = 0
+	h.p.kept = append(h.p.kept, keptNode{n: h.m.path[depth]})
+	h.p.at = append(h.p.at[:depth], len(h.p.kept)-1)
 	h.p.least = min(h.p.least, total)
-	h.p.kept++
 }
 
-func (h *headMerge) Folded(depth int, total int64) { h.p.folded[h.m.path[depth-1]] += total }
+func (h *headMerge) Folded(depth int, total int64) { h.p.kept[h.p.at[depth-1]].folded += total }
 
 // bound sets every node's slack and open from the heads that left nodes
 // out: in a head, a node it kept has children left out of at most the
@@ -78,12 +84,16 @@ func (h *headMerge) Folded(depth int, total int64) { h.p.folded[h.m.path[depth-1
 // a node it left out has at most its nearest kept ancestor's bound, and so
 // have its children.
 func (pm *pieceMerge) bound() {
-	for _, p := range pm.heads {
+	for i, p := range pm.heads {
+		mark := int32(i + 1)
+		for _, k := range p.kept {
+			k.n.keptBy, k.n.keptFolded = mark, k.folded
+		}
 		var walk func(n *node, inherited int64)
 		walk = func(n *node, inherited int64) {
 			kids := inherited
-			if f, ok := p.folded[n]; ok {
-				kids = min(p.least, f)
+			if n.keptBy == mark {
+				kids = min(p.least, n.keptFolded)
 			} else {
 				n.slack += inherited
 			}

@@ -29,8 +29,11 @@ type node struct {
 	sorted      bool // kids are in answer order
 	// In a merge of heads (proof.go): slack bounds what the heads that
 	// left the node out may add to its total, open the total of any child
-	// of it that is in no piece.
+	// of it that is in no piece; keptBy and keptFolded mark the node kept,
+	// with its folded value, by the head bound is walking.
 	slack, open int64
+	keptBy      int32
+	keptFolded  int64
 }
 
 const indexAbove = 8

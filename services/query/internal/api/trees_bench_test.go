@@ -267,10 +267,57 @@ func BenchmarkMergeTrees(b *testing.B) {
 	}
 }
 
+// hourHeads encodes the fleet's hour heads (every partition of an hour
+// merged, indices.HeadNodes kept) of the hours from first until last.
+func (f benchFleet) hourHeads(first, last int) [][]byte {
+	var out [][]byte
+	for hr := first; hr < last; hr++ {
+		var b indices.TreeBuilder
+		for h := 0; h < f.hosts; h++ {
+			for _, s := range f.hostServices(h) {
+				f.stacks(s, h, hr, b.Add)
+			}
+		}
+		out = append(out, b.EncodeHead(indices.HeadNodes))
+	}
+	return out
+}
+
+// BenchmarkProveHourHeads: merging the fleet's hour heads of 23 hours (a
+// rolling day's whole settled hours) in memory (no OpenSearch), proving
+// the flame graph of max_nodes nodes and converting it: the query
+// service's own share of a rolling day from hour heads, against
+// BenchmarkMergeTrees' 24 h.
+func BenchmarkProveHourHeads(b *testing.B) {
+	f := benchFleet{hosts: 1000, hours: 23, partitions: 6}
+	heads := f.hourHeads(0, f.hours)
+	var size int
+	for _, h := range heads {
+		size += len(h)
+	}
+	for _, maxNodes := range []int{5000, 20000} {
+		b.Run(fmt.Sprintf("23h_x_1000_hosts/max_nodes=%d", maxNodes), func(b *testing.B) {
+			proven, err := api.ProveForBench(heads, maxNodes)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Logf("%d heads, %d KB encoded; proven %v", len(heads), size>>10, proven)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := api.ProveForBench(heads, maxNodes); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkFlameDayTrees: the flame graph of 24 h x 1,000 simulated hosts
 // (the fleet above) read from the day partition trees the rollup's
 // compactor writes (6 documents, the day's stacks merged per partition),
-// then from the fleet head it writes (one document), through the API and
+// then from the fleet head it writes (one document), and a rolling day (23
+// whole hours and the minutes around them) from the hour heads it writes
+// (23 documents, proveKeep), through the API and
 // OpenSearch, with the freshness checks against the hours' versions;
 // p50/p99 reported per source. The hour partition trees are indexed as one-node
 // placeholders carrying their hour's total (their versions and totals are
@@ -295,16 +342,20 @@ func BenchmarkFlameDayTrees(b *testing.B) {
 			docs = docs[n:]
 		}
 	}
+	var hourHeads [][]byte
+	var hourTotals []int64
 	for hr := 0; hr < f.hours; hr++ {
 		at := day.Add(time.Duration(hr) * time.Hour)
 		hourTotal := make([]int64, f.partitions)
 		var docs []querytest.Doc
+		var hourFleet indices.TreeBuilder
 		for h := 0; h < f.hosts; h++ {
 			p := h % f.partitions
 			for _, s := range f.hostServices(h) {
 				var total int64
 				f.stacks(s, h, hr, func(path []indices.TreeFrame, v int64) {
 					dayTrees[p].Add(path, v)
+					hourFleet.Add(path, v)
 					total += v
 				})
 				hourTotal[p] += total
@@ -320,6 +371,8 @@ func BenchmarkFlameDayTrees(b *testing.B) {
 			hourDocs = append(hourDocs, d)
 			docs = append(docs, querytest.Rollup(names, d))
 		}
+		hourHeads = append(hourHeads, hourFleet.EncodeHead(indices.HeadNodes))
+		hourTotals = append(hourTotals, hourFleet.Total())
 		bulk(docs)
 	}
 	if err := querytest.Refresh(b.Context(), cl, names); err != nil {
@@ -347,8 +400,20 @@ func BenchmarkFlameDayTrees(b *testing.B) {
 		}
 	}
 	var all []indices.TreeSource
+	hourSources := make([][]indices.TreeSource, f.hours)
 	for _, hd := range hourDocs {
-		all = append(all, benchVersion(b, cl, names, hd))
+		v := benchVersion(b, cl, names, hd)
+		all = append(all, v)
+		hr := int(hd.Timestamp.Sub(day) / time.Hour)
+		hourSources[hr] = append(hourSources[hr], v)
+	}
+	// The fleet's hour heads, as the lifecycle pass writes them.
+	var headDocs []querytest.Doc
+	var headSize int
+	for hr, h := range hourHeads {
+		headSize += len(h)
+		headDocs = append(headDocs, querytest.Rollup(names, indices.RollupDoc{Timestamp: day.Add(time.Duration(hr) * time.Hour), Resolution: indices.ResolutionHour,
+			Kind: indices.KindFleetHead, Type: "cpu", Value: hourTotals[hr], Tree: h, Sources: indices.TreeSources(hourSources[hr])}))
 	}
 	head := fleet.EncodeHead(indices.HeadNodes)
 	headDoc := querytest.Rollup(names, indices.RollupDoc{Timestamp: day, Resolution: indices.ResolutionDay, Kind: indices.KindFleetHead,
@@ -361,30 +426,36 @@ func BenchmarkFlameDayTrees(b *testing.B) {
 	if err := querytest.Refresh(b.Context(), cl, names); err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("%d hosts x 24 h, day trees %d MB, fleet tree %d nodes, head %d KB, indexed in %s", f.hosts, size>>20, fleet.Nodes(), len(head)>>10, time.Since(start).Round(time.Second))
+	b.Logf("%d hosts x 24 h, day trees %d MB, fleet tree %d nodes, head %d KB, hour heads %d KB, indexed in %s",
+		f.hosts, size>>20, fleet.Nodes(), len(head)>>10, headSize>>10, time.Since(start).Round(time.Second))
 	base := serve(b, cl, names, api.Options{})
 	params := url.Values{"from": {day.Format(time.RFC3339)}, "to": {day.Add(24 * time.Hour).Format(time.RFC3339)}}
 	// measure times b.N requests answered from want; the metrics are
 	// reported at the end (ResetTimer drops those reported before it).
 	metrics := map[string]float64{}
-	measure := func(want string) {
+	measure := func(params url.Values, want string) {
 		var fr api.FlamegraphResponse
 		getB(b, base, params, &fr)
-		b.Logf("source %s, total %d, %d nodes folded", fr.Source, fr.Total, fr.Folded)
+		b.Logf("source %s, total %d, %d [other] nodes", fr.Source, fr.Total, fr.Folded)
 		if fr.Source != want {
 			b.Fatalf("source %s, want %s", fr.Source, want)
 		}
 		metrics[want+"-p50-ms"], metrics[want+"-p99-ms"] = timeRequests(b, base, params)
 	}
 	// Without the head (before it exists, or while stale): the day trees.
-	measure("partition_trees(days)")
-	if err := querytest.Bulk(b.Context(), cl, []querytest.Doc{headDoc}); err != nil {
+	measure(params, "partition_trees(days)")
+	if err := querytest.Bulk(b.Context(), cl, append(headDocs, headDoc)); err != nil {
 		b.Fatal(err)
 	}
 	if err := querytest.Refresh(b.Context(), cl, names); err != nil {
 		b.Fatal(err)
 	}
-	measure("fleet_head")
+	measure(params, "fleet_head")
+	// A rolling day, as now-24h at 00:30 the next day: 23 whole hours from
+	// their hour heads, the minutes around them from the minute rollups
+	// (none in this fleet).
+	rolling := url.Values{"from": {day.Add(30 * time.Minute).Format(time.RFC3339)}, "to": {day.Add(24*time.Hour + 30*time.Minute).Format(time.RFC3339)}}
+	measure(rolling, "fleet_hour_heads+rollups")
 	for k, v := range metrics {
 		b.ReportMetric(v, k)
 	}
