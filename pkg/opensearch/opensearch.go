@@ -308,14 +308,17 @@ func ApplyTemplates(ctx context.Context, cl *opensearchapi.Client, prefix string
 
 // upgradeMappings puts a new or changed template's mappings on the indices
 // it already matches: a template applies only to indices created after it,
-// and today's index must take the new fields too. Only additions are
-// possible (OpenSearch refuses to change a field's type); schema changes are
-// made of additions for that reason.
+// and today's index must take the new fields too. Only additions: a field an
+// index already has keeps its definition there, since OpenSearch refuses to
+// change most of a field's parameters (index, doc_values, type); such a
+// change applies to the indices created after it, and to existing data
+// after stackctl reindex. Objects an index has are descended into, their
+// own parameters (dynamic) put as the template has them.
 func upgradeMappings(ctx context.Context, cl *opensearchapi.Client, t indices.Template) error {
 	var tpl struct {
 		Patterns []string `json:"index_patterns"`
 		Template struct {
-			Mappings json.RawMessage `json:"mappings"`
+			Mappings map[string]any `json:"mappings"`
 		} `json:"template"`
 	}
 	if err := json.Unmarshal(t.Body, &tpl); err != nil {
@@ -325,14 +328,58 @@ func upgradeMappings(ctx context.Context, cl *opensearchapi.Client, t indices.Te
 		return nil
 	}
 	path := "/" + strings.Join(tpl.Patterns, ",") + "/_mapping?allow_no_indices=true&ignore_unavailable=true"
-	status, body, err := Raw(ctx, cl, http.MethodPut, path, tpl.Template.Mappings)
-	if err != nil {
-		return fmt.Errorf("update mappings of existing %s indices: %w", t.Name, err)
+	status, body, err := Raw(ctx, cl, http.MethodGet, path, nil)
+	if err != nil || status != http.StatusOK {
+		return fmt.Errorf("read mappings of existing %s indices: HTTP %d: %s %v", t.Name, status, truncate(body, 500), err)
 	}
-	if status != http.StatusOK {
-		return fmt.Errorf("update mappings of existing %s indices: HTTP %d: %s", t.Name, status, truncate(body, 500))
+	var existing map[string]struct {
+		Mappings map[string]any `json:"mappings"`
+	}
+	if err := json.Unmarshal(body, &existing); err != nil {
+		return fmt.Errorf("read mappings of existing %s indices: %w", t.Name, err)
+	}
+	for index, have := range existing {
+		add, err := json.Marshal(mappingAdditions(tpl.Template.Mappings, have.Mappings))
+		if err != nil {
+			return err
+		}
+		status, body, err := Raw(ctx, cl, http.MethodPut, "/"+index+"/_mapping", add)
+		if err != nil {
+			return fmt.Errorf("update mapping of %s: %w", index, err)
+		}
+		if status != http.StatusOK {
+			return fmt.Errorf("update mapping of %s: HTTP %d: %s", index, status, truncate(body, 500))
+		}
 	}
 	return nil
+}
+
+// mappingAdditions is the mapping tpl without the fields have already
+// holds: a field have has is left out, an object (a field with properties)
+// have has is descended into.
+func mappingAdditions(tpl, have map[string]any) map[string]any {
+	out := make(map[string]any, len(tpl))
+	for k, v := range tpl {
+		props, ok := v.(map[string]any)
+		if k != "properties" || !ok {
+			out[k] = v
+			continue
+		}
+		haveProps, _ := have["properties"].(map[string]any)
+		add := map[string]any{}
+		for name, def := range props {
+			old, exists := haveProps[name].(map[string]any)
+			d, _ := def.(map[string]any)
+			switch _, object := d["properties"]; {
+			case !exists:
+				add[name] = def
+			case object:
+				add[name] = mappingAdditions(d, old)
+			}
+		}
+		out[k] = add
+	}
+	return out
 }
 
 // RemovePrefix deletes every index and the templates under prefix: the

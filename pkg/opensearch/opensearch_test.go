@@ -90,7 +90,7 @@ func TestTemplatesAndMappings(t *testing.T) {
 
 	// The mapping types are the template's, not dynamic guesses.
 	status, resp, _ := Raw(ctx, cl, http.MethodGet, "/"+names.Samples(ts)+"/_mapping", nil)
-	if status != 200 || !strings.Contains(string(resp), `"comm":{"type":"keyword"`) || !strings.Contains(string(resp), `"value":{"type":"long"}`) {
+	if status != 200 || !strings.Contains(string(resp), `"comm":{"type":"keyword"`) || !strings.Contains(string(resp), `"value":{"type":"long"`) {
 		t.Errorf("samples mapping: %s", resp)
 	}
 	// A field outside the mapping is refused (dynamic: strict).
@@ -216,5 +216,39 @@ func TestUnreachable(t *testing.T) {
 	_, err := NewClient(context.Background(), Config{URLs: []string{"http://127.0.0.1:1"}, Timeout: 2 * time.Second})
 	if err == nil || !strings.Contains(err.Error(), "STACKSTREAM_OPENSEARCH_URL=http://127.0.0.1:1") {
 		t.Fatalf("NewClient error = %v", err)
+	}
+}
+
+// TestTemplatesKeepExistingFields: a rollups index created with the
+// schema 1 mapping (every number and stack_id indexed, no partition) takes
+// the fields it lacks when the templates are applied, keeps the ones it has
+// as they were (OpenSearch refuses to turn a field's index off: putting the
+// whole template mapping failed), and still takes documents.
+func TestTemplatesKeepExistingFields(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, prefix := testNode(ctx, t)
+	names := indices.Names{Prefix: prefix}
+	ts := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	index := names.Rollups(ts)
+	old := `{"mappings":{"dynamic":"strict","properties":{"@timestamp":{"type":"date"},"resolution":{"type":"keyword"},"kind":{"type":"keyword"},"type":{"type":"keyword"},"service":{"type":"keyword"},"host":{"type":"keyword"},"stack_id":{"type":"keyword"},"value":{"type":"long"}}}}`
+	if status, resp, err := Raw(ctx, cl, http.MethodPut, "/"+index, []byte(old)); err != nil || status != 200 {
+		t.Fatalf("create old index: %d %s %v", status, resp, err)
+	}
+	if _, err := ApplyTemplates(ctx, cl, prefix, indices.DefaultSettings); err != nil {
+		t.Fatal(err)
+	}
+	status, resp, err := Raw(ctx, cl, http.MethodGet, "/"+index+"/_mapping", nil)
+	if err != nil || status != 200 {
+		t.Fatalf("mapping: %d %s %v", status, resp, err)
+	}
+	for _, want := range []string{`"value":{"type":"long"}`, `"stack_id":{"type":"keyword"}`, `"partition":{"type":"integer","index":false}`, `"stack_value":{"type":"long","index":false}`} {
+		if !strings.Contains(string(resp), want) {
+			t.Errorf("mapping of %s lacks %s: %s", index, want, resp)
+		}
+	}
+	doc, _ := json.Marshal(indices.RollupDoc{Timestamp: ts, Resolution: "1m", Kind: "service", Type: "cpu", Service: "checkout", Host: "web-1", Value: 6e10, StackValue: 5e10, Partition: 3})
+	if status, resp, err := Raw(ctx, cl, http.MethodPut, "/"+index+"/_doc/r1?refresh=true", doc); err != nil || status >= 300 {
+		t.Fatalf("index a document with the new fields: %d %s %v", status, resp, err)
 	}
 }
