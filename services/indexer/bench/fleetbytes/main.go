@@ -30,6 +30,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -52,6 +53,8 @@ type options struct {
 	portBase            int
 	rollupStateBytes    int64
 	progress            time.Duration
+	rollup              bool
+	osTimeout           time.Duration
 }
 
 func main() {
@@ -69,6 +72,8 @@ func main() {
 	flag.IntVar(&o.portBase, "port-base", 18982, "listen ports of the symbolizer, indexer and rollup: this one and up")
 	flag.Int64Var(&o.rollupStateBytes, "rollup-state-bytes", 1<<30, "STACKSTREAM_ROLLUP_MAX_STATE_BYTES (the default 256 MiB refuses catch-up hours of large fleets)")
 	flag.DurationVar(&o.progress, "progress", 30*time.Second, "progress line interval")
+	flag.DurationVar(&o.osTimeout, "opensearch-timeout", 10*time.Minute, "STACKSTREAM_OPENSEARCH_TIMEOUT of the consumers: on a node shared with other work a bulk request can take minutes, and one timed out is sent again whole")
+	flag.BoolVar(&o.rollup, "rollup", true, "run the rollup; false measures the samples and stacks only (the rollups of a kept run: bench/rollupkinds.sh)")
 	flag.Parse()
 	if o.topics != "" && o.rawSamples <= 0 {
 		fmt.Fprintln(os.Stderr, "fleetbytes: -topics needs -raw-samples (the raw samples of the run that published them)")
@@ -112,6 +117,7 @@ func run(ctx context.Context, o options) error {
 		"STACKSTREAM_KAFKA_TOPIC_PREFIX="+topicPrefix,
 		"STACKSTREAM_OPENSEARCH_URL="+o.osURL,
 		"STACKSTREAM_OPENSEARCH_INDEX_PREFIX="+b.id+"-",
+		"STACKSTREAM_OPENSEARCH_TIMEOUT="+o.osTimeout.String(),
 		"STACKSTREAM_SYMBOLIZER_GROUP="+b.id+"-symbolizer",
 		"STACKSTREAM_SYMBOLIZER_TRANSACTIONAL_ID="+b.id+"-symbolizer",
 		"STACKSTREAM_INDEXER_GROUP="+b.id+"-indexer",
@@ -130,9 +136,12 @@ func run(ctx context.Context, o options) error {
 	if out, err := b.command("stackctl", "init"); err != nil {
 		return fmt.Errorf("stackctl init: %v: %s", err, out)
 	}
-	names := consumers
-	if o.topics != "" {
-		names = consumers[1:]
+	var names []string
+	for _, name := range consumers {
+		if name == "stackstream-symbolizer" && o.topics != "" || name == "stackstream-rollup" && !o.rollup {
+			continue
+		}
+		names = append(names, name)
 	}
 	for _, name := range names {
 		if err := b.start(name); err != nil {
@@ -330,6 +339,9 @@ func (b *bench) lags(ctx context.Context, names []string) (map[string]int64, err
 		name := "stackstream" + strings.TrimPrefix(l.Group, b.id)
 		out[name] = l.Lag.Total()
 	}
+	if !slices.Contains(names, "stackstream-rollup") {
+		return out, nil
+	}
 	n := metric("http://"+b.addr("stackstream-rollup")+"/metrics", "stackstream_rollup_lag_records")
 	if n < 0 {
 		return nil, errors.New("rollup metrics unreadable")
@@ -448,7 +460,10 @@ func (b *bench) cleanup() {
 		}
 	}
 	if b.o.keep {
-		fmt.Printf("kept: topics %s*, indices and templates %s-*, groups %s-*\n", b.id+".", b.id, b.id)
+		fmt.Printf("kept: indices and templates %s-*, groups %s-*\n", b.id, b.id)
+		if b.o.topics == "" {
+			fmt.Printf("kept: topics %s*\n", b.id+".")
+		}
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
