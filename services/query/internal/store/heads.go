@@ -62,6 +62,10 @@ func (s *Store) FleetHead(ctx context.Context, sel Selection) (head []byte, ok b
 	return nil, false, nil
 }
 
+// headPage is how many hour heads (~360 KB each for 1,000 hosts) a scroll
+// page holds: the heads of a page are merged while the next is read.
+const headPage = 4
+
 // MaxHeadHours is the longest span of whole hours read from hour heads
 // (FleetHourHeads): a rolling day or two. Longer ranges read the day and
 // hour trees, whose bytes grow slower than a head per hour.
@@ -99,49 +103,59 @@ func (s *Store) FleetHourHeads(ctx context.Context, sel Selection, useHead, useT
 	for _, v := range versions {
 		byHour[v.Time.Unix()] = append(byHour[v.Time.Unix()], v.TreeSource)
 	}
+	// The heads' versions first (small), then the fresh heads' trees a
+	// few per page, merged while the next page is read.
 	var resp struct {
 		Hits struct {
 			Hits []struct {
+				ID     string `json:"_id"`
 				Source struct {
 					Timestamp time.Time `json:"@timestamp"`
 					Sources   string    `json:"sources"`
-					Tree      []byte    `json:"tree"`
 				} `json:"_source"`
 			} `json:"hits"`
 		} `json:"hits"`
 	}
-	req := &Request{Size: MaxHeadHours + 1, TrackTotalHits: false, Source: &Source{Includes: []string{"@timestamp", "sources", "tree"}},
+	req := &Request{Size: MaxHeadHours + 1, TrackTotalHits: false, Source: &Source{Includes: []string{"@timestamp", "sources"}},
 		Query: allOf([]Query{term("kind", indices.KindFleetHead), term("type", string(sel.Type)), term("resolution", indices.ResolutionHour),
 			timeFilter(hours)}, nil)}
-	if err := s.search(ctx, idx, req, &resp, "hits.hits._source"); err != nil {
+	if err := s.search(ctx, idx, req, &resp, "hits.hits._id", "hits.hits._source"); err != nil {
 		return nil, false, fmt.Errorf("hour heads: %w", err)
 	}
-	fresh := map[int64][]byte{}
+	fresh := map[int64]string{}
 	for _, h := range resp.Hits.Hits {
 		t := h.Source.Timestamp.Unix()
 		if src, ok := byHour[t]; ok && h.Source.Sources == indices.TreeSources(src) {
-			fresh[t] = h.Source.Tree
+			fresh[t] = h.ID
 		}
 	}
 	if len(fresh) == 0 {
 		return nil, false, nil
 	}
 	read := &TreeRead{Source: "fleet_hour_heads"}
+	var ids []string
 	var missing []Query
 	for t := hours.From; t.Before(hours.To); t = t.Add(time.Hour) {
-		head, ok := fresh[t.Unix()]
-		if !ok {
-			missing = append(missing, timeFilter(TimeRange{From: t, To: t.Add(time.Hour)}))
+		if id, ok := fresh[t.Unix()]; ok {
+			ids = append(ids, id)
 			continue
 		}
-		if err := useHead(head); err != nil {
-			return nil, false, err
-		}
-		read.Trees++
+		missing = append(missing, timeFilter(TimeRange{From: t, To: t.Add(time.Hour)}))
 	}
+	// A head rewritten between the two searches is read as rewritten: the
+	// lifecycle pass made it from its hour's trees as they were then, as
+	// a read of the trees a moment later would see them.
+	n, err := s.scrollTrees(ctx, idx, hourSel, indices.KindFleetHead, termsOf("_id", ids), headPage, useHead)
+	if err != nil {
+		return nil, false, err
+	}
+	if n != len(ids) {
+		return nil, false, nil // a head deleted in between: read the trees
+	}
+	read.Trees = n
 	if len(missing) > 0 {
 		when := allOf([]Query{term("resolution", indices.ResolutionHour), anyOf(missing...)}, nil)
-		n, err := s.scrollTrees(ctx, idx, hourSel, indices.KindPartitionTree, when, useTree)
+		n, err := s.scrollTrees(ctx, idx, hourSel, indices.KindPartitionTree, when, s.opts.TreePage, useTree)
 		if err != nil {
 			return nil, false, err
 		}

@@ -107,7 +107,7 @@ func (s *Store) Trees(ctx context.Context, sel Selection, use func(tree []byte) 
 		}
 	}
 	var err error
-	if read.Trees, err = s.scrollTrees(ctx, idx, hourSel, kind, when, use); err != nil {
+	if read.Trees, err = s.scrollTrees(ctx, idx, hourSel, kind, when, s.opts.TreePage, use); err != nil {
 		return nil, false, err
 	}
 	if err := s.readEdges(ctx, sel, hours, read); err != nil {
@@ -258,10 +258,10 @@ func (s *Store) freshDays(ctx context.Context, idx []string, typ record.ProfileT
 }
 
 // scrollTrees hands the tree of every tree document of sel to use, reading
-// Options.TreePage documents per request with a scroll (tree documents are large:
+// pageSize documents per request with a scroll (tree documents are large:
 // a page is bounded by count, and the next page is fetched while use
 // merges the last one).
-func (s *Store) scrollTrees(ctx context.Context, idx []string, sel Selection, kind string, when Query, use func([]byte) error) (int, error) {
+func (s *Store) scrollTrees(ctx context.Context, idx []string, sel Selection, kind string, when Query, pageSize int, use func([]byte) error) (int, error) {
 	filter, mustNot := sel.Selector.Clauses()
 	filter = append([]Query{term("kind", kind), term("type", string(sel.Type)), when}, filter...)
 	type page struct {
@@ -280,7 +280,7 @@ func (s *Store) scrollTrees(ctx context.Context, idx []string, sel Selection, ki
 	}
 	const filterPath = "&filter_path=_scroll_id,timed_out,_shards.failed,hits.hits._source.tree"
 	// A scroll refuses track_total_hits=false.
-	req := &Request{Size: s.opts.TreePage, TrackTotalHits: true, Query: allOf(filter, mustNot), Source: &Source{Includes: []string{"tree"}}}
+	req := &Request{Size: pageSize, TrackTotalHits: true, Query: allOf(filter, mustNot), Source: &Source{Includes: []string{"tree"}}}
 	if dl, ok := ctx.Deadline(); ok {
 		if ms := time.Until(dl).Milliseconds(); ms > 0 {
 			req.Timeout = fmt.Sprintf("%dms", ms)
@@ -327,7 +327,7 @@ func (s *Store) scrollTrees(ctx context.Context, idx []string, sel Selection, ki
 			case <-ctx.Done():
 				return
 			}
-			if len(p.Hits.Hits) < s.opts.TreePage {
+			if len(p.Hits.Hits) < pageSize {
 				return
 			}
 			path = "/_search/scroll?" + filterPath[1:]
