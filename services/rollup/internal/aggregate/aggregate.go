@@ -210,8 +210,8 @@ type window struct {
 	// frozen: an hour window whose trie and stack series are frozen
 	// (freeze.go).
 	frozen bool
-	dirty     int
-	bytes     int64 // charged to the Budget
+	dirty  int
+	bytes  int64 // charged to the Budget
 }
 
 // Checkpoint travels with a committed offset (as commit metadata) so that a
