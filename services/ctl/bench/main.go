@@ -296,7 +296,7 @@ func (b *bench) calibrate(ctx context.Context) error {
 // probe publishing marked profiles, until a step's lag is not bounded.
 func (b *bench) search(ctx context.Context) error {
 	o := b.o
-	fmt.Printf("\n## B+C. Stepped search: each step %v at speed 1 (8 cores, 19 Hz, 10 s, 5 services/host), lag sampled every 5 s; bounded = every group's lag in the second half of the step at most one interval of the fleet's records, no record to any DLQ during the step, and loadgen on time; probe every %v, refresh %s\n", o.step, o.probeEvery, o.refresh)
+	fmt.Printf("\n## B+C. Stepped search: each step %v at speed 1 (8 cores, 19 Hz, 10 s, 5 services/host; one fleet growing: a step's hosts include the previous step's), lag sampled every 5 s; bounded = every group's lag in the second half of the step at most one interval of the fleet's records, no record to any DLQ during the step, and loadgen on time; probe every %v, refresh %s\n", o.step, o.probeEvery, o.refresh)
 	fmt.Println("| hosts | records/s | symbolizer lag max (end) | indexer lag max (end) | rollup lag max (end) | DLQ records | loadgen behind | bounded | probes | latency p50 | p99 | max | consumer CPU % (sym/idx/rollup/kafka/os) |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	best := 0
@@ -306,8 +306,12 @@ func (b *bench) search(ctx context.Context) error {
 		}
 		cfg := loadgen.DefaultConfig()
 		cfg.Hosts, cfg.Duration, cfg.Speed = hosts, o.step, 1
-		cfg.HostPrefix = fmt.Sprintf("%s-s%d-", b.id, si)
-		cfg.Seed = int64(100 + si)
+		// One growing fleet: step N's first hosts are the previous step's
+		// (same names, same seed, so the same stacks), as a fleet that
+		// grows; distinct hosts per step would make an hour hold the sum
+		// of every step's fleet, not the fleet of the step.
+		cfg.HostPrefix = b.id + "-s-"
+		cfg.Seed = 100
 		before := b.serviceCPU(b.pids())
 		dlq0 := b.dlqCount()
 		t0 := time.Now()
@@ -376,7 +380,7 @@ func (b *bench) exactness(ctx context.Context) error {
 		return err
 	}
 	want := b.produced.Load()
-	got, err := b.eventually(ctx, want, 4*time.Minute, func() (int64, error) { return b.rollupCPU(ctx, b.id+"-") })
+	got, err := b.eventually(ctx, want, 4*time.Minute, func() (int64, error) { return b.rollupCPU(ctx, b.id+"-", time.Time{}) })
 	if err != nil {
 		return err
 	}
@@ -630,20 +634,23 @@ func (b *bench) dlqCount() int64 {
 
 // rollupCPU sums the per-minute service rollups of the hosts whose names
 // start with prefix.
-func (b *bench) rollupCPU(ctx context.Context, prefix string) (int64, error) {
-	return b.cpuTotal(ctx, "rollups", `{"term":{"kind":"service"}},{"term":{"resolution":"1m"}},`, prefix)
+func (b *bench) rollupCPU(ctx context.Context, prefix string, since time.Time) (int64, error) {
+	return b.cpuTotal(ctx, "rollups", `{"term":{"kind":"service"}},{"term":{"resolution":"1m"}},`, prefix, since)
 }
 
 // samplesCPU sums the samples documents' values of those hosts.
-func (b *bench) samplesCPU(ctx context.Context, prefix string) (int64, error) {
-	return b.cpuTotal(ctx, "samples", "", prefix)
+func (b *bench) samplesCPU(ctx context.Context, prefix string, since time.Time) (int64, error) {
+	return b.cpuTotal(ctx, "samples", "", prefix, since)
 }
 
 // cpuTotal sums the CPU values of an index kind's documents matching
 // filters (a JSON list prefix, each element followed by a comma) for the
 // hosts starting with prefix: per host (each sum stays exact in a double)
 // and then here.
-func (b *bench) cpuTotal(ctx context.Context, kind, filters, prefix string) (int64, error) {
+func (b *bench) cpuTotal(ctx context.Context, kind, filters, prefix string, since time.Time) (int64, error) {
+	if !since.IsZero() {
+		filters += fmt.Sprintf(`{"range":{"@timestamp":{"gte":%q}}},`, since.UTC().Format(time.RFC3339Nano))
+	}
 	body := fmt.Sprintf(`{"size":0,"query":{"bool":{"filter":[%s{"term":{"type":"cpu"}},{"prefix":{"host":%q}}]}},
 "aggs":{"h":{"terms":{"field":"host","size":65000},"aggs":{"v":{"sum":{"field":"value"}}}}}}`, filters, prefix)
 	pattern := b.o.osURL + "/" + b.id + "-" + kind + "-*"

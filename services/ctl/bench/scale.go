@@ -86,11 +86,11 @@ func (b *bench) scaling(ctx context.Context) error {
 		sleep(ctx, 70*time.Second) // the rollup's idle flush, as in part A
 		after := b.serviceCPU(b.pids())
 		want := b.produced.Load() - produced0
-		rollup, err := b.eventually(ctx, want, 3*time.Minute, func() (int64, error) { return b.rollupCPU(ctx, cfg.HostPrefix) })
+		rollup, err := b.eventually(ctx, want, 3*time.Minute, func() (int64, error) { return b.rollupCPU(ctx, cfg.HostPrefix, time.Time{}) })
 		if err != nil {
 			return err
 		}
-		samples, err := b.eventually(ctx, want, 3*time.Minute, func() (int64, error) { return b.samplesCPU(ctx, cfg.HostPrefix) })
+		samples, err := b.eventually(ctx, want, 3*time.Minute, func() (int64, error) { return b.samplesCPU(ctx, cfg.HostPrefix, time.Time{}) })
 		if err != nil {
 			return err
 		}

@@ -34,12 +34,17 @@ func (b *bench) soak(ctx context.Context) error {
 	fmt.Printf("\n## F. Soak: %d hosts for %v at speed 1; RSS and lag every %v; flat = RSS at the end <= 1.1 x RSS after the first sixth\n", hosts, o.soak, soakEvery)
 	cfg := loadgen.DefaultConfig()
 	cfg.Hosts, cfg.Duration, cfg.Speed = hosts, o.soak, 1
-	cfg.HostPrefix = b.id + "-f-"
-	cfg.Seed = 300
+	// The soak goes on with part B's fleet (same host names and seed):
+	// its totals are those of the minutes from its start on, so it starts
+	// on a minute boundary, after every minute part B's profiles touched.
+	cfg.HostPrefix = b.id + "-s-"
+	cfg.Seed = 100
+	sleep(ctx, time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)))
 	produced0 := b.produced.Load()
 	dlq0 := b.dlqCount()
 	bound := int64(2*hosts) + 50
 	t0 := time.Now()
+	since := t0.Truncate(time.Minute)
 	soakCtx, done := context.WithCancel(ctx)
 	samples := make(chan []rssSample, 1)
 	go func() { samples <- b.sampleRSS(soakCtx, t0, bound) }()
@@ -54,11 +59,11 @@ func (b *bench) soak(ctx context.Context) error {
 	}
 	sleep(ctx, 70*time.Second)
 	want := b.produced.Load() - produced0
-	rollup, err := b.eventually(ctx, want, 3*time.Minute, func() (int64, error) { return b.rollupCPU(ctx, cfg.HostPrefix) })
+	rollup, err := b.eventually(ctx, want, 3*time.Minute, func() (int64, error) { return b.rollupCPU(ctx, cfg.HostPrefix, since) })
 	if err != nil {
 		return err
 	}
-	samplesCPU, err := b.eventually(ctx, want, 3*time.Minute, func() (int64, error) { return b.samplesCPU(ctx, cfg.HostPrefix) })
+	samplesCPU, err := b.eventually(ctx, want, 3*time.Minute, func() (int64, error) { return b.samplesCPU(ctx, cfg.HostPrefix, since) })
 	if err != nil {
 		return err
 	}
