@@ -506,7 +506,7 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 		for name, i := range sc.names {
 			bound += docBytes + memBytes + int64(len(name))
 			if st := p.deltas[i].stack; st != nil {
-				bound += (*frameTrie)(nil).cost(st.id, st.frames)
+				bound += st.trieBound
 			}
 		}
 	}
@@ -629,6 +629,10 @@ func (p *Partition) window(res string, t, offset int64) *window {
 type stackInfo struct {
 	frames []indices.Frame
 	id     string
+	// trieBound is what inserting the stack into an hour's trie adds at
+	// most, computed once: the budget check's bound walked every frame of
+	// every stack of every profile (7% of the rollup's CPU under loadgen).
+	trieBound int64
 }
 
 // stackBytes is an upper bound of what caching a stack of frames holds: the
@@ -770,7 +774,8 @@ func (p *Partition) contributions(in Input, vi int) {
 }
 
 func newStackInfo(frames []indices.Frame) *stackInfo {
-	return &stackInfo{frames: frames, id: indices.StackID(frames)}
+	id := indices.StackID(frames)
+	return &stackInfo{frames: frames, id: id, trieBound: (*frameTrie)(nil).cost(id, frames)}
 }
 
 // Pending is a document to write.

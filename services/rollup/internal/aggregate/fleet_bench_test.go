@@ -93,7 +93,10 @@ func fleetGenerator(hosts int) func() ([]*profile.Profile, []string) {
 func BenchmarkFleet(b *testing.B) {
 	const hosts = 20
 	profs, hostOf := fleetProfiles(hosts, 12) // 2 minutes of 20 hosts
-	cfg := Config{AllowedLateness: 2 * time.Minute, Retention: 10 * time.Minute, Names: indices.Default, Now: time.Now}
+	// The service's defaults, the state budget included: its check runs
+	// for every profile.
+	cfg := Config{AllowedLateness: 2 * time.Minute, Retention: 10 * time.Minute, Names: indices.Default, Now: time.Now,
+		Budget: &Budget{MaxBytes: DefaultMaxStateBytes}}
 	p := NewPartition(cfg, Checkpoint{})
 	docs, rows := 0, 0
 	for _, pr := range profs {
