@@ -1,10 +1,14 @@
 package indices
 
 import (
+	"bytes"
+	"compress/flate"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -73,6 +77,55 @@ func TestTreeHead(t *testing.T) {
 		}
 	}
 }
+
+// TestHeadVersions: a head written before heads were deflated (version 1)
+// decodes to what its deflated form does; a head inflating past MaxBytes is
+// ErrTreeTooLarge, one that does not inflate ErrTreeInvalid.
+func TestHeadVersions(t *testing.T) {
+	var b TreeBuilder
+	for i := 0; i < 50; i++ {
+		b.Add([]TreeFrame{{Name: "main"}, {Name: fmt.Sprintf("svc/handler%d", i%7)}, {Name: fmt.Sprintf("svc/leaf%d", i)}}, int64(i%4+1))
+	}
+	v2 := b.EncodeHead(20)
+	body, err := io.ReadAll(flate.NewReader(bytes.NewReader(v2[1:])))
+	if err != nil || v2[0] != HeadVersion {
+		t.Fatalf("version %d: %v", v2[0], err)
+	}
+	v1 := append([]byte{headVersionPlain}, body...)
+	t.Logf("head of 20 nodes: %d bytes deflated, %d plain", len(v2), len(v1))
+	decode := func(enc []byte) ([]string, error) {
+		var got []string
+		h := &recordHead{visit: func(s string) { got = append(got, s) }}
+		nodes, rs, rt, err := DecodeHead(enc, TreeLimits{}, h)
+		return append(got, fmt.Sprint(nodes, rs, rt)), err
+	}
+	want, err := decode(v2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decode(v1)
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("version 1: %v, %v; want %v", got, err, want)
+	}
+	if _, _, _, err := DecodeHead(v2, TreeLimits{MaxBytes: len(body) - 1}, &recordHead{visit: func(string) {}}); !errors.Is(err, ErrTreeTooLarge) {
+		t.Fatalf("inflating past MaxBytes: %v", err)
+	}
+	if _, _, _, err := DecodeHead([]byte{HeadVersion, 0xff, 0x00}, TreeLimits{}, &recordHead{visit: func(string) {}}); !errors.Is(err, ErrTreeInvalid) {
+		t.Fatalf("not deflate: %v", err)
+	}
+}
+
+// recordHead visits a head as strings.
+type recordHead struct {
+	visit  func(string)
+	frames []TreeFrame
+}
+
+func (r *recordHead) Frames(f []TreeFrame) { r.frames = f }
+func (r *recordHead) Node(depth int, frame int32, self, total int64) {
+	r.visit(fmt.Sprint("node", depth, r.frames[frame], self, total))
+}
+func (r *recordHead) Folded(depth int, total int64) { r.visit(fmt.Sprint("folded", depth, total)) }
 
 func FuzzDecodeHead(f *testing.F) {
 	var b TreeBuilder
