@@ -8,9 +8,7 @@
 #
 #   bench/rollupkinds.sh SOURCE RAW_SAMPLES [TEMPLATE]
 #
-# Rollups keep their _source, so the copies hold the same documents; a copy
-# of a whole index under the same template measures within 1-2% of the
-# index itself (segment boundaries differ).
+# Rollups keep their _source, so the copies hold the same documents.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -lt 2 ]; then
