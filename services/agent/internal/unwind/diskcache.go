@@ -3,6 +3,7 @@ package unwind
 import (
 	"bytes"
 	"crypto/sha256"
+	"debug/elf"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -16,17 +17,23 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/stackstream/stackstream/services/agent/internal/elfinfo"
 )
 
 // DiskCache keeps compiled tables in a directory, one file per build-ID key,
-// so that an agent restarted on the same host (an upgrade, a crash) loads
-// the tables of the binaries it met before instead of compiling them again
-// (gcc's cc1: 20-35 ms of CPU and 9 MB of garbage). Files without a build ID
-// are not kept: their key names a device and inode, not content. A file that
-// does not decode is removed and the table compiled again.
+// so that an agent restarted on the same host (a crash, a node's restart of
+// its pod) loads the tables of the binaries it met before instead of
+// compiling them again (gcc's cc1: 20-35 ms of CPU and 9 MB of garbage).
+// Files are also keyed by the agent's own build ID: another agent build may
+// compile other rows (a compiler fix), so it never reads the tables of this
+// one. Files without a build ID are not kept: their key names a device and
+// inode, not content. A file that does not decode is removed and the table
+// compiled again.
 type DiskCache struct {
 	dir      string
 	maxBytes int64
+	agent    string // the build ID of the agent that writes and reads the files
 }
 
 // Limits of a cache file, checked before anything is allocated.
@@ -44,10 +51,24 @@ var ErrBadCacheFile = errors.New("invalid unwind table cache file")
 // OpenDiskCache returns the cache in dir (created, 0700), holding at most
 // maxBytes of files: past it, the least recently used are removed.
 func OpenDiskCache(dir string, maxBytes int64) (*DiskCache, error) {
+	agent, err := ownBuildID()
+	if err != nil {
+		return nil, fmt.Errorf("unwind table cache: the agent's build ID: %w", err)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create unwind table cache: %w", err)
 	}
-	return &DiskCache{dir: dir, maxBytes: maxBytes}, nil
+	return &DiskCache{dir: dir, maxBytes: maxBytes, agent: agent}, nil
+}
+
+// ownBuildID returns the build ID of the running executable (Go's, or GNU's).
+func ownBuildID() (string, error) {
+	f, err := elf.Open("/proc/self/exe")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	return elfinfo.BuildID(f)
 }
 
 // cacheable reports whether tables of k are kept: those of a build ID.
@@ -55,7 +76,8 @@ func cacheable(k Key) bool { return k.BuildID != "" }
 
 func (c *DiskCache) path(k Key, arch Arch) string {
 	h := sha256.New()
-	h.Write([]byte{byte(arch)})
+	h.Write([]byte(c.agent))
+	h.Write([]byte{0, byte(arch)})
 	h.Write([]byte(k.BuildID))
 	h.Write([]byte{0})
 	h.Write([]byte(k.Loads))
@@ -72,7 +94,7 @@ func (c *DiskCache) load(k Key, lim Limits) *Table {
 	if err != nil {
 		return nil
 	}
-	t, err := decodeTable(b, k, hostArch, lim)
+	t, err := decodeTable(b, c.agent, k, hostArch, lim)
 	if err != nil {
 		os.Remove(path)
 		return nil
@@ -103,7 +125,7 @@ func (c *DiskCache) store(k Key, t *Table) error {
 	if c == nil || !cacheable(k) {
 		return nil
 	}
-	b := encodeTable(k, t)
+	b := encodeTable(c.agent, k, t)
 	if int64(len(b)) > c.maxBytes {
 		return nil
 	}
@@ -158,13 +180,15 @@ func (c *DiskCache) trim() error {
 	return nil
 }
 
-// encodeTable lays out a cache file: the magic, the architecture, the key,
-// the PT_LOAD headers, the rows (as in the BPF array), then a CRC-32C of
-// everything before it.
-func encodeTable(k Key, t *Table) []byte {
+// encodeTable lays out a cache file: the magic, the build ID of the agent
+// that compiled it, the architecture, the key, the PT_LOAD headers, the rows
+// (as in the BPF array), then a CRC-32C of everything before it.
+func encodeTable(agent string, k Key, t *Table) []byte {
 	le := binary.LittleEndian
-	b := make([]byte, 0, 64+len(k.BuildID)+len(k.Loads)+24*len(t.Loads)+RowBytes*len(t.Rows))
+	b := make([]byte, 0, 64+len(agent)+len(k.BuildID)+len(k.Loads)+24*len(t.Loads)+RowBytes*len(t.Rows))
 	b = append(b, cacheMagic...)
+	b = le.AppendUint32(b, uint32(len(agent)))
+	b = append(b, agent...)
 	b = append(b, byte(t.Arch))
 	b = le.AppendUint32(b, uint32(len(k.BuildID)))
 	b = append(b, k.BuildID...)
@@ -187,9 +211,10 @@ func encodeTable(k Key, t *Table) []byte {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// decodeTable decodes a cache file of k's table for arch: anything else, a
-// damaged file or one over lim, is ErrBadCacheFile.
-func decodeTable(b []byte, k Key, arch Arch, lim Limits) (*Table, error) {
+// decodeTable decodes a cache file of k's table for arch, written by the
+// agent build agent: anything else, a damaged file or one over lim, is
+// ErrBadCacheFile.
+func decodeTable(b []byte, agent string, k Key, arch Arch, lim Limits) (*Table, error) {
 	le := binary.LittleEndian
 	bad := func(why string) (*Table, error) { return nil, fmt.Errorf("%w: %s", ErrBadCacheFile, why) }
 	if len(b) < len(cacheMagic)+1+4 || string(b[:len(cacheMagic)]) != cacheMagic {
@@ -200,10 +225,6 @@ func decodeTable(b []byte, k Key, arch Arch, lim Limits) (*Table, error) {
 		return bad("checksum")
 	}
 	p := body[len(cacheMagic):]
-	if Arch(p[0]) != arch {
-		return bad("architecture")
-	}
-	p = p[1:]
 	field := func(max int) ([]byte, bool) {
 		if len(p) < 4 {
 			return nil, false
@@ -216,6 +237,14 @@ func decodeTable(b []byte, k Key, arch Arch, lim Limits) (*Table, error) {
 		p = p[4+n:]
 		return f, true
 	}
+	writer, ok := field(maxCacheKeyLen)
+	if !ok || string(writer) != agent {
+		return bad("another agent build")
+	}
+	if len(p) < 1 || Arch(p[0]) != arch {
+		return bad("architecture")
+	}
+	p = p[1:]
 	id, ok := field(maxCacheKeyLen)
 	if !ok || string(id) != k.BuildID {
 		return bad("build ID")

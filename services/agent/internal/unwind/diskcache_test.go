@@ -69,7 +69,8 @@ func TestDiskCacheRoundTrip(t *testing.T) {
 // ErrBadCacheFile, and load removes it.
 func TestDiskCacheRejects(t *testing.T) {
 	k, tab := keyedTable(t, "/usr/bin/xz")
-	good := encodeTable(k, tab)
+	const agent = "agent-build"
+	good := encodeTable(agent, k, tab)
 	flip := func(i int) []byte {
 		b := bytes.Clone(good)
 		b[i] ^= 1
@@ -78,25 +79,27 @@ func TestDiskCacheRejects(t *testing.T) {
 	otherID := k
 	otherID.BuildID = "00" + k.BuildID[2:]
 	for _, tc := range []struct {
-		name string
-		file []byte
-		key  Key
-		arch Arch
+		name  string
+		file  []byte
+		agent string
+		key   Key
+		arch  Arch
 	}{
-		{"a flipped bit in a row", flip(len(good) - 10), k, tab.Arch},
-		{"a flipped bit in the header", flip(3), k, tab.Arch},
-		{"truncated", good[:len(good)-RowBytes], k, tab.Arch},
-		{"empty", nil, k, tab.Arch},
-		{"another build ID", good, otherID, tab.Arch},
-		{"another architecture", good, k, tab.Arch ^ 1},
+		{"a flipped bit in a row", flip(len(good) - 10), agent, k, tab.Arch},
+		{"a flipped bit in the header", flip(3), agent, k, tab.Arch},
+		{"truncated", good[:len(good)-RowBytes], agent, k, tab.Arch},
+		{"empty", nil, agent, k, tab.Arch},
+		{"another build ID", good, agent, otherID, tab.Arch},
+		{"another architecture", good, agent, k, tab.Arch ^ 1},
+		{"another agent build", good, "other-build", k, tab.Arch},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := decodeTable(tc.file, tc.key, tc.arch, DefaultLimits); !errors.Is(err, ErrBadCacheFile) {
+			if _, err := decodeTable(tc.file, tc.agent, tc.key, tc.arch, DefaultLimits); !errors.Is(err, ErrBadCacheFile) {
 				t.Fatalf("decode: %v, want ErrBadCacheFile", err)
 			}
 		})
 	}
-	if _, err := decodeTable(good, k, tab.Arch, Limits{MaxRows: len(tab.Rows) - 1}); !errors.Is(err, ErrBadCacheFile) {
+	if _, err := decodeTable(good, agent, k, tab.Arch, Limits{MaxRows: len(tab.Rows) - 1}); !errors.Is(err, ErrBadCacheFile) {
 		t.Fatalf("more rows than the limit: %v, want ErrBadCacheFile", err)
 	}
 	c, err := OpenDiskCache(t.TempDir(), 1<<30)
@@ -104,7 +107,8 @@ func TestDiskCacheRejects(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := c.path(k, hostArch)
-	if err := os.WriteFile(path, flip(len(good)-10), 0o600); err != nil {
+	own := encodeTable(c.agent, k, tab)
+	if err := os.WriteFile(path, own[:len(own)-1], 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if c.load(k, DefaultLimits) != nil {
@@ -121,12 +125,13 @@ func TestDiskCacheBound(t *testing.T) {
 	kx, xz := keyedTable(t, "/usr/bin/xz")
 	kl, libc := keyedTable(t, "/lib/x86_64-linux-gnu/libc.so.6")
 	kp, py := keyedTable(t, python3Path(t))
-	size := func(k Key, tab *Table) int64 { return int64(len(encodeTable(k, tab))) }
-	// Room for libc and python3 or libc and xz, not all three.
-	c, err := OpenDiskCache(t.TempDir(), size(kl, libc)+size(kp, py))
+	c, err := OpenDiskCache(t.TempDir(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	size := func(k Key, tab *Table) int64 { return int64(len(encodeTable(c.agent, k, tab))) }
+	// Room for libc and python3 or libc and xz, not all three.
+	c.maxBytes = size(kl, libc) + size(kp, py)
 	for _, kt := range []struct {
 		k   Key
 		tab *Table
@@ -216,17 +221,17 @@ func TestRegistryDiskCache(t *testing.T) {
 
 func FuzzDecodeTable(f *testing.F) {
 	k := Key{BuildID: "0123456789abcdef", Loads: "\x00\x01"}
-	f.Add(encodeTable(k, &Table{Rows: []Row{{PC: 16, Rule: RuleRSP, Offset: 1}, {PC: 32, Rule: RuleRBP, RBP: -2, Offset: 2}}, Loads: []Load{{Offset: 0, Vaddr: 0, FileSize: 4096}}}))
+	f.Add(encodeTable("agent", k, &Table{Rows: []Row{{PC: 16, Rule: RuleRSP, Offset: 1}, {PC: 32, Rule: RuleRBP, RBP: -2, Offset: 2}}, Loads: []Load{{Offset: 0, Vaddr: 0, FileSize: 4096}}}))
 	f.Add([]byte(cacheMagic))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		tab, err := decodeTable(b, k, ArchX86_64, Limits{MaxRows: 1 << 16})
+		tab, err := decodeTable(b, "agent", k, ArchX86_64, Limits{MaxRows: 1 << 16})
 		if err != nil {
 			if !errors.Is(err, ErrBadCacheFile) {
 				t.Fatalf("error %v is not ErrBadCacheFile", err)
 			}
 			return
 		}
-		if !bytes.Equal(encodeTable(k, tab), b) {
+		if !bytes.Equal(encodeTable("agent", k, tab), b) {
 			t.Fatal("decoded table encodes to other bytes")
 		}
 	})
