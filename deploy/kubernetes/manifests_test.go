@@ -269,8 +269,11 @@ func TestAgentDaemonSet(t *testing.T) {
 			if got := c.SecurityContext.Capabilities.Add; !slices.Equal(got, agentCaps) {
 				t.Errorf("capabilities %v, want exactly %v", got, agentCaps)
 			}
-			// Host paths: exactly the host's /proc and the kernel's BTF, read-only.
-			want := map[string]string{"/proc": "/host/proc", "/sys/kernel/btf": "/sys/kernel/btf"}
+			// Host paths: exactly the host's /proc and the kernel's BTF, read-only, and
+			// the unwind table cache, the only one written, where the agent's default
+			// STACKSTREAM_AGENT_UNWIND_CACHE_DIR lies.
+			const cache = "/var/cache/stackstream-agent"
+			want := map[string]string{"/proc": "/host/proc", "/sys/kernel/btf": "/sys/kernel/btf", cache: cache}
 			for _, v := range pod.Volumes {
 				if v.HostPath == nil {
 					continue
@@ -282,9 +285,12 @@ func TestAgentDaemonSet(t *testing.T) {
 				}
 				delete(want, v.HostPath.Path)
 				m := mountOf(c, v.Name)
-				if m == nil || m.MountPath != at || !m.ReadOnly {
-					t.Errorf("host path %s: mount %+v, want read-only at %s", v.HostPath.Path, m, at)
+				if m == nil || m.MountPath != at || m.ReadOnly != (at != cache) {
+					t.Errorf("host path %s: mount %+v, want it at %s, read-only but for the cache", v.HostPath.Path, m, at)
 				}
+			}
+			if v := envVar(c, "STACKSTREAM_AGENT_UNWIND_CACHE_DIR"); v != nil && !strings.HasPrefix(v.Value, cache+"/") {
+				t.Errorf("STACKSTREAM_AGENT_UNWIND_CACHE_DIR = %q, not in the mounted %s", v.Value, cache)
 			}
 			if len(want) > 0 {
 				t.Errorf("host paths not mounted: %v", want)

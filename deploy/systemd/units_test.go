@@ -73,6 +73,8 @@ func TestUnitsHardening(t *testing.T) {
 			if svc == "agent" {
 				want["AmbientCapabilities"] = agentCaps
 				want["CapabilityBoundingSet"] = agentCaps
+				// The default STACKSTREAM_AGENT_UNWIND_CACHE_DIR lies below it.
+				want["CacheDirectory"] = "stackstream-agent"
 			} else {
 				want["AmbientCapabilities"] = ""
 				want["CapabilityBoundingSet"] = ""
