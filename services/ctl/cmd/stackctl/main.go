@@ -40,6 +40,12 @@ func main() {
 	config.Exit("stackctl", err)
 }
 
+// commandHelp is what `stackctl init -h` and `stackctl status -h` print.
+var commandHelp = map[string]string{
+	"init":   "Creates the Kafka topics and applies the OpenSearch index templates; idempotent.\n",
+	"status": "Prints the brokers, the topics with their partitions and the groups' lag,\nOpenSearch's health and the indices.\n",
+}
+
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Print(usage)
@@ -55,6 +61,17 @@ func run(ctx context.Context, args []string) error {
 	if cmd == "reindex" && len(rest) > 0 && (rest[0] == "-h" || rest[0] == "--help") {
 		fmt.Print(reindexUsage)
 		return config.ErrHelp
+	}
+	if cmd == "init" || cmd == "status" {
+		// They take no flags: a mistyped or help flag must not go on to
+		// create topics and overwrite templates.
+		if len(rest) > 0 && (rest[0] == "-h" || rest[0] == "--help") {
+			fmt.Printf("usage: stackctl %s\n\n%s\nSettings are STACKSTREAM_* environment variables: stackctl -h lists them.\n", cmd, commandHelp[cmd])
+			return config.ErrHelp
+		}
+		if len(rest) > 0 {
+			return fmt.Errorf("stackctl %s takes no arguments, got %q: settings are STACKSTREAM_* environment variables (stackctl -h)", cmd, rest)
+		}
 	}
 	var cfg ctl.Config
 	if err := config.Load(&cfg, nil, os.Stdout); err != nil {
