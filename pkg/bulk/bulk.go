@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -151,12 +152,8 @@ func (w *Writer) send(ctx context.Context, items []Item, idx []int, body []byte)
 				return rejected, fmt.Errorf("write %d documents: %w", len(idx), ErrRetriesExhausted)
 			}
 			w.m.Retries.Inc()
-			// Full jitter keeps several writers from retrying in step.
-			d := backoff/2 + rand.N(backoff/2+1)
-			select {
-			case <-ctx.Done():
+			if !sleepJitter(ctx, backoff) {
 				return rejected, ctx.Err()
-			case <-time.After(d):
 			}
 			backoff = min(2*backoff, w.opts.MaxBackoff)
 			body = nil
@@ -173,6 +170,17 @@ func (w *Writer) send(ctx context.Context, items []Item, idx []int, body []byte)
 				return rejected, ctx.Err()
 			}
 			w.m.Failures.WithLabelValues(failureReason(resp.status)).Inc()
+			if timedOut(err) && len(idx) > 1 {
+				// A busy node goes on with a request its client gave up on:
+				// the same request again would time out again, each copy
+				// adding to the node's queue. After the backoff, halves,
+				// which fit the timeout where the whole did not.
+				if !sleepJitter(ctx, backoff) {
+					return rejected, ctx.Err()
+				}
+				w.m.Splits.Inc()
+				return w.sendHalves(ctx, items, idx, rejected)
+			}
 			continue
 		}
 		if resp.refused {
@@ -216,6 +224,11 @@ func (w *Writer) split(ctx context.Context, items []Item, idx []int, size int, r
 		return append(rejected, Rejected{Item: items[idx[0]], Status: resp.status, Reason: reason}), nil
 	}
 	w.m.Splits.Inc()
+	return w.sendHalves(ctx, items, idx, rejected)
+}
+
+// sendHalves sends the items at idx as two requests, one after the other.
+func (w *Writer) sendHalves(ctx context.Context, items []Item, idx []int, rejected []Rejected) ([]Rejected, error) {
 	half := len(idx) / 2
 	for _, part := range [][]int{idx[:half], idx[half:]} {
 		rej, err := w.send(ctx, items, part, nil)
@@ -225,6 +238,24 @@ func (w *Writer) split(ctx context.Context, items []Item, idx []int, size int, r
 		}
 	}
 	return rejected, nil
+}
+
+// sleepJitter waits between d/2 and d (full jitter keeps several writers
+// from retrying in step); false when ctx ended first.
+func sleepJitter(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d/2 + rand.N(d/2+1)):
+		return true
+	}
+}
+
+// timedOut says whether a request failed on the client's timeout (the
+// node did not answer in time), not on a refused or broken connection.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // encode is the bulk body of the items at idx.

@@ -393,6 +393,44 @@ func TestRequestTooLargeIsSplit(t *testing.T) {
 	}
 }
 
+// TestTimeoutIsSplit: a node too busy to answer a large request within the
+// client's timeout (a proxy holds every request of more than 50 documents
+// past it, as a node still working on it would) gets halves, then quarters,
+// until the requests fit; every document is stored. Re-sending the whole
+// request would time out forever.
+func TestTimeoutIsSplit(t *testing.T) {
+	cl := client(t, testenv.OpenSearchURL(t))
+	index := testIndex(t, cl)
+	var held atomic.Int32
+	srv := faultProxy(t, func(body []byte) (int, string) {
+		if bytes.Count(body, []byte("\n"))/2 > 50 {
+			held.Add(1)
+			time.Sleep(time.Second)
+			return http.StatusServiceUnavailable, `{"error":"held past the client's timeout"}`
+		}
+		return 0, ""
+	})
+	slow, err := opensearchapi.NewClient(opensearchapi.Config{Client: osgo.Config{
+		Addresses: []string{srv.URL}, RequestTimeout: 300 * time.Millisecond, DisableRetry: true,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewMetrics(nil, "")
+	w := New(slow, Options{Metrics: m, MaxBackoff: 200 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if rej, err := w.Write(ctx, items(index, 300, false)); err != nil || len(rej) > 0 {
+		t.Fatalf("Write: %v, rejected %d: the timed-out request was not split", err, len(rej))
+	}
+	if got := stored(t, cl, index); len(got) != 300 {
+		t.Fatalf("stored %d documents, want 300", len(got))
+	}
+	if held.Load() == 0 || testutil.ToFloat64(m.Splits) == 0 {
+		t.Fatalf("%d requests held, %v splits: the timeout was not reached", held.Load(), testutil.ToFloat64(m.Splits))
+	}
+}
+
 // TestWholeRequestStatuses: what the writer does with a whole request
 // answered 400, 422, 429, 503 or 401 (injected in front of the real node):
 // refusals of the content are split down to the document at fault, the
