@@ -160,34 +160,15 @@ func (c *Compactor) compactDay(ctx context.Context, day time.Time) (int, error) 
 	}
 	written := 0
 	for k, hs := range groups {
-		src := make([]indices.TreeSource, len(hs))
-		ids := make([]string, len(hs))
-		for i, h := range hs {
-			src[i] = indices.TreeSource{ID: h.ID, SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm}
-			ids[i] = h.ID
-		}
-		sources := indices.TreeSources(src)
+		sources := fingerprint(hs)
 		if current[k] == sources {
 			continue
 		}
-		trees, err := c.search(ctx, index, map[string]any{
-			"size": len(ids), "seq_no_primary_term": true, "_source": []string{"tree"},
-			"query": map[string]any{"ids": map[string]any{"values": ids}},
-		})
+		b, err := c.mergeUnchanged(ctx, index, hs, sources)
 		if err != nil {
 			return written, err
 		}
-		// The versions merged must be the versions fingerprinted: an hour
-		// rewritten in between is merged at the next pass.
-		got := make([]indices.TreeSource, len(trees))
-		var b indices.TreeBuilder
-		for i, h := range trees {
-			got[i] = indices.TreeSource{ID: h.ID, SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm}
-			if err := b.AddTree(h.Source.Tree, indices.TreeLimits{}); err != nil {
-				return written, fmt.Errorf("hour tree %s: %w", h.ID, err)
-			}
-		}
-		if indices.TreeSources(got) != sources {
+		if b == nil {
 			continue
 		}
 		if err := c.put(ctx, index, indices.RollupDoc{
@@ -200,6 +181,44 @@ func (c *Compactor) compactDay(ctx context.Context, day time.Time) (int, error) 
 	}
 	n, err := c.writeHeads(ctx, index, day, groups)
 	return written + n, err
+}
+
+// fingerprint is the versions of the hour trees hs, as a merge of them
+// records in its sources.
+func fingerprint(hs []hit) string {
+	src := make([]indices.TreeSource, len(hs))
+	for i, h := range hs {
+		src[i] = indices.TreeSource{ID: h.ID, SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm}
+	}
+	return indices.TreeSources(src)
+}
+
+// mergeUnchanged reads the trees of the hour tree documents hs and merges
+// them, or returns nil when their versions are no longer sources: the
+// versions merged must be the versions fingerprinted, and an hour
+// rewritten in between is merged at the next pass.
+func (c *Compactor) mergeUnchanged(ctx context.Context, index string, hs []hit, sources string) (*indices.TreeBuilder, error) {
+	ids := make([]string, len(hs))
+	for i, h := range hs {
+		ids[i] = h.ID
+	}
+	trees, err := c.search(ctx, index, map[string]any{
+		"size": len(ids), "seq_no_primary_term": true, "_source": []string{"tree"},
+		"query": map[string]any{"ids": map[string]any{"values": ids}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	var b indices.TreeBuilder
+	for _, h := range trees {
+		if err := b.AddTree(h.Source.Tree, indices.TreeLimits{}); err != nil {
+			return nil, fmt.Errorf("hour tree %s: %w", h.ID, err)
+		}
+	}
+	if fingerprint(trees) != sources {
+		return nil, nil
+	}
+	return &b, nil
 }
 
 func (c *Compactor) put(ctx context.Context, index string, doc indices.RollupDoc) error {

@@ -78,34 +78,15 @@ func (c *Compactor) hourHeadsOfDay(ctx context.Context, day, to time.Time) (int,
 	}
 	written := 0
 	for k, hs := range groups {
-		src := make([]indices.TreeSource, len(hs))
-		ids := make([]string, len(hs))
-		for i, h := range hs {
-			src[i] = indices.TreeSource{ID: h.ID, SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm}
-			ids[i] = h.ID
-		}
-		sources := indices.TreeSources(src)
+		sources := fingerprint(hs)
 		if current[k] == sources {
 			continue
 		}
-		trees, err := c.search(ctx, index, map[string]any{
-			"size": len(ids), "seq_no_primary_term": true, "_source": []string{"tree"},
-			"query": map[string]any{"ids": map[string]any{"values": ids}},
-		})
+		b, err := c.mergeUnchanged(ctx, index, hs, sources)
 		if err != nil {
 			return written, err
 		}
-		// The versions merged must be the versions fingerprinted: an hour
-		// rewritten in between gets its head at the next pass.
-		got := make([]indices.TreeSource, len(trees))
-		var b indices.TreeBuilder
-		for i, h := range trees {
-			got[i] = indices.TreeSource{ID: h.ID, SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm}
-			if err := b.AddTree(h.Source.Tree, indices.TreeLimits{}); err != nil {
-				return written, fmt.Errorf("hour tree %s: %w", h.ID, err)
-			}
-		}
-		if indices.TreeSources(got) != sources {
+		if b == nil {
 			continue
 		}
 		if err := c.put(ctx, index, indices.RollupDoc{
