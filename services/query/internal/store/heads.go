@@ -25,14 +25,7 @@ func (s *Store) FleetHead(ctx context.Context, sel Selection) (head []byte, ok b
 		!hours.To.Equal(sel.Range.To) || !hours.To.Equal(day.Add(24*time.Hour)) {
 		return nil, false, nil
 	}
-	idx := s.rollupIndices(hours)
-	hourSel := sel
-	hourSel.Range = hours
-	complete, err := s.treesComplete(ctx, idx, hourSel, indices.KindPartitionTree)
-	if err != nil || !complete {
-		return nil, false, err
-	}
-	versions, err := s.hourTreeVersions(ctx, idx, sel.Type, hours)
+	idx, versions, err := s.fleetHourVersions(ctx, sel, hours)
 	if err != nil || versions == nil {
 		return nil, false, err
 	}
@@ -62,6 +55,21 @@ func (s *Store) FleetHead(ctx context.Context, sel Selection) (head []byte, ok b
 	return nil, false, nil
 }
 
+// fleetHourVersions is the versions of the hour partition trees of sel's
+// whole hours, and the indices they are in; nil versions when those hours
+// are not all in complete partition trees (treesComplete).
+func (s *Store) fleetHourVersions(ctx context.Context, sel Selection, hours TimeRange) ([]string, []hourTree, error) {
+	idx := s.rollupIndices(hours)
+	hourSel := sel
+	hourSel.Range = hours
+	complete, err := s.treesComplete(ctx, idx, hourSel, indices.KindPartitionTree)
+	if err != nil || !complete {
+		return idx, nil, err
+	}
+	versions, err := s.hourTreeVersions(ctx, idx, sel.Type, hours)
+	return idx, versions, err
+}
+
 // headPage is how many hour heads (~360 KB each for 1,000 hosts) a scroll
 // page holds: the heads of a page are merged while the next is read.
 const headPage = 4
@@ -88,14 +96,7 @@ func (s *Store) FleetHourHeads(ctx context.Context, sel Selection, useHead, useT
 	if !ok || hours.To.Sub(hours.From) > MaxHeadHours*time.Hour {
 		return nil, false, nil
 	}
-	idx := s.rollupIndices(hours)
-	hourSel := sel
-	hourSel.Range = hours
-	complete, err := s.treesComplete(ctx, idx, hourSel, indices.KindPartitionTree)
-	if err != nil || !complete {
-		return nil, false, err
-	}
-	versions, err := s.hourTreeVersions(ctx, idx, sel.Type, hours)
+	idx, versions, err := s.fleetHourVersions(ctx, sel, hours)
 	if err != nil || versions == nil {
 		return nil, false, err
 	}
@@ -145,6 +146,8 @@ func (s *Store) FleetHourHeads(ctx context.Context, sel Selection, useHead, useT
 	// A head rewritten between the two searches is read as rewritten: the
 	// lifecycle pass made it from its hour's trees as they were then, as
 	// a read of the trees a moment later would see them.
+	hourSel := sel
+	hourSel.Range = hours
 	n, err := s.scrollTrees(ctx, idx, hourSel, indices.KindFleetHead, termsOf("_id", ids), headPage, useHead)
 	if err != nil {
 		return nil, false, err
