@@ -512,40 +512,5 @@ func leasesBehind(ctx context.Context, e *indexertest.Env, pattern string) (int6
 	if err != nil || st != http.StatusOK {
 		return 0, fmt.Errorf("shard stats: %d %s %v", st, body, err)
 	}
-	var s struct {
-		Indices map[string]struct {
-			Shards map[string][]struct {
-				Routing struct {
-					Primary bool `json:"primary"`
-				} `json:"routing"`
-				SeqNo struct {
-					Max int64 `json:"max_seq_no"`
-				} `json:"seq_no"`
-				Leases struct {
-					Leases []struct {
-						Retaining int64 `json:"retaining_seq_no"`
-					} `json:"leases"`
-				} `json:"retention_leases"`
-			} `json:"shards"`
-		} `json:"indices"`
-	}
-	if err := json.Unmarshal(body, &s); err != nil {
-		return 0, fmt.Errorf("shard stats: %w", err)
-	}
-	var behind int64
-	for _, idx := range s.Indices {
-		for _, copies := range idx.Shards {
-			for _, c := range copies {
-				if !c.Routing.Primary {
-					continue
-				}
-				for _, l := range c.Leases.Leases {
-					if d := c.SeqNo.Max + 1 - l.Retaining; d > 0 {
-						behind += d
-					}
-				}
-			}
-		}
-	}
-	return behind, nil
+	return indexertest.LeasesBehind(body)
 }

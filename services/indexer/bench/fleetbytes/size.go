@@ -10,6 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/stackstream/stackstream/services/indexer/internal/indexertest"
 )
 
 // mergedSizes force-merges every index of the run to one segment and
@@ -108,42 +110,15 @@ func (b *bench) post(ctx context.Context, path string) error {
 // leasesBehind is how many operations of the run's primaries are not yet
 // below every retention lease.
 func (b *bench) leasesBehind(ctx context.Context) (int64, error) {
-	var s struct {
-		Indices map[string]struct {
-			Shards map[string][]struct {
-				Routing struct {
-					Primary bool `json:"primary"`
-				} `json:"routing"`
-				SeqNo struct {
-					Max int64 `json:"max_seq_no"`
-				} `json:"seq_no"`
-				Leases struct {
-					Leases []struct {
-						Retaining int64 `json:"retaining_seq_no"`
-					} `json:"leases"`
-				} `json:"retention_leases"`
-			} `json:"shards"`
-		} `json:"indices"`
-	}
-	if err := b.getJSON(ctx, "/"+b.id+"-*/_stats/docs?level=shards", &s); err != nil {
+	path := "/" + b.id + "-*/_stats/docs?level=shards"
+	st, body, err := b.do(ctx, http.MethodGet, path, nil)
+	if err != nil {
 		return 0, err
 	}
-	var behind int64
-	for _, idx := range s.Indices {
-		for _, copies := range idx.Shards {
-			for _, c := range copies {
-				if !c.Routing.Primary {
-					continue
-				}
-				for _, l := range c.Leases.Leases {
-					if d := c.SeqNo.Max + 1 - l.Retaining; d > 0 {
-						behind += d
-					}
-				}
-			}
-		}
+	if st != http.StatusOK {
+		return 0, fmt.Errorf("GET %s: %d %s", path, st, body)
 	}
-	return behind, nil
+	return indexertest.LeasesBehind(body)
 }
 
 // parts groups Lucene's files by what they hold.
