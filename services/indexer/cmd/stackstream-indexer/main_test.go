@@ -145,13 +145,16 @@ func TestConfigErrors(t *testing.T) {
 			if tt.name == "help" {
 				args = append(args, "-h")
 			}
+			env := tt.env
 			if tt.name == "no topics" {
-				testenv.KafkaBrokers(t)
-				testenv.OpenSearchURL(t)
+				// The test services, wherever they run: the indexer must get
+				// past them to the missing topic.
+				env = append([]string{"STACKSTREAM_KAFKA_BROKERS=" + strings.Join(testenv.KafkaBrokers(t), ","),
+					"STACKSTREAM_OPENSEARCH_URL=" + testenv.OpenSearchURL(t)}, env...)
 			}
 			cmd := exec.Command(bin, args...)
 			cmd.Dir = t.TempDir()
-			cmd.Env = append(os.Environ(), tt.env...)
+			cmd.Env = append(os.Environ(), env...)
 			out, err := cmd.CombinedOutput()
 			code := 0
 			if ee, ok := err.(*exec.ExitError); ok {
