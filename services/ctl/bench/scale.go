@@ -110,14 +110,31 @@ func (b *bench) scaling(ctx context.Context) error {
 	return nil
 }
 
-// eventually polls a total every 5 s until it equals want or limit
-// passes, and returns the last value.
+// eventually polls a total every 5 s until it equals want, and returns the
+// last value. It gives up once the total has not moved for limit (what is
+// missing then is lost, not late), or after 5 x limit in all; while it
+// waits it prints the share of want landed every 30 s, so a total still
+// landing behind a long write is told from one that stopped short.
 func (b *bench) eventually(ctx context.Context, want int64, limit time.Duration, total func() (int64, error)) (int64, error) {
-	deadline := time.Now().Add(limit)
+	start := time.Now()
+	moved, printed := start, start
+	var last int64
 	for {
 		got, err := total()
-		if err != nil || got == want || time.Now().After(deadline) || ctx.Err() != nil {
+		if err != nil || got == want || ctx.Err() != nil {
 			return got, err
+		}
+		now := time.Now()
+		if got != last {
+			last, moved = got, now
+		}
+		if now.Sub(moved) > limit || now.Sub(start) > 5*limit {
+			return got, nil
+		}
+		if now.Sub(printed) >= 30*time.Second {
+			printed = now
+			fmt.Printf("  waiting for the totals: %d of %d (%.2f%%) after %v, last change %v ago\n",
+				got, want, 100*float64(got)/float64(max(want, 1)), now.Sub(start).Round(time.Second), now.Sub(moved).Round(time.Second))
 		}
 		sleep(ctx, 5*time.Second)
 	}
