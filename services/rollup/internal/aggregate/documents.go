@@ -1,0 +1,252 @@
+// The rollup documents of the windows: which to write now, and their
+// contents.
+
+package aggregate
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/schemas/record"
+)
+
+// Pending is a document to write.
+type Pending struct {
+	Index  string
+	ID     string
+	Doc    indices.RollupDoc
+	Offset int64 // the first record that contributed, for the DLQ
+	ds     *docState
+	w      *window
+}
+
+// Pending returns the documents to write now: the changed documents of every
+// window the watermark has closed; and, whenever a minute window is written,
+// the changed documents of the hour windows that have ended but are still
+// open (within allowed lateness), so an hour that is over reads as fresh as
+// its minutes. The hour in progress is left to its minute documents: writing
+// it with every minute would double the documents written. With all, every
+// changed document of every window (shutdown and revoke).
+func (p *Partition) Pending(all bool) []Pending {
+	var out []Pending
+	minuteWritten := false
+	for _, w := range p.windows {
+		if !w.closed && w.end+int64(p.cfg.AllowedLateness) <= p.watermark {
+			w.closed = true
+		}
+		if w.dirty > 0 && w.key.res == indices.ResolutionMinute && (w.closed || all) {
+			minuteWritten = true
+			out = p.appendDirty(out, w)
+		}
+	}
+	for _, w := range p.windows {
+		ended := w.end <= p.watermark
+		// An hour that just ended is written at once, so that it can be
+		// frozen (freeze.go); late profiles' rewrites wait for a minute.
+		first := ended && w.trie != nil && !w.trie.frozen
+		if w.dirty > 0 && w.key.res == indices.ResolutionHour && (w.closed || all || (minuteWritten || first) && ended) {
+			out = p.appendDirty(out, w)
+		}
+	}
+	return out
+}
+
+func (p *Partition) appendDirty(out []Pending, w *window) []Pending {
+	start := time.Unix(0, w.key.start).UTC()
+	index := p.cfg.Names.Rollups(start)
+	for k, ws := range w.series {
+		for name, ds := range ws.docs {
+			if ds.dirty {
+				out = append(out, p.pending(w, start, index, k, ws, name, ds))
+			}
+		}
+		if ws.tree != nil && ws.tree.dirty {
+			out = appendFunctions(out, w, start, index, k, ws)
+			out = append(out, treePending(w, start, index, k, ws))
+		}
+	}
+	for k, ds := range w.serviceTrees {
+		if ds.dirty {
+			out = append(out, p.serviceTreePending(w, start, index, k, ds))
+		}
+	}
+	return out
+}
+
+// serviceKey names a service tree (its kind, type and service) or a
+// partition tree (its kind and type).
+type serviceKey struct{ kind, typ, service string }
+
+func (p *Partition) markDirty(w *window, ds *docState) {
+	if !ds.dirty {
+		ds.dirty = true
+		w.dirty++
+	}
+}
+
+// serviceTreePending is the service (or partition) tree document of an
+// hour: the stacks of every host of the service (of every service) in this
+// partition merged, series in (service, host) order and stacks in ID
+// order so the same window encodes to the same bytes. Selections that name
+// no host read these, one per partition, service and hour (one per
+// partition and hour when they name no service either), instead of one
+// tree per host.
+func (p *Partition) serviceTreePending(w *window, start time.Time, index string, k serviceKey, ds *docState) Pending {
+	var hosts []seriesKey
+	for sk := range w.series {
+		if sk.kind == indices.KindStack && sk.typ == k.typ && (sk.service == k.service || k.kind == indices.KindPartitionTree) {
+			hosts = append(hosts, sk)
+		}
+	}
+	slices.SortFunc(hosts, func(a, b seriesKey) int {
+		if c := strings.Compare(a.service, b.service); c != 0 {
+			return c
+		}
+		return strings.Compare(a.host, b.host)
+	})
+	var b indices.TreeBuilder
+	for _, sk := range hosts {
+		addSeries(&b, w, w.series[sk])
+	}
+	d := indices.RollupDoc{
+		Timestamp: start, Resolution: w.key.res, Kind: k.kind, Type: k.typ,
+		Service: k.service, Partition: p.cfg.Partition, Value: b.Total(), Tree: b.Encode(),
+	}
+	return Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: ds.firstOffset, ds: ds, w: w}
+}
+
+// addSeries adds a stack series' stacks to b in stack ID order.
+func addSeries(b *indices.TreeBuilder, w *window, ws *series) {
+	var frames []indices.Frame
+	ws.eachStack(true, func(ds docState) {
+		frames = w.trie.appendFrames(frames[:0], ds.node)
+		b.AddStack(frames, ds.a)
+	})
+}
+
+// appendFunctions appends the function documents of an hour's stack
+// series, computed from its stack documents and their frames in the trie:
+// a function's self is the value of the stacks whose leaf it is, its total
+// the value of the stacks holding it, counted once per stack (recursion).
+// Folding every frame of every sample into a function document per minute
+// and hour was most of the CPU per profile, and the documents most of the
+// state (docs/ROLLUP.md); the sums are the same. They are written whole
+// whenever the series' tree is, and before it: a flush marks documents
+// stored in order, so the tree's state (which they share) is clean only
+// once they are stored too.
+func appendFunctions(out []Pending, w *window, start time.Time, index string, k seriesKey, ws *series) []Pending {
+	type sums struct{ self, total int64 }
+	fns := map[string]*sums{}
+	get := func(name string) *sums {
+		s := fns[name]
+		if s == nil {
+			s = &sums{}
+			fns[name] = s
+		}
+		return s
+	}
+	var frames []indices.Frame
+	seen := map[string]struct{}{}
+	ws.eachStack(false, func(ds docState) {
+		frames = w.trie.appendFrames(frames[:0], ds.node)
+		leaf := ""
+		if len(frames) > 0 {
+			leaf = frames[0].Function
+		}
+		get(leaf).self += ds.a
+		clear(seen)
+		for _, f := range frames {
+			if _, ok := seen[f.Function]; !ok {
+				seen[f.Function] = struct{}{}
+				get(f.Function).total += ds.a
+			}
+		}
+	})
+	names := make([]string, 0, len(fns))
+	for name := range fns {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		d := indices.RollupDoc{
+			Timestamp: start, Resolution: w.key.res, Kind: indices.KindFunction, Type: k.typ,
+			Service: k.service, Host: k.host, Function: name, Self: fns[name].self, Total: fns[name].total,
+		}
+		out = append(out, Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: ws.tree.firstOffset, w: w})
+	}
+	return out
+}
+
+// hasTree says whether a window's series has a tree document: the stack
+// series of hour windows. Minute trees would cost as much disk as the
+// samples (one frame table per host and minute), so the minutes at a
+// range's edges are read from stacks (see schemas/opensearch.md).
+func hasTree(res string, k seriesKey) bool {
+	return res == indices.ResolutionHour && k.kind == indices.KindStack
+}
+
+// treePending is the tree document of a stack series: every stack of the
+// window merged (recomputed whole, like every document), in stack ID order
+// so the same window always encodes to the same bytes.
+func treePending(w *window, start time.Time, index string, k seriesKey, ws *series) Pending {
+	var b indices.TreeBuilder
+	addSeries(&b, w, ws)
+	d := indices.RollupDoc{
+		Timestamp: start, Resolution: w.key.res, Kind: indices.KindTree, Type: k.typ,
+		Service: k.service, Host: k.host, Value: b.Total(), Tree: b.Encode(),
+	}
+	return Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: ws.tree.firstOffset, ds: ws.tree, w: w}
+}
+
+func (p *Partition) pending(w *window, start time.Time, index string, k seriesKey, ws *series, name string, ds *docState) Pending {
+	d := indices.RollupDoc{
+		Timestamp: start, Resolution: w.key.res, Kind: k.kind, Type: k.typ,
+		Service: k.service, Host: k.host,
+	}
+	switch k.kind {
+	case indices.KindService:
+		d.Samples = ds.b
+		var sums serviceSums
+		if ws.svc != nil {
+			sums = *ws.svc
+		}
+		if sums.mem != nil {
+			d.MemAvg, d.MemMax = memStats(sums.mem)
+		} else {
+			d.Value, d.StackValue = ds.a, sums.stackValue
+			if k.typ == string(record.ProfileCPU) {
+				d.Cores = float64(ds.a) / float64(windowSize(w.key.res).Nanoseconds())
+			}
+		}
+	case indices.KindStack:
+		d.StackID = name
+		d.Value, d.Samples = ds.a, ds.b
+	}
+	return Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: ds.firstOffset, ds: ds, w: w}
+}
+
+// memStats is the average and the maximum, over the memory profiles of the
+// window, of the service's summed RSS in each profile.
+func memStats(m map[int64]int64) (avg float64, peak int64) {
+	var sum int64
+	for _, v := range m {
+		sum += v
+		peak = max(peak, v)
+	}
+	return float64(sum) / float64(len(m)), peak
+}
+
+// MarkStored records that the documents were acknowledged (or sent to the
+// DLQ); they are written again only if a late profile changes them.
+func MarkStored(docs []Pending) {
+	for _, d := range docs {
+		// Function documents have no state of their own: their series'
+		// tree, written after them, has (appendFunctions).
+		if d.ds != nil && d.ds.dirty {
+			d.ds.dirty = false
+			d.w.dirty--
+		}
+	}
+}
