@@ -142,7 +142,7 @@ func FuzzPcsp(f *testing.F) {
 		if size == 0 {
 			return
 		}
-		ins, err := pcspInstructions(b, 0, uint64(size), ArchX86_64, 1)
+		ins, err := pcspInstructions(nil, b, 0, uint64(size), ArchX86_64, 1)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrUnsupported) && !errors.Is(err, ErrTooLarge) {
 				t.Fatalf("error %v is not a sentinel", err)
