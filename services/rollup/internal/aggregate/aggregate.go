@@ -15,7 +15,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"slices"
 	"time"
 	"unsafe"
@@ -130,6 +129,9 @@ const (
 
 // Input is one decoded profile and where it came from.
 type Input struct {
+	// The profile: its tables as Decoder read them (Wire), else as
+	// google/pprof's parser did (Profile).
+	Wire    *Wire
 	Profile *profile.Profile
 	Type    record.ProfileType
 	// Host is the record's host (record.Host: header, else key); when
@@ -139,6 +141,14 @@ type Input struct {
 	// Fallback is the event time of a profile without TimeNanos (the
 	// record's timestamp), as the indexer does.
 	Fallback time.Time
+}
+
+// TimeNanos is the profile's time_nanos.
+func (in Input) TimeNanos() int64 {
+	if in.Wire != nil {
+		return in.Wire.timeNanos
+	}
+	return in.Profile.TimeNanos
 }
 
 type windowKey struct {
@@ -268,6 +278,8 @@ type Partition struct {
 	stacks        *stackCache            // the Budget's, or the partition's own without one
 	bytes         int64                  // charged to the Budget by windows
 	frames        []indices.Frame        // scratch
+	keyBuf        []byte                 // scratch
+	locKey        [][2]uint64            // scratch
 	out           map[seriesKey]*scratch // a profile's sums, reused
 	deltas        []delta
 }
@@ -317,8 +329,7 @@ func truncate(ns int64, d time.Duration) int64 {
 // Add folds a profile into its minute and hour windows, attributed to the
 // minute of its start (profile TimeNanos).
 func (p *Partition) Add(in Input) (Outcome, error) {
-	prof := in.Profile
-	at := prof.TimeNanos
+	at := in.TimeNanos()
 	if at <= 0 && !in.Fallback.IsZero() {
 		at = in.Fallback.UnixNano()
 	}
@@ -332,13 +343,20 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 	if err := record.CheckTime(time.Unix(0, at), p.cfg.Now(), p.cfg.MaxAge, skew); err != nil {
 		return 0, err
 	}
-	vi := pprofx.ValueIndex(prof, string(in.Type))
+	head := in.Profile
+	if in.Wire != nil {
+		// Each sample has a value per sample type (Decoder checked it).
+		head = in.Wire.header()
+	}
+	vi := pprofx.ValueIndex(head, string(in.Type))
 	if vi < 0 {
 		return 0, ErrNoValues
 	}
-	for _, s := range prof.Sample {
-		if vi >= len(s.Value) {
-			return 0, fmt.Errorf("%w: %d values, %d sample types", ErrShortSample, len(s.Value), len(prof.SampleType))
+	if in.Wire == nil {
+		for _, s := range head.Sample {
+			if vi >= len(s.Value) {
+				return 0, fmt.Errorf("%w: %d values, %d sample types", ErrShortSample, len(s.Value), len(head.SampleType))
+			}
 		}
 	}
 	minute := truncate(at, time.Minute)
@@ -349,7 +367,7 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 		}
 		return TooLate, nil
 	}
-	p.contributions(in, vi)
+	p.contributions(in, vi, pprofx.CountIndex(head))
 	var targets []windowKey
 	for _, res := range []string{indices.ResolutionMinute, indices.ResolutionHour} {
 		size := windowSize(res)
@@ -646,39 +664,56 @@ func stackBytes(frames []indices.Frame) int64 {
 	return int64(n)
 }
 
-var stackSeed = maphash.MakeSeed()
-
 // stack returns the ID and frames of a sample's stack. Hashing a stack's
 // frames (sha256 for its ID) is most of the per-sample work, and the same
-// stacks come back in every profile of a host, so they are cached by their
-// frames.
+// stacks come back in every profile of a host, so they are cached by a
+// hash of their frames.
 func (p *Partition) stack(s *profile.Sample) *stackInfo {
 	p.frames = p.frames[:0]
 	for _, loc := range s.Location {
 		p.frames = pprofx.LocationFrames(p.frames, loc)
 	}
-	var h maphash.Hash
-	h.SetSeed(stackSeed)
+	b := p.keyBuf[:0]
 	for _, f := range p.frames {
-		h.WriteString(f.Function)
-		h.WriteByte(0)
-		h.WriteString(f.File)
-		h.WriteByte(0)
-		h.WriteString(f.Binary)
-		h.WriteByte(0)
-		var line [8]byte
-		binary.LittleEndian.PutUint64(line[:], uint64(f.Line))
-		h.Write(line[:])
+		b = appendBytes(b, unsafe.Slice(unsafe.StringData(f.Function), len(f.Function)))
+		b = appendBytes(b, unsafe.Slice(unsafe.StringData(f.File), len(f.File)))
+		b = appendBytes(b, unsafe.Slice(unsafe.StringData(f.Binary), len(f.Binary)))
+		b = appendBytes(b, unsafe.Slice(unsafe.StringData(f.Kind), len(f.Kind)))
+		b = binary.LittleEndian.AppendUint64(b, uint64(f.Line))
 	}
-	sum := h.Sum64()
-	same := p.stacks.get(sum)
-	for _, st := range same {
-		if slices.Equal(st.frames, p.frames) {
-			return st
-		}
+	p.keyBuf = b
+	return p.cachedStack(hash128(b))
+}
+
+// wireStack is stack for a sample of a Wire, locs its location indices:
+// the stack's key is a hash of its locations' hashes, each computed once a
+// profile, so a stack seen before costs no frames.
+func (p *Partition) wireStack(w *Wire, locs []int32) *stackInfo {
+	hs := p.locKey[:0]
+	for _, i := range locs {
+		hs = append(hs, w.locationHash(i, &p.keyBuf))
+	}
+	p.locKey = hs
+	// The hashes' memory is the key: it is only compared within this
+	// process, so its byte order does not matter.
+	key := hash128(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(hs))), 16*len(hs)))
+	if st := p.stacks.get(key); st != nil {
+		return st
+	}
+	p.frames = p.frames[:0]
+	for _, i := range locs {
+		p.frames = w.appendFrames(p.frames, i)
+	}
+	return p.cachedStack(key)
+}
+
+// cachedStack is the stack cached under key, else p.frames cached there.
+func (p *Partition) cachedStack(key [2]uint64) *stackInfo {
+	if st := p.stacks.get(key); st != nil {
+		return st
 	}
 	st := newStackInfo(slices.Clone(p.frames))
-	p.stacks.put(sum, same, st, stackBytes(p.frames))
+	p.stacks.put(key, st, stackBytes(p.frames))
 	return st
 }
 
@@ -701,10 +736,9 @@ const maxScratchSeries = 4096
 
 // contributions sums one profile per document into p.out and p.deltas,
 // which are reused across profiles so their memory is not allocated and
-// grown again for every profile.
-func (p *Partition) contributions(in Input, vi int) {
-	prof := in.Profile
-	ci := pprofx.CountIndex(prof)
+// grown again for every profile. vi and ci are the indices of the value
+// and of the samples count (-1 without one).
+func (p *Partition) contributions(in Input, vi, ci int) {
 	if p.out == nil || len(p.out) > maxScratchSeries {
 		p.out = map[seriesKey]*scratch{}
 	}
@@ -712,64 +746,100 @@ func (p *Partition) contributions(in Input, vi int) {
 		clear(sc.names)
 	}
 	p.deltas = p.deltas[:0]
-	get := func(k seriesKey) *scratch {
-		sc := p.out[k]
-		if sc == nil {
-			sc = &scratch{names: map[string]int32{}}
-			p.out[k] = sc
+	c := contributor{p: p, typ: string(in.Type), memory: in.Type == record.ProfileMemory}
+	if w := in.Wire; w != nil {
+		types := len(w.sampleTypes)
+		for _, row := range w.sampleRows {
+			values := w.values[row.values : int(row.values)+types]
+			n := int64(1)
+			if ci >= 0 {
+				n = values[ci]
+			}
+			ls := &w.labelSets[row.labels]
+			host := in.Host
+			if host == "" {
+				host = ls.host
+			}
+			var st *stackInfo
+			if !c.memory && row.locs[1] > row.locs[0] {
+				st = p.wireStack(w, w.locs[row.locs[0]:row.locs[1]])
+			}
+			c.add(ls.service, host, values[vi], n, st)
 		}
-		return sc
+		return
 	}
-	add := func(sc *scratch, name string) *delta {
-		i, ok := sc.names[name]
-		if !ok {
-			i = int32(len(p.deltas))
-			p.deltas = append(p.deltas, delta{})
-			sc.names[name] = i
-		}
-		return &p.deltas[i]
-	}
-	typ := string(in.Type)
-	memory := in.Type == record.ProfileMemory
-	// Samples of one process come together: keep the last service/host's series.
-	var lastService, lastHost string
-	var svcS, stS *scratch
-	for _, s := range prof.Sample {
-		v := s.Value[vi]
+	for _, s := range in.Profile.Sample {
 		n := int64(1)
 		if ci >= 0 && ci < len(s.Value) {
 			n = s.Value[ci]
 		}
 		labels := record.Labels(s.Label)
-		service := record.DeriveService(labels)
 		host := in.Host
 		if host == "" {
 			host = labels[record.LabelHost]
 		}
-		if svcS == nil || service != lastService || host != lastHost {
-			lastService, lastHost = service, host
-			svcS = get(seriesKey{kind: indices.KindService, typ: typ, service: service, host: host})
-			stS = get(seriesKey{kind: indices.KindStack, typ: typ, service: service, host: host})
+		var st *stackInfo
+		if !c.memory && len(s.Location) > 0 {
+			st = p.stack(s)
 		}
-		svc := add(svcS, "")
-		svc.samples += n
-		if memory {
-			// One stack-less sample per process: the profile's service sum.
-			svc.mem += v
-			svc.hasMem = true
-			continue
-		}
-		svc.value += v
-		if len(s.Location) == 0 {
-			continue
-		}
-		svc.stackValue += v
-		st := p.stack(s)
-		sd := add(stS, st.id)
-		sd.stack = st
-		sd.value += v
-		sd.samples += n
+		c.add(record.DeriveService(labels), host, s.Value[vi], n, st)
 	}
+}
+
+// contributor adds a profile's samples to p.out and p.deltas.
+type contributor struct {
+	p      *Partition
+	typ    string
+	memory bool
+	// Samples of one process come together: keep the last service/host's series.
+	lastService, lastHost string
+	svcS, stS             *scratch
+}
+
+// add adds a sample of value v standing for n samples, whose stack is st
+// (nil for a sample without locations, and in a memory profile).
+func (c *contributor) add(service, host string, v, n int64, st *stackInfo) {
+	if c.svcS == nil || service != c.lastService || host != c.lastHost {
+		c.lastService, c.lastHost = service, host
+		c.svcS = c.scratch(seriesKey{kind: indices.KindService, typ: c.typ, service: service, host: host})
+		c.stS = c.scratch(seriesKey{kind: indices.KindStack, typ: c.typ, service: service, host: host})
+	}
+	svc := c.delta(c.svcS, "")
+	svc.samples += n
+	if c.memory {
+		// One stack-less sample per process: the profile's service sum.
+		svc.mem += v
+		svc.hasMem = true
+		return
+	}
+	svc.value += v
+	if st == nil {
+		return
+	}
+	svc.stackValue += v
+	sd := c.delta(c.stS, st.id)
+	sd.stack = st
+	sd.value += v
+	sd.samples += n
+}
+
+func (c *contributor) scratch(k seriesKey) *scratch {
+	sc := c.p.out[k]
+	if sc == nil {
+		sc = &scratch{names: map[string]int32{}}
+		c.p.out[k] = sc
+	}
+	return sc
+}
+
+func (c *contributor) delta(sc *scratch, name string) *delta {
+	i, ok := sc.names[name]
+	if !ok {
+		i = int32(len(c.p.deltas))
+		c.p.deltas = append(c.p.deltas, delta{})
+		sc.names[name] = i
+	}
+	return &c.p.deltas[i]
 }
 
 func newStackInfo(frames []indices.Frame) *stackInfo {

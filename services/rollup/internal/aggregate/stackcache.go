@@ -1,9 +1,7 @@
 package aggregate
 
-import "slices"
-
-// stackCache holds the IDs and frames of the stacks seen, by a hash of
-// their frames (Partition.stack), for every partition sharing a Budget:
+// stackCache holds the IDs and frames of the stacks seen, by a 128-bit
+// hash of their frames or locations (Partition.stack, wireStack), for every partition sharing a Budget:
 // one cache per instance, so a stack that hosts of several partitions run
 // is held once. Its bytes are charged to the Budget like the window state,
 // and it gives way to the state: when folding a profile in would pass the
@@ -12,7 +10,7 @@ import "slices"
 // up to 32 MiB, outside the Budget: in the 50-host soak the six caches
 // were the largest user of the rollup's heap (docs/ROLLUP.md).
 type stackCache struct {
-	m      map[uint64][]*stackInfo
+	m      map[[2]uint64]*stackInfo
 	n      int   // stacks held
 	bytes  int64 // stackBytes of the stacks held, charged to budget
 	budget *Budget
@@ -28,21 +26,20 @@ const (
 )
 
 func newStackCache(b *Budget) *stackCache {
-	return &stackCache{m: map[uint64][]*stackInfo{}, budget: b}
+	return &stackCache{m: map[[2]uint64]*stackInfo{}, budget: b}
 }
 
-func (c *stackCache) get(sum uint64) []*stackInfo { return c.m[sum] }
+func (c *stackCache) get(key [2]uint64) *stackInfo { return c.m[key] }
 
-// put caches st under sum, after the stacks already there (same).
-func (c *stackCache) put(sum uint64, same []*stackInfo, st *stackInfo, size int64) {
+// put caches st under key.
+func (c *stackCache) put(key [2]uint64, st *stackInfo, size int64) {
 	if c.n >= maxCachedStacks || c.bytes+size > maxCachedStackBytes || !c.fits(size) {
 		c.reset()
-		same = nil
 		if !c.fits(size) {
 			return
 		}
 	}
-	c.m[sum] = append(slices.Clip(same), st)
+	c.m[key] = st
 	c.n++
 	c.bytes += size
 	if c.budget != nil {
@@ -60,5 +57,5 @@ func (c *stackCache) reset() {
 	if c.budget != nil {
 		c.budget.used -= c.bytes
 	}
-	c.m, c.n, c.bytes = map[uint64][]*stackInfo{}, 0, 0
+	c.m, c.n, c.bytes = map[[2]uint64]*stackInfo{}, 0, 0
 }

@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/pprof/profile"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -77,8 +76,9 @@ type Rollup struct {
 	// would add a second FlushTimeout to the stop (a final write that could
 	// not finish would run twice, and SIGTERM would wait for both).
 	stopping bool
-	// decode reads a record value; tests replace it to reach the recover.
-	decode func([]byte) (*profile.Profile, error)
+	// decode reads a record value (an aggregate.Decoder's Decode); tests
+	// replace it to reach the recover.
+	decode func([]byte) (aggregate.Input, error)
 }
 
 // New builds a Rollup writing through w.
@@ -96,7 +96,7 @@ func New(cfg Config, w Writer, log *slog.Logger, reg prometheus.Registerer) *Rol
 		cfg.Limits = record.DefaultLimits()
 	}
 	r := &Rollup{cfg: cfg, w: w, log: log, m: newMetrics(reg), parts: map[int32]*aggregate.Partition{}, active: map[int32]time.Time{}}
-	r.decode = func(v []byte) (*profile.Profile, error) { return record.DecodeProfileLimits(v, r.cfg.Limits) }
+	r.decode = aggregate.NewDecoder(cfg.Limits).Decode
 	return r
 }
 
@@ -254,11 +254,12 @@ func (r *Rollup) process(part *aggregate.Partition, rec *kgo.Record) (dlq *kgo.R
 	if err != nil {
 		return toDLQ("headers", fmt.Errorf("parse headers: %w", err))
 	}
-	prof, err := r.decode(rec.Value)
+	in, err := r.decode(rec.Value)
 	if err != nil {
 		return toDLQ(decodeReason(err), fmt.Errorf("decode profile: %w", err))
 	}
-	out, err := part.Add(aggregate.Input{Profile: prof, Type: meta.Type, Host: record.Host(meta, rec.Key), Offset: rec.Offset, Fallback: rec.Timestamp})
+	in.Type, in.Host, in.Offset, in.Fallback = meta.Type, record.Host(meta, rec.Key), rec.Offset, rec.Timestamp
+	out, err := part.Add(in)
 	switch {
 	case errors.Is(err, record.ErrTimeOutOfRange):
 		return toDLQ("time_out_of_range", fmt.Errorf("aggregate profile: %w (the window is STACKSTREAM_ROLLUP_MAX_AGE=%s back, STACKSTREAM_ROLLUP_MAX_CLOCK_SKEW=%s ahead)",
@@ -269,7 +270,7 @@ func (r *Rollup) process(part *aggregate.Partition, rec *kgo.Record) (dlq *kgo.R
 		return toDLQ("profile", fmt.Errorf("aggregate profile: %w", err))
 	case out == aggregate.TooLate:
 		return toDLQ("too_late", fmt.Errorf("too late: profile at %s is older than watermark %s minus allowed lateness %s and retention %s; not counted (replay the rollup group from before it to include it)",
-			time.Unix(0, prof.TimeNanos).UTC().Format(time.RFC3339Nano), part.Watermark().Format(time.RFC3339), r.cfg.Window.AllowedLateness, r.cfg.Window.Retention))
+			time.Unix(0, in.TimeNanos()).UTC().Format(time.RFC3339Nano), part.Watermark().Format(time.RFC3339), r.cfg.Window.AllowedLateness, r.cfg.Window.Retention))
 	case out == aggregate.Skipped:
 		r.m.Records.WithLabelValues("skipped").Inc()
 	default:

@@ -72,7 +72,7 @@ func TestRecordIsAFaultBoundary(t *testing.T) {
 	}
 
 	decode := r.decode
-	r.decode = func([]byte) (*profile.Profile, error) { panic("boom") }
+	r.decode = func([]byte) (aggregate.Input, error) { panic("boom") }
 	d = r.process(part, rec(1, nil))
 	r.decode = decode
 	if d == nil || record.HeaderValue(d.Headers, record.HeaderDLQReason) != "process record: panic: boom" || record.HeaderValue(d.Headers, record.HeaderDLQOffset) != "1" {
