@@ -358,7 +358,11 @@ func LabelPair(name, value string) string { return name + "=" + value }
 const (
 	KindService  = "service"
 	KindFunction = "function"
-	KindStack    = "stack"
+	// KindStack is one stack of a (type, service, host) window, written
+	// before rollups schema 3; KindStacks every stack of the window in
+	// one document, packed as samples documents are (stackrollups.go).
+	KindStack  = "stack"
+	KindStacks = "stacks"
 	// KindTree is a pre-merged call tree of a (type, service, host) hour
 	// (tree.go); KindServiceTree one of a (type, service) hour over the
 	// hosts of one Kafka partition, for selections naming no host; and
@@ -384,14 +388,18 @@ type RollupDoc struct {
 	Service    string    `json:"service"`
 	Host       string    `json:"host,omitempty"`
 	Function   string    `json:"function,omitempty"`
-	StackID    string    `json:"stack_id,omitempty"`
-	Value      int64     `json:"value,omitempty"`
-	Self       int64     `json:"self,omitempty"`
-	Total      int64     `json:"total,omitempty"`
-	Samples    int64     `json:"samples,omitempty"`
-	Cores      float64   `json:"cores,omitempty"`
-	MemAvg     float64   `json:"mem_avg,omitempty"`
-	MemMax     int64     `json:"mem_max,omitempty"`
+	// StackIDs is the one stack of a KindStack document, or the sorted
+	// stacks of a KindStacks document, whose values StackValues packs
+	// (SetStacks, Stacks).
+	StackIDs    []string `json:"stack_id,omitempty"`
+	StackValues []byte   `json:"stack_values,omitempty"`
+	Value       int64    `json:"value,omitempty"`
+	Self        int64    `json:"self,omitempty"`
+	Total       int64    `json:"total,omitempty"`
+	Samples     int64    `json:"samples,omitempty"`
+	Cores       float64  `json:"cores,omitempty"`
+	MemAvg      float64  `json:"mem_avg,omitempty"`
+	MemMax      int64    `json:"mem_max,omitempty"`
 	// StackValue is, in a service document, the part of Value in samples
 	// with a stack: what the window's trees add up to.
 	StackValue int64 `json:"stack_value,omitempty"`
@@ -469,12 +477,18 @@ func SampleIDPart(host, profileType string, profileTime time.Time, part string, 
 	return hashID(parts...)
 }
 
-// RollupID is the _id of a rollup document for one window and key.
+// RollupID is the _id of a rollup document for one window and key. A
+// KindStacks document is keyed by its series (type, service, host) alone:
+// a replay rewrites it whole, re-symbolized stacks and all.
 func RollupID(d *RollupDoc) string {
 	if d.Kind == KindServiceTree || d.Kind == KindPartitionTree {
 		return hashID(d.Resolution, d.Kind, d.Type, strconv.FormatInt(d.Timestamp.Unix(), 10), d.Service, strconv.Itoa(int(d.Partition)))
 	}
-	return hashID(d.Resolution, d.Kind, d.Type, strconv.FormatInt(d.Timestamp.Unix(), 10), d.Service, d.Host, d.Function, d.StackID)
+	stack := ""
+	if d.Kind == KindStack && len(d.StackIDs) == 1 {
+		stack = d.StackIDs[0]
+	}
+	return hashID(d.Resolution, d.Kind, d.Type, strconv.FormatInt(d.Timestamp.Unix(), 10), d.Service, d.Host, d.Function, stack)
 }
 
 func sortedLabels(l map[string]string) []string {

@@ -30,31 +30,37 @@ var errStackValues = errors.New("bad stack_values")
 // SetStacks fills StackIDs and StackValues from parallel ids and values, in
 // any order. IDs must be unique and non-empty, values non-negative.
 func (d *SampleDoc) SetStacks(ids []string, values []int64) error {
+	var err error
+	d.StackIDs, d.StackValues, err = packStacks(ids, values)
+	return err
+}
+
+// packStacks is ids sorted and their values packed in that order.
+func packStacks(ids []string, values []int64) ([]string, []byte, error) {
 	if len(ids) != len(values) {
-		return fmt.Errorf("%d stack IDs, %d values", len(ids), len(values))
+		return nil, nil, fmt.Errorf("%d stack IDs, %d values", len(ids), len(values))
 	}
 	if len(ids) == 0 {
-		d.StackIDs, d.StackValues = nil, nil
-		return nil
+		return nil, nil, nil
 	}
 	// The indexer calls this for every samples document, so it sorts a
 	// permutation keyed by the IDs' first bytes (one integer compare
 	// decides almost every pair of hashed IDs) and packs in that order
 	// without a sorted copy of the values.
 	order := stackOrder(ids)
-	d.StackIDs = make([]string, len(ids))
+	sorted := make([]string, len(ids))
 	var scale int64
 	for i := range ids {
 		o := i
 		if order != nil {
 			o = int(order[i].at)
 		}
-		d.StackIDs[i] = ids[o]
+		sorted[i] = ids[o]
 		if ids[o] == "" {
-			return errors.New("empty stack ID")
+			return nil, nil, errors.New("empty stack ID")
 		}
-		if i > 0 && d.StackIDs[i] == d.StackIDs[i-1] {
-			return fmt.Errorf("stack %s listed twice", ids[o])
+		if i > 0 && sorted[i] == sorted[i-1] {
+			return nil, nil, fmt.Errorf("stack %s listed twice", ids[o])
 		}
 	}
 	// Values in the order PackStackValues would see them, so that the same
@@ -65,7 +71,7 @@ func (d *SampleDoc) SetStacks(ids []string, values []int64) error {
 			v = values[order[i].at]
 		}
 		if v < 0 {
-			return fmt.Errorf("negative sample value %d", v)
+			return nil, nil, fmt.Errorf("negative sample value %d", v)
 		}
 		scale = gcd(scale, v)
 	}
@@ -82,8 +88,7 @@ func (d *SampleDoc) SetStacks(ids []string, values []int64) error {
 		}
 		packed = binary.AppendUvarint(packed, uint64(v/scale))
 	}
-	d.StackValues = packed
-	return nil
+	return sorted, packed, nil
 }
 
 // stackRank is one ID's place in stackOrder: at is its index in ids, prefix
@@ -169,17 +174,23 @@ func gcd(a, b int64) int64 {
 // Stacks returns the document's stack IDs and values. A document written
 // before stack_values existed has one stack ID and its value in Value.
 func (d *SampleDoc) Stacks() ([]string, []int64, error) {
-	if len(d.StackValues) == 0 {
-		if len(d.StackIDs) == 1 {
-			return d.StackIDs, []int64{d.Value}, nil
+	return unpackStacks(d.StackIDs, d.StackValues, d.Value)
+}
+
+// unpackStacks is the values of ids packed in b; without b, the one stack
+// of ids has value.
+func unpackStacks(ids []string, b []byte, value int64) ([]string, []int64, error) {
+	if len(b) == 0 {
+		if len(ids) == 1 {
+			return ids, []int64{value}, nil
 		}
-		if len(d.StackIDs) > 1 {
-			return nil, nil, fmt.Errorf("%w: %d stack IDs without values", errStackValues, len(d.StackIDs))
+		if len(ids) > 1 {
+			return nil, nil, fmt.Errorf("%w: %d stack IDs without values", errStackValues, len(ids))
 		}
 		return nil, nil, nil
 	}
-	v, err := UnpackStackValues(d.StackValues, len(d.StackIDs))
-	return d.StackIDs, v, err
+	v, err := UnpackStackValues(b, len(ids))
+	return ids, v, err
 }
 
 // painlessStackValues decodes stack_values in a Painless script, as
@@ -218,9 +229,25 @@ long[] stackValues(def d, int n) {
 // summed value. Values of documents not covered by their stacks (memory
 // documents have none) are summed under "".
 func StackSumsScript() map[string]any {
-	return map[string]any{
+	return stackSumsScript("", "", nil)
+}
+
+// summedIf wraps a script's body in a test of the Painless expression
+// summed, when there is one (Painless refuses a constant condition).
+func summedIf(summed, body string) string {
+	if summed == "" {
+		return body
+	}
+	return "\nif (" + summed + ") {" + body + "}\n"
+}
+
+// stackSumsScript is StackSumsScript over the documents for which the
+// Painless expression summed holds (all when empty), with functions
+// defined before the map script and params.
+func stackSumsScript(functions, summed string, params map[string]any) map[string]any {
+	script := map[string]any{
 		"init_script": "state.m = new HashMap();",
-		"map_script": painlessStackValues + `
+		"map_script": painlessStackValues + functions + summedIf(summed, `
 def ids = doc['stack_id'];
 int n = ids.size();
 long[] v = stackValues(doc, n);
@@ -235,7 +262,7 @@ for (int i = 0; i < n; i++) {
 if (rest != 0) {
   def o = state.m.get('');
   if (o == null) { state.m.put('', rest); } else { state.m.put('', o + rest); }
-}`,
+}`),
 		"combine_script": "return state.m;",
 		"reduce_script": `
 Map r = new HashMap();
@@ -248,25 +275,39 @@ for (m in states) {
 }
 return r;`,
 	}
+	if params != nil {
+		script["params"] = params
+	}
+	return script
 }
 
 // StacksValueScript is the script of a sum aggregation that adds, per
 // samples document, the values of the given stacks only.
 func StacksValueScript(ids []string) map[string]any {
+	return stacksValueScript(ids, "", "", nil)
+}
+
+// stacksValueScript is StacksValueScript over the documents for which
+// summed holds (0 for the others), as stackSumsScript.
+func stacksValueScript(ids []string, functions, summed string, params map[string]any) map[string]any {
 	set := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		set[id] = true
 	}
+	p := map[string]any{"ids": set}
+	for k, v := range params {
+		p[k] = v
+	}
 	return map[string]any{
-		"source": painlessStackValues + `
+		"source": painlessStackValues + functions + `
+long s = 0;` + summedIf(summed, `
 def ids = doc['stack_id'];
 int n = ids.size();
 long[] v = stackValues(doc, n);
-long s = 0;
 for (int i = 0; i < n; i++) {
   if (params.ids.containsKey(ids.get(i))) { s = s + v[i]; }
-}
+}`) + `
 return s;`,
-		"params": map[string]any{"ids": set},
+		"params": p,
 	}
 }

@@ -383,9 +383,13 @@ func generate(ctx context.Context, cl *opensearchapi.Client, names indices.Names
 			at := h.Add(-time.Duration(hr) * time.Hour)
 			emit("rollups/service", querytest.Rollup(names, indices.RollupDoc{Timestamp: at, Resolution: "1h", Kind: "service", Type: "cpu",
 				Service: svc, Host: hostName, Value: 60 * perMinute, Cores: float64(perMinute) / 60e9, Samples: 360000}))
+			var stacks []indices.RollupDoc
 			for i, st := range f.hostStack[host] {
-				emit("rollups/stack", querytest.Rollup(names, indices.RollupDoc{Timestamp: at, Resolution: "1h", Kind: "stack", Type: "cpu",
-					Service: svc, Host: hostName, StackID: f.stackIDs[s][st], Value: 60 * f.weights[host][i], Samples: 6000}))
+				stacks = append(stacks, indices.RollupDoc{Timestamp: at, Resolution: "1h", Kind: indices.KindStack, Type: "cpu",
+					Service: svc, Host: hostName, StackIDs: []string{f.stackIDs[s][st]}, Value: 60 * f.weights[host][i]})
+			}
+			for _, d := range querytest.StackRollups(names, stacks) {
+				emit("rollups/stack", d)
 			}
 			for fn, t := range total {
 				emit("rollups/function", querytest.Rollup(names, indices.RollupDoc{Timestamp: at, Resolution: "1h", Kind: "function", Type: "cpu",

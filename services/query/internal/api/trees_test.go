@@ -82,6 +82,7 @@ func TestTreesExact(t *testing.T) {
 	const period = 52631578 // 19 Hz
 	all, byHost, byService := newBrute(), map[string]*bruteTree{}, map[string]*bruteTree{}
 	var docs []querytest.Doc
+	var stacks []indices.RollupDoc
 	var partitions [2]indices.TreeBuilder // every service, by partition
 	for _, h := range hosts {
 		byHost[h] = newBrute()
@@ -108,8 +109,8 @@ func TestTreesExact(t *testing.T) {
 				all.add(h, path, v)
 				byHost[h].add(h, path, v)
 				stackSum += v
-				docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: hour, Resolution: indices.ResolutionHour, Kind: indices.KindStack,
-					Type: "cpu", Service: svc, Host: h, StackID: fmt.Sprintf("%s-%s-%d", svc, h, i), Value: v}))
+				stacks = append(stacks, indices.RollupDoc{Timestamp: hour, Resolution: indices.ResolutionHour, Kind: indices.KindStack,
+					Type: "cpu", Service: svc, Host: h, StackIDs: []string{fmt.Sprintf("%s-%s-%d", svc, h, i)}, Value: v})
 			}
 			if b.Total() != stackSum {
 				t.Fatalf("builder total %d, stacks %d", b.Total(), stackSum)
@@ -151,6 +152,7 @@ func TestTreesExact(t *testing.T) {
 		docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: hour, Resolution: indices.ResolutionHour, Kind: indices.KindPartitionTree,
 			Type: "cpu", Partition: int32(p), Value: partitions[p].Total(), Tree: partitions[p].Encode()}))
 	}
+	docs = append(docs, querytest.StackRollups(names, stacks)...)
 	querytest.Index(t, cl, names, docs)
 	if len(all.stacks) <= 50000 {
 		t.Fatalf("only %d distinct stacks", len(all.stacks))
@@ -321,6 +323,7 @@ func TestTreesFallBack(t *testing.T) {
 	hour := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	all := newBrute()
 	var docs []querytest.Doc
+	var stacks []indices.RollupDoc
 	var service indices.TreeBuilder
 	for _, h := range []string{"h-0", "h-1"} {
 		var b indices.TreeBuilder
@@ -334,8 +337,9 @@ func TestTreesFallBack(t *testing.T) {
 			b.Add(frames, int64(i+1))
 			service.Add(frames, int64(i+1))
 			all.add(h, path, int64(i+1))
-			docs = append(docs, stackDoc, querytest.Rollup(names, indices.RollupDoc{Timestamp: hour, Resolution: indices.ResolutionHour, Kind: indices.KindStack,
-				Type: "cpu", Service: "checkout", Host: h, StackID: id, Value: int64(i + 1)}))
+			docs = append(docs, stackDoc)
+			stacks = append(stacks, indices.RollupDoc{Timestamp: hour, Resolution: indices.ResolutionHour, Kind: indices.KindStack,
+				Type: "cpu", Service: "checkout", Host: h, StackIDs: []string{id}, Value: int64(i + 1)})
 		}
 		docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: hour, Resolution: indices.ResolutionHour, Kind: indices.KindTree,
 			Type: "cpu", Service: "checkout", Host: h, Value: b.Total(), Tree: b.Encode()}),
@@ -346,6 +350,7 @@ func TestTreesFallBack(t *testing.T) {
 		docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: hour, Resolution: indices.ResolutionHour, Kind: indices.KindServiceTree,
 			Type: "cpu", Service: "checkout", Partition: p, Value: service.Total(), Tree: service.Encode()}))
 	}
+	docs = append(docs, querytest.StackRollups(names, stacks)...)
 	querytest.Index(t, cl, names, docs)
 	base := serve(t, cl, names, api.Options{})
 	// 8 h: long enough for the rollups (RawMaxRange is 6 h).

@@ -102,14 +102,16 @@ func Fixture(names indices.Names, now time.Time) []Doc {
 			}
 		}
 	}
+	var stacks []indices.RollupDoc
 	stackRollup := func(at time.Time, res, stack string, v int64) {
-		rollup(indices.RollupDoc{Timestamp: at, Resolution: res, Kind: "stack", Type: "cpu", Service: "checkout", Host: "web-1", StackID: ids[stack], Value: v})
+		stacks = append(stacks, indices.RollupDoc{Timestamp: at, Resolution: res, Kind: indices.KindStack, Type: "cpu", Service: "checkout", Host: "web-1", StackIDs: []string{ids[stack]}, Value: v})
 	}
 	stackRollup(h.Add(-23*time.Hour), "1h", "workmem", 1000)           // inside, hourly
 	stackRollup(h.Add(-24*time.Hour-15*time.Minute), "1m", "work", 50) // inside, partial hour at the start
 	stackRollup(h.Add(-24*time.Hour-45*time.Minute), "1m", "idle", 7)  // before the range
 	stackRollup(h.Add(-25*time.Hour), "1h", "idle", 999)               // its hour is not whole inside the range
 	stackRollup(h.Add(-23*time.Hour+5*time.Minute), "1m", "work", 5)   // covered by the hourly window
+	docs = append(docs, StackRollups(names, stacks)...)
 	rollup(indices.RollupDoc{Timestamp: h.Add(-23 * time.Hour), Resolution: "1h", Kind: "function", Type: "cpu", Service: "checkout", Host: "web-1",
 		Function: FixtureLongFunction, Self: FixtureLongFunctionTotal, Total: FixtureLongFunctionTotal})
 	rollup(indices.RollupDoc{Timestamp: h.Add(-23 * time.Hour), Resolution: "1h", Kind: "service", Type: "cpu", Service: "checkout", Host: "web-1",

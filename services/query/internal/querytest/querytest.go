@@ -329,3 +329,43 @@ func MapKeywords(ctx context.Context, cl *opensearchapi.Client, index string, fi
 	}
 	return nil
 }
+
+// StackRollups returns the KindStacks documents, as the rollup writes them,
+// of stacks: KindStack documents of one stack each, packed one document
+// per (resolution, window, type, service, host), values summed per stack.
+// It panics on a document of another kind or stack count: a fixture's bug.
+func StackRollups(names indices.Names, stacks []indices.RollupDoc) []Doc {
+	type window struct {
+		res, typ, service, host string
+		at                      int64
+	}
+	sums := map[window]map[string]int64{}
+	var order []window
+	for _, d := range stacks {
+		if d.Kind != indices.KindStack || len(d.StackIDs) != 1 {
+			panic(fmt.Sprintf("not a stack document of one stack: %+v", d))
+		}
+		w := window{d.Resolution, d.Type, d.Service, d.Host, d.Timestamp.UnixNano()}
+		if sums[w] == nil {
+			sums[w] = map[string]int64{}
+			order = append(order, w)
+		}
+		sums[w][d.StackIDs[0]] += d.Value
+	}
+	out := make([]Doc, 0, len(order))
+	for _, w := range order {
+		d := indices.RollupDoc{Timestamp: time.Unix(0, w.at).UTC(), Resolution: w.res, Kind: indices.KindStacks, Type: w.typ, Service: w.service, Host: w.host}
+		var ids []string
+		var values []int64
+		for id, v := range sums[w] {
+			ids = append(ids, id)
+			values = append(values, v)
+			d.Value += v
+		}
+		if err := d.SetStacks(ids, values); err != nil {
+			panic(err)
+		}
+		out = append(out, Rollup(names, d))
+	}
+	return out
+}

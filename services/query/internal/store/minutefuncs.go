@@ -18,7 +18,7 @@ import (
 func (s *Store) minuteStackIDs(ctx context.Context, sel Selection, r TimeRange, match func(string) bool) (map[string][]string, *StackValues, error) {
 	es := sel
 	es.Range = r
-	sv, _, err := s.sumByStack(ctx, s.rollupIndices(r), rollupQuery(es, "stack", true))
+	sv, _, err := s.sumByStack(ctx, s.rollupIndices(r), stackRollupQuery(es, true))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -35,8 +35,9 @@ func TestFunctionsFromMinuteStacks(t *testing.T) {
 		d.Type, d.Service, d.Host = "cpu", "api", "web-1"
 		docs = append(docs, querytest.Rollup(names, d))
 	}
+	var stacks []indices.RollupDoc
 	minute := func(at time.Time, id string, v int64) {
-		rollup(indices.RollupDoc{Timestamp: at, Resolution: "1m", Kind: "stack", StackID: id, Value: v})
+		stacks = append(stacks, indices.RollupDoc{Timestamp: at, Resolution: "1m", Kind: indices.KindStack, Type: "cpu", Service: "api", Host: "web-1", StackIDs: []string{id}, Value: v})
 	}
 	// The edge before the first whole hour (02:00), and the hour in
 	// progress (11:00-12:00, not settled).
@@ -52,6 +53,7 @@ func TestFunctionsFromMinuteStacks(t *testing.T) {
 	rollup(indices.RollupDoc{Timestamp: hour, Resolution: "1h", Kind: "function", Function: "main", Total: 5050})
 	rollup(indices.RollupDoc{Timestamp: hour, Resolution: "1h", Kind: "function", Function: "cold", Self: 50, Total: 50})
 	rollup(indices.RollupDoc{Timestamp: hour, Resolution: "1h", Kind: "function", Function: "zone", Self: 100, Total: 100})
+	docs = append(docs, querytest.StackRollups(names, stacks)...)
 	querytest.Index(t, cl, names, docs)
 
 	s := store.New(cl, names, store.Options{Now: func() time.Time { return now }})

@@ -3,6 +3,7 @@ package store
 import (
 	"time"
 
+	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/schemas/record"
 	"github.com/stackstream/stackstream/services/query/internal/selector"
 )
@@ -43,6 +44,15 @@ func sampleQuery(sel Selection, extra ...Query) Query {
 func rollupQuery(sel Selection, kind string, minuteOnly bool, extra ...Query) Query {
 	filter, mustNot := sel.Selector.Clauses()
 	filter = append(append([]Query{term("kind", kind), term("type", string(sel.Type)), rollupTime(sel.Range, minuteOnly)}, filter...), extra...)
+	return allOf(filter, mustNot)
+}
+
+// stackRollupQuery selects the stack rollups of sel, of both kinds
+// (indices.KindStacks, and indices.KindStack from before rollups schema 3),
+// and extra.
+func stackRollupQuery(sel Selection, minuteOnly bool, extra ...Query) Query {
+	filter, mustNot := sel.Selector.Clauses()
+	filter = append(append([]Query{termsOf("kind", []string{indices.KindStack, indices.KindStacks}), term("type", string(sel.Type)), rollupTime(sel.Range, minuteOnly)}, filter...), extra...)
 	return allOf(filter, mustNot)
 }
 

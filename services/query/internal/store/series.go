@@ -373,7 +373,7 @@ func (s *Store) FunctionSeries(ctx context.Context, sel Selection, step time.Dur
 		}
 		found := len(sums) > 0
 		for _, r := range minutes {
-			ids, _, err := s.minuteStackIDs(ctx, sel, r, func(f string) bool { return f == fn })
+			ids, sv, err := s.minuteStackIDs(ctx, sel, r, func(f string) bool { return f == fn })
 			if err != nil {
 				return nil, "", fmt.Errorf("function series from rollups: %w", err)
 			}
@@ -388,9 +388,11 @@ func (s *Store) FunctionSeries(ctx context.Context, sel Selection, step time.Dur
 			slices.Sort(list)
 			es := sel
 			es.Range = r
+			// A stacks document packs every stack of its window: the sum
+			// takes only the function's stacks out of it.
 			var out answer
-			req := aggsRequest(rollupQuery(es, "stack", true, termsOf("stack_id", list)),
-				Aggs{"time": histogram(step, Aggs{"v": sumOf("value")})})
+			req := aggsRequest(stackRollupQuery(es, true, termsOf("stack_id", list)),
+				Aggs{"time": histogram(step, Aggs{"v": {Sum: &Metric{Script: indices.StackRollupsValueScript(list, sv.skip)}}})})
 			if err := s.search(ctx, s.rollupIndices(r), req, &out, filterPath...); err != nil {
 				return nil, "", fmt.Errorf("function series from rollups: %w", err)
 			}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/stackstream/stackstream/schemas/indices"
 )
@@ -25,6 +26,9 @@ type StackValues struct {
 	Total     int64            // of the whole selection, including stacks left out
 	Truncated bool             // more stacks than MaxStacks: only the heaviest are in Values
 	Source    string           // "samples" or "rollups"
+	// skip are the windows whose KindStack rollups were left out
+	// (sumByStack): a KindStacks document holds them.
+	skip map[string]bool
 }
 
 // Stacks is a selection's stacks with their frames' names, root first,
@@ -52,7 +56,7 @@ func (s *Store) StackValues(ctx context.Context, sel Selection) (*StackValues, e
 	if s.FromRollups(sel) {
 		minuteOnly := false
 		for {
-			sv, hourly, err := s.sumByStack(ctx, s.rollupIndices(sel.Range), rollupQuery(sel, "stack", minuteOnly))
+			sv, hourly, err := s.sumByStack(ctx, s.rollupIndices(sel.Range), stackRollupQuery(sel, minuteOnly))
 			if err != nil {
 				return nil, err
 			}
@@ -152,86 +156,114 @@ func heaviest(values map[string]int64, n int) map[string]int64 {
 	return out
 }
 
-// sumByStack pages through the stack IDs of rollup documents (one per
-// stack, unlike samples documents) with a composite aggregation. When the
-// selection has more than MaxStacks stacks it stops paging and asks instead
-// for the MaxStacks heaviest ones (a terms aggregation ordered by value), so
-// the work stays bounded and the flame graph keeps what matters. hourly is
-// the number of hourly documents read.
+// sumByStack sums the stack rollups that query selects (stackRollupQuery)
+// per stack ID and keeps the MaxStacks heaviest. A KindStacks document
+// packs every stack of its window as a samples document does, so a scripted
+// metric unpacks them (indices.StackRollupSumsScript), and reads the
+// KindStack documents written before rollups schema 3 (one stack each) as
+// well. When the selection holds both kinds, a window may too (rebuilt by a
+// rollup of schema 3 after one of schema 2 wrote it): its KindStack
+// documents are left out then (packedWindows), and sv.skip keeps which for
+// the sums that follow. hourly is the number of hourly documents read.
 func (s *Store) sumByStack(ctx context.Context, idx []string, query Query) (sv *StackValues, hourly int64, err error) {
-	sv = &StackValues{Values: map[string]int64{}}
-	var after map[string]any
-	for page := 0; ; page++ {
-		// Each page scans the selection's documents again, so pages are
-		// large (one pass for typical selections) while the buckets held
-		// per page stay bounded.
-		aggs := Aggs{"stacks": {
-			Composite: &Composite{Size: s.opts.PageSize, Sources: []map[string]Agg{{"id": {Terms: &Terms{Field: "stack_id", MissingBucket: true}}}}, After: after},
-			Aggs:      Aggs{"v": sumOf("value")},
-		}}
-		if page == 0 {
-			aggs["total"] = sumOf("value")
-			aggs["hourly"] = hourlyCount
+	sums, n, err := s.stackRollupSums(ctx, idx, query, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	var skip map[string]bool
+	if n.stack > 0 && n.stacks > 0 {
+		if skip, err = s.packedWindows(ctx, idx, query); err != nil {
+			return nil, 0, err
 		}
+		if sums, n, err = s.stackRollupSums(ctx, idx, query, skip); err != nil {
+			return nil, 0, err
+		}
+	}
+	sv = &StackValues{Values: sums, skip: skip}
+	for _, v := range sums {
+		sv.Total += v
+	}
+	s.keepHeaviest(sv)
+	return sv, n.hourly, nil
+}
+
+// stackRollupCounts counts the documents a stackRollupSums read: hourly
+// ones, and of each kind.
+type stackRollupCounts struct{ hourly, stack, stacks int64 }
+
+// stackRollupSums is one search of the sums per stack of query's stack
+// rollups, without the KindStack documents of the windows in skip.
+func (s *Store) stackRollupSums(ctx context.Context, idx []string, query Query, skip map[string]bool) (map[string]int64, stackRollupCounts, error) {
+	var resp struct {
+		Aggregations struct {
+			Hourly docCount    `json:"hourly"`
+			Stack  docCount    `json:"stack"`
+			Stacks docCount    `json:"stacks"`
+			Sums   scriptedSum `json:"sums"`
+		} `json:"aggregations"`
+	}
+	req := aggsRequest(query, Aggs{
+		"hourly": hourlyCount,
+		"stack":  {Filter: term("kind", indices.KindStack)},
+		"stacks": {Filter: term("kind", indices.KindStacks)},
+		"sums":   {ScriptedMetric: indices.StackRollupSumsScript(skip)},
+	})
+	var n stackRollupCounts
+	if err := s.search(ctx, idx, req, &resp, "aggregations.*.doc_count", "aggregations.sums.value"); err != nil {
+		return nil, n, fmt.Errorf("sum rollups by stack: %w", err)
+	}
+	sums, err := resp.Aggregations.Sums.sums()
+	if err != nil {
+		return nil, n, fmt.Errorf("sum rollups by stack: %w", err)
+	}
+	a := resp.Aggregations
+	return sums, stackRollupCounts{hourly: a.Hourly.DocCount, stack: a.Stack.DocCount, stacks: a.Stacks.DocCount}, nil
+}
+
+// packedWindows are the window keys (indices.WindowKey) of query's
+// KindStacks documents, paged through with a composite aggregation.
+func (s *Store) packedWindows(ctx context.Context, idx []string, query Query) (map[string]bool, error) {
+	out := map[string]bool{}
+	var after map[string]any
+	for {
 		var resp struct {
 			Aggregations struct {
-				Total  sumValue `json:"total"`
-				Hourly docCount `json:"hourly"`
-				Stacks struct {
+				Windows struct {
 					AfterKey map[string]any `json:"after_key"`
 					Buckets  []struct {
 						Key struct {
-							ID *string `json:"id"`
+							Service    *string `json:"service"`
+							Host       *string `json:"host"`
+							Resolution *string `json:"resolution"`
+							Timestamp  *int64  `json:"@timestamp"`
 						} `json:"key"`
-						V sumValue `json:"v"`
 					} `json:"buckets"`
-				} `json:"stacks"`
+				} `json:"windows"`
 			} `json:"aggregations"`
 		}
-		if err := s.search(ctx, idx, aggsRequest(query, aggs), &resp,
-			"aggregations.total", "aggregations.hourly", "aggregations.stacks.after_key", "aggregations.stacks.buckets.key", "aggregations.stacks.buckets.v"); err != nil {
-			return nil, 0, fmt.Errorf("sum values by stack: %w", err)
+		req := aggsRequest(allOf([]Query{query, term("kind", indices.KindStacks)}, nil), Aggs{"windows": {
+			Composite: &Composite{Size: s.opts.PageSize, Sources: termSources("service", "host", "resolution", "@timestamp"), After: after},
+		}})
+		if err := s.search(ctx, idx, req, &resp, "aggregations.windows.after_key", "aggregations.windows.buckets.key"); err != nil {
+			return nil, fmt.Errorf("packed stack windows: %w", err)
 		}
-		if page == 0 {
-			sv.Total = int64(resp.Aggregations.Total.Value)
-			hourly = resp.Aggregations.Hourly.DocCount
-		}
-		for _, b := range resp.Aggregations.Stacks.Buckets {
-			id := ""
-			if b.Key.ID != nil {
-				id = *b.Key.ID
+		w := resp.Aggregations.Windows
+		for _, b := range w.Buckets {
+			if b.Key.Resolution == nil || b.Key.Timestamp == nil {
+				continue
 			}
-			sv.Values[id] = int64(b.V.Value)
+			out[indices.WindowKey(*b.Key.Resolution, time.UnixMilli(*b.Key.Timestamp), deref(b.Key.Service), deref(b.Key.Host))] = true
 		}
-		if len(sv.Values) > s.opts.MaxStacks {
-			top, err := s.topStacks(ctx, idx, query)
-			if err != nil {
-				return nil, 0, err
-			}
-			sv.Values, sv.Truncated = top, true
-			s.opts.Truncated.Inc()
-			return sv, hourly, nil
+		if len(w.Buckets) < s.opts.PageSize || w.AfterKey == nil {
+			return out, nil
 		}
-		if len(resp.Aggregations.Stacks.Buckets) < s.opts.PageSize || resp.Aggregations.Stacks.AfterKey == nil {
-			return sv, hourly, nil
-		}
-		after = resp.Aggregations.Stacks.AfterKey
+		after = w.AfterKey
 	}
 }
 
-func (s *Store) topStacks(ctx context.Context, idx []string, query Query) (map[string]int64, error) {
-	var resp struct {
-		Aggregations struct {
-			Stacks keyedSums `json:"stacks"`
-		} `json:"aggregations"`
+func deref(s *string) string {
+	if s == nil {
+		return ""
 	}
-	req := aggsRequest(query, Aggs{"stacks": heaviestTerms("stack_id", s.opts.MaxStacks, "value")})
-	if err := s.search(ctx, idx, req, &resp); err != nil {
-		return nil, fmt.Errorf("top stacks: %w", err)
-	}
-	out := make(map[string]int64, len(resp.Aggregations.Stacks.Buckets))
-	for _, b := range resp.Aggregations.Stacks.Buckets {
-		out[b.Key] = int64(b.V.Value)
-	}
-	return out, nil
+	return *s
 }

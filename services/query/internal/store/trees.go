@@ -132,7 +132,7 @@ func (s *Store) readEdges(ctx context.Context, sel Selection, hours TimeRange, r
 		var sv *StackValues
 		var err error
 		if rollups {
-			sv, _, err = s.sumByStack(ctx, s.rollupIndices(edge), rollupQuery(es, "stack", true))
+			sv, _, err = s.sumByStack(ctx, s.rollupIndices(edge), stackRollupQuery(es, true))
 			if err == nil {
 				sv.Source = "rollups"
 			}

@@ -58,11 +58,30 @@ func add(t *testing.T, p *Partition, prof *profile.Profile, typ record.ProfileTy
 	return out
 }
 
-// byKey indexes pending docs by resolution/kind/service/function/stack.
+// byKey indexes pending docs by resolution/kind/service/function/stack, a
+// stacks document as one stack document per stack.
 func byKey(docs []Pending) map[string]indices.RollupDoc {
 	out := map[string]indices.RollupDoc{}
+	for _, d := range perStack(docs) {
+		out[d.Resolution+"/"+d.Timestamp.Format("15:04")+"/"+d.Kind+"/"+d.Service+"/"+d.Function+strings.Join(d.StackIDs, ",")] = d
+	}
+	return out
+}
+
+// perStack is the documents with each stacks document as its stacks'
+// documents.
+func perStack(docs []Pending) []indices.RollupDoc {
+	var out []indices.RollupDoc
 	for _, d := range docs {
-		out[d.Doc.Resolution+"/"+d.Doc.Timestamp.Format("15:04")+"/"+d.Doc.Kind+"/"+d.Doc.Service+"/"+d.Doc.Function+d.Doc.StackID] = d.Doc
+		if d.Doc.Kind != indices.KindStacks {
+			out = append(out, d.Doc)
+			continue
+		}
+		stacks, err := d.Doc.PerStack()
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, stacks...)
 	}
 	return out
 }
@@ -84,8 +103,8 @@ func TestCPUDocs(t *testing.T) {
 		{"1h/10:00/function/checkout/main", indices.RollupDoc{Total: 80}},
 		{"1h/10:00/function/api/main", indices.RollupDoc{Self: 10, Total: 10}},
 		{"1h/10:00/function/api/serve", indices.RollupDoc{Total: 10}},
-		{"1m/10:00/stack/checkout/" + stackID("hash", "work", "main"), indices.RollupDoc{Value: 60, Samples: 6}},
-		{"1h/10:00/stack/api/" + stackID("main", "serve", "main"), indices.RollupDoc{Value: 10, Samples: 2}},
+		{"1m/10:00/stack/checkout/" + stackID("hash", "work", "main"), indices.RollupDoc{Value: 60}},
+		{"1h/10:00/stack/api/" + stackID("main", "serve", "main"), indices.RollupDoc{Value: 10}},
 	}
 	for _, c := range checks {
 		t.Run(c.key, func(t *testing.T) {
@@ -164,8 +183,8 @@ func TestWindowsCloseOnWatermark(t *testing.T) {
 	}
 	add(t, p, cpu(t0.Add(180*time.Second)), record.ProfileCPU, 2)
 	docs := p.Pending(false)
-	if len(docs) != 5 {
-		t.Fatalf("got %d docs, want minute 10:00 only (5: 2 services, 3 stacks): the hour is in progress", len(docs))
+	if len(docs) != 4 {
+		t.Fatalf("got %d docs, want minute 10:00 only (4: 2 services, the stacks of each): the hour is in progress", len(docs))
 	}
 	for _, d := range docs {
 		if d.Doc.Resolution != indices.ResolutionMinute || !d.Doc.Timestamp.Equal(t0) {

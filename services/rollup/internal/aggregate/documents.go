@@ -4,6 +4,7 @@
 package aggregate
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -19,6 +20,9 @@ type Pending struct {
 	Doc    indices.RollupDoc
 	Offset int64 // the first record that contributed, for the DLQ
 	ds     *docState
+	// stacks is the series of a KindStacks document: every document of it
+	// is stored with it.
+	stacks *series
 	w      *window
 }
 
@@ -57,9 +61,15 @@ func (p *Partition) appendDirty(out []Pending, w *window) []Pending {
 	start := time.Unix(0, w.key.start).UTC()
 	index := p.cfg.Names.Rollups(start)
 	for k, ws := range w.series {
-		for name, ds := range ws.docs {
-			if ds.dirty {
-				out = append(out, p.pending(w, start, index, k, ws, name, ds))
+		if k.kind == indices.KindStack {
+			if d, ok := stacksPending(w, start, index, k, ws); ok {
+				out = append(out, d)
+			}
+		} else {
+			for name, ds := range ws.docs {
+				if ds.dirty {
+					out = append(out, p.pending(w, start, index, k, ws, name, ds))
+				}
 			}
 		}
 		if ws.tree != nil && ws.tree.dirty {
@@ -200,6 +210,44 @@ func treePending(w *window, start time.Time, index string, k seriesKey, ws *seri
 	return Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: ws.tree.firstOffset, ds: ws.tree, w: w}
 }
 
+// stacksPending is the KindStacks document of a stack series, when one of
+// its stacks changed: every stack of the window, packed (one document per
+// stack was most of the rollups' bytes on disk: schemas/opensearch.md,
+// "Stack rollups"). A stack summed to a negative value (only a hostile
+// profile makes one) cannot be packed: it stays in the document's value
+// and so reads as samples without a stack.
+func stacksPending(w *window, start time.Time, index string, k seriesKey, ws *series) (Pending, bool) {
+	dirty := false
+	offset := int64(-1)
+	ids := make([]string, 0, len(ws.docs))
+	values := make([]int64, 0, len(ws.docs))
+	d := indices.RollupDoc{
+		Timestamp: start, Resolution: w.key.res, Kind: indices.KindStacks, Type: k.typ,
+		Service: k.service, Host: k.host,
+	}
+	for id, ds := range ws.docs {
+		dirty = dirty || ds.dirty
+		if offset < 0 || ds.firstOffset < offset {
+			offset = ds.firstOffset
+		}
+		d.Value += ds.a
+		d.Samples += ds.b
+		if ds.a >= 0 {
+			ids = append(ids, id)
+			values = append(values, ds.a)
+		}
+	}
+	if !dirty {
+		return Pending{}, false
+	}
+	// IDs are unique and non-empty map keys and values non-negative: no
+	// error is left.
+	if err := d.SetStacks(ids, values); err != nil {
+		panic(fmt.Sprintf("pack stacks of %s/%s: %v", k.service, k.host, err))
+	}
+	return Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: offset, stacks: ws, w: w}, true
+}
+
 func (p *Partition) pending(w *window, start time.Time, index string, k seriesKey, ws *series, name string, ds *docState) Pending {
 	d := indices.RollupDoc{
 		Timestamp: start, Resolution: w.key.res, Kind: k.kind, Type: k.typ,
@@ -220,9 +268,6 @@ func (p *Partition) pending(w *window, start time.Time, index string, k seriesKe
 				d.Cores = float64(ds.a) / float64(windowSize(w.key.res).Nanoseconds())
 			}
 		}
-	case indices.KindStack:
-		d.StackID = name
-		d.Value, d.Samples = ds.a, ds.b
 	}
 	return Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: ds.firstOffset, ds: ds, w: w}
 }
@@ -242,6 +287,14 @@ func memStats(m map[int64]int64) (avg float64, peak int64) {
 // DLQ); they are written again only if a late profile changes them.
 func MarkStored(docs []Pending) {
 	for _, d := range docs {
+		if d.stacks != nil {
+			for _, ds := range d.stacks.docs {
+				if ds.dirty {
+					ds.dirty = false
+					d.w.dirty--
+				}
+			}
+		}
 		// Function documents have no state of their own: their series'
 		// tree, written after them, has (appendFunctions).
 		if d.ds != nil && d.ds.dirty {

@@ -34,7 +34,21 @@ func (d *Pending) AppendJSON(b []byte) ([]byte, error) {
 	b = appendField(b, "service", doc.Service, false)
 	b = appendField(b, "host", doc.Host, true)
 	b = appendField(b, "function", doc.Function, true)
-	b = appendField(b, "stack_id", doc.StackID, true)
+	if len(doc.StackIDs) > 0 {
+		b = append(b, `,"stack_id":[`...)
+		for i, id := range doc.StackIDs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, id)
+		}
+		b = append(b, ']')
+	}
+	if len(doc.StackValues) > 0 {
+		b = append(b, `,"stack_values":"`...)
+		b = base64.StdEncoding.AppendEncode(b, doc.StackValues)
+		b = append(b, '"')
+	}
 	b = appendInt(b, "value", doc.Value)
 	b = appendInt(b, "self", doc.Self)
 	b = appendInt(b, "total", doc.Total)

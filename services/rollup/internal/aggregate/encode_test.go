@@ -54,7 +54,8 @@ func TestAppendJSONMatchesMarshal(t *testing.T) {
 			func(d *indices.RollupDoc) { d.Service = s },
 			func(d *indices.RollupDoc) { d.Host = s },
 			func(d *indices.RollupDoc) { d.Function = s },
-			func(d *indices.RollupDoc) { d.StackID = s },
+			func(d *indices.RollupDoc) { d.StackIDs = []string{s} },
+			func(d *indices.RollupDoc) { d.StackIDs = []string{"a", s, "b"} },
 		} {
 			d := base
 			f(&d)
@@ -81,6 +82,6 @@ func FuzzAppendJSON(f *testing.F) {
 	f.Add("<\xff>", "", "\u2028", "", int64(-1), int64(0), 1e300, int64(1e18))
 	f.Fuzz(func(t *testing.T, service, host, function, stack string, value, self int64, cores float64, ns int64) {
 		checkAppendJSON(t, indices.RollupDoc{Timestamp: time.Unix(0, ns).UTC(), Resolution: "1h", Kind: "stack", Type: "cpu",
-			Service: service, Host: host, Function: function, StackID: stack, Value: value, Self: self, Total: -value, Samples: self, Cores: cores, MemAvg: -cores, MemMax: value, Tree: []byte(stack)})
+			Service: service, Host: host, Function: function, StackIDs: []string{stack, host}, StackValues: []byte(function), Value: value, Self: self, Total: -value, Samples: self, Cores: cores, MemAvg: -cores, MemMax: value, Tree: []byte(stack)})
 	})
 }

@@ -75,7 +75,7 @@ func TestFrozenHourLateProfiles(t *testing.T) {
 		if len(want) == 0 || !reflect.DeepEqual(got, want) {
 			t.Fatalf("late round %d: %d documents after freezing, %d never frozen, equal %v", round, len(got), len(want), reflect.DeepEqual(got, want))
 		}
-		for _, kind := range []string{indices.KindStack, indices.KindTree, indices.KindFunction, indices.KindServiceTree, indices.KindPartitionTree, indices.KindService} {
+		for _, kind := range []string{indices.KindStacks, indices.KindTree, indices.KindFunction, indices.KindServiceTree, indices.KindPartitionTree, indices.KindService} {
 			if hourDocs[kind] == 0 {
 				t.Fatalf("late round %d rewrote no hourly %s document: %v", round, kind, hourDocs)
 			}

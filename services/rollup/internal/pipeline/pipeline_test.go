@@ -263,13 +263,25 @@ func (e *env) dlq(n int) []*kgo.Record {
 
 // key names a document for comparisons.
 func key(d indices.RollupDoc) string {
-	return fmt.Sprintf("%s %s %s %s %s %s f=%s s=%s p=%d", d.Resolution, d.Timestamp.UTC().Format("15:04"), d.Kind, d.Type, d.Service, d.Host, d.Function, d.StackID, d.Partition)
+	return fmt.Sprintf("%s %s %s %s %s %s f=%s s=%s p=%d", d.Resolution, d.Timestamp.UTC().Format("15:04"), d.Kind, d.Type, d.Service, d.Host, d.Function, strings.Join(d.StackIDs, ","), d.Partition)
 }
 
+// byKey indexes docs by key, a stacks document as one stack document per
+// stack.
 func byKey(docs map[string]indices.RollupDoc) map[string]indices.RollupDoc {
 	out := make(map[string]indices.RollupDoc, len(docs))
 	for _, d := range docs {
-		out[key(d)] = d
+		if d.Kind != indices.KindStacks {
+			out[key(d)] = d
+			continue
+		}
+		stacks, err := d.PerStack()
+		if err != nil {
+			panic(err)
+		}
+		for _, st := range stacks {
+			out[key(st)] = st
+		}
 	}
 	return out
 }
@@ -293,7 +305,10 @@ func (x expected) at(res string, t time.Time, kind, typ, service, host, function
 	if res == indices.ResolutionHour {
 		size = time.Hour
 	}
-	d := indices.RollupDoc{Timestamp: t.Truncate(size), Resolution: res, Kind: kind, Type: typ, Service: service, Host: host, Function: function, StackID: stack}
+	d := indices.RollupDoc{Timestamp: t.Truncate(size), Resolution: res, Kind: kind, Type: typ, Service: service, Host: host, Function: function}
+	if stack != "" {
+		d.StackIDs = []string{stack}
+	}
 	k := key(d)
 	if x[k] == nil {
 		x[k] = &d
@@ -325,10 +340,8 @@ func (x expected) cpuProfile(host string, at time.Time, a, b int64) *profile.Pro
 		}
 		st := x.at(res, at, indices.KindStack, "cpu", "checkout", host, "", stackID("leaf", "mid", "main"))
 		st.Value += a
-		st.Samples += 2
 		st = x.at(res, at, indices.KindStack, "cpu", "api", host, "", stackID("rec", "rec", "main"))
 		st.Value += b
-		st.Samples++
 	}
 	// The hour's trees: the same stacks merged by name, root first.
 	x.tree(at, "checkout", host, a, "main", "mid", "leaf")
