@@ -82,6 +82,7 @@ type unwinder struct {
 	soon       []int          // new programs whose libraries ld.so had not mapped yet
 	early      map[int]int    // pid -> registrations put off for ld.so (maxEarly at most)
 	failed     map[int]bool   // registration failed this interval: not polled
+	sampled    map[int]bool   // sampled since its last registration: the next one builds new tables
 	interp     map[int]bool   // registered with an interpreter walk (Python, V8, HotSpot) once
 }
 
@@ -89,6 +90,7 @@ type unwindMetrics struct {
 	samples       *prometheus.CounterVec
 	registrations *prometheus.CounterVec
 	builds        *prometheus.CounterVec
+	deferred      prometheus.Counter
 	tableBytes    prometheus.Gauge
 	budgetBytes   prometheus.Gauge
 	tables        prometheus.Gauge
@@ -109,6 +111,9 @@ func newUnwindMetrics(reg prometheus.Registerer) *unwindMetrics {
 		builds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stackstream_agent_unwind_table_builds_total", Help: "Unwind tables made for files first met, by source: compiled, or cache (read from STACKSTREAM_AGENT_UNWIND_CACHE_DIR).",
 		}, []string{"source"}),
+		deferred: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stackstream_agent_unwind_tables_deferred_total", Help: "Files first met in a process registered before any sample of it (at its exec, a fork, the agent's start) whose table was put off: their addresses step with frame pointers (bpf_events unwind_no_mapping) until a sample there marks the process and its next registration builds the table.",
+		}),
 		tableBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "stackstream_agent_unwind_table_bytes", Help: "Kernel memory of the unwind rows loaded (8 bytes a row).",
 		}),
@@ -131,7 +136,7 @@ func newUnwindMetrics(reg prometheus.Registerer) *unwindMetrics {
 			Name: "stackstream_agent_unwind_mapping_entries", Help: "Address-range entries of the registered processes' mappings in the BPF LPM trie (STACKSTREAM_AGENT_UNWIND_MAPPINGS at most).",
 		}),
 	}
-	reg.MustRegister(m.samples, m.registrations, m.builds, m.tableBytes, m.budgetBytes, m.tables, m.failed, m.processes, m.ignored, m.mappings)
+	reg.MustRegister(m.samples, m.registrations, m.builds, m.deferred, m.tableBytes, m.budgetBytes, m.tables, m.failed, m.processes, m.ignored, m.mappings)
 	return m
 }
 
@@ -161,6 +166,7 @@ func (u *unwinder) tick(ps *processes, samples []sampler.Sample) {
 			u.m.samples.WithLabelValues("frame_pointers").Add(float64(s.Count))
 		}
 		if st, ok := u.registered[s.PID]; !ok || st != p.info.StartTime {
+			u.markSampled(s.PID)
 			add(s.PID)
 		}
 	}
@@ -260,12 +266,26 @@ func (u *unwinder) takeMarked(ps *processes) []int {
 		if u.failed[st.PID] {
 			continue
 		}
+		if st.Sampled || st.Miss {
+			u.markSampled(st.PID)
+		}
 		if !seen[st.PID] {
 			seen[st.PID] = true
 			pids = append(pids, st.PID)
 		}
 	}
 	return pids
+}
+
+// markSampled makes pid's next registration build the tables of the files
+// it maps that have none yet: it was sampled (unregistered, or in a mapping
+// left out). The set is bounded: a pid dropped from it is deferred again,
+// until its next sample there marks it.
+func (u *unwinder) markSampled(pid int) {
+	if u.sampled == nil || len(u.sampled) >= 2*maxRetry {
+		u.sampled = map[int]bool{}
+	}
+	u.sampled[pid] = true
 }
 
 // execToken reports whether one more new program may be registered at its
@@ -308,6 +328,8 @@ func (u *unwinder) registerAll(ps *processes, todo []int, limit int) []int {
 		if n >= limit {
 			return todo[i:]
 		}
+		build := u.sampled[pid]
+		delete(u.sampled, pid)
 		p := ps.get(pid, "")
 		if !p.targeted || p.info.StartTime == 0 {
 			// Excluded (since an exec, maybe), a kernel thread, or gone
@@ -321,9 +343,12 @@ func (u *unwinder) registerAll(ps *processes, todo []int, limit int) []int {
 			continue
 		}
 		n++
-		if err := u.register(pid); errors.Is(err, proc.ErrGone) {
+		if err := u.register(pid, !build); errors.Is(err, proc.ErrGone) {
 			continue
 		} else if errors.Is(err, errLoaderBusy) {
+			if build {
+				u.markSampled(pid)
+			}
 			u.soon = append(u.soon, pid)
 			continue
 		} else if err != nil {
@@ -384,12 +409,15 @@ func (u *unwinder) forget(pid int) {
 	}
 	delete(u.interp, pid)
 	delete(u.early, pid)
+	delete(u.sampled, pid)
 	delete(u.registered, pid)
 }
 
 // register reads pid's maps and files off the tick (a file on a hung FUSE
-// server blocks), bounded by the file gate, then loads and registers.
-func (u *unwinder) register(pid int) error {
+// server blocks), bounded by the file gate, then loads and registers. With
+// deferNew the tables of files without one are put off (Registry.Prepare):
+// pid has not been sampled since its exec or the agent's start.
+func (u *unwinder) register(pid int, deferNew bool) error {
 	var prepared unwind.Prepared
 	var py *python.Process
 	var js *v8.Process
@@ -398,7 +426,7 @@ func (u *unwinder) register(pid int) error {
 	var busy bool
 	fs, mapFiles := u.fs, u.mapFiles
 	if gerr := u.files.do(procKey(pid), func() {
-		prepared, err = u.reg.Prepare(pid, mapFiles)
+		prepared, err = u.reg.Prepare(pid, mapFiles, deferNew)
 		if busy = err == nil && loaderBusy(prepared.Maps) && u.early[pid] < maxEarly; busy {
 			return
 		}
@@ -430,6 +458,7 @@ func (u *unwinder) register(pid int) error {
 	}
 	u.m.builds.WithLabelValues("compiled").Add(float64(prepared.Compiled))
 	u.m.builds.WithLabelValues("cache").Add(float64(prepared.Cached))
+	u.m.deferred.Add(float64(prepared.Deferred))
 	if py == nil && js == nil && jvm == nil {
 		if !u.interp[pid] {
 			// No interpreter, now or before: nothing to tell the walks.

@@ -219,13 +219,14 @@ func prefixes(start, limit uint64) []prefix {
 	return out
 }
 
-// Stale is a process the BPF program marked: its registration is stale (an
-// address in no registered mapping, a fork of a registered process) or missing (Sampled: a sample of a process neither
-// registered nor ignored), or its identity changed (Exec: it exec'd a new
-// program, registered or not, or moved to another cgroup).
+// Stale is a process the BPF program marked: its registration is stale
+// (Miss: an address in no registered mapping; a fork of a registered
+// process) or missing (Sampled: a sample of a process neither registered nor
+// ignored), or its identity changed (Exec: it exec'd a new program,
+// registered or not, or moved to another cgroup).
 type Stale struct {
-	PID           int
-	Exec, Sampled bool
+	PID                 int
+	Exec, Sampled, Miss bool
 }
 
 // Refresh returns the processes marked since the last call and forgets
@@ -247,7 +248,8 @@ func (s *Sampler) Refresh() []Stale {
 			why := s.refreshWhy[i]
 			out = append(out, Stale{PID: int(pid),
 				Exec:    why == profiler.RefreshExec || why == profiler.RefreshExecSampled || why == profiler.RefreshCgroup,
-				Sampled: why == profiler.RefreshSampled || why == profiler.RefreshExecSampled})
+				Sampled: why == profiler.RefreshSampled || why == profiler.RefreshExecSampled,
+				Miss:    why == profiler.RefreshMiss})
 		}
 		if err != nil {
 			if !errors.Is(err, ebpf.ErrKeyNotExist) {

@@ -171,7 +171,7 @@ func TestRegistryDiskCache(t *testing.T) {
 	dir := t.TempDir()
 	pid := startProcess(t, python3Path(t), "-c", "import time; time.sleep(60)")
 	rows := func(r *Registry, l *fakeLoader) (Prepared, map[Key][]Row) {
-		p, err := r.Prepare(pid, true)
+		p, err := r.Prepare(pid, true, false)
 		if err != nil {
 			t.Fatal(err)
 		}

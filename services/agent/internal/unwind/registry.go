@@ -88,8 +88,9 @@ type Prepared struct {
 	mappings []preparedMapping
 	// Compiled counts the tables compiled, Cached those read from the disk
 	// cache, Failed the files that could not be opened or compiled (they are
-	// unwound with frame pointers).
-	Compiled, Cached, Failed int
+	// unwound with frame pointers), Deferred the new keys put off (Prepare's
+	// deferNew).
+	Compiled, Cached, Failed, Deferred int
 }
 
 type preparedMapping struct {
@@ -97,7 +98,8 @@ type preparedMapping struct {
 	anonymous bool // no file, or none that could be opened: no table
 	id        proc.FileID
 	key       Key
-	table     *Table // nil: the registry had the key, or it failed (err)
+	table     *Table // nil: the registry had the key, or it failed (err), or deferred
+	deferred  bool   // a new key not built yet: the mapping is left out
 	err       error
 }
 
@@ -107,7 +109,14 @@ type preparedMapping struct {
 // changes no registry state, so the agent can run it off its tick under a
 // time limit (a file on a hung FUSE server blocks). mapFiles opens files
 // through /proc/PID/map_files first (proc.OpenMapped).
-func (r *Registry) Prepare(pid int, mapFiles bool) (Prepared, error) {
+//
+// With deferNew, a key that has no table yet is neither compiled nor read
+// from the disk cache: Commit leaves its mappings out, so the BPF walk steps
+// over their addresses with frame pointers (counted as unwind_no_mapping)
+// and marks the process, whose next registration (without deferNew) builds
+// them. Under churn most new programs exit before their first sample: their
+// tables are never built.
+func (r *Registry) Prepare(pid int, mapFiles, deferNew bool) (Prepared, error) {
 	p := Prepared{PID: pid}
 	maps, err := r.fs.ReadMaps(pid)
 	if err != nil && len(maps) == 0 {
@@ -115,6 +124,20 @@ func (r *Registry) Prepare(pid int, mapFiles bool) (Prepared, error) {
 	}
 	p.Maps = maps
 	done := map[Key]bool{} // keys compiled (or failed) by this call
+	// postpone reports whether k's mappings are left out (deferNew, no
+	// table yet), and counts each such key once.
+	deferred := map[Key]bool{}
+	postpone := func(k Key) bool {
+		if deferred[k] {
+			return true
+		}
+		if !deferNew || done[k] || r.has(k) {
+			return false
+		}
+		deferred[k] = true
+		p.Deferred++
+		return true
+	}
 	for _, m := range maps {
 		if m.Path == vdsoPath {
 			id, size, t, err := vdsoTable(r.lim)
@@ -140,7 +163,10 @@ func (r *Registry) Prepare(pid int, mapFiles bool) (Prepared, error) {
 		// A file seen before costs one stat (through map_files); only a
 		// new one is opened.
 		if id, err := r.fs.StatMapped(pid, m, mapFiles); err == nil {
-			if k, ok := r.keyOfFile(id); ok && (done[k] || r.has(k)) {
+			if k, ok := r.keyOfFile(id); ok && postpone(k) {
+				p.mappings = append(p.mappings, preparedMapping{m: m, id: id, key: k, deferred: true})
+				continue
+			} else if ok && (done[k] || r.has(k)) {
 				p.mappings = append(p.mappings, preparedMapping{m: m, id: id, key: k})
 				continue
 			}
@@ -152,13 +178,19 @@ func (r *Registry) Prepare(pid int, mapFiles bool) (Prepared, error) {
 			continue
 		}
 		pm := preparedMapping{m: m, id: mf.ID}
-		if k, ok := r.keyOfFile(mf.ID); ok && (done[k] || r.has(k)) {
+		if k, ok := r.keyOfFile(mf.ID); ok && postpone(k) {
+			pm.key, pm.deferred = k, true
+		} else if ok && (done[k] || r.has(k)) {
 			pm.key = k
 		} else {
 			// Its key, and its table when the key is new: from the disk
 			// cache, or compiled (and then stored there).
 			var cached *Table
 			pm.key, pm.table, pm.err = compileMapped(mf, r.lim, func(k Key) bool {
+				if postpone(k) {
+					pm.deferred = true
+					return false
+				}
 				if done[k] || r.has(k) {
 					return false
 				}
@@ -166,6 +198,7 @@ func (r *Registry) Prepare(pid int, mapFiles bool) (Prepared, error) {
 				return cached == nil
 			})
 			switch {
+			case pm.deferred:
 			case cached != nil:
 				pm.table = cached
 				p.Cached++
@@ -256,6 +289,9 @@ func (r *Registry) Commit(p Prepared) error {
 		}
 		r.files[pm.id] = pm.key
 		t := r.tables[pm.key]
+		if t == nil && pm.deferred {
+			continue // built at the registration after its first sample there
+		}
 		if t == nil {
 			t = r.load(pm)
 			if errors.Is(t.err, errEvicted) {
@@ -288,7 +324,7 @@ func (r *Registry) Commit(p Prepared) error {
 // AddProcess is Prepare and Commit in one, for callers that need no time
 // limit.
 func (r *Registry) AddProcess(pid int) error {
-	p, err := r.Prepare(pid, true)
+	p, err := r.Prepare(pid, true, false)
 	if err != nil {
 		return err
 	}

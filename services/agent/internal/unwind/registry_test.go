@@ -71,7 +71,7 @@ func TestRegistrySharesAndEvicts(t *testing.T) {
 	sleep := compileFile(t, "/usr/bin/sleep")
 	py := startProcess(t, python3Path(t), "-c", "import time; time.sleep(60)")
 	need := 0
-	prep, err := NewRegistry(log, fs, newFakeLoader(0), DefaultLimits).Prepare(py, true)
+	prep, err := NewRegistry(log, fs, newFakeLoader(0), DefaultLimits).Prepare(py, true, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,5 +178,59 @@ func TestRegistryKeysByBuildID(t *testing.T) {
 	add(anon)
 	if st := r.Stats(); l.loads != 5 || st.Tables != 5 {
 		t.Fatalf("a copy without build ID: %d loads, stats %+v", l.loads, st)
+	}
+}
+
+// TestRegistryDeferNew: a registration with deferNew builds no table for
+// keys not loaded yet and leaves their mappings out (the BPF walk marks the
+// process when it meets one); the next registration without it builds them,
+// and a process mapping only keys now loaded defers nothing.
+func TestRegistryDeferNew(t *testing.T) {
+	testenv.Root(t) // map_files
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	l := newFakeLoader(8 << 20)
+	r := NewRegistry(log, proc.FS{Root: "/proc"}, l, DefaultLimits)
+	a := startProcess(t, "sleep", "60")
+	files := func(pid int) int {
+		n := 0
+		for _, m := range l.procs[pid] {
+			if m.Rows != 0 {
+				n++
+			}
+		}
+		return n
+	}
+	register := func(pid int, deferNew bool) Prepared {
+		t.Helper()
+		p, err := r.Prepare(pid, true, deferNew)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Commit(p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// sleep, libc and ld.so put off; the vDSO's table is the agent's own.
+	p := register(a, true)
+	if p.Deferred != 3 || p.Compiled != 0 || l.loads != 1 || files(a) != 1 {
+		t.Fatalf("deferred: %+v, %d loads, %d mappings with rows: %+v", p, l.loads, files(a), l.procs[a])
+	}
+	// Registered again with them deferred: the files are known now (one
+	// stat each), still nothing built.
+	if p = register(a, true); p.Deferred != 3 || l.loads != 1 {
+		t.Fatalf("deferred again: %+v, %d loads", p, l.loads)
+	}
+	// Sampled: built.
+	if p = register(a, false); p.Deferred != 0 || p.Compiled != 3 || l.loads != 4 || files(a) != 4 {
+		t.Fatalf("built: %+v, %d loads, %d mappings with rows", p, l.loads, files(a))
+	}
+	// Another sleep finds every table loaded: nothing to defer.
+	b := startProcess(t, "sleep", "61")
+	if p = register(b, true); p.Deferred != 0 || l.loads != 4 || files(b) != 4 {
+		t.Fatalf("second sleep: %+v, %d loads, %d mappings with rows", p, l.loads, files(b))
+	}
+	if st := r.Stats(); st.Tables != 4 || st.Processes != 2 {
+		t.Fatalf("stats %+v", st)
 	}
 }
