@@ -278,18 +278,20 @@ func ExtractFile(f *elf.File, lim Limits) (d *debuginfo.File, err error) {
 		}
 	}
 	out := &debuginfo.File{BuildID: id, Kind: debuginfo.KindSymbols, Segments: Segments(f)}
-	seen := map[uint64]bool{}
+	// pclntab first: it names every Go function, with exact sizes.
+	syms, err := goSymbols(f, lim)
+	if errors.Is(err, ErrTooLarge) {
+		return nil, err
+	}
+	// Sized for the Go functions: a Go binary's .symtab names them again.
+	seen := make(map[uint64]bool, len(syms))
+	out.Symbols = make([]debuginfo.Symbol, 0, len(syms))
 	add := func(s debuginfo.Symbol) {
 		if s.Addr == 0 || s.Name == "" || seen[s.Addr] {
 			return
 		}
 		seen[s.Addr] = true
 		out.Symbols = append(out.Symbols, s)
-	}
-	// pclntab first: it names every Go function, with exact sizes.
-	syms, err := goSymbols(f, lim)
-	if errors.Is(err, ErrTooLarge) {
-		return nil, err
 	}
 	for _, s := range syms {
 		add(s)
