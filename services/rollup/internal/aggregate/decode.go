@@ -28,6 +28,10 @@ import (
 // one value to the next and is not safe for concurrent use.
 type Decoder struct {
 	limits record.Limits
+	// checkAbove: a protobuf this long or longer is walked by
+	// limits.Check first; a shorter one is within the limits on the
+	// whole profile, and Wire.parse checks those on one element.
+	checkAbove int
 	zr     *gzip.Reader
 	br     bytes.Reader
 	raw    []byte
@@ -42,7 +46,7 @@ func NewDecoder(l record.Limits) *Decoder {
 	if l == (record.Limits{}) {
 		l = record.DefaultLimits()
 	}
-	return &Decoder{limits: l, general: record.DecodeProfileLimits}
+	return &Decoder{limits: l, checkAbove: pprofwire.CheckAbove(l), general: record.DecodeProfileLimits}
 }
 
 // maxKeptRawBytes: a Decoder does not keep a rarely large profile's buffer.
@@ -53,7 +57,7 @@ const maxKeptRawBytes = 8 << 20
 // record.DecodeProfileLimits; the caller sets the rest of the Input. The
 // errors are record.DecodeProfileLimits'.
 func (d *Decoder) Decode(value []byte) (Input, error) {
-	if d.decompress(value) && d.limits.Check(d.raw) == nil && d.wire.parse(d.raw) {
+	if d.decompress(value) && (len(d.raw) < d.checkAbove || d.limits.Check(d.raw) == nil) && d.wire.parse(d.raw, &d.limits) {
 		return Input{Wire: &d.wire}, nil
 	}
 	p, err := d.general(value, d.limits)
@@ -107,6 +111,7 @@ type Wire struct {
 	mapByID     []int32 // ID -> index+1
 	funcByID    []int32
 	locByID     []int32
+	limits      *record.Limits
 	timeNanos   int64
 	defaultType uint64
 	checkStrs   []uint64 // string indices pprof resolves (and so must be valid)
@@ -203,13 +208,15 @@ const (
 	fieldLocationFolded  = 5
 )
 
-// parse reads raw, which record.Limits.Check accepted (so what it holds is
-// bounded), and checks what record.DecodeProfileLimits would refuse
-// (pprof's parser and Profile.CheckValid): ok=false for that and for
-// anything it does not read exactly as pprof does.
-func (w *Wire) parse(raw []byte) bool {
+// parse reads raw, which is within l's limits on the whole profile
+// (pprofwire.CheckAbove), and checks what record.DecodeProfileLimits would
+// refuse (l's limits on one element, pprof's parser and
+// Profile.CheckValid): ok=false for that and for anything it does not read
+// exactly as pprof does.
+func (w *Wire) parse(raw []byte, l *record.Limits) bool {
 	w.reset()
-	timeSeen := false
+	w.limits = l
+	timeSeen, periodSeen, comments := false, false, 0
 	for b := raw; len(b) > 0; {
 		num, typ, u, data, rest, ok := pprofwire.Field(b)
 		if !ok {
@@ -223,8 +230,14 @@ func (w *Wire) parse(raw []byte) bool {
 				return false
 			}
 			if num == fieldSampleType {
-				w.sampleTypes = append(w.sampleTypes, vt)
+				if w.sampleTypes = append(w.sampleTypes, vt); len(w.sampleTypes) > l.MaxSampleTypes {
+					return false
+				}
 			} else {
+				if periodSeen {
+					return false // pprof keeps the last; Limits refuses two
+				}
+				periodSeen = true
 				w.checkStrs = append(w.checkStrs, vt.typ, vt.unit)
 			}
 		case fieldSample:
@@ -237,7 +250,9 @@ func (w *Wire) parse(raw []byte) bool {
 			if typ != 2 || !pprofwire.Scalars(data, []*uint64{&m.id, nil, nil, nil, &m.file, &m.build, nil, nil, nil, nil}) {
 				return false
 			}
-			w.mappings = append(w.mappings, m)
+			if w.mappings = append(w.mappings, m); len(w.mappings) > l.MaxMappings {
+				return false
+			}
 		case fieldLocation:
 			if typ != 2 || !w.parseLocation(data) {
 				return false
@@ -249,7 +264,7 @@ func (w *Wire) parse(raw []byte) bool {
 			}
 			w.functions = append(w.functions, f)
 		case fieldStringTable:
-			if typ != 2 || len(w.strs) == 0 && len(data) != 0 {
+			if typ != 2 || len(w.strs) == 0 && len(data) != 0 || len(data) > l.MaxStringBytes {
 				return false // pprof: string_table[0] must be ''
 			}
 			w.strs = append(w.strs, data)
@@ -272,7 +287,11 @@ func (w *Wire) parse(raw []byte) bool {
 			timeSeen = true
 			w.timeNanos = int64(u)
 		case fieldComment:
+			n := len(w.checkStrs)
 			if w.checkStrs, ok = pprofwire.AppendVarints(w.checkStrs, typ, u, data); !ok {
+				return false
+			}
+			if comments += len(w.checkStrs) - n; comments > l.MaxComments {
 				return false
 			}
 		default:
@@ -481,6 +500,7 @@ func (w *Wire) readSamples() bool {
 		row := wireSample{locs: [2]int32{int32(len(w.locs)), 0}, values: int32(len(w.values))}
 		ids := w.ids[:0]
 		labels := w.labelBuf[:0]
+		nLabels := 0
 		for len(s) > 0 {
 			num, typ, u, data, rest, ok := pprofwire.Field(s)
 			if !ok {
@@ -496,6 +516,7 @@ func (w *Wire) readSamples() bool {
 				// their bytes.
 				ok = typ == 2
 				labels = append(labels, s[:len(s)-len(rest)]...)
+				nLabels++
 			default:
 				ok = false
 			}
@@ -505,6 +526,9 @@ func (w *Wire) readSamples() bool {
 			s = rest
 		}
 		w.ids, w.labelBuf = ids, labels
+		if len(ids) > w.limits.MaxLocationsPerSample || nLabels > w.limits.MaxLabelsPerSample {
+			return false
+		}
 		if len(w.values)-int(row.values) != len(w.sampleTypes) {
 			return false
 		}

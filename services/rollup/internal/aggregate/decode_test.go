@@ -195,8 +195,16 @@ func TestDecoderLeavesToGeneral(t *testing.T) {
 	sparse.Location[0].ID = 1 << 40
 	missing := good.Copy()
 	missing.Sample[0].Location = append(missing.Sample[0].Location, &profile.Location{ID: 99})
-	small := record.DefaultLimits()
-	small.MaxSamples = 0
+	limit := func(set func(*record.Limits)) record.Limits {
+		l := record.DefaultLimits()
+		set(&l)
+		return l
+	}
+	mapped := good.Copy()
+	mapped.Mapping = []*profile.Mapping{{ID: 1, File: "/usr/bin/api"}}
+	mapped.Location[0].Mapping = mapped.Mapping[0]
+	commented := good.Copy()
+	commented.Comments = []string{"a comment"}
 	for _, tc := range []struct {
 		name    string
 		value   []byte
@@ -209,7 +217,16 @@ func TestDecoderLeavesToGeneral(t *testing.T) {
 		{"numeric label", stored(t, numLabel), record.Limits{}, true, nil},
 		{"sparse IDs", stored(t, sparse), record.Limits{}, true, nil},
 		{"missing location", stored(t, missing), record.Limits{}, true, record.ErrInvalidProfile},
-		{"too many samples", stored(t, good), small, true, record.ErrTooLarge},
+		// A limit on the whole profile (Check, as the profile is shorter
+		// than pprofwire.CheckAbove) and on one element (the wire reader).
+		{"too many samples", stored(t, good), limit(func(l *record.Limits) { l.MaxSamples = 0 }), true, record.ErrTooLarge},
+		{"too many sample types", stored(t, good), limit(func(l *record.Limits) { l.MaxSampleTypes = 1 }), true, record.ErrTooLarge},
+		{"long string", stored(t, good), limit(func(l *record.Limits) { l.MaxStringBytes = 3 }), true, record.ErrTooLarge},
+		{"deep stack", stored(t, good), limit(func(l *record.Limits) { l.MaxLocationsPerSample = 1 }), true, record.ErrTooLarge},
+		{"many labels", stored(t, good), limit(func(l *record.Limits) { l.MaxLabelsPerSample = 1 }), true, record.ErrTooLarge},
+		{"mapping", stored(t, mapped), record.Limits{}, false, nil},
+		{"many mappings", stored(t, mapped), limit(func(l *record.Limits) { l.MaxMappings = 0 }), true, record.ErrTooLarge},
+		{"comments", stored(t, commented), limit(func(l *record.Limits) { l.MaxComments = 0 }), true, record.ErrTooLarge},
 		{"not gzip", []byte("pprof"), record.Limits{}, true, record.ErrNotGzip},
 		{"not pprof", gzipped(t, []byte{0xff, 0xff}), record.Limits{}, true, record.ErrNotPprof},
 		{"too large", compressed(t, good), record.Limits{MaxDecompressedBytes: 10}, true, record.ErrTooLarge},
