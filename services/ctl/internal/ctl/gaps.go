@@ -120,6 +120,9 @@ func fillGaps(ctx context.Context, osc *opensearchapi.Client, names indices.Name
 			fmt.Fprintf(out, "%s stays on generation %d: it holds %d documents from before %s, the new generation %d (samples cannot be copied)\n", p.Name, old.Gen, had, since.UTC().Format(time.RFC3339), has)
 			continue
 		}
+		if err := dropPackedOverPerStack(ctx, osc, old.Index, p.Index, older); err != nil {
+			return g, err
+		}
 		created, err := copyDocs(ctx, osc, map[string]any{
 			"source": map[string]any{"index": old.Index, "query": older},
 			"dest":   map[string]any{"index": p.Index},
@@ -130,6 +133,26 @@ func fillGaps(ctx context.Context, osc *opensearchapi.Client, names indices.Name
 		}
 	}
 	return g, nil
+}
+
+// dropPackedOverPerStack deletes the new generation's stacks documents
+// from before since when the old generation holds stack documents there
+// (one per stack, from before rollups schema 3): those windows are whole
+// only in the old generation, and the query reads a window holding both
+// kinds from its stacks document (schemas/opensearch.md, "Stack rollups"),
+// which the copy would not overwrite (other _id).
+func dropPackedOverPerStack(ctx context.Context, osc *opensearchapi.Client, oldIndex, newIndex string, older map[string]any) error {
+	ofKind := func(kind string) map[string]any {
+		return map[string]any{"bool": map[string]any{"filter": []any{older, map[string]any{"term": map[string]any{"kind": kind}}}}}
+	}
+	n, err := countQuery(ctx, osc, oldIndex, ofKind(indices.KindStack))
+	if err != nil || n == 0 {
+		return err
+	}
+	if _, err := opensearch.DeleteMatching(ctx, osc, newIndex, ofKind(indices.KindStacks)); err != nil {
+		return fmt.Errorf("drop %s's packed stacks before the copy: %w", newIndex, err)
+	}
+	return nil
 }
 
 // countQuery counts the documents of index that query matches.

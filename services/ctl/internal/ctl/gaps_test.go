@@ -57,6 +57,18 @@ func TestFillGaps(t *testing.T) {
 		return indices.RollupDoc{Timestamp: at.Truncate(time.Hour), Resolution: "1h", Kind: "service", Type: "cpu", Service: "s", Value: v}
 	}
 	straddleOld, straddleNew, later := hour(since.Add(-time.Minute), 10), hour(since.Add(-time.Minute), 3), hour(after.Add(time.Hour), 5)
+	// The hour's stacks: one document per stack in the old generation
+	// (before rollups schema 3), packed in the new one, which holds only
+	// part of the hour; a packed hour after since is the new one's own.
+	oldStack := indices.RollupDoc{Timestamp: straddleOld.Timestamp, Resolution: "1h", Kind: indices.KindStack, Type: "cpu", Service: "s", StackIDs: []string{"S1"}, Value: 10}
+	packed := func(at time.Time) indices.RollupDoc {
+		d := indices.RollupDoc{Timestamp: at, Resolution: "1h", Kind: indices.KindStacks, Type: "cpu", Service: "s", Value: 3}
+		if err := d.SetStacks([]string{"S1"}, []int64{3}); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	partial, laterPacked := packed(straddleOld.Timestamp), packed(later.Timestamp)
 	stack := func(leaf string) []byte {
 		return doc(indices.StackDoc{Timestamp: since, Leaf: leaf, Functions: []string{leaf}, Depth: 1})
 	}
@@ -67,6 +79,9 @@ func TestFillGaps(t *testing.T) {
 		{Index: names.Physical(1, day), ID: "b", Doc: sample(after, "b")},
 		{Index: names.Physical(1, month), ID: indices.RollupID(&straddleOld), Doc: doc(straddleOld)},
 		{Index: names.Physical(1, month), ID: indices.RollupID(&later), Doc: doc(later)},
+		{Index: names.Physical(1, month), ID: indices.RollupID(&oldStack), Doc: doc(oldStack)},
+		{Index: names.Physical(2, month), ID: indices.RollupID(&partial), Doc: doc(partial)},
+		{Index: names.Physical(2, month), ID: indices.RollupID(&laterPacked), Doc: doc(laterPacked)},
 		{Index: names.Physical(2, names.Stacks()), ID: "S2", Doc: stack("new")},
 		{Index: names.Physical(2, day), ID: "b", Doc: sample(after, "b")},
 		{Index: names.Physical(2, month), ID: indices.RollupID(&straddleNew), Doc: doc(straddleNew)},
@@ -90,8 +105,8 @@ func TestFillGaps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(g.KeptSamples, []string{day}) || g.RollupsCopy != 1 || g.StacksCopied != 1 {
-		t.Fatalf("gaps %+v, want the day kept, 1 rollup and 1 stack copied", g)
+	if !slices.Equal(g.KeptSamples, []string{day}) || g.RollupsCopy != 2 || g.StacksCopied != 1 {
+		t.Fatalf("gaps %+v, want the day kept, 2 rollups and 1 stack copied", g)
 	}
 	l, _ = opensearch.ReadLayout(ctx, osc, names)
 	s := opensearch.PlanSwap(l, names, 2, g.KeptSamples...)
@@ -103,6 +118,14 @@ func TestFillGaps(t *testing.T) {
 	}
 	if err := getJSON(ctx, osc, "/"+names.Physical(2, month)+"/_doc/"+indices.RollupID(&straddleOld), &got); err != nil || got.Source.Value != 10 {
 		t.Fatalf("the window that began before since holds %d, want the old generation's 10 (%v)", got.Source.Value, err)
+	}
+	for _, c := range []struct {
+		d    indices.RollupDoc
+		want int
+	}{{oldStack, http.StatusOK}, {partial, http.StatusNotFound}, {laterPacked, http.StatusOK}} {
+		if st, _, err := opensearch.Raw(ctx, osc, http.MethodHead, "/"+names.Physical(2, month)+"/_doc/"+indices.RollupID(&c.d), nil); err != nil || st != c.want {
+			t.Fatalf("%s %s stack rollup in the new generation: HTTP %d (%v), want %d", c.d.Kind, c.d.Timestamp, st, err, c.want)
+		}
 	}
 	var st struct {
 		Source indices.StackDoc `json:"_source"`

@@ -54,6 +54,7 @@ type options struct {
 	rollupStateBytes    int64
 	progress            time.Duration
 	rollup              bool
+	indexer             bool
 	osTimeout           time.Duration
 }
 
@@ -74,9 +75,14 @@ func main() {
 	flag.DurationVar(&o.progress, "progress", 30*time.Second, "progress line interval")
 	flag.DurationVar(&o.osTimeout, "opensearch-timeout", 10*time.Minute, "STACKSTREAM_OPENSEARCH_TIMEOUT of the consumers: on a node shared with other work a bulk request can take minutes, and one timed out is sent again whole")
 	flag.BoolVar(&o.rollup, "rollup", true, "run the rollup; false measures the samples and stacks only (the rollups of a kept run: bench/rollupkinds.sh)")
+	flag.BoolVar(&o.indexer, "indexer", true, "run the indexer; false with -topics measures the rollups only (another rollup on the same records)")
 	flag.Parse()
 	if o.topics != "" && o.rawSamples <= 0 {
 		fmt.Fprintln(os.Stderr, "fleetbytes: -topics needs -raw-samples (the raw samples of the run that published them)")
+		os.Exit(2)
+	}
+	if !o.indexer && o.topics == "" {
+		fmt.Fprintln(os.Stderr, "fleetbytes: -indexer=false needs -topics (a fresh run must index what it measures)")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -138,7 +144,7 @@ func run(ctx context.Context, o options) error {
 	}
 	var names []string
 	for _, name := range consumers {
-		if name == "stackstream-symbolizer" && o.topics != "" || name == "stackstream-rollup" && !o.rollup {
+		if name == "stackstream-symbolizer" && o.topics != "" || name == "stackstream-rollup" && !o.rollup || name == "stackstream-indexer" && !o.indexer {
 			continue
 		}
 		names = append(names, name)
@@ -328,16 +334,19 @@ func (b *bench) lags(ctx context.Context, names []string) (map[string]int64, err
 			groups = append(groups, b.id+strings.TrimPrefix(name, "stackstream"))
 		}
 	}
-	ls, err := b.adm.Lag(ctx, groups...)
-	if err != nil {
-		return nil, err
-	}
-	for _, l := range ls.Sorted() {
-		if l.Error() != nil {
-			return nil, l.Error()
+	// Lag of no group is every group's: the rollup alone has none to ask.
+	if len(groups) > 0 {
+		ls, err := b.adm.Lag(ctx, groups...)
+		if err != nil {
+			return nil, err
 		}
-		name := "stackstream" + strings.TrimPrefix(l.Group, b.id)
-		out[name] = l.Lag.Total()
+		for _, l := range ls.Sorted() {
+			if l.Error() != nil {
+				return nil, l.Error()
+			}
+			name := "stackstream" + strings.TrimPrefix(l.Group, b.id)
+			out[name] = l.Lag.Total()
+		}
 	}
 	if !slices.Contains(names, "stackstream-rollup") {
 		return out, nil
