@@ -218,6 +218,15 @@ func treePending(w *window, start time.Time, index string, k seriesKey, ws *seri
 // and so reads as samples without a stack.
 func stacksPending(w *window, start time.Time, index string, k seriesKey, ws *series) (Pending, bool) {
 	dirty := false
+	for _, ds := range ws.docs {
+		if ds.dirty {
+			dirty = true
+			break
+		}
+	}
+	if !dirty {
+		return Pending{}, false
+	}
 	offset := int64(-1)
 	ids := make([]string, 0, len(ws.docs))
 	values := make([]int64, 0, len(ws.docs))
@@ -226,7 +235,6 @@ func stacksPending(w *window, start time.Time, index string, k seriesKey, ws *se
 		Service: k.service, Host: k.host,
 	}
 	for id, ds := range ws.docs {
-		dirty = dirty || ds.dirty
 		if offset < 0 || ds.firstOffset < offset {
 			offset = ds.firstOffset
 		}
@@ -236,9 +244,6 @@ func stacksPending(w *window, start time.Time, index string, k seriesKey, ws *se
 			ids = append(ids, id)
 			values = append(values, ds.a)
 		}
-	}
-	if !dirty {
-		return Pending{}, false
 	}
 	// IDs are unique and non-empty map keys and values non-negative: no
 	// error is left.
