@@ -32,10 +32,10 @@ type Decoder struct {
 	// limits.Check first; a shorter one is within the limits on the
 	// whole profile, and Wire.parse checks those on one element.
 	checkAbove int
-	zr     *gzip.Reader
-	br     bytes.Reader
-	raw    []byte
-	wire   Wire
+	zr         *gzip.Reader
+	br         bytes.Reader
+	raw        []byte
+	wire       Wire
 	// general decodes what the wire reader leaves; tests replace it.
 	general func([]byte, record.Limits) (*profile.Profile, error)
 }
