@@ -380,10 +380,8 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 	}
 	if b := p.cfg.Budget; b != nil {
 		n := p.newBytes(targets, in.Offset)
-		if b.used+n > b.MaxBytes {
-			// The cache gives way to the state.
-			p.stacks.reset()
-		}
+		// The cache gives way to the state.
+		p.stacks.giveWay(b.used + n - b.MaxBytes)
 		if b.used+n > b.MaxBytes {
 			// Its time still moves the watermark: when every profile
 			// brings new documents (the first of an hour, fleet-wide),
@@ -651,6 +649,8 @@ type stackInfo struct {
 	// most, computed once: the budget check's bound walked every frame of
 	// every stack of every profile (7% of the rollup's CPU under loadgen).
 	trieBound int64
+	// cachedBytes is what the stack cache charges for it.
+	cachedBytes int64
 }
 
 // stackBytes is an upper bound of what caching a stack of frames holds: the

@@ -47,3 +47,40 @@ func TestStackCacheCharged(t *testing.T) {
 		t.Fatalf("charged %d, want state %d + %d and cache %d", b.Used(), p0.bytes, p1.bytes, p0.stacks.bytes)
 	}
 }
+
+// TestStackCacheGivesWayInPart: giving way to the state drops what it must
+// and an eighth of the cache more, not the whole cache, and the charge
+// stays the stacks held.
+func TestStackCacheGivesWayInPart(t *testing.T) {
+	profs, hostOf := fleetProfiles(4, 1)
+	b := &Budget{MaxBytes: math.MaxInt64}
+	cfg := testConfig()
+	cfg.Budget = b
+	p := NewPartition(cfg, Checkpoint{})
+	for i, prof := range profs {
+		if _, err := p.Add(Input{Profile: prof, Type: record.ProfileCPU, Host: hostOf[i], Offset: int64(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := p.stacks
+	n, bytes, used := c.n, c.bytes, b.Used()
+	if n < 100 {
+		t.Fatalf("%d stacks cached", n)
+	}
+	c.giveWay(bytes / 10)
+	freed := bytes - c.bytes
+	if freed < bytes/10 || freed > bytes/10+bytes/8+bytes/20 || c.n == 0 || c.n == n {
+		t.Fatalf("gave %d of %d bytes (%d -> %d stacks) for %d", freed, bytes, n, c.n, bytes/10)
+	}
+	var held int64
+	for _, st := range c.m {
+		held += st.cachedBytes
+	}
+	if held != c.bytes || len(c.m) != c.n || b.Used() != used-freed {
+		t.Fatalf("held %d, charged %d; %d entries, %d counted; budget %d, want %d", held, c.bytes, len(c.m), c.n, b.Used(), used-freed)
+	}
+	c.giveWay(c.bytes)
+	if c.n != 0 || c.bytes != 0 || b.Used() != used-bytes {
+		t.Fatalf("after giving way all: %d stacks, %d bytes, budget %d", c.n, c.bytes, b.Used())
+	}
+}
