@@ -74,6 +74,8 @@ type Aggs map[string]Agg
 type Agg struct {
 	Sum            *Metric        `json:"sum,omitempty"`
 	Cardinality    *Metric        `json:"cardinality,omitempty"`
+	Min            *Metric        `json:"min,omitempty"`
+	Max            *Metric        `json:"max,omitempty"`
 	ScriptedMetric map[string]any `json:"scripted_metric,omitempty"`
 	Filter         Query          `json:"filter,omitempty"`
 	Terms          *Terms         `json:"terms,omitempty"`

@@ -41,6 +41,7 @@ func TestStackRollupShapes(t *testing.T) {
 		stackDoc(30, "api", "web-1", b, 100), // rewritten packed below
 		stackDoc(30, "api", "web-2", b, 1000),
 		stackDoc(40, "db", "web-1", b, 40),
+		stackDoc(40, "api", "web-1", b, 500), // the last window of stack documents, rewritten packed below
 	} {
 		docs = append(docs, querytest.Rollup(names, d))
 	}

@@ -172,7 +172,10 @@ func (s *Store) sumByStack(ctx context.Context, idx []string, query Query) (sv *
 	}
 	var skip map[string]bool
 	if n.stack > 0 && n.stacks > 0 {
-		if skip, err = s.packedWindows(ctx, idx, query); err != nil {
+		// Only windows holding stack documents can hold both: after an
+		// upgrade, the hour or so the new rollup rebuilt.
+		old := TimeRange{From: time.UnixMilli(n.stackFrom), To: time.UnixMilli(n.stackTo + 1)}
+		if skip, err = s.packedWindows(ctx, idx, query, old); err != nil {
 			return nil, 0, err
 		}
 		if sums, n, err = s.stackRollupSums(ctx, idx, query, skip); err != nil {
@@ -188,28 +191,36 @@ func (s *Store) sumByStack(ctx context.Context, idx []string, query Query) (sv *
 }
 
 // stackRollupCounts counts the documents a stackRollupSums read: hourly
-// ones, and of each kind.
-type stackRollupCounts struct{ hourly, stack, stacks int64 }
+// ones, and of each kind; stackFrom and stackTo are the first and last
+// window of the stack documents (Unix milliseconds).
+type stackRollupCounts struct {
+	hourly, stack, stacks int64
+	stackFrom, stackTo    int64
+}
 
 // stackRollupSums is one search of the sums per stack of query's stack
 // rollups, without the KindStack documents of the windows in skip.
 func (s *Store) stackRollupSums(ctx context.Context, idx []string, query Query, skip map[string]bool) (map[string]int64, stackRollupCounts, error) {
 	var resp struct {
 		Aggregations struct {
-			Hourly docCount    `json:"hourly"`
-			Stack  docCount    `json:"stack"`
+			Hourly docCount `json:"hourly"`
+			Stack  struct {
+				DocCount int64    `json:"doc_count"`
+				From     sumValue `json:"from"`
+				To       sumValue `json:"to"`
+			} `json:"stack"`
 			Stacks docCount    `json:"stacks"`
 			Sums   scriptedSum `json:"sums"`
 		} `json:"aggregations"`
 	}
 	req := aggsRequest(query, Aggs{
 		"hourly": hourlyCount,
-		"stack":  {Filter: term("kind", indices.KindStack)},
+		"stack":  {Filter: term("kind", indices.KindStack), Aggs: Aggs{"from": {Min: &Metric{Field: "@timestamp"}}, "to": {Max: &Metric{Field: "@timestamp"}}}},
 		"stacks": {Filter: term("kind", indices.KindStacks)},
 		"sums":   {ScriptedMetric: indices.StackRollupSumsScript(skip)},
 	})
 	var n stackRollupCounts
-	if err := s.search(ctx, idx, req, &resp, "aggregations.*.doc_count", "aggregations.sums.value"); err != nil {
+	if err := s.search(ctx, idx, req, &resp, "aggregations.*.doc_count", "aggregations.stack.*.value", "aggregations.sums.value"); err != nil {
 		return nil, n, fmt.Errorf("sum rollups by stack: %w", err)
 	}
 	sums, err := resp.Aggregations.Sums.sums()
@@ -217,12 +228,14 @@ func (s *Store) stackRollupSums(ctx context.Context, idx []string, query Query, 
 		return nil, n, fmt.Errorf("sum rollups by stack: %w", err)
 	}
 	a := resp.Aggregations
-	return sums, stackRollupCounts{hourly: a.Hourly.DocCount, stack: a.Stack.DocCount, stacks: a.Stacks.DocCount}, nil
+	return sums, stackRollupCounts{hourly: a.Hourly.DocCount, stack: a.Stack.DocCount, stacks: a.Stacks.DocCount,
+		stackFrom: int64(a.Stack.From.Value), stackTo: int64(a.Stack.To.Value)}, nil
 }
 
 // packedWindows are the window keys (indices.WindowKey) of query's
-// KindStacks documents, paged through with a composite aggregation.
-func (s *Store) packedWindows(ctx context.Context, idx []string, query Query) (map[string]bool, error) {
+// KindStacks documents starting in r, paged through with a composite
+// aggregation.
+func (s *Store) packedWindows(ctx context.Context, idx []string, query Query, r TimeRange) (map[string]bool, error) {
 	out := map[string]bool{}
 	var after map[string]any
 	for {
@@ -241,7 +254,7 @@ func (s *Store) packedWindows(ctx context.Context, idx []string, query Query) (m
 				} `json:"windows"`
 			} `json:"aggregations"`
 		}
-		req := aggsRequest(allOf([]Query{query, term("kind", indices.KindStacks)}, nil), Aggs{"windows": {
+		req := aggsRequest(allOf([]Query{query, term("kind", indices.KindStacks), timeFilter(r)}, nil), Aggs{"windows": {
 			Composite: &Composite{Size: s.opts.PageSize, Sources: termSources("service", "host", "resolution", "@timestamp"), After: after},
 		}})
 		if err := s.search(ctx, idx, req, &resp, "aggregations.windows.after_key", "aggregations.windows.buckets.key"); err != nil {
