@@ -168,7 +168,7 @@ func (d *fastDecoder) parse(l *fastLimits) bool {
 				return false
 			}
 			var vt fastValueType
-			if !scalars(data, []*uint64{&vt.typ, &vt.unit}) {
+			if !pprofwire.Scalars(data, []*uint64{&vt.typ, &vt.unit}) {
 				return false
 			}
 			if num == 1 {
@@ -194,7 +194,7 @@ func (d *fastDecoder) parse(l *fastLimits) bool {
 			}
 			var m fastMapping
 			var skip uint64
-			if !scalars(data, []*uint64{&m.id, &skip, &skip, &skip, &m.file, &m.build, &skip, &skip, &skip, &skip}) {
+			if !pprofwire.Scalars(data, []*uint64{&m.id, &skip, &skip, &skip, &m.file, &m.build, &skip, &skip, &skip, &skip}) {
 				return false
 			}
 			d.mappings = append(d.mappings, m)
@@ -211,7 +211,7 @@ func (d *fastDecoder) parse(l *fastLimits) bool {
 			}
 			var f fastFunction
 			var skip uint64
-			if !scalars(data, []*uint64{&f.id, &f.name, &f.system, &f.file, &skip}) {
+			if !pprofwire.Scalars(data, []*uint64{&f.id, &f.name, &f.system, &f.file, &skip}) {
 				return false
 			}
 			d.functions = append(d.functions, f)
@@ -239,7 +239,7 @@ func (d *fastDecoder) parse(l *fastLimits) bool {
 		case 13: // comments
 			n := len(d.checkStrs)
 			var ok bool
-			if d.checkStrs, ok = appendVarints(d.checkStrs, typ, u, data); !ok || (typ != 0 && typ != 2) {
+			if d.checkStrs, ok = pprofwire.AppendVarints(d.checkStrs, typ, u, data); !ok || (typ != 0 && typ != 2) {
 				return false
 			}
 			if comments += len(d.checkStrs) - n; comments > l.MaxComments {
@@ -284,32 +284,32 @@ func (d *fastDecoder) parse(l *fastLimits) bool {
 	for _, m := range d.mappings {
 		d.tableIDs = append(d.tableIDs, m.id)
 	}
-	if d.mapByID, ok = index(d.mapByID, d.tableIDs); !ok {
+	if d.mapByID, ok = pprofwire.IndexIDs(d.mapByID, d.tableIDs); !ok {
 		return false
 	}
 	d.tableIDs = d.tableIDs[:0]
 	for _, f := range d.functions {
 		d.tableIDs = append(d.tableIDs, f.id)
 	}
-	if d.funcByID, ok = index(d.funcByID, d.tableIDs); !ok {
+	if d.funcByID, ok = pprofwire.IndexIDs(d.funcByID, d.tableIDs); !ok {
 		return false
 	}
 	d.tableIDs = d.tableIDs[:0]
 	for _, l := range d.locations {
 		d.tableIDs = append(d.tableIDs, l.id)
 	}
-	if d.locByID, ok = index(d.locByID, d.tableIDs); !ok {
+	if d.locByID, ok = pprofwire.IndexIDs(d.locByID, d.tableIDs); !ok {
 		return false
 	}
 	for i := range d.locations {
 		l := &d.locations[i]
-		if l.mapping != 0 && lookup(d.mapByID, l.mapping) < 0 {
+		if l.mapping != 0 && pprofwire.Lookup(d.mapByID, l.mapping) < 0 {
 			return false
 		}
 		// pprof's CheckValid (record.DecodeProfile) refuses a line
 		// without a function, as one naming a function the table lacks.
 		for _, ln := range d.lines[l.lines[0]:l.lines[1]] {
-			if lookup(d.funcByID, ln.function) < 0 {
+			if pprofwire.Lookup(d.funcByID, ln.function) < 0 {
 				return false
 			}
 		}
@@ -360,7 +360,7 @@ func (d *fastDecoder) parseLocation(b []byte) bool {
 			b = b[m+int(size):]
 			var ln fastLine
 			var skip uint64
-			if !scalars(data, []*uint64{&ln.function, &ln.line, &skip}) {
+			if !pprofwire.Scalars(data, []*uint64{&ln.function, &ln.line, &skip}) {
 				return false
 			}
 			d.lines = append(d.lines, ln)
@@ -383,40 +383,6 @@ func (d *fastDecoder) str(i uint64) string {
 	return d.strVals[i]
 }
 
-// index maps the IDs of a table's entries to their index+1. IDs must be
-// unique, non-zero and dense enough for a slice; anything else is left to
-// the general path.
-func index(dst []int32, ids []uint64) ([]int32, bool) {
-	n := len(ids)
-	size := 0
-	for _, x := range ids {
-		if x == 0 || x > uint64(4*n+64) {
-			return dst, false
-		}
-		size = max(size, int(x)+1)
-	}
-	if cap(dst) < size {
-		dst = make([]int32, size)
-	}
-	dst = dst[:size]
-	clear(dst)
-	for i, x := range ids {
-		if dst[x] != 0 {
-			return dst, false
-		}
-		dst[x] = int32(i + 1)
-	}
-	return dst, true
-}
-
-// lookup is the index of id in a table built by index, or -1.
-func lookup(t []int32, id uint64) int {
-	if id >= uint64(len(t)) {
-		return -1
-	}
-	return int(t[id]) - 1
-}
-
 // usualSample reads a sample laid out as pprof's encoder writes it: one
 // packed location_id field (more than two IDs), the values (packed, or one
 // field each when at most two), then the label fields (maybe none). It
@@ -431,7 +397,7 @@ func (d *fastDecoder) usualSample(s []byte) (locs, labels []byte, ok bool) {
 		if values, s, ok = lenField(s, 2<<3|2); !ok {
 			return nil, nil, false
 		}
-		if d.values, ok = appendVarints(d.values, 2, 0, values); !ok {
+		if d.values, ok = pprofwire.AppendVarints(d.values, 2, 0, values); !ok {
 			return nil, nil, false
 		}
 	} else {
@@ -474,7 +440,7 @@ func (d *fastDecoder) walkSample(s []byte, locFields *[]locField) (labelKey []by
 		case 1:
 			*locFields = append(*locFields, locField{typ, u, data})
 		case 2:
-			if d.values, ok = appendVarints(d.values, typ, u, data); !ok {
+			if d.values, ok = pprofwire.AppendVarints(d.values, typ, u, data); !ok {
 				return nil, false
 			}
 		case 3:
@@ -520,7 +486,7 @@ func (d *fastDecoder) labels(raw []byte) (map[string][]string, bool) {
 		_, _, _, data, rest, _ := pprofwire.Field(raw) // validated by the caller
 		raw = rest
 		var key, str, num, unit uint64
-		if !scalars(data, []*uint64{&key, &str, &num, &unit}) || !d.validStr(int64(key)) {
+		if !pprofwire.Scalars(data, []*uint64{&key, &str, &num, &unit}) || !d.validStr(int64(key)) {
 			return nil, false
 		}
 		if str == 0 {

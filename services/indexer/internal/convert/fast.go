@@ -13,6 +13,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/stackstream/stackstream/pkg/cache"
+	"github.com/stackstream/stackstream/pkg/pprofwire"
 	"github.com/stackstream/stackstream/pkg/pprofx"
 	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/schemas/record"
@@ -43,9 +44,9 @@ type fastPath struct {
 // walking every profile twice: limits.Check cost about a third of a 19 Hz
 // profile's conversion. A limit on a count of the whole profile (samples,
 // labels, locations, lines, strings...) or on the decode heap cannot be
-// passed by a protobuf shorter than checkAbove, since each element takes
-// at least one or two bytes on the wire and at most maxHeapPerWireByte of
-// heap (TestFastLimitsBound checks it with the costliest elements); such
+// passed by a protobuf shorter than checkAbove (pprofwire.CheckAbove:
+// each element takes at least one or two bytes on the wire and a bounded
+// heap; TestFastLimitsBound checks it with the costliest elements); such
 // profiles are checked while the decoder walks them, for the limits on one
 // element (sample types, stack depth, labels of a sample, string bytes,
 // mappings, comments, one period type), and longer ones by Check first.
@@ -54,15 +55,8 @@ type fastLimits struct {
 	checkAbove int
 }
 
-// maxHeapPerWireByte bounds the decode heap per protobuf byte of any
-// element record.Limits estimates (the costliest, a sample with one label,
-// is about 200 bytes of heap per byte).
-const maxHeapPerWireByte = 256
-
 func newFastLimits(l record.Limits) fastLimits {
-	n := min(2*l.MaxSamples, 2*l.MaxLabels, l.MaxSampleLocations, 2*l.MaxLocations,
-		2*l.MaxFunctions, 2*l.MaxLines, 2*l.MaxStrings, int(l.MaxDecodeHeapBytes/maxHeapPerWireByte))
-	return fastLimits{Limits: l, checkAbove: n}
+	return fastLimits{Limits: l, checkAbove: pprofwire.CheckAbove(l)}
 }
 
 // Bounds of the fast path's caches: entries, and about the bytes they hold
@@ -209,7 +203,7 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, part string
 			keyBuf = keyBuf[:0]
 			for _, f := range locFields {
 				var ok bool
-				if d.ids, ok = appendVarints(d.ids[:0], f.typ, f.u, f.data); !ok {
+				if d.ids, ok = pprofwire.AppendVarints(d.ids[:0], f.typ, f.u, f.data); !ok {
 					return Documents{}, false
 				}
 				for _, id := range d.ids {
@@ -230,12 +224,12 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, part string
 		} else {
 			d.ids = d.ids[:0]
 			if usual {
-				if d.ids, ok = appendVarints(d.ids, 2, 0, locs); !ok {
+				if d.ids, ok = pprofwire.AppendVarints(d.ids, 2, 0, locs); !ok {
 					return Documents{}, false
 				}
 			}
 			for _, f := range locFields {
-				if d.ids, ok = appendVarints(d.ids, f.typ, f.u, f.data); !ok {
+				if d.ids, ok = pprofwire.AppendVarints(d.ids, f.typ, f.u, f.data); !ok {
 					return Documents{}, false
 				}
 			}
@@ -366,7 +360,7 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, part string
 func (d *fastDecoder) stack(c *stackCache) (cachedStack, bool) {
 	hs := d.lkey[:0]
 	for _, id := range d.ids {
-		i := lookup(d.locByID, id)
+		i := pprofwire.Lookup(d.locByID, id)
 		if i < 0 {
 			return cachedStack{}, false
 		}
@@ -385,7 +379,7 @@ func (d *fastDecoder) stack(c *stackCache) (cachedStack, bool) {
 	}
 	frames := make([]indices.Frame, 0, len(d.ids))
 	for _, id := range d.ids {
-		frames = d.locationFrames(frames, &d.locations[lookup(d.locByID, id)])
+		frames = d.locationFrames(frames, &d.locations[pprofwire.Lookup(d.locByID, id)])
 	}
 	s := cachedStack{frames: frames}
 	size := 64
@@ -409,7 +403,7 @@ func (d *fastDecoder) locationHash(l *fastLocation, c *stackCache) [2]uint64 {
 	}
 	b := d.buf[:0]
 	if l.mapping != 0 {
-		b = appendBytes(b, d.strs[d.mappings[lookup(d.mapByID, l.mapping)].file])
+		b = appendBytes(b, d.strs[d.mappings[pprofwire.Lookup(d.mapByID, l.mapping)].file])
 	} else {
 		b = appendBytes(b, nil)
 	}
@@ -417,7 +411,7 @@ func (d *fastDecoder) locationHash(l *fastLocation, c *stackCache) [2]uint64 {
 	b = binary.LittleEndian.AppendUint64(b, uint64(l.lines[1]-l.lines[0]))
 	for _, ln := range d.lines[l.lines[0]:l.lines[1]] {
 		if ln.function != 0 {
-			f := d.functions[lookup(d.funcByID, ln.function)]
+			f := d.functions[pprofwire.Lookup(d.funcByID, ln.function)]
 			b = appendBytes(b, d.strs[f.name])
 			b = appendBytes(b, d.strs[f.file])
 		} else {
@@ -441,7 +435,7 @@ func appendBytes(b, s []byte) []byte {
 func (d *fastDecoder) locationFrames(dst []indices.Frame, l *fastLocation) []indices.Frame {
 	d.loc = profile.Location{Address: l.address}
 	if l.mapping != 0 {
-		d.mp = profile.Mapping{File: d.str(d.mappings[lookup(d.mapByID, l.mapping)].file)}
+		d.mp = profile.Mapping{File: d.str(d.mappings[pprofwire.Lookup(d.mapByID, l.mapping)].file)}
 		d.loc.Mapping = &d.mp
 	}
 	n := l.lines[1] - l.lines[0]
@@ -453,7 +447,7 @@ func (d *fastDecoder) locationFrames(dst []indices.Frame, l *fastLocation) []ind
 	for i, ln := range d.lines[l.lines[0]:l.lines[1]] {
 		d.plns[i] = profile.Line{Line: int64(ln.line)}
 		if ln.function != 0 {
-			f := d.functions[lookup(d.funcByID, ln.function)]
+			f := d.functions[pprofwire.Lookup(d.funcByID, ln.function)]
 			d.fns[i] = profile.Function{Name: d.str(f.name), Filename: d.str(f.file)}
 			d.plns[i].Function = &d.fns[i]
 		}

@@ -325,7 +325,7 @@ func (w *Wire) check() bool {
 		w.ids = append(w.ids, m.id)
 	}
 	var ok bool
-	if w.mapByID, ok = index(w.mapByID, w.ids); !ok {
+	if w.mapByID, ok = pprofwire.IndexIDs(w.mapByID, w.ids); !ok {
 		return false
 	}
 	w.ids = w.ids[:0]
@@ -335,14 +335,14 @@ func (w *Wire) check() bool {
 		}
 		w.ids = append(w.ids, f.id)
 	}
-	if w.funcByID, ok = index(w.funcByID, w.ids); !ok {
+	if w.funcByID, ok = pprofwire.IndexIDs(w.funcByID, w.ids); !ok {
 		return false
 	}
 	w.ids = w.ids[:0]
 	for _, loc := range w.locations {
 		w.ids = append(w.ids, loc.id)
 	}
-	if w.locByID, ok = index(w.locByID, w.ids); !ok {
+	if w.locByID, ok = pprofwire.IndexIDs(w.locByID, w.ids); !ok {
 		return false
 	}
 	w.locHashes = slices.Grow(w.locHashes[:0], len(w.locations))[:len(w.locations)]
@@ -355,13 +355,13 @@ func (w *Wire) check() bool {
 	for _, loc := range w.locations {
 		// pprof leaves a location naming a mapping the table lacks
 		// without one; such a profile is left to it.
-		if loc.mapping != 0 && lookup(w.mapByID, loc.mapping) < 0 {
+		if loc.mapping != 0 && pprofwire.Lookup(w.mapByID, loc.mapping) < 0 {
 			return false
 		}
 		// CheckValid refuses a line without a function, as one naming
 		// a function the table lacks.
 		for _, ln := range w.lines[loc.lines[0]:loc.lines[1]] {
-			if lookup(w.funcByID, ln.function) < 0 {
+			if pprofwire.Lookup(w.funcByID, ln.function) < 0 {
 				return false
 			}
 		}
@@ -440,14 +440,14 @@ func (w *Wire) locationHash(i int32, buf *[]byte) [2]uint64 {
 	loc := &w.locations[i]
 	b := (*buf)[:0]
 	if loc.mapping != 0 {
-		b = appendBytes(b, w.strs[w.mappings[lookup(w.mapByID, loc.mapping)].file])
+		b = appendBytes(b, w.strs[w.mappings[pprofwire.Lookup(w.mapByID, loc.mapping)].file])
 	} else {
 		b = appendBytes(b, nil)
 	}
 	b = binary.LittleEndian.AppendUint64(b, loc.address)
 	b = binary.LittleEndian.AppendUint64(b, uint64(loc.lines[1]-loc.lines[0]))
 	for _, ln := range w.lines[loc.lines[0]:loc.lines[1]] {
-		f := &w.functions[lookup(w.funcByID, ln.function)]
+		f := &w.functions[pprofwire.Lookup(w.funcByID, ln.function)]
 		b = appendBytes(b, w.strs[f.name])
 		b = appendBytes(b, w.strs[f.file])
 		b = binary.LittleEndian.AppendUint64(b, ln.line)
@@ -468,7 +468,7 @@ func (w *Wire) appendFrames(dst []indices.Frame, i int32) []indices.Frame {
 	l := &w.locations[i]
 	w.loc = profile.Location{Address: l.address}
 	if l.mapping != 0 {
-		w.mp = profile.Mapping{File: w.str(w.mappings[lookup(w.mapByID, l.mapping)].file)}
+		w.mp = profile.Mapping{File: w.str(w.mappings[pprofwire.Lookup(w.mapByID, l.mapping)].file)}
 		w.loc.Mapping = &w.mp
 	}
 	n := int(l.lines[1] - l.lines[0])
@@ -478,7 +478,7 @@ func (w *Wire) appendFrames(dst []indices.Frame, i int32) []indices.Frame {
 	}
 	w.plns, w.fns = w.plns[:n], w.fns[:n]
 	for j, ln := range w.lines[l.lines[0]:l.lines[1]] {
-		f := &w.functions[lookup(w.funcByID, ln.function)]
+		f := &w.functions[pprofwire.Lookup(w.funcByID, ln.function)]
 		w.fns[j] = profile.Function{Name: w.str(f.name), Filename: w.str(f.file)}
 		w.plns[j] = profile.Line{Line: int64(ln.line), Function: &w.fns[j]}
 	}
@@ -533,7 +533,7 @@ func (w *Wire) readSamples() bool {
 			return false
 		}
 		for _, id := range ids {
-			i := lookup(w.locByID, id)
+			i := pprofwire.Lookup(w.locByID, id)
 			if i < 0 {
 				return false
 			}
@@ -576,35 +576,3 @@ func (w *Wire) labelSet(raw []byte) (int32, bool) {
 	return int32(len(w.labelSets) - 1), true
 }
 
-// index maps the IDs of a table's entries to their index+1. IDs must be
-// unique, non-zero and dense enough for a slice; anything else is left to
-// pprof's parser.
-func index(dst []int32, ids []uint64) ([]int32, bool) {
-	size := 1
-	for _, x := range ids {
-		if x == 0 || x > uint64(4*len(ids)+64) {
-			return dst, false
-		}
-		size = max(size, int(x)+1)
-	}
-	if cap(dst) < size {
-		dst = make([]int32, size)
-	}
-	dst = dst[:size]
-	clear(dst)
-	for i, x := range ids {
-		if dst[x] != 0 {
-			return dst, false
-		}
-		dst[x] = int32(i + 1)
-	}
-	return dst, true
-}
-
-// lookup is the index of id in a table built by index, or -1.
-func lookup(t []int32, id uint64) int {
-	if id >= uint64(len(t)) {
-		return -1
-	}
-	return int(t[id]) - 1
-}
