@@ -397,6 +397,10 @@ func (r *Rollup) produce(ctx context.Context, recs []*kgo.Record) error {
 	var firstErr error
 	for _, res := range r.cl.ProduceSync(ctx, recs...) {
 		if res.Err != nil {
+			// kgo produces a record under the context it was first given:
+			// one that failed because that context ended would fail again
+			// at every retry, the final flush's too.
+			res.Record.Context = nil
 			failed = append(failed, res.Record)
 			if firstErr == nil {
 				firstErr = res.Err
