@@ -1,62 +1,19 @@
 package convert
 
 import (
-	"compress/gzip"
 	"context"
-	"encoding/gob"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/stackstream/stackstream/pkg/pproftest/symcorpus"
 	"github.com/stackstream/stackstream/pkg/testenv"
 	"github.com/stackstream/stackstream/schemas/record"
 )
 
-// loadgenCorpusFile holds what the symbolizer wrote for `stackctl loadgen`'s
-// fleet: 10 hosts over 30 simulated seconds (seed 15, every other flag at
-// its default), 30 CPU and 30 memory records of profiles.symbolized as the
-// indexer reads them (stored gzip pprof, headers).
-const loadgenCorpusFile = "testdata/loadgen-symbolized.gob.gz"
-
-type loadgenRecord struct {
-	Headers   map[string][]byte
-	Value     []byte
-	Timestamp time.Time
-}
-
-func readLoadgenCorpus(tb testing.TB) []loadgenRecord {
-	tb.Helper()
-	f, err := os.Open(loadgenCorpusFile)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var recs []loadgenRecord
-	if err := gob.NewDecoder(zr).Decode(&recs); err != nil {
-		tb.Fatalf("decode %s: %v", loadgenCorpusFile, err)
-	}
-	return recs
-}
-
-func (r loadgenRecord) meta(tb testing.TB) record.Meta {
-	var h []kgo.RecordHeader
-	for k, v := range r.Headers {
-		h = append(h, kgo.RecordHeader{Key: k, Value: v})
-	}
-	m, err := record.ParseMeta(h)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return m
-}
-
-// TestRecordLoadgenCorpus rewrites testdata/loadgen-symbolized.gob.gz from
+// TestRecordLoadgenCorpus rewrites pkg/pproftest/symcorpus from
 // a profiles.symbolized topic, only when asked: loadgen as in the
 // symbolizer's TestRecordLoadgenCorpus (services/symbolizer/internal/pipeline),
 // then bin/stackstream-symbolizer on the same topic prefix until its 60
@@ -75,7 +32,7 @@ func TestRecordLoadgenCorpus(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	var recs []loadgenRecord
+	var recs []symcorpus.Record
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		f := cl.PollFetches(ctx)
@@ -84,7 +41,7 @@ func TestRecordLoadgenCorpus(t *testing.T) {
 			break
 		}
 		f.EachRecord(func(r *kgo.Record) {
-			lr := loadgenRecord{Headers: map[string][]byte{}, Value: r.Value, Timestamp: r.Timestamp}
+			lr := symcorpus.Record{Headers: map[string][]byte{}, Value: r.Value, Timestamp: r.Timestamp}
 			for _, h := range r.Headers {
 				lr.Headers[h.Key] = h.Value
 			}
@@ -94,20 +51,7 @@ func TestRecordLoadgenCorpus(t *testing.T) {
 	if len(recs) == 0 {
 		t.Fatal("no records")
 	}
-	f, err := os.Create(loadgenCorpusFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	zw := gzip.NewWriter(f)
-	if err := gob.NewEncoder(zw).Encode(recs); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
+	symcorpus.Write(t, recs)
 	t.Logf("%d records", len(recs))
 }
 
@@ -119,11 +63,11 @@ func TestRecordLoadgenCorpus(t *testing.T) {
 //
 //	go test -run '^$' -bench ConvertLoadgen -benchtime 300x -cpu 1 ./internal/convert
 func BenchmarkConvertLoadgen(b *testing.B) {
-	recs := readLoadgenCorpus(b)
+	recs := symcorpus.Read(b)
 	metas := make([]record.Meta, len(recs))
 	intervals := 0
 	for i, r := range recs {
-		metas[i] = r.meta(b)
+		metas[i] = r.Meta(b)
 		if metas[i].Type == record.ProfileCPU {
 			intervals++
 		}

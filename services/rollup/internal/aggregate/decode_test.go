@@ -3,51 +3,19 @@ package aggregate
 import (
 	"bytes"
 	"compress/gzip"
-	"encoding/gob"
 	"errors"
 	"math"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/pprof/profile"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stackstream/stackstream/pkg/pproftest"
+	"github.com/stackstream/stackstream/pkg/pproftest/symcorpus"
 	"github.com/stackstream/stackstream/schemas/record"
 )
-
-// loadgenCorpusFile is the indexer's corpus of what the symbolizer wrote
-// for `stackctl loadgen`'s fleet (10 hosts over 30 simulated seconds, 30
-// CPU and 30 memory records of profiles.symbolized): the rollup reads the
-// same records.
-const loadgenCorpusFile = "../../../indexer/internal/convert/testdata/loadgen-symbolized.gob.gz"
-
-type corpusRecord struct {
-	Headers   map[string][]byte
-	Value     []byte
-	Timestamp time.Time
-}
-
-func readLoadgenCorpus(tb testing.TB) []corpusRecord {
-	tb.Helper()
-	f, err := os.Open(loadgenCorpusFile)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var recs []corpusRecord
-	if err := gob.NewDecoder(zr).Decode(&recs); err != nil {
-		tb.Fatalf("decode %s: %v", loadgenCorpusFile, err)
-	}
-	return recs
-}
 
 // testRecord is a record value with what Add takes from its headers.
 type testRecord struct {
@@ -59,15 +27,8 @@ type testRecord struct {
 
 func corpusRecords(tb testing.TB) []testRecord {
 	var out []testRecord
-	for _, r := range readLoadgenCorpus(tb) {
-		var h []kgo.RecordHeader
-		for k, v := range r.Headers {
-			h = append(h, kgo.RecordHeader{Key: k, Value: v})
-		}
-		meta, err := record.ParseMeta(h)
-		if err != nil {
-			tb.Fatal(err)
-		}
+	for _, r := range symcorpus.Read(tb) {
+		meta := r.Meta(tb)
 		out = append(out, testRecord{value: r.Value, typ: meta.Type, host: record.Host(meta, nil), ts: r.Timestamp})
 	}
 	return out
