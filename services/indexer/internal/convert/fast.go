@@ -46,7 +46,7 @@ type fastPath struct {
 // labels, locations, lines, strings...) or on the decode heap cannot be
 // passed by a protobuf shorter than checkAbove (pprofwire.CheckAbove:
 // each element takes at least one or two bytes on the wire and a bounded
-// heap; TestFastLimitsBound checks it with the costliest elements); such
+// heap; TestCheckAbove checks it with the costliest elements); such
 // profiles are checked while the decoder walks them, for the limits on one
 // element (sample types, stack depth, labels of a sample, string bytes,
 // mappings, comments, one period type), and longer ones by Check first.

@@ -3,7 +3,6 @@ package convert
 import (
 	"bytes"
 	"compress/gzip"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -16,6 +15,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/stackstream/stackstream/pkg/pproftest"
+	"github.com/stackstream/stackstream/pkg/pprofwire"
 	"github.com/stackstream/stackstream/schemas/record"
 	"github.com/stackstream/stackstream/services/indexer/internal/indexertest"
 )
@@ -426,35 +426,13 @@ func TestSortStacks(t *testing.T) {
 	}
 }
 
-// TestFastLimitsBound: no protobuf shorter than checkAbove, made of the
-// elements that cost the most decode heap per wire byte, passes a limit of
-// record.DefaultLimits on the whole profile or its heap estimate: the fast
-// path may skip limits.Check below it. (Mappings, limited to 65,536, are
-// counted as the fast path walks.)
+// TestFastLimitsBound: the fast path walks a protobuf with Check from
+// pprofwire.CheckAbove on, whose bound TestCheckAbove (pkg/pprofwire)
+// checks with the costliest elements.
 func TestFastLimitsBound(t *testing.T) {
-	l := newFastLimits(record.DefaultLimits())
-	if l.checkAbove < 900<<10 {
-		t.Fatalf("checkAbove = %d: records the symbolizer writes (up to 900 KiB) would all be walked twice", l.checkAbove)
-	}
-	patterns := []struct {
-		name string
-		elem []byte
-	}{
-		{"samples with one label", []byte{0x12, 0x02, 0x1a, 0x00}},
-		{"samples with two labels", []byte{0x12, 0x04, 0x1a, 0x00, 0x1a, 0x00}},
-		{"empty samples", []byte{0x12, 0x00}},
-		{"location references", []byte{0x12, 0x0a, 0x0a, 0x08, 1, 1, 1, 1, 1, 1, 1, 1}},
-		{"functions", []byte{0x2a, 0x00}},
-		{"locations with a line", []byte{0x22, 0x02, 0x22, 0x00}},
-		{"strings", []byte{0x32, 0x00}},
-	}
-	for _, p := range patterns {
-		t.Run(p.name, func(t *testing.T) {
-			raw := bytes.Repeat(p.elem, (l.checkAbove-1)/len(p.elem))
-			if err := l.Check(raw); errors.Is(err, record.ErrTooLarge) {
-				t.Fatalf("%d bytes (< checkAbove %d) pass a limit: %v", len(raw), l.checkAbove, err)
-			}
-		})
+	l := record.DefaultLimits()
+	if got, want := newFastLimits(l).checkAbove, pprofwire.CheckAbove(l); got != want {
+		t.Fatalf("checkAbove = %d, want pprofwire.CheckAbove %d", got, want)
 	}
 }
 
