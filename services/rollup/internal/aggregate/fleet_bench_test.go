@@ -116,14 +116,7 @@ func BenchmarkFleet(b *testing.B) {
 			b.Fatal(err)
 		}
 		if i%hosts == hosts-1 {
-			pending := p.Pending(false)
-			docs += len(pending)
-			benchEncode(b, pending)
-			MarkStored(pending)
-			p.Evict()
-			if off, cp, ok := p.Commit(); ok {
-				p.Committed(off, cp)
-			}
+			docs += benchFlush(b, p)
 		}
 	}
 	per := float64(cpuTime()-start) / float64(b.N)
@@ -137,6 +130,19 @@ func BenchmarkFleet(b *testing.B) {
 }
 
 var encodedBytes int
+
+// benchFlush writes p's pending documents as the consumer's flush does
+// (encoded, stored, evicted, committed) and returns how many there were.
+func benchFlush(b *testing.B, p *Partition) int {
+	pending := p.Pending(false)
+	benchEncode(b, pending)
+	MarkStored(pending)
+	p.Evict()
+	if off, cp, ok := p.Commit(); ok {
+		p.Committed(off, cp)
+	}
+	return len(pending)
+}
 
 // benchEncode encodes the documents as the consumer does before its bulk
 // write.

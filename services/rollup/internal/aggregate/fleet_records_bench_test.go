@@ -58,13 +58,7 @@ func benchFleetRecords(b *testing.B, wire bool) {
 			b.Fatal(err)
 		}
 		if i%hosts == hosts-1 {
-			pending := p.Pending(false)
-			benchEncode(b, pending)
-			MarkStored(pending)
-			p.Evict()
-			if off, cp, ok := p.Commit(); ok {
-				p.Committed(off, cp)
-			}
+			benchFlush(b, p)
 		}
 	}
 	per := float64(cpuTime()-start) / float64(b.N)
