@@ -61,26 +61,32 @@ func (p *Partition) appendDirty(out []Pending, w *window) []Pending {
 	start := time.Unix(0, w.key.start).UTC()
 	index := p.cfg.Names.Rollups(start)
 	for k, ws := range w.series {
-		if k.kind == indices.KindStack {
-			if d, ok := stacksPending(w, start, index, k, ws); ok {
-				out = append(out, d)
-			}
-		} else {
-			for name, ds := range ws.docs {
-				if ds.dirty {
-					out = append(out, p.pending(w, start, index, k, ws, name, ds))
-				}
-			}
-		}
-		if ws.tree != nil && ws.tree.dirty {
-			out = appendFunctions(out, w, start, index, k, ws)
-			out = append(out, treePending(w, start, index, k, ws))
-		}
+		out = p.appendSeries(out, w, start, index, k, ws)
 	}
 	for k, ds := range w.serviceTrees {
 		if ds.dirty {
 			out = append(out, p.serviceTreePending(w, start, index, k, ds))
 		}
+	}
+	return out
+}
+
+// appendSeries appends the changed documents of one series of w.
+func (p *Partition) appendSeries(out []Pending, w *window, start time.Time, index string, k seriesKey, ws *series) []Pending {
+	if k.kind == indices.KindStack {
+		if d, ok := stacksPending(w, start, index, k, ws); ok {
+			out = append(out, d)
+		}
+	} else {
+		for name, ds := range ws.docs {
+			if ds.dirty {
+				out = append(out, p.pending(w, start, index, k, ws, name, ds))
+			}
+		}
+	}
+	if ws.tree != nil && ws.tree.dirty {
+		out = appendFunctions(out, w, start, index, k, ws)
+		out = append(out, treePending(w, start, index, k, ws))
 	}
 	return out
 }
