@@ -37,20 +37,15 @@ type fileSymbols struct {
 type Detector struct {
 	tables TableLimits
 
-	mu    sync.Mutex
-	files map[proc.FileID]fileResult
-}
-
-type fileResult struct {
-	f   *fileSymbols
-	err error
+	files *proc.FileCache[*fileSymbols]
+	mu    sync.Mutex // guards each fileSymbols' vm and vmBias
 }
 
 const maxFiles = 16
 
 // NewDetector returns a Detector reading the tables within lim.
 func NewDetector(lim TableLimits) *Detector {
-	return &Detector{tables: lim, files: map[proc.FileID]fileResult{}}
+	return &Detector{tables: lim, files: proc.NewFileCache(maxFiles, readSymbols)}
 }
 
 // Detect finds the HotSpot pid runs, if any: libjvm.so mapped, its tables
@@ -70,11 +65,11 @@ func (d *Detector) DetectIn(fs proc.FS, pid int, maps []proc.Mapping, mapFiles b
 		if filepath.Base(m.Path) != libjvm {
 			continue
 		}
-		fsyms, err := d.file(fs, pid, m, mapFiles)
+		fsyms, err := d.files.Get(fs, pid, m, mapFiles)
 		if err != nil {
 			return nil, err
 		}
-		bias, ok := biasOf(fsyms.loads, m)
+		bias, ok := proc.LoadBias(fsyms.loads, m)
 		if !ok {
 			return nil, fmt.Errorf("%w: mapping at offset %#x of %s in no PT_LOAD", ErrInvalid, m.Offset, m.Path)
 		}
@@ -109,43 +104,6 @@ func (d *Detector) DetectIn(fs proc.FS, pid int, maps []proc.Mapping, mapFiles b
 		return p, nil
 	}
 	return nil, fmt.Errorf("pid %d: %w", pid, ErrNotJVM)
-}
-
-func (d *Detector) file(fs proc.FS, pid int, m proc.Mapping, mapFiles bool) (*fileSymbols, error) {
-	mf, err := fs.OpenMapped(pid, m, mapFiles)
-	if err != nil {
-		return nil, err
-	}
-	defer mf.Close()
-	d.mu.Lock()
-	r, ok := d.files[mf.ID]
-	d.mu.Unlock()
-	if ok {
-		return r.f, r.err
-	}
-	f, err := mf.Open()
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	r.f, r.err = readSymbols(f, mf.ID.Size)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if len(d.files) >= maxFiles {
-		clear(d.files)
-	}
-	d.files[mf.ID] = r
-	return r.f, r.err
-}
-
-// biasOf is what to add to an ELF virtual address of the file mapped by m.
-func biasOf(loads []elf.ProgHeader, m proc.Mapping) (uint64, bool) {
-	for _, p := range loads {
-		if p.Off <= m.Offset && m.Offset < p.Off+p.Filesz {
-			return m.Start - (m.Offset - p.Off + p.Vaddr), true
-		}
-	}
-	return 0, false
 }
 
 // readSymbols reads the gHotSpotVM* symbols of libjvm.so's .dynsym. The

@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
@@ -216,4 +217,15 @@ func parseDev(s string) (uint64, bool) {
 		return 0, false
 	}
 	return unix.Mkdev(uint32(a), uint32(b)), true
+}
+
+// LoadBias is what to add to an ELF virtual address of the file mapped by m
+// (loads: its PT_LOAD headers): false when m's offset is in none of them.
+func LoadBias(loads []elf.ProgHeader, m Mapping) (uint64, bool) {
+	for _, p := range loads {
+		if p.Off <= m.Offset && m.Offset < p.Off+p.Filesz {
+			return m.Start - (m.Offset - p.Off + p.Vaddr), true
+		}
+	}
+	return 0, false
 }

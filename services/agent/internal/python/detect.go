@@ -74,7 +74,7 @@ func detectFile(fs proc.FS, pid int, m proc.Mapping, v Version, mapFiles bool) (
 	if syms.Version != (Version{}) && syms.Version != v {
 		return nil, fmt.Errorf("%w: %s is named %s but Py_Version says %s", ErrInvalid, m.Path, v, syms.Version)
 	}
-	bias, ok := syms.bias(m)
+	bias, ok := proc.LoadBias(syms.loads, m)
 	if !ok {
 		return nil, fmt.Errorf("%w: mapping at offset %#x of %s in no PT_LOAD", ErrInvalid, m.Offset, m.Path)
 	}
@@ -95,16 +95,6 @@ type Symbols struct {
 	BytesType          uint64
 	Version            Version // from Py_Version (3.11+); zero when absent
 	loads              []elf.ProgHeader
-}
-
-// bias is what to add to an ELF virtual address of the file mapped by m.
-func (s *Symbols) bias(m proc.Mapping) (uint64, bool) {
-	for _, p := range s.loads {
-		if p.Off <= m.Offset && m.Offset < p.Off+p.Filesz {
-			return m.Start - (m.Offset - p.Off + p.Vaddr), true
-		}
-	}
-	return 0, false
 }
 
 // ReadSymbols reads the interpreter's symbols from the ELF file r of size

@@ -8,7 +8,6 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
-	"sync"
 
 	"github.com/stackstream/stackstream/services/agent/internal/elfinfo"
 	"github.com/stackstream/stackstream/services/agent/internal/proc"
@@ -52,22 +51,15 @@ func candidate(path string) bool {
 // file identity, at most maxFiles), so node's symbols are read once, not at
 // every registration.
 type Detector struct {
-	lim Limits
-
-	mu    sync.Mutex
-	files map[proc.FileID]fileResult
-}
-
-type fileResult struct {
-	f   *File
-	err error
+	files *proc.FileCache[*File]
 }
 
 const maxFiles = 64
 
 // NewDetector returns a Detector reading binaries within lim.
 func NewDetector(lim Limits) *Detector {
-	return &Detector{lim: lim, files: map[proc.FileID]fileResult{}}
+	read := func(r io.ReaderAt, size int64) (*File, error) { return ReadFile(r, size, lim) }
+	return &Detector{files: proc.NewFileCache(maxFiles, read)}
 }
 
 // Detect finds the V8 pid runs, if any, among its executable mappings.
@@ -86,11 +78,11 @@ func (d *Detector) DetectIn(fs proc.FS, pid int, maps []proc.Mapping, mapFiles b
 		if !candidate(m.Path) {
 			continue
 		}
-		f, err := d.file(fs, pid, m, mapFiles)
+		f, err := d.files.Get(fs, pid, m, mapFiles)
 		if err != nil {
 			return nil, err
 		}
-		bias, ok := f.bias(m)
+		bias, ok := proc.LoadBias(f.loads, m)
 		if !ok {
 			return nil, fmt.Errorf("%w: mapping at offset %#x of %s in no PT_LOAD", ErrInvalid, m.Offset, m.Path)
 		}
@@ -101,43 +93,6 @@ func (d *Detector) DetectIn(fs proc.FS, pid int, maps []proc.Mapping, mapFiles b
 		return p, nil
 	}
 	return nil, fmt.Errorf("pid %d: %w", pid, ErrNotV8)
-}
-
-func (d *Detector) file(fs proc.FS, pid int, m proc.Mapping, mapFiles bool) (*File, error) {
-	mf, err := fs.OpenMapped(pid, m, mapFiles)
-	if err != nil {
-		return nil, err
-	}
-	defer mf.Close()
-	d.mu.Lock()
-	r, ok := d.files[mf.ID]
-	d.mu.Unlock()
-	if ok {
-		return r.f, r.err
-	}
-	f, err := mf.Open()
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	r.f, r.err = ReadFile(f, mf.ID.Size, d.lim)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if len(d.files) >= maxFiles {
-		clear(d.files)
-	}
-	d.files[mf.ID] = r
-	return r.f, r.err
-}
-
-// bias is what to add to an ELF virtual address of the file mapped by m.
-func (f *File) bias(m proc.Mapping) (uint64, bool) {
-	for _, p := range f.loads {
-		if p.Off <= m.Offset && m.Offset < p.Off+p.Filesz {
-			return m.Start - (m.Offset - p.Off + p.Vaddr), true
-		}
-	}
-	return 0, false
 }
 
 const (
