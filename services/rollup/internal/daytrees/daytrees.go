@@ -158,6 +158,23 @@ func (c *Compactor) compactDay(ctx context.Context, day time.Time) (int, error) 
 	for _, d := range days {
 		current[groupKey{d.Source.Type, d.Source.Partition}] = d.Source.Sources
 	}
+	written, err := writeMerged(ctx, c, index, groups, current, func(k groupKey, b *indices.TreeBuilder) indices.RollupDoc {
+		return indices.RollupDoc{
+			Timestamp: day, Resolution: indices.ResolutionDay, Kind: indices.KindPartitionTree, Type: k.typ,
+			Partition: k.partition, Value: b.Total(), Tree: b.Encode(),
+		}
+	})
+	if err != nil {
+		return written, err
+	}
+	n, err := c.writeHeads(ctx, index, day, groups)
+	return written + n, err
+}
+
+// writeMerged writes, for each group of hour trees whose fingerprint is not
+// the sources current holds for it, the document doc makes of their merge
+// (with those sources); it returns how many it wrote.
+func writeMerged[K comparable](ctx context.Context, c *Compactor, index string, groups map[K][]hit, current map[K]string, doc func(K, *indices.TreeBuilder) indices.RollupDoc) (int, error) {
 	written := 0
 	for k, hs := range groups {
 		sources := fingerprint(hs)
@@ -171,16 +188,14 @@ func (c *Compactor) compactDay(ctx context.Context, day time.Time) (int, error) 
 		if b == nil {
 			continue
 		}
-		if err := c.put(ctx, index, indices.RollupDoc{
-			Timestamp: day, Resolution: indices.ResolutionDay, Kind: indices.KindPartitionTree, Type: k.typ,
-			Partition: k.partition, Value: b.Total(), Tree: b.Encode(), Sources: sources,
-		}); err != nil {
+		d := doc(k, b)
+		d.Sources = sources
+		if err := c.put(ctx, index, d); err != nil {
 			return written, err
 		}
 		written++
 	}
-	n, err := c.writeHeads(ctx, index, day, groups)
-	return written + n, err
+	return written, nil
 }
 
 // fingerprint is the versions of the hour trees hs, as a merge of them

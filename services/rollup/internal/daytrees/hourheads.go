@@ -76,26 +76,10 @@ func (c *Compactor) hourHeadsOfDay(ctx context.Context, day, to time.Time) (int,
 	for _, h := range heads {
 		current[hourKey{h.Source.Type, h.Source.Timestamp.Unix()}] = h.Source.Sources
 	}
-	written := 0
-	for k, hs := range groups {
-		sources := fingerprint(hs)
-		if current[k] == sources {
-			continue
-		}
-		b, err := c.mergeUnchanged(ctx, index, hs, sources)
-		if err != nil {
-			return written, err
-		}
-		if b == nil {
-			continue
-		}
-		if err := c.put(ctx, index, indices.RollupDoc{
+	return writeMerged(ctx, c, index, groups, current, func(k hourKey, b *indices.TreeBuilder) indices.RollupDoc {
+		return indices.RollupDoc{
 			Timestamp: time.Unix(k.hour, 0).UTC(), Resolution: indices.ResolutionHour, Kind: indices.KindFleetHead, Type: k.typ,
-			Value: b.Total(), Tree: b.EncodeHead(indices.HeadNodes), Sources: sources,
-		}); err != nil {
-			return written, err
+			Value: b.Total(), Tree: b.EncodeHead(indices.HeadNodes),
 		}
-		written++
-	}
-	return written, nil
+	})
 }
