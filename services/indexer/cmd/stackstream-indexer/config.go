@@ -35,6 +35,7 @@ type Indexer struct {
 	MergeAfter        time.Duration `envconfig:"MERGE_AFTER" default:"1h" desc:"force-merge a daily samples index to one segment this long after its day ended; 0 never"`
 	Workers           int           `envconfig:"WORKERS" default:"0" desc:"profiles decoded in parallel; 0 is one per CPU"`
 	MaxClockSkew      time.Duration `envconfig:"MAX_CLOCK_SKEW" default:"10m" desc:"profiles stamped later than now plus this go to the DLQ (time_out_of_range), as do those older than the retention"`
+	DebugPprof        bool          `envconfig:"DEBUG_PPROF" default:"false" desc:"serve Go's /debug/pprof/ (heap, CPU, goroutines) on the listen address, for finding where CPU and memory go; off by default"`
 }
 
 // Validate checks values that parse but cannot work.

@@ -5,6 +5,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"time"
 
@@ -77,9 +79,13 @@ func runMain() error {
 		Client: osc, Names: names, Days: cfg.Indexer.RetentionDays, StacksDays: cfg.Indexer.StacksDays, MergeAfter: cfg.Indexer.MergeAfter,
 		Interval: cfg.Indexer.RetentionInterval, Logger: log, Now: time.Now,
 	}
-	srv, err := telemetry.Listen(cfg.ListenAddr, telemetry.Mux(reg, func(ctx context.Context) error {
+	mux := telemetry.Mux(reg, func(ctx context.Context) error {
 		return opensearch.Check(ctx, osc, cfg.OpenSearch)
-	}))
+	})
+	if cfg.Indexer.DebugPprof {
+		servePprof(mux)
+	}
+	srv, err := telemetry.Listen(cfg.ListenAddr, mux)
 	if err != nil {
 		return err
 	}
@@ -98,4 +104,12 @@ func runMain() error {
 	log.Info("indexing", "topic", topics.ProfilesSymbolized, "group", cfg.Indexer.Group,
 		"samples", names.SamplesPattern(), "stacks", names.Stacks(), "listen", srv.Addr())
 	return g.Run()
+}
+
+// servePprof adds Go's /debug/pprof/ handlers (STACKSTREAM_INDEXER_DEBUG_PPROF).
+func servePprof(mux *http.ServeMux) {
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 }

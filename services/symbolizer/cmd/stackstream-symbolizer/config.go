@@ -50,6 +50,7 @@ type Symbolizer struct {
 	MaxOutputBytes     int           `envconfig:"MAX_OUTPUT_BYTES" default:"999000" desc:"largest symbolized record value: a profile larger uncompressed (stored gzip) is gzip-compressed, one still larger goes to the DLQ (keep under the topic's max.message.bytes)"`
 	MemoryLimit        int64         `envconfig:"MEMORY_LIMIT" default:"536870912" desc:"soft limit of the Go heap in bytes (GOMEMLIMIT wins when set); 0 for none"`
 	BatchCompression   string        `envconfig:"BATCH_COMPRESSION" default:"snappy" desc:"codec of the record batches written to profiles.symbolized: snappy (cheapest to write, as cheap as lz4 to read), lz4, zstd (about a quarter smaller on the broker) or none"`
+	DebugPprof         bool          `envconfig:"DEBUG_PPROF" default:"false" desc:"serve Go's /debug/pprof/ (heap, CPU, goroutines) on the listen address, for finding where CPU and memory go; off by default"`
 }
 
 // BatchCodec is the franz-go codec named by BatchCompression.

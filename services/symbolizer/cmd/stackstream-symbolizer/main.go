@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"runtime/debug"
 	"time"
@@ -126,14 +128,18 @@ func runMain() error {
 		MaxPollRecords:    cfg.Symbolizer.MaxPollRecords,
 		BatchLookupBudget: cfg.Symbolizer.BatchLookupBudget,
 	}
-	srv, err := telemetry.Listen(cfg.ListenAddr, telemetry.Mux(reg, func(ctx context.Context) error {
+	mux := telemetry.Mux(reg, func(ctx context.Context) error {
 		select {
 		case <-follower.CaughtUp():
 		default:
 			return errors.New("still reading the debuginfo topic")
 		}
 		return kafka.Ping(ctx, admCl, cfg.Kafka)
-	}))
+	})
+	if cfg.Symbolizer.DebugPprof {
+		servePprof(mux)
+	}
+	srv, err := telemetry.Listen(cfg.ListenAddr, mux)
 	if err != nil {
 		return err
 	}
@@ -189,4 +195,12 @@ func waitDebuginfo(f **source.Follower, d time.Duration) func(context.Context, t
 		defer cancel()
 		return (*f).WaitEnd(ctx, since) == nil
 	}
+}
+
+// servePprof adds Go's /debug/pprof/ handlers (STACKSTREAM_SYMBOLIZER_DEBUG_PPROF).
+func servePprof(mux *http.ServeMux) {
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 }
