@@ -2,7 +2,9 @@ package aggregate
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -70,7 +72,9 @@ func fleetGenerator(hosts int) func() ([]*profile.Profile, []string) {
 					i := int(float64(pool) * rng.Float64() * rng.Float64())
 					counts[i]++
 				}
-				for i, n := range counts {
+				// In stack order: the same profiles every run.
+				for _, i := range slices.Sorted(maps.Keys(counts)) {
+					n := counts[i]
 					st := stacks[s][i]
 					if rng.Float64() < 0.05 {
 						st = append([]string{fmt.Sprintf("%s.hostonly%d", host, rng.IntN(20))}, st...)
