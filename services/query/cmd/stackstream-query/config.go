@@ -20,7 +20,8 @@ type Config struct {
 	Timeout       time.Duration `envconfig:"QUERY_TIMEOUT" default:"30s" desc:"longest time one API request may take"`
 	MaxRange      time.Duration `envconfig:"QUERY_MAX_RANGE" default:"744h" desc:"longest from..to range (31 days)"`
 	RawMaxRange   time.Duration `envconfig:"QUERY_RAW_MAX_RANGE" default:"6h" desc:"longer flame graphs read the per-stack rollups instead of raw samples"`
-	MaxStacks     int           `envconfig:"QUERY_MAX_STACKS" default:"50000" desc:"distinct stacks read per stack (the minutes around whole hours read from trees, label selectors, hours without trees); beyond it the heaviest are kept"`
+	MaxStacks     int           `envconfig:"QUERY_MAX_STACKS" default:"50000" desc:"distinct stacks read per stack (label selectors, hours without trees); beyond it the heaviest are kept"`
+	MaxEdgeStacks int           `envconfig:"QUERY_MAX_EDGE_STACKS" default:"1000000" desc:"distinct stacks of the minutes around the whole hours read from trees, merged whole; beyond it the request fails (422) instead of leaving stacks out"`
 	MaxNodes      int           `envconfig:"QUERY_MAX_NODES" default:"5000" desc:"default max_nodes of a flame graph"`
 	AuthToken     string        `envconfig:"QUERY_AUTH_TOKEN" desc:"require this Bearer token on the API and UI; never logged"`
 	BasicUser     string        `envconfig:"QUERY_BASIC_AUTH_USER" desc:"require HTTP basic auth with this user on the API and UI"`
@@ -44,6 +45,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxStacks < 1 || c.MaxNodes < 1 {
 		return fmt.Errorf("STACKSTREAM_QUERY_MAX_STACKS=%d and STACKSTREAM_QUERY_MAX_NODES=%d must be positive", c.MaxStacks, c.MaxNodes)
+	}
+	if c.MaxEdgeStacks < 1 {
+		return fmt.Errorf("STACKSTREAM_QUERY_MAX_EDGE_STACKS=%d must be positive", c.MaxEdgeStacks)
 	}
 	if c.AllowedHosts != "" {
 		if _, err := server.ParseAllowedHosts(c.AllowedHosts); err != nil {

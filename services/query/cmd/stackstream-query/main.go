@@ -48,7 +48,7 @@ func runMain() error {
 	handler := server.New(cl, cfg.Index.Names(), server.Options{
 		API: api.Options{
 			Timeout: cfg.Timeout, MaxRange: cfg.MaxRange, RawMaxRange: cfg.RawMaxRange,
-			MaxStacks: cfg.MaxStacks, MaxNodes: cfg.MaxNodes, Version: version.Version, Now: time.Now,
+			MaxStacks: cfg.MaxStacks, MaxEdgeStacks: cfg.MaxEdgeStacks, MaxNodes: cfg.MaxNodes, Version: version.Version, Now: time.Now,
 		},
 		UI:        uiHandler(),
 		AuthToken: cfg.AuthToken, BasicUser: cfg.BasicUser, BasicPassword: cfg.BasicPassword,

@@ -11,7 +11,7 @@ import (
 )
 
 func TestValidate(t *testing.T) {
-	good := Config{Timeout: 30 * time.Second, MaxRange: 744 * time.Hour, MaxStacks: 1, MaxNodes: 1, QueueWait: 2 * time.Second,
+	good := Config{Timeout: 30 * time.Second, MaxRange: 744 * time.Hour, MaxStacks: 1, MaxEdgeStacks: 1, MaxNodes: 1, QueueWait: 2 * time.Second,
 		Base:    service.Base{Log: telemetry.LogConfig{Level: "info", Format: "text"}},
 		Storage: opensearch.Storage{OpenSearch: opensearch.Config{URLs: []string{"http://127.0.0.1:9200"}}}}
 	if err := good.Validate(); err != nil {
@@ -33,6 +33,7 @@ func TestValidate(t *testing.T) {
 		{"max range", func(c *Config) { c.MaxRange = time.Minute }, "STACKSTREAM_QUERY_MAX_RANGE"},
 		{"max range past 10 years", func(c *Config) { c.MaxRange = 100 * 365 * 24 * time.Hour }, "STACKSTREAM_QUERY_MAX_RANGE"},
 		{"max stacks", func(c *Config) { c.MaxStacks = 0 }, "STACKSTREAM_QUERY_MAX_STACKS"},
+		{"max edge stacks", func(c *Config) { c.MaxEdgeStacks = 0 }, "STACKSTREAM_QUERY_MAX_EDGE_STACKS"},
 		{"basic user without password", func(c *Config) { c.BasicUser = "ann" }, "STACKSTREAM_QUERY_BASIC_AUTH_PASSWORD"},
 		{"allowed host with a port", func(c *Config) { c.AllowedHosts = "localhost:8080" }, "STACKSTREAM_QUERY_ALLOWED_HOSTS"},
 		{"allowed host not a name", func(c *Config) { c.AllowedHosts = "ok.example, bad/host" }, "STACKSTREAM_QUERY_ALLOWED_HOSTS"},

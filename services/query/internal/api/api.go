@@ -16,7 +16,7 @@
 //  3. The handler shapes the answer: call trees, pruning and diffs
 //     (tree.go), shares, pprof profiles. writeError maps failures to their
 //     status (store.ErrTimeout 504, store.ErrPartial 503, store.ErrNotFound 404,
-//     store.ErrRegexpTooComplex 400, anything else 500), with only the
+//     store.ErrRegexpTooComplex 400, store.ErrTooManyStacks 422, anything else 500), with only the
 //     request ID in the answer and the detail in the log.
 //
 // New returns the handler of /api/v1/ alone; services/query/internal/server
@@ -50,15 +50,19 @@ type Options struct {
 	Timeout     time.Duration // per request; default 30s
 	MaxRange    time.Duration // longest from..to; default 31 days
 	RawMaxRange time.Duration // flame graphs of longer ranges read the per-stack rollups; default 6h
-	MaxStacks   int           // distinct stacks merged per selection; default 50000
-	MaxNodes    int           // default max_nodes of a flame graph; default 5000
-	MaxSeries   int           // series per chart; default 100
-	CacheStacks int           // stacks whose frames are kept in memory; default 200000
-	PageSize    int           // stacks per composite aggregation page over the rollups; default 10000 (tests page with less)
-	Auth        bool          // reported by /api/v1/config
-	Version     string        // reported by /api/v1/config
-	Now         func() time.Time
-	Registerer  prometheus.Registerer // nil: metrics are not registered
+	MaxStacks   int           // distinct stacks merged per selection read per stack; default 50000
+	// MaxEdgeStacks bounds the distinct stacks of the minutes around the
+	// whole hours that trees or heads answer; past it the request fails
+	// (422) rather than leave stacks out. Default 1000000.
+	MaxEdgeStacks int
+	MaxNodes      int    // default max_nodes of a flame graph; default 5000
+	MaxSeries     int    // series per chart; default 100
+	CacheStacks   int    // stacks whose frames are kept in memory; default 200000
+	PageSize      int    // stacks per composite aggregation page over the rollups; default 10000 (tests page with less)
+	Auth          bool   // reported by /api/v1/config
+	Version       string // reported by /api/v1/config
+	Now           func() time.Time
+	Registerer    prometheus.Registerer // nil: metrics are not registered
 }
 
 // withDefaults fills the API's own bounds; the store fills the rest.
@@ -123,7 +127,7 @@ func New(cl *opensearchapi.Client, names indices.Names, opts Options, logger *sl
 	m := newMetrics(opts.Registerer)
 	a := &API{
 		store: store.New(cl, names, store.Options{
-			RawMaxRange: opts.RawMaxRange, MaxStacks: opts.MaxStacks, MaxSeries: opts.MaxSeries,
+			RawMaxRange: opts.RawMaxRange, MaxStacks: opts.MaxStacks, MaxEdgeStacks: opts.MaxEdgeStacks, MaxSeries: opts.MaxSeries,
 			CacheStacks: opts.CacheStacks, PageSize: opts.PageSize, Now: opts.Now,
 			Backend: m.backend, Truncated: m.truncated,
 		}),

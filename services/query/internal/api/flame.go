@@ -39,6 +39,26 @@ func addStacks(root *node, st *store.Stacks) {
 	}
 }
 
+// addEdges merges every stack of the edges (store.TreeRead.Edges) into the
+// tree under root, reading their names a few thousand stacks at a time.
+func (a *API) addEdges(ctx context.Context, root *node, edges []*store.StackValues) error {
+	for _, e := range edges {
+		ids := make([]string, 0, len(e.Values))
+		for id := range e.Values {
+			ids = append(ids, id)
+		}
+		err := a.store.StackNames(ctx, ids, func(names, kinds map[string][]string) {
+			for id, f := range names {
+				mergeStack(root, e.Values[id], f, kinds[id])
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("merge edges: %w", err)
+		}
+	}
+	return nil
+}
+
 // FlamegraphResponse is the answer of /api/v1/flamegraph. Truncated says
 // stacks were left out before merging (their value is the root's
 // "[other]"); Folded counts the "[other]" nodes holding the children

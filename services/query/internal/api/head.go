@@ -55,10 +55,10 @@ func (a *API) hourHeadsTree(ctx context.Context, sel store.Selection, maxNodes i
 	if err != nil || !ok {
 		return nil, false, err
 	}
-	for _, e := range read.Edges {
-		addStacks(pm.root, e)
+	if err := a.addEdges(ctx, pm.root, read.Edges); err != nil {
+		return nil, false, err
 	}
-	m := &merged{root: pm.root, truncated: read.Truncated(), source: read.Source}
+	m := &merged{root: pm.root, source: read.Source}
 	if len(pm.heads) == 0 {
 		return m, true, nil // every head kept its whole hour
 	}

@@ -13,9 +13,9 @@ import (
 // merged is a selection's call tree with how it was read.
 type merged struct {
 	root *node
-	// truncated: stacks were left out before merging (an edge past
-	// MaxStacks, or a per-stack read past it); their value is under
-	// "[other]" at the root.
+	// truncated: stacks were left out before merging (a per-stack read
+	// past MaxStacks; never when trees or heads answer, whose edges are
+	// merged whole); their value is under "[other]" at the root.
 	truncated bool
 	source    string
 	// nodes is, when root is a head (decodeHead), its whole tree's node
@@ -39,7 +39,7 @@ func (m *merged) allNodes() int {
 // rollup's pre-merged trees and the minutes around them per stack
 // (store.Trees), or every stack when trees cannot answer. A tree that does
 // not decode sends the selection to the per-stack path, which is exact up
-// to MaxStacks.
+// to MaxStacks. The edges are merged whole, so the tree is exact.
 func (a *API) selectionTree(ctx context.Context, sel store.Selection) (*merged, error) {
 	m := &treeMerge{root: &node{name: "total"}}
 	read, ok, err := a.store.Trees(ctx, sel, m.merge)
@@ -58,10 +58,10 @@ func (a *API) selectionTree(ctx context.Context, sel store.Selection) (*merged, 
 		}
 		return &merged{root: stacksTree(st), truncated: st.Truncated, source: st.Source}, nil
 	}
-	for _, e := range read.Edges {
-		addStacks(m.root, e)
+	if err := a.addEdges(ctx, m.root, read.Edges); err != nil {
+		return nil, err
 	}
-	return &merged{root: m.root, truncated: read.Truncated(), source: read.Source}, nil
+	return &merged{root: m.root, source: read.Source}, nil
 }
 
 // badTreeError is a tree document that does not decode.

@@ -198,6 +198,10 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, id string, err 
 	case errors.Is(err, store.ErrRegexpTooComplex):
 		status, param = http.StatusBadRequest, "query"
 		msg = "a regular expression of the selector is too complex for OpenSearch (more than 10000 automaton states once determinized): simplify it, e.g. fewer alternatives under a repetition"
+	case errors.Is(err, store.ErrTooManyStacks):
+		// The message names the range and the limit, nothing of OpenSearch.
+		status, msg = http.StatusUnprocessableEntity, err.Error()
+		a.logger.Warn("selection over the edge stacks limit", "request_id", id, "path", r.URL.Path, "err", err)
 	case errors.Is(err, store.ErrTimeout) || errors.Is(err, context.DeadlineExceeded):
 		status = http.StatusGatewayTimeout
 		msg = fmt.Sprintf("query took longer than %s (STACKSTREAM_QUERY_TIMEOUT): narrow the range or the selector (request %s)", a.opts.Timeout, id)

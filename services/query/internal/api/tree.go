@@ -84,22 +84,27 @@ func buildTree(values map[string]int64, frames, kinds map[string][]string) *node
 // mergeStacks adds the stacks to the tree under root.
 func mergeStacks(root *node, values map[string]int64, frames, kinds map[string][]string) {
 	for id, v := range values {
-		if v == 0 {
-			continue
-		}
-		root.total += v
-		n := root
-		k := kinds[id]
-		for i, f := range frames[id] {
-			kind := ""
-			if k != nil {
-				kind = k[i]
-			}
-			n = n.child(f, kind)
-			n.total += v
-		}
-		n.self += v
+		mergeStack(root, v, frames[id], kinds[id])
 	}
+}
+
+// mergeStack adds one stack of value v (frames root first, their kinds or
+// nil when all are native) to the tree under root.
+func mergeStack(root *node, v int64, frames, kinds []string) {
+	if v == 0 {
+		return
+	}
+	root.total += v
+	n := root
+	for i, f := range frames {
+		kind := ""
+		if kinds != nil {
+			kind = kinds[i]
+		}
+		n = n.child(f, kind)
+		n.total += v
+	}
+	n.self += v
 }
 
 // FlameNode is one node of the flamegraph answer. Kind is the frame's

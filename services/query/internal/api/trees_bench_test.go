@@ -206,11 +206,17 @@ func listHosts(f benchFleet) string {
 // timeRequests times b.N flame graph requests (the timer reset first) and
 // gives their p50 and p99 in milliseconds.
 func timeRequests(b *testing.B, base string, params url.Values) (p50, p99 float64) {
+	return timeEndpoint(b, base, "/api/v1/flamegraph", params)
+}
+
+// timeEndpoint times b.N requests of path (the timer reset first) and
+// gives their p50 and p99 in milliseconds.
+func timeEndpoint(b *testing.B, base, path string, params url.Values) (p50, p99 float64) {
 	times := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()
-		getB(b, base, params, nil)
+		getPathB(b, base, path, params, nil)
 		times = append(times, time.Since(t0))
 	}
 	b.StopTimer()
@@ -221,7 +227,17 @@ func timeRequests(b *testing.B, base string, params url.Values) (p50, p99 float6
 
 func getB(b *testing.B, base string, params url.Values, out *api.FlamegraphResponse) {
 	b.Helper()
-	resp, err := http.Get(base + "/api/v1/flamegraph?" + params.Encode())
+	if out == nil {
+		getPathB(b, base, "/api/v1/flamegraph", params, nil)
+		return
+	}
+	getPathB(b, base, "/api/v1/flamegraph", params, out)
+}
+
+// getPathB gets path and decodes its answer into out, when not nil.
+func getPathB(b *testing.B, base, path string, params url.Values, out any) {
+	b.Helper()
+	resp, err := http.Get(base + path + "?" + params.Encode())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -458,6 +474,45 @@ func BenchmarkFlameDayTrees(b *testing.B) {
 	// (none in this fleet).
 	rolling := url.Values{"from": {day.Add(30 * time.Minute).Format(time.RFC3339)}, "to": {day.Add(24*time.Hour + 30*time.Minute).Format(time.RFC3339)}}
 	measure(rolling, "fleet_hour_heads+rollups")
+	// Top, sandwich and diff of the UTC day need every node: the day
+	// trees answer them.
+	measureEndpoint := func(name, path string, p url.Values) {
+		getPathB(b, base, path, p, nil)
+		metrics[name+"-p50-ms"], metrics[name+"-p99-ms"] = timeEndpoint(b, base, path, p)
+	}
+	withParams := func(extra ...string) url.Values {
+		p := url.Values{}
+		for k, v := range params {
+			p[k] = v
+		}
+		for i := 0; i+1 < len(extra); i += 2 {
+			p.Set(extra[i], extra[i+1])
+		}
+		return p
+	}
+	measureEndpoint("top-day", "/api/v1/top", withParams("limit", "100"))
+	measureEndpoint("sandwich-day", "/api/v1/sandwich", withParams("function", "lib/codec.f3"))
+	measureEndpoint("diff-day", "/api/v1/diff", withParams()) // the day against itself: both sides read
+	// The same rolling day with its edges: every minute from 00:30 to
+	// 01:00 and from 24:00 to 24:30 as minute stack rollups of every
+	// service and host (300,000 documents of 70 stacks), merged whole.
+	start = time.Now()
+	edgeTotal, edgeStacks := f.indexEdges(b, cl, names, day, bulk)
+	if err := querytest.Refresh(b.Context(), cl, names); err != nil {
+		b.Fatal(err)
+	}
+	var wantTotal int64
+	for _, t := range hourTotals[1:] {
+		wantTotal += t
+	}
+	wantTotal += edgeTotal
+	b.Logf("edges: %d distinct stacks, indexed in %s", edgeStacks, time.Since(start).Round(time.Second))
+	var fr api.FlamegraphResponse
+	getB(b, base, rolling, &fr)
+	if fr.Source != "fleet_hour_heads+rollups" || fr.Total != wantTotal || fr.Truncated {
+		b.Fatalf("rolling day with edges: source %s total %d truncated %v, want fleet_hour_heads+rollups, %d", fr.Source, fr.Total, fr.Truncated, wantTotal)
+	}
+	metrics["rolling-edges-p50-ms"], metrics["rolling-edges-p99-ms"] = timeRequests(b, base, rolling)
 	for k, v := range metrics {
 		b.ReportMetric(v, k)
 	}
@@ -478,4 +533,52 @@ func benchVersion(b *testing.B, cl *opensearchapi.Client, names indices.Names, d
 		b.Fatal(err)
 	}
 	return indices.TreeSource{ID: id, SeqNo: out.SeqNo, PrimaryTerm: out.PrimaryTerm}
+}
+
+// indexEdges writes the minute stack rollups (indices.KindStacks, one per
+// service, host and minute) of the fleet's minutes 00:30-01:00 of day (the
+// stacks of hour 0) and 00:00-00:30 of the next day (hour 24), each minute
+// a sixtieth of its hour's values, and the stacks' frames; it returns their
+// total and how many distinct stacks they hold.
+func (f benchFleet) indexEdges(b *testing.B, cl *opensearchapi.Client, names indices.Names, day time.Time, bulk func([]querytest.Doc)) (total int64, stacks int) {
+	seen := map[string]bool{}
+	for _, edge := range []struct {
+		hr    int
+		first time.Time
+	}{{0, day.Add(30 * time.Minute)}, {24, day.Add(24 * time.Hour)}} {
+		for h := 0; h < f.hosts; h++ {
+			var docs []querytest.Doc
+			for _, s := range f.hostServices(h) {
+				var ids []string
+				var values []int64
+				f.stacks(s, h, edge.hr, func(path []indices.TreeFrame, v int64) {
+					fns := make([]string, len(path))
+					for i, p := range path {
+						fns[i] = p.Name
+					}
+					doc, id := querytest.Stack(names, edge.first, fns...)
+					if !seen[id] {
+						seen[id] = true
+						docs = append(docs, doc)
+					}
+					ids = append(ids, id)
+					values = append(values, v/60)
+				})
+				for m := 0; m < 30; m++ {
+					d := indices.RollupDoc{Timestamp: edge.first.Add(time.Duration(m) * time.Minute), Resolution: indices.ResolutionMinute, Kind: indices.KindStacks,
+						Type: "cpu", Service: fmt.Sprintf("svc%d", s), Host: fmt.Sprintf("host-%d", h)}
+					for _, v := range values {
+						d.Value += v
+					}
+					if err := d.SetStacks(ids, values); err != nil {
+						b.Fatal(err)
+					}
+					total += d.Value
+					docs = append(docs, querytest.Rollup(names, d))
+				}
+			}
+			bulk(docs)
+		}
+	}
+	return total, len(seen)
 }

@@ -52,6 +52,21 @@ func (s *Store) frames(ctx context.Context, ids []string) (names, kinds map[stri
 	return names, kinds, nil
 }
 
+// StackNames hands the function names (root first) and kinds of ids to
+// use a few chunks at a time (frames), so a caller merging a million stacks
+// holds their values and the merged tree, not every stack's frames.
+func (s *Store) StackNames(ctx context.Context, ids []string, use func(names, kinds map[string][]string)) error {
+	const batch = fetchChunk * fetchParallel
+	for start := 0; start < len(ids); start += batch {
+		names, kinds, err := s.frames(ctx, ids[start:min(start+batch, len(ids))])
+		if err != nil {
+			return err
+		}
+		use(names, kinds)
+	}
+	return nil
+}
+
 // FrameName is the name a frame is shown by: its function, or for a
 // frame stored without one its binary in brackets; the rollup's trees name
 // frames the same way.

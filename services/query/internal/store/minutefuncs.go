@@ -22,6 +22,7 @@ func (s *Store) minuteStackIDs(ctx context.Context, sel Selection, r TimeRange, 
 	if err != nil {
 		return nil, nil, err
 	}
+	s.keepHeaviest(sv)
 	st, err := s.withFrames(ctx, sv)
 	if err != nil {
 		return nil, nil, err

@@ -66,12 +66,18 @@ func (s *Store) StackValues(ctx context.Context, sel Selection) (*StackValues, e
 				continue
 			}
 			if sv.Total > 0 || len(sv.Values) > 0 {
+				s.keepHeaviest(sv)
 				return sv, nil
 			}
 			break
 		}
 	}
-	return s.sampleStackValues(ctx, sel)
+	sv, err := s.sampleStackValues(ctx, sel)
+	if err != nil {
+		return nil, err
+	}
+	s.keepHeaviest(sv)
+	return sv, nil
 }
 
 // sampleStackValues sums the samples per stack in one search. A samples
@@ -79,8 +85,8 @@ func (s *Store) StackValues(ctx context.Context, sel Selection) (*StackValues, e
 // (schemas/indices/stackvalues.go), so a terms aggregation on stack_id would
 // give every stack its document's total: a scripted metric unpacks them
 // instead, and a sum of value gives the total. The script's answer holds
-// every stack of the selection (tens of bytes each); past MaxStacks only the
-// heaviest are kept, the rest shows as "[other]".
+// every stack of the selection (tens of bytes each); callers cut it
+// (keepHeaviest) or bound it (readEdges).
 func (s *Store) sampleStackValues(ctx context.Context, sel Selection) (*StackValues, error) {
 	var resp struct {
 		Aggregations struct {
@@ -99,9 +105,7 @@ func (s *Store) sampleStackValues(ctx context.Context, sel Selection) (*StackVal
 	if err != nil {
 		return nil, fmt.Errorf("sum samples by stack: %w", err)
 	}
-	sv := &StackValues{Values: values, Total: int64(resp.Aggregations.Total.Value), Source: "samples"}
-	s.keepHeaviest(sv)
-	return sv, nil
+	return &StackValues{Values: values, Total: int64(resp.Aggregations.Total.Value), Source: "samples"}, nil
 }
 
 // keepHeaviest cuts sv down to the MaxStacks heaviest stacks.
@@ -157,7 +161,8 @@ func heaviest(values map[string]int64, n int) map[string]int64 {
 }
 
 // sumByStack sums the stack rollups that query selects (stackRollupQuery)
-// per stack ID and keeps the MaxStacks heaviest. A KindStacks document
+// per stack ID, every stack of them (callers cut or bound them as
+// sampleStackValues' do). A KindStacks document
 // packs every stack of its window as a samples document does, so a scripted
 // metric unpacks them (indices.StackRollupSumsScript), and reads the
 // KindStack documents written before rollups schema 3 (one stack each) as
@@ -186,7 +191,6 @@ func (s *Store) sumByStack(ctx context.Context, idx []string, query Query) (sv *
 	for _, v := range sums {
 		sv.Total += v
 	}
-	s.keepHeaviest(sv)
 	return sv, n.hourly, nil
 }
 

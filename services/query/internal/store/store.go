@@ -49,18 +49,27 @@ var (
 	// expression: its automaton needs more than 10000 states (the length
 	// is checked when parsing). The user's expression is the cause.
 	ErrRegexpTooComplex = errors.New("regular expression too complex")
+	// ErrTooManyStacks: the minutes around a selection's whole hours hold
+	// more distinct stacks than MaxEdgeStacks. They are merged whole or
+	// not at all: a flame graph missing some of them would be wrong.
+	ErrTooManyStacks = errors.New("too many distinct stacks")
 )
 
 // Options bound the work of the store's queries. Zero or negative fields
 // take the defaults noted.
 type Options struct {
 	RawMaxRange time.Duration // selections over longer ranges read the rollups; default 6h
-	MaxStacks   int           // distinct stacks kept per selection; default 50000
-	MaxSeries   int           // lines per chart; default 100
-	CacheStacks int           // stacks whose frame names are kept in memory; default 200000
-	PageSize    int           // stacks per composite aggregation page over the rollups; default 10000
-	TreePage    int           // tree documents per page of a scroll over the rollups' trees; default 200
-	Now         func() time.Time
+	MaxStacks   int           // distinct stacks kept per selection read per stack; default 50000
+	// MaxEdgeStacks bounds the distinct stacks of the minutes around the
+	// whole hours of a selection read from trees or heads (readEdges),
+	// which are merged whole; past it the read fails with
+	// ErrTooManyStacks. Default 1000000.
+	MaxEdgeStacks int
+	MaxSeries     int // lines per chart; default 100
+	CacheStacks   int // stacks whose frame names are kept in memory; default 200000
+	PageSize      int // stacks per composite aggregation page over the rollups; default 10000
+	TreePage      int // tree documents per page of a scroll over the rollups' trees; default 200
+	Now           func() time.Time
 	// Backend observes the seconds of each OpenSearch request; Truncated
 	// counts selections with more than MaxStacks stacks. Nil: not counted.
 	Backend   prometheus.Observer
@@ -70,6 +79,7 @@ type Options struct {
 func (o Options) withDefaults() Options {
 	o.RawMaxRange = positiveOr(o.RawMaxRange, 6*time.Hour)
 	o.MaxStacks = positiveOr(o.MaxStacks, 50000)
+	o.MaxEdgeStacks = positiveOr(o.MaxEdgeStacks, 1000000)
 	o.MaxSeries = positiveOr(o.MaxSeries, 100)
 	o.CacheStacks = positiveOr(o.CacheStacks, 200000)
 	o.PageSize = positiveOr(o.PageSize, 10000)

@@ -16,23 +16,16 @@ import (
 // hours from the rollup's pre-merged trees (handed to the caller one by
 // one), the minutes around them per stack.
 type TreeRead struct {
-	Trees int       // tree documents read
-	Edges []*Stacks // the stacks of the minutes outside the trees' hours
+	Trees int // tree documents read
+	// Edges are the minutes outside the trees' hours summed per stack,
+	// every stack of them (at most MaxEdgeStacks in all): the caller
+	// merges them with their names (StackNames).
+	Edges []*StackValues
 	// Source is "trees" (host trees), "service_trees" or
 	// "partition_trees", followed by
 	// "+samples" or "+rollups" when edges were read per stack from the
 	// samples or the minute rollups.
 	Source string
-}
-
-// Truncated reports whether an edge had more stacks than MaxStacks.
-func (r *TreeRead) Truncated() bool {
-	for _, e := range r.Edges {
-		if e.Truncated {
-			return true
-		}
-	}
-	return false
 }
 
 // treeScrollKeep is how long the scroll context waits for the next page.
@@ -119,9 +112,15 @@ func (s *Store) Trees(ctx context.Context, sel Selection, use func(tree []byte) 
 // readEdges reads the minutes of sel outside hours per stack into
 // read.Edges, as a selection of their own would be read, except that a long
 // selection's edges come from the minute rollups (its samples may be past
-// retention); read.Source gets "+samples" or "+rollups".
+// retention), and that every stack is kept: the trees' hours are exact, so
+// the edges must be too. One search per edge sums every stack (the
+// answer is tens of bytes per stack whether or not some are dropped
+// after); past MaxEdgeStacks distinct stacks in both edges the read fails
+// with ErrTooManyStacks rather than leave stacks out. read.Source gets
+// "+samples" or "+rollups".
 func (s *Store) readEdges(ctx context.Context, sel Selection, hours TimeRange, read *TreeRead) error {
 	rollups := s.FromRollups(sel)
+	n := 0
 	for _, edge := range []TimeRange{{From: sel.Range.From, To: hours.From}, {From: hours.To, To: sel.Range.To}} {
 		if !edge.From.Before(edge.To) {
 			continue
@@ -142,11 +141,12 @@ func (s *Store) readEdges(ctx context.Context, sel Selection, hours TimeRange, r
 		if err != nil {
 			return fmt.Errorf("edge %s-%s: %w", edge.From.Format(time.RFC3339), edge.To.Format(time.RFC3339), err)
 		}
-		st, err := s.withFrames(ctx, sv)
-		if err != nil {
-			return err
+		if n += len(sv.Values); n > s.opts.MaxEdgeStacks {
+			return fmt.Errorf("the minutes of %s-%s outside its whole settled hours hold more than %d distinct stacks "+
+				"(STACKSTREAM_QUERY_MAX_EDGE_STACKS): align the range to whole hours, narrow the selector, or raise the limit: %w",
+				sel.Range.From.Format(time.RFC3339), sel.Range.To.Format(time.RFC3339), s.opts.MaxEdgeStacks, ErrTooManyStacks)
 		}
-		read.Edges = append(read.Edges, st)
+		read.Edges = append(read.Edges, sv)
 		read.Source = strings.SplitN(read.Source, "+", 2)[0] + "+" + sv.Source
 	}
 	return nil
