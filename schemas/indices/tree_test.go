@@ -1,6 +1,7 @@
 package indices
 
 import (
+	"bytes"
 	"errors"
 	"math/rand/v2"
 	"strings"
@@ -233,5 +234,48 @@ func TestAddTree(t *testing.T) {
 	}
 	if s3 := TreeSources([]TreeSource{{"a", 1, 1}, {"b", 3, 1}}); s3 == s1 {
 		t.Fatal("a rewritten hour has the same sources")
+	}
+}
+
+// TestChildAddValue: stacks added as Child from the root down and
+// AddValue at their node encode to the same bytes as AddStack of the
+// same stacks in the same order, with nodes found again from a prefix
+// already added, a stack of value 0 kept, a negative one left out, and
+// an empty stack at the root.
+func TestChildAddValue(t *testing.T) {
+	stacks := []struct {
+		path []TreeFrame // root first
+		v    int64
+	}{
+		{[]TreeFrame{{Name: "main"}, {Name: "a"}, {Name: "b", Kind: "kernel"}}, 3},
+		{[]TreeFrame{{Name: "main"}, {Name: "c"}}, 0},
+		{[]TreeFrame{{Name: "main"}, {Name: "a"}}, 2},
+		{[]TreeFrame{{Name: "main"}, {Name: "neg"}}, -4},
+		{nil, 5},
+		{[]TreeFrame{{Name: "other"}, {Name: "a"}, {Name: "a"}}, 7},
+		{[]TreeFrame{{Name: "main"}, {Name: "a"}, {Name: "b", Kind: "kernel"}}, 1},
+	}
+	var want, got TreeBuilder
+	for _, s := range stacks {
+		frames := make([]Frame, len(s.path))
+		for i, f := range s.path {
+			frames[len(s.path)-1-i] = Frame{Function: f.Name, Kind: f.Kind}
+		}
+		want.AddStack(frames, s.v)
+		if s.v < 0 {
+			got.AddValue(0, s.v)
+			continue
+		}
+		n := int32(0)
+		for _, f := range s.path {
+			n = got.Child(n, f)
+		}
+		got.AddValue(n, s.v)
+	}
+	if g, w := got.Encode(), want.Encode(); !bytes.Equal(g, w) {
+		t.Fatalf("Child and AddValue encode %x, AddStack %x", g, w)
+	}
+	if got.Total() != 18 {
+		t.Fatalf("total %d, want 18", got.Total())
 	}
 }

@@ -283,6 +283,7 @@ type Partition struct {
 	out           map[seriesKey]*scratch // a profile's sums
 	freeScratch   []*scratch             // for out, reused
 	deltas        []delta
+	memo          trieMemo // scratch of the hour's trees and functions
 }
 
 // NewPartition starts the state of a partition, restoring the watermark of

@@ -85,8 +85,8 @@ func (p *Partition) appendSeries(out []Pending, w *window, start time.Time, inde
 		}
 	}
 	if ws.tree != nil && ws.tree.dirty {
-		out = appendFunctions(out, w, start, index, k, ws)
-		out = append(out, treePending(w, start, index, k, ws))
+		out = p.appendFunctions(out, w, start, index, k, ws)
+		out = append(out, p.treePending(w, start, index, k, ws))
 	}
 	return out
 }
@@ -122,73 +122,35 @@ func (p *Partition) serviceTreePending(w *window, start time.Time, index string,
 		}
 		return strings.Compare(a.host, b.host)
 	})
-	var b indices.TreeBuilder
+	tt := p.newTrieTree(w)
 	for _, sk := range hosts {
-		addSeries(&b, w, w.series[sk])
+		tt.addSeries(w.series[sk])
 	}
 	d := indices.RollupDoc{
 		Timestamp: start, Resolution: w.key.res, Kind: k.kind, Type: k.typ,
-		Service: k.service, Partition: p.cfg.Partition, Value: b.Total(), Tree: b.Encode(),
+		Service: k.service, Partition: p.cfg.Partition, Value: tt.b.Total(), Tree: tt.b.Encode(),
 	}
 	return Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: ds.firstOffset, ds: ds, w: w}
 }
 
-// addSeries adds a stack series' stacks to b in stack ID order.
-func addSeries(b *indices.TreeBuilder, w *window, ws *series) {
-	var frames []indices.Frame
-	ws.eachStack(true, func(ds docState) {
-		frames = w.trie.appendFrames(frames[:0], ds.node)
-		b.AddStack(frames, ds.a)
-	})
-}
 
 // appendFunctions appends the function documents of an hour's stack
-// series, computed from its stack documents and their frames in the trie:
-// a function's self is the value of the stacks whose leaf it is, its total
-// the value of the stacks holding it, counted once per stack (recursion).
-// Folding every frame of every sample into a function document per minute
-// and hour was most of the CPU per profile, and the documents most of the
-// state (docs/ROLLUP.md); the sums are the same. They are written whole
-// whenever the series' tree is, and before it: a flush marks documents
-// stored in order, so the tree's state (which they share) is clean only
-// once they are stored too.
-func appendFunctions(out []Pending, w *window, start time.Time, index string, k seriesKey, ws *series) []Pending {
-	type sums struct{ self, total int64 }
-	fns := map[string]*sums{}
-	get := func(name string) *sums {
-		s := fns[name]
-		if s == nil {
-			s = &sums{}
-			fns[name] = s
-		}
-		return s
-	}
-	var frames []indices.Frame
-	seen := map[string]struct{}{}
-	ws.eachStack(false, func(ds docState) {
-		frames = w.trie.appendFrames(frames[:0], ds.node)
-		leaf := ""
-		if len(frames) > 0 {
-			leaf = frames[0].Function
-		}
-		get(leaf).self += ds.a
-		clear(seen)
-		for _, f := range frames {
-			if _, ok := seen[f.Function]; !ok {
-				seen[f.Function] = struct{}{}
-				get(f.Function).total += ds.a
-			}
-		}
-	})
-	names := make([]string, 0, len(fns))
-	for name := range fns {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
+// series, computed from its stack documents and their frames in the trie
+// (functions): a function's self is the value of the stacks whose leaf it
+// is, its total the value of the stacks holding it, counted once per
+// stack (recursion). Folding every frame of every sample into a function
+// document per minute and hour was most of the CPU per profile, and the
+// documents most of the state (docs/ROLLUP.md); the sums are the same.
+// They are written whole whenever the series' tree is, and before it: a
+// flush marks documents stored in order, so the tree's state (which they
+// share) is clean only once they are stored too.
+func (p *Partition) appendFunctions(out []Pending, w *window, start time.Time, index string, k seriesKey, ws *series) []Pending {
+	fns := p.functions(w, ws)
+	slices.SortFunc(fns, func(a, b functionSums) int { return strings.Compare(a.name, b.name) })
+	for _, f := range fns {
 		d := indices.RollupDoc{
 			Timestamp: start, Resolution: w.key.res, Kind: indices.KindFunction, Type: k.typ,
-			Service: k.service, Host: k.host, Function: name, Self: fns[name].self, Total: fns[name].total,
+			Service: k.service, Host: k.host, Function: f.name, Self: f.self, Total: f.total,
 		}
 		out = append(out, Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: ws.tree.firstOffset, w: w})
 	}
@@ -206,12 +168,12 @@ func hasTree(res string, k seriesKey) bool {
 // treePending is the tree document of a stack series: every stack of the
 // window merged (recomputed whole, like every document), in stack ID order
 // so the same window always encodes to the same bytes.
-func treePending(w *window, start time.Time, index string, k seriesKey, ws *series) Pending {
-	var b indices.TreeBuilder
-	addSeries(&b, w, ws)
+func (p *Partition) treePending(w *window, start time.Time, index string, k seriesKey, ws *series) Pending {
+	tt := p.newTrieTree(w)
+	tt.addSeries(ws)
 	d := indices.RollupDoc{
 		Timestamp: start, Resolution: w.key.res, Kind: indices.KindTree, Type: k.typ,
-		Service: k.service, Host: k.host, Value: b.Total(), Tree: b.Encode(),
+		Service: k.service, Host: k.host, Value: tt.b.Total(), Tree: tt.b.Encode(),
 	}
 	return Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: ws.tree.firstOffset, ds: ws.tree, w: w}
 }

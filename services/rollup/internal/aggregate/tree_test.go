@@ -102,7 +102,7 @@ func TestHourTrees(t *testing.T) {
 	MarkStored(docs)
 	for i := 0; i < 3; i++ {
 		// Same state, same bytes: a replay overwrites with what it held.
-		again := treePending(p.windows[windowKey{indices.ResolutionHour, t0.UnixNano()}], t0, "x", seriesKey{indices.KindStack, "cpu", "checkout", "web-1"},
+		again := p.treePending(p.windows[windowKey{indices.ResolutionHour, t0.UnixNano()}], t0, "x", seriesKey{indices.KindStack, "cpu", "checkout", "web-1"},
 			p.windows[windowKey{indices.ResolutionHour, t0.UnixNano()}].series[seriesKey{indices.KindStack, "cpu", "checkout", "web-1"}])
 		if !bytes.Equal(again.Doc.Tree, first) {
 			t.Fatal("the same hour encoded to other bytes")

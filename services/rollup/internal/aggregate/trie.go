@@ -178,3 +178,36 @@ func (t *frameTrie) appendFrames(dst []indices.Frame, node int32) []indices.Fram
 	}
 	return dst
 }
+
+// nodeAt is a node's parent and frame, as appendFrames numbers them
+// across a frozen trie and its late one: a late frame's ID comes after the
+// frozen trie's frames.
+func (t *frameTrie) nodeAt(node int32) (parent, frame int32) {
+	if t.frozen && node >= t.base {
+		n := t.late.nodes[node-t.base+1]
+		if n.parent != 0 {
+			n.parent += t.base - 1
+		}
+		return n.parent, n.frame + int32(len(t.frames))
+	}
+	n := t.nodes[node]
+	return n.parent, n.frame
+}
+
+// frameAt is the frame of an ID nodeAt returned.
+func (t *frameTrie) frameAt(id int32) *indices.Frame {
+	if int(id) >= len(t.frames) {
+		return &t.late.frames[int(id)-len(t.frames)]
+	}
+	return &t.frames[id]
+}
+
+// counts are how many node and frame IDs nodeAt can return.
+func (t *frameTrie) counts() (nodes, frames int) {
+	nodes, frames = len(t.nodes), len(t.frames)
+	if t.frozen && t.late != nil {
+		nodes += len(t.late.nodes) - 1
+		frames += len(t.late.frames)
+	}
+	return nodes, frames
+}

@@ -1,0 +1,159 @@
+package aggregate
+
+import "github.com/stackstream/stackstream/schemas/indices"
+
+// An hour's trees and function documents are built from its stack
+// documents' nodes in the window's frame trie. Reading each stack's frames
+// back and adding them to a tree frame by frame (two map lookups per frame,
+// for the host's tree, its service tree and the partition tree) was a third
+// of the rollup's CPU in the pipeline bench's part A; the trie already is
+// a prefix tree of the frames, so a trie node's tree node is found once
+// per tree (from its caller's), and each stack then costs the walk adding
+// its value. The trees encode to the same bytes (indices.TreeBuilder.Child,
+// TestDocumentsGolden).
+
+// stamp is a memo entry valid for one tree (or one series' functions):
+// gen is the use it was set in.
+type stamp struct {
+	gen uint32
+	v   int32
+}
+
+// trieMemo is a Partition's scratch for building trees and functions:
+// by trie node its tree node, by trie frame its function's index. Entries
+// of an earlier use are told apart by their gen, so it is not cleared.
+type trieMemo struct {
+	gen    uint32
+	nodes  []stamp
+	frames []stamp
+	path   []int32
+}
+
+// use starts a use of the memo for trie t.
+func (m *trieMemo) use(t *frameTrie) uint32 {
+	nodes, frames := t.counts()
+	if len(m.nodes) < nodes {
+		m.nodes = make([]stamp, nodes+nodes/4)
+	}
+	if len(m.frames) < frames {
+		m.frames = make([]stamp, frames+frames/4)
+	}
+	m.gen++
+	if m.gen == 0 {
+		// Wrapped around: entries of 2^32 uses ago would look current.
+		clear(m.nodes)
+		clear(m.frames)
+		m.gen = 1
+	}
+	return m.gen
+}
+
+// trieTree builds one tree from stacks held in a window's trie.
+type trieTree struct {
+	b   indices.TreeBuilder
+	t   *frameTrie
+	m   *trieMemo
+	gen uint32
+}
+
+func (p *Partition) newTrieTree(w *window) *trieTree {
+	t := w.trie
+	if t == nil {
+		// No stack in the hour: the tree of no stacks.
+		t = newFrameTrie()
+	}
+	return &trieTree{t: t, m: &p.memo, gen: p.memo.use(t)}
+}
+
+// node is the tree node of trie node n, added with its callers' when the
+// tree has none yet.
+func (tt *trieTree) node(n int32) int32 {
+	path := tt.m.path[:0]
+	for n != 0 && tt.m.nodes[n].gen != tt.gen {
+		path = append(path, n)
+		n, _ = tt.t.nodeAt(n)
+	}
+	at := int32(0)
+	if n != 0 {
+		at = tt.m.nodes[n].v
+	}
+	for i := len(path) - 1; i >= 0; i-- {
+		_, f := tt.t.nodeAt(path[i])
+		at = tt.b.Child(at, indices.TreeFrameOf(*tt.t.frameAt(f)))
+		tt.m.nodes[path[i]] = stamp{gen: tt.gen, v: at}
+	}
+	tt.m.path = path
+	return at
+}
+
+// addSeries adds a stack series' stacks in stack ID order (the same
+// state encodes to the same bytes). A negative stack is left out, as
+// indices.TreeBuilder.AddStack leaves it.
+func (tt *trieTree) addSeries(ws *series) {
+	ws.eachStack(true, func(ds docState) {
+		if ds.a >= 0 {
+			tt.b.AddValue(tt.node(ds.node), ds.a)
+		}
+	})
+}
+
+// functionSums is a function document's sums.
+type functionSums struct {
+	name        string
+	self, total int64
+}
+
+// functions sums an hour stack series' stacks per function: self over the
+// stacks whose leaf it is (the empty name for a stack without frames),
+// total over the stacks holding it, once per stack (recursion). Every
+// function of every stack gets its sums, zero or not.
+func (p *Partition) functions(w *window, ws *series) []functionSums {
+	var out []functionSums
+	if w.trie == nil {
+		return out
+	}
+	m := &p.memo
+	gen := m.use(w.trie)
+	index := map[string]int32{}
+	fn := func(name string) int32 {
+		i, ok := index[name]
+		if !ok {
+			i = int32(len(out))
+			out = append(out, functionSums{name: name})
+			index[name] = i
+		}
+		return i
+	}
+	// seen[i] is the last stack that counted function i in its total.
+	var seen []int32
+	stack := int32(0)
+	ws.eachStack(false, func(ds docState) {
+		stack++
+		if ds.node == 0 {
+			out[fn("")].self += ds.a
+			return
+		}
+		leaf := true
+		for n := ds.node; n != 0; {
+			parent, f := w.trie.nodeAt(n)
+			st := &m.frames[f]
+			if st.gen != gen {
+				*st = stamp{gen: gen, v: fn(w.trie.frameAt(f).Function)}
+			}
+			i := st.v
+			for len(seen) < len(out) {
+				seen = append(seen, 0)
+			}
+			if leaf {
+				out[i].self += ds.a
+				leaf = false
+			}
+			if seen[i] != stack {
+				seen[i] = stack
+				out[i].total += ds.a
+			}
+			n = parent
+		}
+	})
+	return out
+}
