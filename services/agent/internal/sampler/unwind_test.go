@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -190,7 +191,8 @@ func (s *symbolizer) name(addr uint64) string {
 }
 
 // unwindRun samples cmd with tables loaded for it and returns its samples
-// as symbolized stacks, outermost frame last.
+// as symbolized stacks, outermost frame last, and the counters of the same
+// window.
 func unwindRun(t testing.TB, cmd *exec.Cmd, d time.Duration) ([][]string, []uint64, Counters, unwind.RegistryStats) {
 	t.Helper()
 	return sampleRun(t, cmd, d, true)
@@ -215,7 +217,8 @@ func sampleRun(t testing.TB, cmd *exec.Cmd, d time.Duration, tables bool) ([][]s
 	pid := cmd.Process.Pid
 	// Let the dynamic loader map the libraries.
 	time.Sleep(100 * time.Millisecond)
-	reg := unwind.NewRegistry(log, proc.FS{Root: "/proc"}, s, unwind.DefaultLimits)
+	fs := proc.FS{Root: "/proc"}
+	reg := unwind.NewRegistry(log, fs, s, unwind.DefaultLimits)
 	if tables {
 		if err := reg.AddProcess(pid); err != nil {
 			t.Fatal(err)
@@ -235,10 +238,37 @@ func sampleRun(t testing.TB, cmd *exec.Cmd, d time.Duration, tables bool) ([][]s
 			}
 		}
 	}
-	refresh(300 * time.Millisecond)
-	s.Drain()
+	// Left out, samples and counters alike: the program's start. Under load
+	// its start takes seconds, not the 0.4 s waited, and CPython's (imports
+	// nested in C, 130 native frames and more) gives truncated walks: so
+	// until it has run startCPUTicks on a CPU too.
+	warm := time.Now().Add(300 * time.Millisecond)
+	for deadline := time.Now().Add(time.Minute); ; {
+		st, err := fs.ReadStat(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !time.Now().Before(warm) && st.UTime+st.STime >= startCPUTicks {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d ran %d clock ticks in a minute, want %d: its start is not over", pid, st.UTime+st.STime, startCPUTicks)
+		}
+		refresh(50 * time.Millisecond)
+	}
+	if _, _, err := s.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
 	refresh(d)
 	samples, _, err := s.Drain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := s.Counters()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,16 +290,27 @@ func sampleRun(t testing.TB, cmd *exec.Cmd, d time.Duration, tables bool) ([][]s
 		stacks = append(stacks, st)
 		counts = append(counts, smp.Count)
 	}
-	c, err := s.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
 	stats := reg.Stats()
 	reg.RemoveProcess(pid)
 	if n := s.MappingEntries(); n != 0 {
 		t.Errorf("%d mapping entries left after RemoveProcess", n)
 	}
-	return stacks, counts, c, stats
+	return stacks, counts, countedSince(before, after), stats
+}
+
+// startCPUTicks is the CPU time (clock ticks, USER_HZ: 100 a second) a
+// program runs before sampleRun's window: CPython's start takes 40-60 ms.
+const startCPUTicks = 20
+
+// countedSince returns the counters counted from before to after: the
+// counters of a window, whose samples one Drain returned. Its edges are
+// off by the walks of a Drain's few milliseconds.
+func countedSince(before, after Counters) Counters {
+	a, b := reflect.ValueOf(&after).Elem(), reflect.ValueOf(before)
+	for i := range a.NumField() {
+		a.Field(i).SetUint(a.Field(i).Uint() - b.Field(i).Uint())
+	}
+	return after
 }
 
 // complete reports whether a stack reaches a thread's root.
