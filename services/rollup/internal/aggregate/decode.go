@@ -431,8 +431,13 @@ func hash128(b []byte) [2]uint64 {
 }
 
 // locationHash is a content hash of everything the frames of location i
-// depend on (its mapping's file, its address, its lines' function names,
-// files and numbers), so equal hashes mean equal frames, in any profile.
+// depend on (its mapping's file, its lines' function names, files and
+// numbers, and its address when a frame is named by it: no lines, or a
+// line without a function name), so equal hashes mean equal frames, in any
+// profile. The address of a named location is left out: a shared library
+// is mapped at another address in every process (loadgen's fleet does so,
+// as ASLR does), and with it each host's stacks through the library missed
+// the stack cache, to be built and hashed again.
 func (w *Wire) locationHash(i int32, buf *[]byte) [2]uint64 {
 	if w.locHashed[i] {
 		return w.locHashes[i]
@@ -444,9 +449,21 @@ func (w *Wire) locationHash(i int32, buf *[]byte) [2]uint64 {
 	} else {
 		b = appendBytes(b, nil)
 	}
-	b = binary.LittleEndian.AppendUint64(b, loc.address)
-	b = binary.LittleEndian.AppendUint64(b, uint64(loc.lines[1]-loc.lines[0]))
-	for _, ln := range w.lines[loc.lines[0]:loc.lines[1]] {
+	lines := w.lines[loc.lines[0]:loc.lines[1]]
+	named := len(lines) > 0
+	for _, ln := range lines {
+		if len(w.strs[w.functions[pprofwire.Lookup(w.funcByID, ln.function)].name]) == 0 {
+			named = false
+		}
+	}
+	if named {
+		b = append(b, 0)
+	} else {
+		b = append(b, 1)
+		b = binary.LittleEndian.AppendUint64(b, loc.address)
+	}
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(lines)))
+	for _, ln := range lines {
 		f := &w.functions[pprofwire.Lookup(w.funcByID, ln.function)]
 		b = appendBytes(b, w.strs[f.name])
 		b = appendBytes(b, w.strs[f.file])

@@ -302,3 +302,48 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestNamedLocationsShareCachedStacks: the same named frames of a library
+// mapped at another address (another process, another host) find the
+// stacks cached from the first profile, while a location named by its
+// address (a line without a function name) stays apart per address; and
+// both read as the general path reads them.
+func TestNamedLocationsShareCachedStacks(t *testing.T) {
+	profileAt := func(base uint64) *profile.Profile {
+		b := pproftest.NewCPU(t0, 10*time.Second)
+		lib := b.Mapping(base, base+0x100000, 0, "/usr/lib/libssl.so.3", "ssl1")
+		named := b.NamedLocation(lib, base+0x1234, "SSL_read", "ssl/ssl_lib.c", 42)
+		caller := b.NamedLocation(lib, base+0x2345, "ssl3_read_bytes", "ssl/record/rec_layer_s3.c", 7)
+		unnamed := b.NamedLocation(lib, base+0x3456, "", "", 0)
+		b.LocationSample(svc("api"), []int64{3, 300}, named, caller)
+		b.LocationSample(svc("api"), []int64{1, 100}, unnamed, caller)
+		return b.Profile()
+	}
+	cfg := testConfig()
+	cfg.Budget = &Budget{MaxBytes: math.MaxInt64}
+	wire := NewPartition(cfg, Checkpoint{})
+	cfg.Budget = &Budget{MaxBytes: math.MaxInt64}
+	general := NewPartition(cfg, Checkpoint{})
+	dec := NewDecoder(record.Limits{})
+	for i, base := range []uint64{0x7f0000000000, 0x7f1234500000} {
+		prof := profileAt(base)
+		in, err := dec.Decode(stored(t, prof))
+		if err != nil || in.Wire == nil {
+			t.Fatalf("profile %d: %v, wire %v", i, err, in.Wire != nil)
+		}
+		in.Type, in.Host, in.Offset = record.ProfileCPU, "web-1", int64(i)
+		if _, err := wire.Add(in); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := general.Add(Input{Profile: prof, Type: record.ProfileCPU, Host: "web-1", Offset: int64(i)}); err != nil {
+			t.Fatal(err)
+		}
+		// The named stack is cached once; the unnamed one once per address.
+		if got, want := wire.stacks.n, 2+i; got != want {
+			t.Fatalf("after profile %d: %d stacks cached, want %d", i, got, want)
+		}
+	}
+	if n := sameDocuments(t, general, wire, true); n == 0 {
+		t.Fatal("no documents")
+	}
+}
