@@ -25,6 +25,7 @@ func TestConfigNamesBadVariable(t *testing.T) {
 		{"STACKSTREAM_INDEXER_MAX_IN_FLIGHT", "0"},
 		{"STACKSTREAM_INDEXER_MAX_IN_FLIGHT", "65"},
 		{"STACKSTREAM_INDEXER_IN_FLIGHT_BYTES", "1024"},
+		{"STACKSTREAM_INDEXER_STACK_CACHE_SIZE", "-1"},
 		{"STACKSTREAM_OPENSEARCH_INDEX_GENERATION", "2"}, // with the live group
 	}
 	for _, tt := range tests {

@@ -69,6 +69,7 @@ func runMain() error {
 		InFlightBytes:   cfg.Indexer.InFlightBytes,
 		ShutdownTimeout: cfg.Indexer.ShutdownTimeout,
 		Workers:         cfg.Indexer.Workers,
+		StackCacheSize:  stackCacheSize(cfg.Indexer.StackCacheSize),
 		// Older profiles would land in an index retention deletes.
 		MaxAge:       time.Duration(cfg.Indexer.RetentionDays) * 24 * time.Hour,
 		MaxClockSkew: cfg.Indexer.MaxClockSkew,
@@ -112,4 +113,13 @@ func servePprof(mux *http.ServeMux) {
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+}
+
+// stackCacheSize is indexer.Options.StackCacheSize for
+// STACKSTREAM_INDEXER_STACK_CACHE_SIZE, where 0 remembers none.
+func stackCacheSize(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

@@ -75,15 +75,22 @@ func New(l Limits) *Converter {
 	return c
 }
 
+// Known reports whether the document of the stack id is stored, or being
+// stored, for the day of at: the stack's frames are then not needed. It is
+// called from several goroutines at once.
+type Known func(id string, at time.Time) bool
+
 // Record turns a record value into its documents, and says which path did.
+// A stack that known (when not nil) reports stored may come without its
+// frames (Stack.Known): the fast path then skips building them.
 // names name the indices; meta.Host is the record's host (the sample's host
 // label is taken when it is empty); part is the record's record.HeaderPart
 // ("" when the profile was not split); fallback is the time of a profile
 // that carries none (the record's timestamp). The error wraps
 // record.ErrNotGzip, ErrNotPprof, ErrTooLarge or ErrInvalidProfile, or
 // ErrHostTooLong.
-func (c *Converter) Record(names indices.Names, meta record.Meta, part string, value []byte, fallback time.Time) (Documents, Path, error) {
-	if docs, ok := c.fast.convert(names, meta, part, value, fallback); ok {
+func (c *Converter) Record(names indices.Names, meta record.Meta, part string, value []byte, fallback time.Time, known Known) (Documents, Path, error) {
+	if docs, ok := c.fast.convert(names, meta, part, value, fallback, known); ok {
 		return docs, Fast, nil
 	}
 	c.heavy <- struct{}{}

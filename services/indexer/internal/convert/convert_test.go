@@ -15,7 +15,7 @@ func TestRecordTakesEachPath(t *testing.T) {
 	c := New(DefaultLimits())
 	for _, tc := range fastCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
-			docs, path, err := c.Record(testNames, tc.meta, "", tc.value, tc.fallback)
+			docs, path, err := c.Record(testNames, tc.meta, "", tc.value, tc.fallback, nil)
 			if want := map[bool]Path{true: Fast, false: General}[tc.wantFast]; path != want {
 				t.Fatalf("path %s, want %s", path, want)
 			}

@@ -30,6 +30,9 @@ type Stack struct {
 	ID     string
 	Frames []indices.Frame
 	At     time.Time
+	// Known is set, and Frames nil, when Record's Known reported the stack
+	// stored for At's day: it has no document to write.
+	Known bool
 }
 
 // Doc is the stacks-index document of s.

@@ -24,9 +24,10 @@ import (
 type fastPath struct {
 	// decoders keeps decoders with their buffers between profiles.
 	decoders sync.Pool
-	// stacks maps the content hash of a stack's frames to its ID and frames
-	// across profiles, so indices.StackID (sha256) runs once per new stack
-	// rather than once per profile.
+	// stacks maps the content hash of a stack's frames to its ID across
+	// profiles, so indices.StackID (sha256) runs once per new stack rather
+	// than once per profile, and the frames are built only for stacks
+	// whose document is to be written.
 	stacks *stackCache
 	// labels keeps label sets across profiles.
 	labels *cache.Bounded[string, *labelSet]
@@ -62,12 +63,13 @@ func newFastLimits(l record.Limits) fastLimits {
 // Bounds of the fast path's caches: entries, and about the bytes they hold
 // (a hostile profile's stacks or label sets can be large).
 const (
-	// 131,072 entries and 192 MiB were tried for a loadgen fleet's
-	// working set (68,536 distinct stacks in 3 simulated minutes of 200
-	// hosts): the stack IDs recomputed went down, the garbage collector's
-	// work on the larger heap went up more (docs/BENCHMARKS.md, issue 15).
-	stackCacheEntries = 1 << 14
-	stackCacheBytes   = 64 << 20
+	// Stack IDs only (32 bytes an entry, about 10 MiB when full): a
+	// loadgen fleet of 200 hosts has 68,536 distinct stacks in 3 simulated
+	// minutes, and a cache smaller than the working set is cleared over and
+	// over (docs/INDEXER.md, "Stack IDs without frames"). When it held the
+	// frames too it was 16,384 entries: larger, the garbage collector's
+	// work on its frames cost more than the IDs it saved.
+	stackCacheEntries = 1 << 18
 	labelCacheEntries = 1 << 14
 	labelCacheBytes   = 32 << 20
 )
@@ -81,7 +83,7 @@ func (l *fastLimits) check(raw []byte) bool {
 func newFastPath(l record.Limits) *fastPath {
 	return &fastPath{
 		decoders: sync.Pool{New: func() any { return new(fastDecoder) }},
-		stacks:   newStackCache(stackCacheEntries, stackCacheBytes),
+		stacks:   newStackCache(stackCacheEntries),
 		labels:   cache.New[string, *labelSet](labelCacheEntries, labelCacheBytes),
 		limits:   newFastLimits(l),
 	}
@@ -95,7 +97,7 @@ func newFastPath(l record.Limits) *fastPath {
 // handle exactly as the general path does (not gzip, malformed protobuf,
 // numeric labels, repeated label keys, unknown or sparse IDs, bad values...):
 // the caller then takes the general path, which also explains the error.
-func (f *fastPath) convert(names indices.Names, meta record.Meta, part string, value []byte, fallback time.Time) (docs Documents, ok bool) {
+func (f *fastPath) convert(names indices.Names, meta record.Meta, part string, value []byte, fallback time.Time, known Known) (docs Documents, ok bool) {
 	d := f.decoders.Get().(*fastDecoder)
 	keep := false
 	defer func() {
@@ -119,14 +121,14 @@ func (f *fastPath) convert(names indices.Names, meta record.Meta, part string, v
 		defer func() { <-f.heavy }() // also when it panics
 	}
 	if f.limits.check(d.raw.Bytes()) && d.parse(&f.limits) {
-		docs, ok = d.convert(names, meta, part, fallback, f, docBudget(d.raw.Len()))
+		docs, ok = d.convert(names, meta, part, fallback, f, known, docBudget(d.raw.Len()))
 	}
 	keep = !large
 	return docs, ok
 }
 
 // convert is Convert over the decoded tables; see Convert for the rules.
-func (d *fastDecoder) convert(names indices.Names, meta record.Meta, part string, fallback time.Time, f *fastPath, budget int) (Documents, bool) {
+func (d *fastDecoder) convert(names indices.Names, meta record.Meta, part string, fallback time.Time, f *fastPath, known Known, budget int) (Documents, bool) {
 	c := f.stacks
 	if len(d.sampleTypes) == 0 {
 		return Documents{}, false
@@ -236,7 +238,7 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, part string
 			if len(d.ids) > d.limits.MaxLocationsPerSample {
 				return Documents{}, false
 			}
-			st, ok := d.stack(c)
+			st, ok := d.stack(c, known, at)
 			if !ok {
 				return Documents{}, false
 			}
@@ -255,7 +257,7 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, part string
 						// had: growing copies the slice.
 						docs.Stacks = make([]Stack, 0, max(d.lastStacks+d.lastStacks/4, 16))
 					}
-					docs.Stacks = append(docs.Stacks, Stack{ID: st.id, Frames: st.frames, At: at})
+					docs.Stacks = append(docs.Stacks, Stack{ID: st.id, Frames: st.frames, At: at, Known: st.known})
 					d.stackPrefix = append(d.stackPrefix, st.prefix)
 				} else if docs.Stacks[si].ID != st.id {
 					return Documents{}, false // two IDs starting alike: left to the general path
@@ -355,9 +357,9 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, part string
 	return docs, true
 }
 
-// stack resolves the location IDs of a sample (d.ids) to a stack ID, adding
-// the stack to docs the first time the profile has it.
-func (d *fastDecoder) stack(c *stackCache) (cachedStack, bool) {
+// stack resolves the location IDs of a sample (d.ids) to a stack ID, and
+// to its frames unless known reports the stack stored for at's day.
+func (d *fastDecoder) stack(c *stackCache, known Known, at time.Time) (cachedStack, bool) {
 	hs := d.lkey[:0]
 	for _, id := range d.ids {
 		i := pprofwire.Lookup(d.locByID, id)
@@ -374,24 +376,35 @@ func (d *fastDecoder) stack(c *stackCache) (cachedStack, bool) {
 	// this process, so its byte order does not matter, and no bytes are
 	// copied.
 	h := c.hash(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(hs))), 16*len(hs)))
-	if s, ok := c.Get(h); ok {
+	if id, ok := c.Get(h); ok {
+		s := cachedStack{id: string(id[:])}
+		s.prefix = idPrefix(s.id)
+		if known != nil && known(s.id, at) {
+			s.known = true
+		} else {
+			s.frames = d.stackFrames()
+		}
 		return s, true
 	}
+	s := cachedStack{frames: d.stackFrames()}
+	if len(s.frames) > 0 {
+		s.id = indices.StackID(s.frames)
+		s.prefix = idPrefix(s.id)
+		var id stackID
+		if copy(id[:], s.id) == len(s.id) {
+			c.Put(h, id, 0)
+		}
+	}
+	return s, true
+}
+
+// stackFrames are the frames of the sample's locations (d.ids, all found).
+func (d *fastDecoder) stackFrames() []indices.Frame {
 	frames := make([]indices.Frame, 0, len(d.ids))
 	for _, id := range d.ids {
 		frames = d.locationFrames(frames, &d.locations[pprofwire.Lookup(d.locByID, id)])
 	}
-	s := cachedStack{frames: frames}
-	size := 64
-	if len(frames) > 0 {
-		s.id = indices.StackID(frames)
-		s.prefix = idPrefix(s.id)
-		for _, f := range frames {
-			size += 64 + len(f.Function) + len(f.File) + len(f.Binary)
-		}
-	}
-	c.Put(h, s, size)
-	return s, true
+	return frames
 }
 
 // locationHash is a content hash of everything a location's frames depend

@@ -235,7 +235,7 @@ func TestFastConvertMatchesGeneralPath(t *testing.T) {
 			slow, slowErr := decodeConvert(testLimits, names, tc.meta, "", tc.value, tc.fallback)
 			// Twice: the second run takes the stack IDs from the cache.
 			for range 2 {
-				fast, ok := testFast.convert(names, tc.meta, "", tc.value, tc.fallback)
+				fast, ok := testFast.convert(names, tc.meta, "", tc.value, tc.fallback, nil)
 				if ok != tc.wantFast {
 					t.Fatalf("fast path ok=%v, want %v (general path error: %v)", ok, tc.wantFast, slowErr)
 				}
@@ -250,6 +250,61 @@ func TestFastConvertMatchesGeneralPath(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFastConvertKnownStacks: a stack Known reports stored comes without
+// frames (once its ID is cached) and marked Known; one it does not report
+// comes with its frames, and the samples documents are the same either way.
+func TestFastConvertKnownStacks(t *testing.T) {
+	rec := benchCorpus(t, 300, 3, 1.1, 1)[0]
+	slow, err := decodeConvert(testLimits, testNames, rec.Meta, "", rec.Val, rec.Time)
+	if err != nil || len(slow.Stacks) < 10 {
+		t.Fatalf("general path: %d stacks, %v", len(slow.Stacks), err)
+	}
+	// Every other stack (by ID) is known, for the profile's day only.
+	knownIDs := map[string]bool{}
+	for i, s := range slow.Stacks {
+		knownIDs[s.ID] = i%2 == 0
+	}
+	day := rec.Time.UTC().Truncate(24 * time.Hour)
+	known := func(id string, at time.Time) bool {
+		return knownIDs[id] && !at.UTC().Truncate(24*time.Hour).After(day)
+	}
+	f := newFastPath(testLimits)
+	for run := range 2 {
+		fast, ok := f.convert(testNames, rec.Meta, "", rec.Val, rec.Time, known)
+		if !ok {
+			t.Fatal("fast path declined a corpus profile")
+		}
+		if !reflect.DeepEqual(fast.Samples, slow.Samples) {
+			t.Fatalf("run %d: samples documents differ from the general path's", run)
+		}
+		if len(fast.Stacks) != len(slow.Stacks) {
+			t.Fatalf("run %d: %d stacks, want %d", run, len(fast.Stacks), len(slow.Stacks))
+		}
+		for i, s := range fast.Stacks {
+			want := slow.Stacks[i]
+			// The first run misses the ID cache: frames are built for the
+			// ID, known or not.
+			if run == 1 && knownIDs[s.ID] {
+				want.Frames, want.Known = nil, true
+			}
+			if !reflect.DeepEqual(s, want) {
+				t.Fatalf("run %d: stack %d = %+v, want %+v", run, i, s, want)
+			}
+		}
+	}
+	// Stored for the day before only: every stack has its frames again.
+	day = day.Add(-24 * time.Hour)
+	fast, ok := f.convert(testNames, rec.Meta, "", rec.Val, rec.Time, known)
+	if !ok {
+		t.Fatal("fast path declined a corpus profile")
+	}
+	for i, s := range fast.Stacks {
+		if s.Known || len(s.Frames) == 0 {
+			t.Fatalf("stack %d of the next day: known %v with %d frames, want its frames", i, s.Known, len(s.Frames))
+		}
 	}
 }
 
@@ -283,7 +338,7 @@ func FuzzFastConvert(f *testing.F) {
 	meta := record.Meta{Type: record.ProfileCPU, Host: "h"}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		for _, value := range [][]byte{in, pproftest.Gzip(in)} {
-			fast, ok := testFast.convert(testNames, meta, "", value, time.Unix(5, 0))
+			fast, ok := testFast.convert(testNames, meta, "", value, time.Unix(5, 0), nil)
 			if !ok {
 				continue
 			}
@@ -316,7 +371,7 @@ func BenchmarkFastConvert(b *testing.B) {
 			cpu := startCPU(b)
 			for i := 0; b.Loop(); i++ {
 				r := recs[i%len(recs)]
-				d, ok := testFast.convert(testNames, r.Meta, "", r.Val, r.Time)
+				d, ok := testFast.convert(testNames, r.Meta, "", r.Val, r.Time, nil)
 				if !ok {
 					b.Fatal("fast path declined a corpus profile")
 				}
@@ -354,7 +409,7 @@ func BenchmarkFastConvertDecoded(b *testing.B) {
 				if !d.parse(&f.limits) {
 					b.Fatal("parse declined a corpus profile")
 				}
-				if _, ok := d.convert(testNames, r.Meta, "", r.Time, f, docBudget(d.raw.Len())); !ok {
+				if _, ok := d.convert(testNames, r.Meta, "", r.Time, f, nil, docBudget(d.raw.Len())); !ok {
 					b.Fatal("fast path declined a corpus profile")
 				}
 			}

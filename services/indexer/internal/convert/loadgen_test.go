@@ -74,7 +74,7 @@ func BenchmarkConvertLoadgen(b *testing.B) {
 	}
 	c := New(DefaultLimits())
 	for i, r := range recs {
-		if _, path, err := c.Record(testNames, metas[i], "", r.Value, r.Timestamp); err != nil || path != Fast {
+		if _, path, err := c.Record(testNames, metas[i], "", r.Value, r.Timestamp, nil); err != nil || path != Fast {
 			b.Fatalf("warm-up: %s path, %v", path, err)
 		}
 	}
@@ -85,7 +85,7 @@ func BenchmarkConvertLoadgen(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		for j := 0; j < perInterval; j++ {
 			k := (i*perInterval + j) % len(recs)
-			if _, _, err := c.Record(testNames, metas[k], "", recs[k].Value, recs[k].Timestamp); err != nil {
+			if _, _, err := c.Record(testNames, metas[k], "", recs[k].Value, recs[k].Timestamp, nil); err != nil {
 				b.Fatal(err)
 			}
 		}

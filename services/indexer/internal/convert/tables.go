@@ -7,20 +7,29 @@ import (
 	"github.com/stackstream/stackstream/schemas/indices"
 )
 
-// stackCache maps a 128-bit content hash of a stack to its ID and frames.
+// stackCache maps a 128-bit content hash of a stack to its ID. It holds
+// the IDs alone, no frames: an entry is 32 bytes without pointers, so the
+// cache can hold a fleet's working set of stacks without adding to what the
+// garbage collector scans, and the frames are built only for a stack whose
+// document is to be written (Known).
 type stackCache struct {
 	seeds [2]maphash.Seed
-	*cache.Bounded[[2]uint64, cachedStack]
+	*cache.Bounded[[2]uint64, stackID]
 }
 
+// stackID is a stack ID (indices.StackID: always 16 bytes) held inline.
+type stackID [16]byte
+
+// cachedStack is a stack of a profile as stack resolves it.
 type cachedStack struct {
 	id     string
 	prefix uint64          // idPrefix(id)
-	frames []indices.Frame // shared, never modified
+	frames []indices.Frame // nil when known
+	known  bool            // Known said its document is not to be written
 }
 
-func newStackCache(max, maxBytes int) *stackCache {
-	return &stackCache{seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, Bounded: cache.New[[2]uint64, cachedStack](max, maxBytes)}
+func newStackCache(max int) *stackCache {
+	return &stackCache{seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, Bounded: cache.New[[2]uint64, stackID](max, 0)}
 }
 
 func (c *stackCache) hash(b []byte) [2]uint64 {

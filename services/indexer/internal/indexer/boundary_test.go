@@ -38,12 +38,12 @@ func TestPanicIsDeadLettered(t *testing.T) {
 	}
 	m := NewMetrics(nil)
 	ix := New(kcl, bulk.New(osc, bulk.Options{Metrics: m.Bulk}), Options{Names: e.Names, DLQTopic: e.Topics.DLQ, FlushInterval: 100 * time.Millisecond, Metrics: m})
-	ix.convertRecord = func(r *kgo.Record) (convert.Documents, error) {
+	ix.convertRecord = func(r *kgo.Record, known convert.Known) (convert.Documents, error) {
 		if string(r.Key) == "boom" {
 			var docs *convert.Documents
 			_ = docs.Samples[0] // a nil dereference, as a bug would have it
 		}
-		return ix.convert(r)
+		return ix.convert(r, known)
 	}
 	at := time.Now().UTC().Add(-time.Hour).Truncate(time.Second)
 	var recs []indexertest.Record
@@ -117,12 +117,12 @@ func TestHostTooLongRecord(t *testing.T) {
 		{Headers: record.Meta{Type: record.ProfileCPU, Host: long}.Headers(), Value: empty},
 		{Key: []byte(long), Headers: record.Meta{Type: record.ProfileCPU}.Headers(), Value: empty},
 	} {
-		if _, err := ix.convert(r); reasonOf(err) != ReasonHostTooLong {
+		if _, err := ix.convert(r, nil); reasonOf(err) != ReasonHostTooLong {
 			t.Fatalf("convert = %v, want %s", err, ReasonHostTooLong)
 		}
 	}
 	r := &kgo.Record{Headers: record.Meta{Type: record.ProfileCPU, Host: "h"}.Headers(), Value: empty}
-	if _, err := ix.convert(r); err != nil {
+	if _, err := ix.convert(r, nil); err != nil {
 		t.Fatalf("convert of a short host = %v", err)
 	}
 }
@@ -136,7 +136,7 @@ func TestConvertAllStopsAtChunkDocBytes(t *testing.T) {
 	ix := New(nil, nil, Options{Workers: 1, Now: func() time.Time { return time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC) }})
 	procs := indexertest.ManyProcesses(t, at, 5000)
 	r := &kgo.Record{Headers: procs.Meta.Headers(), Value: procs.Val, Timestamp: time.Now()}
-	one, err := ix.convert(r)
+	one, err := ix.convert(r, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestConvertAllStopsAtChunkDocBytes(t *testing.T) {
 	for i := range recs {
 		recs[i] = r
 	}
-	got := ix.convertAll(recs)
+	got := ix.convertAll(newBatch(), recs)
 	if want := (chunkDocBytes + size - 1) / size; len(got) != want {
 		t.Fatalf("converted %d records of %d bytes of documents each, want %d (up to %d bytes)", len(got), size, want, chunkDocBytes)
 	}

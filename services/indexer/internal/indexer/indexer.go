@@ -54,6 +54,8 @@ type Options struct {
 	MaxRebalanceDelay time.Duration
 	// StackCacheSize is how many stored stack IDs are remembered so that
 	// stacks seen again are not re-sent; 0 picks a default, -1 disables it.
+	// The cache is cleared when full (its memory stays: at most about 24
+	// bytes a stack, 24 MiB at the default).
 	StackCacheSize int
 	// Workers decode and convert the records of a poll in parallel; 0 is
 	// one per CPU. Documents are added to the batch in record order.
@@ -99,24 +101,28 @@ const (
 
 // Indexer is the consume-write-commit loop.
 type Indexer struct {
-	kcl    *kgo.Client
-	w      Writer
-	opts   Options
-	log    *slog.Logger
-	m      *Metrics
-	stored map[string]string // stack ID -> the newest last_seen day OpenSearch acknowledged
+	kcl  *kgo.Client
+	w    Writer
+	opts Options
+	log  *slog.Logger
+	m    *Metrics
+	// stored is the stack IDs OpenSearch acknowledged, with the newest
+	// last_seen day written: 16-byte IDs and day numbers inline, so that a
+	// million of them take about 24 MiB and nothing for the garbage
+	// collector to scan.
+	stored map[stackKey]day
 	// sending is the stack IDs of the batches being written: the next
 	// batches need not send them again (each would be a second scripted
 	// update of the same document). Should a write fail, Run stops and the
 	// records are redelivered.
-	sending map[string]string
+	sending map[string]day
 	conv    *convert.Converter
 	// script is the encoded TouchStackScript of scriptDay.
 	script    []byte
 	scriptDay string
 	// convertRecord is convert; tests replace it to reach the record
 	// boundary's recover.
-	convertRecord func(*kgo.Record) (convert.Documents, error)
+	convertRecord func(*kgo.Record, convert.Known) (convert.Documents, error)
 }
 
 // ConsumerOpts are the client options the Indexer needs: a group reading
@@ -181,8 +187,8 @@ func New(kcl *kgo.Client, w Writer, opts Options) *Indexer {
 	if opts.Limits == (convert.Limits{}) {
 		opts.Limits = convert.DefaultLimits()
 	}
-	ix := &Indexer{kcl: kcl, w: w, opts: opts, log: opts.Logger, m: opts.Metrics, stored: map[string]string{},
-		sending: map[string]string{}, conv: convert.New(opts.Limits)}
+	ix := &Indexer{kcl: kcl, w: w, opts: opts, log: opts.Logger, m: opts.Metrics, stored: map[stackKey]day{},
+		sending: map[string]day{}, conv: convert.New(opts.Limits)}
 	ix.convertRecord = ix.convert
 	return ix
 }
@@ -194,7 +200,7 @@ type batch struct {
 	bytes   int
 	items   []bulk.Item
 	owner   map[docKey]*kgo.Record // the record each document came from
-	stacks  map[string]string      // stack IDs already in items -> their last_seen day
+	stacks  map[string]day         // stack IDs already in items -> their last_seen day
 	dlq     []*kgo.Record          // dead letters ready to produce
 	raw     int64
 	samples int
@@ -211,7 +217,7 @@ type topicPartition struct {
 }
 
 func newBatch() *batch {
-	return &batch{owner: map[docKey]*kgo.Record{}, stacks: map[string]string{}, last: map[topicPartition]*kgo.Record{}}
+	return &batch{owner: map[docKey]*kgo.Record{}, stacks: map[string]day{}, last: map[topicPartition]*kgo.Record{}}
 }
 
 func (b *batch) lastRecords() []*kgo.Record {
@@ -362,7 +368,7 @@ func (ix *Indexer) Run(ctx context.Context) error {
 				n++
 			}
 			chunk := recs[:n]
-			results := ix.convertAll(chunk)
+			results := ix.convertAll(b, chunk)
 			recs = recs[len(results):]
 			for i, c := range results {
 				ix.add(b, chunk[i], c)
@@ -423,8 +429,8 @@ func (f *flight) finished() bool {
 // start stores b in the background, committing its offsets after prev's.
 func (ix *Indexer) start(ctx context.Context, b *batch, prev *flight) *flight {
 	f := &flight{b: b, prev: prev, done: make(chan struct{})}
-	for id, day := range b.stacks {
-		ix.sending[id] = day
+	for id, d := range b.stacks {
+		ix.sending[id] = d
 	}
 	go func() {
 		defer close(f.done)
@@ -437,9 +443,9 @@ func (ix *Indexer) start(ctx context.Context, b *batch, prev *flight) *flight {
 // reap waits for f, remembers the stacks it stored, and returns its error.
 func (ix *Indexer) reap(f *flight) error {
 	<-f.done
-	for id, day := range f.b.stacks {
+	for id, d := range f.b.stacks {
 		// A later batch may send the stack again for a later day.
-		if ix.sending[id] == day {
+		if old, ok := ix.sending[id]; ok && old == d {
 			delete(ix.sending, id)
 		}
 	}
@@ -447,8 +453,12 @@ func (ix *Indexer) reap(f *flight) error {
 		if len(ix.stored)+len(f.b.stacks) > ix.opts.StackCacheSize {
 			clear(ix.stored)
 		}
-		for id, day := range f.b.stacks {
-			ix.stored[id] = max(ix.stored[id], day)
+		for id, d := range f.b.stacks {
+			if k, ok := keyOf(id); ok {
+				if old, ok := ix.stored[k]; !ok || d > old {
+					ix.stored[k] = d
+				}
+			}
 		}
 	}
 	return f.err
@@ -463,8 +473,11 @@ type converted struct {
 // convertAll converts recs on up to Workers goroutines (decoding pprof is
 // most of the indexer's CPU), in order, until their samples documents take
 // chunkDocBytes: it returns the results of the first records, at least one,
-// and the caller converts the others next.
-func (ix *Indexer) convertAll(recs []*kgo.Record) []converted {
+// and the caller converts the others next. The stacks known stored or sent
+// (by b, the batches in flight, or earlier ones) come without frames: the
+// maps that say so are only read while the workers run.
+func (ix *Indexer) convertAll(b *batch, recs []*kgo.Record) []converted {
+	known := func(id string, at time.Time) bool { return ix.known(b, id, dayOf(at)) }
 	out := make([]converted, len(recs))
 	var next, size atomic.Int64
 	var wg sync.WaitGroup
@@ -475,7 +488,7 @@ func (ix *Indexer) convertAll(recs []*kgo.Record) []converted {
 				if i >= len(recs) {
 					return
 				}
-				out[i].docs, out[i].err = ix.convertSafe(recs[i])
+				out[i].docs, out[i].err = ix.convertSafe(recs[i], known)
 				for _, s := range out[i].docs.Samples {
 					size.Add(int64(len(s.Doc)))
 				}
@@ -490,7 +503,7 @@ func (ix *Indexer) convertAll(recs []*kgo.Record) []converted {
 // convertSafe is the record boundary: nothing in a record's content may stop
 // the loop, so a panic while converting it becomes its DLQ reason. The
 // panic is a bug to fix (its stack is logged); this is the last line.
-func (ix *Indexer) convertSafe(r *kgo.Record) (docs convert.Documents, err error) {
+func (ix *Indexer) convertSafe(r *kgo.Record, known convert.Known) (docs convert.Documents, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			ix.log.Error("convert record panicked", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
@@ -498,7 +511,7 @@ func (ix *Indexer) convertSafe(r *kgo.Record) (docs convert.Documents, err error
 			docs, err = convert.Documents{}, &deadLetter{reason: ReasonPanic, err: fmt.Errorf("convert record: panic: %v", p)}
 		}
 	}()
-	return ix.convertRecord(r)
+	return ix.convertRecord(r, known)
 }
 
 // add turns a converted record into documents of b, or into a dead letter.
@@ -515,17 +528,22 @@ func (ix *Indexer) add(b *batch, r *kgo.Record, c converted) {
 	}
 	stacksIndex := ix.opts.Names.Stacks()
 	first, stackBytes := len(b.items), 0
-	var day string
+	var dayText string
+	var d day
 	var dayAt time.Time
 	for _, s := range docs.Stacks {
 		// A stack is written once per day it is used: created the first
 		// time, its last_seen moved forward on later days (retention deletes
-		// the stacks unused for long).
-		if !s.At.Equal(dayAt) || day == "" {
-			// A record's stacks mostly share its time: format it once.
-			day, dayAt = indices.DayOf(s.At), s.At
+		// the stacks unused for long). One known when converted still is:
+		// stored stays stored, and a failed write stops Run.
+		if s.Known {
+			continue
 		}
-		if b.stacks[s.ID] >= day || ix.sending[s.ID] >= day || ix.stored[s.ID] >= day {
+		if !s.At.Equal(dayAt) || dayText == "" {
+			// A record's stacks mostly share its time: format it once.
+			dayText, d, dayAt = indices.DayOf(s.At), dayOf(s.At), s.At
+		}
+		if ix.known(b, s.ID, d) {
 			continue
 		}
 		if stackBytes += stackDocEstimate(s.Frames); stackBytes > maxStackDocBytes {
@@ -539,8 +557,8 @@ func (ix *Indexer) add(b *batch, r *kgo.Record, c converted) {
 			b.dlq = append(b.dlq, ix.deadLetter(r, err))
 			return
 		}
-		b.stacks[s.ID] = day
-		upd := ix.touchStack(doc, day)
+		b.stacks[s.ID] = d
+		upd := ix.touchStack(doc, dayText)
 		b.items = append(b.items, bulk.Item{Index: stacksIndex, ID: s.ID, Update: upd, Doc: doc})
 		b.owner[docKey{stacksIndex, s.ID}] = r
 		b.bytes += len(upd) + len(s.ID) + len(stacksIndex) + 40
@@ -594,8 +612,45 @@ func stackDocEstimate(frames []indices.Frame) int {
 	return n
 }
 
+// known reports whether the document of stack id is in b, being sent, or
+// stored for day d or later.
+func (ix *Indexer) known(b *batch, id string, d day) bool {
+	if v, ok := b.stacks[id]; ok && v >= d {
+		return true
+	}
+	if v, ok := ix.sending[id]; ok && v >= d {
+		return true
+	}
+	k, ok := keyOf(id)
+	if !ok {
+		return false
+	}
+	v, ok := ix.stored[k]
+	return ok && v >= d
+}
+
+// stackKey is a stack ID (indices.StackID, 16 bytes) held inline.
+type stackKey [16]byte
+
+// keyOf is the stackKey of id; an ID of another length is not remembered.
+func keyOf(id string) (k stackKey, ok bool) {
+	return k, copy(k[:], id) == len(id) && len(id) == len(k)
+}
+
+// day is a UTC day as a number (days since 1970-01-01), ordered as
+// indices.DayOf's strings are.
+type day int32
+
+func dayOf(t time.Time) day {
+	s := t.Unix()
+	if s < 0 {
+		s -= 86399 // round down
+	}
+	return day(s / 86400)
+}
+
 // convert is the documents of r, within the profile time window.
-func (ix *Indexer) convert(r *kgo.Record) (convert.Documents, error) {
+func (ix *Indexer) convert(r *kgo.Record, known convert.Known) (convert.Documents, error) {
 	meta, err := record.ParseMeta(r.Headers)
 	if err != nil {
 		return convert.Documents{}, &deadLetter{reason: ReasonHeaders, err: fmt.Errorf("parse headers: %w", err)}
@@ -607,7 +662,7 @@ func (ix *Indexer) convert(r *kgo.Record) (convert.Documents, error) {
 		return convert.Documents{}, err
 	}
 	part := record.HeaderValue(r.Headers, record.HeaderPart)
-	docs, path, err := ix.conv.Record(ix.opts.Names, meta, part, r.Value, r.Timestamp)
+	docs, path, err := ix.conv.Record(ix.opts.Names, meta, part, r.Value, r.Timestamp, known)
 	ix.m.Decoded.WithLabelValues(string(path)).Inc()
 	if err != nil {
 		return convert.Documents{}, err
