@@ -347,7 +347,7 @@ func TestPartsHaveTheirOwnIDs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fast, ok := testFast.convert(testNames, meta, part, v, time.Time{})
+		fast, ok := testFast.convert(testNames, meta, part, v, time.Time{}, nil)
 		if !ok || !reflect.DeepEqual(fast, slow) {
 			t.Fatalf("part %q: fast path ok=%v, documents differ", part, ok)
 		}
