@@ -3,8 +3,10 @@ package api
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 
+	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/schemas/record"
 	"github.com/stackstream/stackstream/services/query/internal/store"
 )
@@ -129,15 +131,19 @@ func (a *API) handleTop(ctx context.Context, _ http.ResponseWriter, r *http.Requ
 	}, nil
 }
 
-// DiffResponse is the answer of /api/v1/diff.
+// DiffResponse is the answer of /api/v1/diff. Folded counts the
+// "[other]" nodes (since diffs of fleet heads; before, the union nodes
+// left out). BaseSource and CompareSource say what answered each side.
 type DiffResponse struct {
-	Type         string    `json:"type"`
-	Unit         string    `json:"unit"`
-	BaseTotal    int64     `json:"base_total"`
-	CompareTotal int64     `json:"compare_total"`
-	Truncated    bool      `json:"truncated"`
-	Folded       int       `json:"folded"`
-	Root         *DiffNode `json:"root"`
+	Type          string    `json:"type"`
+	Unit          string    `json:"unit"`
+	BaseTotal     int64     `json:"base_total"`
+	CompareTotal  int64     `json:"compare_total"`
+	Truncated     bool      `json:"truncated"`
+	Folded        int       `json:"folded"`
+	BaseSource    string    `json:"base_source,omitempty"`
+	CompareSource string    `json:"compare_source,omitempty"`
+	Root          *DiffNode `json:"root"`
 }
 
 // handleDiff compares two selections: base and compare selectors (query
@@ -166,18 +172,54 @@ func (a *API) handleDiff(ctx context.Context, _ http.ResponseWriter, r *http.Req
 	if err != nil {
 		return nil, err
 	}
-	bm, err := a.selectionTree(ctx, base)
-	if err != nil {
-		return nil, fmt.Errorf("base: %w", err)
+	sides := [2]store.Selection{base, compare}
+	var ms [2]*merged
+	if maxNodes <= indices.HeadNodes {
+		// Fleet-wide sides answered by heads: the diff stands when proven
+		// from the heads (diffUnion.prove), else the whole trees are read.
+		var partial bool
+		for i, sel := range sides {
+			pm, source, ok, err := a.headsMerge(ctx, sel)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", [2]string{"base", "compare"}[i], err)
+			}
+			if ok {
+				ms[i] = &merged{root: pm.root, source: source}
+				partial = partial || len(pm.heads) > 0
+			}
+		}
+		if partial {
+			for i, sel := range sides {
+				if ms[i] == nil {
+					if ms[i], err = a.selectionTree(ctx, sel); err != nil {
+						return nil, fmt.Errorf("%s: %w", [2]string{"base", "compare"}[i], err)
+					}
+				}
+			}
+			d := newDiffUnion(ms[0].root, ms[1].root)
+			if keep, ok := d.prove(maxNodes); ok {
+				root, folded := d.convert(keep)
+				return a.diffResponse(base, ms, folded, root), nil
+			}
+			slog.Debug("heads do not prove the diff: reading the trees", "max_nodes", maxNodes)
+			ms = [2]*merged{}
+		}
 	}
-	cm, err := a.selectionTree(ctx, compare)
-	if err != nil {
-		return nil, fmt.Errorf("compare: %w", err)
+	for i, sel := range sides {
+		if ms[i] != nil {
+			continue // heads that left no node out: the whole tree
+		}
+		if ms[i], err = a.selectionTree(ctx, sel); err != nil {
+			return nil, fmt.Errorf("%s: %w", [2]string{"base", "compare"}[i], err)
+		}
 	}
-	bt, ct := bm.root, cm.root
-	root, folded := diffTree(bt, ct, maxNodes)
+	root, folded := diffTree(ms[0].root, ms[1].root, maxNodes)
+	return a.diffResponse(base, ms, folded, root), nil
+}
+
+func (a *API) diffResponse(base store.Selection, ms [2]*merged, folded int, root *DiffNode) DiffResponse {
 	return DiffResponse{
-		Type: string(base.Type), Unit: unit(base.Type), BaseTotal: bt.total, CompareTotal: ct.total,
-		Truncated: bm.truncated || cm.truncated, Folded: folded, Root: root,
-	}, nil
+		Type: string(base.Type), Unit: unit(base.Type), BaseTotal: ms[0].root.total, CompareTotal: ms[1].root.total,
+		Truncated: ms[0].truncated || ms[1].truncated, Folded: folded, BaseSource: ms[0].source, CompareSource: ms[1].source, Root: root,
+	}
 }

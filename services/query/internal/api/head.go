@@ -45,24 +45,14 @@ func (a *API) flameTree(ctx context.Context, sel store.Selection, maxNodes int) 
 // of maxNodes nodes from them (proveKeep). ok is false when heads cannot
 // answer sel or the proof fails: the caller then reads the whole trees.
 func (a *API) hourHeadsTree(ctx context.Context, sel store.Selection, maxNodes int) (*merged, bool, error) {
-	pm := newPieceMerge()
-	read, ok, err := a.store.FleetHourHeads(ctx, sel, pm.mergeHead, pm.merge)
-	var bad *badTreeError
-	if errors.As(err, &bad) {
-		slog.Warn("hour head or tree does not decode: reading the trees", "err", err)
-		return nil, false, nil
-	}
+	pm, source, ok, err := a.hourHeadsMerge(ctx, sel)
 	if err != nil || !ok {
 		return nil, false, err
 	}
-	if err := a.addEdges(ctx, pm.root, read.Edges); err != nil {
-		return nil, false, err
-	}
-	m := &merged{root: pm.root, source: read.Source}
+	m := &merged{root: pm.root, source: source}
 	if len(pm.heads) == 0 {
 		return m, true, nil // every head kept its whole hour
 	}
-	pm.bound()
 	keep, proven := proveKeep(pm.root, maxNodes)
 	if !proven {
 		slog.Debug("hour heads do not prove the flame graph: reading the trees", "max_nodes", maxNodes, "heads", len(pm.heads))
@@ -70,6 +60,47 @@ func (a *API) hourHeadsTree(ctx context.Context, sel store.Selection, maxNodes i
 	}
 	m.keep = keep
 	return m, true, nil
+}
+
+// hourHeadsMerge merges sel's hours from the fleet's hour heads (and whole
+// trees where an hour has none) with its edges, bounded (pieceMerge.bound)
+// for a proof. ok is false when heads cannot answer sel, or a head or tree
+// does not decode (logged).
+func (a *API) hourHeadsMerge(ctx context.Context, sel store.Selection) (*pieceMerge, string, bool, error) {
+	pm := newPieceMerge()
+	read, ok, err := a.store.FleetHourHeads(ctx, sel, pm.mergeHead, pm.merge)
+	var bad *badTreeError
+	if errors.As(err, &bad) {
+		slog.Warn("hour head or tree does not decode: reading the trees", "err", err)
+		return nil, "", false, nil
+	}
+	if err != nil || !ok {
+		return nil, "", false, err
+	}
+	if err := a.addEdges(ctx, pm.root, read.Edges); err != nil {
+		return nil, "", false, err
+	}
+	pm.bound()
+	return pm, read.Source, true, nil
+}
+
+// headsMerge is sel's tree as a merge of fleet heads bounded for a proof:
+// the day's fleet head (store.FleetHead) or the hour heads
+// (hourHeadsMerge). ok is false when no head answers sel.
+func (a *API) headsMerge(ctx context.Context, sel store.Selection) (*pieceMerge, string, bool, error) {
+	head, ok, err := a.store.FleetHead(ctx, sel)
+	if err != nil {
+		return nil, "", false, err
+	}
+	if ok {
+		pm := newPieceMerge()
+		if err := pm.mergeHead(head); err == nil {
+			pm.bound()
+			return pm, "fleet_head", true, nil
+		}
+		slog.Warn("fleet head does not decode: reading the day's trees", "err", err)
+	}
+	return a.hourHeadsMerge(ctx, sel)
 }
 
 // decodeHead is a head as a tree whose nodes' folded values stand for the

@@ -90,11 +90,31 @@ func TestFleetHourHeads(t *testing.T) {
 		}
 		return out
 	}
-	fresh := answers()
+	// Diffs of the first three hours (and the minutes before) against the
+	// whole range.
+	mid := day.Add((first+3)*time.Hour + 20*time.Minute).Format(time.RFC3339)
+	diff := func(maxNodes int) api.DiffResponse {
+		t.Helper()
+		var d api.DiffResponse
+		get(t, base, "/api/v1/diff", url.Values{"base_from": {from}, "base_to": {mid}, "compare_from": {from}, "compare_to": {to},
+			"max_nodes": {strconv.Itoa(maxNodes)}}, &d)
+		if d.CompareTotal != all.total {
+			t.Fatalf("diff max_nodes %d: compare total %d, want %d", maxNodes, d.CompareTotal, all.total)
+		}
+		return d
+	}
+	diffs := func() map[int]api.DiffResponse {
+		out := map[int]api.DiffResponse{}
+		for _, max := range maxes {
+			out[max] = diff(max)
+		}
+		return out
+	}
+	fresh, freshDiffs := answers(), diffs()
 	// Hour 2 rewritten (same content, a new version): its head is stale
 	// and its partition trees are merged with the other hours' heads.
 	querytest.Index(t, cl, names, []querytest.Doc{querytest.Rollup(names, hourDocs[2][1])})
-	stale := answers()
+	stale, staleDiffs := answers(), diffs()
 	// No head at all: the partition trees.
 	status, resp, err := opensearch.Raw(t.Context(), cl, http.MethodPost, "/"+names.Rollups(day)+"/_delete_by_query?refresh=true",
 		[]byte(`{"query":{"term":{"kind":"`+indices.KindFleetHead+`"}}}`))
@@ -119,6 +139,25 @@ func TestFleetHourHeads(t *testing.T) {
 	}
 	if fromHeads == 0 {
 		t.Fatal("no flame graph was answered from the hour heads")
+	}
+	diffsFromHeads := 0
+	for _, max := range maxes {
+		want := diff(max)
+		if strings.HasPrefix(want.BaseSource, "fleet_hour_heads") || strings.HasPrefix(want.CompareSource, "fleet_hour_heads") {
+			t.Fatalf("diff max_nodes %d without heads: sources %s, %s", max, want.BaseSource, want.CompareSource)
+		}
+		for name, got := range map[string]api.DiffResponse{"fresh heads": freshDiffs[max], "hour 2 stale": staleDiffs[max]} {
+			if strings.HasPrefix(got.BaseSource, "fleet_hour_heads") {
+				diffsFromHeads++
+			}
+			if got.Folded != want.Folded || got.BaseTotal != want.BaseTotal || !reflect.DeepEqual(got.Root, want.Root) {
+				t.Fatalf("diff max_nodes %d, %s, from %s and %s: folded %d, want %d; the diff differs from the trees'", max, name, got.BaseSource, got.CompareSource, got.Folded, want.Folded)
+			}
+		}
+		t.Logf("diff max_nodes %d: %s / %s, with hour 2 stale %s / %s", max, freshDiffs[max].BaseSource, freshDiffs[max].CompareSource, staleDiffs[max].BaseSource, staleDiffs[max].CompareSource)
+	}
+	if diffsFromHeads == 0 {
+		t.Fatal("no diff was answered from the hour heads")
 	}
 	if s := fresh[len(all.nodes)].Source; strings.HasPrefix(s, "fleet_hour_heads") {
 		t.Fatalf("every node answered from heads that left nodes out (%s)", s)
