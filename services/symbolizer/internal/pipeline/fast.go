@@ -56,7 +56,7 @@ func (p *Processor) fast(ctx context.Context, value []byte, limit int, lim recor
 	// within the limits and not shorter, so was the input (Limits counts
 	// and estimates from the length), and the input needs no check of
 	// its own.
-	if len(out) >= limit || len(out) < len(raw) || lim.Check(out) != nil {
+	if len(out) >= limit || len(out) < len(raw) || !prof.OutputWithinLimits(out) {
 		return nil, st, false
 	}
 	val, err = gzipLevel(out, gzip.NoCompression)

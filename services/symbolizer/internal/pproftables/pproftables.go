@@ -47,6 +47,11 @@ type Profile struct {
 	locByID  []int32 // location ID -> index+1 when IDs are dense, else nil
 	locIndex map[uint64]int
 	marks    []uint8 // by location index: leafMark, callerMark
+
+	// lim is Decode's; addedTooLong is set by Append when a string it
+	// added is longer than lim.MaxStringBytes.
+	lim          record.Limits
+	addedTooLong bool
 }
 
 const (
@@ -56,19 +61,22 @@ const (
 
 // Decode reads raw, an uncompressed pprof protobuf. raw must not change
 // while the Profile is used: Append copies from it. Tables past lim's
-// counts are refused before they are allocated; the other limits are
-// left to the caller's check of the output, which holds everything the
-// input held.
+// counts are refused before they are allocated, and so is a profile past
+// a limit on one element (sample types, mappings, comments, period types,
+// a sample's locations and labels, a string's bytes); the limits on the
+// whole profile are left to the caller's check of the output
+// (OutputWithinLimits), which holds everything the input held.
 func Decode(raw []byte, lim record.Limits) (*Profile, error) {
 	if len(raw) == 0 {
 		return nil, ErrUnsupported
 	}
-	p := &Profile{Tables: &profile.Profile{}, raw: raw}
+	p := &Profile{Tables: &profile.Profile{}, raw: raw, lim: lim}
 	var (
 		sampleTypes, samples, mappings, locations, functions [][]byte
 		checkStrs                                            []uint64 // string indices pprof resolves
 		timeSeen                                             bool
 		timeNanos                                            uint64
+		periodTypes, comments                                int
 	)
 	for b := raw; len(b) > 0; {
 		start := len(raw) - len(b)
@@ -104,6 +112,9 @@ func Decode(raw []byte, lim record.Limits) (*Profile, error) {
 		case 5:
 			functions = append(functions, data)
 		case 6:
+			if len(data) > lim.MaxStringBytes {
+				return nil, ErrUnsupported
+			}
 			p.strs = append(p.strs, data)
 		case 7, 8, 14, 15: // drop_frames, keep_frames, default_sample_type, doc_url
 			checkStrs = append(checkStrs, u)
@@ -114,6 +125,9 @@ func Decode(raw []byte, lim record.Limits) (*Profile, error) {
 			timeSeen, timeNanos = true, u
 		case 10, 12: // duration_nanos, period
 		case 11: // period_type
+			if periodTypes++; periodTypes > 1 {
+				return nil, ErrUnsupported
+			}
 			sampleTypes = append(sampleTypes, nil) // marks where period_type's strings go
 			var t, un uint64
 			if !scalars(data, []*uint64{&t, &un}) {
@@ -125,7 +139,8 @@ func Decode(raw []byte, lim record.Limits) (*Profile, error) {
 			if typ != 0 && typ != 2 || !varints(typ, u, data, func(v uint64) {
 				// One packed field can hold millions: bounded here, not
 				// after it was stored.
-				if tooMany = tooMany || len(checkStrs) > lim.MaxComments+8; !tooMany {
+				comments++
+				if tooMany = tooMany || comments > lim.MaxComments; !tooMany {
 					checkStrs = append(checkStrs, v)
 				}
 			}) || tooMany {
@@ -149,6 +164,9 @@ func Decode(raw []byte, lim record.Limits) (*Profile, error) {
 			return nil, ErrUnsupported
 		}
 	}
+	if len(mappings) > lim.MaxMappings {
+		return nil, ErrUnsupported
+	}
 	types := 0
 	for _, st := range sampleTypes {
 		if st == nil {
@@ -169,11 +187,11 @@ func Decode(raw []byte, lim record.Limits) (*Profile, error) {
 	if err := p.decodeLocations(locations, lim.MaxLines); err != nil {
 		return nil, err
 	}
-	if len(samples) > 0 && types == 0 {
+	if len(samples) > 0 && types == 0 || types > lim.MaxSampleTypes {
 		return nil, ErrUnsupported
 	}
 	for _, s := range samples {
-		if !p.checkSample(s, types) {
+		if !p.checkSample(s, types, lim) {
 			return nil, ErrUnsupported
 		}
 	}
@@ -348,9 +366,10 @@ func (p *Profile) location(id uint64) int {
 
 // checkSample checks one sample as pprof's decoder and CheckValid would
 // (every location ID defined, one value per sample type, label strings in
-// the table) and marks its locations as leaf or caller.
-func (p *Profile) checkSample(s []byte, types int) bool {
-	values, depth := 0, 0
+// the table) and against lim's limits on one sample, and marks its
+// locations as leaf or caller.
+func (p *Profile) checkSample(s []byte, types int, lim record.Limits) bool {
+	values, depth, labels := 0, 0, 0
 	for len(s) > 0 {
 		num, typ, u, data, rest, ok := pprofwire.Field(s)
 		if !ok {
@@ -380,6 +399,9 @@ func (p *Profile) checkSample(s []byte, types int) bool {
 				return false
 			}
 		case 3:
+			if labels++; labels > lim.MaxLabelsPerSample {
+				return false
+			}
 			var key, str, num, unit uint64
 			if typ != 2 || !scalars(data, []*uint64{&key, &str, &num, &unit}) || !p.validStr(key) {
 				return false
@@ -395,7 +417,7 @@ func (p *Profile) checkSample(s []byte, types int) bool {
 			}
 		}
 	}
-	return values == types
+	return values == types && depth <= lim.MaxLocationsPerSample
 }
 
 // CallerOnly reports a location that appears in samples only below the
@@ -403,6 +425,21 @@ func (p *Profile) checkSample(s []byte, types int) bool {
 func (p *Profile) CallerOnly(l *profile.Location) bool {
 	i := p.location(l.ID)
 	return i >= 0 && p.marks[i] == callerMark
+}
+
+// OutputWithinLimits reports whether out, what Append wrote, is within
+// Decode's limits. A protobuf shorter than pprofwire.CheckAbove is within
+// the limits on counts of the whole profile and on the decode heap, and
+// the limits on one element held for the input (Decode) and hold for what
+// the tables changed (the mappings, the strings Append added): such an
+// output needs no walk (record.Limits.Check was about a tenth of the
+// symbolizer's CPU). A longer one is walked.
+func (p *Profile) OutputWithinLimits(out []byte) bool {
+	if len(out) < pprofwire.CheckAbove(p.lim) && len(out) <= p.lim.MaxDecompressedBytes &&
+		!p.addedTooLong && len(p.Tables.Mapping) <= p.lim.MaxMappings {
+		return true
+	}
+	return p.lim.Check(out) == nil
 }
 
 // Append appends the profile to dst as an uncompressed pprof protobuf: the
@@ -501,6 +538,9 @@ func (e *encoder) index(s string, orig uint64) uint64 {
 		return j
 	}
 	j := uint64(len(e.p.strs) + len(e.order))
+	if len(s) > e.p.lim.MaxStringBytes {
+		e.p.addedTooLong = true
+	}
 	e.added[s] = j
 	e.order = append(e.order, s)
 	return j

@@ -68,7 +68,11 @@ func FuzzDecode(f *testing.F) {
 		for _, l := range p.Tables.Location {
 			l.Line = []profile.Line{{Function: fn, Line: 7}}
 		}
-		if got, err = parse(p.Append(nil)); err != nil {
+		out := p.Append(nil)
+		if within, checked := p.OutputWithinLimits(out), record.DefaultLimits().Check(out); within != (checked == nil) {
+			t.Fatalf("OutputWithinLimits = %v, record.Limits.Check: %v", within, checked)
+		}
+		if got, err = parse(out); err != nil {
 			t.Fatalf("Append after changes wrote what pprof refuses: %v", err)
 		}
 		for _, l := range got.Location {
@@ -138,4 +142,111 @@ func encodeFields(t *testing.T, raw []byte, keep func(uint64) bool) []byte {
 		b = rest
 	}
 	return out
+}
+
+// TestOutputWithinLimits: for profiles just past each limit on one element
+// (and one whose symbolized name is), OutputWithinLimits agrees with
+// record.Limits.Check of the output whenever Decode accepts the input, so
+// the fast path declines exactly the outputs the consumers would refuse.
+func TestOutputWithinLimits(t *testing.T) {
+	lim := record.DefaultLimits()
+	at := time.Unix(1700000000, 0)
+	base := func() (*pproftest.Builder, *profile.Mapping) {
+		b := pproftest.NewCPU(at, time.Second)
+		return b, b.Mapping(0x7f0000000000, 0x7f0000001000, 0, "/lib/liba.so", "aa11")
+	}
+	long := string(bytes.Repeat([]byte{'x'}, lim.MaxStringBytes+1))
+	cases := []struct {
+		name    string
+		prof    func() *profile.Profile
+		addName string // a function the symbolizer adds, naming every location
+		within  bool
+	}{
+		{"ordinary", func() *profile.Profile {
+			b, m := base()
+			b.AddressSample(map[string]string{"pid": "1"}, []int64{1, 2}, m, 0x7f0000000010)
+			return b.Profile()
+		}, "fn", true},
+		{"labels of one sample", func() *profile.Profile {
+			b, m := base()
+			labels := map[string]string{}
+			for i := range lim.MaxLabelsPerSample + 1 {
+				labels[string(rune('a'+i%26))+string(rune('a'+i/26))] = "v"
+			}
+			b.AddressSample(labels, []int64{1, 2}, m, 0x7f0000000010)
+			return b.Profile()
+		}, "fn", false},
+		{"locations of one sample", func() *profile.Profile {
+			b, m := base()
+			addrs := make([]uint64, lim.MaxLocationsPerSample+1)
+			for i := range addrs {
+				addrs[i] = 0x7f0000000010 + uint64(i%16)
+			}
+			b.AddressSample(nil, []int64{1, 2}, m, addrs...)
+			return b.Profile()
+		}, "fn", false},
+		{"bytes of an input string", func() *profile.Profile {
+			b, m := base()
+			b.AddressSample(map[string]string{"pid": long}, []int64{1, 2}, m, 0x7f0000000010)
+			return b.Profile()
+		}, "fn", false},
+		{"bytes of an added string", func() *profile.Profile {
+			b, m := base()
+			b.AddressSample(nil, []int64{1, 2}, m, 0x7f0000000010)
+			return b.Profile()
+		}, long, false},
+		{"sample types", func() *profile.Profile {
+			b, m := base()
+			b.AddressSample(nil, []int64{1, 2}, m, 0x7f0000000010)
+			p := b.Profile()
+			for len(p.SampleType) <= lim.MaxSampleTypes {
+				p.SampleType = append(p.SampleType, &profile.ValueType{Type: "t", Unit: "u"})
+				p.Sample[0].Value = append(p.Sample[0].Value, 1)
+			}
+			return p
+		}, "fn", false},
+		{"mappings", func() *profile.Profile {
+			b, m := base()
+			b.AddressSample(nil, []int64{1, 2}, m, 0x7f0000000010)
+			p := b.Profile()
+			for len(p.Mapping) <= lim.MaxMappings {
+				p.Mapping = append(p.Mapping, &profile.Mapping{ID: uint64(len(p.Mapping) + 1)})
+			}
+			return p
+		}, "fn", false},
+		{"comments", func() *profile.Profile {
+			b, m := base()
+			b.AddressSample(nil, []int64{1, 2}, m, 0x7f0000000010)
+			p := b.Profile()
+			for len(p.Comments) <= lim.MaxComments {
+				p.Comments = append(p.Comments, "c")
+			}
+			return p
+		}, "fn", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			raw := encode(t, tc.prof())
+			if len(raw) >= pprofwire.CheckAbove(lim) {
+				t.Fatalf("the case is %d bytes: past CheckAbove, it would not test the skipped walk", len(raw))
+			}
+			p, err := Decode(raw, lim)
+			if err != nil {
+				if tc.within {
+					t.Fatalf("Decode: %v", err)
+				}
+				return // the full path takes it, and names the limit
+			}
+			fn := &profile.Function{ID: 1 << 40, Name: tc.addName, Filename: "added.go"}
+			p.Tables.Function = append(p.Tables.Function, fn)
+			for _, l := range p.Tables.Location {
+				l.Line = []profile.Line{{Function: fn, Line: 7}}
+			}
+			out := p.Append(nil)
+			checked := lim.Check(out)
+			if got := p.OutputWithinLimits(out); got != tc.within || got != (checked == nil) {
+				t.Fatalf("OutputWithinLimits = %v, want %v (record.Limits.Check: %v)", got, tc.within, checked)
+			}
+		})
+	}
 }
