@@ -151,15 +151,21 @@ func (b *TreeBuilder) child(n, f int32) int32 {
 	return c
 }
 
-// Child is node n's child of frame f (the root is node 0), added when n
-// has none: a caller holding its stacks in a prefix tree of its own (the
-// rollup's frame trie) finds a stack's node from its caller's, instead of
-// a lookup per frame of every stack. Adding a stack as Child from the root
-// down, then AddValue at its last node, encodes to the same bytes as
-// AddStack.
-func (b *TreeBuilder) Child(n int32, f TreeFrame) int32 {
+// Frame is f's index in the tree's frame table, added when new.
+func (b *TreeBuilder) Frame(f TreeFrame) int32 {
 	b.init()
-	return b.child(n, b.frame(f))
+	return b.frame(f)
+}
+
+// Child is node n's child of frame index f (Frame; the root is node 0),
+// added when n has none: a caller holding its stacks in a prefix tree of
+// its own (the rollup's frame trie) finds a stack's node from its
+// caller's, instead of a lookup per frame of every stack. Adding a stack
+// as Frame and Child from the root down, then AddValue at its last node,
+// encodes to the same bytes as AddStack.
+func (b *TreeBuilder) Child(n, f int32) int32 {
+	b.init()
+	return b.child(n, f)
 }
 
 // AddValue adds v to node n's self and to its total and its callers'; a

@@ -237,7 +237,7 @@ func TestAddTree(t *testing.T) {
 	}
 }
 
-// TestChildAddValue: stacks added as Child from the root down and
+// TestChildAddValue: stacks added as Frame and Child from the root down and
 // AddValue at their node encode to the same bytes as AddStack of the
 // same stacks in the same order, with nodes found again from a prefix
 // already added, a stack of value 0 kept, a negative one left out, and
@@ -268,7 +268,7 @@ func TestChildAddValue(t *testing.T) {
 		}
 		n := int32(0)
 		for _, f := range s.path {
-			n = got.Child(n, f)
+			n = got.Child(n, got.Frame(f))
 		}
 		got.AddValue(n, s.v)
 	}

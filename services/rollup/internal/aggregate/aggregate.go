@@ -875,6 +875,9 @@ func (p *Partition) Evict() int {
 			p.freeze(w)
 		}
 	}
+	// The trees' scratch (8 bytes a trie node) is not held between
+	// writes: it is not charged to the Budget.
+	p.memo = trieMemo{}
 	return n
 }
 

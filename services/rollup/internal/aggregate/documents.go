@@ -147,6 +147,7 @@ func (p *Partition) serviceTreePending(w *window, start time.Time, index string,
 func (p *Partition) appendFunctions(out []Pending, w *window, start time.Time, index string, k seriesKey, ws *series) []Pending {
 	fns := p.functions(w, ws)
 	slices.SortFunc(fns, func(a, b functionSums) int { return strings.Compare(a.name, b.name) })
+	out = slices.Grow(out, len(fns))
 	for _, f := range fns {
 		d := indices.RollupDoc{
 			Timestamp: start, Resolution: w.key.res, Kind: indices.KindFunction, Type: k.typ,

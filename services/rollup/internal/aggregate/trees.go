@@ -20,8 +20,9 @@ type stamp struct {
 }
 
 // trieMemo is a Partition's scratch for building trees and functions:
-// by trie node its tree node, by trie frame its function's index. Entries
-// of an earlier use are told apart by their gen, so it is not cleared.
+// by trie node its tree node, by trie frame its tree frame (or its
+// function's index). Entries of an earlier use are told apart by their
+// gen, so it is not cleared.
 type trieMemo struct {
 	gen    uint32
 	nodes  []stamp
@@ -79,7 +80,11 @@ func (tt *trieTree) node(n int32) int32 {
 	}
 	for i := len(path) - 1; i >= 0; i-- {
 		_, f := tt.t.nodeAt(path[i])
-		at = tt.b.Child(at, indices.TreeFrameOf(*tt.t.frameAt(f)))
+		fs := &tt.m.frames[f]
+		if fs.gen != tt.gen {
+			*fs = stamp{gen: tt.gen, v: tt.b.Frame(indices.TreeFrameOf(*tt.t.frameAt(f)))}
+		}
+		at = tt.b.Child(at, fs.v)
 		tt.m.nodes[path[i]] = stamp{gen: tt.gen, v: at}
 	}
 	tt.m.path = path
