@@ -30,3 +30,37 @@ func ProveForBench(heads [][]byte, maxNodes int) (proven bool, err error) {
 	}
 	return ok, nil
 }
+
+// TopForBench sums encoded trees by function as a top request does, then
+// ranks limit functions; it returns how many it ranked.
+func TopForBench(trees [][]byte, limit int) (int, error) {
+	t := newTopSums()
+	for _, b := range trees {
+		if err := t.tree(b); err != nil {
+			return 0, err
+		}
+	}
+	return len(t.functions(limit)), nil
+}
+
+// MergeTopForBench decodes and merges encoded trees into one tree, then
+// sums it by function: how top was answered before topSums.
+func MergeTopForBench(trees [][]byte, limit int) (int, error) {
+	m := &treeMerge{root: &node{name: "total"}}
+	for _, b := range trees {
+		if err := m.merge(b); err != nil {
+			return 0, err
+		}
+	}
+	t := newTopSums()
+	var walk func(n *node, depth int)
+	walk = func(n *node, depth int) {
+		for _, c := range n.kids {
+			t.fns = append(t.fns[:0], t.fn(c.name))
+			t.Node(depth, 0, c.self, c.total)
+			walk(c, depth+1)
+		}
+	}
+	walk(m.root, 1)
+	return len(t.functions(limit)), nil
+}

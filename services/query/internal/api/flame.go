@@ -41,26 +41,6 @@ func addStacks(root *node, st *store.Stacks) {
 	}
 }
 
-// addEdges merges every stack of the edges (store.TreeRead.Edges) into the
-// tree under root, reading their names a few thousand stacks at a time.
-func (a *API) addEdges(ctx context.Context, root *node, edges []*store.StackValues) error {
-	for _, e := range edges {
-		ids := make([]string, 0, len(e.Values))
-		for id := range e.Values {
-			ids = append(ids, id)
-		}
-		err := a.store.StackNames(ctx, ids, func(names, kinds map[string][]string) {
-			for id, f := range names {
-				mergeStack(root, e.Values[id], f, kinds[id])
-			}
-		})
-		if err != nil {
-			return fmt.Errorf("merge edges: %w", err)
-		}
-	}
-	return nil
-}
-
 // FlamegraphResponse is the answer of /api/v1/flamegraph. Truncated says
 // stacks were left out before merging (their value is the root's
 // "[other]"); Folded counts the "[other]" nodes holding the children
@@ -121,13 +101,14 @@ func (a *API) handleTop(ctx context.Context, _ http.ResponseWriter, r *http.Requ
 	if err != nil {
 		return nil, err
 	}
-	m, err := a.selectionTree(ctx, s)
+	sink, _, truncated, err := a.sumSelection(ctx, s, func() stackSink { return newTopSums() })
 	if err != nil {
 		return nil, err
 	}
+	t := sink.(*topSums)
 	return TopResponse{
-		Type: string(s.Type), Unit: unit(s.Type), Total: m.root.total, Truncated: m.truncated,
-		Functions: topFromTree(m.root, m.root.total, limit),
+		Type: string(s.Type), Unit: unit(s.Type), Total: t.total, Truncated: truncated,
+		Functions: t.functions(limit),
 	}, nil
 }
 

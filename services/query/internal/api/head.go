@@ -77,7 +77,8 @@ func (a *API) hourHeadsMerge(ctx context.Context, sel store.Selection) (*pieceMe
 	if err != nil || !ok {
 		return nil, "", false, err
 	}
-	if err := a.addEdges(ctx, pm.root, read.Edges); err != nil {
+	err = a.edgeStacks(ctx, read.Edges, func(v int64, names, kinds []string) { mergeStack(pm.root, v, names, kinds) })
+	if err != nil {
 		return nil, "", false, err
 	}
 	pm.bound()

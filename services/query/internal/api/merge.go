@@ -58,7 +58,8 @@ func (a *API) selectionTree(ctx context.Context, sel store.Selection) (*merged, 
 		}
 		return &merged{root: stacksTree(st), truncated: st.Truncated, source: st.Source}, nil
 	}
-	if err := a.addEdges(ctx, m.root, read.Edges); err != nil {
+	err = a.edgeStacks(ctx, read.Edges, func(v int64, names, kinds []string) { mergeStack(m.root, v, names, kinds) })
+	if err != nil {
 		return nil, err
 	}
 	return &merged{root: m.root, source: read.Source}, nil
@@ -98,36 +99,4 @@ func (m *treeMerge) merge(b []byte) error {
 	m.root.self += self
 	m.root.total += total
 	return nil
-}
-
-// topFromTree sums self and total per function name over a merged tree:
-// self is every node's self, total a node's total where no ancestor has
-// the same name (so recursion counts once per stack, as a stack's total
-// counts each of its functions once). "[other]" (stacks left out) is not a
-// function.
-func topFromTree(root *node, total int64, limit int) []Function {
-	byName := map[string]*Function{}
-	onPath := map[string]int{}
-	var walk func(n *node)
-	walk = func(n *node) {
-		for _, c := range n.kids {
-			if c.name == otherNodes {
-				continue
-			}
-			f := byName[c.name]
-			if f == nil {
-				f = &Function{Name: c.name}
-				byName[c.name] = f
-			}
-			f.Self += c.self
-			if onPath[c.name] == 0 {
-				f.Total += c.total
-			}
-			onPath[c.name]++
-			walk(c)
-			onPath[c.name]--
-		}
-	}
-	walk(root)
-	return rankFunctions(byName, total, limit)
 }

@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 	"net/http"
+
+	"github.com/stackstream/stackstream/schemas/indices"
 )
 
 // SandwichResponse is the answer of /api/v1/sandwich: the callers of a
@@ -36,71 +38,138 @@ func (a *API) handleSandwich(ctx context.Context, _ http.ResponseWriter, r *http
 	if err != nil {
 		return nil, err
 	}
-	m, err := a.selectionTree(ctx, s)
+	sink, source, truncated, err := a.sumSelection(ctx, s, func() stackSink { return newSandwichSums(fn) })
 	if err != nil {
 		return nil, err
 	}
-	callers, callees := sandwich(m.root, fn)
+	sw := sink.(*sandwichSums)
+	callers, callees := sw.result()
 	cr, f1 := flame(callers, maxNodes)
 	ce, f2 := flame(callees, maxNodes)
 	return SandwichResponse{
-		Type: string(s.Type), Unit: unit(s.Type), Total: m.root.total, Truncated: m.truncated, Folded: f1 + f2,
-		Source: m.source, Callers: cr, Callees: ce,
+		Type: string(s.Type), Unit: unit(s.Type), Total: sw.total, Truncated: truncated, Folded: f1 + f2,
+		Source: source, Callers: cr, Callees: ce,
 	}, nil
 }
 
-// sandwich splits the tree around fn (any kind), as the UI's sandwich view
-// does: only the outermost occurrence of fn on each path counts, so
-// recursion is counted once. callers' root is fn with its total; each of
-// its children is a caller, with the value that passed through it, and a
-// node's self is the part of its value whose path stops there (reached the
-// tree's root). callees' root is fn with its self, its children fn's
-// subtrees merged.
-func sandwich(root *node, fn string) (callers, callees *node) {
-	callers, callees = &node{name: fn}, &node{name: fn}
-	var path []*node
-	var walk func(n *node)
-	walk = func(n *node) {
-		if n != root && n.name == fn {
-			if callers.kind == "" {
-				callers.kind, callees.kind = n.kind, n.kind
-			}
-			callers.total += n.total
-			cur := callers
-			for i := len(path) - 1; i >= 1; i-- {
-				cur = cur.child(path[i].name, path[i].kind)
-				cur.total += n.total
-			}
-			cur.self += n.total
-			callees.total += n.total
-			callees.self += n.self
-			for _, c := range n.kids {
-				mergeInto(callees, c)
-			}
-			return // deeper occurrences are inside this one
-		}
-		path = append(path, n)
-		for _, c := range n.kids {
-			walk(c)
-		}
-		path = path[:len(path)-1]
-	}
-	walk(root)
-	// A caller chain's self so far holds fn's value only where the chain
-	// reached the root; the callers root's self is what has no caller.
-	callers.self = callers.total
-	for _, c := range callers.kids {
-		callers.self -= c.total
-	}
-	return callers, callees
+// sandwichSums splits the selection around fn (any kind), as the UI's
+// sandwich view does: only the outermost occurrence of fn on each path
+// counts, so recursion is counted once. callers' root is fn with its
+// total; each of its children is a caller, with the value that passed
+// through it, and a node's self is the part of its value whose path stops
+// there (reached the tree's root). callees' root is fn with its self, its
+// children fn's subtrees merged.
+type sandwichSums struct {
+	fn               string
+	callers, callees *node
+	total            int64
+	frames           []indices.TreeFrame // the tree being decoded
+	path             []indices.TreeFrame // its frames on the path to the last node
+	inside           int                 // the depth of the fn occurrence the last node is in, 0 outside
+	calleePath       []*node             // the callees' nodes on the path from that occurrence
 }
 
-// mergeInto adds the subtree src under dst, node by node.
-func mergeInto(dst, src *node) {
-	c := dst.child(src.name, src.kind)
-	c.self += src.self
-	c.total += src.total
-	for _, k := range src.kids {
-		mergeInto(c, k)
+func newSandwichSums(fn string) *sandwichSums {
+	return &sandwichSums{fn: fn, callers: &node{name: fn}, callees: &node{name: fn}}
+}
+
+func (s *sandwichSums) Frames(frames []indices.TreeFrame) { s.frames = frames }
+
+func (s *sandwichSums) Node(depth int, frame int32, self, total int64) {
+	f := s.frames[frame]
+	s.path = s.path[:depth-1]
+	if s.inside >= depth {
+		s.inside = 0
 	}
+	switch {
+	case s.inside > 0:
+		rel := depth - s.inside
+		c := s.calleePath[rel-1].child(f.Name, f.Kind)
+		c.self += self
+		c.total += total
+		s.calleePath = append(s.calleePath[:rel], c)
+	case f.Name == s.fn:
+		s.occurrence(f.Kind, self, total)
+		s.inside = depth
+		s.calleePath = append(s.calleePath[:0], s.callees)
+	}
+	s.path = append(s.path, f)
+}
+
+// occurrence adds an outermost node of fn, called through s.path.
+func (s *sandwichSums) occurrence(kind string, self, total int64) {
+	if s.callers.kind == "" {
+		s.callers.kind, s.callees.kind = kind, kind
+	}
+	s.callers.total += total
+	cur := s.callers
+	for i := len(s.path) - 1; i >= 0; i-- {
+		cur = cur.child(s.path[i].Name, s.path[i].Kind)
+		cur.total += total
+	}
+	cur.self += total
+	s.callees.total += total
+	s.callees.self += self
+}
+
+func (s *sandwichSums) tree(b []byte) error {
+	_, total, err := indices.DecodeTree(b, indices.TreeLimits{}, s)
+	s.path, s.inside = s.path[:0], 0
+	if err != nil {
+		return &badTreeError{err}
+	}
+	s.total += total
+	return nil
+}
+
+func (s *sandwichSums) stack(v int64, names, kinds []string) {
+	s.total += v
+	if v == 0 {
+		return
+	}
+	kind := func(i int) string {
+		if kinds == nil {
+			return ""
+		}
+		return kinds[i]
+	}
+	at := -1
+	for i, n := range names {
+		if n == s.fn {
+			at = i
+			break
+		}
+	}
+	if at < 0 {
+		return
+	}
+	s.path = s.path[:0]
+	for i := range at {
+		s.path = append(s.path, indices.TreeFrame{Name: names[i], Kind: kind(i)})
+	}
+	var self int64
+	if at == len(names)-1 {
+		self = v
+	}
+	s.occurrence(kind(at), self, v)
+	cur := s.callees
+	for i := at + 1; i < len(names); i++ {
+		cur = cur.child(names[i], kind(i))
+		cur.total += v
+	}
+	if cur != s.callees {
+		cur.self += v
+	}
+	s.path = s.path[:0]
+}
+
+// result is the callers and callees trees. A caller chain's self so far
+// holds fn's value only where the chain reached the root; the callers
+// root's self is what has no caller.
+func (s *sandwichSums) result() (callers, callees *node) {
+	s.callers.self = s.callers.total
+	for _, c := range s.callers.kids {
+		s.callers.self -= c.total
+	}
+	return s.callers, s.callees
 }

@@ -292,7 +292,12 @@ type Function struct {
 // topFunctions sums self (leaf) and total (anywhere on the stack, once per
 // stack so recursion is not counted twice) per function.
 func topFunctions(values map[string]int64, frames map[string][]string, total int64, limit int) []Function {
-	return topFromTree(buildTree(values, frames, nil), total, limit)
+	t := newTopSums()
+	for id, v := range values {
+		t.stack(v, frames[id], nil)
+	}
+	t.total = total
+	return t.functions(limit)
 }
 
 // rankFunctions orders functions by self, then total, then name, and

@@ -459,6 +459,7 @@ func BenchmarkFlameDayTrees(b *testing.B) {
 			b.Fatalf("source %s, want %s", fr.Source, want)
 		}
 		metrics[want+"-p50-ms"], metrics[want+"-p99-ms"] = timeRequests(b, base, params)
+		b.Logf("%s: p50 %.1f ms, p99 %.1f ms", want, metrics[want+"-p50-ms"], metrics[want+"-p99-ms"])
 	}
 	// Without the head (before it exists, or while stale): the day trees.
 	measure(params, "partition_trees(days)")
@@ -477,8 +478,15 @@ func BenchmarkFlameDayTrees(b *testing.B) {
 	// Top, sandwich and diff of the UTC day need every node: the day
 	// trees answer them.
 	measureEndpoint := func(name, path string, p url.Values) {
-		getPathB(b, base, path, p, nil)
+		var src struct {
+			Source        string `json:"source"`
+			BaseSource    string `json:"base_source"`
+			CompareSource string `json:"compare_source"`
+		}
+		getPathB(b, base, path, p, &src)
 		metrics[name+"-p50-ms"], metrics[name+"-p99-ms"] = timeEndpoint(b, base, path, p)
+		b.Logf("%s (source %q, base %q, compare %q): p50 %.1f ms, p99 %.1f ms", name, src.Source, src.BaseSource, src.CompareSource,
+			metrics[name+"-p50-ms"], metrics[name+"-p99-ms"])
 	}
 	withParams := func(extra ...string) url.Values {
 		p := url.Values{}
@@ -507,12 +515,17 @@ func BenchmarkFlameDayTrees(b *testing.B) {
 	}
 	wantTotal += edgeTotal
 	b.Logf("edges: %d distinct stacks, indexed in %s", edgeStacks, time.Since(start).Round(time.Second))
-	var fr api.FlamegraphResponse
-	getB(b, base, rolling, &fr)
-	if fr.Source != "fleet_hour_heads+rollups" || fr.Total != wantTotal || fr.Truncated {
-		b.Fatalf("rolling day with edges: source %s total %d truncated %v, want fleet_hour_heads+rollups, %d", fr.Source, fr.Total, fr.Truncated, wantTotal)
+	// Three requests, each timed: at this size a request takes minutes.
+	slow := serve(b, cl, names, api.Options{Timeout: 15 * time.Minute})
+	for i := 0; i < 3; i++ {
+		t0 := time.Now()
+		var fr api.FlamegraphResponse
+		getB(b, slow, rolling, &fr)
+		if fr.Source != "fleet_hour_heads+rollups" || fr.Total != wantTotal || fr.Truncated {
+			b.Fatalf("rolling day with edges: source %s total %d truncated %v, want fleet_hour_heads+rollups, %d", fr.Source, fr.Total, fr.Truncated, wantTotal)
+		}
+		b.Logf("rolling day with edges, request %d: %s, exact total", i+1, time.Since(t0).Round(time.Millisecond))
 	}
-	metrics["rolling-edges-p50-ms"], metrics["rolling-edges-p99-ms"] = timeRequests(b, base, rolling)
 	for k, v := range metrics {
 		b.ReportMetric(v, k)
 	}
@@ -581,4 +594,54 @@ func (f benchFleet) indexEdges(b *testing.B, cl *opensearchapi.Client, names ind
 		}
 	}
 	return total, len(seen)
+}
+
+// BenchmarkTopDayTrees: the query service's own share of a top table of
+// the fleet's UTC day (the fleet of BenchmarkFlameDayTrees) read from its
+// 6 day partition trees, in memory: decoding alone, decoding and merging
+// them into one tree then summing it by function (before topSums), and
+// summing them by function as they decode (topSums, as /top does).
+func BenchmarkTopDayTrees(b *testing.B) {
+	if os.Getenv("STACKSTREAM_BENCH_FLEET_DAY") == "" {
+		b.Skip("set STACKSTREAM_BENCH_FLEET_DAY=1 to build a fleet's day")
+	}
+	f := benchFleet{hosts: 1000, hours: 24, partitions: 6}
+	dayTrees := make([]indices.TreeBuilder, f.partitions)
+	for hr := 0; hr < f.hours; hr++ {
+		for h := 0; h < f.hosts; h++ {
+			for _, s := range f.hostServices(h) {
+				f.stacks(s, h, hr, dayTrees[h%f.partitions].Add)
+			}
+		}
+	}
+	trees := make([][]byte, len(dayTrees))
+	var size int
+	for p := range dayTrees {
+		trees[p] = dayTrees[p].Encode()
+		size += len(trees[p])
+	}
+	b.Logf("%d day trees, %d MB encoded", len(trees), size>>20)
+	b.Run("decode", func(b *testing.B) {
+		for b.Loop() {
+			for _, t := range trees {
+				if _, _, err := indices.DecodeTree(t, indices.TreeLimits{}, nopVisitor{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("merge_then_top", func(b *testing.B) { // before topSums
+		for b.Loop() {
+			if _, err := api.MergeTopForBench(trees, 100); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("top_sums", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := api.TopForBench(trees, 100); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
