@@ -117,6 +117,9 @@ func (w *Writer) Write(ctx context.Context, items []Item) ([]Rejected, error) {
 	var body bytes.Buffer
 	for start := 0; start < len(items); {
 		body.Reset()
+		// Sized once: growing a body of megabytes by doubling copied and
+		// zeroed it several times (6% of the indexer's CPU, issue 15).
+		body.Grow(bodyEstimate(items[start:], w.opts.MaxBytes))
 		var idx []int
 		end := start
 		for end < len(items) {
@@ -432,6 +435,24 @@ func allStored(raw []byte) bool {
 	}
 	rest := bytes.TrimLeft(head[i+len(`"errors":`):], " ")
 	return bytes.HasPrefix(rest, []byte("false"))
+}
+
+// bodyEstimate is about the bytes appendItem writes for the first items
+// that fit maxBytes (plus the one past it, which may go alone).
+func bodyEstimate(items []Item, maxBytes int) int {
+	n := 0
+	for i := range items {
+		it := &items[i]
+		doc := len(it.Doc)
+		if it.Update != nil {
+			doc = len(it.Update)
+		}
+		n += doc + len(it.Index) + len(it.ID) + 64
+		if n > maxBytes {
+			break
+		}
+	}
+	return n
 }
 
 func appendItem(b *bytes.Buffer, it *Item) {
