@@ -238,21 +238,23 @@ func sampleRun(t testing.TB, cmd *exec.Cmd, d time.Duration, tables bool) ([][]s
 			}
 		}
 	}
+	// cpu is the program's CPU time so far, in clock ticks (USER_HZ: 100 a
+	// second); its samples are as many as its CPU time allows, 199 a second.
+	cpu := func() uint64 {
+		st, err := fs.ReadStat(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.UTime + st.STime
+	}
 	// Left out, samples and counters alike: the program's start. Under load
 	// its start takes seconds, not the 0.4 s waited, and CPython's (imports
 	// nested in C, 130 native frames and more) gives truncated walks: so
 	// until it has run startCPUTicks on a CPU too.
 	warm := time.Now().Add(300 * time.Millisecond)
-	for deadline := time.Now().Add(time.Minute); ; {
-		st, err := fs.ReadStat(pid)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !time.Now().Before(warm) && st.UTime+st.STime >= startCPUTicks {
-			break
-		}
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(warm) || cpu() < startCPUTicks; {
 		if time.Now().After(deadline) {
-			t.Fatalf("pid %d ran %d clock ticks in a minute, want %d: its start is not over", pid, st.UTime+st.STime, startCPUTicks)
+			t.Fatalf("pid %d ran %d clock ticks in a minute, want %d: its start is not over", pid, cpu(), startCPUTicks)
 		}
 		refresh(50 * time.Millisecond)
 	}
@@ -263,7 +265,14 @@ func sampleRun(t testing.TB, cmd *exec.Cmd, d time.Duration, tables bool) ([][]s
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The window: d, and under load until the program has run d/4 on a CPU
+	// (50 samples a second of d), 30 s more at most: the tests' floors
+	// (20 or 50 samples) are then about its completeness, not the load.
+	from, want := cpu(), uint64(d/4/(10*time.Millisecond))
 	refresh(d)
+	for limit := time.Now().Add(30 * time.Second); cpu()-from < want && time.Now().Before(limit); {
+		refresh(50 * time.Millisecond)
+	}
 	samples, _, err := s.Drain()
 	if err != nil {
 		t.Fatal(err)
