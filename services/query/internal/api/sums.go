@@ -165,9 +165,11 @@ func (t *topSums) stack(v int64, names, _ []string) {
 
 // functions ranks limit functions (rankFunctions).
 func (t *topSums) functions(limit int) []Function {
-	byName := make(map[string]*Function, len(t.byName))
-	for name, f := range t.byName {
-		byName[name] = &Function{Name: name, Self: f.self, Total: f.total}
-	}
-	return rankFunctions(byName, t.total, limit)
+	return rankFunctions(func(yield func(Function) bool) {
+		for name, f := range t.byName {
+			if !yield(Function{Name: name, Self: f.self, Total: f.total}) {
+				return
+			}
+		}
+	}, t.total, limit)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/stackstream/stackstream/schemas/indices"
@@ -71,8 +72,10 @@ func TestSums(t *testing.T) {
 			if top.total != merged.total {
 				t.Fatalf("total %d, want %d", top.total, merged.total)
 			}
-			if got, want := top.functions(100), walkTop(merged, 100); !reflect.DeepEqual(got, want) {
-				t.Fatalf("top\n got %+v\nwant %+v", got, want)
+			for _, limit := range []int{1, 3, 100} {
+				if got, want := top.functions(limit), walkTop(merged, limit); !reflect.DeepEqual(got, want) {
+					t.Fatalf("top %d\n got %+v\nwant %+v", limit, got, want)
+				}
 			}
 			for fn, sw := range sws {
 				gotCallers, gotCallees := sw.result()
@@ -111,7 +114,17 @@ func walkTop(root *node, limit int) []Function {
 		}
 	}
 	walk(root)
-	return rankFunctions(byName, root.total, limit)
+	// The whole list sorted, then cut: the ranking before the heap.
+	out := make([]Function, 0, len(byName))
+	for _, f := range byName {
+		if root.total > 0 {
+			f.SelfShare = float64(f.Self) / float64(root.total)
+			f.TotalShare = float64(f.Total) / float64(root.total)
+		}
+		out = append(out, *f)
+	}
+	slices.SortFunc(out, rankOrder)
+	return out[:min(limit, len(out))]
 }
 
 // walkSandwich is the sandwich of fn in a merged tree, walked: the

@@ -2,6 +2,7 @@ package api
 
 import (
 	"cmp"
+	"iter"
 	"slices"
 
 	"github.com/stackstream/stackstream/services/query/internal/store"
@@ -300,28 +301,62 @@ func topFunctions(values map[string]int64, frames map[string][]string, total int
 	return t.functions(limit)
 }
 
-// rankFunctions orders functions by self, then total, then name, and
-// keeps limit of them, with their shares of total.
-func rankFunctions(byName map[string]*Function, total int64, limit int) []Function {
-	out := make([]Function, 0, len(byName))
-	for _, f := range byName {
+// rankFunctions keeps the limit functions of fns that order first (by
+// self, then total, then name), in that order, with their shares of
+// total. A fleet day has a million functions: a heap of the limit kept so
+// far ranks them without sorting them all.
+func rankFunctions(fns iter.Seq[Function], total int64, limit int) []Function {
+	// kept is a heap whose root is the kept function that orders last.
+	var kept []Function
+	down := func(i int) {
+		for {
+			l, r, m := 2*i+1, 2*i+2, i
+			if l < len(kept) && rankOrder(kept[l], kept[m]) > 0 {
+				m = l
+			}
+			if r < len(kept) && rankOrder(kept[r], kept[m]) > 0 {
+				m = r
+			}
+			if m == i {
+				return
+			}
+			kept[i], kept[m] = kept[m], kept[i]
+			i = m
+		}
+	}
+	for f := range fns {
+		switch {
+		case len(kept) < limit:
+			kept = append(kept, f)
+			for i := len(kept) - 1; i > 0 && rankOrder(kept[i], kept[(i-1)/2]) > 0; i = (i - 1) / 2 {
+				kept[i], kept[(i-1)/2] = kept[(i-1)/2], kept[i]
+			}
+		case limit > 0 && rankOrder(f, kept[0]) < 0:
+			kept[0] = f
+			down(0)
+		}
+	}
+	slices.SortFunc(kept, rankOrder)
+	for i := range kept {
 		if total > 0 {
-			f.SelfShare = float64(f.Self) / float64(total)
-			f.TotalShare = float64(f.Total) / float64(total)
+			kept[i].SelfShare = float64(kept[i].Self) / float64(total)
+			kept[i].TotalShare = float64(kept[i].Total) / float64(total)
 		}
-		out = append(out, *f)
 	}
-	slices.SortFunc(out, func(x, y Function) int {
-		if c := cmp.Compare(y.Self, x.Self); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(y.Total, x.Total); c != 0 {
-			return c
-		}
-		return cmp.Compare(x.Name, y.Name)
-	})
-	if len(out) > limit {
-		out = out[:limit]
+	if kept == nil {
+		kept = []Function{}
 	}
-	return out
+	return kept
+}
+
+// rankOrder orders functions by self, then total (both heaviest first),
+// then name.
+func rankOrder(x, y Function) int {
+	if c := cmp.Compare(y.Self, x.Self); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(y.Total, x.Total); c != 0 {
+		return c
+	}
+	return cmp.Compare(x.Name, y.Name)
 }
