@@ -232,3 +232,44 @@ func post(t *testing.T, u string, params url.Values, out any) int {
 	}
 	return resp.StatusCode
 }
+
+// TestSeriesRankFromHours checks that a chart of minute steps over settled
+// whole hours ranks its groups from the hourly windows (a day's ranking
+// reads 24 documents per group, not 1440) and draws its lines from the
+// minute windows. The two disagree on purpose here: host "b" leads by its
+// hourly windows, "a" by its minutes.
+func TestSeriesRankFromHours(t *testing.T) {
+	cl, names := querytest.Setup(t)
+	hour := now.Add(-3 * time.Hour) // settled: ended 2 h before now
+	var docs []querytest.Doc
+	minuteNs := map[string]int64{"a": 3e9, "b": 2e9}
+	hourNs := map[string]int64{"a": 60e9, "b": 90e9}
+	for h, v := range minuteNs {
+		for m := range 60 {
+			docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: hour.Add(time.Duration(m) * time.Minute), Resolution: "1m",
+				Kind: "service", Type: "cpu", Service: "svc", Host: h, Value: v}))
+		}
+		docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: hour, Resolution: "1h",
+			Kind: "service", Type: "cpu", Service: "svc", Host: h, Value: hourNs[h]}))
+	}
+	querytest.Index(t, cl, names, docs)
+	base := serve(t, cl, names, api.Options{})
+	q := url.Values{"from": {hour.Format(time.RFC3339)}, "to": {hour.Add(time.Hour).Format(time.RFC3339)}, "group_by": {"host"}, "top": {"1"}}
+	for _, step := range []string{"5m", "1h"} {
+		q.Set("step", step)
+		var s api.SeriesResponse
+		if code := get(t, base, "/api/v1/series", q, &s); code != http.StatusOK {
+			t.Fatalf("step %s: HTTP %d", step, code)
+		}
+		if len(s.Series) != 2 || s.Series[0].Labels["host"] != "b" || !s.Series[1].Other {
+			t.Fatalf("step %s: %+v, want host b (the heavier by its hourly windows) then other", step, s.Series)
+		}
+		// Step 5m: b's minute windows (2 s per minute), and a's in other.
+		want := map[string]float64{"5m": 2e9 / 60e9, "1h": 90e9 / 3600e9}[step]
+		for _, p := range s.Series[0].Points {
+			if !near(p[1], want) {
+				t.Fatalf("step %s: b at %v: %v cores, want %v", step, time.UnixMilli(int64(p[0])), p[1], want)
+			}
+		}
+	}
+}

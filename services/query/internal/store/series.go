@@ -73,34 +73,48 @@ type cachedLines struct {
 // Series is sel's value per step grouped by groupBy ("service" or "host"):
 // the top groups of the largest total over the range (at most MaxSeries)
 // as lines, the others summed per step in Other. sel.Range must be aligned
-// to step. Selectors of service and host read the per-service rollups
-// (hourly windows when step is whole hours and they exist, else minute
-// windows); label selectors, and clusters without rollups yet, read the
+// to step. Selectors of service and host read the per-service rollups:
+// groups are ranked from hourly windows for the range's settled whole
+// hours (when they exist; minute windows for the rest), whatever the step,
+// and lines read hourly windows too when step is whole hours, else minute
+// windows. Label selectors, and clusters without rollups yet, read the
 // samples.
 func (s *Store) Series(ctx context.Context, sel Selection, step time.Duration, groupBy string, top int) (*Lines, error) {
 	top = min(max(top, 1), s.opts.MaxSeries)
 	if sel.Selector.OnlyFields("service", "host") {
-		// Hourly windows only fit steps of whole hours.
-		for _, minuteOnly := range []bool{step%time.Hour != 0, true} {
-			p := s.rollupPlan(sel, minuteOnly)
-			lines, hourly, err := s.topSeries(ctx, p, sel.Range, step, groupBy, top)
+		rank, minute := s.rollupPlan(sel, false), s.rollupPlan(sel, true)
+		groups, matched, hourly, err := s.groupTotals(ctx, rank, groupBy, sel.Range.Duration())
+		if err == nil && hasWholeHours(sel.Range) && !hourly {
+			// No hourly windows yet: the whole range from minutes.
+			rank = minute
+			groups, matched, _, err = s.groupTotals(ctx, rank, groupBy, sel.Range.Duration())
+		}
+		if err != nil {
+			return nil, fmt.Errorf("series from rollups: %w", err)
+		}
+		if matched {
+			plot := rank
+			if step%time.Hour != 0 {
+				plot = minute // hourly windows only fit steps of whole hours
+			}
+			lines, err := s.topSeries(ctx, plot, groups, step, groupBy, top)
 			if err != nil {
 				return nil, fmt.Errorf("series from rollups: %w", err)
 			}
-			if lines != nil && (hourly || minuteOnly || !hasWholeHours(sel.Range)) {
-				return lines, nil
-			}
-			if minuteOnly {
-				break
-			}
+			return lines, nil
 		}
 	}
-	lines, _, err := s.topSeries(ctx, s.samplePlan(sel), sel.Range, step, groupBy, top)
+	p := s.samplePlan(sel)
+	groups, matched, _, err := s.groupTotals(ctx, p, groupBy, sel.Range.Duration())
 	if err != nil {
 		return nil, fmt.Errorf("series from samples: %w", err)
 	}
-	if lines == nil {
-		lines = &Lines{Lines: []Line{}, Source: "samples"}
+	if !matched {
+		return &Lines{Lines: []Line{}, Source: "samples"}, nil
+	}
+	lines, err := s.topSeries(ctx, p, groups, step, groupBy, top)
+	if err != nil {
+		return nil, fmt.Errorf("series from samples: %w", err)
 	}
 	return lines, nil
 }
@@ -186,16 +200,11 @@ type groupTotal struct {
 	value float64
 }
 
-// topSeries ranks every group of p by its value over the whole range (a
-// composite aggregation paged over the groups, so the ranking and the count
-// are exact), then reads the top groups per step and the rest summed per
-// step, both by OpenSearch, in one search. lines is nil when nothing
-// matched; hourly says whether hourly windows were among the documents.
-func (s *Store) topSeries(ctx context.Context, p seriesPlan, rng TimeRange, step time.Duration, groupBy string, top int) (lines *Lines, hourly bool, err error) {
-	groups, matched, hourly, err := s.groupTotals(ctx, p, groupBy, rng.Duration())
-	if err != nil || !matched {
-		return nil, hourly, err
-	}
+// topSeries reads, for groups ranked over the whole range (groupTotals:
+// a composite aggregation paged over the groups, so the ranking and the
+// count are exact), the top groups per step and the rest summed per step
+// from p's documents, both by OpenSearch, in one search.
+func (s *Store) topSeries(ctx context.Context, p seriesPlan, groups []groupTotal, step time.Duration, groupBy string, top int) (*Lines, error) {
 	slices.SortFunc(groups, func(x, y groupTotal) int {
 		if c := cmp.Compare(y.value, x.value); c != 0 {
 			return c
@@ -206,9 +215,9 @@ func (s *Store) topSeries(ctx context.Context, p seriesPlan, rng TimeRange, step
 	for _, g := range groups[:min(top, len(groups))] {
 		keys = append(keys, g.key)
 	}
-	lines = &Lines{Lines: make([]Line, 0, len(keys)), Total: len(groups), Source: p.source}
+	lines := &Lines{Lines: make([]Line, 0, len(keys)), Total: len(groups), Source: p.source}
 	if len(keys) == 0 {
-		return lines, hourly, nil
+		return lines, nil
 	}
 	folded := len(groups) > len(keys)
 	aggs := topSeriesAggs(groupBy, keys, step, p.aggs, folded)
@@ -233,7 +242,7 @@ func (s *Store) topSeries(ctx context.Context, p seriesPlan, rng TimeRange, step
 	}
 	if err := s.search(ctx, p.indices, aggsRequest(p.query, aggs), &out, "aggregations.top.groups.buckets.key",
 		"aggregations.top.groups.buckets.time.buckets", "aggregations.rest.time.buckets"); err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	points := func(buckets []seriesBucket) [][2]float64 {
 		pts := make([][2]float64, 0, len(buckets))
@@ -254,7 +263,7 @@ func (s *Store) topSeries(ctx context.Context, p seriesPlan, rng TimeRange, step
 	if folded {
 		lines.Other = &Line{Points: points(out.Aggregations.Rest.Time.Buckets)}
 	}
-	return lines, hourly, nil
+	return lines, nil
 }
 
 // topSeriesAggs buckets the documents of the groups keys by group and step,

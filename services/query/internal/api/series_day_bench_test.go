@@ -1,0 +1,92 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stackstream/stackstream/pkg/opensearch"
+	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/services/query/internal/api"
+	"github.com/stackstream/stackstream/services/query/internal/querytest"
+)
+
+// BenchmarkSeriesDay1000Hosts times /series over one day of 1000 hosts'
+// CPU rollups as the rollup writes them (a minute and an hour window per
+// host and service: 1.44 M minute and 24,000 hour documents) on the real
+// node, through HTTP on loopback: per host (the top 10 and "other") and per
+// service, with the automatic step and with whole hours. OpenSearch's
+// request cache is cleared before each request (outside the timing). It
+// reports the p50 and p99 of the requests.
+//
+//	STACKSTREAM_BENCH_FLEET_DAY=1 CI=true go test -run '^$' -bench SeriesDay -benchtime 20x -timeout 30m ./internal/api
+func BenchmarkSeriesDay1000Hosts(b *testing.B) {
+	if os.Getenv("STACKSTREAM_BENCH_FLEET_DAY") == "" {
+		b.Skip("set STACKSTREAM_BENCH_FLEET_DAY=1 to index a fleet's day")
+	}
+	const hosts = 1000
+	cl, names := querytest.Setup(b)
+	to := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	from := to.Add(-24 * time.Hour)
+	start := time.Now()
+	for h := from; h.Before(to); h = h.Add(time.Hour) {
+		docs := make([]querytest.Doc, 0, hosts*61)
+		for i := range hosts {
+			host, service := fmt.Sprintf("host-%04d", i), fmt.Sprintf("svc-%02d", i%50)
+			cores := float64(i%97+1) / 10
+			doc := indices.RollupDoc{Kind: "service", Type: "cpu", Service: service, Host: host}
+			for m := range 60 {
+				doc.Timestamp, doc.Resolution = h.Add(time.Duration(m)*time.Minute), "1m"
+				doc.Value, doc.Cores = int64(cores*float64(time.Minute)), cores
+				docs = append(docs, querytest.Rollup(names, doc))
+			}
+			doc.Timestamp, doc.Resolution = h, "1h"
+			doc.Value, doc.Cores = int64(cores*float64(time.Hour)), cores
+			docs = append(docs, querytest.Rollup(names, doc))
+		}
+		if err := querytest.Bulk(b.Context(), cl, docs); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("indexed hour %s (%v)", h.Format("15:04"), time.Since(start).Round(time.Second))
+	}
+	if err := querytest.Refresh(b.Context(), cl, names); err != nil {
+		b.Fatal(err)
+	}
+	// Merged segments, as a day-old index is.
+	opensearch.Raw(b.Context(), cl, http.MethodPost, "/"+names.Prefix+"*/_forcemerge?max_num_segments=1", nil)
+	b.Logf("indexed %d hosts x 24 h in %v", hosts, time.Since(start).Round(time.Second))
+	base := serve(b, cl, names, api.Options{})
+	for _, tc := range []struct{ name, groupBy, step string }{
+		{"by-host-top10-auto-step", "host", ""}, {"by-host-top10-step-1h", "host", "1h"},
+		{"by-service-auto-step", "service", ""}, {"by-service-step-1h", "service", "1h"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			q := url.Values{"from": {from.Format(time.RFC3339)}, "to": {to.Format(time.RFC3339)}, "group_by": {tc.groupBy}, "top": {"10"}}
+			if tc.step != "" {
+				q.Set("step", tc.step)
+			}
+			u := base + "/api/v1/series?" + q.Encode()
+			var took []time.Duration
+			for b.Loop() {
+				b.StopTimer()
+				opensearch.Raw(context.Background(), cl, http.MethodPost, "/"+names.Prefix+"*/_cache/clear?request=true", nil)
+				b.StartTimer()
+				t0 := time.Now()
+				resp, err := http.Get(u)
+				if err != nil || resp.StatusCode != http.StatusOK {
+					b.Fatalf("GET %s: %v %v", u, err, resp)
+				}
+				resp.Body.Close()
+				took = append(took, time.Since(t0))
+			}
+			slices.Sort(took)
+			b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(took[(len(took)*99)/100].Microseconds())/1000, "p99-ms")
+		})
+	}
+}
