@@ -2,9 +2,11 @@ package aggregate
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/stackstream/stackstream/schemas/indices"
 )
@@ -141,4 +143,111 @@ func (ws *series) eachStack(ordered bool, fn func(ds docState)) {
 	for _, id := range ids {
 		fn(*ws.docs[id])
 	}
+}
+
+// HourWrite hands an ended hour window's documents out a chunk at a time,
+// so that a consumer can store the hour while it folds the next hour's
+// records (docs/ROLLUP.md, "Writing the ended hour"): written at once, the
+// hour of a fleet stopped consumption for the whole write, and its
+// documents, trees encoded, were held all at once.
+//
+// Next counts the documents it returns stored at once. The caller calls
+// it under the lock it holds for every other use of the Partition, and
+// neither takes the partition's Pending documents, evicts, freezes nor
+// commits it until the documents are stored: a late profile folded in
+// meanwhile makes the documents it changes dirty again, to be written
+// after them; should their write fail, nothing after the last commit may
+// be committed by this Partition.
+type HourWrite struct {
+	p     *Partition
+	w     *window
+	start time.Time
+	index string
+	keys  []seriesKey  // the series to write, in order
+	trees []serviceKey // the service and partition trees, once keys are done
+	next  int
+}
+
+// EndedHour returns the write of the earliest hour window later than after
+// that has ended, is not frozen (as HoldsEndedHour) and holds documents to
+// write; nil when there is none.
+func (p *Partition) EndedHour(after time.Time) *HourWrite {
+	var w *window
+	for _, c := range p.windows {
+		if c.trie != nil && !c.trie.frozen && c.end <= p.watermark && c.dirty > 0 &&
+			c.key.start > after.UnixNano() && (w == nil || c.key.start < w.key.start) {
+			w = c
+		}
+	}
+	if w == nil {
+		return nil
+	}
+	start := time.Unix(0, w.key.start).UTC()
+	h := &HourWrite{p: p, w: w, start: start, index: p.cfg.Names.Rollups(start)}
+	for k := range w.series {
+		h.keys = append(h.keys, k)
+	}
+	// The same hour is written in the same order: a test can stop it
+	// part way.
+	slices.SortFunc(h.keys, func(a, b seriesKey) int {
+		return cmp.Or(strings.Compare(a.kind, b.kind), strings.Compare(a.typ, b.typ), strings.Compare(a.service, b.service), strings.Compare(a.host, b.host))
+	})
+	return h
+}
+
+// Hour is the start of the hour written.
+func (h *HourWrite) Hour() time.Time { return h.start }
+
+// Next returns the hour's next changed documents, series by series until
+// their trees and stacks pass maxBytes, the service and partition trees
+// last (they merge every series), and marks them stored. It returns nil
+// once every document is.
+func (h *HourWrite) Next(maxBytes int) []Pending {
+	var out []Pending
+	size := 0
+	for size < maxBytes {
+		n := len(out)
+		switch {
+		case h.next < len(h.keys):
+			k := h.keys[h.next]
+			if ws := h.w.series[k]; ws != nil {
+				out = h.p.appendSeries(out, h.w, h.start, h.index, k, ws)
+			}
+		case h.next == len(h.keys):
+			// Listed only now: the trees are built from the series as
+			// they are when written.
+			for k, ds := range h.w.serviceTrees {
+				if ds.dirty {
+					h.trees = append(h.trees, k)
+				}
+			}
+			slices.SortFunc(h.trees, func(a, b serviceKey) int {
+				return cmp.Or(strings.Compare(a.kind, b.kind), strings.Compare(a.typ, b.typ), strings.Compare(a.service, b.service))
+			})
+		case h.next <= len(h.keys)+len(h.trees):
+			k := h.trees[h.next-len(h.keys)-1]
+			if ds := h.w.serviceTrees[k]; ds != nil && ds.dirty {
+				out = append(out, h.p.serviceTreePending(h.w, h.start, h.index, k, ds))
+			}
+		default:
+			MarkStored(out)
+			return out
+		}
+		h.next++
+		for _, d := range out[n:] {
+			size += pendingBytes(&d)
+		}
+	}
+	MarkStored(out)
+	return out
+}
+
+// pendingBytes is about what a document takes encoded: its tree, its
+// stacks and a few hundred bytes of other fields.
+func pendingBytes(d *Pending) int {
+	n := 256 + len(d.Doc.Tree)*4/3 + len(d.Doc.StackValues)*4/3
+	for _, id := range d.Doc.StackIDs {
+		n += len(id) + 3
+	}
+	return n
 }

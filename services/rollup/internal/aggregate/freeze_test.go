@@ -1,6 +1,7 @@
 package aggregate
 
 import (
+	"maps"
 	"math"
 	"reflect"
 	"testing"
@@ -80,5 +81,101 @@ func TestFrozenHourLateProfiles(t *testing.T) {
 				t.Fatalf("late round %d rewrote no hourly %s document: %v", round, kind, hourDocs)
 			}
 		}
+	}
+}
+
+// TestHourWriteInChunks: an ended hour handed out by HourWrite a chunk at a
+// time, with late profiles folded in between chunks (one to a series
+// already handed out, one for a new host), ends up stored as the
+// documents of a partition that wrote it whole with Pending: what the
+// late profiles changed is dirty again and written after the chunks, and
+// the hour freezes once that is stored.
+func TestHourWriteInChunks(t *testing.T) {
+	hosts := []string{"web-1", "web-2", "web-3", "web-4", "web-5", "web-6"}
+	var profs []*profile.Profile
+	var hostOf []string
+	for k := range 8 { // 10:58:50 to 11:00:00, the last ending the hour
+		for _, h := range hosts {
+			profs = append(profs, fleetLike(t0.Add(58*time.Minute+50*time.Second+time.Duration(k)*10*time.Second)))
+			hostOf = append(hostOf, h)
+		}
+	}
+	lates := []Input{
+		{Profile: fleetLike(t0.Add(59*time.Minute + 30*time.Second)), Host: "web-1"},
+		{Profile: fleetLike(t0.Add(59*time.Minute + 40*time.Second)), Host: "web-9"},
+	}
+	hourDocs := func(docs []Pending) map[string]indices.RollupDoc {
+		out := map[string]indices.RollupDoc{}
+		for id, d := range docsByID(docs) {
+			if d.Resolution == indices.ResolutionHour && d.Timestamp.Equal(t0) {
+				out[id] = d
+			}
+		}
+		return out
+	}
+	var parts [2]*Partition
+	var stored [2]map[string]indices.RollupDoc
+	chunks := 0
+	for i := range parts {
+		cfg := testConfig()
+		cfg.Budget = &Budget{MaxBytes: math.MaxInt64}
+		p := NewPartition(cfg, Checkpoint{})
+		parts[i] = p
+		off := int64(0)
+		fold := func(in Input) {
+			in.Type, in.Offset = record.ProfileCPU, off
+			if _, err := p.Add(in); err != nil {
+				t.Fatal(err)
+			}
+			off++
+		}
+		for j, prof := range profs {
+			fold(Input{Profile: prof, Host: hostOf[j]})
+		}
+		if !p.HoldsEndedHour() {
+			t.Fatal("the hour has not ended")
+		}
+		stored[i] = map[string]indices.RollupDoc{}
+		if i == 0 { // whole, as the consumer wrote it before
+			docs := p.Pending(false)
+			MarkStored(docs)
+			maps.Copy(stored[i], hourDocs(docs))
+			for _, in := range lates {
+				fold(in)
+			}
+		} else {
+			h := p.EndedHour(time.Time{})
+			if h == nil || !h.Hour().Equal(t0) {
+				t.Fatalf("ended hour write %+v, want the hour %s", h, t0)
+			}
+			if p.EndedHour(t0) != nil {
+				t.Fatal("an hour after 10:00 has ended")
+			}
+			for docs := h.Next(2 << 10); len(docs) > 0; docs = h.Next(2 << 10) {
+				chunks++
+				maps.Copy(stored[i], hourDocs(docs))
+				if chunks == 2 {
+					for _, in := range lates {
+						fold(in)
+					}
+				}
+			}
+		}
+		rewrite := p.Pending(false)
+		if len(hourDocs(rewrite)) == 0 {
+			t.Fatalf("partition %d: the late profiles rewrote no document of the hour", i)
+		}
+		MarkStored(rewrite)
+		maps.Copy(stored[i], hourDocs(rewrite))
+		p.Evict()
+		if w := p.windows[windowKey{indices.ResolutionHour, t0.UnixNano()}]; w == nil || !w.frozen {
+			t.Fatalf("partition %d: the stored hour is not frozen", i)
+		}
+	}
+	if chunks < 3 {
+		t.Fatalf("the hour was handed out in %d chunks", chunks)
+	}
+	if len(stored[1]) == 0 || !reflect.DeepEqual(stored[0], stored[1]) {
+		t.Fatalf("%d documents stored whole, %d in %d chunks, equal %v", len(stored[0]), len(stored[1]), chunks, reflect.DeepEqual(stored[0], stored[1]))
 	}
 }

@@ -19,6 +19,10 @@ type metrics struct {
 	panics       prometheus.Counter
 	stateBytes   prometheus.Gauge
 	cacheBytes   prometheus.Gauge
+	// hourWrites and hourWriteSeconds: the ended hours written in the
+	// background (hourwrite.go).
+	hourWrites       prometheus.Gauge
+	hourWriteSeconds prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -46,9 +50,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Bytes of window state and stack cache charged against STACKSTREAM_ROLLUP_MAX_STATE_BYTES."}),
 		cacheBytes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "stack_cache_bytes",
 			Help: "The part of state_bytes that is the stack cache (dropped first when the budget is full)."}),
+		hourWrites: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "hour_writes_in_flight",
+			Help: "Ended hours being written in the background (at most one per partition)."}),
+		hourWriteSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "hour_write_seconds",
+			Help: "Time to store an ended hour in the background, while consumption goes on.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 14)}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.docs, m.writeSeconds, m.commits, m.commitErrors, m.openWindows, m.watermark, m.panics, m.stateBytes, m.cacheBytes)
+		reg.MustRegister(m.docs, m.writeSeconds, m.commits, m.commitErrors, m.openWindows, m.watermark, m.panics, m.stateBytes, m.cacheBytes,
+			m.hourWrites, m.hourWriteSeconds)
 	}
 	return m
 }

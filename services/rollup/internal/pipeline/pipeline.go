@@ -76,6 +76,12 @@ type Rollup struct {
 	// would add a second FlushTimeout to the stop (a final write that could
 	// not finish would run twice, and SIGTERM would wait for both).
 	stopping bool
+	// writing holds each partition's ended hour being written in the
+	// background (hourwrite.go).
+	writing map[int32]*hourWrite
+	// wake ends the poll in progress: a partition whose hour is stored
+	// is flushed and committed without waiting for its next record.
+	wake context.CancelFunc
 	// decode reads a record value (an aggregate.Decoder's Decode); tests
 	// replace it to reach the recover.
 	decode func([]byte) (aggregate.Input, error)
@@ -95,7 +101,7 @@ func New(cfg Config, w Writer, log *slog.Logger, reg prometheus.Registerer) *Rol
 	if cfg.Limits == (record.Limits{}) {
 		cfg.Limits = record.DefaultLimits()
 	}
-	r := &Rollup{cfg: cfg, w: w, log: log, m: newMetrics(reg), parts: map[int32]*aggregate.Partition{}, active: map[int32]time.Time{}}
+	r := &Rollup{cfg: cfg, w: w, log: log, m: newMetrics(reg), parts: map[int32]*aggregate.Partition{}, active: map[int32]time.Time{}, writing: map[int32]*hourWrite{}}
 	r.decode = aggregate.NewDecoder(cfg.Limits).Decode
 	return r
 }
@@ -126,11 +132,21 @@ func (r *Rollup) Run(ctx context.Context, cl *kgo.Client) error {
 	r.cl = cl
 	r.mu.Unlock()
 	for {
-		pollCtx, cancel := ctx, context.CancelFunc(func() {})
+		pollCtx, cancel := context.WithCancel(ctx)
 		if r.cfg.IdleFlush > 0 {
 			// Wake up now and then to write idle partitions.
 			pollCtx, cancel = context.WithTimeout(ctx, min(max(r.cfg.IdleFlush/2, 100*time.Millisecond), 5*time.Second))
 		}
+		r.mu.Lock()
+		r.wake = cancel
+		for _, hw := range r.writing {
+			select {
+			case <-hw.finished:
+				cancel() // ended since the last flush
+			default:
+			}
+		}
+		r.mu.Unlock()
 		fetches := cl.PollRecords(pollCtx, r.cfg.MaxPollRecords)
 		cancel()
 		if fetches.IsClientClosed() || ctx.Err() != nil {
@@ -141,12 +157,15 @@ func (r *Rollup) Run(ctx context.Context, cl *kgo.Client) error {
 			break
 		}
 		fetches.EachError(func(topic string, p int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 				r.log.Warn("fetch", "topic", topic, "partition", p, "err", err)
 			}
 		})
 		r.mu.Lock()
-		err := r.handle(ctx, fetches)
+		err := r.endedWrites()
+		if err == nil {
+			err = r.handle(ctx, fetches)
+		}
 		if err == nil {
 			err = r.flushIdle(ctx)
 		}
@@ -170,7 +189,13 @@ func (r *Rollup) shutdown() error {
 	// Whatever the flush did, it was the last write: what it did not store
 	// is not committed, and the next owner reads it again.
 	defer func() { r.stopping = true }()
-	if err := r.flush(ctx, r.parts, nil, true); err != nil {
+	ids := make([]int32, 0, len(r.writing))
+	for id := range r.writing {
+		ids = append(ids, id)
+	}
+	r.awaitWrites(ctx, ids)
+	werr := r.endedWrites()
+	if err := errors.Join(werr, r.flush(ctx, r.parts, nil, true)); err != nil {
 		return fmt.Errorf("flush on shutdown: %w", err)
 	}
 	r.log.Info("flushed on shutdown", "partitions", len(r.parts))
@@ -178,10 +203,11 @@ func (r *Rollup) shutdown() error {
 }
 
 // handle folds a batch of records into the windows, then writes and commits.
-// A record that ends an hour (its time passes the hour's end) is followed
-// by a write of that partition first: the hour is written and frozen
-// (aggregate.Partition.HoldsEndedHour) before the rest of the batch, the
-// next hour's first profiles, is folded in beside it.
+// A record that ends an hour (its time passes the hour's end) starts the
+// write of that hour in the background (hourwrite.go) while the rest of the
+// batch, the next hour's first profiles, is folded in beside it; the hour
+// is frozen (aggregate.Partition.HoldsEndedHour) by the first flush after
+// it is stored.
 func (r *Rollup) handle(ctx context.Context, fetches kgo.Fetches) error {
 	var dlq []*kgo.Record
 	var err error
@@ -192,16 +218,13 @@ func (r *Rollup) handle(ctx context.Context, fetches kgo.Fetches) error {
 		part := r.partition(ctx, ft.Partition)
 		r.active[ft.Partition] = r.cfg.Now()
 		for _, rec := range ft.Records {
-			if d := r.process(part, rec); d != nil {
+			if d := r.process(ctx, part, rec); d != nil {
 				dlq = append(dlq, d)
 			}
 			if part.HoldsEndedHour() {
-				// The records after it are left unread (not committed)
-				// when the write fails: Run returns the error.
-				if err = r.flush(ctx, map[int32]*aggregate.Partition{ft.Partition: part}, dlq, false); err != nil {
+				if err = r.writeEndedHour(ctx, ft.Partition, part); err != nil {
 					return
 				}
-				dlq = nil
 			}
 		}
 		last := ft.Records[len(ft.Records)-1]
@@ -235,7 +258,7 @@ func (r *Rollup) flushIdle(ctx context.Context) error {
 // is a fault boundary: a panic while processing it (none is known: each
 // cause found was fixed where it arose) sends it to the DLQ with reason
 // "panic", counted by stackstream_rollup_panics_total, and the loop goes on.
-func (r *Rollup) process(part *aggregate.Partition, rec *kgo.Record) (dlq *kgo.Record) {
+func (r *Rollup) process(ctx context.Context, part *aggregate.Partition, rec *kgo.Record) (dlq *kgo.Record) {
 	toDLQ := func(reason string, err error) *kgo.Record {
 		part.Advance(rec.Offset)
 		r.m.Records.WithLabelValues("dlq").Inc()
@@ -260,6 +283,10 @@ func (r *Rollup) process(part *aggregate.Partition, rec *kgo.Record) (dlq *kgo.R
 	}
 	in.Type, in.Host, in.Offset, in.Fallback = meta.Type, record.Host(meta, rec.Key), rec.Offset, rec.Timestamp
 	out, err := part.Add(in)
+	if errors.Is(err, aggregate.ErrStateFull) && r.relieve(ctx) {
+		// Add refused it whole: folding it again is its first time.
+		out, err = part.Add(in)
+	}
 	switch {
 	case errors.Is(err, record.ErrTimeOutOfRange):
 		return toDLQ("time_out_of_range", fmt.Errorf("aggregate profile: %w (the window is STACKSTREAM_ROLLUP_MAX_AGE=%s back, STACKSTREAM_ROLLUP_MAX_CLOCK_SKEW=%s ahead)",
@@ -292,7 +319,8 @@ func decodeReason(err error) string {
 
 // flush sends the DLQ records, writes the pending documents of parts (all of
 // them when all), evicts, and commits what is safe. Nothing is committed
-// unless every earlier step succeeded.
+// unless every earlier step succeeded. A partition with an hour in flight
+// (or whose hour write failed) is left alone (hourwrite.go).
 func (r *Rollup) flush(ctx context.Context, parts map[int32]*aggregate.Partition, dlq []*kgo.Record, all bool) error {
 	if r.cl == nil {
 		return nil
@@ -300,9 +328,15 @@ func (r *Rollup) flush(ctx context.Context, parts map[int32]*aggregate.Partition
 	if err := r.produce(ctx, dlq); err != nil {
 		return err
 	}
+	ready := make(map[int32]*aggregate.Partition, len(parts))
+	for id, p := range parts {
+		if r.writing[id] == nil {
+			ready[id] = p
+		}
+	}
 	var pending []aggregate.Pending
 	var partOf []int32
-	for id, p := range parts {
+	for id, p := range ready {
 		for _, d := range p.Pending(all) {
 			pending = append(pending, d)
 			partOf = append(partOf, id)
@@ -312,23 +346,27 @@ func (r *Rollup) flush(ctx context.Context, parts map[int32]*aggregate.Partition
 	// written: the JSON of a whole flush (every document of an hour and
 	// its trees, at fleet scale) was most of the process's heap.
 	for start := 0; start < len(pending); {
-		n, err := r.write(ctx, pending[start:], partOf[start:])
+		n, rejected, err := r.write(ctx, pending[start:], partOf[start:])
 		if err != nil {
 			return err
 		}
+		if err := r.produce(ctx, rejected); err != nil {
+			return err
+		}
+		aggregate.MarkStored(pending[start : start+n])
 		start += n
 	}
-	return r.commit(ctx, parts)
+	return r.commit(ctx, ready)
 }
 
 // flushChunkBytes bounds the encoded documents a flush holds at once (a
 // variable for tests that write in many chunks).
 var flushChunkBytes = 16 << 20
 
-// write encodes pending documents until flushChunkBytes, writes them, sends
-// the rejected ones to the DLQ and marks them stored; it returns how many
-// it took.
-func (r *Rollup) write(ctx context.Context, pending []aggregate.Pending, partOf []int32) (int, error) {
+// write encodes pending documents until flushChunkBytes and writes them; it
+// returns how many it took and the DLQ records of those OpenSearch
+// rejected. It touches no state of r: the hour writes call it outside r.mu.
+func (r *Rollup) write(ctx context.Context, pending []aggregate.Pending, partOf []int32) (int, []*kgo.Record, error) {
 	var items []bulk.Item
 	byID := map[string]int{}
 	// Documents are appended into 1 MiB chunks: one allocation per
@@ -345,7 +383,7 @@ func (r *Rollup) write(ctx context.Context, pending []aggregate.Pending, partOf 
 		start := len(buf)
 		var err error
 		if buf, err = pending[i].AppendJSON(buf); err != nil {
-			return 0, fmt.Errorf("encode rollup document: %w", err)
+			return 0, nil, fmt.Errorf("encode rollup document: %w", err)
 		}
 		d := &pending[i]
 		items = append(items, bulk.Item{Index: d.Index, ID: d.ID, Doc: buf[start:len(buf):len(buf)]})
@@ -356,7 +394,7 @@ func (r *Rollup) write(ctx context.Context, pending []aggregate.Pending, partOf 
 	start := time.Now()
 	rejected, err := r.w.Write(ctx, items)
 	if err != nil {
-		return 0, fmt.Errorf("write rollups: %w", err)
+		return 0, nil, fmt.Errorf("write rollups: %w", err)
 	}
 	r.m.writeSeconds.Observe(time.Since(start).Seconds())
 	r.m.docs.Add(float64(n - len(rejected)))
@@ -365,11 +403,7 @@ func (r *Rollup) write(ctx context.Context, pending []aggregate.Pending, partOf 
 		i := byID[rj.Item.Index+"/"+rj.Item.ID]
 		bad = append(bad, r.rejectedRecord(partOf[i], pending[i], rj))
 	}
-	if err := r.produce(ctx, bad); err != nil {
-		return 0, err
-	}
-	aggregate.MarkStored(pending[:n])
-	return n, nil
+	return n, bad, nil
 }
 
 // rejectedRecord is the DLQ record of a document OpenSearch refused: the
@@ -541,6 +575,7 @@ func (r *Rollup) assigned(ctx context.Context, cl *kgo.Client, assigned map[stri
 			old.Release()
 		}
 		r.parts[p] = aggregate.NewPartition(r.windowConfig(p), cps[p])
+		delete(r.writing, p) // a failed write's: the state it kept is gone
 	}
 	r.log.Info("partitions assigned", "topic", r.cfg.Topics.ProfilesSymbolized, "partitions", ps)
 }
@@ -561,7 +596,8 @@ func (r *Rollup) revoked(ctx context.Context, cl *kgo.Client, revoked map[string
 		// The callback's context ends when the client closes; the final
 		// write still deserves its bounded time.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.FlushTimeout)
-		if err := r.flush(ctx, parts, nil, true); err != nil {
+		r.awaitWrites(ctx, ps)
+		if err := errors.Join(r.endedWrites(), r.flush(ctx, parts, nil, true)); err != nil {
 			r.log.Warn("flush revoked partitions", "partitions", ps, "err", err)
 		}
 		cancel()
@@ -572,6 +608,7 @@ func (r *Rollup) revoked(ctx context.Context, cl *kgo.Client, revoked map[string
 		}
 		delete(r.parts, p)
 		delete(r.active, p)
+		delete(r.writing, p)
 		r.m.ForgetPartition(p)
 		r.m.watermark.DeleteLabelValues(strconv.Itoa(int(p)))
 	}
@@ -582,12 +619,16 @@ func (r *Rollup) revoked(ctx context.Context, cl *kgo.Client, revoked map[string
 func (r *Rollup) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// Another member rebuilds the hours being written: a write of ours
+	// landing after its own would put older sums back.
+	r.cancelWrites(lost[r.cfg.Topics.ProfilesSymbolized])
 	for _, p := range lost[r.cfg.Topics.ProfilesSymbolized] {
 		if part := r.parts[p]; part != nil {
 			part.Release()
 		}
 		delete(r.parts, p)
 		delete(r.active, p)
+		delete(r.writing, p)
 	}
 	r.log.Warn("partitions lost", "topic", r.cfg.Topics.ProfilesSymbolized, "partitions", lost[r.cfg.Topics.ProfilesSymbolized])
 }

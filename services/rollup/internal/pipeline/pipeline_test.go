@@ -45,6 +45,9 @@ type env struct {
 	window       aggregate.Config
 	idle         time.Duration // IdleFlush of the instances
 	flushTimeout time.Duration // FlushTimeout of the instances; 0 means 20s
+	// wrap, when set, wraps the instances' writer (to slow it down or
+	// fail it).
+	wrap func(Writer) Writer
 }
 
 func newEnv(t testing.TB, partitions int32) *env {
@@ -123,7 +126,11 @@ func (e *env) start(osURL string) *instance {
 	if flushTimeout == 0 {
 		flushTimeout = 20 * time.Second
 	}
-	r := New(Config{Topics: e.topics, Group: e.group, Window: e.window, FlushTimeout: flushTimeout, IdleFlush: e.idle}, w, log, prometheus.NewRegistry())
+	var wr Writer = w
+	if e.wrap != nil {
+		wr = e.wrap(w)
+	}
+	r := New(Config{Topics: e.topics, Group: e.group, Window: e.window, FlushTimeout: flushTimeout, IdleFlush: e.idle}, wr, log, prometheus.NewRegistry())
 	cl, err := kafka.NewClient(context.Background(), kafka.Config{Brokers: e.brokers, DialTimeout: 10 * time.Second}, r.ClientOpts()...)
 	if err != nil {
 		e.t.Fatal(err)

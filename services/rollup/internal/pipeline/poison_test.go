@@ -63,7 +63,7 @@ func TestRecordIsAFaultBoundary(t *testing.T) {
 		return &kgo.Record{Topic: "t.profiles.symbolized", Offset: offset, Value: v, Headers: meta}
 	}
 
-	d := r.process(part, rec(0, undefinedLocation(t, t0)))
+	d := r.process(context.Background(), part, rec(0, undefinedLocation(t, t0)))
 	if d == nil || !strings.Contains(record.HeaderValue(d.Headers, record.HeaderDLQReason), "sample has nil location") {
 		t.Fatalf("undefined location: DLQ record %v", d)
 	}
@@ -73,7 +73,7 @@ func TestRecordIsAFaultBoundary(t *testing.T) {
 
 	decode := r.decode
 	r.decode = func([]byte) (aggregate.Input, error) { panic("boom") }
-	d = r.process(part, rec(1, nil))
+	d = r.process(context.Background(), part, rec(1, nil))
 	r.decode = decode
 	if d == nil || record.HeaderValue(d.Headers, record.HeaderDLQReason) != "process record: panic: boom" || record.HeaderValue(d.Headers, record.HeaderDLQOffset) != "1" {
 		t.Fatalf("panic: DLQ record %v", d)
@@ -85,7 +85,7 @@ func TestRecordIsAFaultBoundary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := r.process(part, rec(2, good)); d != nil || part.Next() != 3 {
+	if d := r.process(context.Background(), part, rec(2, good)); d != nil || part.Next() != 3 {
 		t.Fatalf("good record after a panic: %v", d)
 	}
 }
