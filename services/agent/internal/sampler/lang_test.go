@@ -61,17 +61,14 @@ func (w langWorkload) run(t testing.TB) (stacks [][]string, counts []uint64, c C
 		w.register(s, fs, pid)
 	}
 	register()
-	refresh := func(d time.Duration) {
-		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-			for _, st := range s.Refresh() {
-				p := st.PID
-				if p == pid {
-					register()
-				}
+	poll := func() {
+		for _, st := range s.Refresh() {
+			if st.PID == pid {
+				register()
 			}
 		}
 	}
-	refresh(w.settle)
+	sampleWindow(t, w.settle, 0, poll)
 	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +79,8 @@ func (w langWorkload) run(t testing.TB) (stacks [][]string, counts []uint64, c C
 	if err != nil {
 		t.Fatal(err)
 	}
-	refresh(w.span)
+	// 50 samples a second of the span at 199 Hz.
+	sampleWindow(t, w.span, w.span/4, poll, pid)
 	after, err := s.objs.ProfileCpu.Stats()
 	if err != nil {
 		t.Fatal(err)

@@ -48,7 +48,8 @@ func TestSamplesBusyProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	time.Sleep(time.Second)
+	// About 40 samples at 99 Hz.
+	sampleWindow(t, time.Second, 400*time.Millisecond, func() {}, cmd.Process.Pid)
 	var mine, total uint64
 	var withUser bool
 	for range 2 {

@@ -60,7 +60,8 @@ func TestUnwindSharedBuildID(t *testing.T) {
 		t.Fatalf("the second copy loaded tables: %+v then %+v", stats[0], stats[1])
 	}
 	s.Drain()
-	time.Sleep(2 * time.Second)
+	// About 100 samples each at 199 Hz.
+	sampleWindow(t, 2*time.Second, 500*time.Millisecond, func() {}, pids...)
 	samples, _, err := s.Drain()
 	if err != nil {
 		t.Fatal(err)

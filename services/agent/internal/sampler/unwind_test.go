@@ -226,37 +226,26 @@ func sampleRun(t testing.TB, cmd *exec.Cmd, d time.Duration, tables bool) ([][]s
 	}
 	// As the agent does every interval: register again what the BPF program
 	// marked stale (an exec, a library loaded since).
-	refresh := func(d time.Duration) {
-		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-			for _, st := range s.Refresh() {
-				p := st.PID
-				if p == pid && tables {
-					if err := reg.AddProcess(pid); err != nil {
-						t.Fatal(err)
-					}
+	poll := func() {
+		for _, st := range s.Refresh() {
+			if st.PID == pid && tables {
+				if err := reg.AddProcess(pid); err != nil {
+					t.Fatal(err)
 				}
 			}
 		}
-	}
-	// cpu is the program's CPU time so far, in clock ticks (USER_HZ: 100 a
-	// second); its samples are as many as its CPU time allows, 199 a second.
-	cpu := func() uint64 {
-		st, err := fs.ReadStat(pid)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st.UTime + st.STime
 	}
 	// Left out, samples and counters alike: the program's start. Under load
 	// its start takes seconds, not the 0.4 s waited, and CPython's (imports
 	// nested in C, 130 native frames and more) gives truncated walks: so
 	// until it has run startCPUTicks on a CPU too.
 	warm := time.Now().Add(300 * time.Millisecond)
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(warm) || cpu() < startCPUTicks; {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(warm) || cpuTicks(t, pid) < startCPUTicks; {
 		if time.Now().After(deadline) {
-			t.Fatalf("pid %d ran %d clock ticks in a minute, want %d: its start is not over", pid, cpu(), startCPUTicks)
+			t.Fatalf("pid %d ran %d clock ticks in a minute, want %d: its start is not over", pid, cpuTicks(t, pid), startCPUTicks)
 		}
-		refresh(50 * time.Millisecond)
+		poll()
+		time.Sleep(50 * time.Millisecond)
 	}
 	if _, _, err := s.Drain(); err != nil {
 		t.Fatal(err)
@@ -265,14 +254,8 @@ func sampleRun(t testing.TB, cmd *exec.Cmd, d time.Duration, tables bool) ([][]s
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The window: d, and under load until the program has run d/4 on a CPU
-	// (50 samples a second of d), 30 s more at most: the tests' floors
-	// (20 or 50 samples) are then about its completeness, not the load.
-	from, want := cpu(), uint64(d/4/(10*time.Millisecond))
-	refresh(d)
-	for limit := time.Now().Add(30 * time.Second); cpu()-from < want && time.Now().Before(limit); {
-		refresh(50 * time.Millisecond)
-	}
+	// 50 samples a second of d at 199 Hz.
+	sampleWindow(t, d, d/4, poll, pid)
 	samples, _, err := s.Drain()
 	if err != nil {
 		t.Fatal(err)
@@ -305,6 +288,41 @@ func sampleRun(t testing.TB, cmd *exec.Cmd, d time.Duration, tables bool) ([][]s
 		t.Errorf("%d mapping entries left after RemoveProcess", n)
 	}
 	return stacks, counts, countedSince(before, after), stats
+}
+
+// cpuTicks returns the CPU time pid has run, in clock ticks (USER_HZ: 100 a
+// second): its samples are as many as that time allows.
+func cpuTicks(t testing.TB, pid int) uint64 {
+	st, err := proc.FS{Root: "/proc"}.ReadStat(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.UTime + st.STime
+}
+
+// sampleWindow calls poll every 50 ms for d and, under load, until each of
+// pids has run cpu in it, 30 s more at most: a test's floor of samples then
+// fails on what it checks, not on the load.
+func sampleWindow(t testing.TB, d, cpu time.Duration, poll func(), pids ...int) {
+	t.Helper()
+	want := uint64(cpu / (10 * time.Millisecond))
+	from := make([]uint64, len(pids))
+	for i, pid := range pids {
+		from[i] = cpuTicks(t, pid)
+	}
+	short := func() bool {
+		for i, pid := range pids {
+			if cpuTicks(t, pid)-from[i] < want {
+				return true
+			}
+		}
+		return false
+	}
+	end, limit := time.Now().Add(d), time.Now().Add(d+30*time.Second)
+	for time.Now().Before(end) || (short() && time.Now().Before(limit)) {
+		poll()
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // startCPUTicks is the CPU time (clock ticks, USER_HZ: 100 a second) a
