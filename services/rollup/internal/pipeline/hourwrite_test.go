@@ -136,7 +136,6 @@ func TestEndedHourWriteFailsThenRestart(t *testing.T) {
 	flushChunkBytes = 4 << 10
 	e := newEnv(t, 1)
 	e.flushTimeout = time.Minute // the stop waits for the hour in flight, 4 KiB a request
-	e.idle = time.Second         // Run wakes up to see the failure without new records
 	var gate *hourGate
 	e.wrap = func(w Writer) Writer {
 		gate = newHourGate(w)
