@@ -36,7 +36,8 @@ const (
 // DefaultMaxConcurrent is twice GOMAXPROCS, at least 4. An API request
 // mostly waits on OpenSearch, then merges and encodes on one core: two per
 // core keeps the cores busy while half the requests wait, and the memory of
-// the merges in flight (each bounded by STACKSTREAM_QUERY_MAX_STACKS) stays
+// the merges in flight (each bounded by STACKSTREAM_QUERY_MAX_STACKS, or
+// STACKSTREAM_QUERY_MAX_EDGE_STACKS for the edges around tree hours) stays
 // a small multiple of one.
 func DefaultMaxConcurrent() int { return max(4, 2*runtime.GOMAXPROCS(0)) }
 
