@@ -54,8 +54,8 @@ type Options struct {
 	MaxRebalanceDelay time.Duration
 	// StackCacheSize is how many stored stack IDs are remembered so that
 	// stacks seen again are not re-sent; 0 picks a default, -1 disables it.
-	// The cache is cleared when full (its memory stays: at most about 24
-	// bytes a stack, 24 MiB at the default).
+	// The cache is cleared when full (its memory stays: 24-43 bytes a
+	// stack as Go's map grows, 27-43 MiB at the default).
 	StackCacheSize int
 	// Workers decode and convert the records of a poll in parallel; 0 is
 	// one per CPU. Documents are added to the batch in record order.
@@ -108,8 +108,8 @@ type Indexer struct {
 	m    *Metrics
 	// stored is the stack IDs OpenSearch acknowledged, with the newest
 	// last_seen day written: 16-byte IDs and day numbers inline, so that a
-	// million of them take about 24 MiB and nothing for the garbage
-	// collector to scan.
+	// million of them take 27-43 MiB and nothing for the garbage collector
+	// to scan.
 	stored map[stackKey]day
 	// sending is the stack IDs of the batches being written: the next
 	// batches need not send them again (each would be a second scripted
