@@ -17,9 +17,10 @@ import (
 // buffers keeps the inflated input and the encoded output of a record
 // between records: both are copied before they leave fast.
 type buffers struct {
-	zr  *kgzip.Reader
-	in  bytes.Buffer
-	out []byte
+	zr   *kgzip.Reader
+	in   bytes.Buffer
+	out  []byte
+	prof pproftables.Profile
 }
 
 var bufferPool = sync.Pool{New: func() any { return new(buffers) }}
@@ -44,8 +45,8 @@ func (p *Processor) fast(ctx context.Context, value []byte, limit int, lim recor
 	if !ok {
 		return nil, st, false
 	}
-	prof, err := pproftables.Decode(raw, lim)
-	if err != nil {
+	prof := &bufs.prof
+	if err := prof.Decode(raw, lim); err != nil {
 		return nil, st, false
 	}
 	st = p.Symbolizer.Locations(ctx, prof.Tables, prof.CallerOnly)
@@ -59,7 +60,7 @@ func (p *Processor) fast(ctx context.Context, value []byte, limit int, lim recor
 	if len(out) >= limit || len(out) < len(raw) || !prof.OutputWithinLimits(out) {
 		return nil, st, false
 	}
-	val, err = gzipLevel(out, gzip.NoCompression)
+	val, err := gzipLevel(out, gzip.NoCompression)
 	if err != nil || len(val) > limit {
 		return nil, st, false
 	}

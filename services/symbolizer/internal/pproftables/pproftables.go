@@ -52,6 +52,55 @@ type Profile struct {
 	// added is longer than lim.MaxStringBytes.
 	lim          record.Limits
 	addedTooLong bool
+
+	scratch scratch
+}
+
+// scratch is what Decode and Append allocate for one profile and keep for
+// the next: the symbolizer decodes one record after another, and these
+// allocations (about 0.6 MB per host interval) were most of its collector's
+// work. Nothing in it outlives the next Decode.
+type scratch struct {
+	tables                                               profile.Profile
+	sampleTypes, samples, mappings, locations, functions [][]byte
+	checkStrs                                            []uint64
+	ms                                                   []profile.Mapping
+	fs                                                   []profile.Function
+	ls                                                   []profile.Location
+	lines                                                []profile.Line
+	ids                                                  map[uint64]bool
+	locByID                                              []int32
+	locIndex                                             map[uint64]int
+	mapByID                                              map[uint64]*profile.Mapping
+	fnByID                                               map[uint64]*profile.Function
+	added                                                map[string]uint64
+	order                                                []string
+	names                                                interner
+}
+
+// interner keeps the table strings of earlier profiles (file names, build
+// IDs, the agent's function names), which repeat from one record to the
+// next, so that a string is allocated once rather than once a record.
+type interner struct {
+	strs  map[string]string
+	bytes int
+}
+
+// maxInternedBytes bounds the interner; past it, it starts over.
+const maxInternedBytes = 1 << 20
+
+func (in *interner) str(b []byte) string {
+	if s, ok := in.strs[string(b)]; ok {
+		return s
+	}
+	if in.strs == nil || in.bytes+len(b) > maxInternedBytes {
+		in.strs = make(map[string]string, 256)
+		in.bytes = 0
+	}
+	s := string(b)
+	in.strs[s] = s
+	in.bytes += len(s)
+	return s
 }
 
 const (
@@ -59,46 +108,57 @@ const (
 	callerMark = 2
 )
 
-// Decode reads raw, an uncompressed pprof protobuf. raw must not change
-// while the Profile is used: Append copies from it. Tables past lim's
+// Decode reads raw, an uncompressed pprof protobuf, into p, reusing the
+// memory of p's previous profile: what p held before, Tables included, is
+// overwritten. raw must not change while the Profile is used: Append
+// copies from it. Tables past lim's
 // counts are refused before they are allocated, and so is a profile past
 // a limit on one element (sample types, mappings, comments, period types,
 // a sample's locations and labels, a string's bytes); the limits on the
 // whole profile are left to the caller's check of the output
 // (OutputWithinLimits), which holds everything the input held.
-func Decode(raw []byte, lim record.Limits) (*Profile, error) {
+func (p *Profile) Decode(raw []byte, lim record.Limits) error {
 	if len(raw) == 0 {
-		return nil, ErrUnsupported
+		return ErrUnsupported
 	}
-	p := &Profile{Tables: &profile.Profile{}, raw: raw, lim: lim}
+	sc := &p.scratch
+	ms, ls, fs := sc.tables.Mapping[:0], sc.tables.Location[:0], sc.tables.Function[:0]
+	sc.tables = profile.Profile{Mapping: ms, Location: ls, Function: fs}
+	p.Tables, p.raw, p.lim, p.addedTooLong = &sc.tables, raw, lim, false
+	p.head, p.tail, p.strs, p.locByID, p.locIndex = p.head[:0], p.tail[:0], p.strs[:0], nil, nil
 	var (
-		sampleTypes, samples, mappings, locations, functions [][]byte
-		checkStrs                                            []uint64 // string indices pprof resolves
+		sampleTypes, samples, mappings, locations, functions = sc.sampleTypes[:0], sc.samples[:0], sc.mappings[:0], sc.locations[:0], sc.functions[:0]
+		checkStrs                                            = sc.checkStrs[:0] // string indices pprof resolves
 		timeSeen                                             bool
 		timeNanos                                            uint64
 		periodTypes, comments                                int
 	)
+	// Kept for the next profile, whichever way this one ends.
+	defer func() {
+		sc.sampleTypes, sc.samples, sc.mappings, sc.locations, sc.functions = sampleTypes, samples, mappings, locations, functions
+		sc.checkStrs = checkStrs
+	}()
 	for b := raw; len(b) > 0; {
 		start := len(raw) - len(b)
 		num, typ, u, data, rest, ok := pprofwire.Field(b)
 		if !ok {
-			return nil, ErrUnsupported
+			return ErrUnsupported
 		}
 		b = rest
 		switch num {
 		case 1, 2, 3, 4, 5, 6, 11:
 			if typ != 2 {
-				return nil, ErrUnsupported
+				return ErrUnsupported
 			}
 		case 7, 8, 9, 10, 12, 14, 15:
 			if typ != 0 {
-				return nil, ErrUnsupported
+				return ErrUnsupported
 			}
 		}
 		if len(samples) > lim.MaxSamples || len(mappings) > lim.MaxMappings || len(locations) > lim.MaxLocations ||
 			len(functions) > lim.MaxFunctions || len(p.strs) > lim.MaxStrings || len(sampleTypes) > lim.MaxSampleTypes+1 ||
 			len(checkStrs) > lim.MaxComments+8 {
-			return nil, ErrUnsupported
+			return ErrUnsupported
 		}
 		switch num {
 		case 1:
@@ -113,25 +173,25 @@ func Decode(raw []byte, lim record.Limits) (*Profile, error) {
 			functions = append(functions, data)
 		case 6:
 			if len(data) > lim.MaxStringBytes {
-				return nil, ErrUnsupported
+				return ErrUnsupported
 			}
 			p.strs = append(p.strs, data)
 		case 7, 8, 14, 15: // drop_frames, keep_frames, default_sample_type, doc_url
 			checkStrs = append(checkStrs, u)
 		case 9:
 			if timeSeen && timeNanos != 0 {
-				return nil, ErrUnsupported // pprof refuses concatenated profiles
+				return ErrUnsupported // pprof refuses concatenated profiles
 			}
 			timeSeen, timeNanos = true, u
 		case 10, 12: // duration_nanos, period
 		case 11: // period_type
 			if periodTypes++; periodTypes > 1 {
-				return nil, ErrUnsupported
+				return ErrUnsupported
 			}
 			sampleTypes = append(sampleTypes, nil) // marks where period_type's strings go
 			var t, un uint64
 			if !scalars(data, []*uint64{&t, &un}) {
-				return nil, ErrUnsupported
+				return ErrUnsupported
 			}
 			checkStrs = append(checkStrs, t, un)
 		case 13: // comments, packed or not
@@ -144,10 +204,10 @@ func Decode(raw []byte, lim record.Limits) (*Profile, error) {
 					checkStrs = append(checkStrs, v)
 				}
 			}) || tooMany {
-				return nil, ErrUnsupported
+				return ErrUnsupported
 			}
 		default:
-			return nil, ErrUnsupported
+			return ErrUnsupported
 		}
 		switch {
 		case num < 3:
@@ -157,15 +217,15 @@ func Decode(raw []byte, lim record.Limits) (*Profile, error) {
 		}
 	}
 	if len(p.strs) == 0 || len(p.strs[0]) != 0 {
-		return nil, ErrUnsupported
+		return ErrUnsupported
 	}
 	for _, i := range checkStrs {
 		if !p.validStr(i) {
-			return nil, ErrUnsupported
+			return ErrUnsupported
 		}
 	}
 	if len(mappings) > lim.MaxMappings {
-		return nil, ErrUnsupported
+		return ErrUnsupported
 	}
 	types := 0
 	for _, st := range sampleTypes {
@@ -175,27 +235,27 @@ func Decode(raw []byte, lim record.Limits) (*Profile, error) {
 		types++
 		var t, un uint64
 		if !scalars(st, []*uint64{&t, &un}) || !p.validStr(t) || !p.validStr(un) {
-			return nil, ErrUnsupported
+			return ErrUnsupported
 		}
 	}
 	if err := p.decodeMappings(mappings); err != nil {
-		return nil, err
+		return err
 	}
 	if err := p.decodeFunctions(functions); err != nil {
-		return nil, err
+		return err
 	}
 	if err := p.decodeLocations(locations, lim.MaxLines); err != nil {
-		return nil, err
+		return err
 	}
 	if len(samples) > 0 && types == 0 || types > lim.MaxSampleTypes {
-		return nil, ErrUnsupported
+		return ErrUnsupported
 	}
 	for _, s := range samples {
 		if !p.checkSample(s, types, lim) {
-			return nil, ErrUnsupported
+			return ErrUnsupported
 		}
 	}
-	return p, nil
+	return nil
 }
 
 // addSpan adds [start, end) to spans, joining it to the last when they
@@ -214,13 +274,13 @@ func (p *Profile) validStr(i uint64) bool {
 	return int64(i) >= 0 && int64(i) < int64(len(p.strs))
 }
 
-func (p *Profile) str(i uint64) string { return string(p.strs[i]) }
-
 func (p *Profile) decodeMappings(msgs [][]byte) error {
-	ms := make([]profile.Mapping, len(msgs))
-	p.Tables.Mapping = make([]*profile.Mapping, len(msgs))
-	p.mapStrs = make([][2]uint64, len(msgs))
-	ids := make(map[uint64]bool, len(msgs))
+	sc := &p.scratch
+	ms := resize(sc.ms, len(msgs))
+	sc.ms = ms
+	p.Tables.Mapping = resize(p.Tables.Mapping, len(msgs))
+	p.mapStrs = resize(p.mapStrs, len(msgs))
+	ids := clearMap(&sc.ids)
 	for i, msg := range msgs {
 		var id, start, limit, offset, file, build, hasFn, hasFile, hasLine, hasInline uint64
 		if !scalars(msg, []*uint64{&id, &start, &limit, &offset, &file, &build, &hasFn, &hasFile, &hasLine, &hasInline}) ||
@@ -229,7 +289,7 @@ func (p *Profile) decodeMappings(msgs [][]byte) error {
 		}
 		ids[id] = true
 		m := &ms[i]
-		*m = profile.Mapping{ID: id, Start: start, Limit: limit, Offset: offset, File: p.str(file), BuildID: p.str(build),
+		*m = profile.Mapping{ID: id, Start: start, Limit: limit, Offset: offset, File: sc.names.str(p.strs[file]), BuildID: sc.names.str(p.strs[build]),
 			HasFunctions: hasFn != 0, HasFilenames: hasFile != 0, HasLineNumbers: hasLine != 0, HasInlineFrames: hasInline != 0}
 		// As pprof's decoder does for "[kernel.kallsyms]_text".
 		if rest, ok := strings.CutPrefix(m.File, "[kernel.kallsyms]"); ok {
@@ -242,10 +302,12 @@ func (p *Profile) decodeMappings(msgs [][]byte) error {
 }
 
 func (p *Profile) decodeFunctions(msgs [][]byte) error {
-	fs := make([]profile.Function, len(msgs))
-	p.Tables.Function = make([]*profile.Function, len(msgs))
-	p.fnStrs = make([][3]uint64, len(msgs))
-	ids := make(map[uint64]bool, len(msgs))
+	sc := &p.scratch
+	fs := resize(sc.fs, len(msgs))
+	sc.fs = fs
+	p.Tables.Function = resize(p.Tables.Function, len(msgs))
+	p.fnStrs = resize(p.fnStrs, len(msgs))
+	ids := clearMap(&sc.ids)
 	for i, msg := range msgs {
 		var id, name, system, file, startLine uint64
 		if !scalars(msg, []*uint64{&id, &name, &system, &file, &startLine}) ||
@@ -253,7 +315,8 @@ func (p *Profile) decodeFunctions(msgs [][]byte) error {
 			return ErrUnsupported
 		}
 		ids[id] = true
-		fs[i] = profile.Function{ID: id, Name: p.str(name), SystemName: p.str(system), Filename: p.str(file), StartLine: int64(startLine)}
+		fs[i] = profile.Function{ID: id, Name: sc.names.str(p.strs[name]), SystemName: sc.names.str(p.strs[system]),
+			Filename: sc.names.str(p.strs[file]), StartLine: int64(startLine)}
 		p.Tables.Function[i] = &fs[i]
 		p.fnStrs[i] = [3]uint64{name, system, file}
 	}
@@ -261,17 +324,20 @@ func (p *Profile) decodeFunctions(msgs [][]byte) error {
 }
 
 func (p *Profile) decodeLocations(msgs [][]byte, maxLines int) error {
-	mapByID := make(map[uint64]*profile.Mapping, len(p.Tables.Mapping))
+	sc := &p.scratch
+	mapByID := clearMap(&sc.mapByID)
 	for _, m := range p.Tables.Mapping {
 		mapByID[m.ID] = m
 	}
-	fnByID := make(map[uint64]*profile.Function, len(p.Tables.Function))
+	fnByID := clearMap(&sc.fnByID)
 	for _, f := range p.Tables.Function {
 		fnByID[f.ID] = f
 	}
-	ls := make([]profile.Location, len(msgs))
-	p.Tables.Location = make([]*profile.Location, len(msgs))
-	var lines []profile.Line
+	ls := resize(sc.ls, len(msgs))
+	sc.ls = ls
+	p.Tables.Location = resize(p.Tables.Location, len(msgs))
+	lines := sc.lines[:0]
+	defer func() { sc.lines = lines }()
 	dense := true
 	for i, msg := range msgs {
 		l := &ls[i]
@@ -330,7 +396,8 @@ func (p *Profile) decodeLocations(msgs [][]byte, maxLines int) error {
 		p.Tables.Location[i] = l
 	}
 	if dense {
-		p.locByID = make([]int32, len(msgs)+1)
+		p.locByID = resize(sc.locByID, len(msgs)+1)
+		sc.locByID = p.locByID
 		for i, l := range p.Tables.Location {
 			if p.locByID[l.ID] != 0 {
 				return ErrUnsupported // duplicate ID
@@ -338,7 +405,7 @@ func (p *Profile) decodeLocations(msgs [][]byte, maxLines int) error {
 			p.locByID[l.ID] = int32(i + 1)
 		}
 	} else {
-		p.locIndex = make(map[uint64]int, len(msgs))
+		p.locIndex = clearMap(&sc.locIndex)
 		for i, l := range p.Tables.Location {
 			if _, dup := p.locIndex[l.ID]; dup {
 				return ErrUnsupported
@@ -346,8 +413,28 @@ func (p *Profile) decodeLocations(msgs [][]byte, maxLines int) error {
 			p.locIndex[l.ID] = i
 		}
 	}
-	p.marks = make([]uint8, len(msgs))
+	p.marks = resize(p.marks, len(msgs))
 	return nil
+}
+
+// resize returns s with n zero elements, in s's array when it is large
+// enough.
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
+// clearMap empties *m, making it when it is nil, and returns it.
+func clearMap[K comparable, V any](m *map[K]V) map[K]V {
+	if *m == nil {
+		*m = make(map[K]V)
+	}
+	clear(*m)
+	return *m
 }
 
 // location is the index of the location with ID id, or -1.
@@ -449,7 +536,9 @@ func (p *Profile) Append(dst []byte) []byte {
 	for _, s := range p.head {
 		dst = append(dst, p.raw[s.start:s.end]...)
 	}
-	e := &encoder{p: p, added: make(map[string]uint64, 2*len(p.Tables.Function))}
+	sc := &p.scratch
+	e := &encoder{p: p, added: clearMap(&sc.added), order: sc.order[:0]}
+	defer func() { sc.order = e.order }()
 	var msg []byte
 	for i, m := range p.Tables.Mapping {
 		orig := [2]uint64{notInInput, notInInput}

@@ -42,13 +42,25 @@ func parse(raw []byte) (*profile.Profile, error) {
 
 // FuzzDecode: whatever Decode accepts, google/pprof accepts too, and
 // Append writes the same profile back, also after a function is added.
+// The input is decoded into a Profile that held a symbolized profile
+// before, as the symbolizer reuses one: nothing of that one may show.
 func FuzzDecode(f *testing.F) {
 	f.Add(sample(f))
 	f.Add([]byte{})
 	f.Add([]byte{0x32, 0})
+	prev := sample(f)
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		p, err := Decode(raw, record.DefaultLimits())
-		if err != nil {
+		var p Profile
+		if err := p.Decode(prev, record.DefaultLimits()); err != nil {
+			t.Fatal(err)
+		}
+		fn := &profile.Function{ID: 1 << 41, Name: "previous", Filename: "previous.go"}
+		p.Tables.Function = append(p.Tables.Function, fn)
+		for _, l := range p.Tables.Location {
+			l.Line = append(l.Line, profile.Line{Function: fn, Line: 9})
+		}
+		p.Append(nil)
+		if err := p.Decode(raw, record.DefaultLimits()); err != nil {
 			return
 		}
 		want, err := parse(raw)
@@ -63,7 +75,7 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("Append changed the profile:\n%s\n---\n%s", got, want)
 		}
 		// Name every location as the symbolizer does.
-		fn := &profile.Function{ID: 1 << 40, Name: "added", Filename: "added.go"}
+		fn = &profile.Function{ID: 1 << 40, Name: "added", Filename: "added.go"}
 		p.Tables.Function = append(p.Tables.Function, fn)
 		for _, l := range p.Tables.Location {
 			l.Line = []profile.Line{{Function: fn, Line: 7}}
@@ -87,8 +99,8 @@ func FuzzDecode(f *testing.F) {
 }
 
 func TestCallerOnly(t *testing.T) {
-	p, err := Decode(sample(t), record.DefaultLimits())
-	if err != nil {
+	var p Profile
+	if err := p.Decode(sample(t), record.DefaultLimits()); err != nil {
 		t.Fatal(err)
 	}
 	got := map[uint64]bool{}
@@ -121,7 +133,7 @@ func TestRefused(t *testing.T) {
 	}
 	for name, raw := range cases {
 		t.Run(name, func(t *testing.T) {
-			if _, err := Decode(raw, record.DefaultLimits()); err == nil {
+			if err := new(Profile).Decode(raw, record.DefaultLimits()); err == nil {
 				t.Fatal("accepted")
 			}
 		})
@@ -230,8 +242,8 @@ func TestOutputWithinLimits(t *testing.T) {
 			if len(raw) >= pprofwire.CheckAbove(lim) {
 				t.Fatalf("the case is %d bytes: past CheckAbove, it would not test the skipped walk", len(raw))
 			}
-			p, err := Decode(raw, lim)
-			if err != nil {
+			var p Profile
+			if err := p.Decode(raw, lim); err != nil {
 				if tc.within {
 					t.Fatalf("Decode: %v", err)
 				}
