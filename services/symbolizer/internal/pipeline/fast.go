@@ -21,6 +21,7 @@ type buffers struct {
 	in   bytes.Buffer
 	out  []byte
 	prof pproftables.Profile
+	sym  symbolize.Scratch
 }
 
 var bufferPool = sync.Pool{New: func() any { return new(buffers) }}
@@ -49,7 +50,7 @@ func (p *Processor) fast(ctx context.Context, value []byte, limit int, lim recor
 	if err := prof.Decode(raw, lim); err != nil {
 		return nil, st, false
 	}
-	st = p.Symbolizer.Locations(ctx, prof.Tables, prof.CallerOnly)
+	st = p.Symbolizer.Locations(ctx, prof.Tables, prof.CallerOnly, &bufs.sym)
 	out := prof.Append(bufs.out[:0])
 	bufs.out = out[:0] // keeps a grown buffer for the next record
 	// The output holds every sample, label, location, function and

@@ -151,28 +151,57 @@ func (s *Symbolizer) lookup(ctx context.Context, p *profile.Profile) (context.Co
 
 type funcKey struct{ name, system, file string }
 
+// emptied empties *m, making it when it is nil, and returns it.
+func emptied[K comparable, V any](m *map[K]V) map[K]V {
+	if *m == nil {
+		*m = make(map[K]V)
+	}
+	clear(*m)
+	return *m
+}
+
 // Profile resolves every location of p that has no lines yet. A location
 // that cannot be resolved keeps its address and mapping and gets one line
 // whose function is "binary+0xfileoffset", so no sample loses a frame.
 func (s *Symbolizer) Profile(ctx context.Context, p *profile.Profile) Stats {
-	return s.Locations(ctx, p, callerOnlyLocations(p))
+	return s.Locations(ctx, p, callerOnlyLocations(p), nil)
+}
+
+// Scratch is the memory Locations keeps from one profile for the next:
+// the functions and lines it adds, and its maps (most of what it
+// allocated). The functions and lines Locations added to a profile with a
+// Scratch are valid until the Scratch is used again. The zero value is
+// ready; a Scratch serves one Locations call at a time.
+type Scratch struct {
+	funcs  map[funcKey]*profile.Function
+	byFunc map[*symtab.Func]*profile.Function
+	fns    []profile.Function
+	lines  []profile.Line
 }
 
 // Locations is Profile for a profile whose samples are not decoded: it reads
 // and changes only p's Mapping, Location and Function tables. callerOnly
-// reports the locations that appear in samples only below the leaf.
-func (s *Symbolizer) Locations(ctx context.Context, p *profile.Profile, callerOnly func(*profile.Location) bool) Stats {
+// reports the locations that appear in samples only below the leaf. sc,
+// when not nil, provides the memory (see Scratch).
+func (s *Symbolizer) Locations(ctx context.Context, p *profile.Profile, callerOnly func(*profile.Location) bool, sc *Scratch) Stats {
+	if sc == nil {
+		sc = new(Scratch)
+	}
 	st := Stats{Resolved: map[string]int{}}
-	funcs := make(map[funcKey]*profile.Function, len(p.Function))
+	funcs := emptied(&sc.funcs)
 	var nextID uint64
 	for _, f := range p.Function {
 		funcs[funcKey{f.Name, f.SystemName, f.Filename}] = f
 		nextID = max(nextID, f.ID)
 	}
-	var fslab []profile.Function
+	// Functions and lines are handed out from slabs: a full slab is left
+	// to the locations that point into it, and the last one, the largest,
+	// is kept for the next profile.
+	fslab := sc.fns[:0]
+	defer func() { sc.fns = fslab }()
 	newFunction := func(name, system, file string) *profile.Function {
 		if len(fslab) == cap(fslab) {
-			fslab = make([]profile.Function, 0, 256)
+			fslab = make([]profile.Function, 0, max(256, 2*cap(fslab)))
 		}
 		nextID++
 		fslab = append(fslab, profile.Function{ID: nextID, Name: name, SystemName: system, Filename: file})
@@ -193,12 +222,16 @@ func (s *Symbolizer) Locations(ctx context.Context, p *profile.Profile, callerOn
 	}
 	// A table hands out one *Func per function: the pointer names the
 	// function as well as its strings do, and hashes much faster.
-	byFunc := make(map[*symtab.Func]*profile.Function, len(p.Location)/4)
-	// One allocation for the lines of every location, as most have one.
-	slab := make([]profile.Line, 0, len(p.Location)+len(p.Location)/4)
+	byFunc := emptied(&sc.byFunc)
+	// One slab for the lines of every location, as most have one.
+	slab := sc.lines[:0]
+	if want := len(p.Location) + len(p.Location)/4; cap(slab) < want {
+		slab = make([]profile.Line, 0, want)
+	}
+	defer func() { sc.lines = slab }()
 	lines := func(n int) []profile.Line {
 		if len(slab)+n > cap(slab) {
-			slab = make([]profile.Line, 0, max(n, len(p.Location)/4+1))
+			slab = make([]profile.Line, 0, max(n, 2*cap(slab)))
 		}
 		l := slab[len(slab) : len(slab)+n : len(slab)+n]
 		slab = slab[:len(slab)+n]

@@ -297,3 +297,46 @@ func TestAgentNamedFramesPassThrough(t *testing.T) {
 		t.Fatalf("after a round trip: %q, want %q", kinds, want)
 	}
 }
+
+// TestScratchReused: Locations with a Scratch that served other profiles
+// gives what it gives with a new one, for a profile smaller and one larger
+// than the Scratch's previous one (its slabs grow, its maps are emptied).
+func TestScratchReused(t *testing.T) {
+	tab := symtab.FromDebuginfo(&debuginfo.File{
+		BuildID:  "aa11",
+		Kind:     debuginfo.KindSymbols,
+		Segments: []debuginfo.Segment{{Offset: 0x1000, Vaddr: 0x1000, Filesz: 0x1000}},
+		Symbols: []debuginfo.Symbol{
+			{Addr: 0x1000, Size: 0x100, Name: "foo"},
+			{Addr: 0x1100, Size: 0x100, Name: "bar"},
+		},
+		Lines: []debuginfo.Line{{Addr: 0x1000, File: "foo.c", Line: 7}, {Addr: 0x1100, File: "bar.c", Line: 3}},
+	}, "topic")
+	const start = 0x7f0000001000
+	build := func(samples int) *profile.Profile {
+		b := pproftest.NewCPU(time.Unix(1700000000, 0), 10*time.Second)
+		m := b.Mapping(start, start+0x1000, 0x1000, "/usr/lib/libfoo.so", "aa11")
+		other := b.Mapping(0x400000, 0x500000, 0, "/opt/other", "bb22")
+		for i := range samples {
+			b.AddressSample(nil, []int64{1, 10}, m, start+uint64(i%0x200), start+0x100+uint64(i%0x100))
+			b.AddressSample(nil, []int64{1, 10}, other, 0x401000+uint64(i))
+		}
+		b.Sample(nil, []int64{1, 10}, "do_syscall_64")
+		return b.Profile()
+	}
+	s := &Symbolizer{Tables: fakeTables{"aa11": tab}}
+	var sc Scratch
+	for _, samples := range []int{50, 3, 600, 10} {
+		want := build(samples)
+		wantStats := s.Locations(context.Background(), want, callerOnlyLocations(want), nil)
+		got := build(samples)
+		gotStats := s.Locations(context.Background(), got, callerOnlyLocations(got), &sc)
+		gotStats.AddrHits = wantStats.AddrHits // the table's address cache is warm for the second
+		if err := got.CheckValid(); err != nil {
+			t.Fatalf("%d samples: invalid profile: %v", samples, err)
+		}
+		if got.String() != want.String() || !reflect.DeepEqual(gotStats, wantStats) {
+			t.Fatalf("%d samples, Scratch reused:\n%s\n%+v\nwant\n%s\n%+v", samples, got, gotStats, want, wantStats)
+		}
+	}
+}
