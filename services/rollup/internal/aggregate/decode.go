@@ -592,4 +592,3 @@ func (w *Wire) labelSet(raw []byte) (int32, bool) {
 	w.labelSets = append(w.labelSets, wireLabels{service: record.DeriveService(labels), host: labels[record.LabelHost]})
 	return int32(len(w.labelSets) - 1), true
 }
-

@@ -133,7 +133,6 @@ func (p *Partition) serviceTreePending(w *window, start time.Time, index string,
 	return Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: ds.firstOffset, ds: ds, w: w}
 }
 
-
 // appendFunctions appends the function documents of an hour's stack
 // series, computed from its stack documents and their frames in the trie
 // (functions): a function's self is the value of the stacks whose leaf it

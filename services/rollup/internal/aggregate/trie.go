@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/schemas/record"
 )
 
 // frameTrie holds the stacks of an hour window for its trees: each distinct
@@ -78,7 +79,13 @@ func frameCost(f indices.Frame) int64 {
 // of the same code) are one trie frame, so their stacks share nodes: in the
 // 50-host soak the trie's nodes were a third of the rollup's heap.
 func trieFrame(f indices.Frame) indices.Frame {
-	t := indices.Frame{Function: f.Function, Kind: indices.TreeFrameOf(f).Kind}
+	// The kind as indices.TreeFrameOf has it, without its name: for a
+	// frame without a function that is a string built per call.
+	k := f.FrameKind()
+	if k == record.KindNative {
+		k = ""
+	}
+	t := indices.Frame{Function: f.Function, Kind: k}
 	if f.Function == "" {
 		t.Binary = f.Binary
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/stackstream/stackstream/schemas/indices"
 )
@@ -31,15 +32,21 @@ func BenchmarkTrieInsert(b *testing.B) {
 	b.ReportMetric(float64(len(t.nodes)), "nodes")
 	b.ReportAllocs()
 	b.ResetTimer()
+	var cpu time.Duration
+	start := cpuTime()
 	for i := 0; b.Loop(); i++ {
 		if i%len(fresh) == 0 && i > 0 {
 			b.StopTimer()
+			cpu += cpuTime() - start
 			t = fill()
+			start = cpuTime()
 			b.StartTimer()
 		}
 		s := fresh[i%len(fresh)]
 		t.insert(s.id, s.frames)
 	}
+	cpu += cpuTime() - start
+	b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/stack")
 }
 
 type benchStack struct {
