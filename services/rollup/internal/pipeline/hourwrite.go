@@ -40,7 +40,16 @@ func (r *Rollup) startHourWrite(id int32, h *aggregate.HourWrite) {
 	cl := r.cl
 	go func() {
 		start := time.Now()
-		hw.err = r.storeHour(ctx, cl, id, h)
+		// One hour stored at a time per instance: the partitions' hours
+		// end together, and written at once each held its chunks, its
+		// requests and its unfrozen hour for as long as all took.
+		select {
+		case r.hourSlot <- struct{}{}:
+			hw.err = r.storeHour(ctx, cl, id, h)
+			<-r.hourSlot
+		case <-ctx.Done():
+			hw.err = ctx.Err()
+		}
 		cancel()
 		r.m.hourWrites.Dec()
 		if hw.err == nil {

@@ -30,6 +30,8 @@ type hourGate struct {
 
 	mu     sync.Mutex
 	passed int
+	inside int // hour writes held now
+	most   int // ... at most
 }
 
 var errGate = errors.New("test: hour write refused")
@@ -49,12 +51,17 @@ func (g *hourGate) Write(ctx context.Context, items []bulk.Item) ([]bulk.Rejecte
 	}
 	if holdsHour {
 		g.heldOnce.Do(func() { close(g.held) })
+		g.mu.Lock()
+		g.inside++
+		g.most = max(g.most, g.inside)
+		g.mu.Unlock()
 		select {
 		case <-g.open:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 		g.mu.Lock()
+		g.inside--
 		refuse := g.fail && g.passed >= g.pass
 		g.passed++
 		g.mu.Unlock()
@@ -203,6 +210,38 @@ func TestNextHourEndsWhileHourInFlight(t *testing.T) {
 	}
 	close(gate.open)
 	waitFor(t, "every record folded in", 60*time.Second, func() bool { return in.count("added") == n })
+	in.close(t)
+	compare(t, byKey(e.docs()), x.finish())
+}
+
+// TestOneHourWriteAtATime (real Kafka and OpenSearch): the hours of two
+// partitions end together; while the first one's write is held back, the
+// other waits its turn (both counted in flight) instead of holding its
+// documents and requests at the same time, and both end exact.
+func TestOneHourWriteAtATime(t *testing.T) {
+	e := newEnv(t, 2)
+	e.flushTimeout = time.Minute
+	var gate *hourGate
+	e.wrap = func(w Writer) Writer { gate = newHourGate(w); return gate }
+	x := expected{}
+	hosts := []string{"web-1", "web-2", "web-3", "web-4", "web-5", "web-6"}
+	n, _ := boundaryFleet(e, x, hosts)
+	in := e.start(e.osURL)
+	select {
+	case <-gate.held:
+	case <-time.After(60 * time.Second):
+		t.Fatal("no hour write within 60 s")
+	}
+	waitFor(t, "every record folded in while the ended hours are written", 60*time.Second, func() bool { return in.count("added") == n })
+	waitFor(t, "both partitions' hours in flight", 30*time.Second, func() bool { return testutil.ToFloat64(in.r.m.hourWrites) == 2 })
+	time.Sleep(2 * time.Second) // a second write, were it let through, reaches the gate
+	gate.mu.Lock()
+	most := gate.most
+	gate.mu.Unlock()
+	if most != 1 {
+		t.Fatalf("%d hour writes at the writer at once, want 1", most)
+	}
+	close(gate.open)
 	in.close(t)
 	compare(t, byKey(e.docs()), x.finish())
 }

@@ -79,6 +79,8 @@ type Rollup struct {
 	// writing holds each partition's ended hour being written in the
 	// background (hourwrite.go).
 	writing map[int32]*hourWrite
+	// hourSlot is held by the hour write storing its documents.
+	hourSlot chan struct{}
 	// wake ends the poll in progress: a partition whose hour is stored
 	// is flushed and committed without waiting for its next record.
 	wake context.CancelFunc
@@ -101,7 +103,7 @@ func New(cfg Config, w Writer, log *slog.Logger, reg prometheus.Registerer) *Rol
 	if cfg.Limits == (record.Limits{}) {
 		cfg.Limits = record.DefaultLimits()
 	}
-	r := &Rollup{cfg: cfg, w: w, log: log, m: newMetrics(reg), parts: map[int32]*aggregate.Partition{}, active: map[int32]time.Time{}, writing: map[int32]*hourWrite{}}
+	r := &Rollup{cfg: cfg, w: w, log: log, m: newMetrics(reg), parts: map[int32]*aggregate.Partition{}, active: map[int32]time.Time{}, writing: map[int32]*hourWrite{}, hourSlot: make(chan struct{}, 1)}
 	r.decode = aggregate.NewDecoder(cfg.Limits).Decode
 	return r
 }
