@@ -60,6 +60,20 @@ func (b *bruteTree) add(host string, path []string, v int64) {
 	}
 }
 
+// checkTop fails unless top, asked for limit functions, is b's: every
+// function's self and total, none truncated.
+func (b *bruteTree) checkTop(t *testing.T, top api.TopResponse, limit int) {
+	t.Helper()
+	if top.Total != b.total || top.Truncated || len(top.Functions) != min(limit, len(b.funcs)) {
+		t.Fatalf("total %d truncated %v functions %d, want %d and %d", top.Total, top.Truncated, len(top.Functions), b.total, len(b.funcs))
+	}
+	for _, fn := range top.Functions {
+		if want := b.funcs[fn.Name]; fn.Self != want[0] || fn.Total != want[1] {
+			t.Fatalf("%s: self %d total %d, want %d %d", fn.Name, fn.Self, fn.Total, want[0], want[1])
+		}
+	}
+}
+
 // treeStack is the i-th stack of a service on a host: host-specific
 // leaves under shared modules and functions, the way a fleet's stacks
 // differ (stackctl loadgen mutates a recorded corpus per host likewise).
@@ -269,14 +283,7 @@ func TestTreesExact(t *testing.T) {
 			p[k] = v
 		}
 		get(t, base, "/api/v1/top", p, &top)
-		if top.Total != all.total || top.Truncated || len(top.Functions) != min(10000, len(all.funcs)) {
-			t.Fatalf("total %d truncated %v functions %d, want %d and %d", top.Total, top.Truncated, len(top.Functions), all.total, len(all.funcs))
-		}
-		for _, fn := range top.Functions {
-			if want := all.funcs[fn.Name]; fn.Self != want[0] || fn.Total != want[1] {
-				t.Fatalf("%s: self %d total %d, want %d %d", fn.Name, fn.Self, fn.Total, want[0], want[1])
-			}
-		}
+		all.checkTop(t, top, 10000)
 	})
 
 	t.Run("diff", func(t *testing.T) {
