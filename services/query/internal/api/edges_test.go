@@ -138,24 +138,7 @@ func TestEdgesExact(t *testing.T) {
 		var d api.DiffResponse
 		get(t, base, "/api/v1/diff", params("base", `{host="h-0"}`, "compare", `{host="h-1"}`, "max_nodes", "100000"), &d)
 		b, c := byHost["h-0"], byHost["h-1"]
-		if d.Truncated || d.BaseTotal != b.total || d.CompareTotal != c.total {
-			t.Fatalf("totals %d %d truncated %v, want %d %d", d.BaseTotal, d.CompareTotal, d.Truncated, b.total, c.total)
-		}
-		checked := 0
-		var walk func(n *api.DiffNode, path string)
-		walk = func(n *api.DiffNode, path string) {
-			for _, k := range n.Children {
-				kp := strings.TrimPrefix(path+";"+k.Name, ";")
-				wb := float64(b.nodes[kp][1]) / float64(b.total)
-				wc := float64(c.nodes[kp][1]) / float64(c.total)
-				if k.Name == "[other]" || k.Base != wb || k.Compare != wc {
-					t.Fatalf("%s: base %v compare %v, want %v %v", kp, k.Base, k.Compare, wb, wc)
-				}
-				checked++
-				walk(k, kp)
-			}
-		}
-		walk(d.Root, "")
+		checked := checkDiff(t, d, b, c, false)
 		if want := len(unionPaths(b, c)); checked != want {
 			t.Fatalf("%d diff nodes, want %d", checked, want)
 		}

@@ -74,6 +74,36 @@ func (b *bruteTree) checkTop(t *testing.T, top api.TopResponse, limit int) {
 	}
 }
 
+// checkDiff fails unless d's totals are b's and c's, untruncated, and
+// every node of d has the shares of its path in b and c; an [other] node
+// is skipped when skipOther, else it fails. It returns how many nodes it
+// checked.
+func checkDiff(t *testing.T, d api.DiffResponse, b, c *bruteTree, skipOther bool) int {
+	t.Helper()
+	if d.Truncated || d.BaseTotal != b.total || d.CompareTotal != c.total {
+		t.Fatalf("totals %d %d truncated %v, want %d %d", d.BaseTotal, d.CompareTotal, d.Truncated, b.total, c.total)
+	}
+	checked := 0
+	var walk func(n *api.DiffNode, path string)
+	walk = func(n *api.DiffNode, path string) {
+		for _, k := range n.Children {
+			if k.Name == "[other]" && skipOther {
+				continue
+			}
+			kp := strings.TrimPrefix(path+";"+k.Name, ";")
+			wb := float64(b.nodes[kp][1]) / float64(b.total)
+			wc := float64(c.nodes[kp][1]) / float64(c.total)
+			if k.Name == "[other]" || k.Base != wb || k.Compare != wc {
+				t.Fatalf("%s: base %v compare %v, want %v %v", kp, k.Base, k.Compare, wb, wc)
+			}
+			checked++
+			walk(k, kp)
+		}
+	}
+	walk(d.Root, "")
+	return checked
+}
+
 // treeStack is the i-th stack of a service on a host: host-specific
 // leaves under shared modules and functions, the way a fleet's stacks
 // differ (stackctl loadgen mutates a recorded corpus per host likewise).
@@ -294,27 +324,7 @@ func TestTreesExact(t *testing.T) {
 		}
 		get(t, base, "/api/v1/diff", p, &d)
 		b, c := byHost["h-0"], byHost["h-1"] // from host trees
-		if d.Truncated || d.BaseTotal != b.total || d.CompareTotal != c.total {
-			t.Fatalf("totals %d %d truncated %v, want %d %d", d.BaseTotal, d.CompareTotal, d.Truncated, b.total, c.total)
-		}
-		checked := 0
-		var walk func(n *api.DiffNode, path string)
-		walk = func(n *api.DiffNode, path string) {
-			for _, k := range n.Children {
-				if k.Name == "[other]" {
-					continue
-				}
-				kp := strings.TrimPrefix(path+";"+k.Name, ";")
-				wb := float64(b.nodes[kp][1]) / float64(b.total)
-				wc := float64(c.nodes[kp][1]) / float64(c.total)
-				if k.Base != wb || k.Compare != wc {
-					t.Fatalf("%s: base %v compare %v, want %v %v", kp, k.Base, k.Compare, wb, wc)
-				}
-				checked++
-				walk(k, kp)
-			}
-		}
-		walk(d.Root, "")
+		checked := checkDiff(t, d, b, c, true)
 		if checked < 1000 {
 			t.Fatalf("only %d diff nodes checked", checked)
 		}
