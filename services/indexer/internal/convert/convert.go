@@ -75,6 +75,22 @@ func New(l Limits) *Converter {
 	return c
 }
 
+// CacheFill is how many entries one of the Converter's bounded caches
+// holds, and its bound (it is cleared when full).
+type CacheFill struct {
+	Name         string // stack_ids, label_sets
+	Entries, Max int
+}
+
+// Caches reports the fast path's caches: the stack IDs by location hash
+// and the label sets.
+func (c *Converter) Caches() []CacheFill {
+	return []CacheFill{
+		{Name: "stack_ids", Entries: c.fast.stacks.Len(), Max: stackCacheEntries},
+		{Name: "label_sets", Entries: c.fast.labels.Len(), Max: labelCacheEntries},
+	}
+}
+
 // Known reports whether the document of the stack id is stored, or being
 // stored, for the day of at: the stack's frames are then not needed. It is
 // called from several goroutines at once.

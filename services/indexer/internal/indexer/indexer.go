@@ -461,7 +461,18 @@ func (ix *Indexer) reap(f *flight) error {
 			}
 		}
 	}
+	ix.countCaches()
 	return f.err
+}
+
+// countCaches sets the cache gauges.
+func (ix *Indexer) countCaches() {
+	ix.m.CacheEntries.WithLabelValues("stored_stacks").Set(float64(len(ix.stored)))
+	ix.m.CacheMaxEntries.WithLabelValues("stored_stacks").Set(float64(max(ix.opts.StackCacheSize, 0)))
+	for _, c := range ix.conv.Caches() {
+		ix.m.CacheEntries.WithLabelValues(c.Name).Set(float64(c.Entries))
+		ix.m.CacheMaxEntries.WithLabelValues(c.Name).Set(float64(c.Max))
+	}
 }
 
 // converted is a record's documents or the reason it has none.

@@ -20,6 +20,11 @@ type Metrics struct {
 	Commits  *prometheus.CounterVec // result: ok, error
 	BatchDur prometheus.Histogram
 	InFlight prometheus.Gauge // batches being written
+	// CacheEntries and CacheMaxEntries are the bounded caches' fill and
+	// bound (cache: stored_stacks, stack_ids, label_sets): the indexer's
+	// memory grows while they fill, and stays once each is cleared when
+	// full.
+	CacheEntries, CacheMaxEntries *prometheus.GaugeVec
 	// LabelsDropped counts label changes by reason: invalid_key,
 	// value_truncated, too_many, service_truncated (see convert.LabelDrops).
 	LabelsDropped *prometheus.CounterVec
@@ -59,12 +64,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Time to write, dead-letter and commit one batch.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
 		InFlight: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "batches_in_flight",
 			Help: "Batches being written or waiting for an earlier batch's commit (at most STACKSTREAM_INDEXER_MAX_IN_FLIGHT)."}),
+		CacheEntries: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "cache_entries",
+			Help: "Entries of a bounded cache (stored_stacks: stack IDs known stored; stack_ids: stack IDs by location hash; label_sets), as of the last batch stored."}, []string{"cache"}),
+		CacheMaxEntries: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "cache_max_entries",
+			Help: "Entries a bounded cache holds before it is cleared (stored_stacks: STACKSTREAM_INDEXER_STACK_CACHE_SIZE)."}, []string{"cache"}),
 		LabelsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "labels_dropped_total",
 			Help: "Labels dropped or cut, once per samples document, by reason (invalid_key, value_truncated, too_many, service_truncated)."}, []string{"reason"}),
 		Bulk: bulk.NewMetrics(reg, ns),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Decoded, m.Docs, m.Raw, m.Batches, m.Commits, m.BatchDur, m.InFlight, m.LabelsDropped)
+		reg.MustRegister(m.Decoded, m.Docs, m.Raw, m.Batches, m.Commits, m.BatchDur, m.InFlight, m.CacheEntries, m.CacheMaxEntries, m.LabelsDropped)
 	}
 	return m
 }
