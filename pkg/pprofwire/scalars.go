@@ -1,14 +1,24 @@
 package pprofwire
 
-// Scalars reads a message whose fields are all varints numbered 1..len(dst),
-// the last occurrence winning, as pprof does; a nil dst entry skips its
-// field. Functions, lines and labels are such messages, thousands a profile,
-// so it reads the two varints of a field itself rather than through Field.
+// Scalars reads a message whose known fields are varints numbered
+// 1..len(dst), the last occurrence winning, as pprof does; a nil dst entry
+// skips its field. A field past len(dst) is skipped, as pprof skips fields
+// it does not define; a known one of another wire type is refused.
+// Functions, lines and labels are such messages, thousands a profile, so
+// it reads the two varints of a field itself rather than through Field.
 func Scalars(b []byte, dst []*uint64) bool {
 	for len(b) > 0 {
 		key, n := Varint(b)
-		if n == 0 || key&7 != 0 || key>>3 == 0 || key>>3 > uint64(len(dst)) {
+		if n == 0 {
 			return false
+		}
+		if num := key >> 3; key&7 != 0 || num == 0 || num > uint64(len(dst)) {
+			num, _, _, _, rest, ok := Field(b)
+			if !ok || num != 0 && num <= uint64(len(dst)) {
+				return false
+			}
+			b = rest
+			continue
 		}
 		u, m := Varint(b[n:])
 		if m == 0 {
