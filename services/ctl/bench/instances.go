@@ -110,14 +110,33 @@ func (b *bench) kill(inst string) {
 	if cmd == nil {
 		return
 	}
+	var counters map[string]float64
+	if _, ok := counterSeries[serviceOf(inst)]; ok {
+		counters = b.instanceCounters(inst)
+	}
 	cpu := cpuOf(map[string]int{inst: cmd.Process.Pid})[inst]
 	cmd.Process.Kill()
 	b.mu.Lock()
 	b.deadCPU[serviceOf(inst)] += cpu
+	for k, v := range counters {
+		b.deadCounters[k] += v
+	}
 	b.mu.Unlock()
 }
 
-// stopAll sends SIGTERM to every instance and waits up to 40 s for each.
+// stop ends an instance with SIGTERM (it leaves its group and writes what
+// it holds) and waits for it, as a scale-down does.
+func (b *bench) stop(inst string) {
+	b.mu.Lock()
+	cmd := b.procs[inst]
+	delete(b.procs, inst)
+	b.mu.Unlock()
+	if cmd != nil {
+		terminate(inst, cmd)
+	}
+}
+
+// stopAll ends every instance (terminate).
 func (b *bench) stopAll() {
 	b.mu.Lock()
 	procs := b.procs
@@ -125,22 +144,24 @@ func (b *bench) stopAll() {
 	b.mu.Unlock()
 	var wg sync.WaitGroup
 	for inst, cmd := range procs {
-		cmd.Process.Signal(syscall.SIGTERM)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			deadline := time.Now().Add(40 * time.Second)
-			for cmd.Process.Signal(syscall.Signal(0)) == nil {
-				if time.Now().After(deadline) {
-					fmt.Fprintf(os.Stderr, "bench: %s did not stop in 40 s; killed\n", inst)
-					cmd.Process.Kill()
-					return
-				}
-				time.Sleep(200 * time.Millisecond)
-			}
-		}()
+		wg.Go(func() { terminate(inst, cmd) })
 	}
 	wg.Wait()
+}
+
+// terminate sends SIGTERM to an instance no longer listed and waits up to
+// 40 s for it to exit, then kills it.
+func terminate(inst string, cmd *exec.Cmd) {
+	cmd.Process.Signal(syscall.SIGTERM)
+	deadline := time.Now().Add(40 * time.Second)
+	for cmd.Process.Signal(syscall.Signal(0)) == nil {
+		if time.Now().After(deadline) {
+			fmt.Fprintf(os.Stderr, "bench: %s did not stop in 40 s; killed\n", inst)
+			cmd.Process.Kill()
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // waitReady waits for /readyz of every running instance.

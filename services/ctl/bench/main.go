@@ -69,6 +69,8 @@ type options struct {
 	scaleHosts       int
 	scaleDuration    time.Duration
 	scaleSpeed       float64
+	scaleIdle        time.Duration
+	scaleKill        bool
 	soak             time.Duration
 	soakHosts        int
 }
@@ -91,10 +93,12 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the topics, indices and templates")
 	flag.Int64Var(&o.rollupStateBytes, "rollup-state-bytes", 0, "STACKSTREAM_ROLLUP_MAX_STATE_BYTES of the rollup; 0 keeps its default")
 	var scale string
-	flag.StringVar(&scale, "scale", "1,2,3", "E: instances of every consumer in each horizontal-scaling round, growing; empty skips part E")
+	flag.StringVar(&scale, "scale", "1,2,3", "E: instances of every consumer in each horizontal-scaling round, in this order (3,2,1 stops instances between rounds); empty skips part E")
 	flag.IntVar(&o.scaleHosts, "scale-hosts", 150, "E: hosts of each round's fleet")
 	flag.DurationVar(&o.scaleDuration, "scale-duration", 3*time.Minute, "E: simulated time of each round's fleet")
 	flag.Float64Var(&o.scaleSpeed, "scale-speed", 4, "E: catch-up speed of each round's fleet")
+	flag.DurationVar(&o.scaleIdle, "scale-idle", 30*time.Second, "E: how long each round measures its instances' idle CPU before its fleet starts")
+	flag.BoolVar(&o.scaleKill, "scale-kill", true, "E: kill one instance of each consumer halfway through each round and restart it")
 	flag.DurationVar(&o.soak, "soak", 0, "F: length of the soak at speed 1 (the issue's is 30m); 0 skips part F")
 	flag.IntVar(&o.soakHosts, "soak-hosts", 0, "F: hosts of the soak; 0 takes the largest fleet part B found bounded")
 	flag.Parse()
@@ -142,22 +146,25 @@ func hostCounts(list string, limit int) ([]int, error) {
 
 // bench holds the run's names and handles.
 type bench struct {
-	o        options
-	id       string // unique part of every name
-	env      []string
-	topics   record.Topics
-	cl       *kgo.Client
-	adm      *kadm.Client
-	corpus   *loadgen.Corpus
-	mu       sync.Mutex
-	procs    map[string]*exec.Cmd // by instance name (instanceName)
-	fail     context.CancelCauseFunc
-	deadCPU  map[string]float64 // CPU seconds of killed instances, by service
-	groups   map[string]string  // service -> consumer group
-	produced atomic.Int64       // CPU nanoseconds acknowledged by the broker
-	logDir   string
-	parts    int64 // partitions of profiles.symbolized
-	best     int   // largest fleet part B found bounded
+	o       options
+	id      string // unique part of every name
+	env     []string
+	topics  record.Topics
+	cl      *kgo.Client
+	adm     *kadm.Client
+	corpus  *loadgen.Corpus
+	mu      sync.Mutex
+	procs   map[string]*exec.Cmd // by instance name (instanceName)
+	fail    context.CancelCauseFunc
+	deadCPU map[string]float64 // CPU seconds of killed instances, by service
+	// deadCounters are the last counters (counterSeries) of killed
+	// instances.
+	deadCounters map[string]float64
+	groups       map[string]string // service -> consumer group
+	produced     atomic.Int64      // CPU nanoseconds acknowledged by the broker
+	logDir       string
+	parts        int64 // partitions of profiles.symbolized
+	best         int   // largest fleet part B found bounded
 }
 
 // services started here, in the order of their listen ports: -port-base
@@ -167,7 +174,7 @@ var services = []string{"stackstream-symbolizer", "stackstream-indexer", "stacks
 var consumers = []string{"stackstream-symbolizer", "stackstream-indexer", "stackstream-rollup"}
 
 func run(ctx context.Context, fail context.CancelCauseFunc, o options) error {
-	b := &bench{o: o, fail: fail, id: fmt.Sprintf("b15-%d", time.Now().Unix()), procs: map[string]*exec.Cmd{}, deadCPU: map[string]float64{}, groups: map[string]string{}}
+	b := &bench{o: o, fail: fail, id: fmt.Sprintf("b15-%d", time.Now().Unix()), procs: map[string]*exec.Cmd{}, deadCPU: map[string]float64{}, deadCounters: map[string]float64{}, groups: map[string]string{}}
 	b.topics = record.TopicsFor(b.id + ".")
 	b.logDir = filepath.Join(os.TempDir(), b.id)
 	if err := os.MkdirAll(b.logDir, 0o755); err != nil {

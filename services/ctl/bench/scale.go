@@ -3,34 +3,43 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/stackstream/stackstream/services/ctl/internal/loadgen"
 )
 
-// scaling is part E: the same fleet through 1, 2, 3... instances of every
-// consumer. In each round one instance of each consumer is killed with
-// SIGKILL halfway through and started again; the round's rollup and
-// samples totals must still equal what was produced, and the CPU per
-// profile (over all instances, the killed ones' included) should stay
-// what one instance spends.
+// scaling is part E: the same fleet through n instances of every consumer,
+// for each n of -scale in its order (instances are started or stopped
+// between rounds). In each round one instance of each consumer is killed
+// with SIGKILL halfway through and started again (unless -scale-kill is
+// false); the round's rollup and samples totals must still equal what was
+// produced, and the CPU per profile (over all instances, the killed ones'
+// included) should stay what one instance spends.
+//
+// What an instance spends whether or not profiles come (its idle CPU) is
+// measured before the round's fleet starts, every group joined and drained,
+// over -scale-idle; the round's CPU less n times that rate over the round's
+// span is the CPU the profiles cost. The records each consumer read (a
+// restart or a rebalance re-reads the records after the last commit) and the
+// writes it made (bulk requests, transactions) say where the rest goes.
 func (b *bench) scaling(ctx context.Context) error {
 	o := b.o
-	fmt.Printf("\n## E. Horizontal scaling: %d hosts x %v simulated at speed %g per round through n instances of each consumer (%d partitions); halfway through, one instance of each consumer is killed (SIGKILL) and restarted 5 s later; CPU measured until drained + 70 s\n",
-		o.scaleHosts, o.scaleDuration, o.scaleSpeed, b.parts)
-	fmt.Println("| instances | host intervals | symbolizer ms/interval | indexer ms/interval | rollup ms/interval | group members | DLQ | rollup CPU == produced | samples CPU == produced |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|")
-	var failed []string
+	kill := "halfway through, one instance of each consumer is killed (SIGKILL) and restarted 5 s later"
+	if !o.scaleKill {
+		kill = "no instance killed"
+	}
+	fmt.Printf("\n## E. Horizontal scaling: %d hosts x %v simulated at speed %g per round through n instances of each consumer (%d partitions); %s; CPU measured from every group joined and drained until drained + 70 s; idle CPU over %v before each round\n",
+		o.scaleHosts, o.scaleDuration, o.scaleSpeed, b.parts, kill, o.scaleIdle)
+	fmt.Println("| instances | consumer | host intervals | CPU s | ms / interval | idle ms/s per instance | ms / interval less idle | records read / produced | writes (bulk requests, transactions) | documents written | load |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	var failed, exact []string
 	for round, n := range o.scale {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		for _, svc := range consumers {
-			for i := len(b.instances(svc)); i < n; i++ {
-				if err := b.start(instanceName(svc, i)); err != nil {
-					return err
-				}
-			}
+		if err := b.setInstances(n); err != nil {
+			return err
 		}
 		if err := b.waitReady(ctx); err != nil {
 			return err
@@ -39,19 +48,33 @@ func (b *bench) scaling(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		// A rebalance makes the new owners re-read from the last commits:
+		// let that end before the idle interval.
+		if err := b.waitDrained(ctx, o.drain); err != nil {
+			return err
+		}
+		sleep(ctx, 10*time.Second)
+		idle0, idleAt := b.serviceCPU(b.pids()), time.Now()
+		sleep(ctx, o.scaleIdle)
+		idle1, idleSpan := b.serviceCPU(b.pids()), time.Since(idleAt)
+
 		cfg := loadgen.DefaultConfig()
 		cfg.Hosts, cfg.Duration, cfg.Speed = o.scaleHosts, o.scaleDuration, o.scaleSpeed
 		cfg.HostPrefix = fmt.Sprintf("%s-e%d-", b.id, round)
 		cfg.Seed = int64(200 + round)
 		produced0 := b.produced.Load()
 		dlq0 := b.dlqCount()
-		before := b.serviceCPU(b.pids())
+		before, count0, t0 := b.serviceCPU(b.pids()), b.counters(), time.Now()
 
 		// Kill one instance of each consumer halfway through the fleet's
 		// wall time, and start it again 5 s later.
 		half := time.Duration(float64(o.scaleDuration) / o.scaleSpeed / 2)
 		restarted := make(chan error, 1)
 		go func() {
+			if !o.scaleKill {
+				restarted <- nil
+				return
+			}
 			if !sleep(ctx, half) {
 				restarted <- ctx.Err()
 				return
@@ -84,7 +107,7 @@ func (b *bench) scaling(ctx context.Context) error {
 			return err
 		}
 		sleep(ctx, 70*time.Second) // the rollup's idle flush, as in part A
-		after := b.serviceCPU(b.pids())
+		after, count1, span := b.serviceCPU(b.pids()), b.counters(), time.Since(t0)
 		want := b.produced.Load() - produced0
 		rollup, err := b.eventually(ctx, want, 3*time.Minute, func() (int64, error) { return b.rollupCPU(ctx, cfg.HostPrefix, time.Time{}) })
 		if err != nil {
@@ -94,18 +117,42 @@ func (b *bench) scaling(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		per := func(svc string) string {
-			return fmt.Sprintf("%.2f", (after[svc]-before[svc])/float64(sum.Profiles)*1000)
+		intervals := float64(sum.Profiles)
+		for _, svc := range consumers {
+			cpu := after[svc] - before[svc]
+			idleRate := (idle1[svc] - idle0[svc]) / idleSpan.Seconds() / float64(n) // CPU s per s per instance
+			busy := cpu - idleRate*float64(n)*span.Seconds()
+			d := func(what string) float64 { return count1[svc+"/"+what] - count0[svc+"/"+what] }
+			fmt.Printf("| %d | %s | %d | %.1f | %.2f | %.1f | %.2f | %.2f | %.0f | %.0f | %s |\n",
+				n, strings.TrimPrefix(svc, "stackstream-"), sum.Profiles, cpu, cpu/intervals*1000, idleRate*1000, busy/intervals*1000,
+				d("records")/float64(sum.Records), d("writes"), d("documents"), loadAverage())
 		}
-		fmt.Printf("| %d | %d | %s | %s | %s | %v | %d | %v (%d vs %d) | %v (%d vs %d) |\n",
-			n, sum.Profiles, per("stackstream-symbolizer"), per("stackstream-indexer"), per("stackstream-rollup"),
-			members, b.dlqCount()-dlq0, rollup == want, rollup, want, samples == want, samples, want)
+		exact = append(exact, fmt.Sprintf("%d instances (members %v, span %v): DLQ %d, rollup CPU == produced %v (%d vs %d), samples CPU == produced %v (%d vs %d), indexer stacks documents %.0f",
+			n, members, span.Round(time.Second), b.dlqCount()-dlq0, rollup == want, rollup, want, samples == want, samples, want, count1["stackstream-indexer/stacks"]-count0["stackstream-indexer/stacks"]))
 		if rollup != want || samples != want {
 			failed = append(failed, fmt.Sprintf("%d instances", n))
 		}
 	}
+	for _, l := range exact {
+		fmt.Println("  " + l)
+	}
 	if len(failed) > 0 {
 		return fmt.Errorf("horizontal scaling: totals not exact with %v", failed)
+	}
+	return nil
+}
+
+// setInstances starts or stops instances until every consumer has n.
+func (b *bench) setInstances(n int) error {
+	for _, svc := range consumers {
+		for i := len(b.instances(svc)); i < n; i++ {
+			if err := b.start(instanceName(svc, i)); err != nil {
+				return err
+			}
+		}
+		for insts := b.instances(svc); len(insts) > n; insts = insts[:len(insts)-1] {
+			b.stop(insts[len(insts)-1])
+		}
 	}
 	return nil
 }
