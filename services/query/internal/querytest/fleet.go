@@ -27,3 +27,66 @@ func FleetFixture(names indices.Names, now time.Time, n int) []Doc {
 	}
 	return append(docs, Samples(names, samples...)...)
 }
+
+// WindowRollups builds what the rollup writes beside its minute stack
+// documents: per (service, host) a `service` document of each minute and
+// of each 10-minute window (value and stack_value), and per Kafka
+// partition a `partition_tree` of each minute and of each 10-minute window
+// (resolutions "1m" and "10m"). Add every stack of every minute, then
+// take Docs (tests may drop or alter some before indexing them).
+type WindowRollups struct {
+	typ      string
+	trees    map[windowKey]*indices.TreeBuilder
+	services map[windowKey]*int64
+}
+
+type windowKey struct {
+	resolution    string
+	start         int64
+	partition     int32
+	service, host string
+}
+
+// NewWindowRollups builds windows of one profile type.
+func NewWindowRollups(typ string) *WindowRollups {
+	return &WindowRollups{typ: typ, trees: map[windowKey]*indices.TreeBuilder{}, services: map[windowKey]*int64{}}
+}
+
+// Add counts a stack of value v (frames root first) in the minute at of
+// service and host, whose records are in partition.
+func (w *WindowRollups) Add(at time.Time, partition int32, service, host string, path []indices.TreeFrame, v int64) {
+	minute := at.UTC().Truncate(time.Minute)
+	for _, win := range []struct {
+		res   string
+		start time.Time
+	}{{"1m", minute}, {"10m", minute.Truncate(10 * time.Minute)}} {
+		tk := windowKey{resolution: win.res, start: win.start.UnixMilli(), partition: partition}
+		if w.trees[tk] == nil {
+			w.trees[tk] = &indices.TreeBuilder{}
+		}
+		w.trees[tk].Add(path, v)
+		sk := windowKey{resolution: win.res, start: win.start.UnixMilli(), service: service, host: host}
+		if w.services[sk] == nil {
+			w.services[sk] = new(int64)
+		}
+		*w.services[sk] += v
+	}
+}
+
+// Docs are the windows' documents as the rollup writes them.
+func (w *WindowRollups) Docs() []indices.RollupDoc {
+	var out []indices.RollupDoc
+	for k, tb := range w.trees {
+		out = append(out, indices.RollupDoc{Timestamp: time.UnixMilli(k.start).UTC(), Resolution: k.resolution, Kind: indices.KindPartitionTree,
+			Type: w.typ, Partition: k.partition, Value: tb.Total(), Tree: tb.Encode()})
+	}
+	for k, v := range w.services {
+		span := time.Minute
+		if k.resolution == "10m" {
+			span = 10 * time.Minute
+		}
+		out = append(out, indices.RollupDoc{Timestamp: time.UnixMilli(k.start).UTC(), Resolution: k.resolution, Kind: indices.KindService,
+			Type: w.typ, Service: k.service, Host: k.host, Value: *v, StackValue: *v, Cores: float64(*v) / float64(span)})
+	}
+	return out
+}

@@ -164,7 +164,7 @@ func (s *Store) FleetHourHeads(ctx context.Context, sel Selection, useHead, useT
 		}
 		read.Trees += n
 	}
-	if err := s.readEdges(ctx, sel, hours, read); err != nil {
+	if err := s.readEdges(ctx, sel, hours, read, useTree); err != nil {
 		return nil, false, err
 	}
 	return read, true, nil

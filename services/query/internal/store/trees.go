@@ -103,35 +103,74 @@ func (s *Store) Trees(ctx context.Context, sel Selection, use func(tree []byte) 
 	if read.Trees, err = s.scrollTrees(ctx, idx, hourSel, kind, when, s.opts.TreePage, use); err != nil {
 		return nil, false, err
 	}
-	if err := s.readEdges(ctx, sel, hours, read); err != nil {
+	if err := s.readEdges(ctx, sel, hours, read, use); err != nil {
 		return nil, false, err
 	}
 	return read, true, nil
 }
 
-// readEdges reads the minutes of sel outside hours per stack into
-// read.Edges, as a selection of their own would be read, except that a long
-// selection's edges come from the minute rollups (its samples may be past
-// retention), and that every stack is kept: the trees' hours are exact, so
-// the edges must be too. One search per edge sums every stack (the
-// answer is tens of bytes per stack whether or not some are dropped
-// after); past MaxEdgeStacks distinct stacks in both edges the read fails
-// with ErrTooManyStacks rather than leave stacks out. read.Source gets
-// "+samples" or "+rollups".
-func (s *Store) readEdges(ctx context.Context, sel Selection, hours TimeRange, read *TreeRead) error {
+// readEdges reads the minutes of sel outside hours into read: as a
+// selection of their own would be read, except that a long selection's
+// edges come from the minute rollups (its samples may be past retention),
+// and that every stack is kept: the trees' hours are exact, so the edges
+// must be too. A fleet-wide selection read from the rollups reads the
+// windows of its edges that partition trees of 10-minute windows and of
+// minutes answer (planEdgeTrees) as trees, handed to useTree, and only
+// the other minutes per stack into read.Edges. One search per edge sums
+// every stack (the answer is tens of bytes per stack whether or not some
+// are dropped after); past MaxEdgeStacks distinct stacks in both edges the
+// read fails with ErrTooManyStacks rather than leave stacks out.
+// read.Source gets "+window_trees" and/or "+samples" or "+rollups".
+func (s *Store) readEdges(ctx context.Context, sel Selection, hours TimeRange, read *TreeRead, useTree func([]byte) error) error {
 	rollups := s.FromRollups(sel)
-	n := 0
+	var edges []TimeRange
 	for _, edge := range []TimeRange{{From: sel.Range.From, To: hours.From}, {From: hours.To, To: sel.Range.To}} {
-		if !edge.From.Before(edge.To) {
-			continue
+		if edge.From.Before(edge.To) {
+			edge.Now = sel.Range.Now
+			edges = append(edges, edge)
 		}
-		edge.Now = sel.Range.Now
+	}
+	// plans, when set, say per edge which minutes are read per stack
+	// (edgePlan.rest); else the whole edges are.
+	var plans []edgePlan
+	var parts []string
+	if rollups && sel.Selector.OnlyFields() && len(edges) > 0 {
+		idx := s.rollupIndices(TimeRange{From: edges[0].From, To: edges[len(edges)-1].To})
+		var err error
+		if plans, err = s.planEdgeTrees(ctx, idx, sel.Type, edges); err != nil {
+			return err
+		}
+		if when, n := windowTrees(plans); n > 0 {
+			trees, err := s.scrollTrees(ctx, idx, sel, indices.KindPartitionTree, when, s.opts.TreePage, useTree)
+			if err != nil {
+				return err
+			}
+			read.Trees += trees
+			parts = append(parts, "window_trees")
+		}
+	}
+	n := 0
+	perStack := ""
+	for i, edge := range edges {
+		var within []Query
+		if plans != nil {
+			if len(plans[i].rest) == 0 {
+				continue // every window from trees
+			}
+			for _, r := range plans[i].rest {
+				within = append(within, timeFilter(r))
+			}
+		}
 		es := sel
 		es.Range = edge
 		var sv *StackValues
 		var err error
 		if rollups {
-			sv, _, err = s.sumByStack(ctx, s.rollupIndices(edge), stackRollupQuery(es, true))
+			q := stackRollupQuery(es, true)
+			if len(within) > 0 {
+				q = stackRollupQuery(es, true, anyOf(within...))
+			}
+			sv, _, err = s.sumByStack(ctx, s.rollupIndices(edge), q)
 			if err == nil {
 				sv.Source = "rollups"
 			}
@@ -147,7 +186,13 @@ func (s *Store) readEdges(ctx context.Context, sel Selection, hours TimeRange, r
 				sel.Range.From.Format(time.RFC3339), sel.Range.To.Format(time.RFC3339), s.opts.MaxEdgeStacks, ErrTooManyStacks)
 		}
 		read.Edges = append(read.Edges, sv)
-		read.Source = strings.SplitN(read.Source, "+", 2)[0] + "+" + sv.Source
+		perStack = sv.Source
+	}
+	if perStack != "" {
+		parts = append(parts, perStack)
+	}
+	if len(parts) > 0 {
+		read.Source = strings.SplitN(read.Source, "+", 2)[0] + "+" + strings.Join(parts, "+")
 	}
 	return nil
 }

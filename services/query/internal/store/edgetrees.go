@@ -1,0 +1,258 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/schemas/record"
+)
+
+// The rollup writes, beside its minute windows, 10-minute service
+// documents and partition trees of 10-minute windows and of minutes
+// (written at every flush while dirty, kept with the minutes). The edges
+// of a fleet-wide selection (the minutes around its whole settled hours)
+// are read from those trees where their sums prove them complete, and per
+// stack elsewhere.
+const (
+	// ResolutionTenMinutes is the rollup's 10-minute windows, aligned to
+	// UTC (schemas/indices has no constant for it yet).
+	ResolutionTenMinutes = "10m"
+	tenMinutes           = 10 * time.Minute
+)
+
+// ceilTo is t rounded up to a multiple of d.
+func ceilTo(t time.Time, d time.Duration) time.Time {
+	if f := t.Truncate(d); f.Before(t) {
+		return f.Add(d)
+	}
+	return t
+}
+
+// windowSums are the sums of one window start's documents: the partition
+// trees' totals and the service documents' stack_value, of each
+// resolution.
+type windowSums struct{ tree10, service10, tree1, service1 int64 }
+
+// edgePlan is which windows of one edge come from partition trees: whole
+// 10-minute windows (tens) and minutes, each a list of window-start
+// ranges, and the minutes left to read per stack (rest).
+type edgePlan struct {
+	tens, minutes, rest []TimeRange
+}
+
+// planEdgeTrees decides, for the edges of a fleet-wide selection read from
+// the minute rollups (a window belongs to an edge when it starts in it),
+// which windows partition trees answer. A 10-minute window inside an edge
+// is accepted when its trees' total equals its service documents'
+// stack_value (and is not 0: old data has neither); so is the 10-minute
+// window holding an edge's end when those two also equal the stack_value
+// of its minutes before the end (the minutes after it hold nothing, as when
+// the edge ends now in a window still filling). Minutes not so covered are
+// accepted by the same check on minute trees; the rest are read per stack.
+// Two searches at most: the 10-minute windows and edge minutes, then the
+// minutes of the 10-minute windows refused.
+func (s *Store) planEdgeTrees(ctx context.Context, idx []string, typ record.ProfileType, edges []TimeRange) ([]edgePlan, error) {
+	type span struct {
+		lo, hi, c, p time.Time // minutes [lo, hi); whole tens [c, p); p a partial ten when p < hi
+	}
+	spans := make([]span, len(edges))
+	var tenQ, minQ []Query
+	for i, e := range edges {
+		lo, hi := ceilTo(e.From, time.Minute), ceilTo(e.To, time.Minute)
+		c, p := ceilTo(lo, tenMinutes), hi.Truncate(tenMinutes)
+		if p.Before(c) {
+			c, p = hi, hi // no 10-minute boundary inside: minutes only
+		}
+		spans[i] = span{lo, hi, c, p}
+		if !lo.Before(hi) {
+			continue
+		}
+		tenEnd := p
+		if p.Before(hi) {
+			tenEnd = p.Add(tenMinutes) // the window holding the edge's end
+		}
+		if c.Before(tenEnd) {
+			tenQ = append(tenQ, timeFilter(TimeRange{From: c, To: tenEnd}))
+		}
+		if lo.Before(c) {
+			minQ = append(minQ, timeFilter(TimeRange{From: lo, To: c}))
+		}
+		if p.Before(hi) {
+			minQ = append(minQ, timeFilter(TimeRange{From: p, To: hi}))
+		}
+	}
+	sums, err := s.windowSums(ctx, idx, typ, tenQ, minQ)
+	if err != nil {
+		return nil, err
+	}
+	at := func(t time.Time) windowSums { return sums[t.UnixMilli()] }
+	minuteOK := func(m time.Time) bool { w := at(m); return w.tree1 > 0 && w.tree1 == w.service1 }
+	plans := make([]edgePlan, len(edges))
+	var refusedQ []Query
+	refused := make([][]time.Time, len(edges))
+	for i, sp := range spans {
+		pl := &plans[i]
+		for w := sp.c; w.Before(sp.p); w = w.Add(tenMinutes) {
+			if ws := at(w); ws.tree10 > 0 && ws.tree10 == ws.service10 {
+				pl.tens = addWindow(pl.tens, w, tenMinutes)
+				continue
+			}
+			refused[i] = append(refused[i], w)
+			refusedQ = append(refusedQ, timeFilter(TimeRange{From: w, To: w.Add(tenMinutes)}))
+		}
+		// The partial window at the end stands for its minutes before hi.
+		partial := false
+		if sp.p.Before(sp.hi) {
+			var before int64
+			for m := sp.p; m.Before(sp.hi); m = m.Add(time.Minute) {
+				before += at(m).service1
+			}
+			if ws := at(sp.p); ws.tree10 > 0 && ws.tree10 == ws.service10 && ws.service10 == before {
+				pl.tens = addWindow(pl.tens, sp.p, tenMinutes)
+				partial = true
+			}
+		}
+		for m := sp.lo; m.Before(sp.c); m = m.Add(time.Minute) {
+			pl.addMinute(m, minuteOK(m))
+		}
+		if !partial {
+			for m := sp.p; m.Before(sp.hi); m = m.Add(time.Minute) {
+				pl.addMinute(m, minuteOK(m))
+			}
+		}
+	}
+	if len(refusedQ) == 0 {
+		return plans, nil
+	}
+	// The minutes of refused 10-minute windows (data from before the
+	// rollup wrote them, or a window whose tree is not yet visible).
+	if sums, err = s.windowSums(ctx, idx, typ, nil, refusedQ); err != nil {
+		return nil, err
+	}
+	for i, ws := range refused {
+		for _, w := range ws {
+			for m := w; m.Before(w.Add(tenMinutes)); m = m.Add(time.Minute) {
+				plans[i].addMinute(m, minuteOK(m))
+			}
+		}
+		// The refused windows' minutes came after the edge's last ones.
+		plans[i].minutes, plans[i].rest = merged(plans[i].minutes), merged(plans[i].rest)
+	}
+	return plans, nil
+}
+
+// addMinute puts minute m into the minutes from trees when ok, else into
+// those read per stack.
+func (p *edgePlan) addMinute(m time.Time, ok bool) {
+	if ok {
+		p.minutes = addWindow(p.minutes, m, time.Minute)
+		return
+	}
+	p.rest = addWindow(p.rest, m, time.Minute)
+}
+
+// merged is ranges in time order, touching ones joined.
+func merged(ranges []TimeRange) []TimeRange {
+	slices.SortFunc(ranges, func(a, b TimeRange) int { return a.From.Compare(b.From) })
+	var out []TimeRange
+	for _, r := range ranges {
+		if n := len(out); n > 0 && !out[n-1].To.Before(r.From) {
+			out[n-1].To = r.To
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// addWindow adds the window [w, w+d) to ranges, extending the last one
+// when they touch.
+func addWindow(ranges []TimeRange, w time.Time, d time.Duration) []TimeRange {
+	if n := len(ranges); n > 0 && ranges[n-1].To.Equal(w) {
+		ranges[n-1].To = w.Add(d)
+		return ranges
+	}
+	return append(ranges, TimeRange{From: w, To: w.Add(d)})
+}
+
+// windowSums sums, per window start, the partition trees' value and the
+// service documents' stack_value of the 10-minute windows starting in
+// tens and the minutes starting in minutes (fleet-wide: no selector), in
+// one search.
+func (s *Store) windowSums(ctx context.Context, idx []string, typ record.ProfileType, tens, minutes []Query) (map[int64]windowSums, error) {
+	var when []Query
+	if len(tens) > 0 {
+		when = append(when, allOf([]Query{term("resolution", ResolutionTenMinutes), anyOf(tens...)}, nil))
+	}
+	if len(minutes) > 0 {
+		when = append(when, allOf([]Query{term("resolution", indices.ResolutionMinute), anyOf(minutes...)}, nil))
+	}
+	out := map[int64]windowSums{}
+	if len(when) == 0 {
+		return out, nil
+	}
+	sum := func(kind, res, field string) Agg {
+		return Agg{Filter: allOf([]Query{term("kind", kind), term("resolution", res)}, nil), Aggs: Aggs{"v": sumOf(field)}}
+	}
+	type filtered struct {
+		V sumValue `json:"v"`
+	}
+	var resp struct {
+		Aggregations struct {
+			Windows struct {
+				Buckets []struct {
+					Key       int64    `json:"key"`
+					Tree10    filtered `json:"t10"`
+					Service10 filtered `json:"s10"`
+					Tree1     filtered `json:"t1"`
+					Service1  filtered `json:"s1"`
+				} `json:"buckets"`
+			} `json:"windows"`
+		} `json:"aggregations"`
+	}
+	req := aggsRequest(allOf([]Query{termsOf("kind", []string{indices.KindPartitionTree, indices.KindService}),
+		term("type", string(typ)), anyOf(when...)}, nil), Aggs{"windows": {
+		DateHistogram: &DateHistogram{Field: "@timestamp", FixedInterval: "1m", MinDocCount: 1},
+		Aggs: Aggs{
+			"t10": sum(indices.KindPartitionTree, ResolutionTenMinutes, "value"),
+			"s10": sum(indices.KindService, ResolutionTenMinutes, "stack_value"),
+			"t1":  sum(indices.KindPartitionTree, indices.ResolutionMinute, "value"),
+			"s1":  sum(indices.KindService, indices.ResolutionMinute, "stack_value"),
+		},
+	}})
+	if err := s.search(ctx, idx, req, &resp, "aggregations.windows.buckets.key", "aggregations.windows.buckets.*.v.value"); err != nil {
+		return nil, fmt.Errorf("check edge trees: %w", err)
+	}
+	for _, b := range resp.Aggregations.Windows.Buckets {
+		out[b.Key] = windowSums{tree10: int64(b.Tree10.V.Value), service10: int64(b.Service10.V.Value),
+			tree1: int64(b.Tree1.V.Value), service1: int64(b.Service1.V.Value)}
+	}
+	return out, nil
+}
+
+// windowTrees selects the partition trees of plans' accepted windows.
+func windowTrees(plans []edgePlan) (Query, int) {
+	var tens, minutes []Query
+	for _, p := range plans {
+		for _, r := range p.tens {
+			tens = append(tens, timeFilter(r))
+		}
+		for _, r := range p.minutes {
+			minutes = append(minutes, timeFilter(r))
+		}
+	}
+	var when []Query
+	if len(tens) > 0 {
+		when = append(when, allOf([]Query{term("resolution", ResolutionTenMinutes), anyOf(tens...)}, nil))
+	}
+	if len(minutes) > 0 {
+		when = append(when, allOf([]Query{term("resolution", indices.ResolutionMinute), anyOf(minutes...)}, nil))
+	}
+	if len(when) == 0 {
+		return nil, 0
+	}
+	return anyOf(when...), len(tens) + len(minutes)
+}
