@@ -46,9 +46,11 @@ func TestChooseStep(t *testing.T) {
 	}{
 		{0, time.Hour, 0, time.Minute},
 		{0, 6 * time.Hour, 0, 2 * time.Minute},
-		{0, 24 * time.Hour, 0, 5 * time.Minute},
-		{0, 24 * time.Hour, 10, 5 * time.Minute},
-		{0, 24 * time.Hour, 100, 15 * time.Minute},
+		{0, 11 * time.Hour, 0, 5 * time.Minute},
+		{0, 12 * time.Hour, 0, 10 * time.Minute}, // long ranges: multiples of 10 minutes
+		{0, 24 * time.Hour, 0, 10 * time.Minute},
+		{0, 24 * time.Hour, 10, 10 * time.Minute},
+		{0, 24 * time.Hour, 100, 30 * time.Minute},
 		{0, 24 * time.Hour, 1000, 30 * time.Minute},
 		{0, time.Hour, 100, time.Minute},
 		{0, 7 * 24 * time.Hour, 0, time.Hour},

@@ -27,12 +27,17 @@ const (
 	pointBudget = 10000
 	// minAutoPoints keeps many-line charts from getting too coarse.
 	minAutoPoints = 48
+	// longRange and longRangeStep: an automatic step over 12 hours or
+	// more is a whole multiple of 10 minutes (10m, 30m, 1h, ...), so the
+	// chart reads the rollup's 10-minute (or hourly) windows: a tenth of
+	// the minutes; 72 to 300 points per line from 12 to 50 hours.
+	longRange, longRangeStep = 12 * time.Hour, 10 * time.Minute
 )
 
 // chooseStep returns the requested step rounded up to whole minutes (the
 // finest rollup), or an automatic one giving at most autoPoints points per
 // line and about pointBudget for all lines (lines is how many are expected;
-// 0 when unknown).
+// 0 when unknown), and a multiple of longRangeStep over longRange or more.
 func chooseStep(requested, rng time.Duration, lines int) (time.Duration, error) {
 	if requested == 0 {
 		limit := autoPoints
@@ -40,6 +45,9 @@ func chooseStep(requested, rng time.Duration, lines int) (time.Duration, error) 
 			limit = min(autoPoints, max(minAutoPoints, pointBudget/lines))
 		}
 		for _, s := range niceSteps {
+			if rng >= longRange && s%longRangeStep != 0 {
+				continue
+			}
 			if rng/s <= time.Duration(limit) {
 				return s, nil
 			}

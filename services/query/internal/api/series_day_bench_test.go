@@ -17,10 +17,12 @@ import (
 )
 
 // BenchmarkSeriesDay1000Hosts times /series over one day of 1000 hosts'
-// CPU rollups as the rollup writes them (a minute and an hour window per
-// host and service: 1.44 M minute and 24,000 hour documents) on the real
+// CPU rollups as the rollup writes them (a minute, a 10-minute and an hour
+// window per host and service: 1.44 M minute, 144,000 10-minute and 24,000
+// hour documents) on the real
 // node, through HTTP on loopback: per host (the top 10 and "other") and per
-// service, with the automatic step and with whole hours. OpenSearch's
+// service, with the automatic step and with whole hours, and the last hour
+// of 100 of the hosts. OpenSearch's
 // request cache is cleared before each request (outside the timing). It
 // reports the p50 and p99 of the requests.
 //
@@ -35,7 +37,7 @@ func BenchmarkSeriesDay1000Hosts(b *testing.B) {
 	from := to.Add(-24 * time.Hour)
 	start := time.Now()
 	for h := from; h.Before(to); h = h.Add(time.Hour) {
-		docs := make([]querytest.Doc, 0, hosts*61)
+		docs := make([]querytest.Doc, 0, hosts*67)
 		for i := range hosts {
 			host, service := fmt.Sprintf("host-%04d", i), fmt.Sprintf("svc-%02d", i%50)
 			cores := float64(i%97+1) / 10
@@ -43,10 +45,18 @@ func BenchmarkSeriesDay1000Hosts(b *testing.B) {
 			for m := range 60 {
 				doc.Timestamp, doc.Resolution = h.Add(time.Duration(m)*time.Minute), "1m"
 				doc.Value, doc.Cores = int64(cores*float64(time.Minute)), cores
+				doc.StackValue = doc.Value
+				docs = append(docs, querytest.Rollup(names, doc))
+			}
+			for w := range 6 {
+				doc.Timestamp, doc.Resolution = h.Add(time.Duration(w)*10*time.Minute), "10m"
+				doc.Value, doc.Cores = 10*int64(cores*float64(time.Minute)), cores
+				doc.StackValue = doc.Value
 				docs = append(docs, querytest.Rollup(names, doc))
 			}
 			doc.Timestamp, doc.Resolution = h, "1h"
-			doc.Value, doc.Cores = int64(cores*float64(time.Hour)), cores
+			doc.Value, doc.Cores = 60*int64(cores*float64(time.Minute)), cores
+			doc.StackValue = doc.Value
 			docs = append(docs, querytest.Rollup(names, doc))
 		}
 		if err := querytest.Bulk(b.Context(), cl, docs); err != nil {
@@ -61,14 +71,24 @@ func BenchmarkSeriesDay1000Hosts(b *testing.B) {
 	opensearch.Raw(b.Context(), cl, http.MethodPost, "/"+names.Prefix+"*/_forcemerge?max_num_segments=1", nil)
 	b.Logf("indexed %d hosts x 24 h in %v", hosts, time.Since(start).Round(time.Second))
 	base := serve(b, cl, names, api.Options{})
-	for _, tc := range []struct{ name, groupBy, step string }{
-		{"by-host-top10-auto-step", "host", ""}, {"by-host-top10-step-1h", "host", "1h"},
-		{"by-service-auto-step", "service", ""}, {"by-service-step-1h", "service", "1h"},
+	for _, tc := range []struct {
+		name, groupBy, step, query string
+		rng                        time.Duration
+	}{
+		{"by-host-top10-auto-step", "host", "", "", 24 * time.Hour}, {"by-host-top10-step-1h", "host", "1h", "", 24 * time.Hour},
+		{"by-service-auto-step", "service", "", "", 24 * time.Hour}, {"by-service-step-1h", "service", "1h", "", 24 * time.Hour},
+		// The automatic step before it was 10 minutes for long ranges:
+		// minute windows.
+		{"by-host-top10-step-5m", "host", "5m", "", 24 * time.Hour}, {"by-service-step-5m", "service", "5m", "", 24 * time.Hour},
+		{"1h-100-hosts-by-host-auto-step", "host", "", `{host=~"host-00[0-9][0-9]"}`, time.Hour},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			q := url.Values{"from": {from.Format(time.RFC3339)}, "to": {to.Format(time.RFC3339)}, "group_by": {tc.groupBy}, "top": {"10"}}
+			q := url.Values{"from": {to.Add(-tc.rng).Format(time.RFC3339)}, "to": {to.Format(time.RFC3339)}, "group_by": {tc.groupBy}, "top": {"10"}}
 			if tc.step != "" {
 				q.Set("step", tc.step)
+			}
+			if tc.query != "" {
+				q.Set("query", tc.query)
 			}
 			u := base + "/api/v1/series?" + q.Encode()
 			var took []time.Duration

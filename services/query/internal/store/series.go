@@ -78,7 +78,8 @@ type cachedLines struct {
 // hours (when they exist; minute windows for the rest), whatever the step,
 // and lines read hourly windows too when step is whole hours, else minute
 // windows. Label selectors, and clusters without rollups yet, read the
-// samples.
+// samples. Steps of whole 10 minutes read the 10-minute windows where they
+// are complete (tenMinutePlan).
 func (s *Store) Series(ctx context.Context, sel Selection, step time.Duration, groupBy string, top int) (*Lines, error) {
 	top = min(max(top, 1), s.opts.MaxSeries)
 	if sel.Selector.OnlyFields("service", "host") {
@@ -94,8 +95,21 @@ func (s *Store) Series(ctx context.Context, sel Selection, step time.Duration, g
 		}
 		if matched {
 			plot := rank
-			if step%time.Hour != 0 {
-				plot = minute // hourly windows only fit steps of whole hours
+			switch {
+			case step%time.Hour == 0:
+			case step%tenMinutes == 0:
+				// Hourly windows only fit steps of whole hours;
+				// 10-minute ones where they are complete.
+				ten, ok, err := s.tenMinutePlan(ctx, sel)
+				if err != nil {
+					return nil, fmt.Errorf("series from rollups: %w", err)
+				}
+				plot = minute
+				if ok {
+					plot = ten
+				}
+			default:
+				plot = minute
 			}
 			lines, err := s.topSeries(ctx, plot, groups, step, groupBy, top)
 			if err != nil {
@@ -136,6 +150,9 @@ type seriesBucket struct {
 	H     struct {
 		V sumValue `json:"v"`
 	} `json:"h"` // rollups: hourly windows
+	T struct {
+		V sumValue `json:"v"`
+	} `json:"t"` // rollups: 10-minute windows
 	M struct {
 		V sumValue `json:"v"`
 	} `json:"m"` // rollups: minute windows
