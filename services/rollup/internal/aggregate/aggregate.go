@@ -143,7 +143,7 @@ type Input struct {
 // TimeNanos is the profile's time_nanos.
 func (in Input) TimeNanos() int64 {
 	if in.Wire != nil {
-		return in.Wire.timeNanos
+		return in.Wire.TimeNanos
 	}
 	return in.Profile.TimeNanos
 }

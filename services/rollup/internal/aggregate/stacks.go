@@ -129,7 +129,7 @@ func (p *Partition) contributions(in Input, vi, ci int) {
 	p.deltas = p.deltas[:0]
 	c := contributor{p: p, typ: string(in.Type), memory: in.Type == record.ProfileMemory}
 	if w := in.Wire; w != nil {
-		types := len(w.sampleTypes)
+		types := len(w.SampleTypes)
 		for _, row := range w.sampleRows {
 			values := w.values[row.values : int(row.values)+types]
 			n := int64(1)
