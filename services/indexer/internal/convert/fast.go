@@ -74,12 +74,6 @@ const (
 	labelCacheBytes   = 32 << 20
 )
 
-// check is record.Limits.Check for a protobuf of checkAbove bytes or more;
-// shorter ones are checked as they are walked.
-func (l *fastLimits) check(raw []byte) bool {
-	return len(raw) < l.checkAbove || l.Check(raw) == nil
-}
-
 func newFastPath(l record.Limits) *fastPath {
 	return &fastPath{
 		decoders: sync.Pool{New: func() any { return new(fastDecoder) }},
@@ -120,7 +114,7 @@ func (f *fastPath) convert(names indices.Names, meta record.Meta, part string, v
 		f.heavy <- struct{}{}
 		defer func() { <-f.heavy }() // also when it panics
 	}
-	if f.limits.check(d.raw.Bytes()) && d.parse(&f.limits) {
+	if d.parse(&f.limits) {
 		docs, ok = d.convert(names, meta, part, fallback, f, known, docBudget(d.raw.Len()))
 	}
 	keep = !large
@@ -130,17 +124,14 @@ func (f *fastPath) convert(names indices.Names, meta record.Meta, part string, v
 // convert is Convert over the decoded tables; see Convert for the rules.
 func (d *fastDecoder) convert(names indices.Names, meta record.Meta, part string, fallback time.Time, f *fastPath, known Known, budget int) (Documents, bool) {
 	c := f.stacks
-	if len(d.sampleTypes) == 0 {
+	if len(d.SampleTypes) == 0 {
 		return Documents{}, false
 	}
-	types := make([]*profile.ValueType, len(d.sampleTypes))
-	for i, st := range d.sampleTypes {
-		types[i] = &profile.ValueType{Type: d.str(st.typ), Unit: d.str(st.unit)}
+	types := make([]*profile.ValueType, len(d.SampleTypes))
+	for i, st := range d.SampleTypes {
+		types[i] = &profile.ValueType{Type: d.String(st.Type), Unit: d.String(st.Unit)}
 	}
-	if !d.validStr(d.defaultType) {
-		return Documents{}, false
-	}
-	h := newHeader(names, meta, part, &profile.Profile{SampleType: types, DefaultSampleType: d.str(uint64(d.defaultType)), TimeNanos: d.timeNanos}, fallback)
+	h := newHeader(names, meta, part, &profile.Profile{SampleType: types, DefaultSampleType: d.String(d.DefaultSampleType), TimeNanos: d.TimeNanos}, fallback)
 	valueIdx, countIdx, at := h.valueIdx, h.countIdx, h.at
 
 	type agg struct {
@@ -165,7 +156,7 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, part string
 	d.stackPrefix = d.stackPrefix[:0]
 	keyBuf, locFields := d.key[:0], d.locFields[:0]
 	defer func() { d.key, d.locFields = keyBuf, locFields }()
-	for _, s := range d.samples {
+	for _, s := range d.Samples {
 		d.values = d.values[:0]
 		locFields = locFields[:0]
 		// usual: the sample's location IDs are locs, packed, rather than
@@ -181,7 +172,7 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, part string
 			}
 		}
 		// One value per sample type, as pprof's CheckValid requires.
-		if len(d.values) != len(d.sampleTypes) {
+		if len(d.values) != len(d.SampleTypes) {
 			return Documents{}, false
 		}
 		v := d.values[valueIdx]
@@ -362,11 +353,11 @@ func (d *fastDecoder) convert(names indices.Names, meta record.Meta, part string
 func (d *fastDecoder) stack(c *stackCache, known Known, at time.Time) (cachedStack, bool) {
 	hs := d.lkey[:0]
 	for _, id := range d.ids {
-		i := pprofwire.Lookup(d.locByID, id)
+		i := d.LocationIndex(id)
 		if i < 0 {
 			return cachedStack{}, false
 		}
-		hs = append(hs, d.locationHash(&d.locations[i], c))
+		hs = append(hs, d.locationHash(i, c))
 	}
 	d.lkey = hs
 	if len(d.ids) == 0 {
@@ -402,7 +393,7 @@ func (d *fastDecoder) stack(c *stackCache, known Known, at time.Time) (cachedSta
 func (d *fastDecoder) stackFrames() []indices.Frame {
 	frames := make([]indices.Frame, 0, len(d.ids))
 	for _, id := range d.ids {
-		frames = d.locationFrames(frames, &d.locations[pprofwire.Lookup(d.locByID, id)])
+		frames = d.locationFrames(frames, &d.Locations[d.LocationIndex(id)])
 	}
 	return frames
 }
@@ -410,32 +401,29 @@ func (d *fastDecoder) stackFrames() []indices.Frame {
 // locationHash is a content hash of everything a location's frames depend
 // on (binary file, address, lines' function names, files and numbers), so
 // equal hashes mean equal frames.
-func (d *fastDecoder) locationHash(l *fastLocation, c *stackCache) [2]uint64 {
-	if l.hashed {
-		return l.hash
+func (d *fastDecoder) locationHash(i int, c *stackCache) [2]uint64 {
+	if d.locHashed[i] {
+		return d.locHashes[i]
 	}
+	l := &d.Locations[i]
 	b := d.buf[:0]
-	if l.mapping != 0 {
-		b = appendBytes(b, d.strs[d.mappings[pprofwire.Lookup(d.mapByID, l.mapping)].file])
+	if l.Mapping != 0 {
+		b = appendBytes(b, d.Strings[d.Mappings[d.MappingIndex(l.Mapping)].File])
 	} else {
 		b = appendBytes(b, nil)
 	}
-	b = binary.LittleEndian.AppendUint64(b, l.address)
-	b = binary.LittleEndian.AppendUint64(b, uint64(l.lines[1]-l.lines[0]))
-	for _, ln := range d.lines[l.lines[0]:l.lines[1]] {
-		if ln.function != 0 {
-			f := d.functions[pprofwire.Lookup(d.funcByID, ln.function)]
-			b = appendBytes(b, d.strs[f.name])
-			b = appendBytes(b, d.strs[f.file])
-		} else {
-			b = appendBytes(b, nil)
-			b = appendBytes(b, nil)
-		}
-		b = binary.LittleEndian.AppendUint64(b, ln.line)
+	lines := d.LocationLines(l)
+	b = binary.LittleEndian.AppendUint64(b, l.Address)
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(lines)))
+	for _, ln := range lines {
+		f := &d.Functions[d.FunctionIndex(ln.Function)] // pprofwire.Tables.Read resolved it
+		b = appendBytes(b, d.Strings[f.Name])
+		b = appendBytes(b, d.Strings[f.Filename])
+		b = binary.LittleEndian.AppendUint64(b, ln.Line)
 	}
 	d.buf = b
-	l.hash, l.hashed = c.hash(b), true
-	return l.hash
+	d.locHashes[i], d.locHashed[i] = c.hash(b), true
+	return d.locHashes[i]
 }
 
 func appendBytes(b, s []byte) []byte {
@@ -445,25 +433,23 @@ func appendBytes(b, s []byte) []byte {
 
 // locationFrames are the frames of a location by pprofx's rule, given a
 // scratch profile.Location that mirrors it.
-func (d *fastDecoder) locationFrames(dst []indices.Frame, l *fastLocation) []indices.Frame {
-	d.loc = profile.Location{Address: l.address}
-	if l.mapping != 0 {
-		d.mp = profile.Mapping{File: d.str(d.mappings[pprofwire.Lookup(d.mapByID, l.mapping)].file)}
+func (d *fastDecoder) locationFrames(dst []indices.Frame, l *pprofwire.Location) []indices.Frame {
+	d.loc = profile.Location{Address: l.Address}
+	if l.Mapping != 0 {
+		d.mp = profile.Mapping{File: d.String(d.Mappings[d.MappingIndex(l.Mapping)].File)}
 		d.loc.Mapping = &d.mp
 	}
-	n := l.lines[1] - l.lines[0]
+	lines := d.LocationLines(l)
+	n := len(lines)
 	if cap(d.plns) < n {
 		d.plns = make([]profile.Line, n)
 		d.fns = make([]profile.Function, n)
 	}
 	d.plns, d.fns = d.plns[:n], d.fns[:n]
-	for i, ln := range d.lines[l.lines[0]:l.lines[1]] {
-		d.plns[i] = profile.Line{Line: int64(ln.line)}
-		if ln.function != 0 {
-			f := d.functions[pprofwire.Lookup(d.funcByID, ln.function)]
-			d.fns[i] = profile.Function{Name: d.str(f.name), Filename: d.str(f.file)}
-			d.plns[i].Function = &d.fns[i]
-		}
+	for i, ln := range lines {
+		f := &d.Functions[d.FunctionIndex(ln.Function)]
+		d.fns[i] = profile.Function{Name: d.String(f.Name), Filename: d.String(f.Filename)}
+		d.plns[i] = profile.Line{Line: int64(ln.Line), Function: &d.fns[i]}
 	}
 	d.loc.Line = d.plns
 	return pprofx.LocationFrames(dst, &d.loc)
