@@ -84,6 +84,22 @@ func (s *Store) Series(ctx context.Context, sel Selection, step time.Duration, g
 	top = min(max(top, 1), s.opts.MaxSeries)
 	if sel.Selector.OnlyFields("service", "host") {
 		rank, minute := s.rollupPlan(sel, false), s.rollupPlan(sel, true)
+		// Hourly windows only fit steps of whole hours; 10-minute ones,
+		// where they are complete, steps of whole 10 minutes: checked
+		// while the groups are ranked.
+		type tenPlan struct {
+			plan seriesPlan
+			ok   bool
+			err  error
+		}
+		var tens chan tenPlan
+		if step%time.Hour != 0 && step%tenMinutes == 0 {
+			tens = make(chan tenPlan, 1)
+			go func() {
+				p, ok, err := s.tenMinutePlan(ctx, sel)
+				tens <- tenPlan{p, ok, err}
+			}()
+		}
 		groups, matched, hourly, err := s.groupTotals(ctx, rank, groupBy, sel.Range.Duration())
 		if err == nil && hasWholeHours(sel.Range) && !hourly {
 			// No hourly windows yet: the whole range from minutes.
@@ -97,16 +113,14 @@ func (s *Store) Series(ctx context.Context, sel Selection, step time.Duration, g
 			plot := rank
 			switch {
 			case step%time.Hour == 0:
-			case step%tenMinutes == 0:
-				// Hourly windows only fit steps of whole hours;
-				// 10-minute ones where they are complete.
-				ten, ok, err := s.tenMinutePlan(ctx, sel)
-				if err != nil {
-					return nil, fmt.Errorf("series from rollups: %w", err)
+			case tens != nil:
+				ten := <-tens
+				if ten.err != nil {
+					return nil, fmt.Errorf("series from rollups: %w", ten.err)
 				}
 				plot = minute
-				if ok {
-					plot = ten
+				if ten.ok {
+					plot = ten.plan
 				}
 			default:
 				plot = minute
