@@ -83,7 +83,8 @@ func TestFleetStateBytes(t *testing.T) {
 }
 
 // TestStackBytesBound: the stack cache's count of its bytes (stackBytes per
-// stack) is above the heap its stacks hold, for fleet-shaped stacks.
+// stack, frameCost per frame of its table) is above the heap its stacks
+// and table hold, for fleet-shaped stacks.
 func TestStackBytesBound(t *testing.T) {
 	profs, _ := fleetProfiles(10, 6)
 	var before, after runtime.MemStats
@@ -99,18 +100,8 @@ func TestStackBytesBound(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	held := int64(after.HeapAlloc) - int64(before.HeapAlloc)
-	// After the measure: the stacks held, each counted once.
-	seen := map[*stackInfo]bool{}
-	var counted int64
-	for _, prof := range profs {
-		for _, s := range prof.Sample {
-			if st := p.stack(s); !seen[st] {
-				seen[st] = true
-				counted += int64(stackBytes(st.frames))
-			}
-		}
-	}
-	t.Logf("%d stacks: held %d bytes, counted %d (%.0f%%)", len(seen), held, counted, 100*float64(held)/float64(counted))
+	counted := p.stacks.bytes
+	t.Logf("%d stacks, %d frames: held %d bytes, counted %d (%.0f%%)", p.stacks.n, len(p.stacks.table.frames), held, counted, 100*float64(held)/float64(counted))
 	if held > counted {
 		t.Fatalf("the stack cache holds %d bytes, counted %d", held, counted)
 	}

@@ -49,8 +49,9 @@ func TestStackCacheCharged(t *testing.T) {
 }
 
 // TestStackCacheGivesWayInPart: giving way to the state drops what it must
-// and an eighth of the cache more, not the whole cache, and the charge
-// stays the stacks held.
+// and an eighth of the stacks' bytes more, not the whole cache, and the
+// charge stays the stacks held and the frame table; giving way more than
+// the stacks hold drops the table too.
 func TestStackCacheGivesWayInPart(t *testing.T) {
 	profs, hostOf := fleetProfiles(4, 1)
 	b := &Budget{MaxBytes: math.MaxInt64}
@@ -67,20 +68,21 @@ func TestStackCacheGivesWayInPart(t *testing.T) {
 	if n < 100 {
 		t.Fatalf("%d stacks cached", n)
 	}
-	c.giveWay(bytes / 10)
+	stacks := bytes - c.tableBytes
+	c.giveWay(stacks / 10)
 	freed := bytes - c.bytes
-	if freed < bytes/10 || freed > bytes/10+bytes/8+bytes/20 || c.n == 0 || c.n == n {
-		t.Fatalf("gave %d of %d bytes (%d -> %d stacks) for %d", freed, bytes, n, c.n, bytes/10)
+	if freed < stacks/10 || freed > stacks/10+stacks/8+stacks/20 || c.n == 0 || c.n == n {
+		t.Fatalf("gave %d of %d bytes of stacks (%d -> %d stacks) for %d", freed, stacks, n, c.n, stacks/10)
 	}
 	var held int64
 	for _, st := range c.m {
 		held += st.cachedBytes
 	}
-	if held != c.bytes || len(c.m) != c.n || b.Used() != used-freed {
+	if held+c.tableBytes != c.bytes || len(c.m) != c.n || b.Used() != used-freed {
 		t.Fatalf("held %d, charged %d; %d entries, %d counted; budget %d, want %d", held, c.bytes, len(c.m), c.n, b.Used(), used-freed)
 	}
-	c.giveWay(c.bytes)
-	if c.n != 0 || c.bytes != 0 || b.Used() != used-bytes {
-		t.Fatalf("after giving way all: %d stacks, %d bytes, budget %d", c.n, c.bytes, b.Used())
+	c.giveWay(c.bytes - c.tableBytes)
+	if c.n != 0 || c.bytes != 0 || len(c.table.frames) != 0 || b.Used() != used-bytes {
+		t.Fatalf("after giving way all the stacks: %d stacks, %d bytes, %d frames, budget %d", c.n, c.bytes, len(c.table.frames), b.Used())
 	}
 }

@@ -5,7 +5,6 @@ package aggregate
 
 import (
 	"encoding/binary"
-	"slices"
 	"unsafe"
 
 	"github.com/google/pprof/profile"
@@ -16,8 +15,13 @@ import (
 )
 
 type stackInfo struct {
-	frames []indices.Frame
-	id     string
+	id string
+	// frames are the stack's trie frames (trieFrame), as IDs of the stack
+	// cache's frame table: a cached stack held its frames whole until
+	// 2026-12-01, 72 bytes a frame and its names, so the cache held a
+	// third of the pipeline bench's 68,536 stacks, and building the
+	// others again was a fifth of the rollup's CPU.
+	frames stackFrames
 	// trieBound is what inserting the stack into an hour's trie adds at
 	// most, computed once: the budget check's bound walked every frame of
 	// every stack of every profile (7% of the rollup's CPU under loadgen).
@@ -26,16 +30,11 @@ type stackInfo struct {
 	cachedBytes int64
 }
 
-// stackBytes is an upper bound of what caching a stack of frames holds: the
-// frames (indices.Frame, 72 bytes each: it was counted 56, from before its
-// Kind, so the cache held more than its bound), their names, its ID and
-// its entry (TestStackBytesBound).
-func stackBytes(frames []indices.Frame) int64 {
-	n := 256
-	for _, f := range frames {
-		n += int(unsafe.Sizeof(f)) + len(f.Function) + len(f.File) + len(f.Binary) + len(f.Kind)
-	}
-	return int64(n)
+// stackBytes is an upper bound of what caching st holds besides its
+// frames' entries in the frame table: the stackInfo, its ID, its frame IDs
+// and its entry in the cache's map (TestStackBytesBound).
+func stackBytes(st *stackInfo) int64 {
+	return 160 + int64(len(st.id)) + 4*int64(cap(st.frames.ids)) + 16
 }
 
 // stack returns the ID and frames of a sample's stack. Hashing a stack's
@@ -86,9 +85,7 @@ func (p *Partition) cachedStack(key [2]uint64) *stackInfo {
 	if st := p.stacks.get(key); st != nil {
 		return st
 	}
-	st := newStackInfo(slices.Clone(p.frames))
-	p.stacks.put(key, st, stackBytes(p.frames))
-	return st
+	return p.stacks.add(key, p.frames)
 }
 
 type delta struct {
@@ -225,9 +222,4 @@ func (c *contributor) delta(sc *scratch, name string) *delta {
 		sc.names[name] = i
 	}
 	return &c.p.deltas[i]
-}
-
-func newStackInfo(frames []indices.Frame) *stackInfo {
-	id := indices.StackID(frames)
-	return &stackInfo{frames: frames, id: id, trieBound: (*frameTrie)(nil).cost(id, frames)}
 }

@@ -179,15 +179,17 @@ func TestFrameTrie(t *testing.T) {
 	kernel := []indices.Frame{{Binary: record.MappingKernel}}
 	stacks := [][]indices.Frame{f("leaf", "mid", "main"), f("other", "mid", "main"), f("mid", "main"), f("main", "main"), {}, f("leaf", "mid", "main"), moved, kernel}
 	tr := newFrameTrie()
+	table := newFrameTable()
 	nodes := make([]int32, len(stacks))
 	for i, st := range stacks {
-		want := tr.cost(indices.StackID(st), st)
+		frames, _ := table.stackFrames(st)
+		want := tr.cost(indices.StackID(st), frames)
 		var got int64
-		nodes[i], got = tr.insert(indices.StackID(st), st)
+		nodes[i], got = tr.insert(indices.StackID(st), frames)
 		if got != want {
 			t.Errorf("stack %d: cost %d, insert added %d", i, want, got)
 		}
-		if (*frameTrie)(nil).cost(indices.StackID(st), st) < got {
+		if (*frameTrie)(nil).cost(indices.StackID(st), frames) < got {
 			t.Errorf("stack %d: bound below what insert added", i)
 		}
 	}
@@ -206,6 +208,20 @@ func TestFrameTrie(t *testing.T) {
 	}
 	if nodes[0] != nodes[5] || nodes[0] != nodes[6] || len(tr.nodes) != 1+3+1+1+1 || len(tr.frames) != 5 {
 		t.Errorf("nodes %v, %d nodes, %d frames", nodes, len(tr.nodes), len(tr.frames))
+	}
+	// The same stacks as frames of another table (a stack cache's after
+	// it dropped its table), in another order: the same nodes, nothing
+	// added.
+	other := newFrameTable()
+	other.stackFrames(f("x", "y"))
+	for i := len(stacks) - 1; i >= 0; i-- {
+		frames, _ := other.stackFrames(stacks[i])
+		if cost := tr.cost("not inserted", frames); cost != trieStackBytes {
+			t.Errorf("stack %d of another table: cost %d, want %d", i, cost, trieStackBytes)
+		}
+		if node, added := tr.insertFrames(frames); node != nodes[i] || added != 0 {
+			t.Errorf("stack %d of another table: node %d, added %d; want node %d, nothing", i, node, added, nodes[i])
+		}
 	}
 }
 

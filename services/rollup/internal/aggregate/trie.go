@@ -3,6 +3,7 @@ package aggregate
 import (
 	"slices"
 	"unsafe"
+	"weak"
 
 	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/schemas/record"
@@ -16,13 +17,19 @@ import (
 // stack and host, most of an hour window's heap at fleet scale
 // (TestFleetStateBytes).
 type frameTrie struct {
-	frames []indices.Frame
-	// frameIDs are the frames' IDs: by function name those of native
-	// code with a name (most of them: a string key costs a fraction of
-	// the whole frame's, and inserting new stacks was a seventh of the
-	// rollup's CPU in the pipeline bench), the others by the whole frame.
-	named    map[string]int32
-	frameIDs map[indices.Frame]int32
+	// frameTable numbers the trie's frames.
+	frameTable
+	// fromTable is the table of the stacks' frames inserted (the stack
+	// cache's, stackFrames), and fromIDs[i] is its frame i's ID here plus
+	// one (0: not looked up yet): a frame is looked up by name once per
+	// trie and table, not for every frame of every stack inserted (two
+	// thirds of an insert, and a twelfth of the rollup's CPU in the
+	// pipeline bench, until 2026-12-01). Its 4 bytes a frame of the table
+	// are charged with the table's frames (frameCost), which covers a
+	// slot in each live trie of the instance; a table dropped from the
+	// cache is let go at the trie's next insert.
+	fromTable weak.Pointer[frameTable]
+	fromIDs   []int32
 	// nodes[0] is the root (no frame); a node's parent is its caller.
 	nodes []trieNode
 	// links are the nodes' children (by node, as nodes): a list of a
@@ -60,8 +67,9 @@ const wideAfter = 8
 
 // Charges of a frameTrie (measured by TestFleetStateBytes with a margin):
 // a node (its slot and its children entry, with the slack of their
-// growth), a distinct frame (its slot and its map entry, likewise) plus
-// the bytes of its names.
+// growth), a distinct frame (its slot and its map entries, likewise) plus
+// the bytes of its names. A frame of the stack cache's table is charged
+// the same (frameTable.stackFrames).
 const (
 	trieNodeBytes  = 64
 	trieFrameBytes = 400
@@ -93,12 +101,19 @@ func trieFrame(f indices.Frame) indices.Frame {
 }
 
 func newFrameTrie() *frameTrie {
-	return &frameTrie{named: map[string]int32{}, frameIDs: map[indices.Frame]int32{}, nodes: []trieNode{{}}, links: []trieLinks{{}}, wide: map[trieNode]int32{}, stacks: map[string]int32{}}
+	return &frameTrie{
+		frameTable: frameTable{named: map[string]int32{}, other: map[indices.Frame]int32{}},
+		nodes:      []trieNode{{}},
+		links:      []trieLinks{{}},
+		wide:       map[trieNode]int32{},
+		stacks:     map[string]int32{},
+	}
 }
 
 // insert adds a stack (its ID, and its frames leaf first, as indices.Frame
-// slices are) and returns its node and the bytes it added.
-func (t *frameTrie) insert(id string, frames []indices.Frame) (int32, int64) {
+// slices are) and returns its node and the bytes it added. The frames may
+// come from any table (the stack cache's, one it dropped).
+func (t *frameTrie) insert(id string, frames stackFrames) (int32, int64) {
 	if t.frozen {
 		if t.late == nil {
 			t.late = newFrameTrie()
@@ -129,7 +144,8 @@ func (t *frameTrie) freeze() int64 {
 		return 0
 	}
 	t.nodes, t.frames = slices.Clone(t.nodes), slices.Clone(t.frames)
-	t.named, t.frameIDs, t.links, t.wide, t.stacks = nil, nil, nil, nil, nil
+	t.named, t.other, t.fromIDs, t.links, t.wide, t.stacks = nil, nil, nil, nil, nil, nil
+	t.fromTable = weak.Pointer[frameTable]{}
 	t.frozen, t.base = true, int32(len(t.nodes))
 	n := int64(cap(t.nodes))*int64(unsafe.Sizeof(trieNode{})) + int64(cap(t.frames))*int64(unsafe.Sizeof(indices.Frame{}))
 	for _, f := range t.frames {
@@ -140,19 +156,19 @@ func (t *frameTrie) freeze() int64 {
 	return delta
 }
 
-func (t *frameTrie) insertFrames(frames []indices.Frame) (node int32, added int64) {
-	for i := len(frames) - 1; i >= 0; i-- {
-		f := trieFrame(frames[i])
-		id, ok := t.frameID(f)
-		if !ok {
-			id = int32(len(t.frames))
-			t.frames = append(t.frames, f)
-			if isNamed(f) {
-				t.named[f.Function] = id
-			} else {
-				t.frameIDs[f] = id
+func (t *frameTrie) insertFrames(frames stackFrames) (node int32, added int64) {
+	t.slots(frames.table)
+	for i := len(frames.ids) - 1; i >= 0; i-- {
+		from := frames.ids[i]
+		id := t.fromIDs[from] - 1
+		if id < 0 {
+			f := frames.table.frames[from]
+			var ok bool
+			if id, ok = t.lookup(f); !ok {
+				id = t.add(f)
+				added += frameCost(f)
 			}
-			added += frameCost(f)
+			t.fromIDs[from] = id + 1
 		}
 		child, listed := t.child(node, id)
 		if child == 0 {
@@ -162,6 +178,19 @@ func (t *frameTrie) insertFrames(frames []indices.Frame) (node int32, added int6
 		node = child
 	}
 	return node, added
+}
+
+// slots makes fromIDs the slots of table's frames, one for each.
+func (t *frameTrie) slots(table *frameTable) {
+	if t.fromTable != table.self {
+		t.fromIDs, t.fromTable = nil, table.self
+	}
+	if n := len(table.frames); n > len(t.fromIDs) {
+		// Its length is its capacity: the slots past the table's
+		// frames are zero, not looked up yet.
+		t.fromIDs = slices.Grow(t.fromIDs, n-len(t.fromIDs))
+		t.fromIDs = t.fromIDs[:cap(t.fromIDs)]
+	}
 }
 
 // child is parent's child of frame (0: none) and how many children
@@ -195,22 +224,8 @@ func (t *frameTrie) addChild(parent, frame int32, listed int) int32 {
 	return c
 }
 
-// isNamed: a trie frame of native code with a name, held in named.
-func isNamed(f indices.Frame) bool {
-	return f.Kind == "" && f.Binary == "" && f.Function != ""
-}
-
-func (t *frameTrie) frameID(f indices.Frame) (int32, bool) {
-	if isNamed(f) {
-		id, ok := t.named[f.Function]
-		return id, ok
-	}
-	id, ok := t.frameIDs[f]
-	return id, ok
-}
-
 // cost is what insert would add (an upper bound when t is nil).
-func (t *frameTrie) cost(id string, frames []indices.Frame) int64 {
+func (t *frameTrie) cost(id string, frames stackFrames) int64 {
 	if t != nil && t.frozen {
 		return t.late.cost(id, frames)
 	}
@@ -221,14 +236,18 @@ func (t *frameTrie) cost(id string, frames []indices.Frame) int64 {
 	}
 	n := int64(trieStackBytes)
 	node, known := int32(0), t != nil
-	for i := len(frames) - 1; i >= 0; i-- {
-		f := trieFrame(frames[i])
+	mapped := t != nil && t.fromTable == frames.table.self
+	for i := len(frames.ids) - 1; i >= 0; i-- {
+		from := frames.ids[i]
 		id, ok := int32(0), false
-		if t != nil {
-			id, ok = t.frameID(f)
+		if mapped && int(from) < len(t.fromIDs) && t.fromIDs[from] != 0 {
+			id, ok = t.fromIDs[from]-1, true
+		}
+		if !ok && t != nil {
+			id, ok = t.lookup(frames.table.frames[from])
 		}
 		if !ok {
-			n += frameCost(f)
+			n += frameCost(frames.table.frames[from])
 		}
 		if known && ok {
 			node, _ = t.child(node, id)

@@ -51,7 +51,7 @@ func BenchmarkTrieInsert(b *testing.B) {
 
 type benchStack struct {
 	id     string
-	frames []indices.Frame
+	frames stackFrames
 }
 
 func trieBenchStacks(n int) []benchStack {
@@ -74,6 +74,7 @@ func trieBenchStacks(n int) []benchStack {
 		}
 	}
 	out := make([]benchStack, 0, n)
+	table := newFrameTable()
 	for range n {
 		s := rng.IntN(services)
 		st := base[s][rng.IntN(bases)]
@@ -88,7 +89,8 @@ func trieBenchStacks(n int) []benchStack {
 		for i := cut - 1; i >= 0; i-- {
 			frames = append(frames, indices.Frame{Function: st[i], File: "x.go", Line: 10})
 		}
-		out = append(out, benchStack{id: indices.StackID(frames), frames: frames})
+		ids, _ := table.stackFrames(frames)
+		out = append(out, benchStack{id: indices.StackID(frames), frames: ids})
 	}
 	return out
 }
