@@ -16,9 +16,10 @@ import (
 // rollup's 10-minute service documents where they are complete and the
 // minutes elsewhere, and equal the sums of the minutes (top lines and
 // "other") over ranges with 10-minute documents, without them (written
-// before the rollup wrote them), and across both; a settled hour missing
-// one 10-minute document and the window still filling (its 10-minute
-// document behind its minutes) are read from minutes.
+// before the rollup wrote them), and across both; the window still
+// filling (its 10-minute document behind its minutes) is read from its
+// minutes, and so is a range holding a settled hour that misses one
+// 10-minute document.
 func TestSeriesTenMinutes(t *testing.T) {
 	cl, names := querytest.Setup(t)
 	// now is 12:00 on 11-30: minutes from 11-29 18:00, 10-minute documents
@@ -114,10 +115,16 @@ func TestSeriesTenMinutes(t *testing.T) {
 			}
 		}
 	}
-	t.Run("10-minute documents", func(t *testing.T) {
+	t.Run("10-minute documents, the last window still filling", func(t *testing.T) {
 		for _, step := range []string{"10m", "30m", "5m", "1h"} {
 			d, _ := time.ParseDuration(step)
-			check(t, now.Add(-6*time.Hour), now, step, d)
+			check(t, now.Add(-3*time.Hour), now, step, d)
+		}
+	})
+	t.Run("a settled hour missing a 10-minute document", func(t *testing.T) {
+		for _, step := range []string{"10m", "30m"} {
+			d, _ := time.ParseDuration(step)
+			check(t, now.Add(-6*time.Hour), now.Add(-2*time.Hour), step, d)
 		}
 	})
 	t.Run("old data", func(t *testing.T) {

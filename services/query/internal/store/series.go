@@ -78,28 +78,12 @@ type cachedLines struct {
 // hours (when they exist; minute windows for the rest), whatever the step,
 // and lines read hourly windows too when step is whole hours, else minute
 // windows. Label selectors, and clusters without rollups yet, read the
-// samples. Steps of whole 10 minutes read the 10-minute windows where they
-// are complete (tenMinutePlan).
+// samples. Steps of 10, 20 or 30 minutes read the 10-minute windows where
+// they are complete (tenMinutePlan).
 func (s *Store) Series(ctx context.Context, sel Selection, step time.Duration, groupBy string, top int) (*Lines, error) {
 	top = min(max(top, 1), s.opts.MaxSeries)
 	if sel.Selector.OnlyFields("service", "host") {
 		rank, minute := s.rollupPlan(sel, false), s.rollupPlan(sel, true)
-		// Hourly windows only fit steps of whole hours; 10-minute ones,
-		// where they are complete, steps of whole 10 minutes: checked
-		// while the groups are ranked.
-		type tenPlan struct {
-			plan seriesPlan
-			ok   bool
-			err  error
-		}
-		var tens chan tenPlan
-		if step%time.Hour != 0 && step%tenMinutes == 0 {
-			tens = make(chan tenPlan, 1)
-			go func() {
-				p, ok, err := s.tenMinutePlan(ctx, sel)
-				tens <- tenPlan{p, ok, err}
-			}()
-		}
 		groups, matched, hourly, err := s.groupTotals(ctx, rank, groupBy, sel.Range.Duration())
 		if err == nil && hasWholeHours(sel.Range) && !hourly {
 			// No hourly windows yet: the whole range from minutes.
@@ -113,15 +97,17 @@ func (s *Store) Series(ctx context.Context, sel Selection, step time.Duration, g
 			plot := rank
 			switch {
 			case step%time.Hour == 0:
-			case tens != nil:
-				ten := <-tens
-				if ten.err != nil {
-					return nil, fmt.Errorf("series from rollups: %w", ten.err)
+			case tenMinuteSteps(step):
+				// 10-minute windows where they are complete (hourly
+				// windows only fit steps of whole hours).
+				lines, err := s.topSeries(ctx, s.tenMinutePlan(sel), groups, step, groupBy, top)
+				if err != nil {
+					return nil, fmt.Errorf("series from rollups: %w", err)
 				}
-				plot = minute
-				if ten.ok {
-					plot = ten.plan
+				if lines != nil {
+					return lines, nil
 				}
+				plot = minute // a settled hour without complete 10-minute windows
 			default:
 				plot = minute
 			}
@@ -155,6 +141,10 @@ type seriesPlan struct {
 	aggs    Aggs
 	value   func(b seriesBucket, length time.Duration) float64
 	source  string
+	// prepare, when set, sees every histogram bucket of the lines and
+	// "other" before value is applied to them, and may refuse the answer
+	// (topSeries then returns nil lines).
+	prepare func(answer [][]seriesBucket) bool
 }
 
 type seriesBucket struct {
@@ -163,12 +153,15 @@ type seriesBucket struct {
 	Times *sumValue `json:"times"` // samples: distinct report times
 	H     struct {
 		V sumValue `json:"v"`
-	} `json:"h"` // rollups: hourly windows
+		C sumValue `json:"c"`
+	} `json:"h"` // rollups: hourly windows (C: value, tenMinutePlan's check)
 	T struct {
 		V sumValue `json:"v"`
+		C sumValue `json:"c"`
 	} `json:"t"` // rollups: 10-minute windows
 	M struct {
 		V sumValue `json:"v"`
+		C sumValue `json:"c"`
 	} `json:"m"` // rollups: minute windows
 }
 
@@ -274,6 +267,15 @@ func (s *Store) topSeries(ctx context.Context, p seriesPlan, groups []groupTotal
 	if err := s.search(ctx, p.indices, aggsRequest(p.query, aggs), &out, "aggregations.top.groups.buckets.key",
 		"aggregations.top.groups.buckets.time.buckets", "aggregations.rest.time.buckets"); err != nil {
 		return nil, err
+	}
+	if p.prepare != nil {
+		answer := [][]seriesBucket{out.Aggregations.Rest.Time.Buckets}
+		for _, g := range out.Aggregations.Top.Groups.Buckets {
+			answer = append(answer, g.Time.Buckets)
+		}
+		if !p.prepare(answer) {
+			return nil, nil
+		}
 	}
 	points := func(buckets []seriesBucket) [][2]float64 {
 		pts := make([][2]float64, 0, len(buckets))

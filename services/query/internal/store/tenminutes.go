@@ -1,38 +1,44 @@
 package store
 
 import (
-	"context"
-	"fmt"
 	"time"
 
 	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/schemas/record"
 )
 
-// tenMinutePlan reads a chart of sel whose step is a whole number of 10
-// minutes (sel.Range aligned to it) from the rollup's 10-minute service
-// documents where they are complete, and from its minute documents
-// elsewhere: a day of 10-minute windows is a tenth of its minutes. Whether
-// the 10-minute documents are complete is one search (tenMinutesComplete):
-// a settled hour's 10-minute sums against its hourly document, a window
-// outside the settled hours against its minutes. ok is false when no
-// window is complete (data from before the rollup wrote them).
-func (s *Store) tenMinutePlan(ctx context.Context, sel Selection) (seriesPlan, bool, error) {
-	complete, err := s.tenMinutesComplete(ctx, sel)
-	if err != nil || len(complete) == 0 {
-		return seriesPlan{}, false, err
+// tenMinuteSteps reports whether a chart of step reads 10-minute windows
+// (tenMinutePlan): a whole number of 10 minutes dividing an hour (10, 20
+// or 30 minutes), so its buckets never straddle an hour.
+func tenMinuteSteps(step time.Duration) bool {
+	return step%tenMinutes == 0 && time.Hour%step == 0 && step < time.Hour
+}
+
+// tenMinutePlan reads a chart of sel with a step of tenMinuteSteps
+// (sel.Range aligned to it) from the rollup's 10-minute service documents
+// where they are complete and from its minute documents elsewhere: a day
+// of 10-minute windows is a tenth of its minutes. The lines' search also
+// reads what proves the 10-minute documents complete, summed per step over
+// the lines and "other" (so over the whole selection) by prepare: in a
+// whole settled hour, its hourly documents, whose sum its 10-minute ones
+// must equal (not 0: an hour from before the rollup wrote 10-minute
+// windows has none); elsewhere (hours not settled, parts of hours), its
+// minutes, which a step uses when its 10-minute sum differs from theirs
+// (a window still filling, whose 10-minute document lags its minutes).
+// A 10-minute document is never above its minutes (it is their sum, or an
+// older one), so equal sums over the selection mean each is complete.
+// prepare refuses the answer when a settled hour is not complete; the
+// caller then reads the minutes.
+func (s *Store) tenMinutePlan(sel Selection) seriesPlan {
+	hours, whole := hourlySpan(sel.Range)
+	when := []Query{allOf([]Query{term("resolution", ResolutionTenMinutes), timeFilter(sel.Range)}, nil)}
+	spans := []TimeRange{sel.Range}
+	if whole {
+		when = append(when, allOf([]Query{term("resolution", indices.ResolutionHour), timeFilter(hours)}, nil))
+		spans = minuteSpans(sel.Range, hours)
 	}
-	var tens, minutes []TimeRange
-	for w := sel.Range.From; w.Before(sel.Range.To); w = w.Add(tenMinutes) {
-		if complete[w.UnixMilli()] {
-			tens = addWindow(tens, w, tenMinutes)
-			continue
-		}
-		minutes = addWindow(minutes, w, tenMinutes)
-	}
-	when := []Query{allOf([]Query{term("resolution", ResolutionTenMinutes), anyOf(timeFilters(tens)...)}, nil)}
-	if len(minutes) > 0 {
-		when = append(when, allOf([]Query{term("resolution", indices.ResolutionMinute), anyOf(timeFilters(minutes)...)}, nil))
+	if len(spans) > 0 {
+		when = append(when, allOf([]Query{term("resolution", indices.ResolutionMinute), anyOf(timeFilters(spans)...)}, nil))
 	}
 	filter, mustNot := sel.Selector.Clauses()
 	filter = append([]Query{term("kind", indices.KindService), term("type", string(sel.Type)), anyOf(when...)}, filter...)
@@ -40,96 +46,68 @@ func (s *Store) tenMinutePlan(ctx context.Context, sel Selection) (seriesPlan, b
 	if sel.Type == record.ProfileMemory {
 		valueField = "mem_avg"
 	}
+	// useMinutes are the steps (unix ms) read from their minutes.
+	useMinutes := map[int64]bool{}
+	settled := func(ms int64) bool {
+		t := time.UnixMilli(ms)
+		return whole && !t.Before(hours.From) && t.Before(hours.To)
+	}
 	return seriesPlan{
 		indices: s.rollupIndices(sel.Range), query: allOf(filter, mustNot), source: "rollups",
 		aggs: Aggs{
-			"t": {Filter: term("resolution", ResolutionTenMinutes), Aggs: Aggs{"v": sumOf(valueField)}},
-			"m": {Filter: term("resolution", indices.ResolutionMinute), Aggs: Aggs{"v": sumOf(valueField)}},
+			"t": {Filter: term("resolution", ResolutionTenMinutes), Aggs: Aggs{"v": sumOf(valueField), "c": sumOf("value")}},
+			"h": {Filter: term("resolution", indices.ResolutionHour), Aggs: Aggs{"c": sumOf("value")}},
+			"m": {Filter: term("resolution", indices.ResolutionMinute), Aggs: Aggs{"v": sumOf(valueField), "c": sumOf("value")}},
+		},
+		prepare: func(answer [][]seriesBucket) bool {
+			type sums struct{ ten, hour, minute float64 }
+			steps, byHour := map[int64]*sums{}, map[int64]*sums{}
+			add := func(m map[int64]*sums, k int64, b seriesBucket) {
+				if m[k] == nil {
+					m[k] = &sums{}
+				}
+				m[k].ten += b.T.C.Value
+				m[k].hour += b.H.C.Value
+				m[k].minute += b.M.C.Value
+			}
+			for _, buckets := range answer {
+				for _, b := range buckets {
+					ms := bucketMillis(b)
+					if settled(ms) {
+						add(byHour, time.UnixMilli(ms).Truncate(time.Hour).UnixMilli(), b)
+						continue
+					}
+					add(steps, ms, b)
+				}
+			}
+			for _, h := range byHour {
+				if h.ten == 0 || h.ten != h.hour {
+					return false
+				}
+			}
+			for ms, st := range steps {
+				useMinutes[ms] = st.ten == 0 || st.ten != st.minute
+			}
+			return true
 		},
 		value: func(b seriesBucket, length time.Duration) float64 {
+			ten, minute := b.T.V.Value, 0.0
+			if useMinutes[bucketMillis(b)] {
+				ten, minute = 0, b.M.V.Value
+			}
 			if sel.Type.Time() {
-				return (b.T.V.Value + b.M.V.Value) / float64(length)
+				return (ten + minute) / float64(length)
 			}
 			// Each window holds its average: weigh it by its length.
-			return (b.T.V.Value*float64(tenMinutes) + b.M.V.Value*float64(time.Minute)) / float64(length)
+			return (ten*float64(tenMinutes) + minute*float64(time.Minute)) / float64(length)
 		},
-	}, true, nil
+	}
 }
 
-// tenMinutesComplete is the 10-minute windows of sel.Range (aligned to 10
-// minutes) whose service documents can stand for their minutes: in a whole
-// settled hour, when the hour's 10-minute documents sum to its hourly ones
-// (the sum of value over the selection, not 0: an hour from before the
-// rollup wrote 10-minute windows has none); elsewhere (the hours not yet
-// settled, parts of hours), when the window's 10-minute documents sum to
-// its minute documents (so a window still filling, whose 10-minute
-// documents lag its minutes, is read from the minutes). One search,
-// bucketed by 10 minutes.
-func (s *Store) tenMinutesComplete(ctx context.Context, sel Selection) (map[int64]bool, error) {
-	hours, whole := hourlySpan(sel.Range)
-	var spans []TimeRange
-	when := []Query{allOf([]Query{term("resolution", ResolutionTenMinutes), timeFilter(sel.Range)}, nil)}
-	if whole {
-		when = append(when, allOf([]Query{term("resolution", indices.ResolutionHour), timeFilter(hours)}, nil))
-		spans = minuteSpans(sel.Range, hours)
-	} else {
-		spans = []TimeRange{sel.Range}
-	}
-	if len(spans) > 0 {
-		when = append(when, allOf([]Query{term("resolution", indices.ResolutionMinute), anyOf(timeFilters(spans)...)}, nil))
-	}
-	filter, mustNot := sel.Selector.Clauses()
-	filter = append([]Query{term("kind", indices.KindService), term("type", string(sel.Type)), anyOf(when...)}, filter...)
-	sum := func(res string) Agg {
-		return Agg{Filter: term("resolution", res), Aggs: Aggs{"v": sumOf("value")}}
-	}
-	type filtered struct {
-		V sumValue `json:"v"`
-	}
-	var resp struct {
-		Aggregations struct {
-			Windows struct {
-				Buckets []struct {
-					Key    int64    `json:"key"`
-					Ten    filtered `json:"t"`
-					Hour   filtered `json:"h"`
-					Minute filtered `json:"m"`
-				} `json:"buckets"`
-			} `json:"windows"`
-		} `json:"aggregations"`
-	}
-	req := aggsRequest(allOf(filter, mustNot), Aggs{"windows": histogram(tenMinutes, Aggs{
-		"t": sum(ResolutionTenMinutes), "h": sum(indices.ResolutionHour), "m": sum(indices.ResolutionMinute),
-	})})
-	if err := s.search(ctx, s.rollupIndices(sel.Range), req, &resp, "aggregations.windows.buckets.key", "aggregations.windows.buckets.*.v.value"); err != nil {
-		return nil, fmt.Errorf("check 10-minute windows: %w", err)
-	}
-	type hourSums struct{ ten, hour float64 }
-	byHour := map[int64]*hourSums{}
-	out := map[int64]bool{}
-	for _, b := range resp.Aggregations.Windows.Buckets {
-		w := time.UnixMilli(b.Key).UTC()
-		if whole && !w.Before(hours.From) && w.Before(hours.To) {
-			h := w.Truncate(time.Hour).UnixMilli()
-			if byHour[h] == nil {
-				byHour[h] = &hourSums{}
-			}
-			byHour[h].ten += b.Ten.V.Value
-			byHour[h].hour += b.Hour.V.Value
-			continue
-		}
-		if b.Ten.V.Value > 0 && b.Ten.V.Value == b.Minute.V.Value {
-			out[b.Key] = true
-		}
-	}
-	for h, sums := range byHour {
-		if sums.ten > 0 && sums.ten == sums.hour {
-			for w := time.UnixMilli(h); w.Before(time.UnixMilli(h).Add(time.Hour)); w = w.Add(tenMinutes) {
-				out[w.UnixMilli()] = true
-			}
-		}
-	}
-	return out, nil
+// bucketMillis is a histogram bucket's start.
+func bucketMillis(b seriesBucket) int64 {
+	ms, _ := b.Key.(float64)
+	return int64(ms)
 }
 
 // timeFilters selects @timestamp in any of ranges.
