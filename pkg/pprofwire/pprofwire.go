@@ -1,7 +1,10 @@
 // Package pprofwire reads the protobuf wire format of pprof profiles as pprof
-// itself does, for the consumers that read a profile's tables without decoding
-// the whole profile (the symbolizer's table rewrite, the indexer's converter):
-// one reading of varints and fields for both.
+// itself does, for the consumers that read a profile's tables without
+// building a *profile.Profile: the rollup's Decoder, the indexer's fast
+// converter and the symbolizer's table rewrite. Tables.Read is the one
+// reading of a profile's fields, tables, IDs and limits, ReadSample of a
+// sample's; each consumer builds its own from them, and leaves what Read
+// refuses (ErrUnsupported) to google/pprof's parser.
 package pprofwire
 
 // Varint decodes as pprof does: at most 10 bytes, extra high bits dropped.

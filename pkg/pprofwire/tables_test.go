@@ -10,6 +10,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/stackstream/stackstream/pkg/pproftest"
+	"github.com/stackstream/stackstream/pkg/pprofx"
 	"github.com/stackstream/stackstream/schemas/record"
 )
 
@@ -357,4 +358,26 @@ func FuzzRead(f *testing.F) {
 			t.Fatal(diff)
 		}
 	})
+}
+
+// TestFrames: the frames of every location of the tables are pprofx's of
+// pprof's location.
+func TestFrames(t *testing.T) {
+	l := record.DefaultLimits()
+	raw := encode(t, richProfile())
+	var tab Tables
+	if err := tab.Read(raw, &l, nil); err != nil {
+		t.Fatal(err)
+	}
+	want, err := parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f Frames
+	for i := range tab.Locations {
+		got := f.Append(nil, &tab, &tab.Locations[i])
+		if w := pprofx.LocationFrames(nil, want.Location[i]); !slices.Equal(got, w) {
+			t.Errorf("location %d: %v, pprofx %v", i, got, w)
+		}
+	}
 }

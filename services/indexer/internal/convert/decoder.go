@@ -6,7 +6,6 @@ import (
 	"io"
 	"slices"
 
-	"github.com/google/pprof/profile"
 	"github.com/klauspost/compress/gzip"
 
 	"github.com/stackstream/stackstream/pkg/pprofwire"
@@ -59,11 +58,7 @@ type fastDecoder struct {
 	// (and copying) a dozen times.
 	lastStacks int
 
-	// Scratch for pprofx.LocationFrames.
-	loc  profile.Location
-	mp   profile.Mapping
-	fns  []profile.Function
-	plns []profile.Line
+	frames pprofwire.Frames
 }
 
 func (d *fastDecoder) decompress(value []byte, limit int) bool {

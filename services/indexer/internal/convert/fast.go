@@ -14,7 +14,6 @@ import (
 
 	"github.com/stackstream/stackstream/pkg/cache"
 	"github.com/stackstream/stackstream/pkg/pprofwire"
-	"github.com/stackstream/stackstream/pkg/pprofx"
 	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/schemas/record"
 )
@@ -393,7 +392,7 @@ func (d *fastDecoder) stack(c *stackCache, known Known, at time.Time) (cachedSta
 func (d *fastDecoder) stackFrames() []indices.Frame {
 	frames := make([]indices.Frame, 0, len(d.ids))
 	for _, id := range d.ids {
-		frames = d.locationFrames(frames, &d.Locations[d.LocationIndex(id)])
+		frames = d.frames.Append(frames, &d.Tables, &d.Locations[d.LocationIndex(id)])
 	}
 	return frames
 }
@@ -429,30 +428,6 @@ func (d *fastDecoder) locationHash(i int, c *stackCache) [2]uint64 {
 func appendBytes(b, s []byte) []byte {
 	b = binary.LittleEndian.AppendUint64(b, uint64(len(s)))
 	return append(b, s...)
-}
-
-// locationFrames are the frames of a location by pprofx's rule, given a
-// scratch profile.Location that mirrors it.
-func (d *fastDecoder) locationFrames(dst []indices.Frame, l *pprofwire.Location) []indices.Frame {
-	d.loc = profile.Location{Address: l.Address}
-	if l.Mapping != 0 {
-		d.mp = profile.Mapping{File: d.String(d.Mappings[d.MappingIndex(l.Mapping)].File)}
-		d.loc.Mapping = &d.mp
-	}
-	lines := d.LocationLines(l)
-	n := len(lines)
-	if cap(d.plns) < n {
-		d.plns = make([]profile.Line, n)
-		d.fns = make([]profile.Function, n)
-	}
-	d.plns, d.fns = d.plns[:n], d.fns[:n]
-	for i, ln := range lines {
-		f := &d.Functions[d.FunctionIndex(ln.Function)]
-		d.fns[i] = profile.Function{Name: d.String(f.Name), Filename: d.String(f.Filename)}
-		d.plns[i] = profile.Line{Line: int64(ln.Line), Function: &d.fns[i]}
-	}
-	d.loc.Line = d.plns
-	return pprofx.LocationFrames(dst, &d.loc)
 }
 
 // idPrefix is the first 8 bytes of a stack ID, big-endian (zero-padded):

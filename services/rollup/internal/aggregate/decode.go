@@ -11,7 +11,6 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/stackstream/stackstream/pkg/pprofwire"
-	"github.com/stackstream/stackstream/pkg/pprofx"
 	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/schemas/record"
 )
@@ -114,11 +113,7 @@ type Wire struct {
 	// computed on first use.
 	locHashes [][2]uint64
 	locHashed []bool
-	// Scratch for pprofx.LocationFrames.
-	loc  profile.Location
-	mp   profile.Mapping
-	fns  []profile.Function
-	plns []profile.Line
+	frames    pprofwire.Frames
 }
 
 type wireSample struct {
@@ -212,29 +207,9 @@ func appendBytes(b, s []byte) []byte {
 	return append(b, s...)
 }
 
-// appendFrames appends the frames of location i by pprofx's rule, given a
-// scratch profile.Location that mirrors it.
+// appendFrames appends the frames of location i.
 func (w *Wire) appendFrames(dst []indices.Frame, i int32) []indices.Frame {
-	l := &w.Locations[i]
-	w.loc = profile.Location{Address: l.Address}
-	if l.Mapping != 0 {
-		w.mp = profile.Mapping{File: w.String(w.Mappings[w.MappingIndex(l.Mapping)].File)}
-		w.loc.Mapping = &w.mp
-	}
-	lines := w.LocationLines(l)
-	n := len(lines)
-	if cap(w.plns) < n {
-		w.plns = make([]profile.Line, n)
-		w.fns = make([]profile.Function, n)
-	}
-	w.plns, w.fns = w.plns[:n], w.fns[:n]
-	for j, ln := range lines {
-		f := &w.Functions[w.FunctionIndex(ln.Function)]
-		w.fns[j] = profile.Function{Name: w.String(f.Name), Filename: w.String(f.Filename)}
-		w.plns[j] = profile.Line{Line: int64(ln.Line), Function: &w.fns[j]}
-	}
-	w.loc.Line = w.plns
-	return pprofx.LocationFrames(dst, &w.loc)
+	return w.frames.Append(dst, &w.Tables, &w.Locations[i])
 }
 
 // readSamples reads every sample into w.values, w.locs and w.sampleRows,
