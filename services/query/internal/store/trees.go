@@ -141,7 +141,7 @@ func (s *Store) readEdges(ctx context.Context, sel Selection, hours TimeRange, r
 			return err
 		}
 		if when, n := windowTrees(plans); n > 0 {
-			trees, err := s.scrollTrees(ctx, idx, sel, indices.KindPartitionTree, when, s.opts.TreePage, useTree)
+			trees, err := s.scrollTrees(ctx, idx, sel, indices.KindPartitionTree, when, edgeTreePage, useTree)
 			if err != nil {
 				return err
 			}
