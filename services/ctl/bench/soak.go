@@ -96,8 +96,12 @@ func (b *bench) soak(ctx context.Context) error {
 		default:
 			flat = flat && ok
 		}
-		fmt.Printf("| %s | %v (%s) | %.1f | %.1f | %.1f | %.2f | %.2f | %s | %s |\n",
-			name, rss[warm].at.Round(time.Second), why, w, e, m, e/w, e/sixth, verdict, cacheFills(rss[len(rss)-1].caches[name]))
+		warmRSS, ratio := fmt.Sprintf("%.1f", w), fmt.Sprintf("%.2f", e/w)
+		if why == warmFilling {
+			warmRSS, ratio = "-", "-"
+		}
+		fmt.Printf("| %s | %v (%s) | %s | %.1f | %.1f | %s | %.2f | %s | %s |\n",
+			name, rss[warm].at.Round(time.Second), why, warmRSS, e, m, ratio, e/sixth, verdict, cacheFills(rss[len(rss)-1].caches[name]))
 	}
 	var maxLag [3]int64
 	for _, s := range rss {
