@@ -373,7 +373,12 @@ const (
 	KindPartitionTree = "partition_tree"
 
 	ResolutionMinute = "1m"
-	ResolutionHour   = "1h"
+	// ResolutionTenMinutes is for service and partition_tree documents
+	// only: 10-minute windows, UTC-aligned, so a range's edges read a few
+	// trees instead of every minute's stacks (schemas/opensearch.md,
+	// "Part-hour documents").
+	ResolutionTenMinutes = "10m"
+	ResolutionHour       = "1h"
 	// ResolutionDay is only for partition trees: a settled day's hour
 	// partition trees merged (daytrees.go).
 	ResolutionDay = "1d"

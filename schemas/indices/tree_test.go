@@ -279,3 +279,93 @@ func TestChildAddValue(t *testing.T) {
 		t.Fatalf("total %d, want 18", got.Total())
 	}
 }
+
+// TestEncodeSorted: the same stacks added in two orders encode to the same
+// bytes with EncodeSorted (not with Encode), and decode to the same tree
+// as Encode's.
+func TestEncodeSorted(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	funcs := []string{"main", "run", "work", "parse", "write", "read", "hash", "gc"}
+	kinds := []string{"", "", "kernel", "python"}
+	type stack struct {
+		path []TreeFrame
+		v    int64
+	}
+	var stacks []stack
+	for range 2000 {
+		path := make([]TreeFrame, 1+rng.IntN(10))
+		for d := range path {
+			path[d] = TreeFrame{Name: funcs[rng.IntN(len(funcs))], Kind: kinds[rng.IntN(len(kinds))]}
+		}
+		stacks = append(stacks, stack{path, int64(rng.IntN(5)) * 10})
+	}
+	var a, b TreeBuilder
+	for i := range stacks {
+		a.Add(stacks[i].path, stacks[i].v)
+		s := stacks[len(stacks)-1-i]
+		b.Add(s.path, s.v)
+	}
+	if bytes.Equal(a.Encode(), b.Encode()) {
+		t.Fatal("Encode gave the same bytes for both orders: the test shows nothing")
+	}
+	sa, sb := a.EncodeSorted(), b.EncodeSorted()
+	if !bytes.Equal(sa, sb) {
+		t.Fatal("EncodeSorted differs with the order stacks were added in")
+	}
+	want, _, wantTotal, err := decodePaths(t, a.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, gotTotal, err := decodePaths(t, sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gotTotal != wantTotal || got.nodes != want.nodes {
+		t.Fatalf("sorted: %d nodes worth %d, want %d worth %d", got.nodes, gotTotal, want.nodes, wantTotal)
+	}
+	for k, v := range want.total {
+		if got.total[k] != v || got.self[k] != want.self[k] {
+			t.Fatalf("%s: total %d self %d, want %d %d", k, got.total[k], got.self[k], v, want.self[k])
+		}
+	}
+	var empty TreeBuilder
+	if _, _, total, err := decodePaths(t, empty.EncodeSorted()); err != nil || total != 0 {
+		t.Fatalf("empty tree: %d, %v", total, err)
+	}
+}
+
+// TestDeflate: a deflated tree decodes to the same tree; a deflated body
+// that is not deflate, or inflates past MaxBytes, is refused.
+func TestDeflate(t *testing.T) {
+	var b TreeBuilder
+	for i := range 300 {
+		b.Add([]TreeFrame{{Name: "github.com/acme/svc/pkg.(*Server).serve"}, {Name: "github.com/acme/svc/pkg.(*Server).handle" + string(rune('a'+i%26))}}, int64(i+1))
+	}
+	plain := b.EncodeSorted()
+	def := Deflate(plain)
+	if def[0] != TreeVersionDeflated || len(def) >= len(plain) {
+		t.Fatalf("deflated %d bytes (version %d), plain %d", len(def), def[0], len(plain))
+	}
+	want, ws, wt, err := decodePaths(t, plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, gs, gt, err := decodePaths(t, def)
+	if err != nil || gs != ws || gt != wt || got.nodes != want.nodes {
+		t.Fatalf("deflated: %d nodes, root %d/%d, %v; want %d nodes, %d/%d", got.nodes, gs, gt, err, want.nodes, ws, wt)
+	}
+	for k, v := range want.total {
+		if got.total[k] != v || got.self[k] != want.self[k] {
+			t.Fatalf("%s: %d/%d, want %d/%d", k, got.self[k], got.total[k], want.self[k], v)
+		}
+	}
+	if _, _, err := DecodeTree([]byte{TreeVersionDeflated, 0xff, 0x00}, TreeLimits{}, &pathTree{self: map[string]int64{}, total: map[string]int64{}}); !errors.Is(err, ErrTreeInvalid) {
+		t.Fatalf("garbage after version 2: %v, want ErrTreeInvalid", err)
+	}
+	if _, _, err := DecodeTree(def, TreeLimits{MaxBytes: len(plain) - 1}, &pathTree{self: map[string]int64{}, total: map[string]int64{}}); !errors.Is(err, ErrTreeTooLarge) {
+		t.Fatalf("inflating past MaxBytes: %v, want ErrTreeTooLarge", err)
+	}
+	if _, _, err := DecodeTree(def, TreeLimits{MaxBytes: len(plain)}, &pathTree{self: map[string]int64{}, total: map[string]int64{}}); err != nil {
+		t.Fatalf("inflating to MaxBytes: %v", err)
+	}
+}

@@ -133,14 +133,14 @@ func (b *TreeBuilder) EncodeHead(max int) []byte {
 		}
 	}
 	walk(0)
-	return deflateHead(out)
+	return deflated(HeadVersion, out, flate.BestCompression)
 }
 
-// deflateHead is a head of version HeadVersion with body.
-func deflateHead(body []byte) []byte {
+// deflated is version followed by body deflated at level.
+func deflated(version byte, body []byte, level int) []byte {
 	var buf bytes.Buffer
-	buf.WriteByte(HeadVersion)
-	w, err := flate.NewWriter(&buf, flate.BestCompression)
+	buf.WriteByte(version)
+	w, err := flate.NewWriter(&buf, level)
 	if err != nil {
 		panic(err) // only for a bad level
 	}
@@ -148,6 +148,19 @@ func deflateHead(body []byte) []byte {
 	_, _ = w.Write(body)
 	_ = w.Close()
 	return buf.Bytes()
+}
+
+// inflated is a deflated body, refused past limit bytes: one byte past
+// the limit is enough to refuse it.
+func inflated(b []byte, limit int) ([]byte, error) {
+	body, err := io.ReadAll(io.LimitReader(flate.NewReader(bytes.NewReader(b)), int64(limit)+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: inflate: %v", ErrTreeInvalid, err)
+	}
+	if len(body) > limit {
+		return nil, fmt.Errorf("%w: more than %d bytes inflated", ErrTreeTooLarge, limit)
+	}
+	return body, nil
 }
 
 // heaviest returns the first max nodes below the root in the heaviest
@@ -237,15 +250,9 @@ func DecodeHead(b []byte, lim TreeLimits, v HeadVisitor) (nodes int, rootSelf, r
 	}
 	body := b[1:]
 	if b[0] == HeadVersion {
-		// Inflated, a head is bounded as a tree is: one byte past the
-		// limit is enough to refuse it.
-		limit := lim.withDefaults().MaxBytes
-		body, err = io.ReadAll(io.LimitReader(flate.NewReader(bytes.NewReader(b[1:])), int64(limit)+1))
-		if err != nil {
-			return 0, 0, 0, fmt.Errorf("%w: inflate: %v", ErrTreeInvalid, err)
-		}
-		if len(body) > limit {
-			return 0, 0, 0, fmt.Errorf("%w: more than %d bytes inflated", ErrTreeTooLarge, limit)
+		// Inflated, a head is bounded as a tree is.
+		if body, err = inflated(b[1:], lim.withDefaults().MaxBytes); err != nil {
+			return 0, 0, 0, err
 		}
 	}
 	n, k := binary.Uvarint(body)

@@ -14,6 +14,7 @@ package aggregate
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/pprof/profile"
@@ -204,10 +205,14 @@ type window struct {
 	end    int64
 	series map[seriesKey]*series
 	// serviceTrees are the hour's service and partition tree documents:
-	// dirty when a tree of one of their hosts is.
+	// dirty when a tree of one of their hosts is; a part-hour window's
+	// partition trees (parthour.go).
 	serviceTrees map[serviceKey]*docState
-	// trie holds the frames of an hour window's stacks.
+	// trie holds the frames of an hour window's stacks; a part-hour
+	// window points at its hour's, whose nodes its stacks are.
 	trie *frameTrie
+	// values are a 10-minute window's stack values by type (parthour.go).
+	values map[string]*nodeValues
 	// packed counts the documents of a packed minute window (pack.go), 0
 	// when it is not packed.
 	packed    int64
@@ -280,7 +285,11 @@ type Partition struct {
 	out           map[seriesKey]*scratch // a profile's sums
 	freeScratch   []*scratch             // for out, reused
 	deltas        []delta
-	memo          trieMemo // scratch of the hour's trees and functions
+	// nodes are the deltas' stacks' nodes in their hour's trie (0: none),
+	// for the part-hour windows.
+	nodes        []int32
+	memo         trieMemo   // scratch of the hour's trees and functions
+	minuteValues nodeValues // scratch of a minute's partition tree
 }
 
 // NewPartition starts the state of a partition, restoring the watermark of
@@ -315,8 +324,11 @@ func (p *Partition) Advance(offset int64) {
 }
 
 func windowSize(res string) time.Duration {
-	if res == indices.ResolutionHour {
+	switch res {
+	case indices.ResolutionHour:
 		return time.Hour
+	case indices.ResolutionTenMinutes:
+		return 10 * time.Minute
 	}
 	return time.Minute
 }
@@ -325,8 +337,8 @@ func truncate(ns int64, d time.Duration) int64 {
 	return ns - ((ns%int64(d))+int64(d))%int64(d)
 }
 
-// Add folds a profile into its minute and hour windows, attributed to the
-// minute of its start (profile TimeNanos).
+// Add folds a profile into its minute, 10-minute and hour windows,
+// attributed to the minute of its start (profile TimeNanos).
 func (p *Partition) Add(in Input) (Outcome, error) {
 	at := in.TimeNanos()
 	if at <= 0 && !in.Fallback.IsZero() {
@@ -368,7 +380,10 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 	}
 	p.contributions(in, vi, pprofx.CountIndex(head))
 	var targets []windowKey
-	for _, res := range []string{indices.ResolutionMinute, indices.ResolutionHour} {
+	// The hour first: its trie gives the part-hour windows their stacks'
+	// nodes. A part-hour window ends no later than its hour, so it is a
+	// target only when its hour is.
+	for _, res := range []string{indices.ResolutionHour, indices.ResolutionTenMinutes, indices.ResolutionMinute} {
 		size := windowSize(res)
 		if in.Offset < p.restored.Next && p.evicted(truncate(at, size)+int64(size), p.restored.Floor) {
 			// Written whole and evicted before the last commit.
@@ -392,13 +407,23 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 			return 0, fmt.Errorf("%w: the profile adds %d bytes of documents to the %d held, limit %d", ErrStateFull, n, b.used, b.MaxBytes)
 		}
 	}
+	p.nodes = slices.Grow(p.nodes[:0], len(p.deltas))[:len(p.deltas)]
+	clear(p.nodes)
+	var hourTrie *frameTrie
 	for _, k := range targets {
 		w := p.window(k.res, at, in.Offset)
 		if w.packed > 0 {
 			p.unpack(w)
 		}
+		if k.res != indices.ResolutionHour && w.trie == nil {
+			w.trie = hourTrie
+		}
 		for sk, sc := range p.out {
 			if len(sc.names) == 0 {
+				continue
+			}
+			if k.res == indices.ResolutionTenMinutes && sk.kind == indices.KindStack {
+				p.foldTenMinutes(w, sk.typ, sc, in.Offset)
 				continue
 			}
 			ws := w.series[sk]
@@ -415,7 +440,18 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 				}
 			}
 			for name, i := range sc.names {
-				p.fold(w, ws, name, &p.deltas[i], in.Offset)
+				ds := p.fold(w, ws, name, &p.deltas[i], in.Offset)
+				if sk.kind != indices.KindStack {
+					continue
+				}
+				if k.res == indices.ResolutionHour {
+					p.nodes[i] = ds.node
+				} else if !ds.inTree && p.nodes[i] != 0 {
+					ds.node, ds.inTree = p.nodes[i], true
+				}
+			}
+			if k.res == indices.ResolutionMinute && sk.kind == indices.KindStack {
+				p.markDirty(w, p.partitionTree(w, sk.typ, in.Offset))
 			}
 			if t := ws.tree; t != nil {
 				p.markDirty(w, t)
@@ -429,6 +465,9 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 					p.markDirty(w, st)
 				}
 			}
+		}
+		if k.res == indices.ResolutionHour {
+			hourTrie = w.trie
 		}
 	}
 	p.raiseWatermark(at, in.Offset)
@@ -449,7 +488,7 @@ func (p *Partition) raiseWatermark(at, offset int64) {
 // are held whole together for one profile, not for a poll of them.
 func (p *Partition) HoldsEndedHour() bool {
 	for _, w := range p.windows {
-		if w.trie != nil && !w.trie.frozen && w.end <= p.watermark {
+		if w.key.res == indices.ResolutionHour && w.trie != nil && !w.trie.frozen && w.end <= p.watermark {
 			return true
 		}
 	}
@@ -457,7 +496,7 @@ func (p *Partition) HoldsEndedHour() bool {
 }
 
 // fold adds a profile's delta to one document of a window.
-func (p *Partition) fold(w *window, ws *series, name string, d *delta, offset int64) {
+func (p *Partition) fold(w *window, ws *series, name string, d *delta, offset int64) *docState {
 	ds := ws.docs[name]
 	if ds == nil {
 		ds = &docState{firstOffset: offset}
@@ -496,6 +535,7 @@ func (p *Partition) fold(w *window, ws *series, name string, d *delta, offset in
 		ds.dirty = true
 		w.dirty++
 	}
+	return ds
 }
 
 func (p *Partition) charge(w *window, n int64) {
@@ -525,12 +565,13 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 		}
 	}
 	bound *= int64(len(targets))
+	bound += p.tenMinutesBytes(targets)
 	unpack := p.unpackBytes(targets) + p.thawBytes(targets)
 	bound += unpack
 	if b := p.cfg.Budget; b == nil || b.used+bound <= b.MaxBytes {
 		return bound
 	}
-	n := unpack
+	n := unpack + p.tenMinutesBytes(targets)
 	for _, k := range targets {
 		w := p.windows[k]
 		// A window without a trie to insert into (new, or frozen without
@@ -545,6 +586,17 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 		empty := t == nil || t.frozen && t.late == nil
 		for sk, sc := range p.out {
 			if len(sc.names) == 0 {
+				continue
+			}
+			if isPartHour(k.res) && sk.kind == indices.KindStack &&
+				(w == nil || w.serviceTrees[serviceKey{indices.KindPartitionTree, sk.typ, ""}] == nil) {
+				n += docBytes
+				if k.res == indices.ResolutionTenMinutes {
+					n += nodeValuesBytes
+				}
+			}
+			if k.res == indices.ResolutionTenMinutes && sk.kind == indices.KindStack {
+				// Its values are charged by tenMinutesBytes.
 				continue
 			}
 			var ws *series
@@ -643,9 +695,17 @@ func (p *Partition) window(res string, t, offset int64) *window {
 // Evict drops windows past retention whose documents are all stored, and
 // packs the minute windows closed and stored (pack.go).
 func (p *Partition) Evict() int {
+	// An hour stays while a part-hour window of it does: their stacks are
+	// nodes of its trie, charged to it.
+	held := map[int64]bool{}
+	for _, w := range p.windows {
+		if w.key.res != indices.ResolutionHour && (w.dirty > 0 || !p.evicted(w.end, p.watermark)) {
+			held[truncate(w.key.start, time.Hour)] = true
+		}
+	}
 	n := 0
 	for k, w := range p.windows {
-		if w.dirty == 0 && p.evicted(w.end, p.watermark) {
+		if w.dirty == 0 && p.evicted(w.end, p.watermark) && !(w.key.res == indices.ResolutionHour && held[w.key.start]) {
 			p.charge(w, -w.bytes)
 			delete(p.windows, k)
 			n++

@@ -98,6 +98,7 @@ func TestCPUDocs(t *testing.T) {
 		{"1m/10:00/service/checkout/", indices.RollupDoc{Value: 80, Samples: 8, Cores: 80 / 60e9}},
 		{"1m/10:00/service/api/", indices.RollupDoc{Value: 10, Samples: 2, Cores: 10 / 60e9}},
 		{"1h/10:00/service/checkout/", indices.RollupDoc{Value: 80, Samples: 8, Cores: 80 / 3600e9}},
+		{"10m/10:00/service/checkout/", indices.RollupDoc{Value: 80, Samples: 8, Cores: 80 / 600e9}},
 		{"1h/10:00/function/checkout/hash", indices.RollupDoc{Self: 60, Total: 60}},
 		{"1h/10:00/function/checkout/work", indices.RollupDoc{Self: 20, Total: 80}},
 		{"1h/10:00/function/checkout/main", indices.RollupDoc{Total: 80}},
@@ -122,14 +123,20 @@ func TestCPUDocs(t *testing.T) {
 	}
 	// 2 services + 3 stacks per resolution, 5 functions in the hour only
 	// (no minute function documents), and in the hour a tree per service
-	// and host, one per service and one for the partition.
+	// and host, one per service and one for the partition; at 10 minutes
+	// 2 services; a partition tree per minute and 10 minutes.
 	for k := range docs {
 		if strings.HasPrefix(k, "1m/") && strings.Contains(k, "/function/") {
 			t.Errorf("minute function document %s", k)
 		}
 	}
-	if len(docs) != 2*5+5+2+2+1 {
-		t.Fatalf("got %d docs, want 20: %v", len(docs), docs)
+	if len(docs) != 2*5+5+2+2+1+2+2 {
+		t.Fatalf("got %d docs, want 24: %v", len(docs), docs)
+	}
+	for _, k := range []string{"1m/10:00/partition_tree//", "10m/10:00/partition_tree//"} {
+		if d := docs[k]; d.Value != 90 || len(d.Tree) == 0 {
+			t.Fatalf("%s: %+v, want the minute's stacks worth 90", k, d)
+		}
 	}
 	tree := docs["1h/10:00/tree/checkout/"]
 	if tree.Value != 80 || tree.Host != "web-1" || len(tree.Tree) == 0 {
@@ -162,6 +169,7 @@ func TestMemoryDocs(t *testing.T) {
 		{"1m/10:00/service/db/", 250, 350, 4},
 		{"1m/10:01/service/db/", 1000, 1000, 2},
 		{"1h/10:00/service/db/", 500, 1000, 6},
+		{"10m/10:00/service/db/", 500, 1000, 6},
 	}
 	for _, tt := range tests {
 		d := docs[tt.key]
@@ -169,7 +177,7 @@ func TestMemoryDocs(t *testing.T) {
 			t.Errorf("%s = %+v, want avg %v max %d samples %d", tt.key, d, tt.avg, tt.max, tt.samples)
 		}
 	}
-	if len(docs) != 3 {
+	if len(docs) != 4 {
 		t.Fatalf("memory profiles make only service docs, got %v", docs)
 	}
 }
@@ -183,8 +191,8 @@ func TestWindowsCloseOnWatermark(t *testing.T) {
 	}
 	add(t, p, cpu(t0.Add(180*time.Second)), record.ProfileCPU, 2)
 	docs := p.Pending(false)
-	if len(docs) != 4 {
-		t.Fatalf("got %d docs, want minute 10:00 only (4: 2 services, the stacks of each): the hour is in progress", len(docs))
+	if len(docs) != 5 {
+		t.Fatalf("got %d docs, want minute 10:00 only (5: 2 services, the stacks of each, the partition tree): the hour and its first 10 minutes are in progress", len(docs))
 	}
 	for _, d := range docs {
 		if d.Doc.Resolution != indices.ResolutionMinute || !d.Doc.Timestamp.Equal(t0) {
@@ -199,8 +207,8 @@ func TestWindowsCloseOnWatermark(t *testing.T) {
 	// the minutes that close.
 	add(t, p, cpu(t0.Add(time.Hour+30*time.Second)), record.ProfileCPU, 3)
 	got := byKey(p.Pending(false))
-	if len(got) != 25 {
-		t.Fatalf("got %d docs, want minutes 10:02, 10:03 (5 each) and the hour (15, and its 5 trees)", len(got))
+	if len(got) != 30 {
+		t.Fatalf("got %d docs, want minutes 10:02, 10:03 (6 each), the 10 minutes 10:00 (3) and the hour (15, and its 5 trees)", len(got))
 	}
 	if d := got["1h/10:00/service/checkout/"]; d.Value != 120 {
 		t.Fatalf("hour doc %+v, want value 120", d)

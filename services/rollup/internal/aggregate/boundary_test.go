@@ -50,7 +50,7 @@ func TestHourBoundaryBudget(t *testing.T) {
 		}
 		trees := int64(0)
 		for _, d := range r.store {
-			if d.Kind == indices.KindPartitionTree && d.Timestamp.Equal(start) {
+			if d.Kind == indices.KindPartitionTree && d.Resolution == indices.ResolutionHour && d.Timestamp.Equal(start) {
 				trees += d.Value
 			}
 		}

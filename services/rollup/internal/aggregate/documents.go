@@ -27,7 +27,8 @@ type Pending struct {
 }
 
 // Pending returns the documents to write now: the changed documents of every
-// window the watermark has closed; and, whenever a minute window is written,
+// window the watermark has closed (minute and 10-minute windows are written
+// only then, and with all); and, whenever a minute window is written,
 // the changed documents of the hour windows that have ended but are still
 // open (within allowed lateness), so an hour that is over reads as fresh as
 // its minutes. The hour in progress is left to its minute documents: writing
@@ -40,8 +41,8 @@ func (p *Partition) Pending(all bool) []Pending {
 		if !w.closed && w.end+int64(p.cfg.AllowedLateness) <= p.watermark {
 			w.closed = true
 		}
-		if w.dirty > 0 && w.key.res == indices.ResolutionMinute && (w.closed || all) {
-			minuteWritten = true
+		if w.dirty > 0 && isPartHour(w.key.res) && (w.closed || all) {
+			minuteWritten = minuteWritten || w.key.res == indices.ResolutionMinute
 			out = p.appendDirty(out, w)
 		}
 	}
@@ -64,7 +65,11 @@ func (p *Partition) appendDirty(out []Pending, w *window) []Pending {
 		out = p.appendSeries(out, w, start, index, k, ws)
 	}
 	for k, ds := range w.serviceTrees {
-		if ds.dirty {
+		switch {
+		case !ds.dirty:
+		case isPartHour(w.key.res):
+			out = append(out, p.partTreePending(w, start, index, k, ds))
+		default:
 			out = append(out, p.serviceTreePending(w, start, index, k, ds))
 		}
 	}

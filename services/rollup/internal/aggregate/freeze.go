@@ -174,7 +174,7 @@ type HourWrite struct {
 func (p *Partition) EndedHour(after time.Time) *HourWrite {
 	var w *window
 	for _, c := range p.windows {
-		if c.trie != nil && !c.trie.frozen && c.end <= p.watermark && c.dirty > 0 &&
+		if c.key.res == indices.ResolutionHour && c.trie != nil && !c.trie.frozen && c.end <= p.watermark && c.dirty > 0 &&
 			c.key.start > after.UnixNano() && (w == nil || c.key.start < w.key.start) {
 			w = c
 		}

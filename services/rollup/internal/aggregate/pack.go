@@ -8,12 +8,15 @@ type packedDoc struct {
 	name        string
 	a, b        int64
 	firstOffset int64
+	// node is a stack's node in the hour's trie (0: none), for the
+	// minute's partition tree.
+	node int32
 }
 
-// packedDocBytes is the charge of a packedDoc (40 bytes in an exactly sized
+// packedDocBytes is the charge of a packedDoc (48 bytes in an exactly sized
 // slice, with the slack of its size class), instead of docBytes; names are
 // charged on top as before.
-const packedDocBytes = 48
+const packedDocBytes = 56
 
 // pack turns the documents of a minute window that is closed and wholly
 // stored into slices: a minute window stays in memory for lateness +
@@ -25,7 +28,7 @@ func (p *Partition) pack(w *window) {
 	for _, ws := range w.series {
 		ws.packed = make([]packedDoc, 0, len(ws.docs))
 		for name, ds := range ws.docs {
-			ws.packed = append(ws.packed, packedDoc{name: name, a: ds.a, b: ds.b, firstOffset: ds.firstOffset})
+			ws.packed = append(ws.packed, packedDoc{name: name, a: ds.a, b: ds.b, firstOffset: ds.firstOffset, node: ds.node})
 		}
 		n += int64(len(ws.docs))
 		ws.docs = nil
@@ -40,7 +43,7 @@ func (p *Partition) unpack(w *window) {
 	for _, ws := range w.series {
 		ws.docs = make(map[string]*docState, len(ws.packed))
 		for _, d := range ws.packed {
-			ws.docs[d.name] = &docState{a: d.a, b: d.b, firstOffset: d.firstOffset}
+			ws.docs[d.name] = &docState{a: d.a, b: d.b, firstOffset: d.firstOffset, node: d.node, inTree: d.node != 0}
 		}
 		ws.packed = nil
 	}

@@ -1,5 +1,5 @@
-// Package lifecycle ages the rollups out: minute rollups are kept for
-// MinuteDays, hourly ones for HourlyDays (longer: they are what long ranges
+// Package lifecycle ages the rollups out: minute and 10-minute rollups are
+// kept for MinuteDays, hourly ones for HourlyDays (longer: they are what long ranges
 // read). Hourly retention deletes whole monthly indices; minute documents
 // inside a kept month are deleted by query.
 package lifecycle
@@ -33,7 +33,7 @@ type Lifecycle struct {
 // Result is what one pass deleted.
 type Result struct {
 	Indices       []string // monthly indices whose month ended more than HourlyDays ago
-	MinuteRollups int64    // minute documents older than MinuteDays
+	MinuteRollups int64    // minute and 10-minute documents older than MinuteDays
 	DayTrees      int      // day trees written (missing or stale)
 }
 
@@ -75,7 +75,7 @@ func (l *Lifecycle) Apply(ctx context.Context) (Result, error) {
 		cutoff := now.AddDate(0, 0, -l.MinuteDays)
 		n, err := opensearch.DeleteMatching(ctx, l.Client, l.Names.RollupsPattern(), map[string]any{
 			"bool": map[string]any{"filter": []any{
-				map[string]any{"term": map[string]any{"resolution": indices.ResolutionMinute}},
+				map[string]any{"terms": map[string]any{"resolution": []string{indices.ResolutionMinute, indices.ResolutionTenMinutes}}},
 				map[string]any{"range": map[string]any{"@timestamp": map[string]any{"lt": cutoff.UnixMilli(), "format": "epoch_millis"}}},
 			}},
 		})

@@ -16,10 +16,11 @@ import (
 	"github.com/stackstream/stackstream/schemas/indices"
 )
 
-// TestApply writes minute and hourly rollups over four months into the real
-// OpenSearch and applies 20 days for minutes and 45 for hours on 2026-12-10:
-// the months that ended more than 45 days ago go whole, minute rollups older
-// than 20 days go, everything else stays.
+// TestApply writes minute, 10-minute and hourly rollups over four months
+// into the real OpenSearch and applies 20 days for minutes and 45 for hours
+// on 2026-12-10: the months that ended more than 45 days ago go whole,
+// minute and 10-minute rollups older than 20 days go, everything else
+// stays.
 func TestApply(t *testing.T) {
 	ctx := context.Background()
 	cl, err := opensearch.NewClient(ctx, opensearch.Config{URLs: []string{testenv.OpenSearchURL(t)}, Timeout: 30 * time.Second})
@@ -47,6 +48,7 @@ func TestApply(t *testing.T) {
 	}
 	for _, at := range []string{"2026-09-15T10", "2026-10-20T10", "2026-11-10T10", "2026-11-25T10", "2026-12-09T10"} {
 		add(day(at), indices.ResolutionMinute)
+		add(day(at), indices.ResolutionTenMinutes)
 		add(day(at), indices.ResolutionHour)
 	}
 	status, body, err := opensearch.Raw(ctx, cl, http.MethodPost, "/_bulk?refresh=true", bulk.Bytes())
@@ -64,9 +66,10 @@ func TestApply(t *testing.T) {
 	if len(r.Indices) != 1 || r.Indices[0] != names.Rollups(day("2026-09-15T10")) {
 		t.Errorf("deleted indices %v, want only September's", r.Indices)
 	}
-	// Minute rollups before 2026-11-20: October's and 2026-11-10's.
-	if r.MinuteRollups != 2 {
-		t.Errorf("deleted %d minute rollups, want 2", r.MinuteRollups)
+	// Minute and 10-minute rollups before 2026-11-20: October's and
+	// 2026-11-10's.
+	if r.MinuteRollups != 4 {
+		t.Errorf("deleted %d minute rollups, want 4", r.MinuteRollups)
 	}
 	opensearch.Raw(ctx, cl, http.MethodPost, "/"+names.RollupsPattern()+"/_refresh", nil)
 	status, body, err = opensearch.Raw(ctx, cl, http.MethodGet, "/"+names.RollupsPattern()+"/_search?size=100&sort=@timestamp:asc,resolution:asc", nil)
@@ -85,7 +88,7 @@ func TestApply(t *testing.T) {
 	for _, h := range resp.Hits.Hits {
 		left = append(left, h.Source.Timestamp.Format("01-02")+"/"+h.Source.Resolution)
 	}
-	want := []string{"10-20/1h", "11-10/1h", "11-25/1h", "11-25/1m", "12-09/1h", "12-09/1m"}
+	want := []string{"10-20/1h", "11-10/1h", "11-25/10m", "11-25/1h", "11-25/1m", "12-09/10m", "12-09/1h", "12-09/1m"}
 	if fmt.Sprint(left) != fmt.Sprint(want) {
 		t.Errorf("left %v, want %v", left, want)
 	}

@@ -308,11 +308,7 @@ func stackID(fns ...string) string {
 type expected map[string]*indices.RollupDoc
 
 func (x expected) at(res string, t time.Time, kind, typ, service, host, function, stack string) *indices.RollupDoc {
-	size := time.Minute
-	if res == indices.ResolutionHour {
-		size = time.Hour
-	}
-	d := indices.RollupDoc{Timestamp: t.Truncate(size), Resolution: res, Kind: kind, Type: typ, Service: service, Host: host, Function: function}
+	d := indices.RollupDoc{Timestamp: t.Truncate(windowSize(res)), Resolution: res, Kind: kind, Type: typ, Service: service, Host: host, Function: function}
 	if stack != "" {
 		d.StackIDs = []string{stack}
 	}
@@ -323,10 +319,21 @@ func (x expected) at(res string, t time.Time, kind, typ, service, host, function
 	return x[k]
 }
 
+// windowSize is the length of a resolution's windows.
+func windowSize(res string) time.Duration {
+	switch res {
+	case indices.ResolutionHour:
+		return time.Hour
+	case indices.ResolutionTenMinutes:
+		return 10 * time.Minute
+	}
+	return time.Minute
+}
+
 // cpuProfile: checkout burns a in leaf<-mid<-main, api b in rec<-rec<-main
 // (recursion: rec counts once in total).
 func (x expected) cpuProfile(host string, at time.Time, a, b int64) *profile.Profile {
-	for _, res := range []string{indices.ResolutionMinute, indices.ResolutionHour} {
+	for _, res := range []string{indices.ResolutionMinute, indices.ResolutionTenMinutes, indices.ResolutionHour} {
 		s := x.at(res, at, indices.KindService, "cpu", "checkout", host, "", "")
 		s.Value += a
 		s.StackValue += a
@@ -335,6 +342,14 @@ func (x expected) cpuProfile(host string, at time.Time, a, b int64) *profile.Pro
 		s.Value += b
 		s.StackValue += b
 		s.Samples++
+		if res != indices.ResolutionHour {
+			// Part-hour partition trees; no stacks per host at 10 minutes.
+			x.partitionTree(res, at, a, "main", "mid", "leaf")
+			x.partitionTree(res, at, b, "main", "rec", "rec")
+		}
+		if res == indices.ResolutionTenMinutes {
+			continue
+		}
 		if res == indices.ResolutionHour {
 			// Function documents are per hour only.
 			x.at(res, at, indices.KindFunction, "cpu", "checkout", host, "leaf", "").Self += a
@@ -381,6 +396,23 @@ func (x expected) tree(at time.Time, service, host string, v int64, path ...stri
 	d.Value += v
 }
 
+// partitionTree adds a stack to the expected partition tree of a part-hour
+// window (summed over the partitions by compare).
+func (x expected) partitionTree(res string, at time.Time, v int64, path ...string) {
+	d := x.at(res, at, indices.KindPartitionTree, "cpu", "", "", "", "")
+	b := expectedTrees[d]
+	if b == nil {
+		b = &indices.TreeBuilder{}
+		expectedTrees[d] = b
+	}
+	frames := make([]indices.TreeFrame, len(path))
+	for i, f := range path {
+		frames[i] = indices.TreeFrame{Name: f}
+	}
+	b.Add(frames, v)
+	d.Value += v
+}
+
 // finish derives cores from values (the same division the rollup does) and
 // encodes the trees.
 func (x expected) finish() map[string]indices.RollupDoc {
@@ -390,11 +422,7 @@ func (x expected) finish() map[string]indices.RollupDoc {
 			d.Tree = b.Encode()
 		}
 		if d.Kind == indices.KindService && d.Type == "cpu" {
-			size := 60e9
-			if d.Resolution == indices.ResolutionHour {
-				size = 3600e9
-			}
-			d.Cores = float64(d.Value) / size
+			d.Cores = float64(d.Value) / float64(windowSize(d.Resolution).Nanoseconds())
 		}
 		out[k] = *d
 	}
@@ -487,11 +515,11 @@ func TestRollupsExactAndReplay(t *testing.T) {
 	for h, host := range hosts {
 		// Memory: three profiles per minute, each summing both processes.
 		for m := range 5 {
-			for _, res := range []string{indices.ResolutionMinute, indices.ResolutionHour} {
+			for _, res := range []string{indices.ResolutionMinute, indices.ResolutionTenMinutes, indices.ResolutionHour} {
 				d := x.at(res, t0.Add(time.Duration(m)*time.Minute), indices.KindService, "memory", "db", host, "", "")
 				var sum, peak int64
 				ks := []int{3 * m, 3*m + 1, 3*m + 2}
-				if res == indices.ResolutionHour {
+				if res != indices.ResolutionMinute {
 					ks = make([]int, 15)
 					for i := range ks {
 						ks[i] = i
@@ -676,18 +704,20 @@ func TestBadInputGoesToDLQ(t *testing.T) {
 	in.close(t)
 	// The partition tree has no service field: it is stored, with the huge
 	// service's stack.
-	huge9 := x.at(indices.ResolutionHour, t0, partitionOnly, "cpu", huge, "web-1", "", "")
-	huge9.Tree = func() []byte {
-		var b indices.TreeBuilder
-		b.Add([]indices.TreeFrame{{Name: "main"}, {Name: "mid"}, {Name: "leaf"}}, 9)
-		return b.Encode()
-	}()
+	for _, res := range []string{indices.ResolutionMinute, indices.ResolutionTenMinutes, indices.ResolutionHour} {
+		huge9 := x.at(res, t0, partitionOnly, "cpu", huge, "web-1", "", "")
+		huge9.Tree = func() []byte {
+			var b indices.TreeBuilder
+			b.Add([]indices.TreeFrame{{Name: "main"}, {Name: "mid"}, {Name: "leaf"}}, 9)
+			return b.Encode()
+		}()
+	}
 	compare(t, byKey(e.docs()), x.finish())
 
-	// 2 records + per resolution 1 service and 1 stack document, 3
-	// function documents in the hour, and the hour's tree and service
-	// tree.
-	recs := e.dlq(2 + 2*2 + 3 + 2)
+	// 2 records + per resolution 1 service and 1 stack document (a
+	// service document at 10 minutes), 3 function documents in the hour,
+	// and the hour's tree and service tree.
+	recs := e.dlq(2 + 2*2 + 1 + 3 + 2)
 	reasons := map[string]int{}
 	for _, r := range recs {
 		reason := record.HeaderValue(r.Headers, record.HeaderDLQReason)
@@ -712,8 +742,8 @@ func TestBadInputGoesToDLQ(t *testing.T) {
 			t.Errorf("dlq service header %q", svc)
 		}
 	}
-	if reasons["decode"] != 1 || reasons["headers"] != 1 || reasons["rejected"] != 9 {
-		t.Fatalf("dlq reasons %v, want decode 1, headers 1, rejected 9", reasons)
+	if reasons["decode"] != 1 || reasons["headers"] != 1 || reasons["rejected"] != 10 {
+		t.Fatalf("dlq reasons %v, want decode 1, headers 1, rejected 10", reasons)
 	}
 }
 

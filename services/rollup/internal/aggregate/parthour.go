@@ -1,0 +1,204 @@
+package aggregate
+
+// Part-hour documents (schemas/opensearch.md, "Part-hour documents"): a
+// partition tree per type, partition and minute, and per 10-minute window
+// service documents and a partition tree, so that the edges of a long range
+// (up to ~75 minutes a side) read a few trees instead of every host's
+// minute stacks.
+//
+// Their stacks are nodes of the hour's frame trie, which every stack of
+// the hour is inserted into anyway: a minute or 10-minute window points at
+// its hour's trie (window.trie) and holds no frames. A minute window keeps
+// each host's stacks already (its stacks documents), each with its node, so
+// its partition tree is summed from them when written. A 10-minute window
+// keeps no host's stacks: per type, the value of each trie node summed
+// over the partition's hosts, in a slice indexed by node (one add per stack
+// and profile, no hashing), charged to the window. Trie nodes are numbered
+// as stacks arrive and as the hour was frozen, so the trees are encoded
+// with sorted children (indices.TreeBuilder.EncodeSorted): the same window
+// gives the same bytes on a replay. They are deflated (indices.Deflate):
+// a part-hour tree is mostly frame names, and stored as base64 they took
+// twice the bytes on disk (docs/ROLLUP.md, "Part-hour documents").
+
+import (
+	"math/bits"
+	"time"
+
+	"github.com/stackstream/stackstream/schemas/indices"
+)
+
+// nodeValues are stack values by trie node: a node was added when its bit
+// in has is set (a stack of value 0 still has its path in the tree).
+type nodeValues struct {
+	vals []int64
+	has  []uint64
+}
+
+// nodeValuesBytes is the charge of a nodeValues and its map entry.
+const nodeValuesBytes = 160
+
+// growBytes is what making room for node n charges.
+func (v *nodeValues) growBytes(n int32) int64 {
+	if int(n) < len(v.vals) {
+		return 0
+	}
+	c := max(int(n)+1, len(v.vals)*5/4, 1024)
+	return int64(c-len(v.vals))*8 + int64((c+63)/64-len(v.has))*8
+}
+
+// grow makes room for nodes up to n and returns what it charged.
+func (v *nodeValues) grow(n int32) int64 {
+	grown := v.growBytes(n)
+	if grown > 0 {
+		c := max(int(n)+1, len(v.vals)*5/4, 1024)
+		vals := make([]int64, c)
+		copy(vals, v.vals)
+		has := make([]uint64, (c+63)/64)
+		copy(has, v.has)
+		v.vals, v.has = vals, has
+	}
+	return grown
+}
+
+// add adds x to node n, which grow made room for.
+func (v *nodeValues) add(n int32, x int64) {
+	v.vals[n] += x
+	v.has[n/64] |= 1 << (n % 64)
+}
+
+// reset empties v for reuse, keeping its slices.
+func (v *nodeValues) reset() {
+	clear(v.vals)
+	clear(v.has)
+}
+
+// addTo adds every node with a value that is not negative to tt (a
+// negative sum comes only from a hostile profile; trees leave it out).
+func (v *nodeValues) addTo(tt *trieTree) {
+	for i, word := range v.has {
+		for word != 0 {
+			bit := int32(i*64) + int32(bits.TrailingZeros64(word))
+			word &= word - 1
+			if x := v.vals[bit]; x >= 0 {
+				tt.b.AddValue(tt.node(bit), x)
+			}
+		}
+	}
+}
+
+// partitionTree is the state of a part-hour window's partition tree of
+// type typ, added (and charged) when new.
+func (p *Partition) partitionTree(w *window, typ string, offset int64) *docState {
+	k := serviceKey{indices.KindPartitionTree, typ, ""}
+	ds := w.serviceTrees[k]
+	if ds == nil {
+		ds = &docState{firstOffset: offset}
+		w.serviceTrees[k] = ds
+		p.charge(w, docBytes)
+	}
+	return ds
+}
+
+// foldTenMinutes adds a profile's stack series sc (its stacks' nodes in
+// p.nodes, found in the hour window) to a 10-minute window's values.
+func (p *Partition) foldTenMinutes(w *window, typ string, sc *scratch, offset int64) {
+	v := w.values[typ]
+	if v == nil {
+		if w.values == nil {
+			w.values = map[string]*nodeValues{}
+		}
+		v = &nodeValues{}
+		w.values[typ] = v
+		p.charge(w, nodeValuesBytes)
+	}
+	if w.trie != nil {
+		// Sized to the trie's nodes, not to the highest node held: node
+		// numbers follow the order stacks were inserted in, their count
+		// does not, so the same profiles charge the same.
+		nodes, _ := w.trie.counts()
+		p.charge(w, v.grow(int32(nodes-1)))
+		for _, i := range sc.names {
+			if n := p.nodes[i]; n != 0 {
+				v.add(n, p.deltas[i].value)
+			}
+		}
+	}
+	p.markDirty(w, p.partitionTree(w, typ, offset))
+}
+
+// tenMinutesBytes bounds what the 10-minute target windows' values grow
+// by for the profile in p.out: every stack's nodes new to the hour's trie
+// (at most trieBound/trieNodeBytes each) in every type's values.
+func (p *Partition) tenMinutesBytes(targets []windowKey) int64 {
+	var n int64
+	for _, k := range targets {
+		if k.res != indices.ResolutionTenMinutes {
+			continue
+		}
+		typ, nodes := "", int32(0)
+		if hw := p.windows[windowKey{indices.ResolutionHour, truncate(k.start, time.Hour)}]; hw != nil && hw.trie != nil {
+			c, _ := hw.trie.counts()
+			nodes = int32(c)
+		}
+		for sk, sc := range p.out {
+			if sk.kind != indices.KindStack {
+				continue
+			}
+			typ = sk.typ
+			for _, i := range sc.names {
+				if st := p.deltas[i].stack; st != nil {
+					nodes += int32(st.trieBound / trieNodeBytes)
+				}
+			}
+		}
+		// A profile is of one type: its stack series share their values.
+		v := &nodeValues{}
+		if w := p.windows[k]; w != nil && w.values[typ] != nil {
+			v = w.values[typ]
+		}
+		n += v.growBytes(nodes)
+	}
+	return n
+}
+
+// isPartHour: a minute or 10-minute window, whose stacks are nodes of its
+// hour's trie.
+func isPartHour(res string) bool {
+	return res == indices.ResolutionMinute || res == indices.ResolutionTenMinutes
+}
+
+// partTreePending is a part-hour window's partition tree of type k.typ:
+// every stack of every host of the window in this partition, merged. A
+// minute's is summed from its hosts' stacks (a host's stack summed to a
+// negative value left out, as in the hour's trees); a 10-minute window's
+// from its values.
+func (p *Partition) partTreePending(w *window, start time.Time, index string, k serviceKey, ds *docState) Pending {
+	v := w.values[k.typ]
+	if w.key.res == indices.ResolutionMinute {
+		v = &p.minuteValues
+		v.reset()
+		if w.trie != nil {
+			nodes, _ := w.trie.counts()
+			v.grow(int32(nodes))
+		}
+		for sk, ws := range w.series {
+			if sk.kind != indices.KindStack || sk.typ != k.typ {
+				continue
+			}
+			for _, s := range ws.docs {
+				if s.inTree && s.a >= 0 {
+					v.add(s.node, s.a)
+				}
+			}
+		}
+	}
+	tt := p.newTrieTree(w)
+	if v != nil {
+		v.addTo(tt)
+	}
+	d := indices.RollupDoc{
+		Timestamp: start, Resolution: w.key.res, Kind: indices.KindPartitionTree, Type: k.typ,
+		Partition: p.cfg.Partition, Value: tt.b.Total(), Tree: indices.Deflate(tt.b.EncodeSorted()),
+	}
+	return Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: ds.firstOffset, ds: ds, w: w}
+}

@@ -1,0 +1,126 @@
+package pipeline
+
+import (
+	"context"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/schemas/record"
+)
+
+// TestPartHourDocuments, through Kafka and OpenSearch: the minute and
+// 10-minute partition trees of two partitions merge to every stack of
+// their window (compare), each window's trees add up to its service
+// documents' stack_value, a late profile rewrites its minute's and its
+// 10 minutes' trees, and a replay writes the same documents (trees byte
+// for byte) under the same _ids.
+func TestPartHourDocuments(t *testing.T) {
+	e := newEnv(t, 2)
+	e.window.Retention = 10 * time.Minute
+	x := expected{}
+	hosts := []string{"web-1", "web-2", "web-3", "web-4"}
+	n := 0
+	// 10:00 to 10:22:40, every 20 s per host: the watermark closes the
+	// 10-minute window 10:10 (at 10:21) while the consumer runs.
+	for k := range 69 {
+		for h, host := range hosts {
+			at := t0.Add(time.Duration(k)*20*time.Second + time.Duration(h)*time.Second)
+			e.produce(record.ProfileCPU, host, x.cpuProfile(host, at, int64(100*(h+1)+k), int64(3+k%5)))
+			n++
+		}
+	}
+	tenTen := t0.Add(10 * time.Minute)
+	minute := t0.Add(15 * time.Minute)
+	in := e.start(e.osURL)
+	waitFor(t, "10:10's 10-minute partition trees written", 90*time.Second, func() bool {
+		return e.sumValue(indices.KindPartitionTree, indices.ResolutionTenMinutes, tenTen) == e.sumStackValue(indices.ResolutionTenMinutes, tenTen) &&
+			e.sumStackValue(indices.ResolutionTenMinutes, tenTen) > 0
+	})
+	before := e.sumValue(indices.KindPartitionTree, indices.ResolutionTenMinutes, tenTen)
+	beforeMinute := e.sumValue(indices.KindPartitionTree, indices.ResolutionMinute, minute)
+
+	// Late (10:15:30, within lateness and retention): both windows'
+	// trees are rewritten whole.
+	e.produce(record.ProfileCPU, "web-2", x.cpuProfile("web-2", minute.Add(30*time.Second), 5000, 11))
+	n++
+	waitFor(t, "the late profile's windows rewritten", 90*time.Second, func() bool {
+		return e.sumValue(indices.KindPartitionTree, indices.ResolutionTenMinutes, tenTen) == before+5011 &&
+			e.sumValue(indices.KindPartitionTree, indices.ResolutionMinute, minute) == beforeMinute+5011
+	})
+	waitFor(t, "every record folded in", 60*time.Second, func() bool { return in.count("added") == n })
+	in.close(t)
+	first := e.docs()
+	compare(t, byKey(first), x.finish())
+	checkPartHourTotals(t, first)
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// Replay from the start: the same documents, the same bytes.
+	reset := kadm.Offsets{}
+	for p := range int32(2) {
+		reset.Add(kadm.Offset{Topic: e.topics.ProfilesSymbolized, Partition: p, At: 0, LeaderEpoch: -1})
+	}
+	if err := e.adm.CommitAllOffsets(context.Background(), e.group, reset); err != nil {
+		t.Fatalf("reset group: %v", err)
+	}
+	again := e.start(e.osURL)
+	waitFor(t, "replay folded in", 60*time.Second, func() bool { return again.count("added") == n })
+	again.close(t)
+	second := e.docs()
+	if len(second) != len(first) {
+		t.Fatalf("replay changed the document count: %d, then %d", len(first), len(second))
+	}
+	for id, d := range first {
+		if !reflect.DeepEqual(second[id], d) {
+			t.Errorf("replay changed %s: %+v, then %+v", id, d, second[id])
+		}
+	}
+}
+
+// checkPartHourTotals: every part-hour window's partition trees (one per
+// partition) add up to its service documents' stack_value, which is what
+// the query checks before it reads them.
+func checkPartHourTotals(t *testing.T, docs map[string]indices.RollupDoc) {
+	t.Helper()
+	type window struct {
+		res string
+		at  int64
+	}
+	trees, services := map[window]int64{}, map[window]int64{}
+	for _, d := range docs {
+		w := window{d.Resolution, d.Timestamp.Unix()}
+		switch {
+		case d.Resolution == indices.ResolutionHour || d.Type != "cpu":
+		case d.Kind == indices.KindPartitionTree:
+			trees[w] += d.Value
+		case d.Kind == indices.KindService:
+			services[w] += d.StackValue
+		}
+	}
+	if len(trees) != 23+3 {
+		t.Errorf("part-hour partition trees in %d windows, want 23 minutes and 3 10-minute windows", len(trees))
+	}
+	for w, v := range services {
+		if trees[w] != v || v == 0 {
+			t.Errorf("%s at %s: partition trees %d, service documents' stack_value %d", w.res, time.Unix(w.at, 0).UTC().Format("15:04"), trees[w], v)
+		}
+	}
+}
+
+// sumStackValue sums the stack_value of the CPU service documents of a
+// resolution at t.
+func (e *env) sumStackValue(res string, t time.Time) int64 {
+	e.t.Helper()
+	var sum int64
+	for _, d := range e.docs() {
+		if d.Kind == indices.KindService && d.Type == "cpu" && d.Resolution == res && d.Timestamp.Equal(t) {
+			sum += d.StackValue
+		}
+	}
+	return sum
+}
