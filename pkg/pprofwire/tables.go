@@ -2,6 +2,7 @@ package pprofwire
 
 import (
 	"errors"
+	"slices"
 
 	"github.com/stackstream/stackstream/schemas/record"
 )
@@ -362,12 +363,11 @@ func (t *Tables) resolve() bool {
 }
 
 // grow returns s with n zero elements, in s's array when it is large
-// enough (and clears it: a profile's strings are not kept for the next).
+// enough, else in one grown as append grows (profiles of a fleet differ in
+// size: an exact fit was allocated again by most larger ones). It clears
+// them: a profile's strings are not kept for the next.
 func grow[T any](s []T, n int) []T {
-	if cap(s) < n {
-		return make([]T, n)
-	}
-	s = s[:n]
+	s = slices.Grow(s[:0], n)[:n]
 	clear(s)
 	return s
 }
