@@ -113,7 +113,44 @@ func (t *Tables) Read(raw []byte, l *record.Limits, visit func(num uint64, start
 			}
 			b = rest
 		}
-		if !t.field(num, typ, u, data) {
+		// The switch here rather than in a function: a call per field
+		// (every sample, string, location and function is one) cost a
+		// tenth of reading the tables.
+		ok := true
+		l := t.limits
+		switch num {
+		case fieldSampleType, fieldPeriodType:
+			ok = t.readValueType(num, typ, data)
+		case fieldSample:
+			ok = typ == 2 && len(t.Samples) < l.MaxSamples
+			t.Samples = append(t.Samples, data)
+		case fieldMapping:
+			ok = typ == 2 && len(t.Mappings) < l.MaxMappings && t.readMapping(data)
+		case fieldLocation:
+			ok = typ == 2 && len(t.Locations) < l.MaxLocations && t.readLocation(data)
+		case fieldFunction:
+			ok = typ == 2 && len(t.Functions) < l.MaxFunctions && t.readFunction(data)
+		case fieldStringTable:
+			// pprof: string_table[0] must be ''
+			ok = typ == 2 && (len(t.Strings) > 0 || len(data) == 0) && len(data) <= l.MaxStringBytes && len(t.Strings) < l.MaxStrings
+			t.Strings = append(t.Strings, data)
+		case fieldDropFrames, fieldKeepFrames, fieldDocURL, fieldDefaultSampleType:
+			ok = typ == 0
+			t.checkStrs = append(t.checkStrs, u)
+			if num == fieldDefaultSampleType {
+				t.DefaultSampleType = u
+			}
+		case fieldDurationNanos, fieldPeriod:
+			ok = typ == 0
+		case fieldTimeNanos:
+			ok = typ == 0 && !(t.timeSeen && t.TimeNanos != 0) // pprof refuses a concatenated profile
+			t.timeSeen, t.TimeNanos = true, int64(u)
+		case fieldComment:
+			ok = t.readComments(typ, u, data)
+		default:
+			ok = false
+		}
+		if !ok {
 			return ErrUnsupported
 		}
 		if visit != nil {
@@ -140,72 +177,41 @@ func (t *Tables) reset(l *record.Limits) {
 	t.comments, t.timeSeen, t.periodTypeSeen = 0, false, false
 }
 
-// field reads one top-level field.
-func (t *Tables) field(num uint64, typ int, u uint64, data []byte) bool {
-	l := t.limits
-	switch num {
-	case fieldSampleType, fieldPeriodType:
-		var vt ValueType
-		if typ != 2 || !Scalars(data, []*uint64{&vt.Type, &vt.Unit}) {
-			return false
-		}
-		if num == fieldSampleType {
-			t.SampleTypes = append(t.SampleTypes, vt)
-			return len(t.SampleTypes) <= l.MaxSampleTypes
-		}
-		if t.periodTypeSeen {
-			return false // pprof keeps the last; record.Limits refuses two
-		}
-		t.periodTypeSeen = true
-		t.checkStrs = append(t.checkStrs, vt.Type, vt.Unit)
-	case fieldSample:
-		if typ != 2 || len(t.Samples) == l.MaxSamples {
-			return false
-		}
-		t.Samples = append(t.Samples, data)
-	case fieldMapping:
-		var m Mapping
-		var fns, files, lines, inline uint64
-		if typ != 2 || len(t.Mappings) == l.MaxMappings ||
-			!Scalars(data, []*uint64{&m.ID, &m.Start, &m.Limit, &m.Offset, &m.File, &m.BuildID, &fns, &files, &lines, &inline}) {
-			return false
-		}
-		m.HasFunctions, m.HasFilenames, m.HasLineNumbers, m.HasInlineFrames = fns != 0, files != 0, lines != 0, inline != 0
-		t.Mappings = append(t.Mappings, m)
-	case fieldLocation:
-		return typ == 2 && len(t.Locations) < l.MaxLocations && t.readLocation(data)
-	case fieldFunction:
-		var f Function
-		if typ != 2 || len(t.Functions) == l.MaxFunctions ||
-			!Scalars(data, []*uint64{&f.ID, &f.Name, &f.SystemName, &f.Filename, &f.StartLine}) {
-			return false
-		}
-		t.Functions = append(t.Functions, f)
-	case fieldStringTable:
-		if typ != 2 || len(t.Strings) == 0 && len(data) != 0 || len(data) > l.MaxStringBytes || len(t.Strings) == l.MaxStrings {
-			return false // pprof: string_table[0] must be ''
-		}
-		t.Strings = append(t.Strings, data)
-	case fieldDropFrames, fieldKeepFrames, fieldDocURL, fieldDefaultSampleType:
-		if typ != 0 {
-			return false
-		}
-		t.checkStrs = append(t.checkStrs, u)
-		if num == fieldDefaultSampleType {
-			t.DefaultSampleType = u
-		}
-	case fieldDurationNanos, fieldPeriod:
-		return typ == 0
-	case fieldTimeNanos:
-		if typ != 0 || t.timeSeen && t.TimeNanos != 0 {
-			return false // pprof refuses a concatenated profile
-		}
-		t.timeSeen, t.TimeNanos = true, int64(u)
-	case fieldComment:
-		return t.readComments(typ, u, data)
-	default:
+// readValueType reads a sample type or the period type.
+func (t *Tables) readValueType(num uint64, typ int, data []byte) bool {
+	var vt ValueType
+	if typ != 2 || !Scalars(data, []*uint64{&vt.Type, &vt.Unit}) {
 		return false
 	}
+	if num == fieldSampleType {
+		t.SampleTypes = append(t.SampleTypes, vt)
+		return len(t.SampleTypes) <= t.limits.MaxSampleTypes
+	}
+	if t.periodTypeSeen {
+		return false // pprof keeps the last; record.Limits refuses two
+	}
+	t.periodTypeSeen = true
+	t.checkStrs = append(t.checkStrs, vt.Type, vt.Unit)
+	return true
+}
+
+func (t *Tables) readMapping(data []byte) bool {
+	var m Mapping
+	var fns, files, lines, inline uint64
+	if !Scalars(data, []*uint64{&m.ID, &m.Start, &m.Limit, &m.Offset, &m.File, &m.BuildID, &fns, &files, &lines, &inline}) {
+		return false
+	}
+	m.HasFunctions, m.HasFilenames, m.HasLineNumbers, m.HasInlineFrames = fns != 0, files != 0, lines != 0, inline != 0
+	t.Mappings = append(t.Mappings, m)
+	return true
+}
+
+func (t *Tables) readFunction(data []byte) bool {
+	var f Function
+	if !Scalars(data, []*uint64{&f.ID, &f.Name, &f.SystemName, &f.Filename, &f.StartLine}) {
+		return false
+	}
+	t.Functions = append(t.Functions, f)
 	return true
 }
 
