@@ -37,6 +37,7 @@ type Settings struct {
 	MinuteDays      int           `envconfig:"MINUTE_RETENTION_DAYS" default:"14" desc:"delete minute rollups older than this many days (hourly ones stay); 0 keeps them"`
 	HourlyDays      int           `envconfig:"HOURLY_RETENTION_DAYS" default:"90" desc:"delete monthly rollups indices whose month ended more than this many days ago; 0 keeps them"`
 	LifecycleEvery  time.Duration `envconfig:"LIFECYCLE_INTERVAL" default:"1h" desc:"how often rollup retention runs"`
+	MinuteTrees     bool          `envconfig:"MINUTE_TREES" default:"false" desc:"also write a partition tree per minute (10-minute ones are always written): the query then reads the minutes at the ends of long fleet-wide ranges from trees, not per stack; costs about a byte per raw sample on disk"`
 	DebugPprof      bool          `envconfig:"DEBUG_PPROF" default:"false" desc:"serve Go's /debug/pprof/ (heap, CPU, goroutines) on the listen address, for finding where memory goes; off by default"`
 }
 

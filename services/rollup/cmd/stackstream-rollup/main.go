@@ -57,6 +57,7 @@ func runMain() error {
 			MaxClockSkew: cfg.Rollup.MaxClockSkew, MaxAge: cfg.Rollup.MaxAge,
 			Budget: &aggregate.Budget{MaxBytes: cfg.Rollup.MaxStateBytes},
 			Names:  cfg.Index.Names(), Now: time.Now,
+			NoMinuteTrees: !cfg.Rollup.MinuteTrees,
 		},
 		MaxPollRecords: cfg.Rollup.MaxPollRecords,
 		FlushTimeout:   cfg.Rollup.FlushTimeout,

@@ -61,6 +61,10 @@ type Config struct {
 	// Partition is the Kafka partition whose state this is: it names the
 	// partition's service trees (indices.KindServiceTree).
 	Partition int32
+	// NoMinuteTrees leaves out the minute partition trees (the 10-minute
+	// ones are still written): they cost about a byte per raw sample on
+	// disk (docs/ROLLUP.md, "Part-hour documents").
+	NoMinuteTrees bool
 }
 
 // Budget bounds the heap that the window state of every Partition sharing it
@@ -450,7 +454,7 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 					ds.node, ds.inTree = p.nodes[i], true
 				}
 			}
-			if k.res == indices.ResolutionMinute && sk.kind == indices.KindStack {
+			if p.writesTree(k.res) && k.res == indices.ResolutionMinute && sk.kind == indices.KindStack {
 				p.markDirty(w, p.partitionTree(w, sk.typ, in.Offset))
 			}
 			if t := ws.tree; t != nil {
@@ -588,7 +592,7 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 			if len(sc.names) == 0 {
 				continue
 			}
-			if isPartHour(k.res) && sk.kind == indices.KindStack &&
+			if p.writesTree(k.res) && sk.kind == indices.KindStack &&
 				(w == nil || w.serviceTrees[serviceKey{indices.KindPartitionTree, sk.typ, ""}] == nil) {
 				n += docBytes
 				if k.res == indices.ResolutionTenMinutes {

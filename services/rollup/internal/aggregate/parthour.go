@@ -167,6 +167,12 @@ func isPartHour(res string) bool {
 	return res == indices.ResolutionMinute || res == indices.ResolutionTenMinutes
 }
 
+// writesTree: a window of resolution res has a partition tree of its own
+// (hours have theirs with their hosts' trees).
+func (p *Partition) writesTree(res string) bool {
+	return res == indices.ResolutionTenMinutes || res == indices.ResolutionMinute && !p.cfg.NoMinuteTrees
+}
+
 // partTreePending is a part-hour window's partition tree of type k.typ:
 // every stack of every host of the window in this partition, merged. A
 // minute's is summed from its hosts' stacks (a host's stack summed to a

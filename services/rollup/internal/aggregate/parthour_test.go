@@ -3,6 +3,7 @@ package aggregate
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -46,9 +47,12 @@ func partHourInputs() []Input {
 // partHourRun folds ins, flushing every flushEvery profiles (and when an
 // hour ends, as the consumer does). It returns every document as last
 // written (by _id) and how many times each was written.
-func partHourRun(t *testing.T, ins []Input, flushEvery int) (store map[string]indices.RollupDoc, writes map[string]int) {
+func partHourRun(t *testing.T, ins []Input, flushEvery int, opts ...func(*Config)) (store map[string]indices.RollupDoc, writes map[string]int) {
 	t.Helper()
 	cfg := testConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
 	cfg.Retention = 10 * time.Minute
 	cfg.Partition = 2
 	cfg.Budget = &Budget{MaxBytes: math.MaxInt64}
@@ -220,4 +224,35 @@ func TestTenMinuteMemory(t *testing.T) {
 		}
 	}
 	t.Fatal("no 10-minute document")
+}
+
+// TestNoMinuteTrees: with NoMinuteTrees the minutes have no partition tree
+// and everything else is written as with them, byte for byte.
+func TestNoMinuteTrees(t *testing.T) {
+	if testing.Short() {
+		t.Skip("folds 900 fleet-shaped profiles twice")
+	}
+	ins := partHourInputs()
+	with, _ := partHourRun(t, ins, 1)
+	without, _ := partHourRun(t, ins, 1, func(c *Config) { c.NoMinuteTrees = true })
+	minuteTrees, tenMinuteTrees := 0, 0
+	for id, d := range with {
+		if d.Kind == indices.KindPartitionTree && d.Resolution == indices.ResolutionMinute {
+			minuteTrees++
+			if _, ok := without[id]; ok {
+				t.Fatalf("minute partition tree %s written with NoMinuteTrees", id)
+			}
+			continue
+		}
+		if d.Kind == indices.KindPartitionTree && d.Resolution == indices.ResolutionTenMinutes {
+			tenMinuteTrees++
+		}
+		got, ok := without[id]
+		if !ok || !reflect.DeepEqual(got, d) {
+			t.Fatalf("%s %s %s: with NoMinuteTrees %+v, without %+v", d.Kind, d.Resolution, d.Timestamp, got, d)
+		}
+	}
+	if minuteTrees != 75 || tenMinuteTrees != 8 || len(without) != len(with)-minuteTrees {
+		t.Fatalf("%d minute and %d 10-minute trees, %d documents with, %d without", minuteTrees, tenMinuteTrees, len(with), len(without))
+	}
 }
