@@ -384,6 +384,19 @@ const (
 	ResolutionDay = "1d"
 )
 
+// WindowSize is the length of the windows of a rollup resolution
+// (ResolutionMinute, ResolutionTenMinutes, ResolutionHour); a minute for
+// any other.
+func WindowSize(res string) time.Duration {
+	switch res {
+	case ResolutionHour:
+		return time.Hour
+	case ResolutionTenMinutes:
+		return 10 * time.Minute
+	}
+	return time.Minute
+}
+
 // RollupDoc is a document of stackstream-rollups-YYYY.MM.
 type RollupDoc struct {
 	Timestamp  time.Time `json:"@timestamp"`

@@ -17,10 +17,7 @@ import (
 // are read from those trees where their sums prove them complete, and per
 // stack elsewhere.
 const (
-	// ResolutionTenMinutes is the rollup's 10-minute windows, aligned to
-	// UTC (schemas/indices has no constant for it yet).
-	ResolutionTenMinutes = "10m"
-	tenMinutes           = 10 * time.Minute
+	tenMinutes = 10 * time.Minute
 )
 
 // edgeTreePage is how many window partition trees a scroll page holds: a
@@ -191,7 +188,7 @@ func addWindow(ranges []TimeRange, w time.Time, d time.Duration) []TimeRange {
 func (s *Store) windowSums(ctx context.Context, idx []string, typ record.ProfileType, tens, minutes []Query) (map[int64]windowSums, error) {
 	var when []Query
 	if len(tens) > 0 {
-		when = append(when, allOf([]Query{term("resolution", ResolutionTenMinutes), anyOf(tens...)}, nil))
+		when = append(when, allOf([]Query{term("resolution", indices.ResolutionTenMinutes), anyOf(tens...)}, nil))
 	}
 	if len(minutes) > 0 {
 		when = append(when, allOf([]Query{term("resolution", indices.ResolutionMinute), anyOf(minutes...)}, nil))
@@ -223,8 +220,8 @@ func (s *Store) windowSums(ctx context.Context, idx []string, typ record.Profile
 		term("type", string(typ)), anyOf(when...)}, nil), Aggs{"windows": {
 		DateHistogram: &DateHistogram{Field: "@timestamp", FixedInterval: "1m", MinDocCount: 1},
 		Aggs: Aggs{
-			"t10": sum(indices.KindPartitionTree, ResolutionTenMinutes, "value"),
-			"s10": sum(indices.KindService, ResolutionTenMinutes, "stack_value"),
+			"t10": sum(indices.KindPartitionTree, indices.ResolutionTenMinutes, "value"),
+			"s10": sum(indices.KindService, indices.ResolutionTenMinutes, "stack_value"),
 			"t1":  sum(indices.KindPartitionTree, indices.ResolutionMinute, "value"),
 			"s1":  sum(indices.KindService, indices.ResolutionMinute, "stack_value"),
 		},
@@ -252,7 +249,7 @@ func windowTrees(plans []edgePlan) (Query, int) {
 	}
 	var when []Query
 	if len(tens) > 0 {
-		when = append(when, allOf([]Query{term("resolution", ResolutionTenMinutes), anyOf(tens...)}, nil))
+		when = append(when, allOf([]Query{term("resolution", indices.ResolutionTenMinutes), anyOf(tens...)}, nil))
 	}
 	if len(minutes) > 0 {
 		when = append(when, allOf([]Query{term("resolution", indices.ResolutionMinute), anyOf(minutes...)}, nil))

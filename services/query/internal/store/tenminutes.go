@@ -31,7 +31,7 @@ func tenMinuteSteps(step time.Duration) bool {
 // caller then reads the minutes.
 func (s *Store) tenMinutePlan(sel Selection) seriesPlan {
 	hours, whole := hourlySpan(sel.Range)
-	when := []Query{allOf([]Query{term("resolution", ResolutionTenMinutes), timeFilter(sel.Range)}, nil)}
+	when := []Query{allOf([]Query{term("resolution", indices.ResolutionTenMinutes), timeFilter(sel.Range)}, nil)}
 	spans := []TimeRange{sel.Range}
 	if whole {
 		when = append(when, allOf([]Query{term("resolution", indices.ResolutionHour), timeFilter(hours)}, nil))
@@ -55,7 +55,7 @@ func (s *Store) tenMinutePlan(sel Selection) seriesPlan {
 	return seriesPlan{
 		indices: s.rollupIndices(sel.Range), query: allOf(filter, mustNot), source: "rollups",
 		aggs: Aggs{
-			"t": {Filter: term("resolution", ResolutionTenMinutes), Aggs: Aggs{"v": sumOf(valueField), "c": sumOf("value")}},
+			"t": {Filter: term("resolution", indices.ResolutionTenMinutes), Aggs: Aggs{"v": sumOf(valueField), "c": sumOf("value")}},
 			"h": {Filter: term("resolution", indices.ResolutionHour), Aggs: Aggs{"c": sumOf("value")}},
 			"m": {Filter: term("resolution", indices.ResolutionMinute), Aggs: Aggs{"v": sumOf(valueField), "c": sumOf("value")}},
 		},

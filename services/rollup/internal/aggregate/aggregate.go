@@ -327,16 +327,6 @@ func (p *Partition) Advance(offset int64) {
 	}
 }
 
-func windowSize(res string) time.Duration {
-	switch res {
-	case indices.ResolutionHour:
-		return time.Hour
-	case indices.ResolutionTenMinutes:
-		return 10 * time.Minute
-	}
-	return time.Minute
-}
-
 func truncate(ns int64, d time.Duration) int64 {
 	return ns - ((ns%int64(d))+int64(d))%int64(d)
 }
@@ -388,7 +378,7 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 	// nodes. A part-hour window ends no later than its hour, so it is a
 	// target only when its hour is.
 	for _, res := range []string{indices.ResolutionHour, indices.ResolutionTenMinutes, indices.ResolutionMinute} {
-		size := windowSize(res)
+		size := indices.WindowSize(res)
 		if in.Offset < p.restored.Next && p.evicted(truncate(at, size)+int64(size), p.restored.Floor) {
 			// Written whole and evicted before the last commit.
 			continue
@@ -683,7 +673,7 @@ func (p *Partition) watermarkBefore(offset int64) int64 {
 }
 
 func (p *Partition) window(res string, t, offset int64) *window {
-	size := windowSize(res)
+	size := indices.WindowSize(res)
 	k := windowKey{res: res, start: truncate(t, size)}
 	w := p.windows[k]
 	if w == nil {

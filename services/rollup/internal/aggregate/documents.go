@@ -243,7 +243,7 @@ func (p *Partition) pending(w *window, start time.Time, index string, k seriesKe
 		} else {
 			d.Value, d.StackValue = ds.a, sums.stackValue
 			if k.typ == string(record.ProfileCPU) {
-				d.Cores = float64(ds.a) / float64(windowSize(w.key.res).Nanoseconds())
+				d.Cores = float64(ds.a) / float64(indices.WindowSize(w.key.res).Nanoseconds())
 			}
 		}
 	}

@@ -89,7 +89,7 @@ func partHourWant(ins []Input) map[windowKey]*indices.TreeBuilder {
 	want := map[windowKey]*indices.TreeBuilder{}
 	for _, in := range ins {
 		for _, res := range []string{indices.ResolutionMinute, indices.ResolutionTenMinutes} {
-			k := windowKey{res, truncate(in.Profile.TimeNanos, windowSize(res))}
+			k := windowKey{res, truncate(in.Profile.TimeNanos, indices.WindowSize(res))}
 			if want[k] == nil {
 				want[k] = &indices.TreeBuilder{}
 			}

@@ -308,7 +308,7 @@ func stackID(fns ...string) string {
 type expected map[string]*indices.RollupDoc
 
 func (x expected) at(res string, t time.Time, kind, typ, service, host, function, stack string) *indices.RollupDoc {
-	d := indices.RollupDoc{Timestamp: t.Truncate(windowSize(res)), Resolution: res, Kind: kind, Type: typ, Service: service, Host: host, Function: function}
+	d := indices.RollupDoc{Timestamp: t.Truncate(indices.WindowSize(res)), Resolution: res, Kind: kind, Type: typ, Service: service, Host: host, Function: function}
 	if stack != "" {
 		d.StackIDs = []string{stack}
 	}
@@ -317,17 +317,6 @@ func (x expected) at(res string, t time.Time, kind, typ, service, host, function
 		x[k] = &d
 	}
 	return x[k]
-}
-
-// windowSize is the length of a resolution's windows.
-func windowSize(res string) time.Duration {
-	switch res {
-	case indices.ResolutionHour:
-		return time.Hour
-	case indices.ResolutionTenMinutes:
-		return 10 * time.Minute
-	}
-	return time.Minute
 }
 
 // cpuProfile: checkout burns a in leaf<-mid<-main, api b in rec<-rec<-main
@@ -422,7 +411,7 @@ func (x expected) finish() map[string]indices.RollupDoc {
 			d.Tree = b.Encode()
 		}
 		if d.Kind == indices.KindService && d.Type == "cpu" {
-			d.Cores = float64(d.Value) / float64(windowSize(d.Resolution).Nanoseconds())
+			d.Cores = float64(d.Value) / float64(indices.WindowSize(d.Resolution).Nanoseconds())
 		}
 		out[k] = *d
 	}
