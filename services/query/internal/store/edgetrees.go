@@ -11,8 +11,9 @@ import (
 )
 
 // The rollup writes, beside its minute windows, 10-minute service
-// documents and partition trees of 10-minute windows and of minutes
-// (written at every flush while dirty, kept with the minutes). The edges
+// documents and partition trees of 10-minute windows and, when configured,
+// of minutes (written once a window closes, rewritten when a late profile
+// changes it, kept with the minutes). The edges
 // of a fleet-wide selection (the minutes around its whole settled hours)
 // are read from those trees where their sums prove them complete, and per
 // stack elsewhere.
