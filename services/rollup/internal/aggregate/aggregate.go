@@ -578,6 +578,12 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 			t = w.trie
 		}
 		empty := t == nil || t.frozen && t.late == nil
+		// Into a trie that has nodes, each stack's own cost counts the
+		// prefixes the profile's stacks share once per stack (a deep
+		// profile of 20,000 stacks came to 277 MB, 4 times what it holds);
+		// inserting them into an empty trie counts each shared prefix
+		// once. Both bound what the fold adds: the smaller is charged.
+		var perStack, shared int64
 		for sk, sc := range p.out {
 			if len(sc.names) == 0 {
 				continue
@@ -618,14 +624,13 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 					n += docBytes + int64(len(name))
 				}
 				if st := p.deltas[i].stack; st != nil && k.res == indices.ResolutionHour && (ds == nil || !ds.inTree) {
-					if empty {
-						if scratch == nil {
-							scratch = newFrameTrie()
-						}
-						_, added := scratch.insert(st.id, st.frames)
-						n += added
-					} else {
-						n += t.cost(st.id, st.frames)
+					if scratch == nil {
+						scratch = newFrameTrie()
+					}
+					_, added := scratch.insert(st.id, st.frames)
+					shared += added
+					if !empty {
+						perStack += t.cost(st.id, st.frames)
 					}
 				}
 				if p.deltas[i].hasMem {
@@ -638,6 +643,10 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 				}
 			}
 		}
+		if !empty && perStack < shared {
+			shared = perStack
+		}
+		n += shared
 	}
 	return n
 }
