@@ -174,7 +174,13 @@ func TestUnwindNewProcess(t *testing.T) {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
 	run := func(t *testing.T) (exact, total int64, tables, fp float64) {
-		a := start(t, e, Config{Comm: "^newchain$", Frequency: 199, Interval: 3 * time.Second,
+		// The agent's default interval. At 3 s, 31-40 of ~450 first-interval
+		// samples were walked with frame pointers (the program's start
+		// overlapped the agent's own, which reads and compiles the
+		// processes queued at start) and 19 in 20 failed one run in three
+		// on a quiet machine; at 10 s, 2-3 of ~1,870 (4 runs of 4).
+		const interval = 10 * time.Second
+		a := start(t, e, Config{Comm: "^newchain$", Frequency: 199, Interval: interval,
 			UnwindTableBytes: 16 << 20, UnwindMappings: 4096, UnwindProcesses: 64})
 		time.Sleep(300 * time.Millisecond) // the processes running at start are queued
 		// The shell is read first (not targeted: its comm is sh), then
@@ -185,7 +191,7 @@ func TestUnwindNewProcess(t *testing.T) {
 		}
 		defer func() { cmd.Process.Kill(); cmd.Wait() }()
 		// Past the first tick: the process is alive when its profile is built.
-		time.Sleep(3200 * time.Millisecond)
+		time.Sleep(interval + 200*time.Millisecond)
 		families, err := a.reg.Gather()
 		if err != nil {
 			t.Fatal(err)
