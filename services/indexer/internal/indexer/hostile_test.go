@@ -185,6 +185,12 @@ func mappingFields(t *testing.T, e *indexertest.Env, index string) int {
 func TestLabelKeyBurst(t *testing.T) {
 	e := setup(t, 1)
 	at := time.Now().UTC().Add(-time.Hour).Truncate(time.Second)
+	if at.Truncate(24*time.Hour).Add(24*time.Hour).Sub(at) <= time.Hour {
+		// Every record, the last half an hour after the first, in one
+		// daily index: within an hour of midnight the last one was in
+		// the next day's.
+		at = at.Add(-time.Hour)
+	}
 	index := e.Names.Samples(at)
 	e.Produce(t, []indexertest.Record{cpuRecord(t, "h", at, []map[string]string{{"comm": "first"}}, "f")})
 	r := start(t, e, e.URL)
