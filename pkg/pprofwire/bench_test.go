@@ -1,9 +1,6 @@
 package pprofwire
 
 import (
-	"bytes"
-	"compress/gzip"
-	"io"
 	"syscall"
 	"testing"
 	"time"
@@ -18,18 +15,7 @@ import (
 //
 //	go test -run '^$' -bench 'Read$' -benchtime 2000x ./pprofwire
 func BenchmarkRead(b *testing.B) {
-	var raws [][]byte
-	for _, r := range symcorpus.Read(b) {
-		zr, err := gzip.NewReader(bytes.NewReader(r.Value))
-		if err != nil {
-			b.Fatal(err)
-		}
-		raw, err := io.ReadAll(zr)
-		if err != nil {
-			b.Fatal(err)
-		}
-		raws = append(raws, raw)
-	}
+	raws := symcorpus.Protobufs(b)
 	l := record.DefaultLimits()
 	var tab Tables
 	var s Sample

@@ -11,6 +11,7 @@ import (
 	"compress/gzip"
 	_ "embed"
 	"encoding/gob"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -60,6 +61,25 @@ func Read(tb testing.TB) []Record {
 		tb.Fatalf("decode %s: %v", fileName, err)
 	}
 	return recs
+}
+
+// Protobufs returns the corpus's values gunzipped: the pprof protobufs a
+// wire reader gets after its gzip step.
+func Protobufs(tb testing.TB) [][]byte {
+	tb.Helper()
+	var out [][]byte
+	for _, r := range Read(tb) {
+		zr, err := gzip.NewReader(bytes.NewReader(r.Value))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		raw, err := io.ReadAll(zr)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out = append(out, raw)
+	}
+	return out
 }
 
 // Write replaces the corpus file in this package's directory with recs.

@@ -1,9 +1,6 @@
 package pproftables
 
 import (
-	"bytes"
-	"compress/gzip"
-	"io"
 	"syscall"
 	"testing"
 	"time"
@@ -20,18 +17,7 @@ import (
 //
 //	go test -run '^$' -bench DecodeAppend -count 5 ./internal/pproftables
 func BenchmarkDecodeAppend(b *testing.B) {
-	var raws [][]byte
-	for _, r := range symcorpus.Read(b) {
-		zr, err := gzip.NewReader(bytes.NewReader(r.Value))
-		if err != nil {
-			b.Fatal(err)
-		}
-		raw, err := io.ReadAll(zr)
-		if err != nil {
-			b.Fatal(err)
-		}
-		raws = append(raws, raw)
-	}
+	raws := symcorpus.Protobufs(b)
 	lim := record.DefaultLimits()
 	var p Profile
 	var out []byte
