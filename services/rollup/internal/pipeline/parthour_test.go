@@ -1,12 +1,8 @@
 package pipeline
 
 import (
-	"context"
-	"reflect"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/schemas/record"
@@ -61,25 +57,7 @@ func TestPartHourDocuments(t *testing.T) {
 	}
 
 	// Replay from the start: the same documents, the same bytes.
-	reset := kadm.Offsets{}
-	for p := range int32(2) {
-		reset.Add(kadm.Offset{Topic: e.topics.ProfilesSymbolized, Partition: p, At: 0, LeaderEpoch: -1})
-	}
-	if err := e.adm.CommitAllOffsets(context.Background(), e.group, reset); err != nil {
-		t.Fatalf("reset group: %v", err)
-	}
-	again := e.start(e.osURL)
-	waitFor(t, "replay folded in", 60*time.Second, func() bool { return again.count("added") == n })
-	again.close(t)
-	second := e.docs()
-	if len(second) != len(first) {
-		t.Fatalf("replay changed the document count: %d, then %d", len(first), len(second))
-	}
-	for id, d := range first {
-		if !reflect.DeepEqual(second[id], d) {
-			t.Errorf("replay changed %s: %+v, then %+v", id, d, second[id])
-		}
-	}
+	e.replaySame(t, 2, n, first)
 }
 
 // checkPartHourTotals: every part-hour window's partition trees (one per

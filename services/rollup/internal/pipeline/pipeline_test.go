@@ -548,8 +548,16 @@ func TestRollupsExactAndReplay(t *testing.T) {
 	}
 
 	// Replay: reset the group to the start and run again.
+	e.replaySame(t, 3, n, first)
+}
+
+// replaySame resets the group to the start of every partition, runs an
+// instance until it has folded n records again, and checks that it wrote
+// the documents of first, byte for byte.
+func (e *env) replaySame(t *testing.T, partitions int32, n int, first map[string]indices.RollupDoc) {
+	t.Helper()
 	reset := kadm.Offsets{}
-	for p := range int32(3) {
+	for p := range partitions {
 		reset.Add(kadm.Offset{Topic: e.topics.ProfilesSymbolized, Partition: p, At: 0, LeaderEpoch: -1})
 	}
 	if err := e.adm.CommitAllOffsets(context.Background(), e.group, reset); err != nil {
