@@ -33,6 +33,7 @@ interface PageState {
   start: string;
   end: string;
   fn: string | null;
+  nodes: number | null; // the flame graph's max_nodes; null for the API's default
 }
 
 function readURL(): PageState {
@@ -45,7 +46,15 @@ function readURL(): PageState {
     start: p.get('from') || 'now-1h',
     end: p.get('to') || 'now',
     fn: p.get('fn'),
+    nodes: nodesOf(p.get('nodes')),
   };
+}
+
+// nodesOf reads the `nodes` URL parameter: a whole number from 1 to the
+// API's 100000, else the API's default.
+function nodesOf(v: string | null): number | null {
+  const n = Number(v);
+  return v && Number.isInteger(n) && n >= 1 && n <= 100000 ? n : null;
 }
 
 function writeURL(s: PageState) {
@@ -56,6 +65,7 @@ function writeURL(s: PageState) {
   if (s.start !== 'now-1h') p.set('from', s.start);
   if (s.end !== 'now') p.set('to', s.end);
   if (s.fn) p.set('fn', s.fn);
+  if (s.nodes) p.set('nodes', String(s.nodes));
   const qs = p.toString();
   window.history.replaceState(null, '', window.location.pathname + (qs ? '?' + qs : ''));
 }
@@ -154,7 +164,8 @@ export function App() {
             <ErrorCallOut error={range} title="Invalid time range" />
           ) : state.tab === 'profile' ? (
             <ProfileView api={api} type={state.type} query={state.query} range={range} onZoom={onZoom}
-              focusFunction={state.fn} onFocusFunction={(fn) => update({ fn })} />
+              focusFunction={state.fn} onFocusFunction={(fn) => update({ fn })}
+              maxNodes={state.nodes} onMaxNodes={(nodes) => update({ nodes })} />
           ) : state.tab === 'search' ? (
             <SearchView api={api} type={state.type} query={state.query} range={range} onZoom={onZoom}
               onSelector={(query) => update({ query, tab: 'profile' })}

@@ -37,8 +37,18 @@ export interface FlameResponse {
   unit: string;
   total: number;
   truncated: boolean;
+  // How many [other] nodes sum the nodes left out by max_nodes (their
+  // values are exact); 0 when every node is shown.
+  folded?: number;
   root: FlameNode;
 }
+
+// OTHER_NODE names a node summing its parent's children left out by max_nodes.
+export const OTHER_NODE = '[other]';
+
+// NODE_CHOICES are the flame graph sizes offered; the API's default
+// (STACKSTREAM_QUERY_MAX_NODES) applies when none is chosen.
+export const NODE_CHOICES = [1000, 5000, 20000, 100000];
 
 // SandwichResponse is /api/v1/sandwich: the callers (a tree rooted at the
 // function whose children are its callers) and callees of one function,

@@ -224,4 +224,27 @@ await finish(async () => {
     await noApiError(page);
     await shot('12-offcpu.png');
   });
+
+  await step('fold the flame graph to a few nodes: grey [other] nodes and a note, then every node again', async () => {
+    const flame = '[data-testid="flamegraph"]';
+    const others = async (what, pred) => {
+      await page.locator('[data-test-subj="flameSearch"]').fill('[other]');
+      return waitAttr(page, flame, 'data-matches', pred, what);
+    };
+    await page.goto(baseURL + '/');
+    await waitAttr(page, flame, 'data-frames', (v) => Number(v) > 4, 'full flame graph');
+    await others('no [other] frame with every node shown', (v) => v === '0');
+    check((await page.locator('[data-test-subj="flameFolded"]').count()) === 0, 'a folded note with every node shown');
+    await page.goto(baseURL + '/?nodes=2');
+    await others('[other] frames at 2 nodes', (v) => Number(v) > 0);
+    check((await page.locator('[data-test-subj="maxNodes"]').inputValue()) === '2', 'the nodes choice is not the URL\'s 2');
+    const note = await page.locator('[data-test-subj="flameFolded"]').innerText();
+    check(/summed into \d+ grey \[other\] nodes? \(exact values\)/.test(note), `folded note ${JSON.stringify(note)}`);
+    await shot('13-folded.png');
+    await page.locator('[data-test-subj="maxNodes"]').selectOption('');
+    await others('no [other] frame again', (v) => v === '0');
+    check(!new URLSearchParams(new URL(page.url()).search).has('nodes'), `URL still has nodes: ${page.url()}`);
+    check((await page.locator('[data-test-subj="flameFolded"]').count()) === 0, 'the folded note stays with every node shown');
+    await noApiError(page);
+  });
 });

@@ -3,6 +3,8 @@
 // each kind has its own hue range, so Python under native under kernel reads
 // at a glance, and frames within a kind vary in shade by package.
 
+import { OTHER_NODE } from '../api.js';
+
 export type FrameKind = 'native' | 'kernel' | 'python' | 'java' | 'js' | 'jit';
 
 interface KindStyle {
@@ -53,6 +55,8 @@ function packageOf(name: string): string {
 // choosing the hue within it and the name the lightness; dim (the ancestors
 // of a zoomed frame) lowers the saturation.
 export function frameColor(kind: FrameKind, name: string, dim: boolean): string {
+  // The API's [other] nodes (nodes folded to max_nodes) are grey.
+  if (name === OTHER_NODE) return dim ? 'hsl(220, 6%, 84%)' : 'hsl(220, 9%, 76%)';
   const s = STYLES[kind];
   let hue = s.hue + (hash(packageOf(name)) % s.spread);
   if (kind === 'native' && name.startsWith('runtime.')) hue = 50 + (hash(name) % 8);

@@ -5,9 +5,9 @@
 import { useMemo, useState } from 'react';
 import {
   EuiBasicTable, EuiButton, EuiButtonGroup, EuiFieldSearch, EuiFlexGroup, EuiFlexItem, EuiPanel,
-  EuiSpacer, EuiSwitch, EuiTitle, EuiText, EuiButtonEmpty, EuiCallOut,
+  EuiSpacer, EuiSwitch, EuiTitle, EuiText, EuiButtonEmpty, EuiCallOut, EuiSelect,
 } from '@opensearch-project/oui';
-import { TOP_SERIES } from '../api';
+import { NODE_CHOICES, OTHER_NODE, TOP_SERIES } from '../api';
 import type { Api, FlameResponse, SandwichResponse, TopFunction, TopResponse, SeriesResponse } from '../api';
 import type { Resolved } from '../time';
 import { useLoad } from '../useApi';
@@ -25,9 +25,11 @@ export interface ProfileProps {
   onZoom: (fromMs: number, toMs: number) => void;
   focusFunction: string | null;
   onFocusFunction: (name: string | null) => void;
+  maxNodes: number | null; // null: the API's default
+  onMaxNodes: (n: number | null) => void;
 }
 
-export function ProfileView({ api, type, query, range, onZoom, focusFunction, onFocusFunction }: ProfileProps) {
+export function ProfileView({ api, type, query, range, onZoom, focusFunction, onFocusFunction, maxNodes, onMaxNodes }: ProfileProps) {
   const [groupBy, setGroupBy] = useState<'service' | 'host'>('service');
   const [icicle, setIcicle] = useState(true);
   const [search, setSearch] = useState('');
@@ -42,7 +44,7 @@ export function ProfileView({ api, type, query, range, onZoom, focusFunction, on
     () => (offcpu && cpu.data && mem.data && mem.data.type === 'offcpu' ? { ...mem, data: wallSeries(cpu.data, mem.data) } : null),
     [offcpu, cpu, mem],
   );
-  const flame = useLoad<FlameResponse>((s) => api.flamegraph({ ...common, type }, s), [api, type, query, range]);
+  const flame = useLoad<FlameResponse>((s) => api.flamegraph({ ...common, type, max_nodes: maxNodes ?? undefined }, s), [api, type, query, range, maxNodes]);
   const top = useLoad<TopResponse>((s) => api.top({ ...common, type, limit: 50 }, s), [api, type, query, range]);
 
   const layout = useMemo(() => (flame.data ? layoutTree(flame.data.root) : null), [flame.data]);
@@ -151,6 +153,9 @@ export function ProfileView({ api, type, query, range, onZoom, focusFunction, on
                   value={search} onChange={(e) => setSearch(e.target.value)} data-test-subj="flameSearch" />
               </EuiFlexItem>
               <EuiFlexItem grow={false}>
+                <NodesSelect value={maxNodes} onChange={onMaxNodes} />
+              </EuiFlexItem>
+              <EuiFlexItem grow={false}>
                 <EuiSwitch compressed label="Icicle" checked={icicle} onChange={(e) => setIcicle(e.target.checked)} data-test-subj="icicleToggle" />
               </EuiFlexItem>
               <EuiFlexItem grow={false}>
@@ -160,6 +165,9 @@ export function ProfileView({ api, type, query, range, onZoom, focusFunction, on
             {downloadError != null && <ErrorCallOut error={downloadError} title="Cannot download the profile" />}
             {flame.data?.truncated && (
               <EuiCallOut size="s" color="warning" iconType="alert" title="This flame graph is truncated: the selection has more stacks than the per-request limit. Narrow the range or the selector for the full picture." />
+            )}
+            {flame.data && foldedNote(flame.data) && (
+              <EuiText size="xs" color="subdued" data-test-subj="flameFolded"><p>{foldedNote(flame.data)}</p></EuiText>
             )}
             <Panel state={flame} testId="flame" empty="No profiles in this range" isEmpty={(d) => !d.total}>
               {(d) => (
@@ -208,5 +216,24 @@ export function ProfileView({ api, type, query, range, onZoom, focusFunction, on
         </>
       )}
     </>
+  );
+}
+
+// foldedNote tells how the flame graph was folded to its node limit, or ''
+// when every node is shown.
+export function foldedNote(d: FlameResponse): string {
+  const n = d.folded ?? 0;
+  if (n <= 0) return '';
+  return `Lighter nodes are summed into ${n.toLocaleString('en-US')} grey ${OTHER_NODE} ${n === 1 ? 'node' : 'nodes'} (exact values); choose more nodes for more detail.`;
+}
+
+// NodesSelect picks the flame graph's node limit (max_nodes); a value set in
+// the URL that is not one of the choices is offered as it is.
+function NodesSelect({ value, onChange }: { value: number | null; onChange: (n: number | null) => void }) {
+  const choices = value && !NODE_CHOICES.includes(value) ? [...NODE_CHOICES, value].sort((a, b) => a - b) : NODE_CHOICES;
+  return (
+    <EuiSelect compressed aria-label="Flame graph nodes" data-test-subj="maxNodes" value={value ? String(value) : ''}
+      options={[{ value: '', text: 'default nodes' }, ...choices.map((n) => ({ value: String(n), text: `${n.toLocaleString('en-US')} nodes` }))]}
+      onChange={(e) => onChange(e.target.value ? Number(e.target.value) : null)} />
   );
 }

@@ -48,3 +48,13 @@ test('layout keeps the kinds of frames', () => {
   assert.deepEqual(l.frames.map((f) => `${f.name}/${f.kind}`), ['total/native', 'main/native', 'run/python', 'do_syscall_64/kernel', 'run/native']);
   assert.deepEqual(l.kinds, ['native', 'python', 'kernel']);
 });
+
+test('[other] nodes are grey whatever the kind, other names are not', () => {
+  const sat = (hsl) => Number(/^hsl\(\d+, (\d+)%/.exec(hsl)[1]);
+  for (const k of KIND_ORDER) {
+    for (const dim of [false, true]) {
+      assert.ok(sat(frameColor(k, '[other]', dim)) < 15, `${k} [other] ${frameColor(k, '[other]', dim)}`);
+      assert.ok(sat(frameColor(k, 'main.work', dim)) >= 40, `${k} main.work ${frameColor(k, 'main.work', dim)}`);
+    }
+  }
+});
