@@ -352,6 +352,25 @@ func TestAPI(t *testing.T) {
 		}
 	})
 
+	t.Run("search past max stacks counts every stack", func(t *testing.T) {
+		// One stack per chunk: main.work's two stacks (its self and
+		// runtime.memmove under it) and main.idle's, the lightest, all count.
+		small := serve(api.Options{MaxStacks: 1})
+		for _, c := range []struct {
+			q, name string
+			share   float64
+		}{
+			{"work", "main.work", float64(querytest.FixtureWorkTotal) / querytest.FixtureTotal},
+			{"idle", "main.idle", float64(querytest.FixtureIdleSelf) / querytest.FixtureTotal},
+		} {
+			var s api.SearchResponse
+			get(t, small, "/api/v1/search", url.Values{"q": {c.q}}, &s)
+			if len(s.Results) != 1 || s.Results[0].Name != c.name || !near(s.Results[0].Share, c.share) {
+				t.Fatalf("search %s at MaxStacks 1: %+v, want %s %.3f", c.q, s.Results, c.name, c.share)
+			}
+		}
+	})
+
 	t.Run("search over a day reads function rollups", func(t *testing.T) {
 		var s api.SearchResponse
 		get(t, base, "/api/v1/search", url.Values{"q": {"legacy"}, "from": {"now-24h"}}, &s)

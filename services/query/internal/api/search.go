@@ -76,8 +76,9 @@ func (a *API) handleSearch(ctx context.Context, _ http.ResponseWriter, r *http.R
 
 // searchFunctions ranks functions containing kw by their total (inclusive)
 // share. Long ranges read the per-function rollups; short ones (and
-// clusters without rollups) merge the range's stacks as a flame graph does
-// (sharing its stack cache) and sum the stacks holding a matching function.
+// clusters without rollups) sum every stack holding a matching function,
+// MaxStacks stacks at a time (sharing the flame graph's stack cache), so a
+// selection with more stacks than a flame graph reads per stack loses none.
 func (a *API) searchFunctions(ctx context.Context, s store.Selection, kw string, limit int, total int64) ([]SearchResult, error) {
 	if a.store.FromRollups(s) {
 		res, err := a.store.FunctionRollups(ctx, s, kw, limit)
@@ -85,32 +86,34 @@ func (a *API) searchFunctions(ctx context.Context, s store.Selection, kw string,
 			return shares(res, total), err
 		}
 	}
-	m, err := a.store.Stacks(ctx, store.Selection{Type: s.Type, Range: s.Range})
-	if err != nil {
-		return nil, err
-	}
 	lower := strings.ToLower(kw)
 	byFunc := map[string]int64{}
 	matches := map[string]bool{}
 	seen := map[string]bool{}
-	for id, v := range m.Values {
-		clear(seen)
-		for _, f := range m.Frames[id] {
-			if seen[f] {
-				continue
-			}
-			seen[f] = true
-			match, known := matches[f]
-			if !known {
-				// The placeholders for missing stacks are not functions.
-				synthetic := f == noStack || f == unknownStack || f == otherNodes
-				match = !synthetic && strings.Contains(strings.ToLower(f), lower)
-				matches[f] = match
-			}
-			if match {
-				byFunc[f] += v
+	err := a.store.EachStackChunk(ctx, store.Selection{Type: s.Type, Range: s.Range}, func(m *store.Stacks) error {
+		for id, v := range m.Values {
+			clear(seen)
+			for _, f := range m.Frames[id] {
+				if seen[f] {
+					continue
+				}
+				seen[f] = true
+				match, known := matches[f]
+				if !known {
+					// The placeholders for missing stacks are not functions.
+					synthetic := f == noStack || f == unknownStack || f == otherNodes
+					match = !synthetic && strings.Contains(strings.ToLower(f), lower)
+					matches[f] = match
+				}
+				if match {
+					byFunc[f] += v
+				}
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	res := make([]SearchResult, 0, len(byFunc))
 	for f, v := range byFunc {

@@ -51,8 +51,19 @@ func (s *Store) Stacks(ctx context.Context, sel Selection) (*Stacks, error) {
 
 // StackValues sums the selection per stack, from the rollups for long
 // ranges (falling back to minute rollups, then to the samples, when coarser
-// data is missing) and from the samples otherwise.
+// data is missing) and from the samples otherwise; past MaxStacks, only
+// the heaviest stacks.
 func (s *Store) StackValues(ctx context.Context, sel Selection) (*StackValues, error) {
+	sv, err := s.everyStackValue(ctx, sel)
+	if err != nil {
+		return nil, err
+	}
+	s.keepHeaviest(sv)
+	return sv, nil
+}
+
+// everyStackValue is StackValues with every stack of the selection.
+func (s *Store) everyStackValue(ctx context.Context, sel Selection) (*StackValues, error) {
 	if s.FromRollups(sel) {
 		minuteOnly := false
 		for {
@@ -66,18 +77,12 @@ func (s *Store) StackValues(ctx context.Context, sel Selection) (*StackValues, e
 				continue
 			}
 			if sv.Total > 0 || len(sv.Values) > 0 {
-				s.keepHeaviest(sv)
 				return sv, nil
 			}
 			break
 		}
 	}
-	sv, err := s.sampleStackValues(ctx, sel)
-	if err != nil {
-		return nil, err
-	}
-	s.keepHeaviest(sv)
-	return sv, nil
+	return s.sampleStackValues(ctx, sel)
 }
 
 // sampleStackValues sums the samples per stack in one search. A samples
