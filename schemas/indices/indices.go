@@ -426,8 +426,12 @@ type RollupDoc struct {
 	// Tree is a tree document's encoded tree (tree.go); Value is its total.
 	Tree []byte `json:"tree,omitempty"`
 	// Sources is, in a day tree, the fingerprint of the hour trees merged
-	// into it (TreeSources).
+	// into it (TreeSources); in a KindServiceGroups document, of its
+	// service documents (ServiceGroupsSources).
 	Sources string `json:"sources,omitempty"`
+	// Groups is a KindServiceGroups document's groups
+	// (EncodeServiceGroups).
+	Groups []byte `json:"groups,omitempty"`
 }
 
 // hashID is a short, URL-safe, deterministic ID of parts (96 bits: collisions

@@ -83,6 +83,12 @@ type cachedLines struct {
 func (s *Store) Series(ctx context.Context, sel Selection, step time.Duration, groupBy string, top int) (*Lines, error) {
 	top = min(max(top, 1), s.opts.MaxSeries)
 	if sel.Selector.OnlyFields("service", "host") {
+		if lines, err := s.groupsSeries(ctx, sel, step, groupBy, top); err != nil || lines != nil {
+			if err != nil {
+				return nil, fmt.Errorf("series from service groups: %w", err)
+			}
+			return lines, nil
+		}
 		rank, minute := s.rollupPlan(sel, false), s.rollupPlan(sel, true)
 		groups, matched, hourly, err := s.groupTotals(ctx, rank, groupBy, sel.Range.Duration())
 		if err == nil && hasWholeHours(sel.Range) && !hourly {
@@ -229,16 +235,7 @@ type groupTotal struct {
 // count are exact), the top groups per step and the rest summed per step
 // from p's documents, both by OpenSearch, in one search.
 func (s *Store) topSeries(ctx context.Context, p seriesPlan, groups []groupTotal, step time.Duration, groupBy string, top int) (*Lines, error) {
-	slices.SortFunc(groups, func(x, y groupTotal) int {
-		if c := cmp.Compare(y.value, x.value); c != 0 {
-			return c
-		}
-		return cmp.Compare(x.key, y.key)
-	})
-	keys := make([]string, 0, min(top, len(groups)))
-	for _, g := range groups[:min(top, len(groups))] {
-		keys = append(keys, g.key)
-	}
+	keys := rankKeys(groups, top)
 	lines := &Lines{Lines: make([]Line, 0, len(keys)), Total: len(groups), Source: p.source}
 	if len(keys) == 0 {
 		return lines, nil
@@ -297,6 +294,22 @@ func (s *Store) topSeries(ctx context.Context, p seriesPlan, groups []groupTotal
 		lines.Other = &Line{Points: points(out.Aggregations.Rest.Time.Buckets)}
 	}
 	return lines, nil
+}
+
+// rankKeys sorts groups by value, largest first (ties by key), and
+// returns the first top keys.
+func rankKeys(groups []groupTotal, top int) []string {
+	slices.SortFunc(groups, func(x, y groupTotal) int {
+		if c := cmp.Compare(y.value, x.value); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.key, y.key)
+	})
+	keys := make([]string, 0, min(top, len(groups)))
+	for _, g := range groups[:min(top, len(groups))] {
+		keys = append(keys, g.key)
+	}
+	return keys
 }
 
 // topSeriesAggs buckets the documents of the groups keys by group and step,

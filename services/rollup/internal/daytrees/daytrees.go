@@ -70,7 +70,7 @@ func (c *Compactor) Apply(ctx context.Context) (int, error) {
 		}
 	}
 	n, err := c.writeHourHeads(ctx, now)
-	return written + n, err
+	return c.withServiceGroups(ctx, now, written+n, err)
 }
 
 // ErrPartial is a search answer OpenSearch gave up on (timed out) or

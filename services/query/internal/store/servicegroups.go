@@ -1,0 +1,288 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/services/query/internal/selector"
+)
+
+// maxGroupHours bounds the hours a chart reads from service groups
+// documents (a week): each is a few dozen bytes per (service, host) group.
+const maxGroupHours = 7 * 24
+
+// groupsSeries answers Series from the hours' service groups documents
+// (indices.KindServiceGroups, written by the rollup's compactor: every
+// (service, host) group's 10-minute and hour sums of a settled hour), or
+// returns nil lines when they cannot answer: a type other than cpu and
+// offcpu, a range that is not whole settled hours, a step that is neither
+// tenMinuteSteps nor whole hours, a selector other than =, != and lists of
+// literals on service and host, or an hour whose document is missing or
+// stale. A document is used only when its sources equal the fingerprint
+// of the hour's service documents as they are (the count and value sum of
+// its 10-minute and of its hourly documents, read in the same search); the
+// lines, "other", the ranking and the total are then computed as
+// topSeries computes them from those documents (the hourly windows rank,
+// the 10-minute or hourly windows plot, a settled hour whose selected
+// 10-minute values do not add up to its hourly ones is refused), so the
+// answer is the same, from one document per hour instead of every
+// 10-minute one.
+func (s *Store) groupsSeries(ctx context.Context, sel Selection, step time.Duration, groupBy string, top int) (*Lines, error) {
+	hours, whole := hourlySpan(sel.Range)
+	ten := tenMinuteSteps(step)
+	if !sel.Type.Time() || !whole || !hours.From.Equal(sel.Range.From) || !hours.To.Equal(sel.Range.To) ||
+		(!ten && step%time.Hour != 0) || hours.Duration() > maxGroupHours*time.Hour {
+		return nil, nil
+	}
+	match, ok := groupMatcher(sel.Selector)
+	if !ok {
+		return nil, nil
+	}
+	docs, ok, err := s.serviceGroups(ctx, sel, hours)
+	if err != nil || !ok {
+		return nil, err
+	}
+	key := func(g *indices.ServiceGroup) (string, bool) {
+		if groupBy == "host" {
+			return g.Host, g.Host != ""
+		}
+		return g.Service, true
+	}
+	// Each group's value per bucket: a bucket exists when a document of
+	// the plotted resolution starts in it (the histogram's min_doc_count 1).
+	type group struct {
+		rank    int64 // hourly values
+		ranked  bool  // has an hourly document
+		buckets map[int64]int64
+	}
+	groups := map[string]*group{}
+	matched := false
+	add := func(g *group, ms, v int64) {
+		if g.buckets == nil {
+			g.buckets = map[int64]int64{}
+		}
+		g.buckets[ms] += v
+	}
+	stepMs := step.Milliseconds()
+	for _, d := range docs {
+		hourMs := d.hour.UnixMilli()
+		var tenSum, hourSum int64
+		present := false
+		for i := range d.groups {
+			g := &d.groups[i]
+			if !match(g) {
+				continue
+			}
+			matched = matched || g.Present&indices.PresentHour != 0
+			k, has := key(g)
+			if !has {
+				continue
+			}
+			gr := groups[k]
+			if gr == nil {
+				gr = &group{}
+				groups[k] = gr
+			}
+			if g.Present&indices.PresentHour != 0 {
+				gr.ranked = true
+				gr.rank += g.Hour
+			}
+			if !ten {
+				if g.Present&indices.PresentHour != 0 {
+					add(gr, hourMs-hourMs%stepMs, g.Hour)
+				}
+				continue
+			}
+			present = present || g.Present != 0
+			for w, v := range g.Ten {
+				// The hourly document starts with the first window: its
+				// bucket exists even without a 10-minute document.
+				if g.Present&(1<<w) != 0 || (w == 0 && g.Present&indices.PresentHour != 0) {
+					ms := hourMs + int64(w)*tenMinutes.Milliseconds()
+					add(gr, ms-ms%stepMs, v)
+				}
+				tenSum += v
+			}
+			hourSum += g.Hour
+		}
+		if present && (tenSum == 0 || tenSum != hourSum) {
+			return nil, nil // as tenMinutePlan: the minutes answer
+		}
+	}
+	if !matched {
+		return nil, nil // no hourly windows: Series reads the minutes, or the samples
+	}
+	ranked := make([]groupTotal, 0, len(groups))
+	for k, g := range groups {
+		if g.ranked {
+			ranked = append(ranked, groupTotal{key: k, value: float64(g.rank) / float64(sel.Range.Duration())})
+		}
+	}
+	if len(ranked) > MaxGroups {
+		return nil, nil
+	}
+	keys := rankKeys(ranked, top)
+	lines := &Lines{Lines: make([]Line, 0, len(keys)), Total: len(ranked), Source: "service_groups"}
+	if len(keys) == 0 {
+		return lines, nil
+	}
+	points := func(buckets map[int64]int64) [][2]float64 {
+		pts := make([][2]float64, 0, len(buckets))
+		for ms, v := range buckets {
+			pts = append(pts, [2]float64{float64(ms), float64(v) / float64(step)})
+		}
+		slices.SortFunc(pts, func(x, y [2]float64) int { return cmp.Compare(x[0], y[0]) })
+		return pts
+	}
+	for _, k := range keys {
+		var pts [][2]float64
+		if g := groups[k]; len(g.buckets) > 0 {
+			pts = points(g.buckets)
+		}
+		lines.Lines = append(lines.Lines, Line{Key: k, Points: pts})
+	}
+	if len(ranked) > len(keys) {
+		// Every group outside the top, those without hourly documents too.
+		rest, shown := map[int64]int64{}, map[string]bool{}
+		for _, k := range keys {
+			shown[k] = true
+		}
+		for k, g := range groups {
+			if !shown[k] {
+				for ms, v := range g.buckets {
+					rest[ms] += v
+				}
+			}
+		}
+		lines.Other = &Line{Points: points(rest)}
+	}
+	return lines, nil
+}
+
+// hourGroups is one hour's service groups document, decoded.
+type hourGroups struct {
+	hour   time.Time
+	groups []indices.ServiceGroup
+}
+
+// serviceGroups reads the service groups documents of sel.Type's hours
+// and, in the same search, the fingerprint of each hour's service
+// documents; ok is false when an hour with service documents has no
+// document whose sources equal it.
+func (s *Store) serviceGroups(ctx context.Context, sel Selection, hours TimeRange) ([]hourGroups, bool, error) {
+	service := allOf([]Query{term("kind", indices.KindService),
+		termsOf("resolution", []string{indices.ResolutionTenMinutes, indices.ResolutionHour})}, nil)
+	grouped := allOf([]Query{term("kind", indices.KindServiceGroups), term("resolution", indices.ResolutionHour)}, nil)
+	count := func(res string) Agg {
+		return Agg{Filter: allOf([]Query{term("kind", indices.KindService), term("resolution", res)}, nil), Aggs: Aggs{"v": sumOf("value")}}
+	}
+	req := &Request{
+		Size: int(hours.Duration() / time.Hour), TrackTotalHits: false,
+		Query:      allOf([]Query{term("type", string(sel.Type)), timeFilter(hours), anyOf(service, grouped)}, nil),
+		PostFilter: grouped,
+		Source:     &Source{Includes: []string{"@timestamp", "sources", "groups"}},
+		Aggs: Aggs{"hours": histogram(time.Hour, Aggs{
+			"t": count(indices.ResolutionTenMinutes), "h": count(indices.ResolutionHour),
+		})},
+	}
+	type windows struct {
+		DocCount int64    `json:"doc_count"`
+		V        sumValue `json:"v"`
+	}
+	var out struct {
+		Hits struct {
+			Hits []struct {
+				Source struct {
+					Timestamp time.Time `json:"@timestamp"`
+					Sources   string    `json:"sources"`
+					Groups    []byte    `json:"groups"`
+				} `json:"_source"`
+			} `json:"hits"`
+		} `json:"hits"`
+		Aggregations struct {
+			Hours struct {
+				Buckets []struct {
+					Key int64   `json:"key"`
+					T   windows `json:"t"`
+					H   windows `json:"h"`
+				} `json:"buckets"`
+			} `json:"hours"`
+		} `json:"aggregations"`
+	}
+	if err := s.search(ctx, s.rollupIndices(hours), req, &out, "hits.hits._source", "aggregations.hours.buckets"); err != nil {
+		return nil, false, fmt.Errorf("service groups: %w", err)
+	}
+	byHour := map[int64]int{}
+	for i, h := range out.Hits.Hits {
+		byHour[h.Source.Timestamp.UnixMilli()] = i
+	}
+	docs := make([]hourGroups, 0, len(out.Aggregations.Hours.Buckets))
+	for _, b := range out.Aggregations.Hours.Buckets {
+		i, found := byHour[b.Key]
+		if !found {
+			return nil, false, nil
+		}
+		h := out.Hits.Hits[i].Source
+		if h.Sources != indices.ServiceGroupsSources(b.T.DocCount, int64(b.T.V.Value), b.H.DocCount, int64(b.H.V.Value)) {
+			return nil, false, nil // the hour changed since its document was made
+		}
+		groups, err := indices.DecodeServiceGroups(h.Groups)
+		if err != nil {
+			return nil, false, fmt.Errorf("service groups of %s: %w", h.Timestamp.UTC().Format(time.RFC3339), err)
+		}
+		docs = append(docs, hourGroups{hour: h.Timestamp, groups: groups})
+	}
+	return docs, true, nil
+}
+
+// groupMatcher is sel as a test of a (service, host) group, when every
+// matcher names service or host with =, != or a list of literals (=~
+// "a|b", !~) and a value: as in OpenSearch, a missing host (the rollup
+// writes none for "") equals "".
+func groupMatcher(sel selector.Selector) (func(*indices.ServiceGroup) bool, bool) {
+	type test struct {
+		host   bool
+		values map[string]bool
+		in     bool
+	}
+	tests := make([]test, 0, len(sel))
+	for _, m := range sel {
+		if (m.Name != "service" && m.Name != "host") || m.Value == "" {
+			return nil, false
+		}
+		t := test{host: m.Name == "host", values: map[string]bool{m.Value: true}}
+		switch m.Op {
+		case selector.Equal:
+			t.in = true
+		case selector.NotEqual:
+		case selector.Regexp, selector.NotRegexp:
+			list, ok := selector.Values(m)
+			if !ok {
+				return nil, false
+			}
+			t.values, t.in = map[string]bool{}, m.Op == selector.Regexp
+			for _, v := range list {
+				t.values[v] = true
+			}
+		default:
+			return nil, false
+		}
+		tests = append(tests, t)
+	}
+	return func(g *indices.ServiceGroup) bool {
+		for _, t := range tests {
+			v := g.Service
+			if t.host {
+				v = g.Host
+			}
+			if t.values[v] != t.in {
+				return false
+			}
+		}
+		return true
+	}, true
+}
