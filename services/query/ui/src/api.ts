@@ -100,6 +100,7 @@ export interface DiffNode {
 export interface DiffResponse {
   type: string;
   truncated?: boolean;
+  folded?: number; // [other] nodes, as in FlameResponse
   base_total: number;
   compare_total: number;
   root: DiffNode;

@@ -239,7 +239,7 @@ await finish(async () => {
     await others('[other] frames at 2 nodes', (v) => Number(v) > 0);
     check((await page.locator('[data-test-subj="maxNodes"]').inputValue()) === '2', 'the nodes choice is not the URL\'s 2');
     const note = await page.locator('[data-test-subj="flameFolded"]').innerText();
-    check(/summed into \d+ grey \[other\] nodes? \(exact values\)/.test(note), `folded note ${JSON.stringify(note)}`);
+    check(/summed into \d+ \[other\] nodes? \(exact values\)\. Grey/.test(note), `folded note ${JSON.stringify(note)}`);
     await shot('13-folded.png');
     await page.locator('[data-test-subj="maxNodes"]').selectOption('');
     await others('no [other] frame again', (v) => v === '0');

@@ -4,7 +4,7 @@
 // trees come from the API (/api/v1/sandwich), exact however the flame graph
 // was folded.
 
-import type { DiffNode, FlameNode } from '../api';
+import { OTHER_NODE, type DiffNode, type FlameNode } from '../api.js';
 import { kindOf, type FrameKind } from './kinds.js';
 
 export interface Frame {
@@ -195,4 +195,13 @@ export function formatPercent(f: number): string {
   if (p === 0) return '0%';
   if (p < 0.01) return '<0.01%';
   return `${p < 10 ? p.toFixed(2) : p.toFixed(1)}%`;
+}
+
+// foldedNote tells how a flame graph was folded to its node limit (the
+// API's `folded`: how many [other] nodes it holds), or '' when every node
+// is shown.
+export function foldedNote(folded: number | undefined): string {
+  const n = folded ?? 0;
+  if (n <= 0) return '';
+  return `Lighter nodes are summed into ${n.toLocaleString('en-US')} ${OTHER_NODE} ${n === 1 ? 'node' : 'nodes'} (exact values).`;
 }

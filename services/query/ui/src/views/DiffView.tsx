@@ -12,7 +12,7 @@ import { resolve, type Resolved, type TimeRange } from '../time';
 import { useLoad } from '../useApi';
 import { Panel, ErrorCallOut } from './Status';
 import { FlameGraph } from '../flame/FlameGraph';
-import { layoutDiff } from '../flame/tree';
+import { foldedNote, layoutDiff } from '../flame/tree';
 
 export interface DiffProps {
   api: Api;
@@ -111,6 +111,9 @@ export function DiffView({ api, type, query, range }: DiffProps) {
                 </EuiText>
                 {d.truncated && (
                   <EuiText size="xs" color="warning"><p>Truncated: the selections have more stacks than the per-request limit; narrow them for the full picture.</p></EuiText>
+                )}
+                {foldedNote(d.folded) && (
+                  <EuiText size="xs" color="subdued" data-test-subj="diffFolded"><p>{foldedNote(d.folded)}</p></EuiText>
                 )}
                 <FlameGraph layout={layout!} unit="share" testId="diff-flamegraph" />
               </>

@@ -7,14 +7,14 @@ import {
   EuiBasicTable, EuiButton, EuiButtonGroup, EuiFieldSearch, EuiFlexGroup, EuiFlexItem, EuiPanel,
   EuiSpacer, EuiSwitch, EuiTitle, EuiText, EuiButtonEmpty, EuiCallOut, EuiSelect,
 } from '@opensearch-project/oui';
-import { NODE_CHOICES, OTHER_NODE, TOP_SERIES } from '../api';
+import { NODE_CHOICES, TOP_SERIES } from '../api';
 import type { Api, FlameResponse, SandwichResponse, TopFunction, TopResponse, SeriesResponse } from '../api';
 import type { Resolved } from '../time';
 import { useLoad } from '../useApi';
 import { Panel, ErrorCallOut } from './Status';
 import { TimeChart } from './TimeChart';
 import { FlameGraph } from '../flame/FlameGraph';
-import { formatPercent, formatValue, layoutTree, matcher } from '../flame/tree';
+import { foldedNote, formatPercent, formatValue, layoutTree, matcher } from '../flame/tree';
 import { wallSeries } from '../series';
 
 export interface ProfileProps {
@@ -166,8 +166,8 @@ export function ProfileView({ api, type, query, range, onZoom, focusFunction, on
             {flame.data?.truncated && (
               <EuiCallOut size="s" color="warning" iconType="alert" title="This flame graph is truncated: the selection has more stacks than the per-request limit. Narrow the range or the selector for the full picture." />
             )}
-            {flame.data && foldedNote(flame.data) && (
-              <EuiText size="xs" color="subdued" data-test-subj="flameFolded"><p>{foldedNote(flame.data)}</p></EuiText>
+            {flame.data && foldedNote(flame.data.folded) && (
+              <EuiText size="xs" color="subdued" data-test-subj="flameFolded"><p>{foldedNote(flame.data.folded)} Grey in the graph; choose more nodes for more detail.</p></EuiText>
             )}
             <Panel state={flame} testId="flame" empty="No profiles in this range" isEmpty={(d) => !d.total}>
               {(d) => (
@@ -217,14 +217,6 @@ export function ProfileView({ api, type, query, range, onZoom, focusFunction, on
       )}
     </>
   );
-}
-
-// foldedNote tells how the flame graph was folded to its node limit, or ''
-// when every node is shown.
-export function foldedNote(d: FlameResponse): string {
-  const n = d.folded ?? 0;
-  if (n <= 0) return '';
-  return `Lighter nodes are summed into ${n.toLocaleString('en-US')} grey ${OTHER_NODE} ${n === 1 ? 'node' : 'nodes'} (exact values); choose more nodes for more detail.`;
 }
 
 // NodesSelect picks the flame graph's node limit (max_nodes); a value set in

@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  layoutTree, layoutDiff, frameAt, ancestors, matcher, matchedShare, functionTotals, formatValue, formatPercent,
+  layoutTree, layoutDiff, frameAt, ancestors, matcher, matchedShare, functionTotals, formatValue, formatPercent, foldedNote,
 } from '../../.unit-build/flame/tree.js';
 
 const fixture = {
@@ -115,4 +115,11 @@ test('formatting', () => {
   assert.equal(formatPercent(0.5), '50.0%');
   assert.equal(formatPercent(0.0123), '1.23%');
   assert.equal(formatPercent(0.00001), '<0.01%');
+});
+
+test('foldedNote counts the [other] nodes, empty when nothing is folded', () => {
+  assert.equal(foldedNote(undefined), '');
+  assert.equal(foldedNote(0), '');
+  assert.equal(foldedNote(1), 'Lighter nodes are summed into 1 [other] node (exact values).');
+  assert.equal(foldedNote(12345), 'Lighter nodes are summed into 12,345 [other] nodes (exact values).');
 });
