@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/oklog/run"
@@ -56,7 +57,21 @@ func Start(name string, cfg Config, args []string) (*slog.Logger, *prometheus.Re
 	if err != nil {
 		return nil, nil, err
 	}
+	limitHeap(log)
 	return log, telemetry.NewRegistry(), nil
+}
+
+// limitHeap sets Go's soft memory limit to 90% of the cgroup's memory limit
+// when GOMEMLIMIT does not set one, so the garbage collector works harder
+// near the limit instead of the kernel killing the service.
+func limitHeap(log *slog.Logger) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	if limit, ok := MemoryLimit(); ok {
+		debug.SetMemoryLimit(limit / 10 * 9)
+		log.Info("Go memory limit from the cgroup", "cgroup_limit_bytes", limit, "go_limit_bytes", limit/10*9)
+	}
 }
 
 // Group runs actors until the first returns; then every other is

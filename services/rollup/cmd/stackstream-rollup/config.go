@@ -10,6 +10,7 @@ import (
 	"github.com/stackstream/stackstream/pkg/kafka"
 	"github.com/stackstream/stackstream/pkg/opensearch"
 	"github.com/stackstream/stackstream/pkg/service"
+	"github.com/stackstream/stackstream/services/rollup/internal/aggregate"
 )
 
 // Config of stackstream-rollup, from STACKSTREAM_* variables: the blocks
@@ -29,7 +30,7 @@ type Settings struct {
 	Retention       time.Duration `envconfig:"RETENTION" default:"10m" desc:"a written window stays in memory this long for late profiles; later ones go to the DLQ"`
 	MaxClockSkew    time.Duration `envconfig:"MAX_CLOCK_SKEW" default:"10m" desc:"profiles stamped further ahead of this host's clock go to the DLQ"`
 	MaxAge          time.Duration `envconfig:"MAX_AGE" default:"168h" desc:"profiles older than this (wall clock) go to the DLQ; keep it at STACKSTREAM_INDEXER_RETENTION_DAYS; 0 accepts any past time"`
-	MaxStateBytes   int64         `envconfig:"MAX_STATE_BYTES" default:"268435456" desc:"window state held in memory; a profile that would pass it goes to the DLQ (state_full)"`
+	MaxStateBytes   int64         `envconfig:"MAX_STATE_BYTES" default:"0" desc:"window state held in memory; a profile that would pass it goes to the DLQ (state_full); 0 takes 3/8 of the memory limit of the rollup's cgroup (container or systemd MemoryMax=), or 268435456 without one"`
 	MaxPollRecords  int           `envconfig:"MAX_POLL_RECORDS" default:"1000" desc:"records folded in between two writes"`
 	FlushTimeout    time.Duration `envconfig:"FLUSH_TIMEOUT" default:"30s" desc:"bound of the final write on shutdown or partition revoke"`
 	IdleFlush       time.Duration `envconfig:"IDLE_FLUSH" default:"1m" desc:"write the open windows of a partition without records for this long; 0 disables"`
@@ -61,8 +62,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_ROLLUP_MAX_CLOCK_SKEW=%s must be positive, e.g. 10m", s.MaxClockSkew)
 	case s.MaxAge < 0:
 		return fmt.Errorf("STACKSTREAM_ROLLUP_MAX_AGE=%s is negative: use 0 (any past time) or more, e.g. 168h", s.MaxAge)
-	case s.MaxStateBytes < 16<<20:
-		return fmt.Errorf("STACKSTREAM_ROLLUP_MAX_STATE_BYTES=%d is below 16 MiB: use e.g. 268435456", s.MaxStateBytes)
+	case s.MaxStateBytes != 0 && s.MaxStateBytes < 16<<20:
+		return fmt.Errorf("STACKSTREAM_ROLLUP_MAX_STATE_BYTES=%d is below 16 MiB: use 0 (from the memory limit) or e.g. 268435456", s.MaxStateBytes)
 	case s.MinuteDays < 0 || s.HourlyDays < 0:
 		return fmt.Errorf("STACKSTREAM_ROLLUP_MINUTE_RETENTION_DAYS=%d, STACKSTREAM_ROLLUP_HOURLY_RETENTION_DAYS=%d: use 0 (keep) or a number of days", s.MinuteDays, s.HourlyDays)
 	case s.HourlyDays > 0 && (s.MinuteDays == 0 || s.MinuteDays > s.HourlyDays):
@@ -79,4 +80,20 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_ROLLUP_BULK_MAX_BYTES=%d is below 1 MiB: use e.g. 8388608", s.BulkMaxBytes)
 	}
 	return nil
+}
+
+// StateBudget is the window state's bound: MaxStateBytes when set, else 3/8
+// of the cgroup's memory limit, at least 64 MiB: the rollup's RSS runs at
+// about 1.55 times its charged state, the hour's write included
+// (docs/ROLLUP.md "Sizing the budget"), and one profile's decode may take
+// up to 360 MiB more, so 1 GiB holds 384 MiB of state. Without a limit,
+// aggregate.DefaultMaxStateBytes. from says which.
+func (s Settings) StateBudget(limit int64, limited bool) (budget int64, from string) {
+	switch {
+	case s.MaxStateBytes > 0:
+		return s.MaxStateBytes, "STACKSTREAM_ROLLUP_MAX_STATE_BYTES"
+	case limited:
+		return max(limit/8*3, 64<<20), "3/8 of the cgroup memory limit"
+	}
+	return aggregate.DefaultMaxStateBytes, "default, no cgroup memory limit"
 }

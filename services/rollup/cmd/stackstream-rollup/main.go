@@ -36,6 +36,9 @@ func runMain() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	topics := cfg.Kafka.Topics()
+	limit, limited := service.MemoryLimit()
+	budget, from := cfg.Rollup.StateBudget(limit, limited)
+	log.Info("window state budget", "bytes", budget, "from", from)
 
 	osc, err := opensearch.NewClient(ctx, cfg.OpenSearch)
 	if err != nil {
@@ -55,7 +58,7 @@ func runMain() error {
 		Window: aggregate.Config{
 			AllowedLateness: cfg.Rollup.AllowedLateness, Retention: cfg.Rollup.Retention,
 			MaxClockSkew: cfg.Rollup.MaxClockSkew, MaxAge: cfg.Rollup.MaxAge,
-			Budget: &aggregate.Budget{MaxBytes: cfg.Rollup.MaxStateBytes},
+			Budget: &aggregate.Budget{MaxBytes: budget},
 			Names:  cfg.Index.Names(), Now: time.Now,
 			NoMinuteTrees: !cfg.Rollup.MinuteTrees,
 		},

@@ -47,13 +47,32 @@ func TestConfigRejectsBadValues(t *testing.T) {
 	}
 }
 
+func TestStateBudget(t *testing.T) {
+	for _, c := range []struct {
+		set, limit int64
+		limited    bool
+		want       int64
+	}{
+		{set: 1 << 30, limit: 512 << 20, limited: true, want: 1 << 30}, // the variable wins
+		{limit: 1 << 30, limited: true, want: 384 << 20},
+		{limit: 4 << 30, limited: true, want: 1536 << 20},
+		{limit: 150 << 20, limited: true, want: 64 << 20},
+		{limit: 0, limited: false, want: aggregate.DefaultMaxStateBytes},
+	} {
+		got, from := Settings{MaxStateBytes: c.set}.StateBudget(c.limit, c.limited)
+		if got != c.want || from == "" {
+			t.Errorf("StateBudget(set %d, limit %d %v) = %d (%s), want %d", c.set, c.limit, c.limited, got, from, c.want)
+		}
+	}
+}
+
 func TestConfigDefaults(t *testing.T) {
 	var cfg Config
 	if err := config.Load(&cfg, nil, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	if cfg.ListenAddr != "127.0.0.1:9104" || cfg.Rollup.AllowedLateness.String() != "2m0s" || cfg.Rollup.Group != "stackstream-rollup" ||
-		cfg.Rollup.MaxClockSkew.String() != "10m0s" || cfg.Rollup.MaxAge.String() != "168h0m0s" || cfg.Rollup.MaxStateBytes != aggregate.DefaultMaxStateBytes ||
+		cfg.Rollup.MaxClockSkew.String() != "10m0s" || cfg.Rollup.MaxAge.String() != "168h0m0s" || cfg.Rollup.MaxStateBytes != 0 ||
 		cfg.Rollup.MinuteDays != 14 || cfg.Rollup.HourlyDays != 90 || cfg.Rollup.LifecycleEvery.String() != "1h0m0s" || cfg.Rollup.DebugPprof {
 		t.Fatalf("defaults: %+v", cfg)
 	}
