@@ -38,8 +38,9 @@ func runMain() error {
 	}
 	// Under a hostile mix on its topics the live heap reached 332 MB and, with
 	// GOGC's doubling, RSS 750 MB (docs/SYMBOLIZER.md, Memory bounds); a soft
-	// limit makes the collector run sooner instead, as in the agent.
-	if os.Getenv("GOMEMLIMIT") == "" && cfg.Symbolizer.MemoryLimit > 0 {
+	// limit makes the collector run sooner instead, as in the agent. A
+	// lower one from the cgroup's limit (service.Start) stays.
+	if os.Getenv("GOMEMLIMIT") == "" && cfg.Symbolizer.MemoryLimit > 0 && cfg.Symbolizer.MemoryLimit < debug.SetMemoryLimit(-1) {
 		debug.SetMemoryLimit(cfg.Symbolizer.MemoryLimit)
 	}
 	txnID, err := cfg.TxnID()
