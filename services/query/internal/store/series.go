@@ -233,7 +233,7 @@ type groupTotal struct {
 // topSeries reads, for groups ranked over the whole range (groupTotals:
 // a composite aggregation paged over the groups, so the ranking and the
 // count are exact), the top groups per step and the rest summed per step
-// from p's documents, both by OpenSearch, in one search.
+// from p's documents, both by OpenSearch, in one search (plotKeys).
 func (s *Store) topSeries(ctx context.Context, p seriesPlan, groups []groupTotal, step time.Duration, groupBy string, top int) (*Lines, error) {
 	keys := rankKeys(groups, top)
 	lines := &Lines{Lines: make([]Line, 0, len(keys)), Total: len(groups), Source: p.source}
@@ -241,6 +241,24 @@ func (s *Store) topSeries(ctx context.Context, p seriesPlan, groups []groupTotal
 		return lines, nil
 	}
 	folded := len(groups) > len(keys)
+	byKey, rest, ok, err := s.plotKeys(ctx, p, keys, folded, step, groupBy)
+	if err != nil || !ok {
+		return nil, err
+	}
+	for _, k := range keys { // in rank order
+		lines.Lines = append(lines.Lines, Line{Key: k, Points: byKey[k]})
+	}
+	if folded {
+		lines.Other = &Line{Points: rest}
+	}
+	return lines, nil
+}
+
+// plotKeys reads the points of the groups keys and, when folded, of every
+// other group summed ("rest") from p's documents in one search; a key
+// without documents has no points. ok is false when p.prepare refused the
+// answer.
+func (s *Store) plotKeys(ctx context.Context, p seriesPlan, keys []string, folded bool, step time.Duration, groupBy string) (byKey map[string][][2]float64, rest [][2]float64, ok bool, err error) {
 	aggs := topSeriesAggs(groupBy, keys, step, p.aggs, folded)
 	var out struct {
 		Aggregations struct {
@@ -263,7 +281,7 @@ func (s *Store) topSeries(ctx context.Context, p seriesPlan, groups []groupTotal
 	}
 	if err := s.search(ctx, p.indices, aggsRequest(p.query, aggs), &out, "aggregations.top.groups.buckets.key",
 		"aggregations.top.groups.buckets.time.buckets", "aggregations.rest.time.buckets"); err != nil {
-		return nil, err
+		return nil, nil, false, err
 	}
 	if p.prepare != nil {
 		answer := [][]seriesBucket{out.Aggregations.Rest.Time.Buckets}
@@ -271,7 +289,7 @@ func (s *Store) topSeries(ctx context.Context, p seriesPlan, groups []groupTotal
 			answer = append(answer, g.Time.Buckets)
 		}
 		if !p.prepare(answer) {
-			return nil, nil
+			return nil, nil, false, nil
 		}
 	}
 	points := func(buckets []seriesBucket) [][2]float64 {
@@ -283,17 +301,14 @@ func (s *Store) topSeries(ctx context.Context, p seriesPlan, groups []groupTotal
 		slices.SortFunc(pts, func(x, y [2]float64) int { return cmp.Compare(x[0], y[0]) })
 		return pts
 	}
-	byKey := map[string][][2]float64{}
+	byKey = map[string][][2]float64{}
 	for _, g := range out.Aggregations.Top.Groups.Buckets {
 		byKey[g.Key] = points(g.Time.Buckets)
 	}
-	for _, k := range keys { // in rank order
-		lines.Lines = append(lines.Lines, Line{Key: k, Points: byKey[k]})
-	}
 	if folded {
-		lines.Other = &Line{Points: points(out.Aggregations.Rest.Time.Buckets)}
+		rest = points(out.Aggregations.Rest.Time.Buckets)
 	}
-	return lines, nil
+	return byKey, rest, true, nil
 }
 
 // rankKeys sorts groups by value, largest first (ties by key), and

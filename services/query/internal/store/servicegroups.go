@@ -34,8 +34,9 @@ const maxGroupHours = 7 * 24
 func (s *Store) groupsSeries(ctx context.Context, sel Selection, step time.Duration, groupBy string, top int) (*Lines, error) {
 	hours, whole := hourlySpan(sel.Range)
 	ten := tenMinuteSteps(step)
-	if !sel.Type.Time() || !whole || !hours.From.Equal(sel.Range.From) || !hours.To.Equal(sel.Range.To) ||
-		(!ten && step%time.Hour != 0) || hours.Duration() > maxGroupHours*time.Hour {
+	spans := minuteSpans(sel.Range, hours)
+	if !sel.Type.Time() || !whole || (!ten && step%time.Hour != 0) || hours.Duration() > maxGroupHours*time.Hour ||
+		(len(spans) > 0 && !ten && step != time.Hour) {
 		return nil, nil
 	}
 	match, ok := groupMatcher(sel.Selector)
@@ -116,10 +117,26 @@ func (s *Store) groupsSeries(ctx context.Context, sel Selection, step time.Durat
 	if !matched {
 		return nil, nil // no hourly windows: Series reads the minutes, or the samples
 	}
+	// The minutes outside the settled hours rank too (raw sums).
+	minutes := map[string]float64{}
+	if len(spans) > 0 {
+		mins, _, _, err := s.groupTotals(ctx, s.spanMinutes(sel, spans), groupBy, 0)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range mins {
+			minutes[m.key] = m.value
+		}
+	}
 	ranked := make([]groupTotal, 0, len(groups))
 	for k, g := range groups {
-		if g.ranked {
-			ranked = append(ranked, groupTotal{key: k, value: float64(g.rank) / float64(sel.Range.Duration())})
+		if m, ok := minutes[k]; g.ranked || ok {
+			ranked = append(ranked, groupTotal{key: k, value: (float64(g.rank) + m) / float64(sel.Range.Duration())})
+		}
+	}
+	for k, m := range minutes {
+		if groups[k] == nil {
+			ranked = append(ranked, groupTotal{key: k, value: m / float64(sel.Range.Duration())})
 		}
 	}
 	if len(ranked) > MaxGroups {
@@ -138,14 +155,41 @@ func (s *Store) groupsSeries(ctx context.Context, sel Selection, step time.Durat
 		slices.SortFunc(pts, func(x, y [2]float64) int { return cmp.Compare(x[0], y[0]) })
 		return pts
 	}
+	folded := len(ranked) > len(keys)
+	// The steps outside the settled hours as topSeries plots them.
+	spanPoints, spanRest := map[string][][2]float64{}, [][2]float64(nil)
+	for _, r := range spans {
+		rs := sel
+		rs.Range = r
+		plan := s.rollupPlan(rs, true)
+		if ten {
+			plan = s.tenMinutePlan(rs)
+		}
+		byKey, rest, ok, err := s.plotKeys(ctx, plan, keys, folded, step, groupBy)
+		if err != nil || !ok {
+			return nil, err
+		}
+		for k, pts := range byKey {
+			spanPoints[k] = append(spanPoints[k], pts...)
+		}
+		spanRest = append(spanRest, rest...)
+	}
+	merged := func(pts, more [][2]float64) [][2]float64 {
+		if len(more) == 0 {
+			return pts
+		}
+		pts = append(pts, more...)
+		slices.SortFunc(pts, func(x, y [2]float64) int { return cmp.Compare(x[0], y[0]) })
+		return pts
+	}
 	for _, k := range keys {
 		var pts [][2]float64
-		if g := groups[k]; len(g.buckets) > 0 {
+		if g := groups[k]; g != nil && len(g.buckets) > 0 {
 			pts = points(g.buckets)
 		}
-		lines.Lines = append(lines.Lines, Line{Key: k, Points: pts})
+		lines.Lines = append(lines.Lines, Line{Key: k, Points: merged(pts, spanPoints[k])})
 	}
-	if len(ranked) > len(keys) {
+	if folded {
 		// Every group outside the top, those without hourly documents too.
 		rest, shown := map[int64]int64{}, map[string]bool{}
 		for _, k := range keys {
@@ -158,9 +202,21 @@ func (s *Store) groupsSeries(ctx context.Context, sel Selection, step time.Durat
 				}
 			}
 		}
-		lines.Other = &Line{Points: points(rest)}
+		lines.Other = &Line{Points: merged(points(rest), spanRest)}
 	}
 	return lines, nil
+}
+
+// spanMinutes ranks sel's groups by the raw sum of their minute documents
+// in spans.
+func (s *Store) spanMinutes(sel Selection, spans []TimeRange) seriesPlan {
+	filter, mustNot := sel.Selector.Clauses()
+	filter = append([]Query{term("kind", indices.KindService), term("type", string(sel.Type)),
+		term("resolution", indices.ResolutionMinute), anyOf(timeFilters(spans)...)}, filter...)
+	return seriesPlan{
+		indices: s.rollupIndices(sel.Range), query: allOf(filter, mustNot), aggs: Aggs{"v": sumOf("value")},
+		value: func(b seriesBucket, _ time.Duration) float64 { return b.V.Value },
+	}
 }
 
 // hourGroups is one hour's service groups document, decoded.
