@@ -503,7 +503,7 @@ func SampleIDPart(host, profileType string, profileTime time.Time, part string, 
 // KindStacks document is keyed by its series (type, service, host) alone:
 // a replay rewrites it whole, re-symbolized stacks and all.
 func RollupID(d *RollupDoc) string {
-	if d.Kind == KindServiceTree || d.Kind == KindPartitionTree {
+	if d.Kind == KindServiceTree || d.Kind == KindPartitionTree || d.Kind == KindPartitionHead {
 		return hashID(d.Resolution, d.Kind, d.Type, strconv.FormatInt(d.Timestamp.Unix(), 10), d.Service, strconv.Itoa(int(d.Partition)))
 	}
 	stack := ""

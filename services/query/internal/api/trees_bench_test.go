@@ -330,6 +330,66 @@ func BenchmarkProveHourHeads(b *testing.B) {
 	}
 }
 
+// windowHeads encodes the partition heads (indices.WindowHeadNodes kept)
+// of the edges of now-24h at 00:34:27 the next day, as benchEdges indexes
+// them: the minutes 00:35-00:39 and the 10-minute windows 00:40 and 00:50
+// (hour 0's stacks), 24:00, 24:10, 24:20 and 24:30 (hour 24's; 24:30
+// holds 5 minutes), each minute a sixtieth of its hour.
+func (f benchFleet) windowHeads() [][]byte {
+	var out [][]byte
+	for _, edge := range []struct {
+		hr      int
+		windows []int64 // minutes per window: 1 for a minute
+	}{{0, []int64{1, 1, 1, 1, 1, 10, 10}}, {24, []int64{10, 10, 10, 5}}} {
+		minutes := make([]indices.TreeBuilder, f.partitions)
+		for h := 0; h < f.hosts; h++ {
+			for _, s := range f.hostServices(h) {
+				f.stacks(s, h, edge.hr, func(path []indices.TreeFrame, v int64) { minutes[h%f.partitions].Add(path, v/60) })
+			}
+		}
+		for p := range minutes {
+			enc := minutes[p].Encode()
+			for _, k := range edge.windows {
+				var w indices.TreeBuilder
+				for range k {
+					if err := w.AddTree(enc, indices.TreeLimits{}); err != nil {
+						panic(err)
+					}
+				}
+				out = append(out, w.EncodeHead(indices.WindowHeadNodes))
+			}
+		}
+	}
+	return out
+}
+
+// BenchmarkProveEdgeHeads: BenchmarkProveHourHeads with the edges of a
+// literal now-24h from their partition heads (windowHeads: 66 heads),
+// merged under the same proof.
+func BenchmarkProveEdgeHeads(b *testing.B) {
+	f := benchFleet{hosts: 1000, hours: 23, partitions: 6}
+	heads := append(f.hourHeads(1, 24), f.windowHeads()...)
+	var size int
+	for _, h := range heads {
+		size += len(h)
+	}
+	for _, maxNodes := range []int{5000, 20000} {
+		b.Run(fmt.Sprintf("now-24h_x_1000_hosts/max_nodes=%d", maxNodes), func(b *testing.B) {
+			proven, err := api.ProveForBench(heads, maxNodes)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Logf("%d heads, %d KB encoded; proven %v", len(heads), size>>10, proven)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := api.ProveForBench(heads, maxNodes); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkFlameDayTrees: the flame graph of 24 h x 1,000 simulated hosts
 // (the fleet above) read from the day partition trees the rollup's
 // compactor writes (6 documents, the day's stacks merged per partition),
@@ -522,8 +582,10 @@ func BenchmarkFlameDayTrees(b *testing.B) {
 // benchEdges times the literal now-24h at 00:34:27 the next day (hours
 // 01:00-24:00 from the hour heads) with its edges: every minute from 00:30
 // to 01:00 and from 24:00 to 24:35 (the window 24:30 still filling) as the
-// rollup writes them (indexEdges: minute and 10-minute service documents
-// and partition trees), checking the total is exact; p50 and p99 of b.N
+// rollup writes them by default (indexEdges: minute and 10-minute service
+// documents, 10-minute partition trees, minute and 10-minute partition
+// heads; no minute trees), checking the total is exact and that the hour
+// heads and window heads answered under the proof; p50 and p99 of b.N
 // requests.
 func (f benchFleet) benchEdges(b *testing.B, cl *opensearchapi.Client, names indices.Names, day time.Time, hourTotals []int64, bulk func([]querytest.Doc)) {
 	start := time.Now()
@@ -548,8 +610,8 @@ func (f benchFleet) benchEdges(b *testing.B, cl *opensearchapi.Client, names ind
 	b.Run("now-24h", func(b *testing.B) {
 		var fr api.FlamegraphResponse
 		getB(b, srv.URL, literal, &fr)
-		if fr.Source != "fleet_hour_heads+window_trees" || fr.Total != wantTotal || fr.Truncated {
-			b.Fatalf("now-24h with edges: source %s total %d truncated %v, want fleet_hour_heads+window_trees, %d", fr.Source, fr.Total, fr.Truncated, wantTotal)
+		if fr.Source != "fleet_hour_heads+window_heads" || fr.Total != wantTotal || fr.Truncated {
+			b.Fatalf("now-24h with edges: source %s total %d truncated %v, want fleet_hour_heads+window_heads, %d", fr.Source, fr.Total, fr.Truncated, wantTotal)
 		}
 		p50, p99 := timeRequests(b, srv.URL, literal)
 		b.ReportMetric(p50, "p50-ms")
@@ -579,9 +641,11 @@ func benchVersion(b *testing.B, cl *opensearchapi.Client, names indices.Names, d
 // 00:30-01:00 of day (the stacks of hour 0) and 00:00-00:35 of the next
 // day (hour 24) that a range starting at from reads, each minute a
 // sixtieth of its hour's values: the minute and 10-minute service
-// documents and partition trees (querytest.WindowRollups' shapes; built
-// here per hour and scaled, since every minute of an hour holds the same
-// stacks) of the minutes and windows starting at from or later. The
+// documents, the 10-minute partition trees and the minute and 10-minute
+// partition heads, as the rollup writes them by default (minute trees are
+// off; querytest.WindowRollups' shapes; built here per hour and scaled,
+// since every minute of an hour holds the same stacks) of the minutes and
+// windows starting at from or later. The
 // minute stack rollups (325,000 documents of 70 stacks) are left out:
 // indexing them and the unread windows' trees (~1 GB in all) took 37
 // minutes here and then a refresh timed out, and a request that reads
@@ -639,23 +703,33 @@ func (f benchFleet) indexEdges(b *testing.B, names indices.Names, day, from time
 			}
 			bulk(docs)
 		}
+		var headBytes, heads int
 		for p := range minuteTrees {
-			tree := minuteTrees[p].Encode()
+			head := minuteTrees[p].EncodeHead(indices.WindowHeadNodes)
 			var docs []querytest.Doc
 			for _, at := range minutes {
+				headBytes += len(head)
+				heads++
 				docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: at, Resolution: indices.ResolutionMinute,
-					Kind: indices.KindPartitionTree, Type: "cpu", Partition: int32(p), Value: minuteTrees[p].Total(), Tree: tree}))
+					Kind: indices.KindPartitionHead, Type: "cpu", Partition: int32(p), Value: minuteTrees[p].Total(), Tree: head}))
 			}
 			for w, k := range windows {
 				t := windowTrees[k][p]
+				head := t.EncodeHead(indices.WindowHeadNodes)
+				headBytes += len(head)
+				heads++
 				docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: w, Resolution: "10m",
-					Kind: indices.KindPartitionTree, Type: "cpu", Partition: int32(p), Value: t.Total(), Tree: t.Encode()}))
+					Kind: indices.KindPartitionTree, Type: "cpu", Partition: int32(p), Value: t.Total(), Tree: t.Encode()}),
+					querytest.Rollup(names, indices.RollupDoc{Timestamp: w, Resolution: "10m",
+						Kind: indices.KindPartitionHead, Type: "cpu", Partition: int32(p), Value: t.Total(), Tree: head}))
 			}
 			// One tree per bulk request: each is about 2 MB.
 			for _, d := range docs {
 				bulk([]querytest.Doc{d})
 			}
 		}
+		b.Logf("edge from %s: %d partition heads, %d KB (a minute head of a partition %d KB, its tree %d nodes)",
+			edge.first.Format("15:04"), heads, headBytes>>10, len(minuteTrees[0].EncodeHead(indices.WindowHeadNodes))>>10, minuteTrees[0].Nodes())
 	}
 	return totals
 }

@@ -32,10 +32,13 @@ func FleetFixture(names indices.Names, now time.Time, n int) []Doc {
 // documents: per (service, host) a `service` document of each minute and
 // of each 10-minute window (value and stack_value), and per Kafka
 // partition a `partition_tree` of each minute and of each 10-minute window
-// (resolutions "1m" and "10m"). Add every stack of every minute, then
-// take Docs (tests may drop or alter some before indexing them).
+// (resolutions "1m" and "10m") with its head (indices.KindPartitionHead,
+// HeadNodes nodes, indices.WindowHeadNodes when 0). Add every stack of
+// every minute, then take Docs (tests may drop or alter some before
+// indexing them).
 type WindowRollups struct {
-	typ      string
+	HeadNodes int
+	typ       string
 	trees    map[windowKey]*indices.TreeBuilder
 	services map[windowKey]*int64
 }
@@ -76,9 +79,15 @@ func (w *WindowRollups) Add(at time.Time, partition int32, service, host string,
 // Docs are the windows' documents as the rollup writes them.
 func (w *WindowRollups) Docs() []indices.RollupDoc {
 	var out []indices.RollupDoc
+	heads := w.HeadNodes
+	if heads == 0 {
+		heads = indices.WindowHeadNodes
+	}
 	for k, tb := range w.trees {
 		out = append(out, indices.RollupDoc{Timestamp: time.UnixMilli(k.start).UTC(), Resolution: k.resolution, Kind: indices.KindPartitionTree,
-			Type: w.typ, Partition: k.partition, Value: tb.Total(), Tree: tb.Encode()})
+			Type: w.typ, Partition: k.partition, Value: tb.Total(), Tree: tb.Encode()},
+			indices.RollupDoc{Timestamp: time.UnixMilli(k.start).UTC(), Resolution: k.resolution, Kind: indices.KindPartitionHead,
+				Type: w.typ, Partition: k.partition, Value: tb.Total(), Tree: tb.EncodeHead(heads)})
 	}
 	for k, v := range w.services {
 		span := time.Minute

@@ -27,6 +27,10 @@ const (
 // window's partitions, merged while the next is read.
 const edgeTreePage = 6
 
+// edgeHeadPage is how many window partition heads (at most
+// indices.WindowHeadNodes nodes, tens of KB deflated) a scroll page holds.
+const edgeHeadPage = 24
+
 // ceilTo is t rounded up to a multiple of d.
 func ceilTo(t time.Time, d time.Duration) time.Time {
 	if f := t.Truncate(d); f.Before(t) {
@@ -36,15 +40,17 @@ func ceilTo(t time.Time, d time.Duration) time.Time {
 }
 
 // windowSums are the sums of one window start's documents: the partition
-// trees' totals and the service documents' stack_value, of each
-// resolution.
-type windowSums struct{ tree10, service10, tree1, service1 int64 }
+// trees' and partition heads' totals and the service documents'
+// stack_value, of each resolution.
+type windowSums struct{ tree10, head10, service10, tree1, head1, service1 int64 }
 
-// edgePlan is which windows of one edge come from partition trees: whole
-// 10-minute windows (tens) and minutes, each a list of window-start
-// ranges, and the minutes left to read per stack (rest).
+// edgePlan is which windows of one edge come from partition heads (when
+// planned for heads) and which from partition trees: whole 10-minute
+// windows (tens) and minutes, each a list of window-start ranges, and the
+// minutes left to read per stack (rest).
 type edgePlan struct {
-	tens, minutes, rest []TimeRange
+	headTens, headMinutes []TimeRange
+	tens, minutes, rest   []TimeRange
 }
 
 // planEdgeTrees decides, for the edges of a fleet-wide selection read from
@@ -58,7 +64,12 @@ type edgePlan struct {
 // accepted by the same check on minute trees; the rest are read per stack.
 // Two searches at most: the 10-minute windows and edge minutes, then the
 // minutes of the 10-minute windows refused.
-func (s *Store) planEdgeTrees(ctx context.Context, idx []string, typ record.ProfileType, edges []TimeRange) ([]edgePlan, error) {
+//
+// With heads (the caller merges them under a proof), a window is read from
+// its partition heads (indices.KindPartitionHead) when they pass the
+// check its trees would (their values are their trees' totals), else from
+// its trees when those pass, else as above.
+func (s *Store) planEdgeTrees(ctx context.Context, idx []string, typ record.ProfileType, edges []TimeRange, heads bool) ([]edgePlan, error) {
 	type span struct {
 		lo, hi, c, p time.Time // minutes [lo, hi); whole tens [c, p); p a partial ten when p < hi
 	}
@@ -93,14 +104,21 @@ func (s *Store) planEdgeTrees(ctx context.Context, idx []string, typ record.Prof
 		return nil, err
 	}
 	at := func(t time.Time) windowSums { return sums[t.UnixMilli()] }
-	minuteOK := func(m time.Time) bool { w := at(m); return w.tree1 > 0 && w.tree1 == w.service1 }
+	complete := func(docs, service int64) bool { return docs > 0 && docs == service }
+	minuteOK := func(m time.Time) bool { w := at(m); return complete(w.tree1, w.service1) }
+	headOK := func(m time.Time) bool { w := at(m); return heads && complete(w.head1, w.service1) }
 	plans := make([]edgePlan, len(edges))
 	var refusedQ []Query
 	refused := make([][]time.Time, len(edges))
 	for i, sp := range spans {
 		pl := &plans[i]
 		for w := sp.c; w.Before(sp.p); w = w.Add(tenMinutes) {
-			if ws := at(w); ws.tree10 > 0 && ws.tree10 == ws.service10 {
+			ws := at(w)
+			if heads && complete(ws.head10, ws.service10) {
+				pl.headTens = addWindow(pl.headTens, w, tenMinutes)
+				continue
+			}
+			if complete(ws.tree10, ws.service10) {
 				pl.tens = addWindow(pl.tens, w, tenMinutes)
 				continue
 			}
@@ -114,17 +132,22 @@ func (s *Store) planEdgeTrees(ctx context.Context, idx []string, typ record.Prof
 			for m := sp.p; m.Before(sp.hi); m = m.Add(time.Minute) {
 				before += at(m).service1
 			}
-			if ws := at(sp.p); ws.tree10 > 0 && ws.tree10 == ws.service10 && ws.service10 == before {
+			switch ws := at(sp.p); {
+			case ws.service10 != before:
+			case heads && complete(ws.head10, ws.service10):
+				pl.headTens = addWindow(pl.headTens, sp.p, tenMinutes)
+				partial = true
+			case complete(ws.tree10, ws.service10):
 				pl.tens = addWindow(pl.tens, sp.p, tenMinutes)
 				partial = true
 			}
 		}
 		for m := sp.lo; m.Before(sp.c); m = m.Add(time.Minute) {
-			pl.addMinute(m, minuteOK(m))
+			pl.addMinute(m, headOK(m), minuteOK(m))
 		}
 		if !partial {
 			for m := sp.p; m.Before(sp.hi); m = m.Add(time.Minute) {
-				pl.addMinute(m, minuteOK(m))
+				pl.addMinute(m, headOK(m), minuteOK(m))
 			}
 		}
 	}
@@ -139,23 +162,26 @@ func (s *Store) planEdgeTrees(ctx context.Context, idx []string, typ record.Prof
 	for i, ws := range refused {
 		for _, w := range ws {
 			for m := w; m.Before(w.Add(tenMinutes)); m = m.Add(time.Minute) {
-				plans[i].addMinute(m, minuteOK(m))
+				plans[i].addMinute(m, headOK(m), minuteOK(m))
 			}
 		}
 		// The refused windows' minutes came after the edge's last ones.
-		plans[i].minutes, plans[i].rest = merged(plans[i].minutes), merged(plans[i].rest)
+		plans[i].headMinutes, plans[i].minutes, plans[i].rest = merged(plans[i].headMinutes), merged(plans[i].minutes), merged(plans[i].rest)
 	}
 	return plans, nil
 }
 
-// addMinute puts minute m into the minutes from trees when ok, else into
-// those read per stack.
-func (p *edgePlan) addMinute(m time.Time, ok bool) {
-	if ok {
+// addMinute puts minute m into the minutes from heads when head, else
+// from trees when tree, else into those read per stack.
+func (p *edgePlan) addMinute(m time.Time, head, tree bool) {
+	switch {
+	case head:
+		p.headMinutes = addWindow(p.headMinutes, m, time.Minute)
+	case tree:
 		p.minutes = addWindow(p.minutes, m, time.Minute)
-		return
+	default:
+		p.rest = addWindow(p.rest, m, time.Minute)
 	}
-	p.rest = addWindow(p.rest, m, time.Minute)
 }
 
 // merged is ranges in time order, touching ones joined.
@@ -182,10 +208,10 @@ func addWindow(ranges []TimeRange, w time.Time, d time.Duration) []TimeRange {
 	return append(ranges, TimeRange{From: w, To: w.Add(d)})
 }
 
-// windowSums sums, per window start, the partition trees' value and the
-// service documents' stack_value of the 10-minute windows starting in
-// tens and the minutes starting in minutes (fleet-wide: no selector), in
-// one search.
+// windowSums sums, per window start, the partition trees' and heads'
+// value and the service documents' stack_value of the 10-minute windows
+// starting in tens and the minutes starting in minutes (fleet-wide: no
+// selector), in one search.
 func (s *Store) windowSums(ctx context.Context, idx []string, typ record.ProfileType, tens, minutes []Query) (map[int64]windowSums, error) {
 	var when []Query
 	if len(tens) > 0 {
@@ -210,20 +236,24 @@ func (s *Store) windowSums(ctx context.Context, idx []string, typ record.Profile
 				Buckets []struct {
 					Key       int64    `json:"key"`
 					Tree10    filtered `json:"t10"`
+					Head10    filtered `json:"h10"`
 					Service10 filtered `json:"s10"`
 					Tree1     filtered `json:"t1"`
+					Head1     filtered `json:"h1"`
 					Service1  filtered `json:"s1"`
 				} `json:"buckets"`
 			} `json:"windows"`
 		} `json:"aggregations"`
 	}
-	req := aggsRequest(allOf([]Query{termsOf("kind", []string{indices.KindPartitionTree, indices.KindService}),
+	req := aggsRequest(allOf([]Query{termsOf("kind", []string{indices.KindPartitionTree, indices.KindPartitionHead, indices.KindService}),
 		term("type", string(typ)), anyOf(when...)}, nil), Aggs{"windows": {
 		DateHistogram: &DateHistogram{Field: "@timestamp", FixedInterval: "1m", MinDocCount: 1},
 		Aggs: Aggs{
 			"t10": sum(indices.KindPartitionTree, indices.ResolutionTenMinutes, "value"),
+			"h10": sum(indices.KindPartitionHead, indices.ResolutionTenMinutes, "value"),
 			"s10": sum(indices.KindService, indices.ResolutionTenMinutes, "stack_value"),
 			"t1":  sum(indices.KindPartitionTree, indices.ResolutionMinute, "value"),
+			"h1":  sum(indices.KindPartitionHead, indices.ResolutionMinute, "value"),
 			"s1":  sum(indices.KindService, indices.ResolutionMinute, "stack_value"),
 		},
 	}})
@@ -231,20 +261,25 @@ func (s *Store) windowSums(ctx context.Context, idx []string, typ record.Profile
 		return nil, fmt.Errorf("check edge trees: %w", err)
 	}
 	for _, b := range resp.Aggregations.Windows.Buckets {
-		out[b.Key] = windowSums{tree10: int64(b.Tree10.V.Value), service10: int64(b.Service10.V.Value),
-			tree1: int64(b.Tree1.V.Value), service1: int64(b.Service1.V.Value)}
+		out[b.Key] = windowSums{tree10: int64(b.Tree10.V.Value), head10: int64(b.Head10.V.Value), service10: int64(b.Service10.V.Value),
+			tree1: int64(b.Tree1.V.Value), head1: int64(b.Head1.V.Value), service1: int64(b.Service1.V.Value)}
 	}
 	return out, nil
 }
 
-// windowTrees selects the partition trees of plans' accepted windows.
-func windowTrees(plans []edgePlan) (Query, int) {
+// windowDocs selects the partition trees (or, with heads, the partition
+// heads) of plans' accepted windows.
+func windowDocs(plans []edgePlan, heads bool) (Query, int) {
 	var tens, minutes []Query
 	for _, p := range plans {
-		for _, r := range p.tens {
+		t, m := p.tens, p.minutes
+		if heads {
+			t, m = p.headTens, p.headMinutes
+		}
+		for _, r := range t {
 			tens = append(tens, timeFilter(r))
 		}
-		for _, r := range p.minutes {
+		for _, r := range m {
 			minutes = append(minutes, timeFilter(r))
 		}
 	}

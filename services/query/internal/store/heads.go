@@ -84,7 +84,8 @@ const MaxHeadHours = 48
 // of the hour's partition trees merged), handing each head that is fresh
 // (its sources are its hour's partition trees' versions now) to useHead and
 // the partition trees of the other hours to useTree, and the minutes
-// around the hours per stack as Trees does. ok is false, with nothing
+// around the hours as Trees does, except that windows whose partition
+// heads are complete hand those heads to useHead (readEdges). ok is false, with nothing
 // handed over, when sel names a field, its whole hours are not in complete
 // partition trees (treesComplete) or span more than MaxHeadHours, or no
 // hour has a fresh head.
@@ -164,7 +165,7 @@ func (s *Store) FleetHourHeads(ctx context.Context, sel Selection, useHead, useT
 		}
 		read.Trees += n
 	}
-	if err := s.readEdges(ctx, sel, hours, read, useTree); err != nil {
+	if err := s.readEdges(ctx, sel, hours, read, useTree, useHead); err != nil {
 		return nil, false, err
 	}
 	return read, true, nil

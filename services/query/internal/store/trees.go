@@ -103,7 +103,7 @@ func (s *Store) Trees(ctx context.Context, sel Selection, use func(tree []byte) 
 	if read.Trees, err = s.scrollTrees(ctx, idx, hourSel, kind, when, s.opts.TreePage, use); err != nil {
 		return nil, false, err
 	}
-	if err := s.readEdges(ctx, sel, hours, read, use); err != nil {
+	if err := s.readEdges(ctx, sel, hours, read, use, nil); err != nil {
 		return nil, false, err
 	}
 	return read, true, nil
@@ -120,8 +120,11 @@ func (s *Store) Trees(ctx context.Context, sel Selection, use func(tree []byte) 
 // every stack (the answer is tens of bytes per stack whether or not some
 // are dropped after); past MaxEdgeStacks distinct stacks in both edges the
 // read fails with ErrTooManyStacks rather than leave stacks out.
-// read.Source gets "+window_trees" and/or "+samples" or "+rollups".
-func (s *Store) readEdges(ctx context.Context, sel Selection, hours TimeRange, read *TreeRead, useTree func([]byte) error) error {
+// read.Source gets "+window_trees" and/or "+samples" or "+rollups". With
+// useHead (a caller that proves its answer from heads), windows whose
+// partition heads are complete are handed to useHead instead, and
+// read.Source gets "+window_heads".
+func (s *Store) readEdges(ctx context.Context, sel Selection, hours TimeRange, read *TreeRead, useTree, useHead func([]byte) error) error {
 	rollups := s.FromRollups(sel)
 	var edges []TimeRange
 	for _, edge := range []TimeRange{{From: sel.Range.From, To: hours.From}, {From: hours.To, To: sel.Range.To}} {
@@ -137,10 +140,18 @@ func (s *Store) readEdges(ctx context.Context, sel Selection, hours TimeRange, r
 	if rollups && sel.Selector.OnlyFields() && len(edges) > 0 {
 		idx := s.rollupIndices(TimeRange{From: edges[0].From, To: edges[len(edges)-1].To})
 		var err error
-		if plans, err = s.planEdgeTrees(ctx, idx, sel.Type, edges); err != nil {
+		if plans, err = s.planEdgeTrees(ctx, idx, sel.Type, edges, useHead != nil); err != nil {
 			return err
 		}
-		if when, n := windowTrees(plans); n > 0 {
+		if when, n := windowDocs(plans, true); n > 0 {
+			heads, err := s.scrollTrees(ctx, idx, sel, indices.KindPartitionHead, when, edgeHeadPage, useHead)
+			if err != nil {
+				return err
+			}
+			read.Trees += heads
+			parts = append(parts, "window_heads")
+		}
+		if when, n := windowDocs(plans, false); n > 0 {
 			trees, err := s.scrollTrees(ctx, idx, sel, indices.KindPartitionTree, when, edgeTreePage, useTree)
 			if err != nil {
 				return err

@@ -68,7 +68,7 @@ func (p *Partition) appendDirty(out []Pending, w *window) []Pending {
 		switch {
 		case !ds.dirty:
 		case isPartHour(w.key.res):
-			out = append(out, p.partTreePending(w, start, index, k, ds))
+			out = p.appendPartTree(out, w, start, index, k, ds)
 		default:
 			out = append(out, p.serviceTreePending(w, start, index, k, ds))
 		}

@@ -167,18 +167,30 @@ func isPartHour(res string) bool {
 	return res == indices.ResolutionMinute || res == indices.ResolutionTenMinutes
 }
 
-// writesTree: a window of resolution res has a partition tree of its own
-// (hours have theirs with their hosts' trees).
+// writesTree: a window of resolution res has a partition tree state of
+// its own (hours have theirs with their hosts' trees): every part-hour
+// window writes its partition head, and its tree unless it is a minute
+// and minute trees are off (writesWholeTree).
 func (p *Partition) writesTree(res string) bool {
+	return isPartHour(res)
+}
+
+// writesWholeTree: a part-hour window of resolution res writes its whole
+// partition tree, not only its head.
+func (p *Partition) writesWholeTree(res string) bool {
 	return res == indices.ResolutionTenMinutes || res == indices.ResolutionMinute && !p.cfg.NoMinuteTrees
 }
 
-// partTreePending is a part-hour window's partition tree of type k.typ:
-// every stack of every host of the window in this partition, merged. A
-// minute's is summed from its hosts' stacks (a host's stack summed to a
-// negative value left out, as in the hour's trees); a 10-minute window's
-// from its values.
-func (p *Partition) partTreePending(w *window, start time.Time, index string, k serviceKey, ds *docState) Pending {
+// appendPartTree appends a part-hour window's partition tree of type
+// k.typ (every stack of every host of the window in this partition,
+// merged), when it writes one (writesWholeTree), and the tree's head
+// (indices.KindPartitionHead: its indices.WindowHeadNodes heaviest nodes,
+// the value of each kept node's other children folded). A minute's tree is
+// summed from its hosts' stacks (a host's stack summed to a negative value
+// left out, as in the hour's trees); a 10-minute window's from its values.
+// Both documents share the window's state: they are written, and
+// rewritten, together.
+func (p *Partition) appendPartTree(out []Pending, w *window, start time.Time, index string, k serviceKey, ds *docState) []Pending {
 	v := w.values[k.typ]
 	if w.key.res == indices.ResolutionMinute {
 		v = &p.minuteValues
@@ -202,9 +214,18 @@ func (p *Partition) partTreePending(w *window, start time.Time, index string, k 
 	if v != nil {
 		v.addTo(tt)
 	}
-	d := indices.RollupDoc{
-		Timestamp: start, Resolution: w.key.res, Kind: indices.KindPartitionTree, Type: k.typ,
-		Partition: p.cfg.Partition, Value: tt.b.Total(), Tree: indices.Deflate(tt.b.EncodeSorted()),
+	docs := []indices.RollupDoc{{
+		Timestamp: start, Resolution: w.key.res, Kind: indices.KindPartitionHead, Type: k.typ,
+		Partition: p.cfg.Partition, Value: tt.b.Total(), Tree: tt.b.EncodeHead(indices.WindowHeadNodes),
+	}}
+	if p.writesWholeTree(w.key.res) {
+		docs = append(docs, indices.RollupDoc{
+			Timestamp: start, Resolution: w.key.res, Kind: indices.KindPartitionTree, Type: k.typ,
+			Partition: p.cfg.Partition, Value: tt.b.Total(), Tree: indices.Deflate(tt.b.EncodeSorted()),
+		})
 	}
-	return Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: ds.firstOffset, ds: ds, w: w}
+	for _, d := range docs {
+		out = append(out, Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: ds.firstOffset, ds: ds, w: w})
+	}
+	return out
 }

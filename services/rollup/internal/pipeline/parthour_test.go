@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"bytes"
+	"fmt"
 	"testing"
 	"time"
 
@@ -101,4 +103,40 @@ func (e *env) sumStackValue(res string, t time.Time) int64 {
 		}
 	}
 	return sum
+}
+
+// checkPartitionHeads: every partition head (indices.KindPartitionHead) is
+// the head of its window's partition tree, its indices.WindowHeadNodes
+// heaviest nodes, byte for byte, with the tree's total as its value; the
+// heads are then removed from docs (compare checks the rest).
+func checkPartitionHeads(t *testing.T, docs map[string]indices.RollupDoc) {
+	t.Helper()
+	key := func(d indices.RollupDoc) string {
+		return fmt.Sprintf("%s %s %s partition %d", d.Resolution, d.Timestamp.UTC().Format("15:04"), d.Type, d.Partition)
+	}
+	trees := map[string]indices.RollupDoc{}
+	for _, d := range docs {
+		if d.Kind == indices.KindPartitionTree {
+			trees[key(d)] = d
+		}
+	}
+	for k, d := range docs {
+		if d.Kind != indices.KindPartitionHead {
+			continue
+		}
+		delete(docs, k)
+		tree, ok := trees[key(d)]
+		if !ok {
+			t.Errorf("partition head %s without its tree", key(d))
+			continue
+		}
+		var b indices.TreeBuilder
+		if err := b.AddTree(tree.Tree, indices.TreeLimits{}); err != nil {
+			t.Errorf("partition tree %s: %v", key(d), err)
+			continue
+		}
+		if d.Value != tree.Value || !bytes.Equal(d.Tree, b.EncodeHead(indices.WindowHeadNodes)) {
+			t.Errorf("partition head %s: value %d (tree %d), or not the tree's head", key(d), d.Value, tree.Value)
+		}
+	}
 }

@@ -424,6 +424,7 @@ func compare(t *testing.T, got map[string]indices.RollupDoc, want map[string]ind
 	// be the merge of the service's (every service's) host trees, however
 	// the hosts were partitioned.
 	want = maps.Clone(want)
+	checkPartitionHeads(t, got)
 	serviceTrees := func(docs map[string]indices.RollupDoc, kinds ...string) map[string]map[string][2]int64 {
 		out := map[string]map[string][2]int64{}
 		for k, d := range docs {
