@@ -56,7 +56,7 @@ func (b *bench) scaling(ctx context.Context) error {
 			return err
 		}
 		sleep(ctx, 70*time.Second)
-		b.waitHourWrites(ctx, o.drain)
+		b.waitRollupWrites(ctx, o.drain)
 		idle0, idleAt := b.serviceCPU(b.pids()), time.Now()
 		sleep(ctx, o.scaleIdle)
 		idle1, idleSpan := b.serviceCPU(b.pids()), time.Since(idleAt)
@@ -110,7 +110,7 @@ func (b *bench) scaling(ctx context.Context) error {
 			return err
 		}
 		sleep(ctx, 70*time.Second) // the rollup's idle flush, as in part A
-		b.waitHourWrites(ctx, o.drain)
+		b.waitRollupWrites(ctx, o.drain)
 		after, count1, span := b.serviceCPU(b.pids()), b.counters(), time.Since(t0)
 		want := b.produced.Load() - produced0
 		rollup, err := b.eventually(ctx, want, 3*time.Minute, func() (int64, error) { return b.rollupCPU(ctx, cfg.HostPrefix, time.Time{}) })
@@ -148,16 +148,21 @@ func (b *bench) scaling(ctx context.Context) error {
 	return nil
 }
 
-// waitHourWrites waits, up to limit, until no rollup instance is storing an
-// ended hour (stackstream_rollup_hour_writes_in_flight is 0 on each). A
-// round whose fleet crosses an hour, or a rebalance that makes an instance
-// rebuild an ended hour from its partitions' commits, stores that hour in
-// the background for minutes (202 s at 2 instances on 2026-12-02, beside
-// other work): the idle interval counted it as idle (20.2 ms/s per rollup
-// instance, CPU less idle below zero), and a round's CPU read before it
-// ended left the rest to the next round.
-func (b *bench) waitHourWrites(ctx context.Context, limit time.Duration) {
+// waitRollupWrites waits, up to limit, until no rollup instance is storing
+// an ended hour (stackstream_rollup_hour_writes_in_flight 0 on each) and
+// the rollups' bulk requests have not moved for 20 s. A round whose fleet
+// crosses an hour, or a rebalance that makes an instance rebuild an ended
+// hour from its partitions' commits, stores that hour in the background for
+// minutes (202 s at 2 instances on 2026-12-02, beside other work), and the
+// windows a rebalance rebuilt are written at the idle flush, which took
+// longer than 70 s at load 30: the idle interval counted both as idle
+// (20.2 and 8.4 ms/s per rollup instance, CPU less idle below zero at 2
+// instances), and a round's CPU read before they ended left the rest to the
+// next round.
+func (b *bench) waitRollupWrites(ctx context.Context, limit time.Duration) {
+	const quiet = 20 * time.Second
 	start := time.Now()
+	lastWrites, lastChange := -1.0, time.Now()
 	for {
 		busy := 0
 		for _, inst := range b.instances("stackstream-rollup") {
@@ -166,15 +171,18 @@ func (b *bench) waitHourWrites(ctx context.Context, limit time.Duration) {
 				busy++
 			}
 		}
+		if w := b.counters()["stackstream-rollup/writes"]; w != lastWrites {
+			lastWrites, lastChange = w, time.Now()
+		}
 		waited := time.Since(start).Round(time.Second)
-		if busy == 0 {
-			if waited >= 5*time.Second {
-				fmt.Printf("  waited %v for the rollup's ended-hour writes\n", waited)
+		if busy == 0 && time.Since(lastChange) >= quiet {
+			if waited > quiet+5*time.Second {
+				fmt.Printf("  waited %v for the rollup's writes to end\n", waited)
 			}
 			return
 		}
 		if waited >= limit {
-			fmt.Printf("  %d rollup instances still storing an ended hour after %v; measuring anyway\n", busy, waited)
+			fmt.Printf("  the rollup still writing after %v (%d instances storing an ended hour); measuring anyway\n", waited, busy)
 			return
 		}
 		if !sleep(ctx, 5*time.Second) {
