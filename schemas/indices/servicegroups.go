@@ -14,7 +14,7 @@ import (
 // the whole fleet in one document (resolution 1h, no service or host):
 // every (service, host) group's 10-minute sums and hour sum (Groups,
 // EncodeServiceGroups), so a chart of a day reads 24 documents instead of
-// 144,000 (schemas/opensearch.md, "Hour groups"). Sources is the
+// 144,000 (schemas/opensearch.md, "Service groups"). Sources is the
 // fingerprint of the service documents it was made from
 // (ServiceGroupsSources); Value the sum of their 10-minute values.
 const KindServiceGroups = "service_groups"
@@ -36,13 +36,50 @@ type ServiceGroup struct {
 const PresentHour = 1 << 6
 
 // ServiceGroupsSources is the fingerprint of an hour's service documents
-// of one type: the count and value sum of its 10-minute documents and of
-// its hourly ones. The query uses a KindServiceGroups document only when
-// its Sources equals the fingerprint of the documents as they are: a
-// rewrite that adds value, or a document added or removed, changes it.
-func ServiceGroupsSources(tenDocs, tenSum, hourDocs, hourSum int64) string {
-	return "10m:" + strconv.FormatInt(tenDocs, 10) + ":" + strconv.FormatInt(tenSum, 10) +
-		"/1h:" + strconv.FormatInt(hourDocs, 10) + ":" + strconv.FormatInt(hourSum, 10)
+// of one type: the count and the sum of the _seq_no of its 10-minute
+// documents and of its hourly ones (ServiceGroupsCheck). A rewrite gives
+// a document a higher _seq_no and a document added or deleted changes a
+// count, so the fingerprint changes with any of them; the query uses a
+// KindServiceGroups document only when its Sources equals the fingerprint
+// of the hour's documents as they are. (Sums of values would not do: a
+// fleet's hour sums past 2^53 ns, where OpenSearch's double sums round.)
+func ServiceGroupsSources(tenDocs, tenSeqNos, hourDocs, hourSeqNos int64) string {
+	return "10m:" + strconv.FormatInt(tenDocs, 10) + ":" + strconv.FormatInt(tenSeqNos, 10) +
+		"/1h:" + strconv.FormatInt(hourDocs, 10) + ":" + strconv.FormatInt(hourSeqNos, 10)
+}
+
+// ServiceGroupsCheckAggs are the aggregations, over one hour's service
+// documents of one type (e.g. under an hourly date_histogram), whose
+// answer ServiceGroupsCheck reads.
+func ServiceGroupsCheckAggs() map[string]any {
+	of := func(res string) map[string]any {
+		return map[string]any{
+			"filter": map[string]any{"bool": map[string]any{"filter": []any{
+				map[string]any{"term": map[string]any{"kind": KindService}},
+				map[string]any{"term": map[string]any{"resolution": res}},
+			}}},
+			"aggs": map[string]any{"seq_nos": map[string]any{"sum": map[string]any{"field": "_seq_no"}}},
+		}
+	}
+	return map[string]any{"ten": of(ResolutionTenMinutes), "hour": of(ResolutionHour)}
+}
+
+// ServiceGroupsCheck is the answer of ServiceGroupsCheckAggs.
+type ServiceGroupsCheck struct {
+	Ten  seqNos `json:"ten"`
+	Hour seqNos `json:"hour"`
+}
+
+type seqNos struct {
+	DocCount int64 `json:"doc_count"`
+	SeqNos   struct {
+		Value float64 `json:"value"`
+	} `json:"seq_nos"`
+}
+
+// Sources is the fingerprint of the documents c counted.
+func (c ServiceGroupsCheck) Sources() string {
+	return ServiceGroupsSources(c.Ten.DocCount, int64(c.Ten.SeqNos.Value), c.Hour.DocCount, int64(c.Hour.SeqNos.Value))
 }
 
 // EncodeServiceGroups packs groups: a uvarint count, then per group its
@@ -121,13 +158,15 @@ func DecodeServiceGroups(b []byte) ([]ServiceGroup, error) {
 // ServiceGroupsBuilder gathers one hour's service documents of one type
 // (or sums of them) into its KindServiceGroups document.
 type ServiceGroupsBuilder struct {
-	groups                             map[[2]string]*ServiceGroup
-	tenDocs, tenSum, hourDocs, hourSum int64
+	groups map[[2]string]*ServiceGroup
+	tenSum int64
 }
 
 // Add adds docs service documents of resolution res (10m or 1h; others
 // are ignored) of the group (service, host) starting at start, whose
-// values sum to value.
+// values sum to value. The query checks, per selection, that an hour's
+// 10-minute values add up to its hourly ones (as it does with the
+// documents themselves): a document is written for any hour.
 func (b *ServiceGroupsBuilder) Add(service, host, res string, start time.Time, docs, value int64) {
 	if docs == 0 || (res != ResolutionTenMinutes && res != ResolutionHour) {
 		return
@@ -144,25 +183,17 @@ func (b *ServiceGroupsBuilder) Add(service, host, res string, start time.Time, d
 	if res == ResolutionHour {
 		g.Present |= PresentHour
 		g.Hour += value
-		b.hourDocs += docs
-		b.hourSum += value
 		return
 	}
 	w := start.UTC().Minute() / 10
 	g.Present |= 1 << w
 	g.Ten[w] += value
-	b.tenDocs += docs
 	b.tenSum += value
 }
 
-// Complete reports whether the hour's 10-minute values add up to its
-// hourly ones, and not to 0: the query charts only such hours from the
-// document (as it does from the 10-minute documents themselves).
-func (b *ServiceGroupsBuilder) Complete() bool { return b.tenSum != 0 && b.tenSum == b.hourSum }
-
 // Doc is the KindServiceGroups document of the hour, groups in (service,
-// host) order.
-func (b *ServiceGroupsBuilder) Doc(typ string, hour time.Time) RollupDoc {
+// host) order, made from the documents of fingerprint sources.
+func (b *ServiceGroupsBuilder) Doc(typ string, hour time.Time, sources string) RollupDoc {
 	groups := make([]ServiceGroup, 0, len(b.groups))
 	for _, g := range b.groups {
 		groups = append(groups, *g)
@@ -173,6 +204,6 @@ func (b *ServiceGroupsBuilder) Doc(typ string, hour time.Time) RollupDoc {
 	return RollupDoc{
 		Timestamp: hour.UTC(), Resolution: ResolutionHour, Kind: KindServiceGroups, Type: typ,
 		Value: b.tenSum, Groups: EncodeServiceGroups(groups),
-		Sources: ServiceGroupsSources(b.tenDocs, b.tenSum, b.hourDocs, b.hourSum),
+		Sources: sources,
 	}
 }

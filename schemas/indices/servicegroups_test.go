@@ -17,7 +17,7 @@ func TestServiceGroups(t *testing.T) {
 	b.Add("a", "", ResolutionTenMinutes, hour.Add(10*time.Minute), 2, 300)
 	b.Add("a", "", ResolutionHour, hour, 1, 1<<40)
 	b.Add("a", "", ResolutionMinute, hour, 1, 5)
-	d := b.Doc("cpu", hour)
+	d := b.Doc("cpu", hour, ServiceGroupsSources(3, 10, 1, 4))
 	want := []ServiceGroup{
 		{Service: "a", Present: 1<<1 | PresentHour, Ten: [6]int64{0, 300}, Hour: 1 << 40},
 		{Service: "b", Host: "h-1", Present: 1 << 5, Ten: [6]int64{5: -7}},
@@ -26,7 +26,7 @@ func TestServiceGroups(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("%+v %v, want %+v", got, err, want)
 	}
-	if d.Kind != KindServiceGroups || d.Value != 293 || d.Sources != ServiceGroupsSources(3, 293, 1, 1<<40) || b.Complete() {
+	if d.Kind != KindServiceGroups || d.Value != 293 || d.Sources != "10m:3:10/1h:1:4" {
 		t.Fatalf("%+v", d)
 	}
 	for n := range len(d.Groups) {

@@ -41,7 +41,17 @@ func BenchmarkSeriesDay1000Hosts(b *testing.B) {
 	to := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	from := to.Add(-24 * time.Hour)
 	start := time.Now()
-	for h := from; h.Before(to); h = h.Add(time.Hour) {
+	// STACKSTREAM_BENCH_FLEET_DAY_FROM names the rollups index of an
+	// earlier run (left by an interrupted one) to copy instead.
+	copied := os.Getenv("STACKSTREAM_BENCH_FLEET_DAY_FROM")
+	if copied != "" {
+		body := fmt.Sprintf(`{"source":{"index":%q},"dest":{"index":%q}}`, copied, names.Rollups(from))
+		status, resp, err := opensearch.Raw(b.Context(), cl, http.MethodPost, "/_reindex?refresh=true&timeout=30m", []byte(body))
+		if err != nil || status != http.StatusOK || bytes.Contains(resp, []byte(`"failures":[{`)) {
+			b.Fatalf("reindex %s: %d %v %.300s", copied, status, err, resp)
+		}
+	}
+	for h := from; h.Before(to) && copied == ""; h = h.Add(time.Hour) {
 		docs := make([]querytest.Doc, 0, hosts*67)
 		for i := range hosts {
 			host, service := fmt.Sprintf("host-%04d", i), fmt.Sprintf("svc-%02d", i%50)
@@ -90,7 +100,7 @@ func BenchmarkSeriesDay1000Hosts(b *testing.B) {
 			}
 			gb.Add(service, host, indices.ResolutionHour, h, 1, 60*v)
 		}
-		groupDocs = append(groupDocs, querytest.Rollup(names, gb.Doc("cpu", h)))
+		groupDocs = append(groupDocs, querytest.Rollup(names, gb.Doc("cpu", h, groupsSources(b, cl, names, "cpu", h))))
 	}
 	withGroups := func(on bool) {
 		if on {

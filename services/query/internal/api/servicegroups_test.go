@@ -2,6 +2,8 @@ package api_test
 
 import (
 	"cmp"
+	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
@@ -10,6 +12,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/opensearch-project/opensearch-go/v4/opensearchapi"
 
 	"github.com/stackstream/stackstream/pkg/opensearch"
 	"github.com/stackstream/stackstream/schemas/indices"
@@ -194,32 +198,42 @@ func TestSeriesServiceGroups(t *testing.T) {
 		exact(t, c, before[i])
 	}
 
-	// The compactor's documents, built from the same service documents.
-	builders := map[time.Time]*indices.ServiceGroupsBuilder{}
-	for _, d := range docs {
-		r := d.Body.(indices.RollupDoc)
-		h := r.Timestamp.Truncate(time.Hour)
-		if builders[h] == nil {
-			builders[h] = &indices.ServiceGroupsBuilder{}
+	// The compactor's documents, built from the service documents as they
+	// are now (minutes) with their fingerprint.
+	makeDoc := func(t *testing.T, h time.Time) querytest.Doc {
+		var b indices.ServiceGroupsBuilder
+		for _, g := range groups {
+			for _, d := range windows(g) {
+				if r := d.Body.(indices.RollupDoc); r.Timestamp.Truncate(time.Hour).Equal(h) {
+					b.Add(r.Service, r.Host, r.Resolution, r.Timestamp, 1, r.Value)
+				}
+			}
 		}
-		builders[h].Add(r.Service, r.Host, r.Resolution, r.Timestamp, 1, r.Value)
+		return querytest.Rollup(names, b.Doc("cpu", h, groupsSources(t, cl, names, "cpu", h)))
 	}
 	groupDocs := map[time.Time]querytest.Doc{}
 	var all []querytest.Doc
-	for h, b := range builders {
-		if !b.Complete() {
-			t.Fatalf("hour %s not complete", h)
-		}
-		groupDocs[h] = querytest.Rollup(names, b.Doc("cpu", h))
+	for h := from; h.Before(to); h = h.Add(time.Hour) {
+		groupDocs[h] = makeDoc(t, h)
 		all = append(all, groupDocs[h])
 	}
 	querytest.Index(t, cl, names, all)
-	answers := func(t *testing.T, source string) {
+	// answers checks every chart's source and points; with some hours read
+	// from the service documents, the rolling charts (whose first and last
+	// parts are) too.
+	answers := func(t *testing.T, someHours bool) {
 		t.Helper()
 		for _, c := range charts {
 			resp := ask(t, c)
-			if resp.Source != source {
-				t.Fatalf("%s %s %s: source %s, want %s", c.groupBy, c.step, c.query, resp.Source, source)
+			want := "service_groups"
+			switch {
+			case (someHours || c.rolling) && c.step == "2h":
+				want = "rollups" // a step of two hours would mix both ways
+			case someHours || c.rolling:
+				want += "+rollups"
+			}
+			if resp.Source != want {
+				t.Fatalf("%s %s %s: source %s, want %s", c.groupBy, c.step, c.query, resp.Source, want)
 			}
 			exact(t, c, resp)
 		}
@@ -227,8 +241,12 @@ func TestSeriesServiceGroups(t *testing.T) {
 	t.Run("the groups documents answer what the service documents do", func(t *testing.T) {
 		for i, c := range charts {
 			resp := ask(t, c)
-			if resp.Source != "service_groups" {
-				t.Fatalf("%s %s %s: source %s, want service_groups", c.groupBy, c.step, c.query, resp.Source)
+			want := "service_groups"
+			if c.rolling {
+				want += "+rollups"
+			}
+			if resp.Source != want {
+				t.Fatalf("%s %s %s: source %s, want %s", c.groupBy, c.step, c.query, resp.Source, want)
 			}
 			resp.Source = before[i].Source
 			if !reflect.DeepEqual(resp, before[i]) {
@@ -280,58 +298,57 @@ func TestSeriesServiceGroups(t *testing.T) {
 			t.Fatal("h-11: no point at 07:20")
 		}
 		querytest.Index(t, cl, names, []querytest.Doc{groupDocs[h8]})
-		answers(t, "service_groups")
+		answers(t, false)
 	})
 
 	// A late profile adds to a minute of h-04 at 05:33: its minute,
 	// 10-minute and hourly documents are rewritten, the hour's groups
-	// document is stale.
-	late := groups[4]
+	// document is stale and the hour is read from the service documents.
+	late, h5 := groups[4], from.Add(time.Hour)
 	t.Run("an hour rewritten since", func(t *testing.T) {
 		minutes[late][from.Add(93*time.Minute).UnixMilli()] += 5e11
-		querytest.Index(t, cl, names, windows(late))
-		answers(t, "rollups")
-	})
-	h6 := from.Add(time.Hour)
-	b6 := indices.ServiceGroupsBuilder{}
-	for _, d := range docs {
-		r := d.Body.(indices.RollupDoc)
-		if g := (group{r.Service, r.Host}); r.Timestamp.Truncate(time.Hour).Equal(h6) && g != late {
-			b6.Add(r.Service, r.Host, r.Resolution, r.Timestamp, 1, r.Value)
+		var rewritten []querytest.Doc
+		for _, d := range windows(late) {
+			if d.Body.(indices.RollupDoc).Timestamp.Truncate(time.Hour).Equal(h5) {
+				rewritten = append(rewritten, d)
+			}
 		}
-	}
-	for _, d := range windows(late) {
-		r := d.Body.(indices.RollupDoc)
-		if r.Timestamp.Truncate(time.Hour).Equal(h6) {
-			b6.Add(r.Service, r.Host, r.Resolution, r.Timestamp, 1, r.Value)
-		}
-	}
-	fresh := querytest.Rollup(names, b6.Doc("cpu", h6))
-	querytest.Index(t, cl, names, []querytest.Doc{fresh})
-	t.Run("the hour's document made again", func(t *testing.T) {
-		answers(t, "service_groups")
+		querytest.Index(t, cl, names, rewritten)
+		answers(t, true)
+		groupDocs[h5] = makeDoc(t, h5)
+		querytest.Index(t, cl, names, []querytest.Doc{groupDocs[h5]})
+		answers(t, false)
 	})
 	t.Run("a 10-minute document rewritten alone", func(t *testing.T) {
-		r := windows(late)
-		for _, d := range r {
+		for _, d := range windows(late) {
 			b := d.Body.(indices.RollupDoc)
-			if b.Resolution == indices.ResolutionTenMinutes && b.Timestamp.Equal(h6.Add(30*time.Minute)) {
-				b.Value += 7e11
-				querytest.Index(t, cl, names, []querytest.Doc{querytest.Rollup(names, b)})
-				// The 10-minute sums no longer equal the hour's: the
-				// minutes answer (charts of whole hours read the hourly
-				// documents, unchanged).
-				for _, c := range charts {
-					resp := ask(t, c)
-					if resp.Source != "rollups" {
-						t.Fatalf("%s %s %s: source %s, want rollups", c.groupBy, c.step, c.query, resp.Source)
-					}
-					exact(t, c, resp)
-				}
-				querytest.Index(t, cl, names, []querytest.Doc{d})
-				answers(t, "service_groups")
-				return
+			if b.Resolution != indices.ResolutionTenMinutes || !b.Timestamp.Equal(h5.Add(30*time.Minute)) {
+				continue
 			}
+			b.Value += 7e11
+			querytest.Index(t, cl, names, []querytest.Doc{querytest.Rollup(names, b)})
+			// The hour is read from the service documents, its 10-minute
+			// sums no longer equal its hourly ones: charts of steps under
+			// an hour whose selection holds h-04 read every minute, as
+			// before; those of whole hours read the hourly documents,
+			// unchanged.
+			for _, c := range charts {
+				resp := ask(t, c)
+				want := "service_groups+rollups"
+				if c.step == "2h" || (c.step != "1h" && c.match(late)) {
+					want = "rollups"
+				}
+				if resp.Source != want {
+					t.Fatalf("%s %s %s: source %s, want %s", c.groupBy, c.step, c.query, resp.Source, want)
+				}
+				exact(t, c, resp)
+			}
+			querytest.Index(t, cl, names, []querytest.Doc{d})
+			answers(t, true)
+			groupDocs[h5] = makeDoc(t, h5)
+			querytest.Index(t, cl, names, []querytest.Doc{groupDocs[h5]})
+			answers(t, false)
+			return
 		}
 		t.Fatal("no 10-minute document at 05:30")
 	})
@@ -340,19 +357,37 @@ func TestSeriesServiceGroups(t *testing.T) {
 		if status, body, err := opensearch.Raw(t.Context(), cl, http.MethodDelete, "/"+d.Index+"/_doc/"+d.ID+"?refresh=true", nil); err != nil || status != http.StatusOK {
 			t.Fatalf("delete: %d %s %v", status, body, err)
 		}
-		answers(t, "rollups")
+		answers(t, true)
 		querytest.Index(t, cl, names, []querytest.Doc{groupDocs[h8]})
-		answers(t, "service_groups")
+		answers(t, false)
 	})
-	t.Run("a document of part of an hour", func(t *testing.T) {
-		var part indices.ServiceGroupsBuilder
-		for _, d := range docs {
-			r := d.Body.(indices.RollupDoc)
-			if r.Timestamp.Truncate(time.Hour).Equal(h8) && r.Host != "h-07" {
-				part.Add(r.Service, r.Host, r.Resolution, r.Timestamp, 1, r.Value)
-			}
+	t.Run("a host added to an hour after its document", func(t *testing.T) {
+		added := group{"svc-1", "h-99"}
+		groups = append(groups, added)
+		minutes[added] = map[int64]int64{}
+		for m := h8; m.Before(h8.Add(time.Hour)); m = m.Add(time.Minute) {
+			minutes[added][m.UnixMilli()] = 2e10 // the heaviest host of the range
 		}
-		querytest.Index(t, cl, names, []querytest.Doc{querytest.Rollup(names, part.Doc("cpu", h8))})
-		answers(t, "rollups")
+		querytest.Index(t, cl, names, windows(added))
+		answers(t, true)
 	})
+}
+
+// groupsSources is the fingerprint of the service documents of typ's hour
+// (indices.ServiceGroupsCheckAggs), as the compactor records it.
+func groupsSources(t testing.TB, cl *opensearchapi.Client, names indices.Names, typ string, hour time.Time) string {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"size": 0, "aggs": indices.ServiceGroupsCheckAggs(),
+		"query": map[string]any{"bool": map[string]any{"filter": []any{
+			map[string]any{"term": map[string]any{"type": typ}},
+			map[string]any{"range": map[string]any{"@timestamp": map[string]any{"gte": hour.UnixMilli(), "lt": hour.Add(time.Hour).UnixMilli(), "format": "epoch_millis"}}},
+		}}}})
+	status, resp, err := opensearch.Raw(context.Background(), cl, http.MethodPost, "/"+names.Rollups(hour)+"/_search", body)
+	var out struct {
+		Aggregations indices.ServiceGroupsCheck `json:"aggregations"`
+	}
+	if err != nil || status != http.StatusOK || json.Unmarshal(resp, &out) != nil {
+		t.Fatalf("fingerprint of %s: %d %v %.300s", hour, status, err, resp)
+	}
+	return out.Aggregations.Sources()
 }

@@ -15,36 +15,37 @@ import (
 // documents (a week): each is a few dozen bytes per (service, host) group.
 const maxGroupHours = 7 * 24
 
-// groupsSeries answers Series from the hours' service groups documents
-// (indices.KindServiceGroups, written by the rollup's compactor: every
-// (service, host) group's 10-minute and hour sums of a settled hour), or
-// returns nil lines when they cannot answer: a type other than cpu and
-// offcpu, a range that is not whole settled hours, a step that is neither
-// tenMinuteSteps nor whole hours, a selector other than =, != and lists of
-// literals on service and host, or an hour whose document is missing or
-// stale. A document is used only when its sources equal the fingerprint
-// of the hour's service documents as they are (the count and value sum of
-// its 10-minute and of its hourly documents, read in the same search); the
-// lines, "other", the ranking and the total are then computed as
-// topSeries computes them from those documents (the hourly windows rank,
-// the 10-minute or hourly windows plot, a settled hour whose selected
-// 10-minute values do not add up to its hourly ones is refused), so the
-// answer is the same, from one document per hour instead of every
-// 10-minute one.
+// groupsSeries answers Series from the settled hours' service groups
+// documents (indices.KindServiceGroups, written by the rollup's compactor:
+// every (service, host) group's 10-minute and hour sums of a settled hour),
+// or returns nil lines when they cannot answer: a type other than cpu and
+// offcpu, a range without a whole settled hour, a step that is neither
+// tenMinuteSteps nor whole hours (or longer than an hour when the range
+// has minutes outside its settled hours), a selector other than =, != and
+// lists of literals on service and host, or a settled hour whose document
+// is missing or stale. A document is used only when its sources equal the
+// fingerprint of the hour's service documents as they are (the count and
+// value sum of its 10-minute and of its hourly documents, read in the same
+// search); the lines, "other", the ranking and the total are then computed
+// as topSeries computes them from those documents (the hourly windows
+// rank, the 10-minute or hourly windows plot, a settled hour whose
+// selected 10-minute values do not add up to its hourly ones is refused),
+// and the minutes outside the settled hours rank and plot as before
+// (spanMinutes, plotKeys), so the answer is the same, from one document per
+// settled hour instead of every 10-minute one.
 func (s *Store) groupsSeries(ctx context.Context, sel Selection, step time.Duration, groupBy string, top int) (*Lines, error) {
 	hours, whole := hourlySpan(sel.Range)
 	ten := tenMinuteSteps(step)
-	spans := minuteSpans(sel.Range, hours)
-	if !sel.Type.Time() || !whole || (!ten && step%time.Hour != 0) || hours.Duration() > maxGroupHours*time.Hour ||
-		(len(spans) > 0 && !ten && step != time.Hour) {
+	if !sel.Type.Time() || !whole || (!ten && step%time.Hour != 0) || hours.Duration() > maxGroupHours*time.Hour {
 		return nil, nil
 	}
 	match, ok := groupMatcher(sel.Selector)
 	if !ok {
 		return nil, nil
 	}
-	docs, ok, err := s.serviceGroups(ctx, sel, hours)
-	if err != nil || !ok {
+	docs, runs, err := s.serviceGroups(ctx, sel, hours)
+	if err != nil || len(docs) == 0 || (len(runs) > 0 && step > time.Hour) {
+		// Buckets of several hours would mix both ways of reading.
 		return nil, err
 	}
 	key := func(g *indices.ServiceGroup) (string, bool) {
@@ -117,15 +118,17 @@ func (s *Store) groupsSeries(ctx context.Context, sel Selection, step time.Durat
 	if !matched {
 		return nil, nil // no hourly windows: Series reads the minutes, or the samples
 	}
-	// The minutes outside the settled hours rank too (raw sums).
+	// The rest of the range ranks as before (raw sums: length 1).
 	minutes := map[string]float64{}
-	if len(spans) > 0 {
-		mins, _, _, err := s.groupTotals(ctx, s.spanMinutes(sel, spans), groupBy, 0)
+	for _, r := range runs {
+		rs := sel
+		rs.Range = r
+		totals, _, _, err := s.groupTotals(ctx, s.rollupPlan(rs, false), groupBy, 1)
 		if err != nil {
 			return nil, err
 		}
-		for _, m := range mins {
-			minutes[m.key] = m.value
+		for _, m := range totals {
+			minutes[m.key] += m.value
 		}
 	}
 	ranked := make([]groupTotal, 0, len(groups))
@@ -144,6 +147,9 @@ func (s *Store) groupsSeries(ctx context.Context, sel Selection, step time.Durat
 	}
 	keys := rankKeys(ranked, top)
 	lines := &Lines{Lines: make([]Line, 0, len(keys)), Total: len(ranked), Source: "service_groups"}
+	if len(runs) > 0 {
+		lines.Source += "+rollups"
+	}
 	if len(keys) == 0 {
 		return lines, nil
 	}
@@ -156,12 +162,12 @@ func (s *Store) groupsSeries(ctx context.Context, sel Selection, step time.Durat
 		return pts
 	}
 	folded := len(ranked) > len(keys)
-	// The steps outside the settled hours as topSeries plots them.
+	// The steps of the rest as topSeries plots them.
 	spanPoints, spanRest := map[string][][2]float64{}, [][2]float64(nil)
-	for _, r := range spans {
+	for _, r := range runs {
 		rs := sel
 		rs.Range = r
-		plan := s.rollupPlan(rs, true)
+		plan := s.rollupPlan(rs, false)
 		if ten {
 			plan = s.tenMinutePlan(rs)
 		}
@@ -207,47 +213,33 @@ func (s *Store) groupsSeries(ctx context.Context, sel Selection, step time.Durat
 	return lines, nil
 }
 
-// spanMinutes ranks sel's groups by the raw sum of their minute documents
-// in spans.
-func (s *Store) spanMinutes(sel Selection, spans []TimeRange) seriesPlan {
-	filter, mustNot := sel.Selector.Clauses()
-	filter = append([]Query{term("kind", indices.KindService), term("type", string(sel.Type)),
-		term("resolution", indices.ResolutionMinute), anyOf(timeFilters(spans)...)}, filter...)
-	return seriesPlan{
-		indices: s.rollupIndices(sel.Range), query: allOf(filter, mustNot), aggs: Aggs{"v": sumOf("value")},
-		value: func(b seriesBucket, _ time.Duration) float64 { return b.V.Value },
-	}
-}
-
 // hourGroups is one hour's service groups document, decoded.
 type hourGroups struct {
 	hour   time.Time
 	groups []indices.ServiceGroup
 }
 
-// serviceGroups reads the service groups documents of sel.Type's hours
-// and, in the same search, the fingerprint of each hour's service
-// documents; ok is false when an hour with service documents has no
-// document whose sources equal it.
-func (s *Store) serviceGroups(ctx context.Context, sel Selection, hours TimeRange) ([]hourGroups, bool, error) {
+// serviceGroups reads the service groups documents of sel.Type's settled
+// hours and, in the same search, the fingerprint of each hour's service
+// documents (indices.ServiceGroupsCheck); it returns the documents whose
+// sources equal it, and runs: the parts of sel.Range they do not answer
+// (before and after hours, and hours with service documents but no such
+// document), in time order.
+func (s *Store) serviceGroups(ctx context.Context, sel Selection, hours TimeRange) ([]hourGroups, []TimeRange, error) {
 	service := allOf([]Query{term("kind", indices.KindService),
 		termsOf("resolution", []string{indices.ResolutionTenMinutes, indices.ResolutionHour})}, nil)
 	grouped := allOf([]Query{term("kind", indices.KindServiceGroups), term("resolution", indices.ResolutionHour)}, nil)
-	count := func(res string) Agg {
-		return Agg{Filter: allOf([]Query{term("kind", indices.KindService), term("resolution", res)}, nil), Aggs: Aggs{"v": sumOf("value")}}
+	check := Aggs{}
+	for name, res := range map[string]string{"ten": indices.ResolutionTenMinutes, "hour": indices.ResolutionHour} {
+		check[name] = Agg{Filter: allOf([]Query{term("kind", indices.KindService), term("resolution", res)}, nil),
+			Aggs: Aggs{"seq_nos": sumOf("_seq_no")}}
 	}
 	req := &Request{
 		Size: int(hours.Duration() / time.Hour), TrackTotalHits: false,
 		Query:      allOf([]Query{term("type", string(sel.Type)), timeFilter(hours), anyOf(service, grouped)}, nil),
 		PostFilter: grouped,
 		Source:     &Source{Includes: []string{"@timestamp", "sources", "groups"}},
-		Aggs: Aggs{"hours": histogram(time.Hour, Aggs{
-			"t": count(indices.ResolutionTenMinutes), "h": count(indices.ResolutionHour),
-		})},
-	}
-	type windows struct {
-		DocCount int64    `json:"doc_count"`
-		V        sumValue `json:"v"`
+		Aggs:       Aggs{"hours": histogram(time.Hour, check)},
 	}
 	var out struct {
 		Hits struct {
@@ -262,37 +254,44 @@ func (s *Store) serviceGroups(ctx context.Context, sel Selection, hours TimeRang
 		Aggregations struct {
 			Hours struct {
 				Buckets []struct {
-					Key int64   `json:"key"`
-					T   windows `json:"t"`
-					H   windows `json:"h"`
+					Key int64 `json:"key"`
+					indices.ServiceGroupsCheck
 				} `json:"buckets"`
 			} `json:"hours"`
 		} `json:"aggregations"`
 	}
 	if err := s.search(ctx, s.rollupIndices(hours), req, &out, "hits.hits._source", "aggregations.hours.buckets"); err != nil {
-		return nil, false, fmt.Errorf("service groups: %w", err)
+		return nil, nil, fmt.Errorf("service groups: %w", err)
 	}
 	byHour := map[int64]int{}
 	for i, h := range out.Hits.Hits {
 		byHour[h.Source.Timestamp.UnixMilli()] = i
 	}
-	docs := make([]hourGroups, 0, len(out.Aggregations.Hours.Buckets))
+	var docs []hourGroups
+	var runs []TimeRange
+	rest := func(from, to time.Time) {
+		if n := len(runs); n > 0 && runs[n-1].To.Equal(from) {
+			runs[n-1].To = to
+		} else if from.Before(to) {
+			runs = append(runs, TimeRange{From: from, To: to, Now: sel.Range.Now})
+		}
+	}
+	rest(sel.Range.From, hours.From)
 	for _, b := range out.Aggregations.Hours.Buckets {
 		i, found := byHour[b.Key]
-		if !found {
-			return nil, false, nil
+		hour := time.UnixMilli(b.Key).UTC()
+		if !found || out.Hits.Hits[i].Source.Sources != b.Sources() {
+			rest(hour, hour.Add(time.Hour)) // none yet, or the hour changed since
+			continue
 		}
-		h := out.Hits.Hits[i].Source
-		if h.Sources != indices.ServiceGroupsSources(b.T.DocCount, int64(b.T.V.Value), b.H.DocCount, int64(b.H.V.Value)) {
-			return nil, false, nil // the hour changed since its document was made
-		}
-		groups, err := indices.DecodeServiceGroups(h.Groups)
+		groups, err := indices.DecodeServiceGroups(out.Hits.Hits[i].Source.Groups)
 		if err != nil {
-			return nil, false, fmt.Errorf("service groups of %s: %w", h.Timestamp.UTC().Format(time.RFC3339), err)
+			return nil, nil, fmt.Errorf("service groups of %s: %w", hour.Format(time.RFC3339), err)
 		}
-		docs = append(docs, hourGroups{hour: h.Timestamp, groups: groups})
+		docs = append(docs, hourGroups{hour: hour, groups: groups})
 	}
-	return docs, true, nil
+	rest(hours.To, sel.Range.To)
+	return docs, runs, nil
 }
 
 // groupMatcher is sel as a test of a (service, host) group, when every

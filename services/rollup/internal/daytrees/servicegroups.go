@@ -25,11 +25,10 @@ func (c *Compactor) withServiceGroups(ctx context.Context, now time.Time, writte
 // writeServiceGroups writes, per type and settled hour of the last c.Days
 // days and today, the hour's service groups document
 // (indices.KindServiceGroups: every (service, host) group's 10-minute and
-// hour sums) when the hour's 10-minute values add up to its hourly ones
-// and the document is missing or its sources differ from the
-// fingerprint of the hour's service documents. A chart of whole settled
-// hours with a step of 10, 20 or 30 minutes or whole hours reads these
-// instead of every 10-minute document (services/query/internal/store,
+// hour sums) when it is missing or its sources differ from the
+// fingerprint of the hour's service documents. A chart over settled hours
+// with a step of 10, 20 or 30 minutes or whole hours reads these instead
+// of every 10-minute document (services/query/internal/store,
 // servicegroups.go).
 func (c *Compactor) writeServiceGroups(ctx context.Context, now time.Time) (int, error) {
 	last := now.Add(-HourSettle).Truncate(time.Hour)
@@ -49,10 +48,9 @@ func (c *Compactor) writeServiceGroups(ctx context.Context, now time.Time) (int,
 	return written, nil
 }
 
-// serviceGroupsOfDay writes the stale or missing service groups documents
-// of the hours from day until to.
-func (c *Compactor) serviceGroupsOfDay(ctx context.Context, day, to time.Time) (int, error) {
-	index := c.Names.Rollups(day)
+// hourChecks are the fingerprints of the service documents of the hours
+// from from until to, per type and hour.
+func (c *Compactor) hourChecks(ctx context.Context, index string, from, to time.Time) (map[hourKey]string, error) {
 	var out struct {
 		Aggregations struct {
 			Types struct {
@@ -60,9 +58,8 @@ func (c *Compactor) serviceGroupsOfDay(ctx context.Context, day, to time.Time) (
 					Key   string `json:"key"`
 					Hours struct {
 						Buckets []struct {
-							Key  int64 `json:"key"`
-							Ten  sums  `json:"ten"`
-							Hour sums  `json:"hour"`
+							Key int64 `json:"key"`
+							indices.ServiceGroupsCheck
 						} `json:"buckets"`
 					} `json:"hours"`
 				} `json:"buckets"`
@@ -70,11 +67,28 @@ func (c *Compactor) serviceGroupsOfDay(ctx context.Context, day, to time.Time) (
 		} `json:"aggregations"`
 	}
 	hourly := map[string]any{"date_histogram": map[string]any{"field": "@timestamp", "fixed_interval": "1h", "min_doc_count": 1},
-		"aggs": map[string]any{"ten": sumOf(indices.ResolutionTenMinutes), "hour": sumOf(indices.ResolutionHour)}}
+		"aggs": indices.ServiceGroupsCheckAggs()}
 	err := c.aggregate(ctx, index, map[string]any{
-		"size": 0, "query": serviceWindows(day, to),
+		"size": 0, "query": serviceWindows(from, to),
 		"aggs": map[string]any{"types": map[string]any{"terms": map[string]any{"field": "type", "size": 100}, "aggs": map[string]any{"hours": hourly}}},
 	}, &out)
+	if err != nil {
+		return nil, err
+	}
+	checks := map[hourKey]string{}
+	for _, t := range out.Aggregations.Types.Buckets {
+		for _, h := range t.Hours.Buckets {
+			checks[hourKey{t.Key, time.UnixMilli(h.Key).Unix()}] = h.Sources()
+		}
+	}
+	return checks, nil
+}
+
+// serviceGroupsOfDay writes the stale or missing service groups documents
+// of the hours from day until to.
+func (c *Compactor) serviceGroupsOfDay(ctx context.Context, day, to time.Time) (int, error) {
+	index := c.Names.Rollups(day)
+	checks, err := c.hourChecks(ctx, index, day, to)
 	if err != nil {
 		return 0, err
 	}
@@ -93,23 +107,16 @@ func (c *Compactor) serviceGroupsOfDay(ctx context.Context, day, to time.Time) (
 		current[hourKey{h.Source.Type, h.Source.Timestamp.Unix()}] = h.Source.Sources
 	}
 	written := 0
-	for _, t := range out.Aggregations.Types.Buckets {
-		for _, h := range t.Hours.Buckets {
-			ten, hour := int64(h.Ten.Sum.Value), int64(h.Hour.Sum.Value)
-			if ten == 0 || ten != hour {
-				continue // not complete (yet): the query reads the 10-minute documents
-			}
-			k := hourKey{t.Key, time.UnixMilli(h.Key).Unix()}
-			if current[k] == indices.ServiceGroupsSources(h.Ten.DocCount, ten, h.Hour.DocCount, hour) {
-				continue
-			}
-			ok, err := c.writeHourGroups(ctx, index, t.Key, time.UnixMilli(h.Key).UTC())
-			if err != nil {
-				return written, err
-			}
-			if ok {
-				written++
-			}
+	for k, sources := range checks {
+		if current[k] == sources {
+			continue
+		}
+		ok, err := c.writeHourGroups(ctx, index, k.typ, time.Unix(k.hour, 0).UTC(), sources)
+		if err != nil {
+			return written, err
+		}
+		if ok {
+			written++
 		}
 	}
 	return written, nil
@@ -117,8 +124,9 @@ func (c *Compactor) serviceGroupsOfDay(ctx context.Context, day, to time.Time) (
 
 // writeHourGroups reads the hour's service documents of typ summed per
 // group and 10-minute window (a composite aggregation, paged) and writes
-// its service groups document if they are complete.
-func (c *Compactor) writeHourGroups(ctx context.Context, index, typ string, hour time.Time) (bool, error) {
+// its service groups document, unless their fingerprint changed from
+// sources meanwhile (a rewrite during the read: the next pass makes it).
+func (c *Compactor) writeHourGroups(ctx context.Context, index, typ string, hour time.Time, sources string) (bool, error) {
 	var b indices.ServiceGroupsBuilder
 	var after map[string]any
 	for {
@@ -172,10 +180,11 @@ func (c *Compactor) writeHourGroups(ctx context.Context, index, typ string, hour
 			break
 		}
 	}
-	if !b.Complete() {
-		return false, nil
+	check, err := c.hourChecks(ctx, index, hour, hour.Add(time.Hour))
+	if err != nil || check[hourKey{typ, hour.Unix()}] != sources {
+		return false, err
 	}
-	if err := c.put(ctx, index, b.Doc(typ, hour)); err != nil {
+	if err := c.put(ctx, index, b.Doc(typ, hour, sources)); err != nil {
 		return false, err
 	}
 	return true, nil

@@ -15,13 +15,13 @@ import (
 	"github.com/stackstream/stackstream/schemas/indices"
 )
 
-// TestServiceGroups: a pass writes, per type and settled hour whose
-// 10-minute values add up to its hourly ones, the service groups document
-// equal to the hour's service documents gathered by
+// TestServiceGroups: a pass writes, per type and settled hour, the service
+// groups document equal to the hour's service documents gathered by
 // indices.ServiceGroupsBuilder (groups paged past one composite page, a
-// group without a host), and none for an hour that does not add up or is
-// not settled; a second pass writes nothing; an hour rewritten afterwards
-// (a late profile) makes the next pass rewrite that hour's document only.
+// group without a host, an hour missing a 10-minute document), with the
+// fingerprint of those documents, and none for an hour not settled; a
+// second pass writes nothing; an hour rewritten afterwards (a late
+// profile) makes the next pass rewrite that hour's document only.
 func TestServiceGroups(t *testing.T) {
 	ctx := context.Background()
 	cl, err := opensearch.NewClient(ctx, opensearch.Config{URLs: []string{testenv.OpenSearchURL(t)}, Timeout: 30 * time.Second})
@@ -52,7 +52,8 @@ func TestServiceGroups(t *testing.T) {
 	}
 	// 2,100 groups (past the 10,000 buckets of a composite page with 6
 	// windows each) of cpu in hours 02:00-04:00 and 05:00 (not settled),
-	// offcpu in 03:00 with a 10-minute document missing.
+	// offcpu in 03:00 with a 10-minute document missing (written: the query
+	// checks the sums).
 	service := func(typ, svc, host, res string, at time.Time, v int64) indices.RollupDoc {
 		return indices.RollupDoc{Timestamp: at, Resolution: res, Kind: indices.KindService, Type: typ, Service: svc, Host: host, Value: v}
 	}
@@ -103,7 +104,12 @@ func TestServiceGroups(t *testing.T) {
 			for _, d := range docs {
 				b.Add(d.Service, d.Host, d.Resolution, d.Timestamp, 1, d.Value)
 			}
-			exp := b.Doc(docs[0].Type, docs[0].Timestamp.Truncate(time.Hour))
+			hour := docs[0].Timestamp.Truncate(time.Hour)
+			checks, err := c.hourChecks(ctx, names.Rollups(hour), hour, hour.Add(time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			exp := b.Doc(docs[0].Type, hour, checks[hourKey{docs[0].Type, hour.Unix()}])
 			status, resp, err := opensearch.Raw(ctx, cl, http.MethodGet, "/"+names.Rollups(exp.Timestamp)+"/_doc/"+indices.RollupID(&exp), nil)
 			if err != nil {
 				t.Fatal(err)
@@ -126,8 +132,8 @@ func TestServiceGroups(t *testing.T) {
 			}
 		}
 	}
-	want := map[string]bool{"cpu02": true, "cpu03": true, "cpu04": true}
-	check(3, want)
+	want := map[string]bool{"cpu02": true, "cpu03": true, "cpu04": true, "offcpu03": true}
+	check(4, want)
 	check(0, want)
 	// A late profile adds to hour 03:00's first group: its 10-minute and
 	// hourly documents are rewritten.
