@@ -432,6 +432,9 @@ type RollupDoc struct {
 	// Groups is a KindServiceGroups document's groups
 	// (EncodeServiceGroups).
 	Groups []byte `json:"groups,omitempty"`
+	// Digest is, in an hour partition tree, TreeDigest of its tree: the
+	// Sources of the function table made from it (functable.go).
+	Digest string `json:"digest,omitempty"`
 }
 
 // hashID is a short, URL-safe, deterministic ID of parts (96 bits: collisions
@@ -503,7 +506,7 @@ func SampleIDPart(host, profileType string, profileTime time.Time, part string, 
 // KindStacks document is keyed by its series (type, service, host) alone:
 // a replay rewrites it whole, re-symbolized stacks and all.
 func RollupID(d *RollupDoc) string {
-	if d.Kind == KindServiceTree || d.Kind == KindPartitionTree || d.Kind == KindPartitionHead {
+	if d.Kind == KindServiceTree || d.Kind == KindPartitionTree || d.Kind == KindPartitionHead || d.Kind == KindFunctionTable {
 		return hashID(d.Resolution, d.Kind, d.Type, strconv.FormatInt(d.Timestamp.Unix(), 10), d.Service, strconv.Itoa(int(d.Partition)))
 	}
 	stack := ""

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -130,8 +131,18 @@ func TestCPUDocs(t *testing.T) {
 			t.Errorf("minute function document %s", k)
 		}
 	}
-	if len(docs) != 2*5+5+2+2+1+2+2 {
-		t.Fatalf("got %d docs, want 24: %v", len(docs), docs)
+	// and the hour partition tree's function table.
+	if len(docs) != 2*5+5+2+2+1+2+2+1 {
+		t.Fatalf("got %d docs, want 25: %v", len(docs), docs)
+	}
+	pt, table := docs["1h/10:00/partition_tree//"], docs["1h/10:00/function_table//"]
+	fns, err := indices.DecodeFunctionTable(table.Tree, indices.TreeLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []indices.TableFunction{{Name: "hash", Self: 60, Total: 60}, {Name: "work", Self: 20, Total: 80}, {Name: "main", Self: 10, Total: 90}, {Name: "serve", Total: 10}}
+	if pt.Digest != indices.TreeDigest(pt.Tree) || table.Sources != pt.Digest || table.Value != 90 || fns.Total != 90 || !fns.Complete() || !slices.Equal(fns.Kept, want) {
+		t.Fatalf("function table %+v (sources %q) of the partition tree of digest %q: want %v", fns, table.Sources, pt.Digest, want)
 	}
 	for _, k := range []string{"1m/10:00/partition_tree//", "10m/10:00/partition_tree//"} {
 		if d := docs[k]; d.Value != 90 || len(d.Tree) == 0 {
@@ -207,8 +218,8 @@ func TestWindowsCloseOnWatermark(t *testing.T) {
 	// the minutes that close.
 	add(t, p, cpu(t0.Add(time.Hour+30*time.Second)), record.ProfileCPU, 3)
 	got := byKey(p.Pending(false))
-	if len(got) != 30 {
-		t.Fatalf("got %d docs, want minutes 10:02, 10:03 (6 each), the 10 minutes 10:00 (3) and the hour (15, and its 5 trees)", len(got))
+	if len(got) != 31 {
+		t.Fatalf("got %d docs, want minutes 10:02, 10:03 (6 each), the 10 minutes 10:00 (3) and the hour (15, its 5 trees and the partition tree's function table)", len(got))
 	}
 	if d := got["1h/10:00/service/checkout/"]; d.Value != 120 {
 		t.Fatalf("hour doc %+v, want value 120", d)

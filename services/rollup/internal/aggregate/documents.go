@@ -70,7 +70,7 @@ func (p *Partition) appendDirty(out []Pending, w *window) []Pending {
 		case isPartHour(w.key.res):
 			out = p.appendPartTree(out, w, start, index, k, ds)
 		default:
-			out = append(out, p.serviceTreePending(w, start, index, k, ds))
+			out = p.appendServiceTree(out, w, start, index, k, ds)
 		}
 	}
 	return out
@@ -136,6 +136,39 @@ func (p *Partition) serviceTreePending(w *window, start time.Time, index string,
 		Service: k.service, Partition: p.cfg.Partition, Value: tt.b.Total(), Tree: tt.b.Encode(),
 	}
 	return Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: ds.firstOffset, ds: ds, w: w}
+}
+
+// appendServiceTree appends the service or partition tree document of an
+// hour (serviceTreePending), after, for a partition tree, its function
+// table (functionTablePending).
+func (p *Partition) appendServiceTree(out []Pending, w *window, start time.Time, index string, k serviceKey, ds *docState) []Pending {
+	tree := p.serviceTreePending(w, start, index, k, ds)
+	if k.kind == indices.KindPartitionTree && w.key.res == indices.ResolutionHour {
+		out = append(out, functionTablePending(&tree))
+	}
+	return append(out, tree)
+}
+
+// functionTablePending is the function table of an hour partition tree
+// (indices.KindFunctionTable): every function's self and total in the
+// tree, the heaviest indices.TableFunctions listed, so a fleet-wide top
+// table reads one small document per partition and hour (or day) instead
+// of the trees. The tree gets its digest, which the table records as its
+// sources: the query trusts a table only beside the tree it was made
+// from. The table is written before its tree (as function documents are):
+// the tree's state marks both stored.
+func functionTablePending(tree *Pending) Pending {
+	fns, err := indices.TreeFunctions(tree.Doc.Tree, indices.TreeLimits{})
+	if err != nil {
+		// The tree was encoded just now: it always decodes.
+		panic(fmt.Sprintf("function table of a partition tree: %v", err))
+	}
+	tree.Doc.Digest = indices.TreeDigest(tree.Doc.Tree)
+	d := indices.RollupDoc{
+		Timestamp: tree.Doc.Timestamp, Resolution: tree.Doc.Resolution, Kind: indices.KindFunctionTable, Type: tree.Doc.Type,
+		Partition: tree.Doc.Partition, Value: fns.Total, Tree: fns.Encode(indices.TableFunctions), Sources: tree.Doc.Digest,
+	}
+	return Pending{Index: tree.Index, ID: indices.RollupID(&d), Doc: d, Offset: tree.Offset, w: tree.w}
 }
 
 // appendFunctions appends the function documents of an hour's stack

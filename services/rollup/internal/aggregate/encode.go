@@ -68,6 +68,8 @@ func (d *Pending) AppendJSON(b []byte) ([]byte, error) {
 		b = base64.StdEncoding.AppendEncode(b, doc.Tree)
 		b = append(b, '"')
 	}
+	b = appendField(b, "sources", doc.Sources, true)
+	b = appendField(b, "digest", doc.Digest, true)
 	return append(b, '}'), nil
 }
 

@@ -227,7 +227,7 @@ func (h *HourWrite) Next(maxBytes int) []Pending {
 		case h.next <= len(h.keys)+len(h.trees):
 			k := h.trees[h.next-len(h.keys)-1]
 			if ds := h.w.serviceTrees[k]; ds != nil && ds.dirty {
-				out = append(out, h.p.serviceTreePending(h.w, h.start, h.index, k, ds))
+				out = h.p.appendServiceTree(out, h.w, h.start, h.index, k, ds)
 			}
 		default:
 			MarkStored(out)

@@ -1,6 +1,7 @@
 // Package daytrees merges a settled day's hour partition trees into one
 // day tree per (type, partition) (schemas/indices/daytrees.go), so a
-// fleet's day is read as one tree per partition instead of 24, and the
+// fleet's day is read as one tree per partition instead of 24, with its
+// function table (schemas/indices/functable.go) for top tables, and the
 // day trees of a type into the head of the fleet's day
 // (schemas/indices/treehead.go), so a fleet day's flame graph reads one
 // small document; and each settled hour's partition trees into the head of
@@ -126,8 +127,13 @@ func (c *Compactor) search(ctx context.Context, index string, body map[string]an
 }
 
 func treeQuery(res string, from, to time.Time) map[string]any {
+	return kindQuery(indices.KindPartitionTree, res, from, to)
+}
+
+// kindQuery finds the documents of kind and resolution res from from until to.
+func kindQuery(kind, res string, from, to time.Time) map[string]any {
 	return map[string]any{"bool": map[string]any{"filter": []any{
-		map[string]any{"term": map[string]any{"kind": indices.KindPartitionTree}},
+		map[string]any{"term": map[string]any{"kind": kind}},
 		map[string]any{"term": map[string]any{"resolution": res}},
 		map[string]any{"range": map[string]any{"@timestamp": map[string]any{"gte": from.UnixMilli(), "lt": to.UnixMilli(), "format": "epoch_millis"}}},
 	}}}
@@ -154,15 +160,40 @@ func (c *Compactor) compactDay(ctx context.Context, day time.Time) (int, error) 
 	if err != nil {
 		return 0, err
 	}
+	tables, err := c.search(ctx, index, map[string]any{
+		"size": maxHourDocs, "_source": []string{"type", "partition", "sources"},
+		"query": kindQuery(indices.KindFunctionTable, indices.ResolutionDay, day, day.Add(time.Millisecond)),
+	})
+	if err != nil {
+		return 0, err
+	}
+	// A day's tree and function table are written together: both when
+	// either is missing or stale.
+	tableSources := map[groupKey]string{}
+	for _, d := range tables {
+		tableSources[groupKey{d.Source.Type, d.Source.Partition}] = d.Source.Sources
+	}
 	current := map[groupKey]string{}
 	for _, d := range days {
-		current[groupKey{d.Source.Type, d.Source.Partition}] = d.Source.Sources
-	}
-	written, err := writeMerged(ctx, c, index, groups, current, func(k groupKey, b *indices.TreeBuilder) indices.RollupDoc {
-		return indices.RollupDoc{
-			Timestamp: day, Resolution: indices.ResolutionDay, Kind: indices.KindPartitionTree, Type: k.typ,
-			Partition: k.partition, Value: b.Total(), Tree: b.Encode(),
+		if k := (groupKey{d.Source.Type, d.Source.Partition}); tableSources[k] == d.Source.Sources {
+			current[k] = d.Source.Sources
 		}
+	}
+	written, err := writeMergedDocs(ctx, c, index, groups, current, func(k groupKey, b *indices.TreeBuilder) ([]indices.RollupDoc, error) {
+		tree := b.Encode()
+		// The day's function table (indices.KindFunctionTable), from its
+		// tree: a fleet day's top table reads one per partition.
+		fns, err := indices.TreeFunctions(tree, indices.TreeLimits{})
+		if err != nil {
+			return nil, fmt.Errorf("function table of the day tree of partition %d: %w", k.partition, err)
+		}
+		return []indices.RollupDoc{{
+			Timestamp: day, Resolution: indices.ResolutionDay, Kind: indices.KindPartitionTree, Type: k.typ,
+			Partition: k.partition, Value: b.Total(), Tree: tree,
+		}, {
+			Timestamp: day, Resolution: indices.ResolutionDay, Kind: indices.KindFunctionTable, Type: k.typ,
+			Partition: k.partition, Value: fns.Total, Tree: fns.Encode(indices.TableFunctions),
+		}}, nil
 	})
 	if err != nil {
 		return written, err
@@ -175,6 +206,14 @@ func (c *Compactor) compactDay(ctx context.Context, day time.Time) (int, error) 
 // the sources current holds for it, the document doc makes of their merge
 // (with those sources); it returns how many it wrote.
 func writeMerged[K comparable](ctx context.Context, c *Compactor, index string, groups map[K][]hit, current map[K]string, doc func(K, *indices.TreeBuilder) indices.RollupDoc) (int, error) {
+	return writeMergedDocs(ctx, c, index, groups, current, func(k K, b *indices.TreeBuilder) ([]indices.RollupDoc, error) {
+		return []indices.RollupDoc{doc(k, b)}, nil
+	})
+}
+
+// writeMergedDocs is writeMerged for several documents made of one merge
+// (each given the sources), and counts each written.
+func writeMergedDocs[K comparable](ctx context.Context, c *Compactor, index string, groups map[K][]hit, current map[K]string, docs func(K, *indices.TreeBuilder) ([]indices.RollupDoc, error)) (int, error) {
 	written := 0
 	for k, hs := range groups {
 		sources := fingerprint(hs)
@@ -188,12 +227,17 @@ func writeMerged[K comparable](ctx context.Context, c *Compactor, index string, 
 		if b == nil {
 			continue
 		}
-		d := doc(k, b)
-		d.Sources = sources
-		if err := c.put(ctx, index, d); err != nil {
+		ds, err := docs(k, b)
+		if err != nil {
 			return written, err
 		}
-		written++
+		for _, d := range ds {
+			d.Sources = sources
+			if err := c.put(ctx, index, d); err != nil {
+				return written, err
+			}
+			written++
+		}
 	}
 	return written, nil
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -90,8 +91,8 @@ func TestCompactor(t *testing.T) {
 		}
 	}
 	c := &Compactor{Client: cl, Names: names, Days: 3, Now: func() time.Time { return day.Add(50 * time.Hour) }}
-	if n, err := c.Apply(ctx); err != nil || n != 3+24 {
-		t.Fatalf("first pass wrote %d (%v), want 27 (2 day trees, the day's head, 24 hour heads)", n, err)
+	if n, err := c.Apply(ctx); err != nil || n != 5+24 {
+		t.Fatalf("first pass wrote %d (%v), want 29 (2 day trees, their function tables, the day's head, 24 hour heads)", n, err)
 	}
 	readDoc := func(d indices.RollupDoc) indices.RollupDoc {
 		t.Helper()
@@ -159,24 +160,60 @@ func TestCompactor(t *testing.T) {
 			}
 		}
 	}
-	if _, _, err := opensearch.Raw(ctx, cl, http.MethodPost, "/"+names.Prefix+"*/_refresh", nil); err != nil {
-		t.Fatal(err)
+	// Each day tree's function table: every function of the day's merge,
+	// with the day tree's sources.
+	checkTable := func(p int32, tree indices.RollupDoc) {
+		t.Helper()
+		d := readDoc(indices.RollupDoc{Timestamp: day, Resolution: indices.ResolutionDay, Kind: indices.KindFunctionTable, Type: "cpu", Partition: p})
+		got, err := indices.DecodeFunctionTable(d.Tree, indices.TreeLimits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := indices.TreeFunctions(tree.Tree, indices.TreeLimits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Sources != tree.Sources || d.Value != tree.Value || got.Total != tree.Value || !got.Complete() || !slices.Equal(got.Kept, w.Kept) {
+			t.Fatalf("partition %d function table: sources %q value %d, %d of %d functions; want the day tree's %q, %d, %d functions",
+				p, d.Sources, d.Value, len(got.Kept), got.Functions, tree.Sources, tree.Value, len(w.Kept))
+		}
 	}
+	checkTable(0, read(0))
+	checkTable(1, read(1))
+	refresh := func() {
+		t.Helper()
+		if _, _, err := opensearch.Raw(ctx, cl, http.MethodPost, "/"+names.Prefix+"*/_refresh", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refresh()
 	if n, err := c.Apply(ctx); err != nil || n != 0 {
 		t.Fatalf("second pass wrote %d (%v), want 0", n, err)
 	}
+	// A day tree without its table (written before tables) is written
+	// again with it.
+	table0 := indices.RollupDoc{Timestamp: day, Resolution: indices.ResolutionDay, Kind: indices.KindFunctionTable, Type: "cpu", Partition: 0}
+	if status, resp, err := opensearch.Raw(ctx, cl, http.MethodDelete, "/"+names.Rollups(day)+"/_doc/"+indices.RollupID(&table0)+"?refresh=true", nil); err != nil || status != http.StatusOK {
+		t.Fatalf("delete the function table: %d %v %s", status, err, resp)
+	}
+	if n, err := c.Apply(ctx); err != nil || n != 2 {
+		t.Fatalf("pass without a table wrote %d (%v), want 2 (partition 0's day tree and table)", n, err)
+	}
+	checkTable(0, read(0))
+	refresh()
 	// A replay rewrites hour 5 of partition 1 with other frame names (same
 	// values): only that partition's day tree is rewritten, with them.
 	put(t, cl, names, hourTree(1, 5, "-resymbolized"))
 	before := read(1).Sources
-	if n, err := c.Apply(ctx); err != nil || n != 3 {
-		t.Fatalf("pass after a rewrite wrote %d (%v), want 3 (partition 1, the day's head, hour 5's head)", n, err)
+	if n, err := c.Apply(ctx); err != nil || n != 4 {
+		t.Fatalf("pass after a rewrite wrote %d (%v), want 4 (partition 1's day tree and table, the day's head, hour 5's head)", n, err)
 	}
 	checkHourHead(5, hourTree(0, 5, ""), hourTree(1, 5, "-resymbolized"))
 	after := read(1)
 	if after.Sources == before {
 		t.Fatal("day tree sources did not change")
 	}
+	checkTable(1, after)
 	if got := decode(t, after.Tree); got["main;f5;p1.h5.0-resymbolized"] != [2]int64{1, 1} || got["main;f5;p1.h5.0"] != [2]int64{} {
 		t.Fatal("the rewritten hour's new frames are not in the day tree")
 	}

@@ -425,6 +425,7 @@ func compare(t *testing.T, got map[string]indices.RollupDoc, want map[string]ind
 	// the hosts were partitioned.
 	want = maps.Clone(want)
 	checkPartitionHeads(t, got)
+	checkFunctionTables(t, got)
 	serviceTrees := func(docs map[string]indices.RollupDoc, kinds ...string) map[string]map[string][2]int64 {
 		out := map[string]map[string][2]int64{}
 		for k, d := range docs {
