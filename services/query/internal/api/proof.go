@@ -82,28 +82,40 @@ func (h *headMerge) Folded(depth int, total int64) { h.p.kept[h.p.at[depth-1]].f
 // out: in a head, a node it kept has children left out of at most the
 // lighter of the head's lightest kept total and the node's folded value;
 // a node it left out has at most its nearest kept ancestor's bound, and so
-// have its children.
+// have its children. Each head visits its kept nodes and their children
+// (a head keeps a connected top of the tree), leaving its bound on the
+// children it left out (carry); one walk then adds to every node the
+// carries of its own and its ancestors: time in the heads' kept nodes
+// plus one walk of the merge, not a walk of the merge per head.
 func (pm *pieceMerge) bound() {
 	for i, p := range pm.heads {
 		mark := int32(i + 1)
 		for _, k := range p.kept {
 			k.n.keptBy, k.n.keptFolded = mark, k.folded
 		}
-		var walk func(n *node, inherited int64)
-		walk = func(n *node, inherited int64) {
-			kids := inherited
-			if n.keptBy == mark {
-				kids = min(p.least, n.keptFolded)
-			} else {
-				n.slack += inherited
+		for _, k := range p.kept {
+			b := min(p.least, k.folded)
+			k.n.open += b
+			if b == 0 {
+				continue
 			}
-			n.open += kids
-			for _, c := range n.kids {
-				walk(c, kids)
+			for _, c := range k.n.kids {
+				if c.keptBy != mark {
+					c.carry += b
+				}
 			}
 		}
-		walk(pm.root, 0)
 	}
+	var walk func(n *node, carry int64)
+	walk = func(n *node, carry int64) {
+		carry += n.carry
+		n.slack += carry
+		n.open += carry
+		for _, c := range n.kids {
+			walk(c, carry)
+		}
+	}
+	walk(pm.root, 0)
 }
 
 // proveKeep is keepHeaviest's choice of maxNodes nodes over the merged trees,

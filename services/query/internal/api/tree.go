@@ -31,10 +31,12 @@ type node struct {
 	// In a merge of heads (proof.go): slack bounds what the heads that
 	// left the node out may add to its total, open the total of any child
 	// of it that is in no piece; keptBy and keptFolded mark the node kept,
-	// with its folded value, by the head bound is walking.
-	slack, open int64
-	keptBy      int32
-	keptFolded  int64
+	// with its folded value, by the head bound is walking; carry is what
+	// the heads that left the node out (and kept its parent) add to the
+	// slack and open of it and its descendants.
+	slack, open, carry int64
+	keptBy             int32
+	keptFolded         int64
 }
 
 const indexAbove = 8
