@@ -89,6 +89,8 @@ type TopResponse struct {
 	Total     int64      `json:"total"`
 	Truncated bool       `json:"truncated,omitempty"`
 	Functions []Function `json:"functions"`
+	// Source says what answered (topSelection).
+	Source string `json:"source,omitempty"`
 }
 
 func (a *API) handleTop(ctx context.Context, _ http.ResponseWriter, r *http.Request) (any, error) {
@@ -101,14 +103,13 @@ func (a *API) handleTop(ctx context.Context, _ http.ResponseWriter, r *http.Requ
 	if err != nil {
 		return nil, err
 	}
-	sink, _, truncated, err := a.sumSelection(ctx, s, func() stackSink { return newTopSums() })
+	fns, total, source, truncated, err := a.topSelection(ctx, s, limit)
 	if err != nil {
 		return nil, err
 	}
-	t := sink.(*topSums)
 	return TopResponse{
-		Type: string(s.Type), Unit: unit(s.Type), Total: t.total, Truncated: truncated,
-		Functions: t.functions(limit),
+		Type: string(s.Type), Unit: unit(s.Type), Total: total, Truncated: truncated,
+		Functions: fns, Source: source,
 	}, nil
 }
 
