@@ -155,3 +155,48 @@ func BenchmarkTopDayTables(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkTopDayTablesMemory: the query service's own share of the top
+// table of the fleet's UTC day (BenchmarkTopDayTables' fleet), in memory:
+// from the 6 day tables (decode and prove) and from the 6 day trees
+// (summed as decoded: api.TopForBench, as BenchmarkTopDayTrees).
+//
+//	STACKSTREAM_BENCH_FLEET_DAY=1 go test -run '^$' -bench BenchmarkTopDayTablesMemory -benchtime 3x ./internal/api
+func BenchmarkTopDayTablesMemory(b *testing.B) {
+	if os.Getenv("STACKSTREAM_BENCH_FLEET_DAY") == "" {
+		b.Skip("set STACKSTREAM_BENCH_FLEET_DAY=1 to build a fleet's day")
+	}
+	f := benchFleet{hosts: 1000, hours: 24, partitions: 6}
+	dayTrees := make([]indices.TreeBuilder, f.partitions)
+	for hr := 0; hr < f.hours; hr++ {
+		for h := 0; h < f.hosts; h++ {
+			for _, s := range f.hostServices(h) {
+				f.stacks(s, h, hr, dayTrees[h%f.partitions].Add)
+			}
+		}
+	}
+	trees := make([][]byte, len(dayTrees))
+	tables := make([][]byte, len(dayTrees))
+	for p := range dayTrees {
+		trees[p] = dayTrees[p].Encode()
+		fns, err := indices.TreeFunctions(trees[p], indices.TreeLimits{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		tables[p] = fns.Encode(indices.TableFunctions)
+	}
+	b.Run("tables", func(b *testing.B) {
+		for b.Loop() {
+			if proven, err := api.TopTablesForBench(tables, 100); err != nil || !proven {
+				b.Fatalf("proven %v, %v", proven, err)
+			}
+		}
+	})
+	b.Run("trees", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := api.TopForBench(trees, 100); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
