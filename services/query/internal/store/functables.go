@@ -28,7 +28,8 @@ import (
 // tree), for every partition with hour trees that day; an hour table when
 // its sources are its hour tree's digest. ok is false, with nothing handed
 // on, when the selector names a field, the range holds no whole settled
-// hour, or the partition trees are incomplete (Trees then decides).
+// hour, the partition trees are incomplete, or no table stands for its
+// tree (Trees then decides).
 // Source is "function_tables", "(days)" when day tables were read,
 // "+partition_trees" when trees stood in for tables, then the edges'
 // parts as in Trees.
@@ -108,6 +109,7 @@ func (s *Store) FunctionTables(ctx context.Context, sel Selection, useTable, use
 		source = "function_tables(days)"
 	}
 	var treeIDs []string
+	var useHours []dayKey
 	for _, t := range trees {
 		if dayTables[t.Time.Truncate(24*time.Hour).Unix()] != nil {
 			continue
@@ -117,6 +119,14 @@ func (s *Store) FunctionTables(ctx context.Context, sel Selection, useTable, use
 			treeIDs = append(treeIDs, t.ID)
 			continue
 		}
+		useHours = append(useHours, k)
+	}
+	if len(dayTables) == 0 && len(useHours) == 0 {
+		// No table stands for its tree: the trees answer (Trees reads the
+		// day trees of fresh days, where this would read every hour's).
+		return nil, false, nil
+	}
+	for _, k := range useHours {
 		if err := useTable(hourTables[k]); err != nil {
 			return nil, false, err
 		}
