@@ -61,6 +61,7 @@ func runMain() error {
 			Budget: &aggregate.Budget{MaxBytes: budget},
 			Names:  cfg.Index.Names(), Now: time.Now,
 			NoMinuteTrees: !cfg.Rollup.MinuteTrees,
+			HeadMinNodes:  aggregate.DefaultHeadMinNodes,
 		},
 		MaxPollRecords: cfg.Rollup.MaxPollRecords,
 		FlushTimeout:   cfg.Rollup.FlushTimeout,

@@ -65,6 +65,12 @@ type Config struct {
 	// ones are still written): they cost about a byte per raw sample on
 	// disk (docs/ROLLUP.md, "Part-hour documents").
 	NoMinuteTrees bool
+	// HeadMinNodes: a minute or 10-minute window writes its partition
+	// head only when its partition tree has more than this many nodes
+	// (the service sets DefaultHeadMinNodes; 0, as in tests, writes every
+	// head): a smaller tree is cheap to read whole, and its head would
+	// cost about its bytes again (docs/ROLLUP.md, "Window heads").
+	HeadMinNodes int
 }
 
 // Budget bounds the heap that the window state of every Partition sharing it

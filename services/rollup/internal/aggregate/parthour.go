@@ -181,11 +181,20 @@ func (p *Partition) writesWholeTree(res string) bool {
 	return res == indices.ResolutionTenMinutes || res == indices.ResolutionMinute && !p.cfg.NoMinuteTrees
 }
 
+// DefaultHeadMinNodes is the service's Config.HeadMinNodes: a window's
+// head is written when it leaves out at least three quarters of its
+// tree's nodes, so it costs a fraction of the tree's bytes (a head of a
+// whole small tree cost 0.70 bytes per raw sample a minute, at 7
+// simulated hosts a partition); a window of fewer nodes is read as its
+// tree, or per stack, which is cheap at that size.
+const DefaultHeadMinNodes = 4 * indices.WindowHeadNodes
+
 // appendPartTree appends a part-hour window's partition tree of type
 // k.typ (every stack of every host of the window in this partition,
 // merged), when it writes one (writesWholeTree), and the tree's head
 // (indices.KindPartitionHead: its indices.WindowHeadNodes heaviest nodes,
-// the value of each kept node's other children folded). A minute's tree is
+// the value of each kept node's other children folded) when the tree has
+// more than Config.HeadMinNodes nodes. A minute's tree is
 // summed from its hosts' stacks (a host's stack summed to a negative value
 // left out, as in the hour's trees); a 10-minute window's from its values.
 // Both documents share the window's state: they are written, and
@@ -214,10 +223,13 @@ func (p *Partition) appendPartTree(out []Pending, w *window, start time.Time, in
 	if v != nil {
 		v.addTo(tt)
 	}
-	docs := []indices.RollupDoc{{
-		Timestamp: start, Resolution: w.key.res, Kind: indices.KindPartitionHead, Type: k.typ,
-		Partition: p.cfg.Partition, Value: tt.b.Total(), Tree: tt.b.EncodeHead(indices.WindowHeadNodes),
-	}}
+	var docs []indices.RollupDoc
+	if tt.b.Nodes() > p.cfg.HeadMinNodes {
+		docs = append(docs, indices.RollupDoc{
+			Timestamp: start, Resolution: w.key.res, Kind: indices.KindPartitionHead, Type: k.typ,
+			Partition: p.cfg.Partition, Value: tt.b.Total(), Tree: tt.b.EncodeHead(indices.WindowHeadNodes),
+		})
+	}
 	if p.writesWholeTree(w.key.res) {
 		docs = append(docs, indices.RollupDoc{
 			Timestamp: start, Resolution: w.key.res, Kind: indices.KindPartitionTree, Type: k.typ,

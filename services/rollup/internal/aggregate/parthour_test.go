@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -254,5 +255,60 @@ func TestNoMinuteTrees(t *testing.T) {
 	}
 	if minuteTrees != 75 || tenMinuteTrees != 8 || len(without) != len(with)-minuteTrees {
 		t.Fatalf("%d minute and %d 10-minute trees, %d documents with, %d without", minuteTrees, tenMinuteTrees, len(with), len(without))
+	}
+}
+
+// TestHeadMinNodes: with Config.HeadMinNodes a window writes its partition
+// head only when its partition tree has more nodes than that; every other
+// document is the same bytes as with every head written.
+func TestHeadMinNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("folds 900 fleet-shaped profiles twice")
+	}
+	ins := partHourInputs()
+	all, _ := partHourRun(t, ins, 1)
+	nodes := map[string]int{} // tree nodes by window and partition
+	key := func(d indices.RollupDoc) string {
+		return fmt.Sprintf("%s %d %s %d", d.Resolution, d.Timestamp.Unix(), d.Type, d.Partition)
+	}
+	var sizes []int
+	for _, d := range all {
+		if d.Kind == indices.KindPartitionTree && d.Resolution != indices.ResolutionHour {
+			var b indices.TreeBuilder
+			if err := b.AddTree(d.Tree, indices.TreeLimits{}); err != nil {
+				t.Fatal(err)
+			}
+			nodes[key(d)] = b.Nodes()
+			sizes = append(sizes, b.Nodes())
+		}
+	}
+	slices.Sort(sizes)
+	limit := sizes[len(sizes)/2]
+	some, _ := partHourRun(t, ins, 1, func(c *Config) { c.HeadMinNodes = limit })
+	kept, left := 0, 0
+	for id, d := range all {
+		got, ok := some[id]
+		if d.Kind != indices.KindPartitionHead {
+			if !ok || !reflect.DeepEqual(got, d) {
+				t.Fatalf("%s %s %s: with HeadMinNodes %d %+v, without %+v", d.Kind, d.Resolution, d.Timestamp, limit, got, d)
+			}
+			continue
+		}
+		n, hasTree := nodes[key(d)]
+		switch {
+		case !hasTree:
+			t.Fatalf("head %s without its tree", key(d))
+		case n > limit && (!ok || !reflect.DeepEqual(got, d)):
+			t.Fatalf("head %s of a %d-node tree: written %v, or not the same, with HeadMinNodes %d", key(d), n, ok, limit)
+		case n <= limit && ok:
+			t.Fatalf("head %s of a %d-node tree written with HeadMinNodes %d", key(d), n, limit)
+		case ok:
+			kept++
+		default:
+			left++
+		}
+	}
+	if len(some) != len(all)-left || kept == 0 || left == 0 {
+		t.Fatalf("%d heads kept, %d left out, %d documents of %d", kept, left, len(some), len(all))
 	}
 }
