@@ -218,6 +218,18 @@ func (s *Store) serviceGroups(ctx context.Context, sel Selection, hours TimeRang
 	service := allOf([]Query{term("kind", indices.KindService),
 		termsOf("resolution", []string{indices.ResolutionTenMinutes, indices.ResolutionHour})}, nil)
 	grouped := allOf([]Query{term("kind", indices.KindServiceGroups), term("resolution", indices.ResolutionHour)}, nil)
+	// A range without documents (older than the compactor's days, or a
+	// cluster without it) costs one small search, not the fingerprints.
+	var found struct {
+		Hits hitsTotal `json:"hits"`
+	}
+	if err := s.search(ctx, s.rollupIndices(hours), matchedRequest(allOf([]Query{term("type", string(sel.Type)), timeFilter(hours), grouped}, nil), nil),
+		&found, "hits.total"); err != nil {
+		return nil, nil, fmt.Errorf("service groups: %w", err)
+	}
+	if found.Hits.Total.Value == 0 {
+		return nil, nil, nil
+	}
 	check := Aggs{}
 	for name, res := range map[string]string{"ten": indices.ResolutionTenMinutes, "hour": indices.ResolutionHour} {
 		check[name] = Agg{Filter: allOf([]Query{term("kind", indices.KindService), term("resolution", res)}, nil),
