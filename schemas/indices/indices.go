@@ -462,12 +462,27 @@ func StackID(frames []Frame) string {
 		if len(b)+len(f.Function)+len(f.File)+len(f.Binary)+24 > len(stack) {
 			return stackIDParts(frames)
 		}
-		b = append(append(b, f.Function...), 0)
-		b = append(append(b, f.File...), 0)
-		b = append(strconv.AppendInt(b, f.Line, 10), 0)
-		b = append(append(b, f.Binary...), 0)
+		b = AppendStackText(b, f)
 	}
 	sum := sha256.Sum256(b)
+	return StackIDOfSum(sum[:])
+}
+
+// AppendStackText appends frame f's part of the text whose sha256 is a
+// stack's ID: its function, file, line (decimal) and binary, each followed
+// by a zero byte (hashID's parts). A stack's text is its frames' texts one
+// after the other, so the rollup keeps each location's text and hashes a
+// new stack's without naming its frames again.
+func AppendStackText(b []byte, f Frame) []byte {
+	b = append(append(b, f.Function...), 0)
+	b = append(append(b, f.File...), 0)
+	b = append(strconv.AppendInt(b, f.Line, 10), 0)
+	return append(append(b, f.Binary...), 0)
+}
+
+// StackIDOfSum is the ID of the stack whose text (AppendStackText) has
+// the sha256 sum.
+func StackIDOfSum(sum []byte) string {
 	return base64.RawURLEncoding.EncodeToString(sum[:12])
 }
 

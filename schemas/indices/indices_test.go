@@ -1,6 +1,7 @@
 package indices
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"math/rand/v2"
 	"slices"
@@ -226,5 +227,30 @@ func TestStackIDIsHashID(t *testing.T) {
 		if got, want := StackID(frames), hashID(parts...); got != want {
 			t.Fatalf("%d frames: StackID %s, hashID %s", n, got, want)
 		}
+	}
+}
+
+// TestStackIDValues: the IDs stored (the indexer's and the rollup's stack
+// documents) do not change: two IDs as StackID computed them before
+// AppendStackText (2026-12-02), and a stack's ID is the sha256 of its
+// frames' texts one after the other, as the rollup hashes them.
+func TestStackIDValues(t *testing.T) {
+	frames := []Frame{
+		{Function: "main.main", File: "/src/main.go", Line: 12, Binary: "app"},
+		{Function: "runtime.main", File: "proc.go", Line: -3},
+		{Function: "0x4f00", Binary: "libc.so.6", Kind: "native"},
+	}
+	if got := StackID(frames); got != "Hvy8xNCjRjORs3Ue" {
+		t.Errorf("StackID = %s, was Hvy8xNCjRjORs3Ue", got)
+	}
+	if got := StackID(nil); got != "47DEQpj8HBSa-_TI" {
+		t.Errorf("StackID(nil) = %s, was 47DEQpj8HBSa-_TI", got)
+	}
+	h := sha256.New()
+	for _, f := range frames {
+		h.Write(AppendStackText(nil, f))
+	}
+	if got := StackIDOfSum(h.Sum(nil)); got != StackID(frames) {
+		t.Errorf("the texts hashed: %s, StackID %s", got, StackID(frames))
 	}
 }

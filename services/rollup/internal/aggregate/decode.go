@@ -114,6 +114,12 @@ type Wire struct {
 	locHashes [][2]uint64
 	locHashed []bool
 	frames    pprofwire.Frames
+	// locFrames are the stack cache's frames of the locations
+	// (stackCache.location), looked up once a profile by wireStack: the
+	// new stacks of a profile share most of their callers. They are of
+	// the cache's table locTable: cleared when the cache drops it.
+	locFrames []*locFrames
+	locTable  *frameTable
 }
 
 type wireSample struct {
@@ -136,6 +142,9 @@ func (w *Wire) parse(raw []byte, l *record.Limits) bool {
 	w.locHashes = slices.Grow(w.locHashes[:0], len(w.Locations))[:len(w.Locations)]
 	w.locHashed = slices.Grow(w.locHashed[:0], len(w.Locations))[:len(w.Locations)]
 	clear(w.locHashed)
+	w.locFrames = slices.Grow(w.locFrames[:0], len(w.Locations))[:len(w.Locations)]
+	clear(w.locFrames)
+	w.locTable = nil
 	return w.readSamples()
 }
 

@@ -62,19 +62,25 @@ type stackFrames struct {
 	ids   []int32
 }
 
-// stackFrames numbers a stack's frames (trieFrame of each) and returns
-// them with the bytes the frames new to t add (frameCost each).
+// number is the ID of frame f's trie frame (trieFrame), added if new,
+// and the bytes it added (frameCost, or 0).
+func (t *frameTable) number(f indices.Frame) (int32, int64) {
+	tf := trieFrame(f)
+	if id, ok := t.lookup(tf); ok {
+		return id, 0
+	}
+	return t.add(tf), frameCost(tf)
+}
+
+// stackFrames numbers a stack's frames and returns them with the bytes
+// the frames new to t add.
 func (t *frameTable) stackFrames(frames []indices.Frame) (stackFrames, int64) {
 	ids := make([]int32, len(frames))
 	var added int64
 	for i, f := range frames {
-		tf := trieFrame(f)
-		id, ok := t.lookup(tf)
-		if !ok {
-			id = t.add(tf)
-			added += frameCost(tf)
-		}
-		ids[i] = id
+		var n int64
+		ids[i], n = t.number(f)
+		added += n
 	}
 	return stackFrames{table: t, ids: ids}, added
 }

@@ -1,6 +1,12 @@
 package aggregate
 
-import "github.com/stackstream/stackstream/schemas/indices"
+import (
+	"crypto/sha256"
+	"hash"
+	"slices"
+
+	"github.com/stackstream/stackstream/schemas/indices"
+)
 
 // stackCache holds the IDs and frames of the stacks seen, by a 128-bit
 // hash of their frames or locations (Partition.stack, wireStack), for
@@ -15,10 +21,25 @@ import "github.com/stackstream/stackstream/schemas/indices"
 type stackCache struct {
 	m map[[2]uint64]*stackInfo
 	n int // stacks held
-	// table numbers the frames of the stacks built; it is dropped with
-	// the whole cache (reset), not with the stacks given way.
+	// table numbers the frames of the stacks built, and locs keeps the
+	// frames of their locations (a Wire's, by Wire.locationHash), so that
+	// a stack seen for the first time whose locations were seen in other
+	// stacks (most: its callers are) is not named frame by frame again.
+	// Naming and hashing a new stack's frames was a sixth of the rollup's
+	// CPU in the pipeline bench's part A until 2026-12-02. Both are
+	// dropped with the whole cache (reset), not with the stacks given
+	// way: the locations hold table IDs.
 	table      *frameTable
-	tableBytes int64 // frameCost of its frames
+	locs       map[[2]uint64]*locFrames
+	tableBytes int64 // frameCost of the table's frames, locBytes of locs
+	// The stack being built (begin, extend, end): its frame IDs, its
+	// text (past maxStackTextBytes, hashed as it comes in sha) and its
+	// trie bound.
+	ids   []int32
+	text  []byte
+	sha   hash.Hash
+	long  bool
+	bound int64
 	// bytes: stackBytes of the stacks held and tableBytes, charged to
 	// budget.
 	bytes  int64
@@ -34,21 +55,109 @@ const (
 )
 
 func newStackCache(b *Budget) *stackCache {
-	return &stackCache{m: map[[2]uint64]*stackInfo{}, table: newFrameTable(), budget: b}
+	c := &stackCache{budget: b}
+	c.reset()
+	return c
 }
 
 func (c *stackCache) get(key [2]uint64) *stackInfo { return c.m[key] }
 
-// add builds the stack of frames (leaf first) and caches it under key.
-// The frames new to the table are charged whether the stack is cached or
-// not: the table keeps them.
-func (c *stackCache) add(key [2]uint64, frames []indices.Frame) *stackInfo {
-	st := &stackInfo{id: indices.StackID(frames)}
+// locFrames are the frames of a location (or of a whole stack), leaf
+// first: as table IDs, as the text their stack ID hashes
+// (indices.AppendStackText), and the trie bound they add.
+type locFrames struct {
+	ids   []int32
+	text  []byte
+	bound int64
+}
+
+// locBytes is an upper bound of what keeping lf in locs holds: the
+// locFrames, its slices and its map entry (TestLocationBytesBound).
+func locBytes(lf *locFrames) int64 {
+	return 128 + 4*int64(cap(lf.ids)) + int64(cap(lf.text))
+}
+
+// frames numbers frames (leaf first) in the table, charging the frames
+// new to it: the table keeps them whether a stack is cached or not.
+func (c *stackCache) frames(frames []indices.Frame) *locFrames {
+	lf := &locFrames{ids: make([]int32, len(frames))}
 	var added int64
-	st.frames, added = c.table.stackFrames(frames)
+	for i, f := range frames {
+		id, n := c.table.number(f)
+		lf.ids[i], added = id, added+n
+		lf.text = indices.AppendStackText(lf.text, f)
+		lf.bound += frameCost(c.table.frames[id]) + trieNodeBytes
+	}
 	c.tableBytes += added
 	c.charge(added)
-	st.trieBound = (*frameTrie)(nil).cost(st.id, st.frames)
+	return lf
+}
+
+// location is the frames of the location of hash h kept, else nil.
+func (c *stackCache) location(h [2]uint64) *locFrames { return c.locs[h] }
+
+// addLocation numbers the frames of the location of hash h and keeps them.
+func (c *stackCache) addLocation(h [2]uint64, frames []indices.Frame) *locFrames {
+	lf := c.frames(frames)
+	n := locBytes(lf)
+	c.locs[h] = lf
+	c.tableBytes += n
+	c.charge(n)
+	return lf
+}
+
+// add builds the stack of frames (leaf first) and caches it under key.
+func (c *stackCache) add(key [2]uint64, frames []indices.Frame) *stackInfo {
+	c.begin()
+	c.extend(c.frames(frames))
+	return c.end(key)
+}
+
+// begin starts building a stack, whose frames extend adds (leaf first),
+// to cache under a key with end.
+func (c *stackCache) begin() {
+	c.ids, c.text, c.long, c.bound = c.ids[:0], c.text[:0], false, trieStackBytes
+}
+
+// maxStackTextBytes bounds the text of the stack being built held at
+// once: a hostile stack (4,096 locations of one with long names) would
+// be hundreds of MiB of text.
+const maxStackTextBytes = 64 << 10
+
+func (c *stackCache) extend(lf *locFrames) {
+	c.ids = append(c.ids, lf.ids...)
+	c.bound += lf.bound
+	if len(c.text)+len(lf.text) <= maxStackTextBytes {
+		c.text = append(c.text, lf.text...)
+		return
+	}
+	if !c.long {
+		if c.sha == nil {
+			c.sha = sha256.New()
+		}
+		c.sha.Reset()
+		c.long = true
+	}
+	c.sha.Write(c.text)
+	c.sha.Write(lf.text)
+	c.text = c.text[:0]
+}
+
+// end caches the stack built under key and returns it. Its trie bound is
+// (*frameTrie)(nil).cost, summed from its locations'.
+func (c *stackCache) end(key [2]uint64) *stackInfo {
+	var sum [sha256.Size]byte
+	if c.long {
+		c.sha.Write(c.text)
+		c.sha.Sum(sum[:0])
+	} else {
+		sum = sha256.Sum256(c.text)
+	}
+	st := &stackInfo{
+		id:        indices.StackIDOfSum(sum[:]),
+		frames:    stackFrames{table: c.table, ids: slices.Clone(c.ids)},
+		trieBound: c.bound,
+	}
 	c.put(key, st, stackBytes(st))
 	return st
 }
@@ -114,10 +223,10 @@ func (c *stackCache) giveWay(n int64) {
 	c.charge(-freed)
 }
 
-// reset drops every cached stack and the frame table, and returns their
-// charge. A new map: a cleared one would keep its buckets.
+// reset drops every cached stack, the frame table and the locations, and
+// returns their charge. A new map: a cleared one would keep its buckets.
 func (c *stackCache) reset() {
 	c.charge(-c.bytes)
 	c.m, c.n = map[[2]uint64]*stackInfo{}, 0
-	c.table, c.tableBytes = newFrameTable(), 0
+	c.table, c.locs, c.tableBytes = newFrameTable(), map[[2]uint64]*locFrames{}, 0
 }

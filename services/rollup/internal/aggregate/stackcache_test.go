@@ -1,9 +1,16 @@
 package aggregate
 
 import (
+	"fmt"
 	"math"
+	"runtime"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/stackstream/stackstream/pkg/pproftest"
+	"github.com/stackstream/stackstream/pkg/pprofx"
+	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/schemas/record"
 )
 
@@ -84,5 +91,175 @@ func TestStackCacheGivesWayInPart(t *testing.T) {
 	c.giveWay(c.bytes - c.tableBytes)
 	if c.n != 0 || c.bytes != 0 || len(c.table.frames) != 0 || b.Used() != used-bytes {
 		t.Fatalf("after giving way all the stacks: %d stacks, %d bytes, %d frames, budget %d", c.n, c.bytes, len(c.table.frames), b.Used())
+	}
+}
+
+// wireRecords are fleet profiles as the symbolizer stores them, with the
+// loadgen corpus's CPU records (their locations inlined, unresolved,
+// kernel and interpreter frames).
+func wireRecords(t testing.TB, hosts, intervals int) [][]byte {
+	profs, _ := fleetProfiles(hosts, intervals)
+	var out [][]byte
+	for _, p := range profs {
+		out = append(out, stored(t, p))
+	}
+	for _, r := range corpusRecords(t) {
+		if r.typ == record.ProfileCPU {
+			out = append(out, r.value)
+		}
+	}
+	return out
+}
+
+// TestWireStacksNamedAsFrames: a stack built from its locations' kept
+// frames (wireStack) has the ID, the table frames and the trie bound of
+// the same stack built from its frames (as google/pprof's profile names
+// them), whether its locations were kept by earlier stacks or not, and
+// after the cache was dropped in the middle of a profile; and the
+// locations kept are charged as the table is.
+func TestWireStacksNamedAsFrames(t *testing.T) {
+	values := wireRecords(t, 10, 3)
+	p := NewPartition(testConfig(), Checkpoint{})
+	dec := NewDecoder(record.Limits{})
+	var built, reused, samples int
+	for _, v := range values {
+		in, err := dec.Decode(v)
+		if err != nil || in.Wire == nil {
+			t.Fatalf("decoded %v, %v", in.Wire != nil, err)
+		}
+		prof, err := record.DecodeProfileLimits(v, record.DefaultLimits())
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := in.Wire
+		if len(w.sampleRows) != len(prof.Sample) {
+			t.Fatalf("%d rows, %d samples", len(w.sampleRows), len(prof.Sample))
+		}
+		for i, row := range w.sampleRows {
+			if row.locs[1] == row.locs[0] {
+				continue
+			}
+			locs := w.locs[row.locs[0]:row.locs[1]]
+			if samples++; samples%997 == 0 {
+				// Dropped in the middle of a profile: the locations
+				// the profile looked up (Wire.locFrames) go too.
+				p.stacks.reset()
+			}
+			n, kept := p.stacks.n, len(p.stacks.locs)
+			st := p.wireStack(w, locs)
+			if p.stacks.n > n {
+				built++
+				if len(p.stacks.locs)-kept < len(locs) {
+					reused++
+				}
+			}
+			frames := pprofx.StackFrames(prof.Sample[i])
+			if st.id != indices.StackID(frames) {
+				t.Fatalf("stack %d: ID %s, of its frames %s", i, st.id, indices.StackID(frames))
+			}
+			if len(st.frames.ids) != len(frames) {
+				t.Fatalf("stack %d: %d frames, want %d", i, len(st.frames.ids), len(frames))
+			}
+			for j, id := range st.frames.ids {
+				if got, want := st.frames.table.frames[id], trieFrame(frames[j]); got != want {
+					t.Fatalf("stack %d frame %d: %+v, want %+v", i, j, got, want)
+				}
+			}
+			if want := (*frameTrie)(nil).cost(st.id, st.frames); st.trieBound != want {
+				t.Fatalf("stack %d: trie bound %d, want %d", i, st.trieBound, want)
+			}
+		}
+	}
+	c := p.stacks
+	var tableBytes, held int64
+	for _, f := range c.table.frames {
+		tableBytes += frameCost(f)
+	}
+	for _, lf := range c.locs {
+		tableBytes += locBytes(lf)
+	}
+	for _, st := range c.m {
+		held += st.cachedBytes
+	}
+	t.Logf("%d stacks built, %d of them from a location kept before; %d locations, %d frames", built, reused, len(c.locs), len(c.table.frames))
+	if built < 100 || reused < built/2 || tableBytes != c.tableBytes || held+c.tableBytes != c.bytes {
+		t.Fatalf("%d stacks built (%d reusing locations); table charged %d, counted %d; cache charged %d, counted %d",
+			built, reused, c.tableBytes, tableBytes, c.bytes, held+c.tableBytes)
+	}
+}
+
+// TestLocationBytesBound: what the stack cache holds of the stacks built
+// from a Wire (the stacks, the frame table, the locations kept) is at
+// most what it charges.
+func TestLocationBytesBound(t *testing.T) {
+	values := wireRecords(t, 10, 6)
+	dec := NewDecoder(record.Limits{})
+	if _, err := dec.Decode(values[0]); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	p := NewPartition(testConfig(), Checkpoint{})
+	for _, v := range values {
+		in, err := dec.Decode(v)
+		if err != nil || in.Wire == nil {
+			t.Fatalf("decoded %v, %v", in.Wire != nil, err)
+		}
+		w := in.Wire
+		for _, row := range w.sampleRows {
+			if row.locs[1] > row.locs[0] {
+				p.wireStack(w, w.locs[row.locs[0]:row.locs[1]])
+			}
+		}
+	}
+	p.frames, p.keyBuf, p.locKey = nil, nil, nil
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	// The decoder's buffers, grown by the larger profiles, are counted
+	// as held: an overstatement.
+	held := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	c := p.stacks
+	t.Logf("%d stacks, %d frames, %d locations: held %d bytes, counted %d (%.0f%%)", c.n, len(c.table.frames), len(c.locs), held, c.bytes, 100*float64(held)/float64(c.bytes))
+	if held > c.bytes {
+		t.Fatalf("the stack cache holds %d bytes, counted %d", held, c.bytes)
+	}
+	runtime.KeepAlive(p)
+	runtime.KeepAlive(dec)
+	runtime.KeepAlive(values)
+}
+
+// TestLongStackID: a stack whose text passes what the cache holds at once
+// (maxStackTextBytes: long names, deep recursion) has the ID of its
+// frames, through a Wire and through google/pprof's profile.
+func TestLongStackID(t *testing.T) {
+	long := func(i int) string { return fmt.Sprintf("%s.f%d", strings.Repeat("n", 4000), i) }
+	b := pproftest.NewCPU(t0, 10*time.Second)
+	var deep, wide []string
+	for i := range 300 {
+		deep = append(deep, long(0))
+		wide = append(wide, long(i))
+	}
+	b.Sample(svc("a"), []int64{1, 1}, deep...)
+	b.Sample(svc("a"), []int64{1, 1}, wide...)
+	b.Sample(svc("a"), []int64{1, 1}, "short", "main")
+	prof := b.Profile()
+	in, err := NewDecoder(record.Limits{}).Decode(stored(t, prof))
+	if err != nil || in.Wire == nil {
+		t.Fatalf("decoded %v, %v", in.Wire != nil, err)
+	}
+	w := in.Wire
+	p, general := NewPartition(testConfig(), Checkpoint{}), NewPartition(testConfig(), Checkpoint{})
+	for i, row := range w.sampleRows {
+		want := indices.StackID(pprofx.StackFrames(prof.Sample[i]))
+		if got := p.wireStack(w, w.locs[row.locs[0]:row.locs[1]]).id; got != want {
+			t.Errorf("stack %d from the wire: %s, want %s", i, got, want)
+		}
+		if got := general.stack(prof.Sample[i]).id; got != want {
+			t.Errorf("stack %d from the profile: %s, want %s", i, got, want)
+		}
+	}
+	if len(p.stacks.text) > maxStackTextBytes {
+		t.Errorf("held %d bytes of a stack's text", len(p.stacks.text))
 	}
 }

@@ -70,14 +70,29 @@ func (p *Partition) wireStack(w *Wire, locs []int32) *stackInfo {
 	// The hashes' memory is the key: it is only compared within this
 	// process, so its byte order does not matter.
 	key := hash128(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(hs))), 16*len(hs)))
-	if st := p.stacks.get(key); st != nil {
+	c := p.stacks
+	if st := c.get(key); st != nil {
 		return st
 	}
-	p.frames = p.frames[:0]
-	for _, i := range locs {
-		p.frames = w.appendFrames(p.frames, i)
+	// A new stack: its locations' frames as the cache keeps them, named
+	// once (addLocation) for every stack of the instance.
+	if w.locTable != c.table {
+		clear(w.locFrames)
+		w.locTable = c.table
 	}
-	return p.cachedStack(key)
+	c.begin()
+	for j, i := range locs {
+		lf := w.locFrames[i]
+		if lf == nil {
+			if lf = c.location(hs[j]); lf == nil {
+				p.frames = w.appendFrames(p.frames[:0], i)
+				lf = c.addLocation(hs[j], p.frames)
+			}
+			w.locFrames[i] = lf
+		}
+		c.extend(lf)
+	}
+	return c.end(key)
 }
 
 // cachedStack is the stack cached under key, else p.frames cached there.
