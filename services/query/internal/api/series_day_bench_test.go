@@ -46,29 +46,9 @@ func BenchmarkSeriesDay1000Hosts(b *testing.B) {
 	copied := os.Getenv("STACKSTREAM_BENCH_FLEET_DAY_FROM")
 	if copied != "" {
 		body := fmt.Sprintf(`{"source":{"index":%q},"dest":{"index":%q}}`, copied, names.Rollups(from))
-		status, resp, err := opensearch.Raw(b.Context(), cl, http.MethodPost, "/_reindex?wait_for_completion=false", []byte(body))
-		var task struct {
-			Task string `json:"task"`
-		}
-		if err != nil || status != http.StatusOK || json.Unmarshal(resp, &task) != nil {
+		status, resp, err := opensearch.Raw(b.Context(), cl, http.MethodPost, "/_reindex?refresh=true&timeout=30m", []byte(body))
+		if err != nil || status != http.StatusOK || bytes.Contains(resp, []byte(`"failures":[{`)) {
 			b.Fatalf("reindex %s: %d %v %.300s", copied, status, err, resp)
-		}
-		for {
-			time.Sleep(5 * time.Second)
-			status, resp, err := opensearch.Raw(b.Context(), cl, http.MethodGet, "/_tasks/"+task.Task, nil)
-			var done struct {
-				Completed bool `json:"completed"`
-				Error     any  `json:"error"`
-				Response  struct {
-					Failures []any `json:"failures"`
-				} `json:"response"`
-			}
-			if err != nil || status != http.StatusOK || json.Unmarshal(resp, &done) != nil || done.Error != nil || len(done.Response.Failures) > 0 {
-				b.Fatalf("reindex %s: %d %v %.300s", copied, status, err, resp)
-			}
-			if done.Completed {
-				break
-			}
 		}
 	}
 	for h := from; h.Before(to) && copied == ""; h = h.Add(time.Hour) {

@@ -26,8 +26,8 @@ import (
 // what the 10-minute and hourly service documents answer (every line,
 // "other", the ranking and the total, compared whole with the answer
 // before the documents existed and point by point with the sums of the
-// minutes), for steps of 10, 20 and 30 minutes (1 and 2 hours keep
-// reading the hourly documents), by host and by service, with selectors of =, !=, =~ and !~ lists and a group without a
+// minutes), for steps of 10, 20, 30 minutes, 1 and 2 hours, by host and by
+// service, with selectors of =, !=, =~ and !~ lists and a group without a
 // host, over whole settled hours and over a range with minutes before its
 // first settled hour and an hour not settled after its last (read from
 // the service documents); a document whose values were changed under the same sources shows
@@ -227,8 +227,8 @@ func TestSeriesServiceGroups(t *testing.T) {
 			resp := ask(t, c)
 			want := "service_groups"
 			switch {
-			case c.step == "1h" || c.step == "2h":
-				want = "rollups" // whole hours read the hourly documents
+			case (someHours || c.rolling) && c.step == "2h":
+				want = "rollups" // a step of two hours would mix both ways
 			case someHours || c.rolling:
 				want += "+rollups"
 			}
@@ -242,10 +242,7 @@ func TestSeriesServiceGroups(t *testing.T) {
 		for i, c := range charts {
 			resp := ask(t, c)
 			want := "service_groups"
-			switch {
-			case c.step == "1h" || c.step == "2h":
-				want = "rollups"
-			case c.rolling:
+			if c.rolling {
 				want += "+rollups"
 			}
 			if resp.Source != want {
@@ -331,12 +328,14 @@ func TestSeriesServiceGroups(t *testing.T) {
 			b.Value += 7e11
 			querytest.Index(t, cl, names, []querytest.Doc{querytest.Rollup(names, b)})
 			// The hour is read from the service documents, its 10-minute
-			// sums no longer equal its hourly ones: charts whose selection
-			// holds h-04 read every minute, as before.
+			// sums no longer equal its hourly ones: charts of steps under
+			// an hour whose selection holds h-04 read every minute, as
+			// before; those of whole hours read the hourly documents,
+			// unchanged.
 			for _, c := range charts {
 				resp := ask(t, c)
 				want := "service_groups+rollups"
-				if c.step == "1h" || c.step == "2h" || c.match(late) {
+				if c.step == "2h" || (c.step != "1h" && c.match(late)) {
 					want = "rollups"
 				}
 				if resp.Source != want {

@@ -19,24 +19,24 @@ const maxGroupHours = 7 * 24
 // documents (indices.KindServiceGroups, written by the rollup's compactor:
 // every (service, host) group's 10-minute and hour sums of a settled hour),
 // or returns nil lines when they cannot answer: a type other than cpu and
-// offcpu, a range without a whole settled hour, a step other than
-// tenMinuteSteps (charts of whole hours read the hourly documents, fewer
-// than a day's fingerprint reads: see docs/QUERY.md), a selector other
-// than =, != and
+// offcpu, a range without a whole settled hour, a step that is neither
+// tenMinuteSteps nor whole hours (or longer than an hour when the range
+// has minutes outside its settled hours), a selector other than =, != and
 // lists of literals on service and host, or a settled hour whose document
 // is missing or stale. A document is used only when its sources equal the
 // fingerprint of the hour's service documents as they are (the count and
 // value sum of its 10-minute and of its hourly documents, read in the same
 // search); the lines, "other", the ranking and the total are then computed
 // as topSeries computes them from those documents (the hourly windows
-// rank, the 10-minute windows plot, a settled hour whose
+// rank, the 10-minute or hourly windows plot, a settled hour whose
 // selected 10-minute values do not add up to its hourly ones is refused),
 // and the minutes outside the settled hours rank and plot as before
 // (spanMinutes, plotKeys), so the answer is the same, from one document per
 // settled hour instead of every 10-minute one.
 func (s *Store) groupsSeries(ctx context.Context, sel Selection, step time.Duration, groupBy string, top int) (*Lines, error) {
 	hours, whole := hourlySpan(sel.Range)
-	if !sel.Type.Time() || !whole || !tenMinuteSteps(step) || hours.Duration() > maxGroupHours*time.Hour {
+	ten := tenMinuteSteps(step)
+	if !sel.Type.Time() || !whole || (!ten && step%time.Hour != 0) || hours.Duration() > maxGroupHours*time.Hour {
 		return nil, nil
 	}
 	match, ok := groupMatcher(sel.Selector)
@@ -44,7 +44,8 @@ func (s *Store) groupsSeries(ctx context.Context, sel Selection, step time.Durat
 		return nil, nil
 	}
 	docs, runs, err := s.serviceGroups(ctx, sel, hours)
-	if err != nil || len(docs) == 0 {
+	if err != nil || len(docs) == 0 || (len(runs) > 0 && step > time.Hour) {
+		// Buckets of several hours would mix both ways of reading.
 		return nil, err
 	}
 	key := func(g *indices.ServiceGroup) (string, bool) {
@@ -91,6 +92,12 @@ func (s *Store) groupsSeries(ctx context.Context, sel Selection, step time.Durat
 			if g.Present&indices.PresentHour != 0 {
 				gr.ranked = true
 				gr.rank += g.Hour
+			}
+			if !ten {
+				if g.Present&indices.PresentHour != 0 {
+					add(gr, hourMs-hourMs%stepMs, g.Hour)
+				}
+				continue
 			}
 			present = present || g.Present != 0
 			for w, v := range g.Ten {
@@ -160,7 +167,11 @@ func (s *Store) groupsSeries(ctx context.Context, sel Selection, step time.Durat
 	for _, r := range runs {
 		rs := sel
 		rs.Range = r
-		byKey, rest, ok, err := s.plotKeys(ctx, s.tenMinutePlan(rs), keys, folded, step, groupBy)
+		plan := s.rollupPlan(rs, false)
+		if ten {
+			plan = s.tenMinutePlan(rs)
+		}
+		byKey, rest, ok, err := s.plotKeys(ctx, plan, keys, folded, step, groupBy)
 		if err != nil || !ok {
 			return nil, err
 		}
@@ -218,18 +229,6 @@ func (s *Store) serviceGroups(ctx context.Context, sel Selection, hours TimeRang
 	service := allOf([]Query{term("kind", indices.KindService),
 		termsOf("resolution", []string{indices.ResolutionTenMinutes, indices.ResolutionHour})}, nil)
 	grouped := allOf([]Query{term("kind", indices.KindServiceGroups), term("resolution", indices.ResolutionHour)}, nil)
-	// A range without documents (older than the compactor's days, or a
-	// cluster without it) costs one small search, not the fingerprints.
-	var found struct {
-		Hits hitsTotal `json:"hits"`
-	}
-	if err := s.search(ctx, s.rollupIndices(hours), matchedRequest(allOf([]Query{term("type", string(sel.Type)), timeFilter(hours), grouped}, nil), nil),
-		&found, "hits.total"); err != nil {
-		return nil, nil, fmt.Errorf("service groups: %w", err)
-	}
-	if found.Hits.Total.Value == 0 {
-		return nil, nil, nil
-	}
 	check := Aggs{}
 	for name, res := range map[string]string{"ten": indices.ResolutionTenMinutes, "hour": indices.ResolutionHour} {
 		check[name] = Agg{Filter: allOf([]Query{term("kind", indices.KindService), term("resolution", res)}, nil),

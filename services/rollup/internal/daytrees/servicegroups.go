@@ -27,7 +27,7 @@ func (c *Compactor) withServiceGroups(ctx context.Context, now time.Time, writte
 // (indices.KindServiceGroups: every (service, host) group's 10-minute and
 // hour sums) when it is missing or its sources differ from the
 // fingerprint of the hour's service documents. A chart over settled hours
-// with a step of 10, 20 or 30 minutes reads these instead
+// with a step of 10, 20 or 30 minutes or whole hours reads these instead
 // of every 10-minute document (services/query/internal/store,
 // servicegroups.go).
 func (c *Compactor) writeServiceGroups(ctx context.Context, now time.Time) (int, error) {
