@@ -426,12 +426,8 @@ type RollupDoc struct {
 	// Tree is a tree document's encoded tree (tree.go); Value is its total.
 	Tree []byte `json:"tree,omitempty"`
 	// Sources is, in a day tree, the fingerprint of the hour trees merged
-	// into it (TreeSources); in a KindServiceGroups document, of its
-	// service documents (ServiceGroupsSources).
+	// into it (TreeSources).
 	Sources string `json:"sources,omitempty"`
-	// Groups is a KindServiceGroups document's groups
-	// (EncodeServiceGroups).
-	Groups []byte `json:"groups,omitempty"`
 	// Digest is, in an hour partition tree, TreeDigest of its tree: the
 	// Sources of the function table made from it (functable.go).
 	Digest string `json:"digest,omitempty"`

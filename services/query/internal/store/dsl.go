@@ -20,12 +20,10 @@ type Request struct {
 	Size int `json:"size"`
 	// TrackTotalHits is false when no hit count is read, 1 when only
 	// whether anything matched is.
-	TrackTotalHits any    `json:"track_total_hits"`
-	Timeout        string `json:"timeout,omitempty"` // set by Store.search from the deadline
-	Query          Query  `json:"query"`
-	// PostFilter filters the hits after the aggregations ran.
-	PostFilter Query   `json:"post_filter,omitempty"`
-	Source     *Source `json:"_source,omitempty"`
+	TrackTotalHits any     `json:"track_total_hits"`
+	Timeout        string  `json:"timeout,omitempty"` // set by Store.search from the deadline
+	Query          Query   `json:"query"`
+	Source         *Source `json:"_source,omitempty"`
 	// SeqNoPrimaryTerm asks for each hit's _seq_no and _primary_term.
 	SeqNoPrimaryTerm bool `json:"seq_no_primary_term,omitempty"`
 	// DocvalueFields reads fields from their doc values (in each hit's

@@ -83,12 +83,6 @@ type cachedLines struct {
 func (s *Store) Series(ctx context.Context, sel Selection, step time.Duration, groupBy string, top int) (*Lines, error) {
 	top = min(max(top, 1), s.opts.MaxSeries)
 	if sel.Selector.OnlyFields("service", "host") {
-		if lines, err := s.groupsSeries(ctx, sel, step, groupBy, top); err != nil || lines != nil {
-			if err != nil {
-				return nil, fmt.Errorf("series from service groups: %w", err)
-			}
-			return lines, nil
-		}
 		rank, minute := s.rollupPlan(sel, false), s.rollupPlan(sel, true)
 		groups, matched, hourly, err := s.groupTotals(ctx, rank, groupBy, sel.Range.Duration())
 		if err == nil && hasWholeHours(sel.Range) && !hourly {
@@ -233,32 +227,23 @@ type groupTotal struct {
 // topSeries reads, for groups ranked over the whole range (groupTotals:
 // a composite aggregation paged over the groups, so the ranking and the
 // count are exact), the top groups per step and the rest summed per step
-// from p's documents, both by OpenSearch, in one search (plotKeys).
+// from p's documents, both by OpenSearch, in one search.
 func (s *Store) topSeries(ctx context.Context, p seriesPlan, groups []groupTotal, step time.Duration, groupBy string, top int) (*Lines, error) {
-	keys := rankKeys(groups, top)
+	slices.SortFunc(groups, func(x, y groupTotal) int {
+		if c := cmp.Compare(y.value, x.value); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.key, y.key)
+	})
+	keys := make([]string, 0, min(top, len(groups)))
+	for _, g := range groups[:min(top, len(groups))] {
+		keys = append(keys, g.key)
+	}
 	lines := &Lines{Lines: make([]Line, 0, len(keys)), Total: len(groups), Source: p.source}
 	if len(keys) == 0 {
 		return lines, nil
 	}
 	folded := len(groups) > len(keys)
-	byKey, rest, ok, err := s.plotKeys(ctx, p, keys, folded, step, groupBy)
-	if err != nil || !ok {
-		return nil, err
-	}
-	for _, k := range keys { // in rank order
-		lines.Lines = append(lines.Lines, Line{Key: k, Points: byKey[k]})
-	}
-	if folded {
-		lines.Other = &Line{Points: rest}
-	}
-	return lines, nil
-}
-
-// plotKeys reads the points of the groups keys and, when folded, of every
-// other group summed ("rest") from p's documents in one search; a key
-// without documents has no points. ok is false when p.prepare refused the
-// answer.
-func (s *Store) plotKeys(ctx context.Context, p seriesPlan, keys []string, folded bool, step time.Duration, groupBy string) (byKey map[string][][2]float64, rest [][2]float64, ok bool, err error) {
 	aggs := topSeriesAggs(groupBy, keys, step, p.aggs, folded)
 	var out struct {
 		Aggregations struct {
@@ -281,7 +266,7 @@ func (s *Store) plotKeys(ctx context.Context, p seriesPlan, keys []string, folde
 	}
 	if err := s.search(ctx, p.indices, aggsRequest(p.query, aggs), &out, "aggregations.top.groups.buckets.key",
 		"aggregations.top.groups.buckets.time.buckets", "aggregations.rest.time.buckets"); err != nil {
-		return nil, nil, false, err
+		return nil, err
 	}
 	if p.prepare != nil {
 		answer := [][]seriesBucket{out.Aggregations.Rest.Time.Buckets}
@@ -289,7 +274,7 @@ func (s *Store) plotKeys(ctx context.Context, p seriesPlan, keys []string, folde
 			answer = append(answer, g.Time.Buckets)
 		}
 		if !p.prepare(answer) {
-			return nil, nil, false, nil
+			return nil, nil
 		}
 	}
 	points := func(buckets []seriesBucket) [][2]float64 {
@@ -301,30 +286,17 @@ func (s *Store) plotKeys(ctx context.Context, p seriesPlan, keys []string, folde
 		slices.SortFunc(pts, func(x, y [2]float64) int { return cmp.Compare(x[0], y[0]) })
 		return pts
 	}
-	byKey = map[string][][2]float64{}
+	byKey := map[string][][2]float64{}
 	for _, g := range out.Aggregations.Top.Groups.Buckets {
 		byKey[g.Key] = points(g.Time.Buckets)
 	}
+	for _, k := range keys { // in rank order
+		lines.Lines = append(lines.Lines, Line{Key: k, Points: byKey[k]})
+	}
 	if folded {
-		rest = points(out.Aggregations.Rest.Time.Buckets)
+		lines.Other = &Line{Points: points(out.Aggregations.Rest.Time.Buckets)}
 	}
-	return byKey, rest, true, nil
-}
-
-// rankKeys sorts groups by value, largest first (ties by key), and
-// returns the first top keys.
-func rankKeys(groups []groupTotal, top int) []string {
-	slices.SortFunc(groups, func(x, y groupTotal) int {
-		if c := cmp.Compare(y.value, x.value); c != 0 {
-			return c
-		}
-		return cmp.Compare(x.key, y.key)
-	})
-	keys := make([]string, 0, min(top, len(groups)))
-	for _, g := range groups[:min(top, len(groups))] {
-		keys = append(keys, g.key)
-	}
-	return keys
+	return lines, nil
 }
 
 // topSeriesAggs buckets the documents of the groups keys by group and step,
