@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -131,9 +132,10 @@ func TestCPUDocs(t *testing.T) {
 			t.Errorf("minute function document %s", k)
 		}
 	}
-	// and the hour partition tree's function table.
-	if len(docs) != 2*5+5+2+2+1+2+2+1 {
-		t.Fatalf("got %d docs, want 25: %v", len(docs), docs)
+	// and the hour partition tree's function table; the minute's and the
+	// 10 minutes' partition heads (tests write every head).
+	if len(docs) != 2*5+5+2+2+1+2+2+1+2 {
+		t.Fatalf("got %d docs, want 27: %v", len(docs), docs)
 	}
 	pt, table := docs["1h/10:00/partition_tree//"], docs["1h/10:00/function_table//"]
 	fns, err := indices.DecodeFunctionTable(table.Tree, indices.TreeLimits{})
@@ -202,8 +204,8 @@ func TestWindowsCloseOnWatermark(t *testing.T) {
 	}
 	add(t, p, cpu(t0.Add(180*time.Second)), record.ProfileCPU, 2)
 	docs := p.Pending(false)
-	if len(docs) != 5 {
-		t.Fatalf("got %d docs, want minute 10:00 only (5: 2 services, the stacks of each, the partition tree): the hour and its first 10 minutes are in progress", len(docs))
+	if len(docs) != 6 {
+		t.Fatalf("got %d docs, want minute 10:00 only (6: 2 services, the stacks of each, the partition tree and its head): the hour and its first 10 minutes are in progress", len(docs))
 	}
 	for _, d := range docs {
 		if d.Doc.Resolution != indices.ResolutionMinute || !d.Doc.Timestamp.Equal(t0) {
@@ -218,8 +220,8 @@ func TestWindowsCloseOnWatermark(t *testing.T) {
 	// the minutes that close.
 	add(t, p, cpu(t0.Add(time.Hour+30*time.Second)), record.ProfileCPU, 3)
 	got := byKey(p.Pending(false))
-	if len(got) != 31 {
-		t.Fatalf("got %d docs, want minutes 10:02, 10:03 (6 each), the 10 minutes 10:00 (3) and the hour (15, its 5 trees and the partition tree's function table)", len(got))
+	if len(got) != 34 {
+		t.Fatalf("got %d docs, want minutes 10:02, 10:03 (7 each: their partition trees and heads), the 10 minutes 10:00 (4) and the hour (16: its 5 trees and the partition tree's function table): %v", len(got), slices.Sorted(maps.Keys(got)))
 	}
 	if d := got["1h/10:00/service/checkout/"]; d.Value != 120 {
 		t.Fatalf("hour doc %+v, want value 120", d)

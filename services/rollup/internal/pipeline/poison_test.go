@@ -142,8 +142,10 @@ func TestPoisonRecords(t *testing.T) {
 
 	in := e.start(e.osURL)
 	// want holds each host's trees; the one partition adds a service tree
-	// per service of the hour (2) and a partition tree.
-	waitFor(t, "the good profile's rollups", 90*time.Second, func() bool { return e.count() == len(want)+3 })
+	// per service of the hour (2), a partition tree and its function table,
+	// and the minute's and 10 minutes' partition heads (tests write every
+	// head).
+	waitFor(t, "the good profile's rollups", 90*time.Second, func() bool { return e.count() == len(want)+6 })
 	select {
 	case err := <-in.done:
 		t.Fatalf("the consumer stopped: %v", err)
