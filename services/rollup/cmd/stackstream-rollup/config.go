@@ -39,6 +39,7 @@ type Settings struct {
 	HourlyDays      int           `envconfig:"HOURLY_RETENTION_DAYS" default:"90" desc:"delete monthly rollups indices whose month ended more than this many days ago; 0 keeps them"`
 	LifecycleEvery  time.Duration `envconfig:"LIFECYCLE_INTERVAL" default:"1h" desc:"how often rollup retention runs"`
 	MinuteTrees     bool          `envconfig:"MINUTE_TREES" default:"false" desc:"also write a partition tree per minute (10-minute ones are always written): the query then reads the minutes at the ends of long fleet-wide ranges from trees, not per stack; costs about a byte per raw sample on disk"`
+	WindowHeads     bool          `envconfig:"WINDOW_HEADS" default:"false" desc:"also write a head (its 20,000 heaviest nodes) beside each minute and 10-minute partition tree of more than 80,000 nodes: the query then proves fleet-wide ranges' edges from heads at max_nodes up to about 3,000 instead of merging whole trees; costs about 0.11 bytes per raw sample on disk at 40 hosts (less for larger fleets) and the CPU of building and deflating each head"`
 	DebugPprof      bool          `envconfig:"DEBUG_PPROF" default:"false" desc:"serve Go's /debug/pprof/ (heap, CPU, goroutines) on the listen address, for finding where memory goes; off by default"`
 }
 

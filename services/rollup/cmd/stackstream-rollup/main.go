@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/pprof"
 	"os"
@@ -61,7 +62,7 @@ func runMain() error {
 			Budget: &aggregate.Budget{MaxBytes: budget},
 			Names:  cfg.Index.Names(), Now: time.Now,
 			NoMinuteTrees: !cfg.Rollup.MinuteTrees,
-			HeadMinNodes:  aggregate.DefaultHeadMinNodes,
+			HeadMinNodes:  headMinNodes(cfg.Rollup.WindowHeads),
 		},
 		MaxPollRecords: cfg.Rollup.MaxPollRecords,
 		FlushTimeout:   cfg.Rollup.FlushTimeout,
@@ -114,4 +115,13 @@ func servePprof(mux *http.ServeMux) {
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+}
+
+// headMinNodes is Config.HeadMinNodes: aggregate.DefaultHeadMinNodes with
+// STACKSTREAM_ROLLUP_WINDOW_HEADS, else no tree is large enough for a head.
+func headMinNodes(on bool) int {
+	if on {
+		return aggregate.DefaultHeadMinNodes
+	}
+	return math.MaxInt
 }

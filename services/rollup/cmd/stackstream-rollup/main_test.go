@@ -73,7 +73,7 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if cfg.ListenAddr != "127.0.0.1:9104" || cfg.Rollup.AllowedLateness.String() != "2m0s" || cfg.Rollup.Group != "stackstream-rollup" ||
 		cfg.Rollup.MaxClockSkew.String() != "10m0s" || cfg.Rollup.MaxAge.String() != "168h0m0s" || cfg.Rollup.MaxStateBytes != 0 ||
-		cfg.Rollup.MinuteDays != 14 || cfg.Rollup.HourlyDays != 90 || cfg.Rollup.LifecycleEvery.String() != "1h0m0s" || cfg.Rollup.DebugPprof {
+		cfg.Rollup.MinuteDays != 14 || cfg.Rollup.HourlyDays != 90 || cfg.Rollup.LifecycleEvery.String() != "1h0m0s" || cfg.Rollup.DebugPprof || cfg.Rollup.WindowHeads {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 	if err := config.Load(&cfg, []string{"-h"}, io.Discard); !errors.Is(err, config.ErrHelp) {
