@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -48,7 +47,7 @@ func (s *Store) FunctionTables(ctx context.Context, sel Selection, useTable, use
 	if err != nil || !complete {
 		return nil, false, err
 	}
-	trees, err := s.hourTreeDigests(ctx, idx, sel.Type, hours)
+	trees, err := s.hourTreeVersions(ctx, idx, sel.Type, hours)
 	if err != nil || trees == nil {
 		return nil, false, err
 	}
@@ -149,63 +148,6 @@ func (s *Store) FunctionTables(ctx context.Context, sel Selection, useTable, use
 	}
 	read.Source = source + strings.TrimPrefix(read.Source, "-")
 	return read, true, nil
-}
-
-// hourTreeDigest is an hour partition tree's version, hour, partition and
-// digest (indices.TreeDigest; empty when written before function tables).
-type hourTreeDigest struct {
-	hourTree
-	Digest string
-}
-
-// hourTreeDigests reads the hour partition trees of typ in hours as
-// hourTreeVersions does (metadata and doc values, no _source), with their
-// digests. nil when there are more than maxTreeDocs.
-func (s *Store) hourTreeDigests(ctx context.Context, idx []string, typ record.ProfileType, hours TimeRange) ([]hourTreeDigest, error) {
-	var resp struct {
-		Hits struct {
-			Hits []struct {
-				ID          string `json:"_id"`
-				SeqNo       int64  `json:"_seq_no"`
-				PrimaryTerm int64  `json:"_primary_term"`
-				Fields      struct {
-					Timestamp []string `json:"@timestamp"`
-					Partition []int32  `json:"partition"`
-					Digest    []string `json:"digest"`
-				} `json:"fields"`
-			} `json:"hits"`
-		} `json:"hits"`
-	}
-	req := &Request{Size: maxTreeDocs, TrackTotalHits: false, SeqNoPrimaryTerm: true, Source: &Source{None: true},
-		Query:          allOf([]Query{term("kind", indices.KindPartitionTree), term("type", string(typ)), term("resolution", indices.ResolutionHour), timeFilter(hours)}, nil),
-		DocvalueFields: []DocvalueField{{Field: "@timestamp", Format: "epoch_millis"}, {Field: "partition"}, {Field: "digest"}}}
-	if err := s.search(ctx, idx, req, &resp, "hits.hits._id", "hits.hits._seq_no", "hits.hits._primary_term", "hits.hits.fields"); err != nil {
-		return nil, fmt.Errorf("hour tree digests: %w", err)
-	}
-	if len(resp.Hits.Hits) >= maxTreeDocs {
-		return nil, nil
-	}
-	out := make([]hourTreeDigest, 0, len(resp.Hits.Hits))
-	for _, h := range resp.Hits.Hits {
-		var partition int32
-		if len(h.Fields.Partition) == 1 {
-			partition = h.Fields.Partition[0]
-		}
-		if len(h.Fields.Timestamp) != 1 {
-			return nil, fmt.Errorf("hour tree %s: no @timestamp", h.ID)
-		}
-		ms, err := strconv.ParseInt(h.Fields.Timestamp[0], 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("hour tree %s: @timestamp %q: %w", h.ID, h.Fields.Timestamp[0], err)
-		}
-		d := hourTreeDigest{hourTree: hourTree{TreeSource: indices.TreeSource{ID: h.ID, SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm},
-			Time: time.UnixMilli(ms).UTC(), Partition: partition}}
-		if len(h.Fields.Digest) == 1 {
-			d.Digest = h.Fields.Digest[0]
-		}
-		out = append(out, d)
-	}
-	return out, nil
 }
 
 // functionTableDoc is a function table document.

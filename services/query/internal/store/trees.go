@@ -411,17 +411,20 @@ func (s *Store) scrollTrees(ctx context.Context, idx []string, sel Selection, ki
 // and day.
 const maxTreeDocs = 10000
 
-// hourTree is an hour partition tree document's version, hour and
-// partition.
+// hourTree is an hour partition tree document's version, hour, partition
+// and digest (indices.TreeDigest: the sources of its function table; empty
+// when written before function tables).
 type hourTree struct {
 	indices.TreeSource
 	Time      time.Time
 	Partition int32
+	Digest    string
 }
 
-// hourTreeVersions reads the versions of the hour partition trees of typ in
-// hours from their metadata and doc values: their _source, which holds the
-// tree, is not loaded. nil when there are more than maxTreeDocs.
+// hourTreeVersions reads the versions and digests of the hour partition
+// trees of typ in hours from their metadata and doc values: their _source,
+// which holds the tree, is not loaded. nil when there are more than
+// maxTreeDocs.
 func (s *Store) hourTreeVersions(ctx context.Context, idx []string, typ record.ProfileType, hours TimeRange) ([]hourTree, error) {
 	var resp struct {
 		Hits struct {
@@ -432,13 +435,14 @@ func (s *Store) hourTreeVersions(ctx context.Context, idx []string, typ record.P
 				Fields      struct {
 					Timestamp []string `json:"@timestamp"`
 					Partition []int32  `json:"partition"`
+					Digest    []string `json:"digest"`
 				} `json:"fields"`
 			} `json:"hits"`
 		} `json:"hits"`
 	}
 	req := &Request{Size: maxTreeDocs, TrackTotalHits: false, SeqNoPrimaryTerm: true, Source: &Source{None: true},
 		Query:          allOf([]Query{term("kind", indices.KindPartitionTree), term("type", string(typ)), term("resolution", indices.ResolutionHour), timeFilter(hours)}, nil),
-		DocvalueFields: []DocvalueField{{Field: "@timestamp", Format: "epoch_millis"}, {Field: "partition"}}}
+		DocvalueFields: []DocvalueField{{Field: "@timestamp", Format: "epoch_millis"}, {Field: "partition"}, {Field: "digest"}}}
 	if err := s.search(ctx, idx, req, &resp, "hits.hits._id", "hits.hits._seq_no", "hits.hits._primary_term", "hits.hits.fields"); err != nil {
 		return nil, fmt.Errorf("hour tree versions: %w", err)
 	}
@@ -458,8 +462,12 @@ func (s *Store) hourTreeVersions(ctx context.Context, idx []string, typ record.P
 		if err != nil {
 			return nil, fmt.Errorf("hour tree %s: @timestamp %q: %w", h.ID, h.Fields.Timestamp[0], err)
 		}
-		out = append(out, hourTree{TreeSource: indices.TreeSource{ID: h.ID, SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm},
-			Time: time.UnixMilli(ms).UTC(), Partition: partition})
+		t := hourTree{TreeSource: indices.TreeSource{ID: h.ID, SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm},
+			Time: time.UnixMilli(ms).UTC(), Partition: partition}
+		if len(h.Fields.Digest) == 1 {
+			t.Digest = h.Fields.Digest[0]
+		}
+		out = append(out, t)
 	}
 	return out, nil
 }
