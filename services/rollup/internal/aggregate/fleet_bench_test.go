@@ -3,6 +3,7 @@ package aggregate
 import (
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -97,10 +98,10 @@ func fleetGenerator(hosts int) func() ([]*profile.Profile, []string) {
 func BenchmarkFleet(b *testing.B) {
 	const hosts = 20
 	profs, hostOf := fleetProfiles(hosts, 12) // 2 minutes of 20 hosts
-	// The service's defaults, the state budget included: its check runs
-	// for every profile.
+	// The service's defaults, the state budget included (its check runs
+	// for every profile); no minute trees, no window heads.
 	cfg := Config{AllowedLateness: 2 * time.Minute, Retention: 10 * time.Minute, Names: indices.Default, Now: time.Now,
-		Budget: &Budget{MaxBytes: DefaultMaxStateBytes}}
+		Budget: &Budget{MaxBytes: DefaultMaxStateBytes}, NoMinuteTrees: true, HeadMinNodes: math.MaxInt}
 	p := NewPartition(cfg, Checkpoint{})
 	docs, rows := 0, 0
 	for _, pr := range profs {
