@@ -28,9 +28,14 @@ java=(java ${KAFKA_HEAP_OPTS:--Xms256m -Xmx512m} ${KAFKA_OPTS:-} -Djava.awt.head
   -Dlog4j2.configurationFile=/opt/kafka/config/log4j2.properties -cp '/opt/kafka/libs/*')
 
 # KRaft storage is formatted once, with a cluster id: 16 random bytes in URL-safe
-# base64 without padding, the form Kafka's own random-uuid prints.
+# base64 without padding, the form Kafka's own random-uuid prints. Like it, an id
+# starting with "-" is drawn again: the format tool would read it as an option
+# (1 start in 64 failed with "argument --cluster-id/-t: expected one argument").
 if [[ ! -f $KAFKA_LOG_DIRS/meta.properties ]]; then
-  id=${CLUSTER_ID:-$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')}
+  id=${CLUSTER_ID:-}
+  while [[ -z $id || $id == -* ]] && [[ -z ${CLUSTER_ID:-} ]]; do
+    id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+  done
   echo "kafka-entrypoint: formatting $KAFKA_LOG_DIRS (cluster id $id)"
   "${java[@]}" kafka.tools.StorageTool format -t "$id" -c "$conf"
 fi
