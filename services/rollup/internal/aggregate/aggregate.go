@@ -67,9 +67,11 @@ type Config struct {
 	NoMinuteTrees bool
 	// HeadMinNodes: a minute or 10-minute window writes its partition
 	// head only when its partition tree has more than this many nodes
-	// (the service sets DefaultHeadMinNodes; 0, as in tests, writes every
-	// head): a smaller tree is cheap to read whole, and its head would
-	// cost about its bytes again (docs/ROLLUP.md, "Window heads").
+	// (the service sets DefaultHeadMinNodes with
+	// STACKSTREAM_ROLLUP_WINDOW_HEADS and math.MaxInt, no head, without;
+	// 0, as in tests, writes every head): a smaller tree is cheap to read
+	// whole, and its head would cost about its bytes again (docs/ROLLUP.md,
+	// "Window heads").
 	HeadMinNodes int
 }
 
