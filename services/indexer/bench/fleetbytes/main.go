@@ -55,6 +55,7 @@ type options struct {
 	progress            time.Duration
 	rollup              bool
 	indexer             bool
+	daypass             string // the compactor pass's binary; "" skips it
 	osTimeout           time.Duration
 }
 
@@ -76,7 +77,17 @@ func main() {
 	flag.DurationVar(&o.osTimeout, "opensearch-timeout", 10*time.Minute, "STACKSTREAM_OPENSEARCH_TIMEOUT of the consumers: on a node shared with other work a bulk request can take minutes, and one timed out is sent again whole")
 	flag.BoolVar(&o.rollup, "rollup", true, "run the rollup; false measures the samples and stacks only (the rollups of a kept run: bench/rollupkinds.sh)")
 	flag.BoolVar(&o.indexer, "indexer", true, "run the indexer; false with -topics measures the rollups only (another rollup on the same records)")
+	flag.StringVar(&o.daypass, "daypass", "", "binary of services/rollup/bench/daypass (default: daypass in -bin): once the rollup stopped, one pass of its compactor as of 01:00 the day after the run's last day writes the day trees, day function tables and the fleet's day and hour heads the live rollup writes once that day settled; \"none\" skips it")
 	flag.Parse()
+	if o.daypass == "" {
+		o.daypass = filepath.Join(o.bin, "daypass")
+	}
+	if o.daypass == "none" || !o.rollup {
+		o.daypass = ""
+	} else if _, err := os.Stat(o.daypass); err != nil {
+		fmt.Fprintf(os.Stderr, "fleetbytes: %v: build it (cd services/rollup && go build -o %s ./bench/daypass) or pass -daypass none\n", err, o.daypass)
+		os.Exit(2)
+	}
 	if o.topics != "" && o.rawSamples <= 0 {
 		fmt.Fprintln(os.Stderr, "fleetbytes: -topics needs -raw-samples (the raw samples of the run that published them)")
 		os.Exit(2)
@@ -176,6 +187,11 @@ func run(ctx context.Context, o options) error {
 	// current hour) when it stops; the others have nothing left.
 	for _, name := range []string{"stackstream-rollup", "stackstream-indexer", "stackstream-symbolizer"} {
 		if err := b.stop(name); err != nil {
+			return err
+		}
+	}
+	if o.daypass != "" {
+		if err := b.compact(ctx); err != nil {
 			return err
 		}
 	}
@@ -541,12 +557,20 @@ func (b *bench) do(ctx context.Context, method, path string, body []byte) (int, 
 }
 
 func (b *bench) getJSON(ctx context.Context, path string, v any) error {
-	st, body, err := b.do(ctx, http.MethodGet, path, nil)
+	return b.callJSON(ctx, http.MethodGet, path, nil, v)
+}
+
+func (b *bench) postJSON(ctx context.Context, path, query string, v any) error {
+	return b.callJSON(ctx, http.MethodPost, path, []byte(query), v)
+}
+
+func (b *bench) callJSON(ctx context.Context, method, path string, query []byte, v any) error {
+	st, body, err := b.do(ctx, method, path, query)
 	if err != nil {
 		return err
 	}
 	if st != http.StatusOK {
-		return fmt.Errorf("GET %s: %d %s", path, st, body)
+		return fmt.Errorf("%s %s: %d %s", method, path, st, body)
 	}
 	return json.Unmarshal(body, v)
 }
