@@ -249,3 +249,118 @@ func TestPartialAnswer(t *testing.T) {
 		})
 	}
 }
+
+// TestWindowHeads: ApplyWindows writes, per settled 10-minute window of the
+// last RecentWindows, the head of its partition trees merged (deflated
+// trees, as the rollup writes them), with their versions as sources; not
+// the window still within WindowSettle of its end, nor windows older than
+// RecentWindows (Apply writes those); a second pass writes nothing; a
+// rewritten partition tree gets its window's head rewritten.
+func TestWindowHeads(t *testing.T) {
+	ctx := context.Background()
+	cl, err := opensearch.NewClient(ctx, opensearch.Config{URLs: []string{testenv.OpenSearchURL(t)}, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := indices.Names{Prefix: testenv.Name(t, "wh-") + "-"}
+	t.Cleanup(func() { opensearch.RemovePrefix(context.Background(), cl, names.Prefix) })
+	if _, err := opensearch.ApplyTemplates(ctx, cl, names.Prefix, indices.DefaultSettings); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 28, 12, 41, 0, 0, time.UTC) // 12:30 ended a minute ago, 12:40 is filling
+	tree := func(p int32, w time.Time, extra string) indices.RollupDoc {
+		var b indices.TreeBuilder
+		for i := 0; i < 30; i++ {
+			b.Add([]indices.TreeFrame{{Name: "main"}, {Name: fmt.Sprintf("f%d", i%4)}, {Name: fmt.Sprintf("p%d.%d%s", p, i, extra)}}, int64(i%5+1))
+		}
+		return indices.RollupDoc{Timestamp: w, Resolution: indices.ResolutionTenMinutes, Kind: indices.KindPartitionTree,
+			Type: "cpu", Partition: p, Value: b.Total(), Tree: indices.Deflate(b.Encode())}
+	}
+	// 09:00-09:50 are older than RecentWindows (from 10:41, rounded down
+	// to the hour searched); 10:00-12:20 are recent and settled; 12:30 and
+	// 12:40 have (to test the bound) trees but are not settled.
+	var windows []time.Time
+	for w := time.Date(2026, 11, 28, 9, 0, 0, 0, time.UTC); !w.After(now); w = w.Add(10 * time.Minute) {
+		windows = append(windows, w)
+		for _, p := range []int32{0, 1} {
+			put(t, cl, names, tree(p, w, ""))
+		}
+	}
+	c := &Compactor{Client: cl, Names: names, Days: 1, Now: func() time.Time { return now }}
+	recent := 0
+	for _, w := range windows {
+		if !w.Before(now.Add(-RecentWindows).Truncate(time.Hour)) && w.Add(10*time.Minute+WindowSettle).Before(now) {
+			recent++
+		}
+	}
+	if n, err := c.ApplyWindows(ctx); err != nil || n != recent || recent != 15 {
+		t.Fatalf("first pass wrote %d (%v), want %d (the settled windows from 10:00)", n, err, recent)
+	}
+	head := func(w time.Time) (indices.RollupDoc, bool) {
+		t.Helper()
+		d := indices.RollupDoc{Timestamp: w, Resolution: indices.ResolutionTenMinutes, Kind: indices.KindFleetHead, Type: "cpu"}
+		status, resp, err := opensearch.Raw(ctx, cl, http.MethodGet, "/"+names.Rollups(w)+"/_doc/"+indices.RollupID(&d), nil)
+		if err != nil || (status != http.StatusOK && status != http.StatusNotFound) {
+			t.Fatalf("get head: %d %v %s", status, err, resp)
+		}
+		var out struct {
+			Found  bool              `json:"found"`
+			Source indices.RollupDoc `json:"_source"`
+		}
+		if err := json.Unmarshal(resp, &out); err != nil {
+			t.Fatal(err)
+		}
+		return out.Source, out.Found
+	}
+	check := func(w time.Time, trees ...indices.RollupDoc) {
+		t.Helper()
+		var all indices.TreeBuilder
+		for _, d := range trees {
+			if err := all.AddTree(d.Tree, indices.TreeLimits{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, ok := head(w)
+		if !ok || got.Value != all.Total() || got.Sources == "" || string(got.Tree) != string(all.EncodeHead(indices.HeadNodes)) {
+			t.Fatalf("head of %s: found %v value %d sources %q, want %d", w.Format("15:04"), ok, got.Value, got.Sources, all.Total())
+		}
+	}
+	for _, w := range windows {
+		settled := w.Add(10*time.Minute + WindowSettle).Before(now)
+		if _, ok := head(w); ok != (settled && !w.Before(time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC))) {
+			t.Fatalf("window %s: head written %v", w.Format("15:04"), ok)
+		}
+		if ok := settled && !w.Before(time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)); ok {
+			check(w, tree(0, w, ""), tree(1, w, ""))
+		}
+	}
+	refresh := func() {
+		t.Helper()
+		if _, _, err := opensearch.Raw(ctx, cl, http.MethodPost, "/"+names.Prefix+"*/_refresh", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refresh()
+	if n, err := c.ApplyWindows(ctx); err != nil || n != 0 {
+		t.Fatalf("second pass wrote %d (%v), want 0", n, err)
+	}
+	// A late profile rewrites partition 1's tree of 12:20: its head is
+	// rewritten with the new frames, and no other.
+	w := time.Date(2026, 11, 28, 12, 20, 0, 0, time.UTC)
+	before, _ := head(w)
+	put(t, cl, names, tree(1, w, "-late"))
+	if n, err := c.ApplyWindows(ctx); err != nil || n != 1 {
+		t.Fatalf("pass after a rewrite wrote %d (%v), want 1", n, err)
+	}
+	check(w, tree(0, w, ""), tree(1, w, "-late"))
+	if after, _ := head(w); after.Sources == before.Sources {
+		t.Fatal("head sources did not change")
+	}
+	// The lifecycle pass writes the older windows' heads (09:00-09:50)
+	// and today's settled hours' (none: no hour trees).
+	refresh()
+	if n, err := c.Apply(ctx); err != nil || n != 6 {
+		t.Fatalf("Apply wrote %d (%v), want 6 (the windows 09:00-09:50)", n, err)
+	}
+	check(windows[0], tree(0, windows[0], ""), tree(1, windows[0], ""))
+}

@@ -26,8 +26,14 @@ type Lifecycle struct {
 	Logger     *slog.Logger
 	Now        func() time.Time
 	// DayTrees, when set, writes the day trees of settled days on each
-	// pass, after retention.
+	// pass, after retention, and the heads of recent 10-minute windows
+	// every WindowHeadsInterval.
 	DayTrees *daytrees.Compactor
+	// WindowHeadsInterval is how often the recent 10-minute windows' fleet
+	// heads are written (daytrees.Compactor.ApplyWindows): a window's head
+	// is read by the edges of ranges ending now once written, so a pass
+	// runs well within a window. 0 leaves them to the hourly pass.
+	WindowHeadsInterval time.Duration
 }
 
 // Result is what one pass deleted.
@@ -40,6 +46,14 @@ type Result struct {
 // Run applies retention now and then every Interval until ctx ends. One
 // failed pass is logged; the next one tries again.
 func (l *Lifecycle) Run(ctx context.Context) error {
+	if l.DayTrees != nil && l.WindowHeadsInterval > 0 {
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			l.runWindowHeads(ctx)
+		}()
+	}
 	t := time.NewTicker(l.Interval)
 	defer t.Stop()
 	for {
@@ -92,4 +106,28 @@ func (l *Lifecycle) Apply(ctx context.Context) (Result, error) {
 		}
 	}
 	return r, nil
+}
+
+// runWindowHeads writes the recent 10-minute windows' heads every
+// WindowHeadsInterval until ctx ends; a failed pass is logged and the next
+// one tries again. It runs beside the hourly pass (which also writes
+// window heads, of older windows): both write a head under one _id from
+// the same trees, so running at once is harmless.
+func (l *Lifecycle) runWindowHeads(ctx context.Context) {
+	t := time.NewTicker(l.WindowHeadsInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := l.DayTrees.ApplyWindows(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			l.Logger.Warn("window heads", "err", err)
+		case n > 0:
+			l.Logger.Debug("window heads", "written", n)
+		}
+	}
 }

@@ -8,12 +8,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stackstream/stackstream/pkg/opensearch"
 	"github.com/stackstream/stackstream/pkg/testenv"
 	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/services/rollup/internal/daytrees"
 )
 
 // TestApply writes minute, 10-minute and hourly rollups over four months
@@ -96,5 +98,58 @@ func TestApply(t *testing.T) {
 	// A second pass finds nothing more.
 	if r, err := l.Apply(ctx); err != nil || len(r.Indices) != 0 || r.MinuteRollups != 0 {
 		t.Errorf("second pass: %+v, %v", r, err)
+	}
+}
+
+// TestRunWritesWindowHeads: Run writes the recent 10-minute windows' fleet
+// heads every WindowHeadsInterval, between its hourly passes: a window
+// not yet settled at the first pass gets its head from the next window
+// pass.
+func TestRunWritesWindowHeads(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cl, err := opensearch.NewClient(ctx, opensearch.Config{URLs: []string{testenv.OpenSearchURL(t)}, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := indices.Names{Prefix: testenv.Name(t, "lcw-") + "-"}
+	t.Cleanup(func() { opensearch.RemovePrefix(context.Background(), cl, names.Prefix) })
+	if _, err := opensearch.ApplyTemplates(ctx, cl, names.Prefix, indices.DefaultSettings); err != nil {
+		t.Fatal(err)
+	}
+	w := time.Date(2026, 11, 28, 12, 20, 0, 0, time.UTC)
+	var b indices.TreeBuilder
+	b.Add([]indices.TreeFrame{{Name: "main"}, {Name: "f"}}, 5)
+	tree := indices.RollupDoc{Timestamp: w, Resolution: indices.ResolutionTenMinutes, Kind: indices.KindPartitionTree, Type: "cpu", Value: 5, Tree: b.Encode()}
+	raw, _ := json.Marshal(&tree)
+	if status, resp, err := opensearch.Raw(ctx, cl, http.MethodPut, "/"+names.Rollups(w)+"/_doc/"+indices.RollupID(&tree)+"?refresh=true", raw); err != nil || status/100 != 2 {
+		t.Fatalf("put: %d %v %s", status, err, resp)
+	}
+	// The first call (the hourly pass at start) sees the window still
+	// within its lateness; later calls, a settled window.
+	var calls atomic.Int32
+	now := func() time.Time {
+		if calls.Add(1) == 1 {
+			return w.Add(11 * time.Minute)
+		}
+		return w.Add(15 * time.Minute)
+	}
+	l := &Lifecycle{Client: cl, Names: names, Interval: time.Hour, WindowHeadsInterval: 2 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return w.Add(15 * time.Minute) },
+		DayTrees: &daytrees.Compactor{Client: cl, Names: names, Days: 1, Now: now}}
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	head := indices.RollupDoc{Timestamp: w, Resolution: indices.ResolutionTenMinutes, Kind: indices.KindFleetHead, Type: "cpu"}
+	found := false
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && !found; time.Sleep(200 * time.Millisecond) {
+		status, _, err := opensearch.Raw(ctx, cl, http.MethodGet, "/"+names.Rollups(w)+"/_doc/"+indices.RollupID(&head), nil)
+		found = err == nil && status == http.StatusOK
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !found {
+		t.Fatalf("no window head written in 30 s (%d compactor calls)", calls.Load())
 	}
 }
