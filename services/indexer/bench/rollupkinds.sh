@@ -8,6 +8,9 @@
 #
 #   bench/rollupkinds.sh SOURCE RAW_SAMPLES [TEMPLATE]
 #
+# ONLY="1d/partition_tree 1h/fleet_head ..." copies those groups only
+# (resolution/kind, space separated); "all" then sums those.
+#
 # Rollups keep their _source, so the copies hold the same documents.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +32,9 @@ groups=$(curl -sf "$os/$src/_search" -H 'content-type: application/json' -d '{"s
 total=0
 printf '%-22s %10s %12s %10s %14s\n' group documents bytes bytes/doc "bytes/raw sample"
 while read -r res kind; do
+	if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $res/$kind "* ]]; then
+		continue
+	fi
 	dest="${prefix}${res}-${kind}"
 	curl -sf -XPUT "$os/$dest" -H 'content-type: application/json' -d "$body" >/dev/null
 	query=$(jq -cn --arg r "$res" --arg k "$kind" '{bool:{filter:[{term:{resolution:$r}},{term:{kind:$k}}]}}')
