@@ -78,11 +78,22 @@ type cachedLines struct {
 // hours (when they exist; minute windows for the rest), whatever the step,
 // and lines read hourly windows too when step is whole hours, else minute
 // windows. Label selectors, and clusters without rollups yet, read the
-// samples. Steps of 10, 20 or 30 minutes read the 10-minute windows where
-// they are complete (tenMinutePlan).
+// samples. CPU and off-CPU charts of whole hours or of 10, 20 or 30
+// minutes are read by windowSeries when its documents are complete; other
+// steps of 10, 20 or 30 minutes read the 10-minute windows where they are
+// complete (tenMinutePlan).
 func (s *Store) Series(ctx context.Context, sel Selection, step time.Duration, groupBy string, top int) (*Lines, error) {
 	top = min(max(top, 1), s.opts.MaxSeries)
 	if sel.Selector.OnlyFields("service", "host") {
+		if sel.Type.Time() && windowSeriesSteps(step) {
+			lines, err := s.windowSeries(ctx, sel, step, groupBy, top)
+			if err != nil {
+				return nil, fmt.Errorf("series from rollups: %w", err)
+			}
+			if lines != nil {
+				return lines, nil
+			}
+		}
 		rank, minute := s.rollupPlan(sel, false), s.rollupPlan(sel, true)
 		groups, matched, hourly, err := s.groupTotals(ctx, rank, groupBy, sel.Range.Duration())
 		if err == nil && hasWholeHours(sel.Range) && !hourly {
@@ -229,12 +240,7 @@ type groupTotal struct {
 // count are exact), the top groups per step and the rest summed per step
 // from p's documents, both by OpenSearch, in one search.
 func (s *Store) topSeries(ctx context.Context, p seriesPlan, groups []groupTotal, step time.Duration, groupBy string, top int) (*Lines, error) {
-	slices.SortFunc(groups, func(x, y groupTotal) int {
-		if c := cmp.Compare(y.value, x.value); c != 0 {
-			return c
-		}
-		return cmp.Compare(x.key, y.key)
-	})
+	sortGroups(groups)
 	keys := make([]string, 0, min(top, len(groups)))
 	for _, g := range groups[:min(top, len(groups))] {
 		keys = append(keys, g.key)
@@ -299,6 +305,16 @@ func (s *Store) topSeries(ctx context.Context, p seriesPlan, groups []groupTotal
 	return lines, nil
 }
 
+// sortGroups puts the heaviest groups first, ties in key order.
+func sortGroups(groups []groupTotal) {
+	slices.SortFunc(groups, func(x, y groupTotal) int {
+		if c := cmp.Compare(y.value, x.value); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.key, y.key)
+	})
+}
+
 // topSeriesAggs buckets the documents of the groups keys by group and step,
 // and, when folded, every other document with groupBy by step ("rest").
 func topSeriesAggs(groupBy string, keys []string, step time.Duration, metrics Aggs, folded bool) Aggs {
@@ -322,8 +338,9 @@ func topSeriesAggs(groupBy string, keys []string, step time.Duration, metrics Ag
 func (s *Store) groupTotals(ctx context.Context, p seriesPlan, groupBy string, length time.Duration) (groups []groupTotal, matched, hourly bool, err error) {
 	var after map[string]any
 	for {
+		size := min(s.opts.PageSize, MaxGroups-len(groups))
 		aggs := Aggs{"groups": {
-			Composite: &Composite{Size: min(s.opts.PageSize, MaxGroups-len(groups)), Sources: []map[string]Agg{{"g": {Terms: &Terms{Field: groupBy}}}}, After: after},
+			Composite: &Composite{Size: size, Sources: []map[string]Agg{{"g": {Terms: &Terms{Field: groupBy}}}}, After: after},
 			Aggs:      p.aggs,
 		}}
 		if after == nil {
@@ -352,7 +369,9 @@ func (s *Store) groupTotals(ctx context.Context, p seriesPlan, groupBy string, l
 			groups = append(groups, groupTotal{key: key, value: p.value(b, length)})
 		}
 		after = out.Aggregations.Groups.AfterKey
-		if len(out.Aggregations.Groups.Buckets) == 0 || after == nil || len(groups) >= MaxGroups {
+		// A page shorter than asked for is the last: asking for the next
+		// would pass over every document again for nothing.
+		if len(out.Aggregations.Groups.Buckets) < size || after == nil || len(groups) >= MaxGroups {
 			return groups, matched, hourly, nil
 		}
 	}

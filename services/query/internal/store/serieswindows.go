@@ -1,0 +1,375 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/stackstream/stackstream/schemas/indices"
+)
+
+// windowSettle is how long after a 10-minute window ends a chart expects
+// its 10-minute service documents: the rollup writes them once the
+// partition's watermark passes the window's end by the allowed lateness
+// (default 2m). Windows ending later are read from their minutes; those
+// ending earlier are read from their 10-minute documents, checked first.
+const windowSettle = 5 * time.Minute
+
+// windowSeriesSteps reports whether windowSeries can answer a chart of
+// step: whole hours, or a whole number of 10 minutes dividing an hour.
+func windowSeriesSteps(step time.Duration) bool {
+	return step%time.Hour == 0 || tenMinuteSteps(step)
+}
+
+// spanSums is a selection's sum of value and document count per window.
+type spanSums map[int64]sumCount
+
+type sumCount struct {
+	sum   float64
+	count int64
+}
+
+// windowSeries answers a chart of a CPU or off-CPU selection of service and
+// host fields (windowSeriesSteps, sel.Range aligned to step) from the
+// fewest documents that make it exact, or returns nil lines when they are
+// not complete (the caller then reads the chart as before):
+//
+//   - the settled hours from their hourly documents when step is whole
+//     hours, else from their 10-minute documents, which must add up to the
+//     hour's hourly ones over the selection;
+//   - the 10-minute windows outside them that ended windowSettle ago from
+//     their 10-minute documents, which must add up to their minutes' over
+//     the selection; the rest (the windows still filling) from minutes.
+//
+// A 10-minute document is never above its minutes (it is their sum, or an
+// older one), so equal sums over the selection mean each is complete.
+// Groups are ranked from those documents (an hour of 1,000 hosts is 1,000
+// hourly or 6,000 10-minute documents, against 60,000 minutes); the top
+// lines are read with a terms query on their keys (a few hundred
+// documents per line), and "other" is the selection's total per step less
+// the top lines, the total summed from the same documents with no grouping
+// (the cheapest pass over them). The ranking and the totals are read
+// concurrently.
+func (s *Store) windowSeries(ctx context.Context, sel Selection, step time.Duration, groupBy string, top int) (*Lines, error) {
+	hours, whole := hourlySpan(sel.Range)
+	var unsettled []TimeRange
+	if whole {
+		unsettled = minuteSpans(sel.Range, hours)
+	} else {
+		unsettled = []TimeRange{sel.Range}
+	}
+	closed, open := splitClosed(unsettled, sel.Range.Now)
+	fine := step%time.Hour != 0 // settled hours from 10-minute documents
+	var settledTens []TimeRange
+	if whole && fine {
+		settledTens = append(settledTens, hours)
+	}
+	tens := append(slices.Clone(settledTens), closed...)
+	var hourSpans []TimeRange
+	if whole {
+		hourSpans = []TimeRange{hours}
+	}
+	// The documents that answer, by resolution: 10-minute windows, hours
+	// (when step is whole hours) and minutes. Groups are ranked from the
+	// settled hours' hourly documents whatever the step.
+	var read, rank []Query
+	if whole {
+		hourly := allOf([]Query{term("resolution", indices.ResolutionHour), timeFilter(hours)}, nil)
+		rank = append(rank, hourly)
+		if !fine {
+			read = append(read, hourly)
+		}
+	}
+	if len(tens) > 0 {
+		read = append(read, allOf([]Query{term("resolution", indices.ResolutionTenMinutes), anyOf(timeFilters(tens)...)}, nil))
+	}
+	if len(closed) > 0 {
+		rank = append(rank, allOf([]Query{term("resolution", indices.ResolutionTenMinutes), anyOf(timeFilters(closed)...)}, nil))
+	}
+	if len(open) > 0 {
+		minutes := allOf([]Query{term("resolution", indices.ResolutionMinute), anyOf(timeFilters(open)...)}, nil)
+		read = append(read, minutes)
+		rank = append(rank, minutes)
+	}
+
+	var (
+		wg                      sync.WaitGroup
+		groups                  []groupTotal
+		tenSums, hourSums, mins spanSums
+		errs                    [4]error
+	)
+	wg.Go(func() {
+		groups, errs[0] = s.rankWindows(ctx, sel, groupBy, anyOf(rank...))
+	})
+	wg.Go(func() {
+		tenSums, errs[1] = s.windowTotals(ctx, sel, groupBy, indices.ResolutionTenMinutes, tens, tenMinutes)
+	})
+	wg.Go(func() {
+		hourSums, errs[2] = s.windowTotals(ctx, sel, groupBy, indices.ResolutionHour, hourSpans, time.Hour)
+	})
+	wg.Go(func() {
+		mins, errs[3] = s.windowTotals(ctx, sel, groupBy, indices.ResolutionMinute, unsettled, tenMinutes)
+	})
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	if whole && len(hourSums) == 0 {
+		return nil, nil // no hourly documents yet
+	}
+	if whole && fine && !tensMatchHours(tenSums, hourSums, hours) {
+		return nil, nil
+	}
+	for _, r := range closed {
+		if !tensMatchMinutes(tenSums, mins, r) {
+			return nil, nil
+		}
+	}
+	if len(groups) == 0 {
+		return nil, nil // perhaps no rollups yet: the caller reads the samples
+	}
+	// The selection's total per step, from the documents that answer.
+	totals := map[int64]sumCount{}
+	addSpans := func(sums spanSums, spans []TimeRange) {
+		for ms, sc := range sums {
+			t := time.UnixMilli(ms)
+			if inSpans(t, spans) {
+				k := t.Truncate(step).UnixMilli()
+				totals[k] = sumCount{totals[k].sum + sc.sum, totals[k].count + sc.count}
+			}
+		}
+	}
+	addSpans(tenSums, tens)
+	if !fine {
+		addSpans(hourSums, hourSpans)
+	}
+	addSpans(mins, open)
+
+	sortGroups(groups)
+	keys := make([]string, 0, min(top, len(groups)))
+	for _, g := range groups[:min(top, len(groups))] {
+		keys = append(keys, g.key)
+	}
+	lines, err := s.keyLines(ctx, sel, groupBy, keys, step, anyOf(read...))
+	if err != nil {
+		return nil, err
+	}
+	out := &Lines{Lines: make([]Line, 0, len(keys)), Total: len(groups), Source: "rollups"}
+	rest := totals
+	for _, k := range keys { // in rank order
+		out.Lines = append(out.Lines, Line{Key: k, Points: windowPoints(lines[k], step)})
+		for ms, sc := range lines[k] {
+			rest[ms] = sumCount{rest[ms].sum - sc.sum, rest[ms].count - sc.count}
+		}
+	}
+	if len(groups) > len(keys) {
+		for ms, sc := range rest {
+			if sc.count <= 0 {
+				delete(rest, ms) // no document of another group in this step
+			}
+		}
+		out.Other = &Line{Points: windowPoints(rest, step)}
+	}
+	return out, nil
+}
+
+// splitClosed cuts spans (aligned to 10 minutes) into the 10-minute
+// windows that ended windowSettle before now (all of them when now is
+// zero) and the rest.
+func splitClosed(spans []TimeRange, now time.Time) (closed, open []TimeRange) {
+	for _, r := range spans {
+		end := r.To
+		if !now.IsZero() {
+			if cut := now.Add(-windowSettle).Truncate(tenMinutes); cut.Before(end) {
+				end = cut
+			}
+		}
+		if r.From.Before(end) {
+			closed = append(closed, TimeRange{From: r.From, To: end, Now: r.Now})
+		} else {
+			end = r.From
+		}
+		if end.Before(r.To) {
+			open = append(open, TimeRange{From: end, To: r.To, Now: r.Now})
+		}
+	}
+	return closed, open
+}
+
+// tensMatchHours reports whether, in every hour of hours, the selection's
+// 10-minute documents add up to its hourly ones (and exist, unless the
+// hour has no document at all).
+func tensMatchHours(tens, hourSums spanSums, hours TimeRange) bool {
+	for h := hours.From; h.Before(hours.To); h = h.Add(time.Hour) {
+		var ten sumCount
+		for w := h; w.Before(h.Add(time.Hour)); w = w.Add(tenMinutes) {
+			sc := tens[w.UnixMilli()]
+			ten.sum += sc.sum
+			ten.count += sc.count
+		}
+		if !complete(ten, hourSums[h.UnixMilli()]) {
+			return false
+		}
+	}
+	return true
+}
+
+// tensMatchMinutes reports the same of every 10-minute window of r against
+// its minutes.
+func tensMatchMinutes(tens, mins spanSums, r TimeRange) bool {
+	for w := r.From; w.Before(r.To); w = w.Add(tenMinutes) {
+		if !complete(tens[w.UnixMilli()], mins[w.UnixMilli()]) {
+			return false
+		}
+	}
+	return true
+}
+
+// complete: the 10-minute documents of a span hold what the finer
+// documents of it (hourly, or minutes) do. Both empty is complete; 10-minute
+// documents missing are not (data from before the rollup wrote them).
+func complete(ten, finer sumCount) bool {
+	if ten.count == 0 {
+		return finer.count == 0
+	}
+	return ten.sum == finer.sum
+}
+
+func inSpans(t time.Time, spans []TimeRange) bool {
+	for _, r := range spans {
+		if !t.Before(r.From) && t.Before(r.To) {
+			return true
+		}
+	}
+	return false
+}
+
+// windowPoints turns sums per step into a line's points (cores or
+// threads: nanoseconds per nanosecond of the step), in time order.
+func windowPoints(sums map[int64]sumCount, step time.Duration) [][2]float64 {
+	pts := make([][2]float64, 0, len(sums))
+	for ms, sc := range sums {
+		pts = append(pts, [2]float64{float64(ms), sc.sum / float64(step)})
+	}
+	slices.SortFunc(pts, func(x, y [2]float64) int { return cmp.Compare(x[0], y[0]) })
+	return pts
+}
+
+// windowQuery selects the service documents of sel having groupBy and
+// matching read.
+func windowQuery(sel Selection, groupBy string, read Query, extra ...Query) Query {
+	filter, mustNot := sel.Selector.Clauses()
+	filter = append(append([]Query{term("kind", indices.KindService), term("type", string(sel.Type)), exists(groupBy), read}, filter...), extra...)
+	return allOf(filter, mustNot)
+}
+
+// windowTotals sums value and counts the documents of resolution res in
+// spans per interval, over the whole selection (documents having groupBy,
+// as the chart's groups do).
+func (s *Store) windowTotals(ctx context.Context, sel Selection, groupBy, res string, spans []TimeRange, interval time.Duration) (spanSums, error) {
+	out := spanSums{}
+	if len(spans) == 0 {
+		return out, nil
+	}
+	read := allOf([]Query{term("resolution", res), anyOf(timeFilters(spans)...)}, nil)
+	var ans struct {
+		Aggregations struct {
+			Time struct {
+				Buckets []struct {
+					Key      int64    `json:"key"`
+					DocCount int64    `json:"doc_count"`
+					V        sumValue `json:"v"`
+				} `json:"buckets"`
+			} `json:"time"`
+		} `json:"aggregations"`
+	}
+	req := aggsRequest(windowQuery(sel, groupBy, read), Aggs{"time": histogram(interval, Aggs{"v": sumOf("value")})})
+	if err := s.search(ctx, s.rollupIndices(sel.Range), req, &ans, "aggregations.time.buckets"); err != nil {
+		return nil, fmt.Errorf("series totals of %s windows: %w", res, err)
+	}
+	for _, b := range ans.Aggregations.Time.Buckets {
+		out[b.Key] = sumCount{b.V.Value, b.DocCount}
+	}
+	return out, nil
+}
+
+// rankWindows is every group of the documents read (up to MaxGroups) with
+// its total value, paged with a composite aggregation.
+func (s *Store) rankWindows(ctx context.Context, sel Selection, groupBy string, read Query) ([]groupTotal, error) {
+	var groups []groupTotal
+	var after map[string]any
+	length := float64(sel.Range.Duration())
+	for {
+		size := min(s.opts.PageSize, MaxGroups-len(groups))
+		aggs := Aggs{"groups": {
+			Composite: &Composite{Size: size, Sources: []map[string]Agg{{"g": {Terms: &Terms{Field: groupBy}}}}, After: after},
+			Aggs:      Aggs{"v": sumOf("value")},
+		}}
+		var out struct {
+			Aggregations struct {
+				Groups struct {
+					AfterKey map[string]any `json:"after_key"`
+					Buckets  []struct {
+						Key map[string]any `json:"key"`
+						V   sumValue       `json:"v"`
+					} `json:"buckets"`
+				} `json:"groups"`
+			} `json:"aggregations"`
+		}
+		if err := s.search(ctx, s.rollupIndices(sel.Range), aggsRequest(windowQuery(sel, groupBy, read), aggs), &out,
+			"aggregations.groups.after_key", "aggregations.groups.buckets"); err != nil {
+			return nil, fmt.Errorf("rank series: %w", err)
+		}
+		for _, b := range out.Aggregations.Groups.Buckets {
+			key, _ := b.Key["g"].(string)
+			groups = append(groups, groupTotal{key: key, value: b.V.Value / length})
+		}
+		after = out.Aggregations.Groups.AfterKey
+		// A page shorter than asked for is the last.
+		if len(out.Aggregations.Groups.Buckets) < size || after == nil || len(groups) >= MaxGroups {
+			return groups, nil
+		}
+	}
+}
+
+// keyLines sums the documents read of the groups keys per group and step.
+func (s *Store) keyLines(ctx context.Context, sel Selection, groupBy string, keys []string, step time.Duration, read Query) (map[string]map[int64]sumCount, error) {
+	var out struct {
+		Aggregations struct {
+			Groups struct {
+				Buckets []struct {
+					Key  string `json:"key"`
+					Time struct {
+						Buckets []struct {
+							Key      int64    `json:"key"`
+							DocCount int64    `json:"doc_count"`
+							V        sumValue `json:"v"`
+						} `json:"buckets"`
+					} `json:"time"`
+				} `json:"buckets"`
+			} `json:"groups"`
+		} `json:"aggregations"`
+	}
+	aggs := Aggs{"groups": {
+		Terms: &Terms{Field: groupBy, Size: len(keys)},
+		Aggs:  Aggs{"time": histogram(step, Aggs{"v": sumOf("value")})},
+	}}
+	req := aggsRequest(windowQuery(sel, groupBy, read, termsOf(groupBy, keys)), aggs)
+	if err := s.search(ctx, s.rollupIndices(sel.Range), req, &out, "aggregations.groups.buckets.key", "aggregations.groups.buckets.time.buckets"); err != nil {
+		return nil, fmt.Errorf("series lines: %w", err)
+	}
+	lines := make(map[string]map[int64]sumCount, len(keys))
+	for _, g := range out.Aggregations.Groups.Buckets {
+		pts := make(map[int64]sumCount, len(g.Time.Buckets))
+		for _, b := range g.Time.Buckets {
+			pts[b.Key] = sumCount{b.V.Value, b.DocCount}
+		}
+		lines[g.Key] = pts
+	}
+	return lines, nil
+}
