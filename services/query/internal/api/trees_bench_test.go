@@ -390,6 +390,70 @@ func BenchmarkProveEdgeHeads(b *testing.B) {
 	}
 }
 
+// fleetWindowHeads encodes what a literal now-24h at 00:34:27 the next day
+// reads of its edges besides the hour heads, as the rollup and its
+// compactor write them by default: the fleet heads (indices.HeadNodes
+// kept) of the whole 10-minute windows 00:40 and 00:50 (hour 0's stacks)
+// and 24:00, 24:10 and 24:20 (hour 24's), each minute a sixtieth of its
+// hour; and, as whole trees (what the per-stack read merges), the closed
+// minutes outside whole windows: 00:35-00:39 and 24:30-24:31 (24:32 on
+// are not yet written).
+func (f benchFleet) fleetWindowHeads() [][]byte {
+	var out [][]byte
+	for _, edge := range []struct {
+		hr             int
+		windows, loose int // whole 10-minute windows, minutes outside them
+	}{{0, 2, 5}, {24, 3, 2}} {
+		var minute indices.TreeBuilder
+		for h := 0; h < f.hosts; h++ {
+			for _, s := range f.hostServices(h) {
+				f.stacks(s, h, edge.hr, func(path []indices.TreeFrame, v int64) { minute.Add(path, v/60) })
+			}
+		}
+		enc := minute.Encode()
+		var w indices.TreeBuilder
+		for range 10 {
+			if err := w.AddTree(enc, indices.TreeLimits{}); err != nil {
+				panic(err)
+			}
+		}
+		for range edge.windows {
+			out = append(out, w.EncodeHead(indices.HeadNodes))
+		}
+		for range edge.loose {
+			out = append(out, minute.EncodeHead(minute.Nodes()))
+		}
+	}
+	return out
+}
+
+// BenchmarkProveFleetWindowHeads: BenchmarkProveHourHeads with the edges
+// of a literal now-24h from the fleet's window heads and the loose
+// minutes as whole trees (fleetWindowHeads), merged under the same proof.
+func BenchmarkProveFleetWindowHeads(b *testing.B) {
+	f := benchFleet{hosts: 1000, hours: 23, partitions: 6}
+	heads := append(f.hourHeads(1, 24), f.fleetWindowHeads()...)
+	var size int
+	for _, h := range heads {
+		size += len(h)
+	}
+	for _, maxNodes := range []int{5000, 20000} {
+		b.Run(fmt.Sprintf("now-24h_x_1000_hosts/max_nodes=%d", maxNodes), func(b *testing.B) {
+			proven, err := api.ProveForBench(heads, maxNodes)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Logf("%d heads and trees, %d KB encoded; proven %v", len(heads), size>>10, proven)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := api.ProveForBench(heads, maxNodes); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkFlameDayTrees: the flame graph of 24 h x 1,000 simulated hosts
 // (the fleet above) read from the day partition trees the rollup's
 // compactor writes (6 documents, the day's stacks merged per partition),
@@ -586,54 +650,84 @@ func BenchmarkFlameDayTrees(b *testing.B) {
 }
 
 // benchEdges times the literal now-24h at 00:34:27 the next day (hours
-// 01:00-24:00 from the hour heads) with its edges: every minute from 00:30
-// to 01:00 and from 24:00 to 24:35 (the window 24:30 still filling) as the
-// rollup writes them by default (indexEdges: minute and 10-minute service
-// documents, 10-minute partition trees, minute and 10-minute partition
-// heads; no minute trees), checking the total is exact and that the hour
-// heads and window heads answered under the proof; p50 and p99 of b.N
-// requests.
+// 01:00-24:00 from the hour heads) with its edges as the rollup and its
+// compactor write them by default (indexEdges): the whole 10-minute
+// windows 00:40, 00:50, 24:00, 24:10 and 24:20 from the fleet's window
+// heads, the minutes 00:35-00:39 and 24:30-24:31 (the window 24:30 is
+// still open, 24:32 on not yet written) per stack; the range 00:40-24:30
+// (every edge from window heads, nothing per stack), to see what the
+// loose minutes cost; and now-24h again with the window heads deleted
+// (as before them: the windows from their 6 partition trees each).
+// Alternated, two rounds; each checks the source and that the total is
+// exact; p50 and p99 of b.N requests.
 func (f benchFleet) benchEdges(b *testing.B, cl *opensearchapi.Client, names indices.Names, day time.Time, hourTotals []int64, bulk func([]querytest.Doc)) {
 	start := time.Now()
 	at := day.Add(24*time.Hour + 34*time.Minute + 27*time.Second)
-	minuteTotals := f.indexEdges(b, names, day, at.Add(-24*time.Hour), bulk)
+	minuteTotals, heads := f.indexEdges(b, cl, names, day, at.Add(-24*time.Hour), bulk)
 	if err := querytest.Refresh(b.Context(), cl, names); err != nil {
 		b.Fatal(err)
 	}
-	var wantTotal int64
+	var hours int64
 	for _, t := range hourTotals[1:] {
-		wantTotal += t
+		hours += t
 	}
-	for m, v := range minuteTotals {
-		if !m.Before(at.Add(-24 * time.Hour)) {
-			wantTotal += v
+	sum := func(from, to time.Time) int64 {
+		var v int64
+		for m, x := range minuteTotals {
+			if !m.Before(from) && m.Before(to) {
+				v += x
+			}
 		}
+		return v
 	}
 	b.Logf("edges indexed in %s", time.Since(start).Round(time.Second))
 	srv := httptest.NewServer(api.New(cl, names, api.Options{Now: func() time.Time { return at }, Timeout: 2 * time.Minute}, slog.New(slog.NewTextHandler(io.Discard, nil))))
 	defer srv.Close()
-	// The default max_nodes (5000) and smaller ones: per-partition window
-	// heads prove only the nodes every partition's head kept (docs/QUERY.md,
-	// "Edges from window heads"). A refused proof reads the trees and, for
-	// the minutes outside whole 10-minute windows, the minute stacks, which
-	// this fixture does not index: its total is short, and it is not timed.
-	for _, maxNodes := range []int{1000, 2000, 3000, 5000} {
-		literal := url.Values{"from": {"now-24h"}, "to": {"now"}, "max_nodes": {fmt.Sprint(maxNodes)}}
-		b.Run(fmt.Sprintf("now-24h/max_nodes=%d", maxNodes), func(b *testing.B) {
-			var fr api.FlamegraphResponse
-			getB(b, srv.URL, literal, &fr)
-			if fr.Source != "fleet_hour_heads+window_heads" {
-				b.Logf("max_nodes %d: refused (source %s, total %d of %d): not timed", maxNodes, fr.Source, fr.Total, wantTotal)
-				return
+	aligned := [2]time.Time{day.Add(40 * time.Minute), day.Add(24*time.Hour + 30*time.Minute)}
+	cases := []struct {
+		name, source string
+		params       url.Values
+		total        int64
+		heads        bool
+	}{
+		{"now-24h", "fleet_hour_heads+fleet_window_heads+rollups", url.Values{"from": {"now-24h"}, "to": {"now"}},
+			hours + sum(at.Add(-24*time.Hour), at), true},
+		{"00:40-24:30", "fleet_hour_heads+fleet_window_heads", url.Values{"from": {aligned[0].Format(time.RFC3339)}, "to": {aligned[1].Format(time.RFC3339)}},
+			hours + sum(aligned[0], aligned[1]), true},
+		{"now-24h_without_window_heads", "fleet_hour_heads+window_trees+rollups", url.Values{"from": {"now-24h"}, "to": {"now"}},
+			hours + sum(at.Add(-24*time.Hour), at), false},
+	}
+	withHeads := true
+	for round := 1; round <= 2; round++ {
+		for _, c := range cases {
+			if c.heads != withHeads {
+				if c.heads {
+					bulk(heads)
+				} else {
+					deleteRollups(b, cl, names, map[string]any{"bool": map[string]any{"filter": []any{
+						map[string]any{"term": map[string]any{"kind": indices.KindFleetHead}}, map[string]any{"term": map[string]any{"resolution": "10m"}}}}})
+				}
+				if err := querytest.Refresh(b.Context(), cl, names); err != nil {
+					b.Fatal(err)
+				}
+				withHeads = c.heads
 			}
-			if fr.Total != wantTotal || fr.Truncated {
-				b.Fatalf("now-24h with edges: source %s total %d truncated %v, want %d", fr.Source, fr.Total, fr.Truncated, wantTotal)
-			}
-			p50, p99 := timeRequests(b, srv.URL, literal)
-			b.ReportMetric(p50, "p50-ms")
-			b.ReportMetric(p99, "p99-ms")
-			b.Logf("now-24h with edges, max_nodes %d, %s (exact total): p50 %.1f ms, p99 %.1f ms", maxNodes, fr.Source, p50, p99)
-		})
+			c.params.Set("max_nodes", "5000")
+			b.Run(fmt.Sprintf("round%d/%s/max_nodes=5000", round, c.name), func(b *testing.B) {
+				var fr api.FlamegraphResponse
+				getB(b, srv.URL, c.params, &fr)
+				if fr.Source != c.source || fr.Total != c.total || fr.Truncated {
+					b.Fatalf("%s: source %s total %d truncated %v, want %s %d", c.name, fr.Source, fr.Total, fr.Truncated, c.source, c.total)
+				}
+				p50, p99 := timeRequests(b, srv.URL, c.params)
+				b.ReportMetric(p50, "p50-ms")
+				b.ReportMetric(p99, "p99-ms")
+				b.Logf("%s, max_nodes 5000, %s (exact total), %d [other] nodes: p50 %.1f ms, p99 %.1f ms", c.name, fr.Source, fr.Folded, p50, p99)
+			})
+		}
+	}
+	if !withHeads {
+		bulk(heads)
 	}
 }
 
@@ -654,58 +748,69 @@ func benchVersion(b *testing.B, cl *opensearchapi.Client, names indices.Names, d
 	return indices.TreeSource{ID: id, SeqNo: out.SeqNo, PrimaryTerm: out.PrimaryTerm}
 }
 
-// indexEdges writes what the rollup writes for the fleet's minutes
-// 00:30-01:00 of day (the stacks of hour 0) and 00:00-00:35 of the next
-// day (hour 24) that a range starting at from reads, each minute a
-// sixtieth of its hour's values: the minute and 10-minute service
-// documents, the 10-minute partition trees and the minute and 10-minute
-// partition heads, as the rollup writes them by default (minute trees are
-// off; querytest.WindowRollups' shapes; built here per hour and scaled,
-// since every minute of an hour holds the same stacks) of the minutes and
-// windows starting at from or later. The
-// minute stack rollups (325,000 documents of 70 stacks) are left out:
-// indexing them and the unread windows' trees (~1 GB in all) took 37
-// minutes here and then a refresh timed out, and a request that reads
-// them (a window its trees do not answer) finds no stacks and fails the
-// benchmark's exact total. It returns each minute's total.
-func (f benchFleet) indexEdges(b *testing.B, names indices.Names, day, from time.Time, bulk func([]querytest.Doc)) (totals map[time.Time]int64) {
+// indexEdges writes what the rollup and its compactor write by default
+// (no minute trees, no partition heads) for the minutes of day 00:30-01:00
+// (hour 0's stacks) and of the next day 00:00-00:32 (hour 24's; the
+// window 00:30 is still open at 00:34:27, its minutes 00:32 on not yet
+// closed) that a range starting at from reads, each minute a sixtieth of
+// its hour's values: the minute service documents; per whole 10-minute
+// window its service documents, its partition trees and the fleet's head
+// of the window (the trees merged, with their versions as sources); for
+// the minutes outside whole windows (read per stack) the minute stack
+// rollups and the stacks' documents. Every minute of an hour holds the
+// same stacks, so trees are built per hour and scaled. It returns each
+// minute's total and the window heads' documents.
+func (f benchFleet) indexEdges(b *testing.B, cl *opensearchapi.Client, names indices.Names, day, from time.Time, bulk func([]querytest.Doc)) (totals map[time.Time]int64, heads []querytest.Doc) {
 	totals = map[time.Time]int64{}
+	var headBytes int
 	for _, edge := range []struct {
 		hr      int
 		first   time.Time
 		minutes int
-	}{{0, day.Add(30 * time.Minute), 30}, {24, day.Add(24 * time.Hour), 35}} {
-		// A window's minutes: 10, or fewer for the one still filling.
-		windows := map[time.Time]int64{}
-		var minutes []time.Time
+	}{{0, day.Add(30 * time.Minute), 30}, {24, day.Add(24 * time.Hour), 32}} {
+		// Whole windows (10 minutes from from on, all written) and the
+		// minutes outside them.
+		var windows, minutes, loose []time.Time
+		count := map[time.Time]int{}
 		for m := 0; m < edge.minutes; m++ {
 			at := edge.first.Add(time.Duration(m) * time.Minute)
-			windows[at.Truncate(10*time.Minute)]++
 			if !at.Before(from) {
 				minutes = append(minutes, at)
+				count[at.Truncate(10*time.Minute)]++
 			}
 		}
-		for w := range windows {
-			if w.Before(from) {
-				delete(windows, w)
+		for _, at := range minutes {
+			w := at.Truncate(10 * time.Minute)
+			switch {
+			case count[w] < 10 || w.Before(from):
+				loose = append(loose, at)
+			case at.Equal(w):
+				windows = append(windows, w)
 			}
 		}
-		minuteTrees := make([]indices.TreeBuilder, f.partitions)
-		windowTrees := map[int64][]indices.TreeBuilder{}
-		for _, k := range windows {
-			windowTrees[k] = make([]indices.TreeBuilder, f.partitions)
-		}
+		windowTrees := make([]indices.TreeBuilder, f.partitions)
+		stackDocs := map[string]querytest.Doc{}
 		for h := 0; h < f.hosts; h++ {
 			var docs []querytest.Doc
 			p := h % f.partitions
 			for _, s := range f.hostServices(h) {
 				var value int64
+				var ids []string
+				var values []int64
 				f.stacks(s, h, edge.hr, func(path []indices.TreeFrame, v int64) {
 					value += v / 60
-					minuteTrees[p].Add(path, v/60)
-					for k, t := range windowTrees {
-						t[p].Add(path, k*(v/60))
+					windowTrees[p].Add(path, 10*(v/60))
+					if len(loose) == 0 {
+						return
 					}
+					fns := make([]string, len(path))
+					for i, fr := range path {
+						fns[i] = fr.Name
+					}
+					doc, id := querytest.Stack(names, from, fns...)
+					stackDocs[id] = doc
+					ids = append(ids, id)
+					values = append(values, v/60)
 				})
 				svc, host := fmt.Sprintf("svc%d", s), fmt.Sprintf("host-%d", h)
 				for _, at := range minutes {
@@ -713,42 +818,61 @@ func (f benchFleet) indexEdges(b *testing.B, names indices.Names, day, from time
 					docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: at, Resolution: indices.ResolutionMinute,
 						Kind: indices.KindService, Type: "cpu", Service: svc, Host: host, Value: value, StackValue: value}))
 				}
-				for w, k := range windows {
+				for _, at := range loose {
+					d := indices.RollupDoc{Timestamp: at, Resolution: indices.ResolutionMinute, Kind: indices.KindStacks, Type: "cpu",
+						Service: svc, Host: host, Value: value}
+					if err := d.SetStacks(ids, values); err != nil {
+						b.Fatal(err)
+					}
+					docs = append(docs, querytest.Rollup(names, d))
+				}
+				for _, w := range windows {
 					docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: w, Resolution: "10m",
-						Kind: indices.KindService, Type: "cpu", Service: svc, Host: host, Value: k * value, StackValue: k * value}))
+						Kind: indices.KindService, Type: "cpu", Service: svc, Host: host, Value: 10 * value, StackValue: 10 * value}))
 				}
 			}
 			bulk(docs)
 		}
-		var headBytes, heads int
-		for p := range minuteTrees {
-			head := minuteTrees[p].EncodeHead(indices.WindowHeadNodes)
-			var docs []querytest.Doc
-			for _, at := range minutes {
-				headBytes += len(head)
-				heads++
-				docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: at, Resolution: indices.ResolutionMinute,
-					Kind: indices.KindPartitionHead, Type: "cpu", Partition: int32(p), Value: minuteTrees[p].Total(), Tree: head}))
+		var docs []querytest.Doc
+		for _, d := range stackDocs {
+			docs = append(docs, d)
+		}
+		bulk(docs)
+		var fleet indices.TreeBuilder
+		var trees []indices.RollupDoc
+		for p := range windowTrees {
+			enc := windowTrees[p].Encode()
+			if err := fleet.AddTree(enc, indices.TreeLimits{}); err != nil {
+				b.Fatal(err)
 			}
-			for w, k := range windows {
-				t := windowTrees[k][p]
-				head := t.EncodeHead(indices.WindowHeadNodes)
-				headBytes += len(head)
-				heads++
-				docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: w, Resolution: "10m",
-					Kind: indices.KindPartitionTree, Type: "cpu", Partition: int32(p), Value: t.Total(), Tree: t.Encode()}),
-					querytest.Rollup(names, indices.RollupDoc{Timestamp: w, Resolution: "10m",
-						Kind: indices.KindPartitionHead, Type: "cpu", Partition: int32(p), Value: t.Total(), Tree: head}))
-			}
-			// One tree per bulk request: each is about 2 MB.
-			for _, d := range docs {
-				bulk([]querytest.Doc{d})
+			for _, w := range windows {
+				d := indices.RollupDoc{Timestamp: w, Resolution: "10m", Kind: indices.KindPartitionTree, Type: "cpu", Partition: int32(p),
+					Value: windowTrees[p].Total(), Tree: indices.Deflate(enc)}
+				trees = append(trees, d)
+				bulk([]querytest.Doc{querytest.Rollup(names, d)}) // about 2 MB each
 			}
 		}
-		b.Logf("edge from %s: %d partition heads, %d KB (a minute head of a partition %d KB, its tree %d nodes)",
-			edge.first.Format("15:04"), heads, headBytes>>10, len(minuteTrees[0].EncodeHead(indices.WindowHeadNodes))>>10, minuteTrees[0].Nodes())
+		if err := querytest.Refresh(b.Context(), cl, names); err != nil {
+			b.Fatal(err)
+		}
+		head := fleet.EncodeHead(indices.HeadNodes)
+		for _, w := range windows {
+			var src []indices.TreeSource
+			for _, d := range trees {
+				if d.Timestamp.Equal(w) {
+					src = append(src, benchVersion(b, cl, names, d))
+				}
+			}
+			headBytes += len(head)
+			heads = append(heads, querytest.Rollup(names, indices.RollupDoc{Timestamp: w, Resolution: "10m", Kind: indices.KindFleetHead, Type: "cpu",
+				Value: fleet.Total(), Tree: head, Sources: indices.TreeSources(src)}))
+		}
+		b.Logf("edge from %s: %d whole windows (a partition tree %d nodes), %d minutes per stack (%d stacks), fleet window head %d KB of %d nodes",
+			edge.first.Format("15:04"), len(windows), windowTrees[0].Nodes(), len(loose), len(stackDocs), len(head)>>10, fleet.Nodes())
 	}
-	return totals
+	bulk(heads)
+	b.Logf("%d fleet window heads, %d KB", len(heads), headBytes>>10)
+	return totals, heads
 }
 
 // BenchmarkTopDayTrees: the query service's own share of a top table of

@@ -49,6 +49,7 @@ type windowSums struct{ tree10, head10, service10, tree1, head1, service1 int64 
 // windows (tens) and minutes, each a list of window-start ranges, and the
 // minutes left to read per stack (rest).
 type edgePlan struct {
+	fleetHeads            []string // _id of the fleet window heads (freshWindowHeads) of whole 10-minute windows
 	headTens, headMinutes []TimeRange
 	tens, minutes, rest   []TimeRange
 }
@@ -65,10 +66,12 @@ type edgePlan struct {
 // Two searches at most: the 10-minute windows and edge minutes, then the
 // minutes of the 10-minute windows refused.
 //
-// With heads (the caller merges them under a proof), a window is read from
-// its partition heads (indices.KindPartitionHead) when they pass the
-// check its trees would (their values are their trees' totals), else from
-// its trees when those pass, else as above.
+// With heads (the caller merges them under a proof), a 10-minute window
+// whose trees pass is read from the fleet's head of the window when it is
+// fresh (freshWindowHeads: one head instead of a tree per partition); a
+// window is read from its partition heads (indices.KindPartitionHead) when
+// they pass the check its trees would (their values are their trees'
+// totals), else from its trees when those pass, else as above.
 func (s *Store) planEdgeTrees(ctx context.Context, idx []string, typ record.ProfileType, edges []TimeRange, heads bool) ([]edgePlan, error) {
 	type span struct {
 		lo, hi, c, p time.Time // minutes [lo, hi); whole tens [c, p); p a partial ten when p < hi
@@ -103,8 +106,21 @@ func (s *Store) planEdgeTrees(ctx context.Context, idx []string, typ record.Prof
 	if err != nil {
 		return nil, err
 	}
+	var fresh map[int64]string
+	if heads && len(tenQ) > 0 {
+		if fresh, err = s.freshWindowHeads(ctx, idx, typ, tenQ); err != nil {
+			return nil, err
+		}
+	}
 	at := func(t time.Time) windowSums { return sums[t.UnixMilli()] }
 	complete := func(docs, service int64) bool { return docs > 0 && docs == service }
+	// fleetHead is the fresh fleet head of the 10-minute window w, when
+	// its trees are complete: the head is then their merge's.
+	fleetHead := func(w time.Time) (string, bool) {
+		ws := at(w)
+		id, ok := fresh[w.UnixMilli()]
+		return id, ok && complete(ws.tree10, ws.service10)
+	}
 	minuteOK := func(m time.Time) bool { w := at(m); return complete(w.tree1, w.service1) }
 	headOK := func(m time.Time) bool { w := at(m); return heads && complete(w.head1, w.service1) }
 	plans := make([]edgePlan, len(edges))
@@ -114,6 +130,10 @@ func (s *Store) planEdgeTrees(ctx context.Context, idx []string, typ record.Prof
 		pl := &plans[i]
 		for w := sp.c; w.Before(sp.p); w = w.Add(tenMinutes) {
 			ws := at(w)
+			if id, ok := fleetHead(w); ok {
+				pl.fleetHeads = append(pl.fleetHeads, id)
+				continue
+			}
 			if heads && complete(ws.head10, ws.service10) {
 				pl.headTens = addWindow(pl.headTens, w, tenMinutes)
 				continue
@@ -132,8 +152,12 @@ func (s *Store) planEdgeTrees(ctx context.Context, idx []string, typ record.Prof
 			for m := sp.p; m.Before(sp.hi); m = m.Add(time.Minute) {
 				before += at(m).service1
 			}
+			id, fleet := fleetHead(sp.p)
 			switch ws := at(sp.p); {
 			case ws.service10 != before:
+			case fleet:
+				pl.fleetHeads = append(pl.fleetHeads, id)
+				partial = true
 			case heads && complete(ws.head10, ws.service10):
 				pl.headTens = addWindow(pl.headTens, sp.p, tenMinutes)
 				partial = true
@@ -294,4 +318,47 @@ func windowDocs(plans []edgePlan, heads bool) (Query, int) {
 		return nil, 0
 	}
 	return anyOf(when...), len(tens) + len(minutes)
+}
+
+// freshWindowHeads is, per start (Unix ms) of the 10-minute windows in
+// tens, the _id of the fleet's head of the window (indices.KindFleetHead,
+// resolution 10m: the head of the window's partition trees merged,
+// written by the rollup's compactor) when its sources are the versions of
+// the window's partition trees as they are now. A window rewritten by a
+// late profile since its head was written has none until the next pass.
+// Two small searches: the trees' versions (metadata and doc values, no
+// _source) and the heads' sources.
+func (s *Store) freshWindowHeads(ctx context.Context, idx []string, typ record.ProfileType, tens []Query) (map[int64]string, error) {
+	versions, err := s.treeVersions(ctx, idx, typ, indices.ResolutionTenMinutes, anyOf(tens...))
+	if err != nil || len(versions) == 0 {
+		return nil, err // none, or too many to check
+	}
+	byWindow := map[int64][]indices.TreeSource{}
+	for _, v := range versions {
+		byWindow[v.Time.UnixMilli()] = append(byWindow[v.Time.UnixMilli()], v.TreeSource)
+	}
+	var resp struct {
+		Hits struct {
+			Hits []struct {
+				ID     string `json:"_id"`
+				Source struct {
+					Timestamp time.Time `json:"@timestamp"`
+					Sources   string    `json:"sources"`
+				} `json:"_source"`
+			} `json:"hits"`
+		} `json:"hits"`
+	}
+	req := &Request{Size: len(byWindow) + 1, TrackTotalHits: false, Source: &Source{Includes: []string{"@timestamp", "sources"}},
+		Query: allOf([]Query{term("kind", indices.KindFleetHead), term("type", string(typ)), term("resolution", indices.ResolutionTenMinutes), anyOf(tens...)}, nil)}
+	if err := s.search(ctx, idx, req, &resp, "hits.hits._id", "hits.hits._source"); err != nil {
+		return nil, fmt.Errorf("window heads: %w", err)
+	}
+	out := map[int64]string{}
+	for _, h := range resp.Hits.Hits {
+		t := h.Source.Timestamp.UnixMilli()
+		if src, ok := byWindow[t]; ok && h.Source.Sources == indices.TreeSources(src) {
+			out[t] = h.ID
+		}
+	}
+	return out, nil
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -79,13 +80,18 @@ const headPage = 4
 // hour trees, whose bytes grow slower than a head per hour.
 const MaxHeadHours = 48
 
+// errHeadGone is a head found fresh and then not read (deleted in
+// between): what it stood for is not read, so the caller reads the trees.
+var errHeadGone = errors.New("a head was deleted while read")
+
 // FleetHourHeads reads sel's whole settled hours as the fleet's hour heads
 // (indices.KindFleetHead, resolution 1h: one per type and hour, the head
 // of the hour's partition trees merged), handing each head that is fresh
 // (its sources are its hour's partition trees' versions now) to useHead and
 // the partition trees of the other hours to useTree, and the minutes
-// around the hours as Trees does, except that windows whose partition
-// heads are complete hand those heads to useHead (readEdges). ok is false, with nothing
+// around the hours as Trees does, except that 10-minute windows with a
+// fresh fleet head, and windows whose partition heads are complete, hand
+// those heads to useHead (readEdges). ok is false, with nothing
 // handed over, when sel names a field, its whole hours are not in complete
 // partition trees (treesComplete) or span more than MaxHeadHours, or no
 // hour has a fresh head.
@@ -166,6 +172,9 @@ func (s *Store) FleetHourHeads(ctx context.Context, sel Selection, useHead, useT
 		read.Trees += n
 	}
 	if err := s.readEdges(ctx, sel, hours, read, useTree, useHead); err != nil {
+		if errors.Is(err, errHeadGone) {
+			return nil, false, nil // read the trees
+		}
 		return nil, false, err
 	}
 	return read, true, nil

@@ -121,9 +121,12 @@ func (s *Store) Trees(ctx context.Context, sel Selection, use func(tree []byte) 
 // are dropped after); past MaxEdgeStacks distinct stacks in both edges the
 // read fails with ErrTooManyStacks rather than leave stacks out.
 // read.Source gets "+window_trees" and/or "+samples" or "+rollups". With
-// useHead (a caller that proves its answer from heads), windows whose
-// partition heads are complete are handed to useHead instead, and
-// read.Source gets "+window_heads".
+// useHead (a caller that proves its answer from heads), whole 10-minute
+// windows with a fresh fleet head hand that head to useHead
+// ("+fleet_window_heads"), and windows whose partition heads are complete
+// hand those ("+window_heads"). A fleet head gone between the check and
+// the read fails the read with errHeadGone.
+
 func (s *Store) readEdges(ctx context.Context, sel Selection, hours TimeRange, read *TreeRead, useTree, useHead func([]byte) error) error {
 	rollups := s.FromRollups(sel)
 	var edges []TimeRange
@@ -142,6 +145,21 @@ func (s *Store) readEdges(ctx context.Context, sel Selection, hours TimeRange, r
 		var err error
 		if plans, err = s.planEdgeTrees(ctx, idx, sel.Type, edges, useHead != nil); err != nil {
 			return err
+		}
+		var ids []string
+		for _, p := range plans {
+			ids = append(ids, p.fleetHeads...)
+		}
+		if len(ids) > 0 {
+			heads, err := s.scrollTrees(ctx, idx, sel, indices.KindFleetHead, termsOf("_id", ids), edgeHeadPage, useHead)
+			if err != nil {
+				return err
+			}
+			if heads != len(ids) {
+				return errHeadGone // deleted in between: its window is not read
+			}
+			read.Trees += heads
+			parts = append(parts, "fleet_window_heads")
 		}
 		if when, n := windowDocs(plans, true); n > 0 {
 			heads, err := s.scrollTrees(ctx, idx, sel, indices.KindPartitionHead, when, edgeHeadPage, useHead)
@@ -426,6 +444,12 @@ type hourTree struct {
 // which holds the tree, is not loaded. nil when there are more than
 // maxTreeDocs.
 func (s *Store) hourTreeVersions(ctx context.Context, idx []string, typ record.ProfileType, hours TimeRange) ([]hourTree, error) {
+	return s.treeVersions(ctx, idx, typ, indices.ResolutionHour, timeFilter(hours))
+}
+
+// treeVersions is hourTreeVersions for the partition trees of resolution
+// res in when.
+func (s *Store) treeVersions(ctx context.Context, idx []string, typ record.ProfileType, res string, when Query) ([]hourTree, error) {
 	var resp struct {
 		Hits struct {
 			Hits []struct {
@@ -441,10 +465,10 @@ func (s *Store) hourTreeVersions(ctx context.Context, idx []string, typ record.P
 		} `json:"hits"`
 	}
 	req := &Request{Size: maxTreeDocs, TrackTotalHits: false, SeqNoPrimaryTerm: true, Source: &Source{None: true},
-		Query:          allOf([]Query{term("kind", indices.KindPartitionTree), term("type", string(typ)), term("resolution", indices.ResolutionHour), timeFilter(hours)}, nil),
+		Query:          allOf([]Query{term("kind", indices.KindPartitionTree), term("type", string(typ)), term("resolution", res), when}, nil),
 		DocvalueFields: []DocvalueField{{Field: "@timestamp", Format: "epoch_millis"}, {Field: "partition"}, {Field: "digest"}}}
 	if err := s.search(ctx, idx, req, &resp, "hits.hits._id", "hits.hits._seq_no", "hits.hits._primary_term", "hits.hits.fields"); err != nil {
-		return nil, fmt.Errorf("hour tree versions: %w", err)
+		return nil, fmt.Errorf("%s tree versions: %w", res, err)
 	}
 	if len(resp.Hits.Hits) >= maxTreeDocs {
 		return nil, nil // too many to check
@@ -456,11 +480,11 @@ func (s *Store) hourTreeVersions(ctx context.Context, idx []string, typ record.P
 			partition = h.Fields.Partition[0]
 		}
 		if len(h.Fields.Timestamp) != 1 {
-			return nil, fmt.Errorf("hour tree %s: no @timestamp", h.ID)
+			return nil, fmt.Errorf("%s tree %s: no @timestamp", res, h.ID)
 		}
 		ms, err := strconv.ParseInt(h.Fields.Timestamp[0], 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("hour tree %s: @timestamp %q: %w", h.ID, h.Fields.Timestamp[0], err)
+			return nil, fmt.Errorf("%s tree %s: @timestamp %q: %w", res, h.ID, h.Fields.Timestamp[0], err)
 		}
 		t := hourTree{TreeSource: indices.TreeSource{ID: h.ID, SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm},
 			Time: time.UnixMilli(ms).UTC(), Partition: partition}
