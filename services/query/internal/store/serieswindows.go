@@ -96,22 +96,18 @@ func (s *Store) windowSeries(ctx context.Context, sel Selection, step time.Durat
 	}
 
 	var (
-		wg                      sync.WaitGroup
-		groups                  []groupTotal
-		tenSums, hourSums, mins spanSums
-		errs                    [4]error
+		wg     sync.WaitGroup
+		groups []groupTotal
+		sums   map[string]spanSums
+		errs   [2]error
 	)
 	wg.Go(func() {
 		groups, errs[0] = s.rankWindows(ctx, sel, groupBy, anyOf(rank...))
 	})
 	wg.Go(func() {
-		tenSums, errs[1] = s.windowTotals(ctx, sel, groupBy, indices.ResolutionTenMinutes, tens, tenMinutes)
-	})
-	wg.Go(func() {
-		hourSums, errs[2] = s.windowTotals(ctx, sel, groupBy, indices.ResolutionHour, hourSpans, time.Hour)
-	})
-	wg.Go(func() {
-		mins, errs[3] = s.windowTotals(ctx, sel, groupBy, indices.ResolutionMinute, unsettled, tenMinutes)
+		sums, errs[1] = s.windowTotals(ctx, sel, groupBy, map[string][]TimeRange{
+			indices.ResolutionTenMinutes: tens, indices.ResolutionHour: hourSpans, indices.ResolutionMinute: unsettled,
+		})
 	})
 	wg.Wait()
 	for _, err := range errs {
@@ -119,6 +115,7 @@ func (s *Store) windowSeries(ctx context.Context, sel Selection, step time.Durat
 			return nil, err
 		}
 	}
+	tenSums, hourSums, mins := sums[indices.ResolutionTenMinutes], sums[indices.ResolutionHour], sums[indices.ResolutionMinute]
 	if whole && len(hourSums) == 0 {
 		return nil, nil // no hourly documents yet
 	}
@@ -268,32 +265,53 @@ func windowQuery(sel Selection, groupBy string, read Query, extra ...Query) Quer
 	return allOf(filter, mustNot)
 }
 
-// windowTotals sums value and counts the documents of resolution res in
-// spans per interval, over the whole selection (documents having groupBy,
-// as the chart's groups do).
-func (s *Store) windowTotals(ctx context.Context, sel Selection, groupBy, res string, spans []TimeRange, interval time.Duration) (spanSums, error) {
-	out := spanSums{}
-	if len(spans) == 0 {
+// windowTotals sums value and counts the documents per 10-minute window
+// (an hourly document at its hour's start) over the whole selection
+// (documents having groupBy, as the chart's groups do), for each
+// resolution in the spans given, in one pass.
+func (s *Store) windowTotals(ctx context.Context, sel Selection, groupBy string, spans map[string][]TimeRange) (map[string]spanSums, error) {
+	out := map[string]spanSums{}
+	var read []Query
+	for res, rs := range spans {
+		out[res] = spanSums{}
+		if len(rs) > 0 {
+			read = append(read, allOf([]Query{term("resolution", res), anyOf(timeFilters(rs)...)}, nil))
+		}
+	}
+	if len(read) == 0 {
 		return out, nil
 	}
-	read := allOf([]Query{term("resolution", res), anyOf(timeFilters(spans)...)}, nil)
 	var ans struct {
 		Aggregations struct {
-			Time struct {
+			Res struct {
 				Buckets []struct {
-					Key      int64    `json:"key"`
-					DocCount int64    `json:"doc_count"`
-					V        sumValue `json:"v"`
+					Key  string `json:"key"`
+					Time struct {
+						Buckets []struct {
+							Key      int64    `json:"key"`
+							DocCount int64    `json:"doc_count"`
+							V        sumValue `json:"v"`
+						} `json:"buckets"`
+					} `json:"time"`
 				} `json:"buckets"`
-			} `json:"time"`
+			} `json:"res"`
 		} `json:"aggregations"`
 	}
-	req := aggsRequest(windowQuery(sel, groupBy, read), Aggs{"time": histogram(interval, Aggs{"v": sumOf("value")})})
-	if err := s.search(ctx, s.rollupIndices(sel.Range), req, &ans, "aggregations.time.buckets"); err != nil {
-		return nil, fmt.Errorf("series totals of %s windows: %w", res, err)
+	aggs := Aggs{"res": {
+		Terms: &Terms{Field: "resolution", Size: len(spans)},
+		Aggs:  Aggs{"time": histogram(tenMinutes, Aggs{"v": sumOf("value")})},
+	}}
+	if err := s.search(ctx, s.rollupIndices(sel.Range), aggsRequest(windowQuery(sel, groupBy, anyOf(read...)), aggs), &ans, "aggregations.res.buckets"); err != nil {
+		return nil, fmt.Errorf("series totals: %w", err)
 	}
-	for _, b := range ans.Aggregations.Time.Buckets {
-		out[b.Key] = sumCount{b.V.Value, b.DocCount}
+	for _, r := range ans.Aggregations.Res.Buckets {
+		sums, ok := out[r.Key]
+		if !ok {
+			continue
+		}
+		for _, b := range r.Time.Buckets {
+			sums[b.Key] = sumCount{b.V.Value, b.DocCount}
+		}
 	}
 	return out, nil
 }
