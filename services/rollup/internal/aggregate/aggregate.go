@@ -302,6 +302,7 @@ type Partition struct {
 	nodes        []int32
 	memo         trieMemo   // scratch of the hour's trees and functions
 	minuteValues nodeValues // scratch of a minute's partition tree
+	built        docCount   // DocumentsBuilt
 }
 
 // NewPartition starts the state of a partition, restoring the watermark of

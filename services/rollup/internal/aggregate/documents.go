@@ -4,9 +4,12 @@
 package aggregate
 
 import (
+	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/stackstream/stackstream/schemas/indices"
@@ -26,16 +29,45 @@ type Pending struct {
 	w      *window
 }
 
-// Pending returns the documents to write now: the changed documents of every
-// window the watermark has closed (minute and 10-minute windows are written
-// only then, and with all); and, whenever a minute window is written,
-// the changed documents of the hour windows that have ended but are still
-// open (within allowed lateness), so an hour that is over reads as fresh as
-// its minutes. The hour in progress is left to its minute documents: writing
-// it with every minute would double the documents written. With all, every
-// changed document of every window (shutdown and revoke).
+// Pending returns every document Flush(all) hands out, at once (tests,
+// and callers whose state is small).
 func (p *Partition) Pending(all bool) []Pending {
 	var out []Pending
+	f := p.Flush(all)
+	for docs := f.Next(math.MaxInt); len(docs) > 0; docs = f.Next(math.MaxInt) {
+		out = append(out, docs...)
+	}
+	return out
+}
+
+// Flush hands out the documents to write now a chunk at a time: built
+// all at once, a partition's changed documents (its 10-minute partition
+// trees, its hour trees and series) were as large as its window state,
+// and were all held until OpenSearch stored the last of them
+// (docs/ROLLUP.md, "Flushing a chunk at a time").
+//
+// The documents are those of every window the watermark has closed
+// (minute and 10-minute windows are written only then, and with all);
+// and, whenever a minute window is written, of the hour windows that have
+// ended but are still open (within allowed lateness), so an hour that is
+// over reads as fresh as its minutes. The hour in progress is left to its
+// minute documents: writing it with every minute would double the
+// documents written. With all, every changed document of every window
+// (shutdown and revoke).
+//
+// Next does not mark what it returns stored: the caller marks each chunk
+// (MarkStored) once it is written, and calls Next again with the same
+// lock held throughout, no record folded in between. A chunk not written
+// stays dirty, and the next flush writes it again.
+type Flush struct {
+	p       *Partition
+	windows []*window // to write, in order
+	cur     *windowDocs
+}
+
+// Flush starts handing out the documents to write now (Flush).
+func (p *Partition) Flush(all bool) *Flush {
+	f := &Flush{p: p}
 	minuteWritten := false
 	for _, w := range p.windows {
 		if !w.closed && w.end+int64(p.cfg.AllowedLateness) <= p.watermark {
@@ -43,37 +75,126 @@ func (p *Partition) Pending(all bool) []Pending {
 		}
 		if w.dirty > 0 && isPartHour(w.key.res) && (w.closed || all) {
 			minuteWritten = minuteWritten || w.key.res == indices.ResolutionMinute
-			out = p.appendDirty(out, w)
+			f.windows = append(f.windows, w)
 		}
 	}
+	parts := len(f.windows)
 	for _, w := range p.windows {
 		ended := w.end <= p.watermark
 		// An hour that just ended is written at once, so that it can be
 		// frozen (freeze.go); late profiles' rewrites wait for a minute.
 		first := ended && w.trie != nil && !w.trie.frozen
 		if w.dirty > 0 && w.key.res == indices.ResolutionHour && (w.closed || all || (minuteWritten || first) && ended) {
-			out = p.appendDirty(out, w)
+			f.windows = append(f.windows, w)
 		}
 	}
+	// The same state is written in the same order (a test can stop it
+	// part way): the part-hour windows, then the hours.
+	byStart := func(a, b *window) int {
+		return cmp.Or(cmp.Compare(a.key.start, b.key.start), strings.Compare(a.key.res, b.key.res))
+	}
+	slices.SortFunc(f.windows[:parts], byStart)
+	slices.SortFunc(f.windows[parts:], byStart)
+	return f
+}
+
+// Next returns the next documents to write, window by window and series
+// by series until their encoded size passes maxBytes (so a chunk is at
+// most maxBytes and one series' or tree's documents more); nil once every
+// document is handed out.
+func (f *Flush) Next(maxBytes int) []Pending {
+	var out []Pending
+	size := 0
+	for size < maxBytes {
+		if f.cur == nil {
+			if len(f.windows) == 0 {
+				break
+			}
+			f.cur = f.p.windowDocs(f.windows[0])
+			f.windows = f.windows[1:]
+		}
+		n := len(out)
+		var more bool
+		if out, more = f.cur.next(out); !more {
+			f.cur = nil
+		}
+		for i := n; i < len(out); i++ {
+			size += pendingBytes(&out[i])
+		}
+	}
+	f.p.built.n.Add(int64(len(out)))
 	return out
 }
 
-func (p *Partition) appendDirty(out []Pending, w *window) []Pending {
+// DocumentsBuilt counts the documents Flush and HourWrite have handed out:
+// less those written, the documents a consumer holds.
+// Read without the partition's lock (by a test's writer while an hour is
+// written in the background).
+func (p *Partition) DocumentsBuilt() int64 { return p.built.n.Load() }
+
+type docCount struct{ n atomic.Int64 }
+
+// windowDocs walks one window's changed documents a step at a time: its
+// series, then its service and partition trees (they merge every series).
+type windowDocs struct {
+	p     *Partition
+	w     *window
+	start time.Time
+	index string
+	keys  []seriesKey  // the series, in order
+	trees []serviceKey // the service and partition trees, once keys are done
+	step  int
+}
+
+func (p *Partition) windowDocs(w *window) *windowDocs {
 	start := time.Unix(0, w.key.start).UTC()
-	index := p.cfg.Names.Rollups(start)
-	for k, ws := range w.series {
-		out = p.appendSeries(out, w, start, index, k, ws)
+	c := &windowDocs{p: p, w: w, start: start, index: p.cfg.Names.Rollups(start), keys: make([]seriesKey, 0, len(w.series))}
+	for k := range w.series {
+		c.keys = append(c.keys, k)
 	}
-	for k, ds := range w.serviceTrees {
-		switch {
-		case !ds.dirty:
-		case isPartHour(w.key.res):
-			out = p.appendPartTree(out, w, start, index, k, ds)
-		default:
-			out = p.appendServiceTree(out, w, start, index, k, ds)
+	slices.SortFunc(c.keys, func(a, b seriesKey) int {
+		return cmp.Or(strings.Compare(a.kind, b.kind), strings.Compare(a.typ, b.typ), strings.Compare(a.service, b.service), strings.Compare(a.host, b.host))
+	})
+	return c
+}
+
+// next appends the changed documents of the window's next series or tree
+// to out (none when it has none), and reports whether there is a step
+// left. The documents of one step go out together: they share a state
+// (a series' stacks, functions and tree; a partition tree and its head;
+// a tree and its function table) that the last of them marks stored.
+func (c *windowDocs) next(out []Pending) ([]Pending, bool) {
+	switch {
+	case c.step < len(c.keys):
+		k := c.keys[c.step]
+		if ws := c.w.series[k]; ws != nil {
+			out = c.p.appendSeries(out, c.w, c.start, c.index, k, ws)
 		}
+	case c.step == len(c.keys):
+		// Listed only now: the trees are built from the series as they
+		// are when written (an hour write folds records between steps).
+		for k, ds := range c.w.serviceTrees {
+			if ds.dirty {
+				c.trees = append(c.trees, k)
+			}
+		}
+		slices.SortFunc(c.trees, func(a, b serviceKey) int {
+			return cmp.Or(strings.Compare(a.kind, b.kind), strings.Compare(a.typ, b.typ), strings.Compare(a.service, b.service))
+		})
+	case c.step <= len(c.keys)+len(c.trees):
+		k := c.trees[c.step-len(c.keys)-1]
+		if ds := c.w.serviceTrees[k]; ds != nil && ds.dirty {
+			if isPartHour(c.w.key.res) {
+				out = c.p.appendPartTree(out, c.w, c.start, c.index, k, ds)
+			} else {
+				out = c.p.appendServiceTree(out, c.w, c.start, c.index, k, ds)
+			}
+		}
+	default:
+		return out, false
 	}
-	return out
+	c.step++
+	return out, c.step <= len(c.keys)+len(c.trees)
 }
 
 // appendSeries appends the changed documents of one series of w.

@@ -1,6 +1,8 @@
 package aggregate
 
 import (
+	"maps"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -70,4 +72,91 @@ func TestStacksDocument(t *testing.T) {
 		Sample(svc("checkout"), []int64{1, 5}, "work", "main").Profile()
 	add(t, p, late, record.ProfileCPU, 1)
 	check(stacks(p.Pending(true)), map[string]int64{hash: 30, work: 15}, 30+15-7)
+}
+
+// TestFlushInChunks: a flush handed out a chunk at a time holds at most
+// the chunk's bytes and the documents of one step (a series, a tree) past
+// them, and hands out exactly the documents of Pending, each once. A chunk
+// not marked stored (its write failed) leaves its documents, and those
+// after it, to the next flush, which hands out nothing already stored.
+func TestFlushInChunks(t *testing.T) {
+	// 8 hosts for 11 minutes: minute, 10-minute and hour windows, all
+	// written with all.
+	profs, hostOf := fleetProfiles(8, 66)
+	build := func() *Partition {
+		p := NewPartition(testConfig(), Checkpoint{})
+		for i, prof := range profs {
+			if _, err := p.Add(Input{Profile: prof, Type: record.ProfileCPU, Host: hostOf[i], Offset: int64(i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return p
+	}
+	want := docsByID(build().Pending(true))
+	res := map[string]bool{}
+	for _, d := range want {
+		res[d.Resolution] = true
+	}
+	if len(res) != 3 {
+		t.Fatalf("resolutions %v, want minutes, 10 minutes and the hour", res)
+	}
+
+	const chunk = 16 << 10
+	p := build()
+	got := map[string]indices.RollupDoc{}
+	var chunks [][]Pending
+	f := p.Flush(true)
+	for docs := f.Next(chunk); len(docs) > 0; docs = f.Next(chunk) {
+		// The documents before the last step's (those of its window,
+		// series or tree) are less than a chunk.
+		size, last := 0, 0
+		step := func(d *Pending) [5]string {
+			return [5]string{d.Index, d.Doc.Resolution, d.Doc.Type, d.Doc.Service, d.Doc.Host}
+		}
+		for i := range docs {
+			n := pendingBytes(&docs[i])
+			size += n
+			if step(&docs[i]) == step(&docs[len(docs)-1]) {
+				last += n
+			} else {
+				last = 0
+			}
+		}
+		if size-last >= chunk {
+			t.Fatalf("chunk %d: %d documents, %d bytes, %d before its last step (bound %d)", len(chunks), len(docs), size, size-last, chunk)
+		}
+		for _, d := range docs {
+			if _, ok := got[d.Index+"/"+d.ID]; ok {
+				t.Fatalf("%s handed out twice", d.ID)
+			}
+			got[d.Index+"/"+d.ID] = d.Doc
+		}
+		chunks = append(chunks, docs)
+		MarkStored(docs)
+	}
+	if len(chunks) < 10 || !reflect.DeepEqual(got, want) {
+		t.Fatalf("%d chunks, %d documents, %d from Pending, equal %v", len(chunks), len(got), len(want), reflect.DeepEqual(got, want))
+	}
+	if again := p.Pending(true); len(again) != 0 {
+		t.Fatalf("%d documents pending after every chunk was stored", len(again))
+	}
+	if built := p.DocumentsBuilt(); built != int64(len(got)) {
+		t.Fatalf("DocumentsBuilt %d, want %d", built, len(got))
+	}
+
+	// The write of the second chunk fails: the flush stops there.
+	p = build()
+	f = p.Flush(true)
+	first := f.Next(chunk)
+	MarkStored(first)
+	if second := f.Next(chunk); len(second) == 0 {
+		t.Fatal("one chunk only")
+	}
+	rest := maps.Clone(want)
+	for id := range docsByID(first) {
+		delete(rest, id)
+	}
+	if again := docsByID(p.Pending(true)); len(again) != len(want)-len(first) || !reflect.DeepEqual(again, rest) {
+		t.Fatalf("after a failed write: %d documents pending, want the %d not stored", len(again), len(want)-len(first))
+	}
 }

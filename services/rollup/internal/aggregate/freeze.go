@@ -2,7 +2,6 @@ package aggregate
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/binary"
 	"slices"
 	"strings"
@@ -159,13 +158,8 @@ func (ws *series) eachStack(ordered bool, fn func(ds docState)) {
 // after them; should their write fail, nothing after the last commit may
 // be committed by this Partition.
 type HourWrite struct {
-	p     *Partition
-	w     *window
-	start time.Time
-	index string
-	keys  []seriesKey  // the series to write, in order
-	trees []serviceKey // the service and partition trees, once keys are done
-	next  int
+	hour time.Time
+	docs *Flush // of the hour's window alone
 }
 
 // EndedHour returns the write of the earliest hour window later than after
@@ -182,62 +176,18 @@ func (p *Partition) EndedHour(after time.Time) *HourWrite {
 	if w == nil {
 		return nil
 	}
-	start := time.Unix(0, w.key.start).UTC()
-	h := &HourWrite{p: p, w: w, start: start, index: p.cfg.Names.Rollups(start)}
-	for k := range w.series {
-		h.keys = append(h.keys, k)
-	}
-	// The same hour is written in the same order: a test can stop it
-	// part way.
-	slices.SortFunc(h.keys, func(a, b seriesKey) int {
-		return cmp.Or(strings.Compare(a.kind, b.kind), strings.Compare(a.typ, b.typ), strings.Compare(a.service, b.service), strings.Compare(a.host, b.host))
-	})
-	return h
+	return &HourWrite{hour: time.Unix(0, w.key.start).UTC(), docs: &Flush{p: p, windows: []*window{w}}}
 }
 
 // Hour is the start of the hour written.
-func (h *HourWrite) Hour() time.Time { return h.start }
+func (h *HourWrite) Hour() time.Time { return h.hour }
 
 // Next returns the hour's next changed documents, series by series until
-// their trees and stacks pass maxBytes, the service and partition trees
+// their encoded size passes maxBytes, the service and partition trees
 // last (they merge every series), and marks them stored. It returns nil
 // once every document is.
 func (h *HourWrite) Next(maxBytes int) []Pending {
-	var out []Pending
-	size := 0
-	for size < maxBytes {
-		n := len(out)
-		switch {
-		case h.next < len(h.keys):
-			k := h.keys[h.next]
-			if ws := h.w.series[k]; ws != nil {
-				out = h.p.appendSeries(out, h.w, h.start, h.index, k, ws)
-			}
-		case h.next == len(h.keys):
-			// Listed only now: the trees are built from the series as
-			// they are when written.
-			for k, ds := range h.w.serviceTrees {
-				if ds.dirty {
-					h.trees = append(h.trees, k)
-				}
-			}
-			slices.SortFunc(h.trees, func(a, b serviceKey) int {
-				return cmp.Or(strings.Compare(a.kind, b.kind), strings.Compare(a.typ, b.typ), strings.Compare(a.service, b.service))
-			})
-		case h.next <= len(h.keys)+len(h.trees):
-			k := h.trees[h.next-len(h.keys)-1]
-			if ds := h.w.serviceTrees[k]; ds != nil && ds.dirty {
-				out = h.p.appendServiceTree(out, h.w, h.start, h.index, k, ds)
-			}
-		default:
-			MarkStored(out)
-			return out
-		}
-		h.next++
-		for _, d := range out[n:] {
-			size += pendingBytes(&d)
-		}
-	}
+	out := h.docs.Next(maxBytes)
 	MarkStored(out)
 	return out
 }

@@ -32,7 +32,7 @@ func BenchmarkHourWrite(b *testing.B) {
 	start := cpuTime()
 	docs := 0
 	for b.Loop() {
-		docs = len(p.appendDirty(nil, hour))
+		docs = len((&Flush{p: p, windows: []*window{hour}}).Next(math.MaxInt))
 	}
 	b.ReportMetric(float64(cpuTime()-start)/float64(b.N)/1e6, "cpu-ms/write")
 	b.ReportMetric(float64(docs), "docs/write")

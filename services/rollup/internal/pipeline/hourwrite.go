@@ -69,7 +69,12 @@ func (r *Rollup) startHourWrite(id int32, h *aggregate.HourWrite) {
 // (the loop folds records between chunks) and encoded and written without
 // it.
 func (r *Rollup) storeHour(ctx context.Context, cl *kgo.Client, id int32, h *aggregate.HourWrite) error {
-	var partOf []int32
+	produce := func(ctx context.Context, recs []*kgo.Record) error {
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			return fmt.Errorf("produce to dlq %s: %w", r.cfg.Topics.DLQ, err)
+		}
+		return nil
+	}
 	for {
 		r.mu.Lock()
 		docs := h.Next(flushChunkBytes)
@@ -77,18 +82,8 @@ func (r *Rollup) storeHour(ctx context.Context, cl *kgo.Client, id int32, h *agg
 		if len(docs) == 0 {
 			return nil
 		}
-		for len(partOf) < len(docs) {
-			partOf = append(partOf, id)
-		}
-		for start := 0; start < len(docs); {
-			n, rejected, err := r.write(ctx, docs[start:], partOf[start:])
-			if err != nil {
-				return err
-			}
-			if err := cl.ProduceSync(ctx, rejected...).FirstErr(); err != nil {
-				return fmt.Errorf("produce to dlq %s: %w", r.cfg.Topics.DLQ, err)
-			}
-			start += n
+		if err := r.store(ctx, id, docs, produce); err != nil {
+			return err
 		}
 	}
 }

@@ -336,39 +336,50 @@ func (r *Rollup) flush(ctx context.Context, parts map[int32]*aggregate.Partition
 			ready[id] = p
 		}
 	}
-	var pending []aggregate.Pending
-	var partOf []int32
+	// Built, encoded and written a chunk at a time, each chunk marked
+	// stored once written: the documents of a whole flush (every
+	// 10-minute partition tree and hour tree of a partition, at fleet
+	// scale) were as large as the window state, and its JSON as large
+	// again (docs/ROLLUP.md, "Flushing a chunk at a time"). A chunk not
+	// written stays dirty, and nothing is committed.
 	for id, p := range ready {
-		for _, d := range p.Pending(all) {
-			pending = append(pending, d)
-			partOf = append(partOf, id)
+		f := p.Flush(all)
+		for docs := f.Next(flushChunkBytes); len(docs) > 0; docs = f.Next(flushChunkBytes) {
+			if err := r.store(ctx, id, docs, r.produce); err != nil {
+				return err
+			}
+			aggregate.MarkStored(docs)
 		}
-	}
-	// Encoded and written a chunk at a time, each marked stored once
-	// written: the JSON of a whole flush (every document of an hour and
-	// its trees, at fleet scale) was most of the process's heap.
-	for start := 0; start < len(pending); {
-		n, rejected, err := r.write(ctx, pending[start:], partOf[start:])
-		if err != nil {
-			return err
-		}
-		if err := r.produce(ctx, rejected); err != nil {
-			return err
-		}
-		aggregate.MarkStored(pending[start : start+n])
-		start += n
 	}
 	return r.commit(ctx, ready)
 }
 
-// flushChunkBytes bounds the encoded documents a flush holds at once (a
-// variable for tests that write in many chunks).
+// flushChunkBytes bounds the documents a flush or an hour write builds
+// and encodes at once (a variable for tests that write in many chunks).
 var flushChunkBytes = 16 << 20
+
+// store writes docs of partition id, a bulk request of up to
+// flushChunkBytes at a time, and hands the DLQ records of the documents
+// OpenSearch rejected to produce. It touches no state of r: the hour
+// writes call it outside r.mu.
+func (r *Rollup) store(ctx context.Context, id int32, docs []aggregate.Pending, produce func(context.Context, []*kgo.Record) error) error {
+	for len(docs) > 0 {
+		n, rejected, err := r.write(ctx, id, docs)
+		if err != nil {
+			return err
+		}
+		if err := produce(ctx, rejected); err != nil {
+			return err
+		}
+		docs = docs[n:]
+	}
+	return nil
+}
 
 // write encodes pending documents until flushChunkBytes and writes them; it
 // returns how many it took and the DLQ records of those OpenSearch
-// rejected. It touches no state of r: the hour writes call it outside r.mu.
-func (r *Rollup) write(ctx context.Context, pending []aggregate.Pending, partOf []int32) (int, []*kgo.Record, error) {
+// rejected.
+func (r *Rollup) write(ctx context.Context, partition int32, pending []aggregate.Pending) (int, []*kgo.Record, error) {
 	var items []bulk.Item
 	byID := map[string]int{}
 	// Documents are appended into 1 MiB chunks: one allocation per
@@ -402,8 +413,7 @@ func (r *Rollup) write(ctx context.Context, pending []aggregate.Pending, partOf 
 	r.m.docs.Add(float64(n - len(rejected)))
 	var bad []*kgo.Record
 	for _, rj := range rejected {
-		i := byID[rj.Item.Index+"/"+rj.Item.ID]
-		bad = append(bad, r.rejectedRecord(partOf[i], pending[i], rj))
+		bad = append(bad, r.rejectedRecord(partition, pending[byID[rj.Item.Index+"/"+rj.Item.ID]], rj))
 	}
 	return n, bad, nil
 }
