@@ -76,21 +76,6 @@ func TestSeriesWindows(t *testing.T) {
 	querytest.Index(t, cl, names, docs)
 	base := serve(t, cl, names, api.Options{})
 
-	// want sums the minutes of keys in [from, to) per step, as cores.
-	want := func(groups map[string]map[int64]int64, from, to time.Time, step time.Duration, keys []string) map[int64]float64 {
-		out := map[int64]float64{}
-		for _, k := range keys {
-			for ms, v := range groups[k] {
-				if t := time.UnixMilli(ms); !t.Before(from) && t.Before(to) {
-					out[t.Truncate(step).UnixMilli()] += float64(v)
-				}
-			}
-		}
-		for b := range out {
-			out[b] /= float64(step)
-		}
-		return out
-	}
 	check := func(t *testing.T, groupBy string, top int, from, to time.Time, step string, wantStep time.Duration) {
 		t.Helper()
 		groups := minutes
@@ -125,7 +110,7 @@ func TestSeriesWindows(t *testing.T) {
 			} else if !s.Other || s.Folded != len(groups)-top {
 				t.Fatalf("last line %+v, want other of %d groups", s.Labels, len(groups)-top)
 			}
-			w := want(groups, from, to, wantStep, lineKeys)
+			w := minuteChart(groups, from, to, wantStep, lineKeys)
 			if len(s.Points) != len(w) {
 				t.Fatalf("%v: %d points, want %d", s.Labels, len(s.Points), len(w))
 			}
@@ -160,24 +145,20 @@ func TestSeriesWindows(t *testing.T) {
 	t.Run("complete", charts)
 
 	reindex := func(d indices.RollupDoc) { querytest.Index(t, cl, names, []querytest.Doc{querytest.Rollup(names, d)}) }
-	t.Run("a closed window behind its minutes", func(t *testing.T) {
-		d := tenDoc["h-05"][now.Add(-40*time.Minute)] // 11:20
-		stale := d
-		stale.Value -= minutes["h-05"][now.Add(-35*time.Minute).UnixMilli()]
-		stale.StackValue = stale.Value
-		reindex(stale)
-		defer reindex(d)
-		charts(t)
-	})
-	t.Run("a closed window of a top line behind its minutes", func(t *testing.T) {
-		d := tenDoc["h-14"][now.Add(-30*time.Minute)] // 11:30
-		stale := d
-		stale.Value -= minutes["h-14"][now.Add(-25*time.Minute).UnixMilli()]
-		stale.StackValue = stale.Value
-		reindex(stale)
-		defer reindex(d)
-		charts(t)
-	})
+	for _, tc := range []struct{ name, host string }{
+		{"a closed window behind its minutes", "h-05"},
+		{"a closed window of a top line behind its minutes", "h-14"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := tenDoc[tc.host][now.Add(-40*time.Minute)] // 11:20
+			stale := d
+			stale.Value -= minutes[tc.host][now.Add(-35*time.Minute).UnixMilli()]
+			stale.StackValue = stale.Value
+			reindex(stale)
+			defer reindex(d)
+			charts(t)
+		})
+	}
 	t.Run("a closed window missing a 10-minute document", func(t *testing.T) {
 		d := tenDoc["h-07"][now.Add(-50*time.Minute)] // 11:10
 		deleteRollups(t, cl, names, map[string]any{"ids": map[string]any{"values": []string{querytest.Rollup(names, d).ID}}})
@@ -190,4 +171,21 @@ func TestSeriesWindows(t *testing.T) {
 		defer reindex(d)
 		charts(t)
 	})
+}
+
+// minuteChart sums the minutes (group -> unix ms -> value) of keys in
+// [from, to) per step, as cores: the brute-force chart.
+func minuteChart(minutes map[string]map[int64]int64, from, to time.Time, step time.Duration, keys []string) map[int64]float64 {
+	out := map[int64]float64{}
+	for _, k := range keys {
+		for ms, v := range minutes[k] {
+			if t := time.UnixMilli(ms); !t.Before(from) && t.Before(to) {
+				out[t.Truncate(step).UnixMilli()] += float64(v)
+			}
+		}
+	}
+	for b := range out {
+		out[b] /= float64(step)
+	}
+	return out
 }

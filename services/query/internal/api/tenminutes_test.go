@@ -66,18 +66,7 @@ func TestSeriesTenMinutes(t *testing.T) {
 	// want is the chart of the minutes: per host, the sum of its minutes
 	// in each step over step.
 	want := func(from, to time.Time, step time.Duration, keys []string) map[int64]float64 {
-		out := map[int64]float64{}
-		for _, k := range keys {
-			for ms, v := range minutes[k] {
-				if t := time.UnixMilli(ms); !t.Before(from) && t.Before(to) {
-					out[t.Truncate(step).UnixMilli()] += float64(v)
-				}
-			}
-		}
-		for b := range out {
-			out[b] /= float64(step)
-		}
-		return out
+		return minuteChart(minutes, from, to, step, keys)
 	}
 	check := func(t *testing.T, from, to time.Time, step string, wantStep time.Duration) {
 		t.Helper()

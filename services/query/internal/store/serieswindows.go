@@ -19,9 +19,12 @@ import (
 const windowSettle = 5 * time.Minute
 
 // windowSeriesSteps reports whether windowSeries can answer a chart of
-// step: whole hours, or a whole number of 10 minutes dividing an hour.
+// step: whole hours dividing a day, or a whole number of 10 minutes
+// dividing an hour. Such steps start on the same instants counted from the
+// Unix epoch (OpenSearch's buckets) and from Go's zero time (the windows
+// summed into them), both whole days apart.
 func windowSeriesSteps(step time.Duration) bool {
-	return step%time.Hour == 0 || tenMinuteSteps(step)
+	return step%time.Hour == 0 && (24*time.Hour)%step == 0 || tenMinuteSteps(step)
 }
 
 // spanSums is a selection's sum of value and document count per window.
@@ -131,7 +134,7 @@ func (s *Store) windowSeries(ctx context.Context, sel Selection, step time.Durat
 		return nil, nil // perhaps no rollups yet: the caller reads the samples
 	}
 	// The selection's total per step, from the documents that answer.
-	totals := map[int64]sumCount{}
+	totals := spanSums{}
 	addSpans := func(sums spanSums, spans []TimeRange) {
 		for ms, sc := range sums {
 			t := time.UnixMilli(ms)
@@ -248,7 +251,7 @@ func inSpans(t time.Time, spans []TimeRange) bool {
 
 // windowPoints turns sums per step into a line's points (cores or
 // threads: nanoseconds per nanosecond of the step), in time order.
-func windowPoints(sums map[int64]sumCount, step time.Duration) [][2]float64 {
+func windowPoints(sums spanSums, step time.Duration) [][2]float64 {
 	pts := make([][2]float64, 0, len(sums))
 	for ms, sc := range sums {
 		pts = append(pts, [2]float64{float64(ms), sc.sum / float64(step)})
@@ -283,18 +286,7 @@ func (s *Store) windowTotals(ctx context.Context, sel Selection, groupBy string,
 	}
 	var ans struct {
 		Aggregations struct {
-			Res struct {
-				Buckets []struct {
-					Key  string `json:"key"`
-					Time struct {
-						Buckets []struct {
-							Key      int64    `json:"key"`
-							DocCount int64    `json:"doc_count"`
-							V        sumValue `json:"v"`
-						} `json:"buckets"`
-					} `json:"time"`
-				} `json:"buckets"`
-			} `json:"res"`
+			Res keyedWindows `json:"res"`
 		} `json:"aggregations"`
 	}
 	aggs := Aggs{"res": {
@@ -304,16 +296,39 @@ func (s *Store) windowTotals(ctx context.Context, sel Selection, groupBy string,
 	if err := s.search(ctx, s.rollupIndices(sel.Range), aggsRequest(windowQuery(sel, groupBy, anyOf(read...)), aggs), &ans, "aggregations.res.buckets"); err != nil {
 		return nil, fmt.Errorf("series totals: %w", err)
 	}
-	for _, r := range ans.Aggregations.Res.Buckets {
-		sums, ok := out[r.Key]
-		if !ok {
-			continue
-		}
-		for _, b := range r.Time.Buckets {
-			sums[b.Key] = sumCount{b.V.Value, b.DocCount}
+	for res, sums := range ans.Aggregations.Res.byKey() {
+		if _, ok := out[res]; ok {
+			out[res] = sums
 		}
 	}
 	return out, nil
+}
+
+// keyedWindows are the buckets of a terms aggregation holding a histogram
+// ("time") of value sums ("v").
+type keyedWindows struct {
+	Buckets []struct {
+		Key  string `json:"key"`
+		Time struct {
+			Buckets []struct {
+				Key      int64    `json:"key"`
+				DocCount int64    `json:"doc_count"`
+				V        sumValue `json:"v"`
+			} `json:"buckets"`
+		} `json:"time"`
+	} `json:"buckets"`
+}
+
+func (k keyedWindows) byKey() map[string]spanSums {
+	out := make(map[string]spanSums, len(k.Buckets))
+	for _, b := range k.Buckets {
+		sums := make(spanSums, len(b.Time.Buckets))
+		for _, t := range b.Time.Buckets {
+			sums[t.Key] = sumCount{t.V.Value, t.DocCount}
+		}
+		out[b.Key] = sums
+	}
+	return out
 }
 
 // rankWindows is every group of the documents read (up to MaxGroups) with
@@ -356,21 +371,10 @@ func (s *Store) rankWindows(ctx context.Context, sel Selection, groupBy string, 
 }
 
 // keyLines sums the documents read of the groups keys per group and step.
-func (s *Store) keyLines(ctx context.Context, sel Selection, groupBy string, keys []string, step time.Duration, read Query) (map[string]map[int64]sumCount, error) {
+func (s *Store) keyLines(ctx context.Context, sel Selection, groupBy string, keys []string, step time.Duration, read Query) (map[string]spanSums, error) {
 	var out struct {
 		Aggregations struct {
-			Groups struct {
-				Buckets []struct {
-					Key  string `json:"key"`
-					Time struct {
-						Buckets []struct {
-							Key      int64    `json:"key"`
-							DocCount int64    `json:"doc_count"`
-							V        sumValue `json:"v"`
-						} `json:"buckets"`
-					} `json:"time"`
-				} `json:"buckets"`
-			} `json:"groups"`
+			Groups keyedWindows `json:"groups"`
 		} `json:"aggregations"`
 	}
 	aggs := Aggs{"groups": {
@@ -381,13 +385,5 @@ func (s *Store) keyLines(ctx context.Context, sel Selection, groupBy string, key
 	if err := s.search(ctx, s.rollupIndices(sel.Range), req, &out, "aggregations.groups.buckets.key", "aggregations.groups.buckets.time.buckets"); err != nil {
 		return nil, fmt.Errorf("series lines: %w", err)
 	}
-	lines := make(map[string]map[int64]sumCount, len(keys))
-	for _, g := range out.Aggregations.Groups.Buckets {
-		pts := make(map[int64]sumCount, len(g.Time.Buckets))
-		for _, b := range g.Time.Buckets {
-			pts[b.Key] = sumCount{b.V.Value, b.DocCount}
-		}
-		lines[g.Key] = pts
-	}
-	return lines, nil
+	return out.Aggregations.Groups.byKey(), nil
 }
