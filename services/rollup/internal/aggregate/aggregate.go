@@ -14,6 +14,7 @@ package aggregate
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -453,7 +454,7 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 					ds.node, ds.inTree = p.nodes[i], true
 				}
 			}
-			if p.writesTree(k.res) && k.res == indices.ResolutionMinute && sk.kind == indices.KindStack {
+			if p.holdsPartitionTree(k.res) && k.res == indices.ResolutionMinute && sk.kind == indices.KindStack {
 				p.markDirty(w, p.partitionTree(w, sk.typ, in.Offset))
 			}
 			if t := ws.tree; t != nil {
@@ -476,6 +477,21 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 	p.raiseWatermark(at, in.Offset)
 	p.Advance(in.Offset)
 	return Added, nil
+}
+
+// holdsPartitionTree: a window of resolution res keeps a partition tree
+// state (writesTree) when it writes a document from it. A minute with
+// minute trees off (NoMinuteTrees) and no head (HeadMinNodes
+// math.MaxInt: the service's defaults since 2026-12-02) writes none; its
+// state, never marked stored, kept the minute dirty: never evicted, its
+// tree built again and thrown away at every flush (most of the rollup's
+// CPU in the pipeline bench's part A), and the commit held at its first
+// record (docs/ROLLUP.md, "Minutes that write no tree").
+func (p *Partition) holdsPartitionTree(res string) bool {
+	if res == indices.ResolutionMinute && !p.writesWholeTree(res) && p.cfg.HeadMinNodes == math.MaxInt {
+		return false
+	}
+	return p.writesTree(res)
 }
 
 func (p *Partition) raiseWatermark(at, offset int64) {
@@ -597,7 +613,7 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 			if len(sc.names) == 0 {
 				continue
 			}
-			if p.writesTree(k.res) && sk.kind == indices.KindStack &&
+			if p.holdsPartitionTree(k.res) && sk.kind == indices.KindStack &&
 				(w == nil || w.serviceTrees[serviceKey{indices.KindPartitionTree, sk.typ, ""}] == nil) {
 				n += docBytes
 				if k.res == indices.ResolutionTenMinutes {

@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"math/rand/v2"
 	"reflect"
-	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -303,8 +304,20 @@ func TestTooLate(t *testing.T) {
 	}
 }
 
+// TestCommitWaitsForWindows, with the tests' configuration (every head
+// written) and with the service's defaults (no minute trees, no heads: a
+// minute then holds no partition tree state, which, never written, kept
+// its window dirty: never evicted, the commit held at its first record).
 func TestCommitWaitsForWindows(t *testing.T) {
-	p := NewPartition(testConfig(), Checkpoint{})
+	service := testConfig()
+	service.NoMinuteTrees, service.HeadMinNodes = true, math.MaxInt
+	for name, cfg := range map[string]Config{"tests": testConfig(), "service": service} {
+		t.Run("config="+name, func(t *testing.T) { commitWaitsForWindows(t, cfg) })
+	}
+}
+
+func commitWaitsForWindows(t *testing.T, cfg Config) {
+	p := NewPartition(cfg, Checkpoint{})
 	// Hours 10 and 11; the 10:xx windows go once the watermark passes
 	// 11:00 + lateness + retention.
 	add(t, p, cpu(t0.Add(10*time.Second)), record.ProfileCPU, 5)
