@@ -236,6 +236,14 @@ func (p *Partition) appendPartTree(out []Pending, w *window, start time.Time, in
 			Partition: p.cfg.Partition, Value: tt.b.Total(), Tree: indices.Deflate(tt.b.EncodeSorted()),
 		})
 	}
+	if len(docs) == 0 {
+		// A minute's tree too small for a head, minute trees off: nothing
+		// to write, so nothing to wait for (left dirty, the minute would
+		// never be evicted and would hold the commit at its first record).
+		ds.dirty = false
+		w.dirty--
+		return out
+	}
 	for _, d := range docs {
 		out = append(out, Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: ds.firstOffset, ds: ds, w: w})
 	}
