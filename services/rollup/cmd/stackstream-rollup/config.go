@@ -25,23 +25,23 @@ type Config struct {
 
 // Settings are the rollup's own, from STACKSTREAM_ROLLUP_*.
 type Settings struct {
-	Group            string        `envconfig:"GROUP" default:"stackstream-rollup" desc:"consumer group on profiles.symbolized"`
-	AllowedLateness  time.Duration `envconfig:"ALLOWED_LATENESS" default:"2m" desc:"a window is written once the partition's newest event time passes its end by this much"`
-	Retention        time.Duration `envconfig:"RETENTION" default:"10m" desc:"a written window stays in memory this long for late profiles; later ones go to the DLQ"`
-	MaxClockSkew     time.Duration `envconfig:"MAX_CLOCK_SKEW" default:"10m" desc:"profiles stamped further ahead of this host's clock go to the DLQ"`
-	MaxAge           time.Duration `envconfig:"MAX_AGE" default:"168h" desc:"profiles older than this (wall clock) go to the DLQ; keep it at STACKSTREAM_INDEXER_RETENTION_DAYS; 0 accepts any past time"`
-	MaxStateBytes    int64         `envconfig:"MAX_STATE_BYTES" default:"0" desc:"window state held in memory; a profile that would pass it goes to the DLQ (state_full); 0 takes 3/8 of the memory limit of the rollup's cgroup (container or systemd MemoryMax=), or 268435456 without one"`
-	MaxPollRecords   int           `envconfig:"MAX_POLL_RECORDS" default:"1000" desc:"records folded in between two writes"`
-	FlushTimeout     time.Duration `envconfig:"FLUSH_TIMEOUT" default:"30s" desc:"bound of the final write on shutdown or partition revoke"`
-	IdleFlush        time.Duration `envconfig:"IDLE_FLUSH" default:"1m" desc:"write the open windows of a partition without records for this long; 0 disables"`
-	BulkMaxBytes     int           `envconfig:"BULK_MAX_BYTES" default:"8388608" desc:"bytes per bulk request"`
-	MinuteDays       int           `envconfig:"MINUTE_RETENTION_DAYS" default:"14" desc:"delete minute rollups older than this many days (hourly ones stay); 0 keeps them"`
-	HourlyDays       int           `envconfig:"HOURLY_RETENTION_DAYS" default:"90" desc:"delete monthly rollups indices whose month ended more than this many days ago; 0 keeps them"`
-	LifecycleEvery   time.Duration `envconfig:"LIFECYCLE_INTERVAL" default:"1h" desc:"how often rollup retention runs"`
-	WindowHeadsEvery time.Duration `envconfig:"WINDOW_HEADS_INTERVAL" default:"1m" desc:"how often the fleet heads of the 10-minute windows of the last 2 hours are written (the edges of fleet-wide ranges ending now read them); 0 leaves them to the lifecycle pass"`
-	MinuteTrees      bool          `envconfig:"MINUTE_TREES" default:"false" desc:"also write a partition tree per minute (10-minute ones are always written): the query then reads the minutes at the ends of long fleet-wide ranges from trees, not per stack; costs about a byte per raw sample on disk"`
-	WindowHeads      bool          `envconfig:"WINDOW_HEADS" default:"false" desc:"also write a head (its 20,000 heaviest nodes) beside each minute and 10-minute partition tree of more than 80,000 nodes: the query then proves fleet-wide ranges' edges from heads at max_nodes up to about 3,000 instead of merging whole trees; costs about 0.11 bytes per raw sample on disk at 40 hosts (less for larger fleets) and the CPU of building and deflating each head"`
-	DebugPprof       bool          `envconfig:"DEBUG_PPROF" default:"false" desc:"serve Go's /debug/pprof/ (heap, CPU, goroutines) on the listen address, for finding where memory goes; off by default"`
+	Group           string        `envconfig:"GROUP" default:"stackstream-rollup" desc:"consumer group on profiles.symbolized"`
+	AllowedLateness time.Duration `envconfig:"ALLOWED_LATENESS" default:"2m" desc:"a window is written once the partition's newest event time passes its end by this much"`
+	Retention       time.Duration `envconfig:"RETENTION" default:"10m" desc:"a written window stays in memory this long for late profiles; later ones go to the DLQ"`
+	MaxClockSkew    time.Duration `envconfig:"MAX_CLOCK_SKEW" default:"10m" desc:"profiles stamped further ahead of this host's clock go to the DLQ"`
+	MaxAge          time.Duration `envconfig:"MAX_AGE" default:"168h" desc:"profiles older than this (wall clock) go to the DLQ; keep it at STACKSTREAM_INDEXER_RETENTION_DAYS; 0 accepts any past time"`
+	MaxStateBytes   int64         `envconfig:"MAX_STATE_BYTES" default:"0" desc:"window state held in memory; a profile that would pass it goes to the DLQ (state_full); 0 takes 3/8 of the memory limit of the rollup's cgroup (container or systemd MemoryMax=), or 268435456 without one"`
+	MaxPollRecords  int           `envconfig:"MAX_POLL_RECORDS" default:"1000" desc:"records folded in between two writes"`
+	FlushTimeout    time.Duration `envconfig:"FLUSH_TIMEOUT" default:"30s" desc:"bound of the final write on shutdown or partition revoke"`
+	IdleFlush       time.Duration `envconfig:"IDLE_FLUSH" default:"1m" desc:"write the open windows of a partition without records for this long; 0 disables"`
+	BulkMaxBytes    int           `envconfig:"BULK_MAX_BYTES" default:"8388608" desc:"bytes per bulk request"`
+	MinuteDays      int           `envconfig:"MINUTE_RETENTION_DAYS" default:"14" desc:"delete minute rollups older than this many days (hourly ones stay); 0 keeps them"`
+	HourlyDays      int           `envconfig:"HOURLY_RETENTION_DAYS" default:"90" desc:"delete monthly rollups indices whose month ended more than this many days ago; 0 keeps them"`
+	LifecycleEvery  time.Duration `envconfig:"LIFECYCLE_INTERVAL" default:"1h" desc:"how often rollup retention runs"`
+	FleetHeadsEvery time.Duration `envconfig:"FLEET_HEADS_INTERVAL" default:"1m" desc:"how often the fleet heads of the 10-minute windows of the last 2 hours are written (the edges of fleet-wide ranges ending now read them); 0 leaves them to the lifecycle pass"`
+	MinuteTrees     bool          `envconfig:"MINUTE_TREES" default:"false" desc:"also write a partition tree per minute (10-minute ones are always written): the query then reads the minutes at the ends of long fleet-wide ranges from trees, not per stack; costs about a byte per raw sample on disk"`
+	WindowHeads     bool          `envconfig:"WINDOW_HEADS" default:"false" desc:"also write a head (its 20,000 heaviest nodes) beside each minute and 10-minute partition tree of more than 80,000 nodes: the query then proves fleet-wide ranges' edges from heads at max_nodes up to about 3,000 instead of merging whole trees; costs about 0.11 bytes per raw sample on disk at 40 hosts (less for larger fleets) and the CPU of building and deflating each head"`
+	DebugPprof      bool          `envconfig:"DEBUG_PPROF" default:"false" desc:"serve Go's /debug/pprof/ (heap, CPU, goroutines) on the listen address, for finding where memory goes; off by default"`
 }
 
 // Validate checks values that parse but cannot work.
@@ -72,8 +72,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_ROLLUP_MINUTE_RETENTION_DAYS=%d is longer than STACKSTREAM_ROLLUP_HOURLY_RETENTION_DAYS=%d: minute rollups go first (the hours are built from them)", s.MinuteDays, s.HourlyDays)
 	case s.LifecycleEvery <= 0:
 		return fmt.Errorf("STACKSTREAM_ROLLUP_LIFECYCLE_INTERVAL=%s must be positive, e.g. 1h", s.LifecycleEvery)
-	case s.WindowHeadsEvery < 0:
-		return fmt.Errorf("STACKSTREAM_ROLLUP_WINDOW_HEADS_INTERVAL=%s is negative: use 0 (with the lifecycle pass) or more, e.g. 1m", s.WindowHeadsEvery)
+	case s.FleetHeadsEvery < 0:
+		return fmt.Errorf("STACKSTREAM_ROLLUP_FLEET_HEADS_INTERVAL=%s is negative: use 0 (with the lifecycle pass) or more, e.g. 1m", s.FleetHeadsEvery)
 	case s.MaxPollRecords <= 0:
 		return fmt.Errorf("STACKSTREAM_ROLLUP_MAX_POLL_RECORDS=%d must be positive, e.g. 1000", s.MaxPollRecords)
 	case s.IdleFlush < 0:

@@ -33,7 +33,7 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		{"negative minute retention", "STACKSTREAM_ROLLUP_MINUTE_RETENTION_DAYS", "-1", "STACKSTREAM_ROLLUP_MINUTE_RETENTION_DAYS=-1"},
 		{"minutes outlive hours", "STACKSTREAM_ROLLUP_MINUTE_RETENTION_DAYS", "120", "STACKSTREAM_ROLLUP_MINUTE_RETENTION_DAYS=120 is longer than STACKSTREAM_ROLLUP_HOURLY_RETENTION_DAYS=90"},
 		{"zero lifecycle interval", "STACKSTREAM_ROLLUP_LIFECYCLE_INTERVAL", "0s", "STACKSTREAM_ROLLUP_LIFECYCLE_INTERVAL=0s must be positive"},
-		{"negative window heads interval", "STACKSTREAM_ROLLUP_WINDOW_HEADS_INTERVAL", "-1m", "STACKSTREAM_ROLLUP_WINDOW_HEADS_INTERVAL=-1m0s is negative"},
+		{"negative fleet heads interval", "STACKSTREAM_ROLLUP_FLEET_HEADS_INTERVAL", "-1m", "STACKSTREAM_ROLLUP_FLEET_HEADS_INTERVAL=-1m0s is negative"},
 		{"generation with the live group", "STACKSTREAM_OPENSEARCH_INDEX_GENERATION", "2", "STACKSTREAM_ROLLUP_GROUP=stackstream-rollup"},
 	}
 	for _, tt := range tests {
@@ -74,7 +74,7 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if cfg.ListenAddr != "127.0.0.1:9104" || cfg.Rollup.AllowedLateness.String() != "2m0s" || cfg.Rollup.Group != "stackstream-rollup" ||
 		cfg.Rollup.MaxClockSkew.String() != "10m0s" || cfg.Rollup.MaxAge.String() != "168h0m0s" || cfg.Rollup.MaxStateBytes != 0 ||
-		cfg.Rollup.MinuteDays != 14 || cfg.Rollup.HourlyDays != 90 || cfg.Rollup.LifecycleEvery.String() != "1h0m0s" || cfg.Rollup.WindowHeadsEvery.String() != "1m0s" || cfg.Rollup.DebugPprof || cfg.Rollup.WindowHeads {
+		cfg.Rollup.MinuteDays != 14 || cfg.Rollup.HourlyDays != 90 || cfg.Rollup.LifecycleEvery.String() != "1h0m0s" || cfg.Rollup.FleetHeadsEvery.String() != "1m0s" || cfg.Rollup.DebugPprof || cfg.Rollup.WindowHeads {
 		t.Fatalf("defaults: %+v", cfg)
 	}
 	if err := config.Load(&cfg, []string{"-h"}, io.Discard); !errors.Is(err, config.ErrHelp) {

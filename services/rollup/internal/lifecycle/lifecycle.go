@@ -27,13 +27,13 @@ type Lifecycle struct {
 	Now        func() time.Time
 	// DayTrees, when set, writes the day trees of settled days on each
 	// pass, after retention, and the heads of recent 10-minute windows
-	// every WindowHeadsInterval.
+	// every FleetHeadsInterval.
 	DayTrees *daytrees.Compactor
-	// WindowHeadsInterval is how often the recent 10-minute windows' fleet
+	// FleetHeadsInterval is how often the recent 10-minute windows' fleet
 	// heads are written (daytrees.Compactor.ApplyWindows): a window's head
 	// is read by the edges of ranges ending now once written, so a pass
 	// runs well within a window. 0 leaves them to the hourly pass.
-	WindowHeadsInterval time.Duration
+	FleetHeadsInterval time.Duration
 }
 
 // Result is what one pass deleted.
@@ -46,7 +46,7 @@ type Result struct {
 // Run applies retention now and then every Interval until ctx ends. One
 // failed pass is logged; the next one tries again.
 func (l *Lifecycle) Run(ctx context.Context) error {
-	if l.DayTrees != nil && l.WindowHeadsInterval > 0 {
+	if l.DayTrees != nil && l.FleetHeadsInterval > 0 {
 		done := make(chan struct{})
 		defer func() { <-done }()
 		go func() {
@@ -109,12 +109,12 @@ func (l *Lifecycle) Apply(ctx context.Context) (Result, error) {
 }
 
 // runWindowHeads writes the recent 10-minute windows' heads every
-// WindowHeadsInterval until ctx ends; a failed pass is logged and the next
+// FleetHeadsInterval until ctx ends; a failed pass is logged and the next
 // one tries again. It runs beside the hourly pass (which also writes
 // window heads, of older windows): both write a head under one _id from
 // the same trees, so running at once is harmless.
 func (l *Lifecycle) runWindowHeads(ctx context.Context) {
-	t := time.NewTicker(l.WindowHeadsInterval)
+	t := time.NewTicker(l.FleetHeadsInterval)
 	defer t.Stop()
 	for {
 		select {

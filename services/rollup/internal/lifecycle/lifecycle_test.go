@@ -102,7 +102,7 @@ func TestApply(t *testing.T) {
 }
 
 // TestRunWritesWindowHeads: Run writes the recent 10-minute windows' fleet
-// heads every WindowHeadsInterval, between its hourly passes: a window
+// heads every FleetHeadsInterval, between its hourly passes: a window
 // not yet settled at the first pass gets its head from the next window
 // pass.
 func TestRunWritesWindowHeads(t *testing.T) {
@@ -134,7 +134,7 @@ func TestRunWritesWindowHeads(t *testing.T) {
 		}
 		return w.Add(15 * time.Minute)
 	}
-	l := &Lifecycle{Client: cl, Names: names, Interval: time.Hour, WindowHeadsInterval: 2 * time.Second,
+	l := &Lifecycle{Client: cl, Names: names, Interval: time.Hour, FleetHeadsInterval: 2 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return w.Add(15 * time.Minute) },
 		DayTrees: &daytrees.Compactor{Client: cl, Names: names, Days: 1, Now: now}}
 	done := make(chan error, 1)
