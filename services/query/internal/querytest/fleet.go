@@ -39,8 +39,8 @@ func FleetFixture(names indices.Names, now time.Time, n int) []Doc {
 type WindowRollups struct {
 	HeadNodes int
 	typ       string
-	trees    map[windowKey]*indices.TreeBuilder
-	services map[windowKey]*int64
+	trees     map[windowKey]*indices.TreeBuilder
+	services  map[windowKey]*int64
 }
 
 type windowKey struct {
