@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opensearch-project/opensearch-go/v4/opensearchapi"
 	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/services/query/internal/api"
 	"github.com/stackstream/stackstream/services/query/internal/querytest"
@@ -30,50 +31,9 @@ func TestWindowHeadsExact(t *testing.T) {
 	from, end := day.Add(4*time.Hour+23*time.Minute+30*time.Second), day.Add(11*time.Hour+47*time.Minute+20*time.Second)
 	hosts := []string{"h-0", "h-1", "h-2", "h-3"}
 	all := newBrute()
-	frames := func(path []string) []indices.TreeFrame {
-		out := make([]indices.TreeFrame, len(path))
-		for j, f := range path {
-			out[j] = indices.TreeFrame{Name: f}
-		}
-		return out
-	}
-	// stack i of host h at minute m: heavy shared prefixes (main, 5 f and
-	// 4 g nodes), leaves per host and minute, few distinct values so ties
-	// fall at every cut.
-	stack := func(h string, m int64, i int) ([]string, int64) {
-		return []string{"main", fmt.Sprintf("f%d", i%5), fmt.Sprintf("g%d", (i+int(m))%4), fmt.Sprintf("%s.%d.leaf%d", h, m%7, i)}, int64(i%3+1) * 1000
-	}
-	var docs, headDocs []querytest.Doc
-	for hr := 5; hr < 11; hr++ {
-		at := day.Add(time.Duration(hr) * time.Hour)
-		var partitions [2]indices.TreeBuilder
-		var fleet indices.TreeBuilder
-		for pi, h := range hosts {
-			var b indices.TreeBuilder
-			for i := 0; i < 15; i++ {
-				path, v := stack(h, int64(hr*60), i)
-				v *= 60
-				partitions[pi%2].Add(frames(path), v)
-				fleet.Add(frames(path), v)
-				b.Add(frames(path), v)
-				all.add(h, path, v)
-			}
-			docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: at, Resolution: indices.ResolutionHour, Kind: indices.KindService,
-				Type: "cpu", Service: "s", Host: h, Value: b.Total(), StackValue: b.Total()}))
-		}
-		var ds []indices.RollupDoc
-		for p := range partitions {
-			d := indices.RollupDoc{Timestamp: at, Resolution: indices.ResolutionHour, Kind: indices.KindPartitionTree,
-				Type: "cpu", Partition: int32(p), Value: partitions[p].Total(), Tree: partitions[p].Encode()}
-			ds = append(ds, d)
-			docs = append(docs, querytest.Rollup(names, d))
-		}
-		querytest.Index(t, cl, names, docs)
-		docs = docs[:0]
-		src := []indices.TreeSource{version(t, cl, names, ds[0]), version(t, cl, names, ds[1])}
-		headDocs = append(headDocs, querytest.Rollup(names, indices.RollupDoc{Timestamp: at, Resolution: indices.ResolutionHour,
-			Kind: indices.KindFleetHead, Type: "cpu", Value: fleet.Total(), Tree: fleet.EncodeHead(12), Sources: indices.TreeSources(src)}))
-	}
+	frames, stack := treeFrames, headStack
+	headDocs := headedHours(t, cl, names, day, hosts, all)
+	var docs []querytest.Doc
 	// Minutes 04:20-05:00 and 11:00-11:48 (04:20-04:23 before the range).
 	win := querytest.NewWindowRollups("cpu")
 	win.HeadNodes = 8
@@ -211,4 +171,61 @@ func TestWindowHeadsExact(t *testing.T) {
 	t.Run("a head missing, a head stale", func(t *testing.T) {
 		check(t, "fleet_hour_heads+window_heads+window_trees")
 	})
+}
+
+// treeFrames are the tree frames of a path of function names.
+func treeFrames(path []string) []indices.TreeFrame {
+	out := make([]indices.TreeFrame, len(path))
+	for j, f := range path {
+		out[j] = indices.TreeFrame{Name: f}
+	}
+	return out
+}
+
+// headStack is stack i of host h at minute m in the window-head tests:
+// heavy shared prefixes (main, 5 f and 4 g nodes), leaves per host and
+// minute, few distinct values so ties fall at every cut.
+func headStack(h string, m int64, i int) ([]string, int64) {
+	return []string{"main", fmt.Sprintf("f%d", i%5), fmt.Sprintf("g%d", (i+int(m))%4), fmt.Sprintf("%s.%d.leaf%d", h, m%7, i)}, int64(i%3+1) * 1000
+}
+
+// headedHours indexes the settled hours 05:00-11:00 of day for hosts
+// (15 stacks each, hosts alternating over two partitions): each host's
+// hour service document and each partition's hour tree, added to all; it
+// returns, not indexed, the fleet's hour heads (12 nodes) with the trees'
+// versions as their sources.
+func headedHours(t *testing.T, cl *opensearchapi.Client, names indices.Names, day time.Time, hosts []string, all *bruteTree) []querytest.Doc {
+	t.Helper()
+	var docs, headDocs []querytest.Doc
+	for hr := 5; hr < 11; hr++ {
+		at := day.Add(time.Duration(hr) * time.Hour)
+		var partitions [2]indices.TreeBuilder
+		var fleet indices.TreeBuilder
+		for pi, h := range hosts {
+			var b indices.TreeBuilder
+			for i := 0; i < 15; i++ {
+				path, v := headStack(h, int64(hr*60), i)
+				v *= 60
+				partitions[pi%2].Add(treeFrames(path), v)
+				fleet.Add(treeFrames(path), v)
+				b.Add(treeFrames(path), v)
+				all.add(h, path, v)
+			}
+			docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: at, Resolution: indices.ResolutionHour, Kind: indices.KindService,
+				Type: "cpu", Service: "s", Host: h, Value: b.Total(), StackValue: b.Total()}))
+		}
+		var ds []indices.RollupDoc
+		for p := range partitions {
+			d := indices.RollupDoc{Timestamp: at, Resolution: indices.ResolutionHour, Kind: indices.KindPartitionTree,
+				Type: "cpu", Partition: int32(p), Value: partitions[p].Total(), Tree: partitions[p].Encode()}
+			ds = append(ds, d)
+			docs = append(docs, querytest.Rollup(names, d))
+		}
+		querytest.Index(t, cl, names, docs)
+		docs = docs[:0]
+		src := []indices.TreeSource{version(t, cl, names, ds[0]), version(t, cl, names, ds[1])}
+		headDocs = append(headDocs, querytest.Rollup(names, indices.RollupDoc{Timestamp: at, Resolution: indices.ResolutionHour,
+			Kind: indices.KindFleetHead, Type: "cpu", Value: fleet.Total(), Tree: fleet.EncodeHead(12), Sources: indices.TreeSources(src)}))
+	}
+	return headDocs
 }
