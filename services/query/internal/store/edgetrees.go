@@ -333,6 +333,18 @@ func (s *Store) freshWindowHeads(ctx context.Context, idx []string, typ record.P
 	if err != nil || len(versions) == 0 {
 		return nil, err // none, or too many to check
 	}
+	heads, err := s.freshFleetHeads(ctx, idx, typ, indices.ResolutionTenMinutes, anyOf(tens...), versions, len(versions)+1)
+	if err != nil {
+		return nil, fmt.Errorf("window heads: %w", err)
+	}
+	return heads, nil
+}
+
+// freshFleetHeads returns, by window start (Unix milliseconds), the IDs
+// of the fleet heads of resolution res matching when whose sources are
+// their window's partition tree versions (as stored now); at most size
+// heads are read.
+func (s *Store) freshFleetHeads(ctx context.Context, idx []string, typ record.ProfileType, res string, when Query, versions []hourTree, size int) (map[int64]string, error) {
 	byWindow := map[int64][]indices.TreeSource{}
 	for _, v := range versions {
 		byWindow[v.Time.UnixMilli()] = append(byWindow[v.Time.UnixMilli()], v.TreeSource)
@@ -348,17 +360,17 @@ func (s *Store) freshWindowHeads(ctx context.Context, idx []string, typ record.P
 			} `json:"hits"`
 		} `json:"hits"`
 	}
-	req := &Request{Size: len(byWindow) + 1, TrackTotalHits: false, Source: &Source{Includes: []string{"@timestamp", "sources"}},
-		Query: allOf([]Query{term("kind", indices.KindFleetHead), term("type", string(typ)), term("resolution", indices.ResolutionTenMinutes), anyOf(tens...)}, nil)}
+	req := &Request{Size: size, TrackTotalHits: false, Source: &Source{Includes: []string{"@timestamp", "sources"}},
+		Query: allOf([]Query{term("kind", indices.KindFleetHead), term("type", string(typ)), term("resolution", res), when}, nil)}
 	if err := s.search(ctx, idx, req, &resp, "hits.hits._id", "hits.hits._source"); err != nil {
-		return nil, fmt.Errorf("window heads: %w", err)
+		return nil, err
 	}
-	out := map[int64]string{}
+	fresh := map[int64]string{}
 	for _, h := range resp.Hits.Hits {
 		t := h.Source.Timestamp.UnixMilli()
 		if src, ok := byWindow[t]; ok && h.Source.Sources == indices.TreeSources(src) {
-			out[t] = h.ID
+			fresh[t] = h.ID
 		}
 	}
-	return out, nil
+	return fresh, nil
 }

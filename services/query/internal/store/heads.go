@@ -107,35 +107,11 @@ func (s *Store) FleetHourHeads(ctx context.Context, sel Selection, useHead, useT
 	if err != nil || versions == nil {
 		return nil, false, err
 	}
-	byHour := map[int64][]indices.TreeSource{}
-	for _, v := range versions {
-		byHour[v.Time.Unix()] = append(byHour[v.Time.Unix()], v.TreeSource)
-	}
 	// The heads' versions first (small), then the fresh heads' trees a
 	// few per page, merged while the next page is read.
-	var resp struct {
-		Hits struct {
-			Hits []struct {
-				ID     string `json:"_id"`
-				Source struct {
-					Timestamp time.Time `json:"@timestamp"`
-					Sources   string    `json:"sources"`
-				} `json:"_source"`
-			} `json:"hits"`
-		} `json:"hits"`
-	}
-	req := &Request{Size: MaxHeadHours + 1, TrackTotalHits: false, Source: &Source{Includes: []string{"@timestamp", "sources"}},
-		Query: allOf([]Query{term("kind", indices.KindFleetHead), term("type", string(sel.Type)), term("resolution", indices.ResolutionHour),
-			timeFilter(hours)}, nil)}
-	if err := s.search(ctx, idx, req, &resp, "hits.hits._id", "hits.hits._source"); err != nil {
+	fresh, err := s.freshFleetHeads(ctx, idx, sel.Type, indices.ResolutionHour, timeFilter(hours), versions, MaxHeadHours+1)
+	if err != nil {
 		return nil, false, fmt.Errorf("hour heads: %w", err)
-	}
-	fresh := map[int64]string{}
-	for _, h := range resp.Hits.Hits {
-		t := h.Source.Timestamp.Unix()
-		if src, ok := byHour[t]; ok && h.Source.Sources == indices.TreeSources(src) {
-			fresh[t] = h.ID
-		}
 	}
 	if len(fresh) == 0 {
 		return nil, false, nil
@@ -144,7 +120,7 @@ func (s *Store) FleetHourHeads(ctx context.Context, sel Selection, useHead, useT
 	var ids []string
 	var missing []Query
 	for t := hours.From; t.Before(hours.To); t = t.Add(time.Hour) {
-		if id, ok := fresh[t.Unix()]; ok {
+		if id, ok := fresh[t.UnixMilli()]; ok {
 			ids = append(ids, id)
 			continue
 		}
