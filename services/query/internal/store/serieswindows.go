@@ -332,42 +332,14 @@ func (k keyedWindows) byKey() map[string]spanSums {
 }
 
 // rankWindows is every group of the documents read (up to MaxGroups) with
-// its total value, paged with a composite aggregation.
+// its total value (groupTotals over those documents).
 func (s *Store) rankWindows(ctx context.Context, sel Selection, groupBy string, read Query) ([]groupTotal, error) {
-	var groups []groupTotal
-	var after map[string]any
-	length := float64(sel.Range.Duration())
-	for {
-		size := min(s.opts.PageSize, MaxGroups-len(groups))
-		aggs := Aggs{"groups": {
-			Composite: &Composite{Size: size, Sources: []map[string]Agg{{"g": {Terms: &Terms{Field: groupBy}}}}, After: after},
-			Aggs:      Aggs{"v": sumOf("value")},
-		}}
-		var out struct {
-			Aggregations struct {
-				Groups struct {
-					AfterKey map[string]any `json:"after_key"`
-					Buckets  []struct {
-						Key map[string]any `json:"key"`
-						V   sumValue       `json:"v"`
-					} `json:"buckets"`
-				} `json:"groups"`
-			} `json:"aggregations"`
-		}
-		if err := s.search(ctx, s.rollupIndices(sel.Range), aggsRequest(windowQuery(sel, groupBy, read), aggs), &out,
-			"aggregations.groups.after_key", "aggregations.groups.buckets"); err != nil {
-			return nil, fmt.Errorf("rank series: %w", err)
-		}
-		for _, b := range out.Aggregations.Groups.Buckets {
-			key, _ := b.Key["g"].(string)
-			groups = append(groups, groupTotal{key: key, value: b.V.Value / length})
-		}
-		after = out.Aggregations.Groups.AfterKey
-		// A page shorter than asked for is the last.
-		if len(out.Aggregations.Groups.Buckets) < size || after == nil || len(groups) >= MaxGroups {
-			return groups, nil
-		}
+	p := seriesPlan{
+		indices: s.rollupIndices(sel.Range), query: windowQuery(sel, groupBy, read), aggs: Aggs{"v": sumOf("value")},
+		value: func(b seriesBucket, length time.Duration) float64 { return b.V.Value / float64(length) },
 	}
+	groups, _, _, err := s.groupTotals(ctx, p, groupBy, sel.Range.Duration())
+	return groups, err
 }
 
 // keyLines sums the documents read of the groups keys per group and step.
