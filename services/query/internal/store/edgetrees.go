@@ -41,8 +41,8 @@ func ceilTo(t time.Time, d time.Duration) time.Time {
 
 // windowSums are the sums of one window start's documents: the partition
 // trees' and partition heads' totals and the service documents'
-// stack_value, of each resolution.
-type windowSums struct{ tree10, head10, service10, tree1, head1, service1 int64 }
+// stack_value, of each resolution, and the fleet minute heads' value.
+type windowSums struct{ tree10, head10, service10, tree1, head1, service1, fleet1 int64 }
 
 // edgePlan is which windows of one edge come from partition heads (when
 // planned for heads) and which from partition trees: whole 10-minute
@@ -50,6 +50,7 @@ type windowSums struct{ tree10, head10, service10, tree1, head1, service1 int64 
 // minutes left to read per stack (rest).
 type edgePlan struct {
 	fleetHeads            []string // _id of the fleet window heads (freshWindowHeads) of whole 10-minute windows
+	fleetMinutes          []string // _id of the fleet minute heads (freshMinuteHeads) of minutes
 	headTens, headMinutes []TimeRange
 	tens, minutes, rest   []TimeRange
 }
@@ -71,7 +72,10 @@ type edgePlan struct {
 // fresh (freshWindowHeads: one head instead of a tree per partition); a
 // window is read from its partition heads (indices.KindPartitionHead) when
 // they pass the check its trees would (their values are their trees'
-// totals), else from its trees when those pass, else as above.
+// totals), else from its trees when those pass, else as above. A minute
+// is read from the fleet's head of the minute when it is fresh
+// (freshMinuteHeads), before its partition heads and trees: the loose
+// minutes of a range not on 10-minute boundaries are then one head each.
 func (s *Store) planEdgeTrees(ctx context.Context, idx []string, typ record.ProfileType, edges []TimeRange, heads bool) ([]edgePlan, error) {
 	type span struct {
 		lo, hi, c, p time.Time // minutes [lo, hi); whole tens [c, p); p a partial ten when p < hi
@@ -112,6 +116,12 @@ func (s *Store) planEdgeTrees(ctx context.Context, idx []string, typ record.Prof
 			return nil, err
 		}
 	}
+	var freshMinutes map[int64]string
+	if heads && len(minQ) > 0 {
+		if freshMinutes, err = s.freshMinuteHeads(ctx, idx, typ, minQ, sums); err != nil {
+			return nil, err
+		}
+	}
 	at := func(t time.Time) windowSums { return sums[t.UnixMilli()] }
 	complete := func(docs, service int64) bool { return docs > 0 && docs == service }
 	// fleetHead is the fresh fleet head of the 10-minute window w, when
@@ -123,6 +133,13 @@ func (s *Store) planEdgeTrees(ctx context.Context, idx []string, typ record.Prof
 	}
 	minuteOK := func(m time.Time) bool { w := at(m); return complete(w.tree1, w.service1) }
 	headOK := func(m time.Time) bool { w := at(m); return heads && complete(w.head1, w.service1) }
+	addMinute := func(pl *edgePlan, m time.Time) {
+		if id, ok := freshMinutes[m.UnixMilli()]; ok {
+			pl.fleetMinutes = append(pl.fleetMinutes, id)
+			return
+		}
+		pl.addMinute(m, headOK(m), minuteOK(m))
+	}
 	plans := make([]edgePlan, len(edges))
 	var refusedQ []Query
 	refused := make([][]time.Time, len(edges))
@@ -167,11 +184,11 @@ func (s *Store) planEdgeTrees(ctx context.Context, idx []string, typ record.Prof
 			}
 		}
 		for m := sp.lo; m.Before(sp.c); m = m.Add(time.Minute) {
-			pl.addMinute(m, headOK(m), minuteOK(m))
+			addMinute(pl, m)
 		}
 		if !partial {
 			for m := sp.p; m.Before(sp.hi); m = m.Add(time.Minute) {
-				pl.addMinute(m, headOK(m), minuteOK(m))
+				addMinute(pl, m)
 			}
 		}
 	}
@@ -183,10 +200,15 @@ func (s *Store) planEdgeTrees(ctx context.Context, idx []string, typ record.Prof
 	if sums, err = s.windowSums(ctx, idx, typ, nil, refusedQ); err != nil {
 		return nil, err
 	}
+	if heads {
+		if freshMinutes, err = s.freshMinuteHeads(ctx, idx, typ, refusedQ, sums); err != nil {
+			return nil, err
+		}
+	}
 	for i, ws := range refused {
 		for _, w := range ws {
 			for m := w; m.Before(w.Add(tenMinutes)); m = m.Add(time.Minute) {
-				plans[i].addMinute(m, headOK(m), minuteOK(m))
+				addMinute(&plans[i], m)
 			}
 		}
 		// The refused windows' minutes came after the edge's last ones.
@@ -265,11 +287,12 @@ func (s *Store) windowSums(ctx context.Context, idx []string, typ record.Profile
 					Tree1     filtered `json:"t1"`
 					Head1     filtered `json:"h1"`
 					Service1  filtered `json:"s1"`
+					Fleet1    filtered `json:"f1"`
 				} `json:"buckets"`
 			} `json:"windows"`
 		} `json:"aggregations"`
 	}
-	req := aggsRequest(allOf([]Query{termsOf("kind", []string{indices.KindPartitionTree, indices.KindPartitionHead, indices.KindService}),
+	req := aggsRequest(allOf([]Query{termsOf("kind", []string{indices.KindPartitionTree, indices.KindPartitionHead, indices.KindService, indices.KindFleetHead}),
 		term("type", string(typ)), anyOf(when...)}, nil), Aggs{"windows": {
 		DateHistogram: &DateHistogram{Field: "@timestamp", FixedInterval: "1m", MinDocCount: 1},
 		Aggs: Aggs{
@@ -279,6 +302,7 @@ func (s *Store) windowSums(ctx context.Context, idx []string, typ record.Profile
 			"t1":  sum(indices.KindPartitionTree, indices.ResolutionMinute, "value"),
 			"h1":  sum(indices.KindPartitionHead, indices.ResolutionMinute, "value"),
 			"s1":  sum(indices.KindService, indices.ResolutionMinute, "stack_value"),
+			"f1":  sum(indices.KindFleetHead, indices.ResolutionMinute, "value"),
 		},
 	}})
 	if err := s.search(ctx, idx, req, &resp, "aggregations.windows.buckets.key", "aggregations.windows.buckets.*.v.value"); err != nil {
@@ -286,7 +310,7 @@ func (s *Store) windowSums(ctx context.Context, idx []string, typ record.Profile
 	}
 	for _, b := range resp.Aggregations.Windows.Buckets {
 		out[b.Key] = windowSums{tree10: int64(b.Tree10.V.Value), head10: int64(b.Head10.V.Value), service10: int64(b.Service10.V.Value),
-			tree1: int64(b.Tree1.V.Value), head1: int64(b.Head1.V.Value), service1: int64(b.Service1.V.Value)}
+			tree1: int64(b.Tree1.V.Value), head1: int64(b.Head1.V.Value), service1: int64(b.Service1.V.Value), fleet1: int64(b.Fleet1.V.Value)}
 	}
 	return out, nil
 }
@@ -340,6 +364,60 @@ func (s *Store) freshWindowHeads(ctx context.Context, idx []string, typ record.P
 	return heads, nil
 }
 
+// freshMinuteHeads is, per start (Unix ms) of the minutes in minutes,
+// the _id of the fleet's head of the minute (indices.KindFleetHead,
+// resolution 1m, written by the rollup's compactor) when it stands for
+// the minute as stored now: when the minute has partition trees, the
+// head's sources are their versions and the trees are complete (their
+// total is the minute's service documents' stack_value, as for a
+// 10-minute window); when it has none (deleted after the minute tree
+// retention), the head's value is that stack_value and not 0. sums are
+// the minutes' windowSums: minutes with no head cost no search, those
+// without trees none of the trees' versions.
+func (s *Store) freshMinuteHeads(ctx context.Context, idx []string, typ record.ProfileType, minutes []Query, sums map[int64]windowSums) (map[int64]string, error) {
+	headed, treed := 0, false
+	for _, w := range sums {
+		if w.fleet1 > 0 {
+			headed++
+			treed = treed || w.tree1 > 0
+		}
+	}
+	if headed == 0 {
+		return nil, nil
+	}
+	when := anyOf(minutes...)
+	var versions []hourTree
+	if treed {
+		var err error
+		if versions, err = s.treeVersions(ctx, idx, typ, indices.ResolutionMinute, when); err != nil || versions == nil {
+			return nil, err // too many to check: the minutes are read as before
+		}
+	}
+	byMinute := map[int64][]indices.TreeSource{}
+	for _, v := range versions {
+		byMinute[v.Time.UnixMilli()] = append(byMinute[v.Time.UnixMilli()], v.TreeSource)
+	}
+	heads, err := s.fleetHeadsOf(ctx, idx, typ, indices.ResolutionMinute, when, headed+1)
+	if err != nil {
+		return nil, fmt.Errorf("minute heads: %w", err)
+	}
+	fresh := map[int64]string{}
+	for _, h := range heads {
+		t := h.Timestamp.UnixMilli()
+		w := sums[t]
+		if src, ok := byMinute[t]; ok {
+			if h.Sources == indices.TreeSources(src) && w.tree1 > 0 && w.tree1 == w.service1 {
+				fresh[t] = h.ID
+			}
+			continue
+		}
+		if h.Value > 0 && h.Value == w.service1 {
+			fresh[t] = h.ID
+		}
+	}
+	return fresh, nil
+}
+
 // freshFleetHeads returns, by window start (Unix milliseconds), the IDs
 // of the fleet heads of resolution res matching when whose sources are
 // their window's partition tree versions (as stored now); at most size
@@ -349,6 +427,32 @@ func (s *Store) freshFleetHeads(ctx context.Context, idx []string, typ record.Pr
 	for _, v := range versions {
 		byWindow[v.Time.UnixMilli()] = append(byWindow[v.Time.UnixMilli()], v.TreeSource)
 	}
+	heads, err := s.fleetHeadsOf(ctx, idx, typ, res, when, size)
+	if err != nil {
+		return nil, err
+	}
+	fresh := map[int64]string{}
+	for _, h := range heads {
+		t := h.Timestamp.UnixMilli()
+		if src, ok := byWindow[t]; ok && h.Sources == indices.TreeSources(src) {
+			fresh[t] = h.ID
+		}
+	}
+	return fresh, nil
+}
+
+// fleetHead is what a fleet head's freshness is judged by: its window,
+// the fingerprint of the trees it was made from, and its total.
+type fleetHead struct {
+	ID        string
+	Timestamp time.Time
+	Sources   string
+	Value     int64
+}
+
+// fleetHeadsOf reads, without their trees, at most size fleet heads of
+// typ and resolution res matching when.
+func (s *Store) fleetHeadsOf(ctx context.Context, idx []string, typ record.ProfileType, res string, when Query, size int) ([]fleetHead, error) {
 	var resp struct {
 		Hits struct {
 			Hits []struct {
@@ -356,21 +460,19 @@ func (s *Store) freshFleetHeads(ctx context.Context, idx []string, typ record.Pr
 				Source struct {
 					Timestamp time.Time `json:"@timestamp"`
 					Sources   string    `json:"sources"`
+					Value     int64     `json:"value"`
 				} `json:"_source"`
 			} `json:"hits"`
 		} `json:"hits"`
 	}
-	req := &Request{Size: size, TrackTotalHits: false, Source: &Source{Includes: []string{"@timestamp", "sources"}},
+	req := &Request{Size: size, TrackTotalHits: false, Source: &Source{Includes: []string{"@timestamp", "sources", "value"}},
 		Query: allOf([]Query{term("kind", indices.KindFleetHead), term("type", string(typ)), term("resolution", res), when}, nil)}
 	if err := s.search(ctx, idx, req, &resp, "hits.hits._id", "hits.hits._source"); err != nil {
 		return nil, err
 	}
-	fresh := map[int64]string{}
-	for _, h := range resp.Hits.Hits {
-		t := h.Source.Timestamp.UnixMilli()
-		if src, ok := byWindow[t]; ok && h.Source.Sources == indices.TreeSources(src) {
-			fresh[t] = h.ID
-		}
+	out := make([]fleetHead, len(resp.Hits.Hits))
+	for i, h := range resp.Hits.Hits {
+		out[i] = fleetHead{ID: h.ID, Timestamp: h.Source.Timestamp, Sources: h.Source.Sources, Value: h.Source.Value}
 	}
-	return fresh, nil
+	return out, nil
 }

@@ -89,9 +89,9 @@ var errHeadGone = errors.New("a head was deleted while read")
 // of the hour's partition trees merged), handing each head that is fresh
 // (its sources are its hour's partition trees' versions now) to useHead and
 // the partition trees of the other hours to useTree, and the minutes
-// around the hours as Trees does, except that 10-minute windows with a
-// fresh fleet head, and windows whose partition heads are complete, hand
-// those heads to useHead (readEdges). ok is false, with nothing
+// around the hours as Trees does, except that 10-minute windows and
+// minutes with a fresh fleet head, and windows whose partition heads are
+// complete, hand those heads to useHead (readEdges). ok is false, with nothing
 // handed over, when sel names a field, its whole hours are not in complete
 // partition trees (treesComplete) or span more than MaxHeadHours, or no
 // hour has a fresh head.

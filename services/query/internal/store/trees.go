@@ -123,9 +123,10 @@ func (s *Store) Trees(ctx context.Context, sel Selection, use func(tree []byte) 
 // read.Source gets "+window_trees" and/or "+samples" or "+rollups". With
 // useHead (a caller that proves its answer from heads), whole 10-minute
 // windows with a fresh fleet head hand that head to useHead
-// ("+fleet_window_heads"), and windows whose partition heads are complete
-// hand those ("+window_heads"). A fleet head gone between the check and
-// the read fails the read with errHeadGone.
+// ("+fleet_window_heads"), minutes with a fresh fleet minute head hand
+// that head ("+fleet_minute_heads"), and windows whose partition heads
+// are complete hand those ("+window_heads"). A fleet head gone between
+// the check and the read fails the read with errHeadGone.
 
 func (s *Store) readEdges(ctx context.Context, sel Selection, hours TimeRange, read *TreeRead, useTree, useHead func([]byte) error) error {
 	rollups := s.FromRollups(sel)
@@ -147,8 +148,12 @@ func (s *Store) readEdges(ctx context.Context, sel Selection, hours TimeRange, r
 			return err
 		}
 		var ids []string
+		windows, minutes := 0, 0
 		for _, p := range plans {
 			ids = append(ids, p.fleetHeads...)
+			ids = append(ids, p.fleetMinutes...)
+			windows += len(p.fleetHeads)
+			minutes += len(p.fleetMinutes)
 		}
 		if len(ids) > 0 {
 			heads, err := s.scrollTrees(ctx, idx, sel, indices.KindFleetHead, termsOf("_id", ids), edgeHeadPage, useHead)
@@ -159,7 +164,12 @@ func (s *Store) readEdges(ctx context.Context, sel Selection, hours TimeRange, r
 				return errHeadGone // deleted in between: its window is not read
 			}
 			read.Trees += heads
-			parts = append(parts, "fleet_window_heads")
+			if windows > 0 {
+				parts = append(parts, "fleet_window_heads")
+			}
+			if minutes > 0 {
+				parts = append(parts, "fleet_minute_heads")
+			}
 		}
 		if when, n := windowDocs(plans, true); n > 0 {
 			heads, err := s.scrollTrees(ctx, idx, sel, indices.KindPartitionHead, when, edgeHeadPage, useHead)
