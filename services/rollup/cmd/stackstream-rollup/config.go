@@ -25,23 +25,24 @@ type Config struct {
 
 // Settings are the rollup's own, from STACKSTREAM_ROLLUP_*.
 type Settings struct {
-	Group           string        `envconfig:"GROUP" default:"stackstream-rollup" desc:"consumer group on profiles.symbolized"`
-	AllowedLateness time.Duration `envconfig:"ALLOWED_LATENESS" default:"2m" desc:"a window is written once the partition's newest event time passes its end by this much"`
-	Retention       time.Duration `envconfig:"RETENTION" default:"10m" desc:"a written window stays in memory this long for late profiles; later ones go to the DLQ"`
-	MaxClockSkew    time.Duration `envconfig:"MAX_CLOCK_SKEW" default:"10m" desc:"profiles stamped further ahead of this host's clock go to the DLQ"`
-	MaxAge          time.Duration `envconfig:"MAX_AGE" default:"168h" desc:"profiles older than this (wall clock) go to the DLQ; keep it at STACKSTREAM_INDEXER_RETENTION_DAYS; 0 accepts any past time"`
-	MaxStateBytes   int64         `envconfig:"MAX_STATE_BYTES" default:"0" desc:"window state held in memory; a profile that would pass it goes to the DLQ (state_full); 0 takes 3/8 of the memory limit of the rollup's cgroup (container or systemd MemoryMax=), or 268435456 without one"`
-	MaxPollRecords  int           `envconfig:"MAX_POLL_RECORDS" default:"1000" desc:"records folded in between two writes"`
-	FlushTimeout    time.Duration `envconfig:"FLUSH_TIMEOUT" default:"30s" desc:"bound of the final write on shutdown or partition revoke"`
-	IdleFlush       time.Duration `envconfig:"IDLE_FLUSH" default:"1m" desc:"write the open windows of a partition without records for this long; 0 disables"`
-	BulkMaxBytes    int           `envconfig:"BULK_MAX_BYTES" default:"8388608" desc:"bytes per bulk request"`
-	MinuteDays      int           `envconfig:"MINUTE_RETENTION_DAYS" default:"14" desc:"delete minute rollups older than this many days (hourly ones stay); 0 keeps them"`
-	HourlyDays      int           `envconfig:"HOURLY_RETENTION_DAYS" default:"90" desc:"delete monthly rollups indices whose month ended more than this many days ago; 0 keeps them"`
-	LifecycleEvery  time.Duration `envconfig:"LIFECYCLE_INTERVAL" default:"1h" desc:"how often rollup retention runs"`
-	FleetHeadsEvery time.Duration `envconfig:"FLEET_HEADS_INTERVAL" default:"1m" desc:"how often the fleet heads of the 10-minute windows of the last 2 hours are written (the edges of fleet-wide ranges ending now read them); 0 leaves them to the lifecycle pass"`
-	MinuteTrees     bool          `envconfig:"MINUTE_TREES" default:"false" desc:"also write a partition tree per minute (10-minute ones are always written): the query then reads the minutes at the ends of long fleet-wide ranges from trees, not per stack; costs about a byte per raw sample on disk"`
-	WindowHeads     bool          `envconfig:"WINDOW_HEADS" default:"false" desc:"also write a head (its 20,000 heaviest nodes) beside each minute and 10-minute partition tree of more than 80,000 nodes: the query then proves fleet-wide ranges' edges from heads at max_nodes up to about 3,000 instead of merging whole trees; costs about 0.11 bytes per raw sample on disk at 40 hosts (less for larger fleets) and the CPU of building and deflating each head"`
-	DebugPprof      bool          `envconfig:"DEBUG_PPROF" default:"false" desc:"serve Go's /debug/pprof/ (heap, CPU, goroutines) on the listen address, for finding where memory goes; off by default"`
+	Group               string        `envconfig:"GROUP" default:"stackstream-rollup" desc:"consumer group on profiles.symbolized"`
+	AllowedLateness     time.Duration `envconfig:"ALLOWED_LATENESS" default:"2m" desc:"a window is written once the partition's newest event time passes its end by this much"`
+	Retention           time.Duration `envconfig:"RETENTION" default:"10m" desc:"a written window stays in memory this long for late profiles; later ones go to the DLQ"`
+	MaxClockSkew        time.Duration `envconfig:"MAX_CLOCK_SKEW" default:"10m" desc:"profiles stamped further ahead of this host's clock go to the DLQ"`
+	MaxAge              time.Duration `envconfig:"MAX_AGE" default:"168h" desc:"profiles older than this (wall clock) go to the DLQ; keep it at STACKSTREAM_INDEXER_RETENTION_DAYS; 0 accepts any past time"`
+	MaxStateBytes       int64         `envconfig:"MAX_STATE_BYTES" default:"0" desc:"window state held in memory; a profile that would pass it goes to the DLQ (state_full); 0 takes 3/8 of the memory limit of the rollup's cgroup (container or systemd MemoryMax=), or 268435456 without one"`
+	MaxPollRecords      int           `envconfig:"MAX_POLL_RECORDS" default:"1000" desc:"records folded in between two writes"`
+	FlushTimeout        time.Duration `envconfig:"FLUSH_TIMEOUT" default:"30s" desc:"bound of the final write on shutdown or partition revoke"`
+	IdleFlush           time.Duration `envconfig:"IDLE_FLUSH" default:"1m" desc:"write the open windows of a partition without records for this long; 0 disables"`
+	BulkMaxBytes        int           `envconfig:"BULK_MAX_BYTES" default:"8388608" desc:"bytes per bulk request"`
+	MinuteDays          int           `envconfig:"MINUTE_RETENTION_DAYS" default:"14" desc:"delete minute rollups older than this many days (hourly ones stay); 0 keeps them"`
+	HourlyDays          int           `envconfig:"HOURLY_RETENTION_DAYS" default:"90" desc:"delete monthly rollups indices whose month ended more than this many days ago; 0 keeps them"`
+	LifecycleEvery      time.Duration `envconfig:"LIFECYCLE_INTERVAL" default:"1h" desc:"how often rollup retention runs"`
+	FleetHeadsEvery     time.Duration `envconfig:"FLEET_HEADS_INTERVAL" default:"1m" desc:"how often the fleet heads of the 10-minute windows of the last 2 hours and of the minutes of the last 3 hours are written (the edges of fleet-wide ranges read them), and minute trees past STACKSTREAM_ROLLUP_MINUTE_TREE_RETENTION deleted; 0 leaves both to the lifecycle pass"`
+	MinuteTrees         bool          `envconfig:"MINUTE_TREES" default:"true" desc:"also write a partition tree per minute (10-minute ones are always written), from which the fleet's minute heads are written: the query then reads the minutes at the ends of long fleet-wide ranges from heads or trees, not per stack; about a byte per raw sample on disk while kept (STACKSTREAM_ROLLUP_MINUTE_TREE_RETENTION)"`
+	MinuteTreeRetention time.Duration `envconfig:"MINUTE_TREE_RETENTION" default:"2h" desc:"delete minute partition trees (and per-partition minute heads) of minutes older than this, once the fleet's minute heads are written (those stay with the minute rollups); at least a minute + ALLOWED_LATENESS + RETENTION + FLEET_HEADS_INTERVAL (LIFECYCLE_INTERVAL when that is 0); 0 keeps them as long as the minute rollups"`
+	WindowHeads         bool          `envconfig:"WINDOW_HEADS" default:"false" desc:"also write a head (its 20,000 heaviest nodes) beside each minute and 10-minute partition tree of more than 80,000 nodes: the query then proves fleet-wide ranges' edges from heads at max_nodes up to about 3,000 instead of merging whole trees; costs about 0.11 bytes per raw sample on disk at 40 hosts (less for larger fleets) and the CPU of building and deflating each head"`
+	DebugPprof          bool          `envconfig:"DEBUG_PPROF" default:"false" desc:"serve Go's /debug/pprof/ (heap, CPU, goroutines) on the listen address, for finding where memory goes; off by default"`
 }
 
 // Validate checks values that parse but cannot work.
@@ -74,6 +75,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_ROLLUP_LIFECYCLE_INTERVAL=%s must be positive, e.g. 1h", s.LifecycleEvery)
 	case s.FleetHeadsEvery < 0:
 		return fmt.Errorf("STACKSTREAM_ROLLUP_FLEET_HEADS_INTERVAL=%s is negative: use 0 (with the lifecycle pass) or more, e.g. 1m", s.FleetHeadsEvery)
+	case s.MinuteTreeRetention < 0:
+		return fmt.Errorf("STACKSTREAM_ROLLUP_MINUTE_TREE_RETENTION=%s is negative: use 0 (keep them with the minute rollups) or more, e.g. 2h", s.MinuteTreeRetention)
+	case s.MinuteTreeRetention > 0 && s.MinuteTreeRetention < s.minuteHeadsWritten():
+		return fmt.Errorf("STACKSTREAM_ROLLUP_MINUTE_TREE_RETENTION=%s is shorter than the %s a minute's trees must last for its fleet head to be written from them "+
+			"(a minute + STACKSTREAM_ROLLUP_ALLOWED_LATENESS + STACKSTREAM_ROLLUP_RETENTION + STACKSTREAM_ROLLUP_FLEET_HEADS_INTERVAL, or STACKSTREAM_ROLLUP_LIFECYCLE_INTERVAL when that is 0): use at least that, e.g. 2h, or 0 to keep them",
+			s.MinuteTreeRetention, s.minuteHeadsWritten())
 	case s.MaxPollRecords <= 0:
 		return fmt.Errorf("STACKSTREAM_ROLLUP_MAX_POLL_RECORDS=%d must be positive, e.g. 1000", s.MaxPollRecords)
 	case s.IdleFlush < 0:
@@ -84,6 +91,19 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_ROLLUP_BULK_MAX_BYTES=%d is below 1 MiB: use e.g. 8388608", s.BulkMaxBytes)
 	}
 	return nil
+}
+
+// minuteHeadsWritten is how long after a minute starts the compactor has
+// written its fleet head from its last trees: the minute ends, the
+// rollup writes its trees once the watermark passes the end by the
+// allowed lateness, rewrites them for late profiles while the window is
+// retained, and the pass that writes heads runs within its interval.
+func (s Settings) minuteHeadsWritten() time.Duration {
+	every := s.FleetHeadsEvery
+	if every == 0 {
+		every = s.LifecycleEvery
+	}
+	return time.Minute + s.AllowedLateness + s.Retention + every
 }
 
 // StateBudget is the window state's bound: MaxStateBytes when set, else 3/8

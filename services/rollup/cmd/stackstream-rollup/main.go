@@ -96,7 +96,8 @@ func runMain() error {
 	g.AddContext(ctx, func(ctx context.Context) error { return rollup.Run(ctx, cl) })
 	g.Add(srv.Run, srv.Stop)
 	lc := &lifecycle.Lifecycle{Client: osc, Names: cfg.Index.Names(), MinuteDays: cfg.Rollup.MinuteDays, HourlyDays: cfg.Rollup.HourlyDays,
-		Interval: cfg.Rollup.LifecycleEvery, FleetHeadsInterval: cfg.Rollup.FleetHeadsEvery, Logger: log, Now: time.Now,
+		Interval: cfg.Rollup.LifecycleEvery, FleetHeadsInterval: cfg.Rollup.FleetHeadsEvery, MinuteTreeRetention: cfg.Rollup.MinuteTreeRetention,
+		Logger: log, Now: time.Now,
 		DayTrees: &daytrees.Compactor{Client: osc, Names: cfg.Index.Names(), Days: 2, Now: time.Now}}
 	if cfg.Index.Generation == 0 {
 		g.AddContext(ctx, lc.Run)

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/pprof/profile"
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,6 +35,13 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		{"minutes outlive hours", "STACKSTREAM_ROLLUP_MINUTE_RETENTION_DAYS", "120", "STACKSTREAM_ROLLUP_MINUTE_RETENTION_DAYS=120 is longer than STACKSTREAM_ROLLUP_HOURLY_RETENTION_DAYS=90"},
 		{"zero lifecycle interval", "STACKSTREAM_ROLLUP_LIFECYCLE_INTERVAL", "0s", "STACKSTREAM_ROLLUP_LIFECYCLE_INTERVAL=0s must be positive"},
 		{"negative fleet heads interval", "STACKSTREAM_ROLLUP_FLEET_HEADS_INTERVAL", "-1m", "STACKSTREAM_ROLLUP_FLEET_HEADS_INTERVAL=-1m0s is negative"},
+		{"negative minute tree retention", "STACKSTREAM_ROLLUP_MINUTE_TREE_RETENTION", "-1h", "STACKSTREAM_ROLLUP_MINUTE_TREE_RETENTION=-1h0m0s is negative"},
+		// A minute, 2m of lateness, 10m retained for late profiles, a 1m
+		// heads pass: 14m.
+		{"minute trees gone before their heads", "STACKSTREAM_ROLLUP_MINUTE_TREE_RETENTION", "13m59s", "STACKSTREAM_ROLLUP_MINUTE_TREE_RETENTION=13m59s is shorter than the 14m0s"},
+		// A heads pass every 2 hours: 1m + 2m + 10m + 2h, longer than the
+		// default retention.
+		{"minute trees gone before a slow heads pass", "STACKSTREAM_ROLLUP_FLEET_HEADS_INTERVAL", "2h", "STACKSTREAM_ROLLUP_MINUTE_TREE_RETENTION=2h0m0s is shorter than the 2h13m0s"},
 		{"generation with the live group", "STACKSTREAM_OPENSEARCH_INDEX_GENERATION", "2", "STACKSTREAM_ROLLUP_GROUP=stackstream-rollup"},
 	}
 	for _, tt := range tests {
@@ -74,8 +82,17 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if cfg.ListenAddr != "127.0.0.1:9104" || cfg.Rollup.AllowedLateness.String() != "2m0s" || cfg.Rollup.Group != "stackstream-rollup" ||
 		cfg.Rollup.MaxClockSkew.String() != "10m0s" || cfg.Rollup.MaxAge.String() != "168h0m0s" || cfg.Rollup.MaxStateBytes != 0 ||
-		cfg.Rollup.MinuteDays != 14 || cfg.Rollup.HourlyDays != 90 || cfg.Rollup.LifecycleEvery.String() != "1h0m0s" || cfg.Rollup.FleetHeadsEvery.String() != "1m0s" || cfg.Rollup.DebugPprof || cfg.Rollup.WindowHeads {
+		cfg.Rollup.MinuteDays != 14 || cfg.Rollup.HourlyDays != 90 || cfg.Rollup.LifecycleEvery.String() != "1h0m0s" || cfg.Rollup.FleetHeadsEvery.String() != "1m0s" || cfg.Rollup.DebugPprof || cfg.Rollup.WindowHeads ||
+		!cfg.Rollup.MinuteTrees || cfg.Rollup.MinuteTreeRetention != 2*time.Hour {
 		t.Fatalf("defaults: %+v", cfg)
+	}
+	// 0 keeps minute trees (no minimum to meet); the shortest retention
+	// the compactor allows is accepted.
+	for _, keep := range []string{"0s", "14m"} {
+		t.Setenv("STACKSTREAM_ROLLUP_MINUTE_TREE_RETENTION", keep)
+		if err := config.Load(&cfg, nil, io.Discard); err != nil {
+			t.Fatalf("STACKSTREAM_ROLLUP_MINUTE_TREE_RETENTION=%s: %v", keep, err)
+		}
 	}
 	if err := config.Load(&cfg, []string{"-h"}, io.Discard); !errors.Is(err, config.ErrHelp) {
 		t.Fatalf("-h = %v, want ErrHelp", err)
@@ -113,5 +130,19 @@ func TestPprof(t *testing.T) {
 		if _, err := profile.ParseData(body); err != nil {
 			t.Fatalf("heap profile: %v", err)
 		}
+	}
+}
+
+// TestMinuteHeadsWritten: a minute's trees must outlast its end, the
+// lateness, the late profiles' retention and one heads pass: the frequent
+// one, or the lifecycle pass when the frequent one is off.
+func TestMinuteHeadsWritten(t *testing.T) {
+	s := Settings{AllowedLateness: 2 * time.Minute, Retention: 10 * time.Minute, FleetHeadsEvery: time.Minute, LifecycleEvery: time.Hour}
+	if got := s.minuteHeadsWritten(); got != 14*time.Minute {
+		t.Errorf("with the frequent pass: %s, want 14m", got)
+	}
+	s.FleetHeadsEvery = 0
+	if got := s.minuteHeadsWritten(); got != 73*time.Minute {
+		t.Errorf("with the lifecycle pass only: %s, want 1h13m", got)
 	}
 }

@@ -5,10 +5,11 @@
 // day trees of a type into the head of the fleet's day
 // (schemas/indices/treehead.go), so a fleet day's flame graph reads one
 // small document; and each settled hour's partition trees into the head of
-// the fleet's hour, and each settled 10-minute window's partition trees
-// into the head of the fleet's window (hourheads.go), so a fleet-wide
-// range that is not one whole day reads a small document per hour and per
-// 10-minute window of its edges.
+// the fleet's hour, and each settled 10-minute window's and minute's
+// partition trees into the head of the fleet's window or minute
+// (fleetheads.go), so a fleet-wide range that is not one whole day reads
+// a small document per hour, per 10-minute window and per minute of its
+// edges.
 //
 // Any rollup instance may run it, several at once: a day tree is a pure
 // function of the hour trees it merged, written under a deterministic _id,
@@ -43,8 +44,8 @@ const Settle = 30 * time.Minute
 const maxHourDocs = 10000
 
 // Compactor writes day trees for the last Days settled days, and the
-// fleet's hour heads and 10-minute window heads for their hours and
-// windows and today's settled ones.
+// fleet's hour, 10-minute window and minute heads for their hours,
+// windows and minutes and today's settled ones.
 type Compactor struct {
 	Client *opensearchapi.Client
 	Names  indices.Names
@@ -57,8 +58,8 @@ type groupKey struct {
 	partition int32
 }
 
-// Apply writes the day trees, day heads, hour heads and window heads that
-// are missing or stale and returns how many it wrote.
+// Apply writes the day trees, day heads, hour heads, window heads and
+// minute heads that are missing or stale and returns how many it wrote.
 func (c *Compactor) Apply(ctx context.Context) (int, error) {
 	written := 0
 	now := c.Now().UTC()
@@ -73,11 +74,12 @@ func (c *Compactor) Apply(ctx context.Context) (int, error) {
 			return written, fmt.Errorf("day trees of %s: %w", day.Format(time.DateOnly), err)
 		}
 	}
-	// Hour heads and 10-minute window heads of the same days (and today's
-	// settled ones): every range a fleet-wide flame graph reads from
-	// heads.
+	// Hour, 10-minute window and minute heads of the same days (and
+	// today's settled ones): every range a fleet-wide flame graph reads
+	// from heads. Minutes whose trees the minute tree retention deleted
+	// write nothing: a search of 10 minutes finds no tree.
 	first := now.Truncate(24*time.Hour).AddDate(0, 0, -c.Days)
-	for _, h := range []fleetHeads{hourHeads, windowHeads} {
+	for _, h := range []fleetHeads{hourHeads, windowHeads, minuteHeads} {
 		n, err := c.writeFleetHeads(ctx, h, first, now)
 		written += n
 		if err != nil {

@@ -1,6 +1,7 @@
 package daytrees
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -45,12 +46,17 @@ func decode(t *testing.T, b []byte) map[string][2]int64 {
 	return p.out
 }
 
-func put(t *testing.T, cl *opensearchapi.Client, names indices.Names, d indices.RollupDoc) {
+// put writes docs, searchable on return.
+func put(t *testing.T, cl *opensearchapi.Client, names indices.Names, docs ...indices.RollupDoc) {
 	t.Helper()
-	raw, _ := json.Marshal(&d)
-	status, resp, err := opensearch.Raw(context.Background(), cl, http.MethodPut, "/"+names.Rollups(d.Timestamp)+"/_doc/"+indices.RollupID(&d)+"?refresh=true", raw)
-	if err != nil || status/100 != 2 {
-		t.Fatalf("put: %d %v %s", status, err, resp)
+	var body bytes.Buffer
+	for _, d := range docs {
+		raw, _ := json.Marshal(&d)
+		fmt.Fprintf(&body, `{"index":{"_index":%q,"_id":%q}}`+"\n%s\n", names.Rollups(d.Timestamp), indices.RollupID(&d), raw)
+	}
+	status, resp, err := opensearch.Raw(context.Background(), cl, http.MethodPost, "/_bulk?refresh=true", body.Bytes())
+	if err != nil || status != http.StatusOK || bytes.Contains(resp, []byte(`"errors":true`)) {
+		t.Fatalf("put: %d %v %.500s", status, err, resp)
 	}
 }
 
@@ -250,11 +256,12 @@ func TestPartialAnswer(t *testing.T) {
 	}
 }
 
-// TestWindowHeads: ApplyWindows writes, per settled 10-minute window of the
-// last RecentWindows, the head of its partition trees merged (deflated
-// trees, as the rollup writes them), with their versions as sources; not
-// the window still within WindowSettle of its end, nor windows older than
-// RecentWindows (Apply writes those); a second pass writes nothing; a
+// TestWindowHeads: ApplyWindows writes, per settled 10-minute window of
+// the last RecentWindows and per settled minute of the last
+// RecentMinutes, the head of its partition trees merged (deflated trees,
+// as the rollup writes them) with their total as value and their versions
+// as sources; not the windows still within their settling time, nor
+// older ones (Apply writes those); a second pass writes nothing; a
 // rewritten partition tree gets its window's head rewritten.
 func TestWindowHeads(t *testing.T) {
 	ctx := context.Background()
@@ -262,105 +269,137 @@ func TestWindowHeads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := indices.Names{Prefix: testenv.Name(t, "wh-") + "-"}
-	t.Cleanup(func() { opensearch.RemovePrefix(context.Background(), cl, names.Prefix) })
-	if _, err := opensearch.ApplyTemplates(ctx, cl, names.Prefix, indices.DefaultSettings); err != nil {
-		t.Fatal(err)
-	}
-	now := time.Date(2026, 11, 28, 12, 41, 0, 0, time.UTC) // 12:30 ended a minute ago, 12:40 is filling
-	tree := func(p int32, w time.Time, extra string) indices.RollupDoc {
-		var b indices.TreeBuilder
-		for i := 0; i < 30; i++ {
-			b.Add([]indices.TreeFrame{{Name: "main"}, {Name: fmt.Sprintf("f%d", i%4)}, {Name: fmt.Sprintf("p%d.%d%s", p, i, extra)}}, int64(i%5+1))
-		}
-		return indices.RollupDoc{Timestamp: w, Resolution: indices.ResolutionTenMinutes, Kind: indices.KindPartitionTree,
-			Type: "cpu", Partition: p, Value: b.Total(), Tree: indices.Deflate(b.Encode())}
-	}
-	// 09:00-09:50 are older than RecentWindows (from 10:41, rounded down
-	// to the hour searched); 10:00-12:20 are recent and settled; 12:30 and
-	// 12:40 have (to test the bound) trees but are not settled.
-	var windows []time.Time
-	for w := time.Date(2026, 11, 28, 9, 0, 0, 0, time.UTC); !w.After(now); w = w.Add(10 * time.Minute) {
-		windows = append(windows, w)
-		for _, p := range []int32{0, 1} {
-			put(t, cl, names, tree(p, w, ""))
-		}
-	}
-	c := &Compactor{Client: cl, Names: names, Days: 1, Now: func() time.Time { return now }}
-	recent := 0
-	for _, w := range windows {
-		if !w.Before(now.Add(-RecentWindows).Truncate(time.Hour)) && w.Add(10*time.Minute+WindowSettle).Before(now) {
-			recent++
-		}
-	}
-	if n, err := c.ApplyWindows(ctx); err != nil || n != recent || recent != 15 {
-		t.Fatalf("first pass wrote %d (%v), want %d (the settled windows from 10:00)", n, err, recent)
-	}
-	head := func(w time.Time) (indices.RollupDoc, bool) {
-		t.Helper()
-		d := indices.RollupDoc{Timestamp: w, Resolution: indices.ResolutionTenMinutes, Kind: indices.KindFleetHead, Type: "cpu"}
-		status, resp, err := opensearch.Raw(ctx, cl, http.MethodGet, "/"+names.Rollups(w)+"/_doc/"+indices.RollupID(&d), nil)
-		if err != nil || (status != http.StatusOK && status != http.StatusNotFound) {
-			t.Fatalf("get head: %d %v %s", status, err, resp)
-		}
-		var out struct {
-			Found  bool              `json:"found"`
-			Source indices.RollupDoc `json:"_source"`
-		}
-		if err := json.Unmarshal(resp, &out); err != nil {
+	at := func(hm string) time.Time {
+		d, err := time.Parse("2006-01-02 15:04", "2026-11-28 "+hm)
+		if err != nil {
 			t.Fatal(err)
 		}
-		return out.Source, out.Found
+		return d
 	}
-	check := func(w time.Time, trees ...indices.RollupDoc) {
-		t.Helper()
-		var all indices.TreeBuilder
-		for _, d := range trees {
-			if err := all.AddTree(d.Tree, indices.TreeLimits{}); err != nil {
+	now := at("12:41") // 12:30 ended a minute ago, 12:40 is filling; the minute 12:38 ended 2 minutes ago
+	for _, tc := range []struct {
+		h      fleetHeads
+		first  time.Time // the first window with trees, older than the recent ones
+		older  int       // windows from first before the recent ones (from now less recent, rounded down to a search span)
+		every  int       // between its first 20 windows and its last 12, one window in every has trees
+		recent int       // settled windows with trees from then on
+	}{
+		{h: windowHeads, first: at("09:00"), older: 6, every: 1, recent: 15}, // 10:00-12:20
+		// 09:40-09:49, 09:50-12:20 every 10 minutes, 12:29-12:38.
+		{h: minuteHeads, first: at("09:30"), older: 10, every: 10, recent: 10 + 16 + 10},
+	} {
+		t.Run(tc.h.res, func(t *testing.T) {
+			names := indices.Names{Prefix: testenv.Name(t, "wh-") + "-"}
+			t.Cleanup(func() { opensearch.RemovePrefix(context.Background(), cl, names.Prefix) })
+			if _, err := opensearch.ApplyTemplates(ctx, cl, names.Prefix, indices.DefaultSettings); err != nil {
 				t.Fatal(err)
 			}
-		}
-		got, ok := head(w)
-		if !ok || got.Value != all.Total() || got.Sources == "" || string(got.Tree) != string(all.EncodeHead(indices.HeadNodes)) {
-			t.Fatalf("head of %s: found %v value %d sources %q, want %d", w.Format("15:04"), ok, got.Value, got.Sources, all.Total())
-		}
+			size := indices.WindowSize(tc.h.res)
+			tree := func(p int32, w time.Time, extra string) indices.RollupDoc {
+				var b indices.TreeBuilder
+				for i := 0; i < 30; i++ {
+					b.Add([]indices.TreeFrame{{Name: "main"}, {Name: fmt.Sprintf("f%d", i%4)}, {Name: fmt.Sprintf("p%d.%d.%d%s", p, w.Minute(), i, extra)}}, int64(i%5+1))
+				}
+				return indices.RollupDoc{Timestamp: w, Resolution: tc.h.res, Kind: indices.KindPartitionTree,
+					Type: "cpu", Partition: p, Value: b.Total(), Tree: indices.Deflate(b.Encode())}
+			}
+			// The windows from first to now have trees, those not yet
+			// settled too (to test the bound).
+			var windows []time.Time
+			var trees []indices.RollupDoc
+			for i, w := 0, tc.first; !w.After(now); i, w = i+1, w.Add(size) {
+				if i < 20 || !w.Before(now.Add(-12*size)) || i%tc.every == 0 {
+					windows = append(windows, w)
+					trees = append(trees, tree(0, w, ""), tree(1, w, ""))
+				}
+			}
+			put(t, cl, names, trees...)
+			c := &Compactor{Client: cl, Names: names, Days: 1, Now: func() time.Time { return now }}
+			settled := func(w time.Time) bool { return !w.Add(size + tc.h.settle).After(now) }
+			recentFrom := tc.first.Add(time.Duration(tc.older) * size)
+			var lastSettled time.Time
+			recent := 0
+			for _, w := range windows {
+				if settled(w) {
+					lastSettled = w
+					if !w.Before(recentFrom) {
+						recent++
+					}
+				}
+			}
+			if n, err := c.ApplyWindows(ctx); err != nil || n != recent || recent != tc.recent {
+				t.Fatalf("first pass wrote %d (%v), want %d (the settled windows from %s)", n, err, recent, recentFrom.Format("15:04"))
+			}
+			head := func(w time.Time) (indices.RollupDoc, bool) {
+				t.Helper()
+				d := indices.RollupDoc{Timestamp: w, Resolution: tc.h.res, Kind: indices.KindFleetHead, Type: "cpu"}
+				status, resp, err := opensearch.Raw(ctx, cl, http.MethodGet, "/"+names.Rollups(w)+"/_doc/"+indices.RollupID(&d), nil)
+				if err != nil || (status != http.StatusOK && status != http.StatusNotFound) {
+					t.Fatalf("get head: %d %v %s", status, err, resp)
+				}
+				var out struct {
+					Found  bool              `json:"found"`
+					Source indices.RollupDoc `json:"_source"`
+				}
+				if err := json.Unmarshal(resp, &out); err != nil {
+					t.Fatal(err)
+				}
+				return out.Source, out.Found
+			}
+			check := func(w time.Time, trees ...indices.RollupDoc) {
+				t.Helper()
+				var all indices.TreeBuilder
+				var value int64
+				for _, d := range trees {
+					if err := all.AddTree(d.Tree, indices.TreeLimits{}); err != nil {
+						t.Fatal(err)
+					}
+					value += d.Value
+				}
+				got, ok := head(w)
+				if !ok || got.Value != value || got.Value != all.Total() || got.Sources == "" || string(got.Tree) != string(all.EncodeHead(indices.HeadNodes)) {
+					t.Fatalf("head of %s: found %v value %d sources %q, want the trees' %d", w.Format("15:04"), ok, got.Value, got.Sources, value)
+				}
+			}
+			for _, w := range windows {
+				want := settled(w) && !w.Before(recentFrom)
+				if _, ok := head(w); ok != want {
+					t.Fatalf("window %s: head written %v, want %v", w.Format("15:04"), ok, want)
+				}
+				if want {
+					check(w, tree(0, w, ""), tree(1, w, ""))
+				}
+			}
+			refresh := func() {
+				t.Helper()
+				if _, _, err := opensearch.Raw(ctx, cl, http.MethodPost, "/"+names.Prefix+"*/_refresh", nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			refresh()
+			if n, err := c.ApplyWindows(ctx); err != nil || n != 0 {
+				t.Fatalf("second pass wrote %d (%v), want 0", n, err)
+			}
+			// A late profile rewrites partition 1's tree of the last
+			// settled window: its head is rewritten with the new frames,
+			// and no other.
+			w := lastSettled
+			before, _ := head(w)
+			put(t, cl, names, tree(1, w, "-late"))
+			if n, err := c.ApplyWindows(ctx); err != nil || n != 1 {
+				t.Fatalf("pass after a rewrite wrote %d (%v), want 1", n, err)
+			}
+			check(w, tree(0, w, ""), tree(1, w, "-late"))
+			if after, _ := head(w); after.Sources == before.Sources {
+				t.Fatal("head sources did not change")
+			}
+			// The lifecycle pass writes the older windows' heads and
+			// today's settled hours' (none: no hour trees).
+			refresh()
+			if n, err := c.Apply(ctx); err != nil || n != tc.older {
+				t.Fatalf("Apply wrote %d (%v), want %d (the windows from %s)", n, err, tc.older, tc.first.Format("15:04"))
+			}
+			check(windows[0], tree(0, windows[0], ""), tree(1, windows[0], ""))
+		})
 	}
-	for _, w := range windows {
-		settled := w.Add(10*time.Minute + WindowSettle).Before(now)
-		if _, ok := head(w); ok != (settled && !w.Before(time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC))) {
-			t.Fatalf("window %s: head written %v", w.Format("15:04"), ok)
-		}
-		if ok := settled && !w.Before(time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)); ok {
-			check(w, tree(0, w, ""), tree(1, w, ""))
-		}
-	}
-	refresh := func() {
-		t.Helper()
-		if _, _, err := opensearch.Raw(ctx, cl, http.MethodPost, "/"+names.Prefix+"*/_refresh", nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	refresh()
-	if n, err := c.ApplyWindows(ctx); err != nil || n != 0 {
-		t.Fatalf("second pass wrote %d (%v), want 0", n, err)
-	}
-	// A late profile rewrites partition 1's tree of 12:20: its head is
-	// rewritten with the new frames, and no other.
-	w := time.Date(2026, 11, 28, 12, 20, 0, 0, time.UTC)
-	before, _ := head(w)
-	put(t, cl, names, tree(1, w, "-late"))
-	if n, err := c.ApplyWindows(ctx); err != nil || n != 1 {
-		t.Fatalf("pass after a rewrite wrote %d (%v), want 1", n, err)
-	}
-	check(w, tree(0, w, ""), tree(1, w, "-late"))
-	if after, _ := head(w); after.Sources == before.Sources {
-		t.Fatal("head sources did not change")
-	}
-	// The lifecycle pass writes the older windows' heads (09:00-09:50)
-	// and today's settled hours' (none: no hour trees).
-	refresh()
-	if n, err := c.Apply(ctx); err != nil || n != 6 {
-		t.Fatalf("Apply wrote %d (%v), want 6 (the windows 09:00-09:50)", n, err)
-	}
-	check(windows[0], tree(0, windows[0], ""), tree(1, windows[0], ""))
 }

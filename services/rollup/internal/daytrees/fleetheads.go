@@ -2,8 +2,13 @@ package daytrees
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/url"
 	"time"
+
+	"github.com/stackstream/stackstream/pkg/opensearch"
 
 	"github.com/stackstream/stackstream/schemas/indices"
 )
@@ -22,16 +27,30 @@ const HourSettle = 15 * time.Minute
 // query then reads the window's trees.
 const WindowSettle = 2 * time.Minute
 
-// RecentWindows is how far back ApplyWindows looks: the 10-minute windows
-// the edges of ranges ending now read (before their first whole settled
-// hour, at most 75 minutes). Older windows get their heads from Apply.
+// MinuteSettle is WindowSettle for minutes: the rollup writes minute M's
+// partition trees once its watermark passes M+1m by the allowed lateness.
+const MinuteSettle = 2 * time.Minute
+
+// RecentWindows is how far back ApplyWindows looks for 10-minute windows:
+// the windows the edges of ranges ending now read (before their first
+// whole settled hour, at most 75 minutes). Older windows get their heads
+// from Apply.
 const RecentWindows = 2 * time.Hour
+
+// RecentMinutes is how far back ApplyWindows looks for minutes: an hour
+// past the default minute tree retention
+// (STACKSTREAM_ROLLUP_MINUTE_TREE_RETENTION, 2h), so the frequent pass
+// can delete the trees of minutes it has just written the heads of
+// (services/rollup/internal/lifecycle). Older minutes get their heads
+// from Apply.
+const RecentMinutes = 3 * time.Hour
 
 // fleetHeads is one kind of the fleet's heads (indices.KindFleetHead): per
 // type and window of resolution res, the head of the window's partition
 // trees merged. searchSpan is how many windows' trees one search reads
-// (a day of hours, an hour of 10-minute windows: each at most a few
-// thousand documents across types and partitions).
+// (a day of hours, an hour of 10-minute windows, 10 minutes of minutes:
+// 24, 6 and 10 windows, at most maxHourDocs documents across types and
+// partitions, so up to about a thousand (type, partition) pairs).
 type fleetHeads struct {
 	res        string
 	settle     time.Duration
@@ -41,17 +60,26 @@ type fleetHeads struct {
 var (
 	hourHeads   = fleetHeads{res: indices.ResolutionHour, settle: HourSettle, searchSpan: 24 * time.Hour}
 	windowHeads = fleetHeads{res: indices.ResolutionTenMinutes, settle: WindowSettle, searchSpan: time.Hour}
+	minuteHeads = fleetHeads{res: indices.ResolutionMinute, settle: MinuteSettle, searchSpan: 10 * time.Minute}
 )
 
-// ApplyWindows writes the missing or stale heads of the 10-minute windows
-// of the last RecentWindows that have settled, and returns how many it
-// wrote. It is cheap when they are current (two small searches per hour
-// of windows), so it runs far more often than Apply: the edges of a range
-// ending now read the windows of the last hour, and a window's head is
-// written within a pass of its trees.
+// ApplyWindows writes the missing or stale heads of the settled 10-minute
+// windows of the last RecentWindows and of the settled minutes of the
+// last RecentMinutes, and returns how many it wrote. It is cheap when
+// they are current (two small searches per hour of windows and per 10
+// minutes of minutes), so it runs far more often than Apply: the edges of
+// a range ending now read the windows of the last hour and the minutes
+// of the window still open, and a head is written within a pass of its
+// trees. Minutes whose trees are gone (the minute tree retention) write
+// nothing: their heads stay as written.
 func (c *Compactor) ApplyWindows(ctx context.Context) (int, error) {
 	now := c.Now().UTC()
-	return c.writeFleetHeads(ctx, windowHeads, now.Add(-RecentWindows), now)
+	n, err := c.writeFleetHeads(ctx, windowHeads, now.Add(-RecentWindows), now)
+	if err != nil {
+		return n, err
+	}
+	m, err := c.writeFleetHeads(ctx, minuteHeads, now.Add(-RecentMinutes), now)
+	return n + m, err
 }
 
 // writeFleetHeads writes, per type and settled window of kind h from
@@ -66,10 +94,14 @@ func (c *Compactor) ApplyWindows(ctx context.Context) (int, error) {
 func (c *Compactor) writeFleetHeads(ctx context.Context, h fleetHeads, first, now time.Time) (int, error) {
 	span := indices.WindowSize(h.res)
 	last := now.Add(-h.settle).Truncate(span) // windows end by then
+	spans, err := c.spansWithTrees(ctx, h, first.Truncate(h.searchSpan), last)
+	if err != nil {
+		return 0, fmt.Errorf("%s heads: %w", h.res, err)
+	}
 	written := 0
-	// A rollups index is a month: a search span (a day or an hour)
-	// never spans two.
-	for from := first.Truncate(h.searchSpan); from.Before(last); from = from.Add(h.searchSpan) {
+	// A rollups index is a month: a search span (a day, an hour, 10
+	// minutes) never spans two.
+	for _, from := range spans {
 		to := from.Add(h.searchSpan)
 		if last.Before(to) {
 			to = last
@@ -81,6 +113,59 @@ func (c *Compactor) writeFleetHeads(ctx context.Context, h fleetHeads, first, no
 		}
 	}
 	return written, nil
+}
+
+// spansWithTrees lists the search spans of kind h from from until to that
+// hold partition trees, oldest first, in one search: most spans of the
+// lifecycle pass's days of minutes hold none (the minute tree retention
+// deleted them), and each would cost a search.
+func (c *Compactor) spansWithTrees(ctx context.Context, h fleetHeads, from, to time.Time) ([]time.Time, error) {
+	if !from.Before(to) {
+		return nil, nil
+	}
+	raw, err := json.Marshal(map[string]any{
+		"size": 0, "query": treeQuery(h.res, from, to),
+		"aggs": map[string]any{"spans": map[string]any{"date_histogram": map[string]any{
+			"field": "@timestamp", "fixed_interval": fmt.Sprintf("%dms", h.searchSpan.Milliseconds()), "min_doc_count": 1,
+		}}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	pattern := c.Names.RollupsPattern()
+	path := "/" + pattern + "/_search?ignore_unavailable=true&allow_no_indices=true&filter_path=" +
+		url.QueryEscape("timed_out,_shards.failed,aggregations.spans.buckets.key")
+	status, resp, err := opensearch.Raw(ctx, c.Client, http.MethodPost, path, raw)
+	if err != nil {
+		return nil, err
+	}
+	if status != http.StatusOK {
+		return nil, fmt.Errorf("search %s: HTTP %d: %.300s", pattern, status, resp)
+	}
+	var out struct {
+		TimedOut bool `json:"timed_out"`
+		Shards   struct {
+			Failed int `json:"failed"`
+		} `json:"_shards"`
+		Aggregations struct {
+			Spans struct {
+				Buckets []struct {
+					Key int64 `json:"key"`
+				} `json:"buckets"`
+			} `json:"spans"`
+		} `json:"aggregations"`
+	}
+	if err := json.Unmarshal(resp, &out); err != nil {
+		return nil, fmt.Errorf("decode search answer: %w", err)
+	}
+	if out.TimedOut || out.Shards.Failed > 0 {
+		return nil, fmt.Errorf("search %s: timed out %v, %d shards failed: %w", pattern, out.TimedOut, out.Shards.Failed, ErrPartial)
+	}
+	spans := make([]time.Time, len(out.Aggregations.Spans.Buckets))
+	for i, b := range out.Aggregations.Spans.Buckets {
+		spans[i] = time.UnixMilli(b.Key).UTC()
+	}
+	return spans, nil
 }
 
 type windowKey struct {

@@ -1,11 +1,14 @@
 // Package lifecycle ages the rollups out: minute and 10-minute rollups are
 // kept for MinuteDays, hourly ones for HourlyDays (longer: they are what long ranges
-// read). Hourly retention deletes whole monthly indices; minute documents
-// inside a kept month are deleted by query.
+// read), minute partition trees only for MinuteTreeRetention (the fleet's
+// minute heads, written from them first, stay with the minutes). Hourly
+// retention deletes whole monthly indices; minute documents inside a
+// kept month are deleted by query.
 package lifecycle
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -29,17 +32,25 @@ type Lifecycle struct {
 	// pass, after retention, and the heads of recent 10-minute windows
 	// every FleetHeadsInterval.
 	DayTrees *daytrees.Compactor
-	// FleetHeadsInterval is how often the recent 10-minute windows' fleet
-	// heads are written (daytrees.Compactor.ApplyWindows): a window's head
-	// is read by the edges of ranges ending now once written, so a pass
-	// runs well within a window. 0 leaves them to the hourly pass.
+	// FleetHeadsInterval is how often the recent 10-minute windows' and
+	// minutes' fleet heads are written (daytrees.Compactor.ApplyWindows):
+	// a head is read by the edges of ranges ending now once written, so a
+	// pass runs well within a window. 0 leaves them to the hourly pass.
 	FleetHeadsInterval time.Duration
+	// MinuteTreeRetention: minute partition trees (and per-partition
+	// minute heads) of minutes that started longer ago are deleted, by
+	// the hourly pass after its compactor pass and by each fleet heads
+	// pass for the minutes it covered (daytrees.RecentMinutes): a minute's
+	// fleet head is written before its trees go. 0 keeps them as long as
+	// the minute documents (MinuteDays).
+	MinuteTreeRetention time.Duration
 }
 
 // Result is what one pass deleted.
 type Result struct {
 	Indices       []string // monthly indices whose month ended more than HourlyDays ago
 	MinuteRollups int64    // minute and 10-minute documents older than MinuteDays
+	MinuteTrees   int64    // minute partition trees and heads older than MinuteTreeRetention
 	DayTrees      int      // day trees written (missing or stale)
 }
 
@@ -61,9 +72,10 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 		switch {
 		case err != nil && ctx.Err() == nil:
 			l.Logger.Warn("rollup retention", "err", err)
-		case len(r.Indices) > 0 || r.MinuteRollups > 0 || r.DayTrees > 0:
+		case len(r.Indices) > 0 || r.MinuteRollups > 0 || r.MinuteTrees > 0 || r.DayTrees > 0:
 			l.Logger.Info("rollup retention", "deleted_indices", r.Indices, "deleted_minute_rollups", r.MinuteRollups,
-				"minute_days", l.MinuteDays, "hourly_days", l.HourlyDays, "day_trees_written", r.DayTrees)
+				"deleted_minute_trees", r.MinuteTrees, "minute_days", l.MinuteDays, "hourly_days", l.HourlyDays,
+				"minute_tree_retention", l.MinuteTreeRetention, "day_trees_written", r.DayTrees)
 		}
 		select {
 		case <-ctx.Done():
@@ -105,14 +117,46 @@ func (l *Lifecycle) Apply(ctx context.Context) (Result, error) {
 			return r, err
 		}
 	}
-	return r, nil
+	// After the compactor's pass, which wrote the heads of every minute
+	// of its days whose trees exist. A minute older than those days whose
+	// trees were written late (a replay) goes without a head: the query
+	// then reads it per stack.
+	n, err := l.deleteMinuteTrees(ctx, time.Time{})
+	r.MinuteTrees = n
+	return r, err
 }
 
-// runWindowHeads writes the recent 10-minute windows' heads every
-// FleetHeadsInterval until ctx ends; a failed pass is logged and the next
-// one tries again. It runs beside the hourly pass (which also writes
-// window heads, of older windows): both write a head under one _id from
-// the same trees, so running at once is harmless.
+// deleteMinuteTrees deletes the minute partition trees and per-partition
+// minute heads of the minutes from from (the zero time: any) that started
+// more than MinuteTreeRetention ago, not the fleet's minute heads
+// (indices.KindFleetHead), which stay with the minute documents.
+func (l *Lifecycle) deleteMinuteTrees(ctx context.Context, from time.Time) (int64, error) {
+	if l.MinuteTreeRetention <= 0 {
+		return 0, nil
+	}
+	cutoff := l.Now().UTC().Add(-l.MinuteTreeRetention)
+	if !from.Before(cutoff) {
+		return 0, nil
+	}
+	window := map[string]any{"lt": cutoff.UnixMilli(), "format": "epoch_millis"}
+	if !from.IsZero() {
+		window["gte"] = from.UnixMilli()
+	}
+	return opensearch.DeleteMatching(ctx, l.Client, l.Names.RollupsPattern(), map[string]any{
+		"bool": map[string]any{"filter": []any{
+			map[string]any{"terms": map[string]any{"kind": []string{indices.KindPartitionTree, indices.KindPartitionHead}}},
+			map[string]any{"term": map[string]any{"resolution": indices.ResolutionMinute}},
+			map[string]any{"range": map[string]any{"@timestamp": window}},
+		}},
+	})
+}
+
+// runWindowHeads writes the recent 10-minute windows' and minutes' heads
+// every FleetHeadsInterval until ctx ends, then deletes the trees of the
+// minutes it covered that are past MinuteTreeRetention; a failed pass is
+// logged and the next one tries again. It runs beside the hourly pass
+// (which also writes heads, of older windows and minutes): both write a
+// head under one _id from the same trees, so running at once is harmless.
 func (l *Lifecycle) runWindowHeads(ctx context.Context) {
 	t := time.NewTicker(l.FleetHeadsInterval)
 	defer t.Stop()
@@ -122,7 +166,7 @@ func (l *Lifecycle) runWindowHeads(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		n, err := l.DayTrees.ApplyWindows(ctx)
+		n, err := l.applyWindowHeads(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			l.Logger.Warn("window heads", "err", err)
@@ -130,4 +174,20 @@ func (l *Lifecycle) runWindowHeads(ctx context.Context) {
 			l.Logger.Debug("window heads", "written", n)
 		}
 	}
+}
+
+// applyWindowHeads is one fleet heads pass: the recent heads, then the
+// trees of the minutes whose heads it has just written or found current
+// (those of the last daytrees.RecentMinutes; older ones are the hourly
+// pass's, so a minute whose trees were written late is not deleted
+// before a pass covered it).
+func (l *Lifecycle) applyWindowHeads(ctx context.Context) (int, error) {
+	n, err := l.DayTrees.ApplyWindows(ctx)
+	if err != nil {
+		return n, err
+	}
+	if _, err := l.deleteMinuteTrees(ctx, l.Now().UTC().Add(-daytrees.RecentMinutes)); err != nil {
+		return n, fmt.Errorf("delete minute trees: %w", err)
+	}
+	return n, nil
 }

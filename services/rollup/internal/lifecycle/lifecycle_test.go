@@ -8,9 +8,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/opensearch-project/opensearch-go/v4/opensearchapi"
 
 	"github.com/stackstream/stackstream/pkg/opensearch"
 	"github.com/stackstream/stackstream/pkg/testenv"
@@ -41,22 +44,17 @@ func TestApply(t *testing.T) {
 		}
 		return d
 	}
-	var bulk bytes.Buffer
-	add := func(at time.Time, res string) {
-		d := indices.RollupDoc{Timestamp: at, Resolution: res, Kind: indices.KindService, Type: "cpu", Service: "api", Host: "h1", Value: 1}
-		fmt.Fprintf(&bulk, `{"index":{"_index":%q,"_id":%q}}`+"\n", names.Rollups(at), indices.RollupID(&d))
-		b, _ := json.Marshal(d)
-		bulk.Write(append(b, '\n'))
-	}
+	var docs []indices.RollupDoc
 	for _, at := range []string{"2026-09-15T10", "2026-10-20T10", "2026-11-10T10", "2026-11-25T10", "2026-12-09T10"} {
-		add(day(at), indices.ResolutionMinute)
-		add(day(at), indices.ResolutionTenMinutes)
-		add(day(at), indices.ResolutionHour)
+		for _, res := range []string{indices.ResolutionMinute, indices.ResolutionTenMinutes, indices.ResolutionHour} {
+			docs = append(docs, indices.RollupDoc{Timestamp: day(at), Resolution: res, Kind: indices.KindService, Type: "cpu", Service: "api", Host: "h1", Value: 1})
+		}
 	}
-	status, body, err := opensearch.Raw(ctx, cl, http.MethodPost, "/_bulk?refresh=true", bulk.Bytes())
-	if err != nil || status != http.StatusOK || bytes.Contains(body, []byte(`"errors":true`)) {
-		t.Fatalf("bulk: %v %d %.500s", err, status, body)
+	// The fleet's minute heads go with the minute documents.
+	for _, at := range []string{"2026-11-10T10", "2026-11-25T10"} {
+		docs = append(docs, indices.RollupDoc{Timestamp: day(at), Resolution: indices.ResolutionMinute, Kind: indices.KindFleetHead, Type: "cpu", Value: 1})
 	}
+	put(t, cl, names, docs...)
 
 	l := &Lifecycle{Client: cl, Names: names, MinuteDays: 20, HourlyDays: 45, Interval: time.Hour,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return day("2026-12-10T00") }}
@@ -69,12 +67,12 @@ func TestApply(t *testing.T) {
 		t.Errorf("deleted indices %v, want only September's", r.Indices)
 	}
 	// Minute and 10-minute rollups before 2026-11-20: October's and
-	// 2026-11-10's.
-	if r.MinuteRollups != 4 {
-		t.Errorf("deleted %d minute rollups, want 4", r.MinuteRollups)
+	// 2026-11-10's, its minute's fleet head too.
+	if r.MinuteRollups != 5 {
+		t.Errorf("deleted %d minute rollups, want 5", r.MinuteRollups)
 	}
 	opensearch.Raw(ctx, cl, http.MethodPost, "/"+names.RollupsPattern()+"/_refresh", nil)
-	status, body, err = opensearch.Raw(ctx, cl, http.MethodGet, "/"+names.RollupsPattern()+"/_search?size=100&sort=@timestamp:asc,resolution:asc", nil)
+	status, body, err := opensearch.Raw(ctx, cl, http.MethodGet, "/"+names.RollupsPattern()+"/_search?size=100&sort=@timestamp:asc,resolution:asc", nil)
 	if err != nil || status != http.StatusOK {
 		t.Fatalf("search: %v %d %.300s", err, status, body)
 	}
@@ -90,7 +88,7 @@ func TestApply(t *testing.T) {
 	for _, h := range resp.Hits.Hits {
 		left = append(left, h.Source.Timestamp.Format("01-02")+"/"+h.Source.Resolution)
 	}
-	want := []string{"10-20/1h", "11-10/1h", "11-25/10m", "11-25/1h", "11-25/1m", "12-09/10m", "12-09/1h", "12-09/1m"}
+	want := []string{"10-20/1h", "11-10/1h", "11-25/10m", "11-25/1h", "11-25/1m", "11-25/1m", "12-09/10m", "12-09/1h", "12-09/1m"}
 	if fmt.Sprint(left) != fmt.Sprint(want) {
 		t.Errorf("left %v, want %v", left, want)
 	}
@@ -151,5 +149,121 @@ func TestRunWritesWindowHeads(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no window head written in 30 s (%d compactor calls)", calls.Load())
+	}
+}
+
+// put writes docs, searchable on return.
+func put(t *testing.T, cl *opensearchapi.Client, names indices.Names, docs ...indices.RollupDoc) {
+	t.Helper()
+	var body bytes.Buffer
+	for _, d := range docs {
+		raw, _ := json.Marshal(&d)
+		fmt.Fprintf(&body, `{"index":{"_index":%q,"_id":%q}}`+"\n%s\n", names.Rollups(d.Timestamp), indices.RollupID(&d), raw)
+	}
+	status, resp, err := opensearch.Raw(context.Background(), cl, http.MethodPost, "/_bulk?refresh=true", body.Bytes())
+	if err != nil || status != http.StatusOK || bytes.Contains(resp, []byte(`"errors":true`)) {
+		t.Fatalf("bulk: %d %v %.500s", status, err, resp)
+	}
+}
+
+// TestMinuteTrees: minute partition trees and partition heads of minutes
+// older than MinuteTreeRetention are deleted once the compactor has
+// written their minutes' fleet heads: by the fleet heads pass for the
+// minutes it covers (daytrees.RecentMinutes), by the hourly pass for
+// older ones; the fleet's minute heads, recent minute trees and 10-minute
+// trees stay.
+func TestMinuteTrees(t *testing.T) {
+	ctx := context.Background()
+	cl, err := opensearch.NewClient(ctx, opensearch.Config{URLs: []string{testenv.OpenSearchURL(t)}, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := indices.Names{Prefix: testenv.Name(t, "lcm-") + "-"}
+	t.Cleanup(func() { opensearch.RemovePrefix(context.Background(), cl, names.Prefix) })
+	if _, err := opensearch.ApplyTemplates(ctx, cl, names.Prefix, indices.DefaultSettings); err != nil {
+		t.Fatal(err)
+	}
+	at := func(hm string) time.Time {
+		d, err := time.Parse("2006-01-02 15:04", "2026-11-28 "+hm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	now := at("12:41")
+	var b indices.TreeBuilder
+	b.Add([]indices.TreeFrame{{Name: "main"}, {Name: "f"}}, 5)
+	tree := indices.Deflate(b.Encode())
+	doc := func(w time.Time, res, kind string, p int32) indices.RollupDoc {
+		return indices.RollupDoc{Timestamp: w, Resolution: res, Kind: kind, Type: "cpu", Partition: p, Value: 5, Tree: tree}
+	}
+	// The minute 08:00 is older than the fleet heads pass looks (3 h),
+	// 10:00 past the retention (2 h) but within it, 12:00 recent; 10:00
+	// is also a 10-minute window.
+	old, past, recent := at("08:00"), at("10:00"), at("12:00")
+	var docs []indices.RollupDoc
+	for _, w := range []time.Time{old, past, recent} {
+		docs = append(docs, doc(w, indices.ResolutionMinute, indices.KindPartitionTree, 0), doc(w, indices.ResolutionMinute, indices.KindPartitionTree, 1),
+			doc(w, indices.ResolutionMinute, indices.KindPartitionHead, 0))
+	}
+	docs = append(docs, doc(past, indices.ResolutionTenMinutes, indices.KindPartitionTree, 0), doc(past, indices.ResolutionTenMinutes, indices.KindPartitionHead, 0))
+	put(t, cl, names, docs...)
+	clock := func() time.Time { return now }
+	l := &Lifecycle{Client: cl, Names: names, MinuteTreeRetention: 2 * time.Hour, Interval: time.Hour, FleetHeadsInterval: time.Minute,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock,
+		DayTrees: &daytrees.Compactor{Client: cl, Names: names, Days: 1, Now: clock}}
+	// left lists what is stored, as window/resolution/kind.
+	left := func() []string {
+		t.Helper()
+		if _, _, err := opensearch.Raw(ctx, cl, http.MethodPost, "/"+names.RollupsPattern()+"/_refresh", nil); err != nil {
+			t.Fatal(err)
+		}
+		status, body, err := opensearch.Raw(ctx, cl, http.MethodGet, "/"+names.RollupsPattern()+"/_search?size=100&_source=@timestamp,resolution,kind,partition", nil)
+		if err != nil || status != http.StatusOK {
+			t.Fatalf("search: %v %d %.300s", err, status, body)
+		}
+		var resp struct {
+			Hits struct {
+				Hits []struct {
+					Source indices.RollupDoc `json:"_source"`
+				} `json:"hits"`
+			} `json:"hits"`
+		}
+		if err := json.Unmarshal(body, &resp); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, h := range resp.Hits.Hits {
+			d := h.Source
+			out = append(out, fmt.Sprintf("%s/%s/%s/%d", d.Timestamp.Format("15:04"), d.Resolution, d.Kind, d.Partition))
+		}
+		slices.Sort(out)
+		return out
+	}
+	// The fleet heads pass: the heads of 10:00 and 12:00 (and of the
+	// window 10:00), then 10:00's minute trees go; 08:00's stay for the
+	// hourly pass.
+	if n, err := l.applyWindowHeads(ctx); err != nil || n != 3 {
+		t.Fatalf("fleet heads pass wrote %d (%v), want 3", n, err)
+	}
+	want := []string{
+		"08:00/1m/partition_head/0", "08:00/1m/partition_tree/0", "08:00/1m/partition_tree/1",
+		"10:00/10m/fleet_head/0", "10:00/10m/partition_head/0", "10:00/10m/partition_tree/0", "10:00/1m/fleet_head/0",
+		"12:00/1m/fleet_head/0", "12:00/1m/partition_head/0", "12:00/1m/partition_tree/0", "12:00/1m/partition_tree/1",
+	}
+	if got := left(); !slices.Equal(got, want) {
+		t.Fatalf("after the fleet heads pass: %v, want %v", got, want)
+	}
+	// The hourly pass: 08:00's head, then its trees go.
+	r, err := l.Apply(ctx)
+	if err != nil || r.DayTrees != 1 || r.MinuteTrees != 3 {
+		t.Fatalf("hourly pass: %+v, %v; want 1 head written, 3 minute trees and heads deleted", r, err)
+	}
+	want = append([]string{"08:00/1m/fleet_head/0"}, want[3:]...)
+	if got := left(); !slices.Equal(got, want) {
+		t.Fatalf("after the hourly pass: %v, want %v", got, want)
+	}
+	if r, err := l.Apply(ctx); err != nil || r.DayTrees != 0 || r.MinuteTrees != 0 {
+		t.Fatalf("second hourly pass: %+v, %v; want nothing", r, err)
 	}
 }
