@@ -395,7 +395,7 @@ func BenchmarkProveEdgeHeads(b *testing.B) {
 // compactor write them by default: the fleet heads (indices.HeadNodes
 // kept) of the whole 10-minute windows 00:40 and 00:50 (hour 0's stacks)
 // and 24:00, 24:10 and 24:20 (hour 24's), each minute a sixtieth of its
-// hour; and, as whole trees (what the per-stack read merges), the closed
+// hour; and the fleet heads (indices.HeadNodes kept) of the closed
 // minutes outside whole windows: 00:35-00:39 and 24:30-24:31 (24:32 on
 // are not yet written).
 func (f benchFleet) fleetWindowHeads() [][]byte {
@@ -421,15 +421,15 @@ func (f benchFleet) fleetWindowHeads() [][]byte {
 			out = append(out, w.EncodeHead(indices.HeadNodes))
 		}
 		for range edge.loose {
-			out = append(out, minute.EncodeHead(minute.Nodes()))
+			out = append(out, minute.EncodeHead(indices.HeadNodes))
 		}
 	}
 	return out
 }
 
 // BenchmarkProveFleetWindowHeads: BenchmarkProveHourHeads with the edges
-// of a literal now-24h from the fleet's window heads and the loose
-// minutes as whole trees (fleetWindowHeads), merged under the same proof.
+// of a literal now-24h from the fleet's window and minute heads
+// (fleetWindowHeads), merged under the same proof.
 func BenchmarkProveFleetWindowHeads(b *testing.B) {
 	f := benchFleet{hosts: 1000, hours: 23, partitions: 6}
 	heads := append(f.hourHeads(1, 24), f.fleetWindowHeads()...)
@@ -654,16 +654,16 @@ func BenchmarkFlameDayTrees(b *testing.B) {
 // compactor write them by default (indexEdges): the whole 10-minute
 // windows 00:40, 00:50, 24:00, 24:10 and 24:20 from the fleet's window
 // heads, the minutes 00:35-00:39 and 24:30-24:31 (the window 24:30 is
-// still open, 24:32 on not yet written) per stack; the range 00:40-24:30
-// (every edge from window heads, nothing per stack), to see what the
-// loose minutes cost; and now-24h again with the window heads deleted
-// (as before them: the windows from their 6 partition trees each).
-// Alternated, two rounds; each checks the source and that the total is
-// exact; p50 and p99 of b.N requests.
+// still open, 24:32 on not yet written) from the fleet's minute heads
+// (fresh by value for the first, whose trees are deleted, by sources for
+// the others), 24:32-24:34 per stack (nothing written); and the range
+// 00:40-24:30 (every edge from window heads, nothing per stack), to see
+// what the loose minutes cost. Alternated, two rounds; each checks the
+// source and that the total is exact; p50 and p99 of b.N requests.
 func (f benchFleet) benchEdges(b *testing.B, cl *opensearchapi.Client, names indices.Names, day time.Time, hourTotals []int64, bulk func([]querytest.Doc)) {
 	start := time.Now()
 	at := day.Add(24*time.Hour + 34*time.Minute + 27*time.Second)
-	minuteTotals, heads := f.indexEdges(b, cl, names, day, at.Add(-24*time.Hour), bulk)
+	minuteTotals := f.indexEdges(b, cl, names, day, at.Add(-24*time.Hour), bulk)
 	if err := querytest.Refresh(b.Context(), cl, names); err != nil {
 		b.Fatal(err)
 	}
@@ -688,30 +688,14 @@ func (f benchFleet) benchEdges(b *testing.B, cl *opensearchapi.Client, names ind
 		name, source string
 		params       url.Values
 		total        int64
-		heads        bool
 	}{
-		{"now-24h", "fleet_hour_heads+fleet_window_heads+rollups", url.Values{"from": {"now-24h"}, "to": {"now"}},
-			hours + sum(at.Add(-24*time.Hour), at), true},
+		{"now-24h", "fleet_hour_heads+fleet_window_heads+fleet_minute_heads+rollups", url.Values{"from": {"now-24h"}, "to": {"now"}},
+			hours + sum(at.Add(-24*time.Hour), at)},
 		{"00:40-24:30", "fleet_hour_heads+fleet_window_heads", url.Values{"from": {aligned[0].Format(time.RFC3339)}, "to": {aligned[1].Format(time.RFC3339)}},
-			hours + sum(aligned[0], aligned[1]), true},
-		{"now-24h_without_window_heads", "fleet_hour_heads+window_trees+rollups", url.Values{"from": {"now-24h"}, "to": {"now"}},
-			hours + sum(at.Add(-24*time.Hour), at), false},
+			hours + sum(aligned[0], aligned[1])},
 	}
-	withHeads := true
 	for round := 1; round <= 2; round++ {
 		for _, c := range cases {
-			if c.heads != withHeads {
-				if c.heads {
-					bulk(heads)
-				} else {
-					deleteRollups(b, cl, names, map[string]any{"bool": map[string]any{"filter": []any{
-						map[string]any{"term": map[string]any{"kind": indices.KindFleetHead}}, map[string]any{"term": map[string]any{"resolution": "10m"}}}}})
-				}
-				if err := querytest.Refresh(b.Context(), cl, names); err != nil {
-					b.Fatal(err)
-				}
-				withHeads = c.heads
-			}
 			c.params.Set("max_nodes", "5000")
 			b.Run(fmt.Sprintf("round%d/%s/max_nodes=5000", round, c.name), func(b *testing.B) {
 				var fr api.FlamegraphResponse
@@ -725,9 +709,6 @@ func (f benchFleet) benchEdges(b *testing.B, cl *opensearchapi.Client, names ind
 				b.Logf("%s, max_nodes 5000, %s (exact total), %d [other] nodes: p50 %.1f ms, p99 %.1f ms", c.name, fr.Source, fr.Folded, p50, p99)
 			})
 		}
-	}
-	if !withHeads {
-		bulk(heads)
 	}
 }
 
@@ -749,19 +730,24 @@ func benchVersion(b *testing.B, cl *opensearchapi.Client, names indices.Names, d
 }
 
 // indexEdges writes what the rollup and its compactor write by default
-// (no minute trees, no partition heads) for the minutes of day 00:30-01:00
+// (no partition heads) for the minutes of day 00:30-01:00
 // (hour 0's stacks) and of the next day 00:00-00:32 (hour 24's; the
 // window 00:30 is still open at 00:34:27, its minutes 00:32 on not yet
 // closed) that a range starting at from reads, each minute a sixtieth of
 // its hour's values: the minute service documents; per whole 10-minute
 // window its service documents, its partition trees and the fleet's head
 // of the window (the trees merged, with their versions as sources); for
-// the minutes outside whole windows (read per stack) the minute stack
-// rollups and the stacks' documents. Every minute of an hour holds the
-// same stacks, so trees are built per hour and scaled. It returns each
-// minute's total and the window heads' documents.
-func (f benchFleet) indexEdges(b *testing.B, cl *opensearchapi.Client, names indices.Names, day, from time.Time, bulk func([]querytest.Doc)) (totals map[time.Time]int64, heads []querytest.Doc) {
+// the minutes outside whole windows the minute stack rollups and the
+// stacks' documents, the fleet's head of each minute and, for the minutes
+// of the last benchMinuteTreeRetention before from+24h only, the minute
+// partition trees (older ones are deleted after their heads are written:
+// their heads' sources name trees that are gone). Every minute of an hour
+// holds the same stacks, so trees are built per hour and scaled. It
+// returns each minute's total.
+func (f benchFleet) indexEdges(b *testing.B, cl *opensearchapi.Client, names indices.Names, day, from time.Time, bulk func([]querytest.Doc)) (totals map[time.Time]int64) {
 	totals = map[time.Time]int64{}
+	now := from.Add(24 * time.Hour)
+	var heads []querytest.Doc
 	var headBytes int
 	for _, edge := range []struct {
 		hr      int
@@ -789,6 +775,7 @@ func (f benchFleet) indexEdges(b *testing.B, cl *opensearchapi.Client, names ind
 			}
 		}
 		windowTrees := make([]indices.TreeBuilder, f.partitions)
+		minuteTrees := make([]indices.TreeBuilder, f.partitions)
 		stackDocs := map[string]querytest.Doc{}
 		for h := 0; h < f.hosts; h++ {
 			var docs []querytest.Doc
@@ -803,6 +790,7 @@ func (f benchFleet) indexEdges(b *testing.B, cl *opensearchapi.Client, names ind
 					if len(loose) == 0 {
 						return
 					}
+					minuteTrees[p].Add(path, v/60)
 					fns := make([]string, len(path))
 					for i, fr := range path {
 						fns[i] = fr.Name
@@ -867,13 +855,48 @@ func (f benchFleet) indexEdges(b *testing.B, cl *opensearchapi.Client, names ind
 			heads = append(heads, querytest.Rollup(names, indices.RollupDoc{Timestamp: w, Resolution: "10m", Kind: indices.KindFleetHead, Type: "cpu",
 				Value: fleet.Total(), Tree: head, Sources: indices.TreeSources(src)}))
 		}
-		b.Logf("edge from %s: %d whole windows (a partition tree %d nodes), %d minutes per stack (%d stacks), fleet window head %d KB of %d nodes",
+		b.Logf("edge from %s: %d whole windows (a partition tree %d nodes), %d loose minutes (%d stacks), fleet window head %d KB of %d nodes",
 			edge.first.Format("15:04"), len(windows), windowTrees[0].Nodes(), len(loose), len(stackDocs), len(head)>>10, fleet.Nodes())
+		if len(loose) == 0 {
+			continue
+		}
+		var minuteFleet indices.TreeBuilder
+		encoded := make([][]byte, f.partitions)
+		for p := range minuteTrees {
+			encoded[p] = minuteTrees[p].Encode()
+			if err := minuteFleet.AddTree(encoded[p], indices.TreeLimits{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		minuteHead := minuteFleet.EncodeHead(indices.HeadNodes)
+		kept := 0
+		for _, m := range loose {
+			var src []indices.TreeSource
+			if now.Sub(m) <= benchMinuteTreeRetention {
+				kept++
+				for p := range minuteTrees {
+					d := indices.RollupDoc{Timestamp: m, Resolution: indices.ResolutionMinute, Kind: indices.KindPartitionTree, Type: "cpu", Partition: int32(p),
+						Value: minuteTrees[p].Total(), Tree: indices.Deflate(encoded[p])}
+					bulk([]querytest.Doc{querytest.Rollup(names, d)})
+					src = append(src, benchVersion(b, cl, names, d))
+				}
+			}
+			headBytes += len(minuteHead)
+			heads = append(heads, querytest.Rollup(names, indices.RollupDoc{Timestamp: m, Resolution: indices.ResolutionMinute, Kind: indices.KindFleetHead,
+				Type: "cpu", Value: minuteFleet.Total(), Tree: minuteHead, Sources: indices.TreeSources(src)}))
+		}
+		b.Logf("edge from %s: %d fleet minute heads of %d KB, %d minutes with their %d partition trees kept", edge.first.Format("15:04"),
+			len(loose), len(minuteHead)>>10, kept, f.partitions)
 	}
 	bulk(heads)
-	b.Logf("%d fleet window heads, %d KB", len(heads), headBytes>>10)
-	return totals, heads
+	b.Logf("%d fleet window and minute heads, %d KB", len(heads), headBytes>>10)
+	return totals
 }
+
+// benchMinuteTreeRetention is the rollup's default minute tree retention
+// (STACKSTREAM_ROLLUP_MINUTE_TREE_RETENTION): older minutes keep their
+// fleet heads, not their partition trees.
+const benchMinuteTreeRetention = 2 * time.Hour
 
 // BenchmarkTopDayTrees: the query service's own share of a top table of
 // the fleet's UTC day (the fleet of BenchmarkFlameDayTrees) read from its
