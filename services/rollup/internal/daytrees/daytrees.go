@@ -107,38 +107,53 @@ type hit struct {
 }
 
 func (c *Compactor) search(ctx context.Context, index string, body map[string]any) ([]hit, error) {
-	raw, err := json.Marshal(body)
-	if err != nil {
-		return nil, err
-	}
-	path := "/" + index + "/_search?ignore_unavailable=true&allow_no_indices=true&filter_path=" +
-		url.QueryEscape("timed_out,_shards.failed,hits.hits._id,hits.hits._seq_no,hits.hits._primary_term,hits.hits._source")
-	status, resp, err := opensearch.Raw(ctx, c.Client, http.MethodPost, path, raw)
-	if err != nil {
-		return nil, err
-	}
-	if status != http.StatusOK {
-		return nil, fmt.Errorf("search %s: HTTP %d: %.300s", index, status, resp)
-	}
 	var out struct {
-		TimedOut bool `json:"timed_out"`
-		Shards   struct {
-			Failed int `json:"failed"`
-		} `json:"_shards"`
+		answer
 		Hits struct {
 			Hits []hit `json:"hits"`
 		} `json:"hits"`
 	}
-	if err := json.Unmarshal(resp, &out); err != nil {
-		return nil, fmt.Errorf("decode search answer: %w", err)
-	}
-	if out.TimedOut {
-		return nil, fmt.Errorf("search %s: timed out: %w", index, ErrPartial)
-	}
-	if out.Shards.Failed > 0 {
-		return nil, fmt.Errorf("search %s: %d shards failed: %w", index, out.Shards.Failed, ErrPartial)
+	if err := c.query(ctx, index, body, "hits.hits._id,hits.hits._seq_no,hits.hits._primary_term,hits.hits._source", &out, &out.answer); err != nil {
+		return nil, err
 	}
 	return out.Hits.Hits, nil
+}
+
+// answer is what every search answer says of its completeness.
+type answer struct {
+	TimedOut bool `json:"timed_out"`
+	Shards   struct {
+		Failed int `json:"failed"`
+	} `json:"_shards"`
+}
+
+// query runs the search body on index (a name or pattern) and decodes
+// the answer, only filterPath of it, into out, whose answer is a; an
+// answer OpenSearch gave up on or that lacks shards is ErrPartial.
+func (c *Compactor) query(ctx context.Context, index string, body map[string]any, filterPath string, out any, a *answer) error {
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	path := "/" + index + "/_search?ignore_unavailable=true&allow_no_indices=true&filter_path=" +
+		url.QueryEscape("timed_out,_shards.failed,"+filterPath)
+	status, resp, err := opensearch.Raw(ctx, c.Client, http.MethodPost, path, raw)
+	if err != nil {
+		return err
+	}
+	if status != http.StatusOK {
+		return fmt.Errorf("search %s: HTTP %d: %.300s", index, status, resp)
+	}
+	if err := json.Unmarshal(resp, out); err != nil {
+		return fmt.Errorf("decode search answer: %w", err)
+	}
+	if a.TimedOut {
+		return fmt.Errorf("search %s: timed out: %w", index, ErrPartial)
+	}
+	if a.Shards.Failed > 0 {
+		return fmt.Errorf("search %s: %d shards failed: %w", index, a.Shards.Failed, ErrPartial)
+	}
+	return nil
 }
 
 func treeQuery(res string, from, to time.Time) map[string]any {

@@ -2,13 +2,8 @@ package daytrees
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/url"
 	"time"
-
-	"github.com/stackstream/stackstream/pkg/opensearch"
 
 	"github.com/stackstream/stackstream/schemas/indices"
 )
@@ -123,30 +118,8 @@ func (c *Compactor) spansWithTrees(ctx context.Context, h fleetHeads, from, to t
 	if !from.Before(to) {
 		return nil, nil
 	}
-	raw, err := json.Marshal(map[string]any{
-		"size": 0, "query": treeQuery(h.res, from, to),
-		"aggs": map[string]any{"spans": map[string]any{"date_histogram": map[string]any{
-			"field": "@timestamp", "fixed_interval": fmt.Sprintf("%dms", h.searchSpan.Milliseconds()), "min_doc_count": 1,
-		}}},
-	})
-	if err != nil {
-		return nil, err
-	}
-	pattern := c.Names.RollupsPattern()
-	path := "/" + pattern + "/_search?ignore_unavailable=true&allow_no_indices=true&filter_path=" +
-		url.QueryEscape("timed_out,_shards.failed,aggregations.spans.buckets.key")
-	status, resp, err := opensearch.Raw(ctx, c.Client, http.MethodPost, path, raw)
-	if err != nil {
-		return nil, err
-	}
-	if status != http.StatusOK {
-		return nil, fmt.Errorf("search %s: HTTP %d: %.300s", pattern, status, resp)
-	}
 	var out struct {
-		TimedOut bool `json:"timed_out"`
-		Shards   struct {
-			Failed int `json:"failed"`
-		} `json:"_shards"`
+		answer
 		Aggregations struct {
 			Spans struct {
 				Buckets []struct {
@@ -155,11 +128,13 @@ func (c *Compactor) spansWithTrees(ctx context.Context, h fleetHeads, from, to t
 			} `json:"spans"`
 		} `json:"aggregations"`
 	}
-	if err := json.Unmarshal(resp, &out); err != nil {
-		return nil, fmt.Errorf("decode search answer: %w", err)
-	}
-	if out.TimedOut || out.Shards.Failed > 0 {
-		return nil, fmt.Errorf("search %s: timed out %v, %d shards failed: %w", pattern, out.TimedOut, out.Shards.Failed, ErrPartial)
+	if err := c.query(ctx, c.Names.RollupsPattern(), map[string]any{
+		"size": 0, "query": treeQuery(h.res, from, to),
+		"aggs": map[string]any{"spans": map[string]any{"date_histogram": map[string]any{
+			"field": "@timestamp", "fixed_interval": fmt.Sprintf("%dms", h.searchSpan.Milliseconds()), "min_doc_count": 1,
+		}}},
+	}, "aggregations.spans.buckets.key", &out, &out.answer); err != nil {
+		return nil, err
 	}
 	spans := make([]time.Time, len(out.Aggregations.Spans.Buckets))
 	for i, b := range out.Aggregations.Spans.Buckets {
