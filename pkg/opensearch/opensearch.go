@@ -356,10 +356,16 @@ func upgradeMappings(ctx context.Context, cl *opensearchapi.Client, t indices.Te
 
 // mappingAdditions is the mapping tpl without the fields have already
 // holds: a field have has is left out, an object (a field with properties)
-// have has is descended into.
+// have has is descended into. _source is left out too: an index keeps the
+// _source it was created with (OpenSearch refuses to change its excludes),
+// so an index created before the rollups' excludes keeps its stacks in
+// _source, which readers of doc values and stackctl reindex read alike.
 func mappingAdditions(tpl, have map[string]any) map[string]any {
 	out := make(map[string]any, len(tpl))
 	for k, v := range tpl {
+		if k == "_source" {
+			continue
+		}
 		props, ok := v.(map[string]any)
 		if k != "properties" || !ok {
 			out[k] = v

@@ -251,4 +251,28 @@ func TestTemplatesKeepExistingFields(t *testing.T) {
 	if status, resp, err := Raw(ctx, cl, http.MethodPut, "/"+index+"/_doc/r1?refresh=true", doc); err != nil || status >= 300 {
 		t.Fatalf("index a document with the new fields: %d %s %v", status, resp, err)
 	}
+	// The index keeps the _source it was created with (OpenSearch refuses
+	// to change its excludes): a stacks document keeps its stacks there;
+	// the next month's index takes the template's, without them.
+	stacks := indices.RollupDoc{Timestamp: ts, Resolution: "1m", Kind: indices.KindStacks, Type: "cpu", Service: "checkout", Host: "web-1", Value: 5}
+	if err := stacks.SetStacks([]string{"a", "b"}, []int64{2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	doc, _ = json.Marshal(stacks)
+	for at, whole := range map[time.Time]bool{ts: true, ts.AddDate(0, 1, 0): false} {
+		idx := names.Rollups(at)
+		if status, resp, err := Raw(ctx, cl, http.MethodPut, "/"+idx+"/_doc/s1", doc); err != nil || status >= 300 {
+			t.Fatalf("index a stacks document into %s: %d %s %v", idx, status, resp, err)
+		}
+		var got struct {
+			Source indices.RollupDoc `json:"_source"`
+		}
+		status, resp, err := Raw(ctx, cl, http.MethodGet, "/"+idx+"/_doc/s1", nil)
+		if err != nil || status != 200 || json.Unmarshal(resp, &got) != nil {
+			t.Fatalf("get the stacks document of %s: %d %s %v", idx, status, resp, err)
+		}
+		if has := len(got.Source.StackIDs) == 2 && len(got.Source.StackValues) > 0; has != whole {
+			t.Errorf("%s: stacks in _source %v, want %v: %s", idx, has, whole, resp)
+		}
+	}
 }

@@ -69,7 +69,8 @@ func firstRecord(ctx context.Context, adm *kadm.Client, topic string, from time.
 // index in the old generation holds documents older than that:
 //   - rollups: those documents are copied into the new generation (over
 //     those with the same ID: a window that began before since is whole
-//     only in the old generation);
+//     only in the old generation), the stack rollups with their stacks read
+//     from doc values (copyStackRollups);
 //   - samples: their _source is disabled, nothing can be copied, so a day
 //     of which the old generation holds more documents from before since
 //     than the new one stays on the old generation (returned in
@@ -123,10 +124,20 @@ func fillGaps(ctx context.Context, osc *opensearchapi.Client, names indices.Name
 		if err := dropPackedOverPerStack(ctx, osc, old.Index, p.Index, older); err != nil {
 			return g, err
 		}
+		// _reindex copies _source only, which holds no stacks since
+		// rollups schema 4: the stack rollups are copied with their doc
+		// values (copyStackRollups), every other rollup by _reindex.
+		what := p.Name + " before " + since.UTC().Format(time.RFC3339)
 		created, err := copyDocs(ctx, osc, map[string]any{
-			"source": map[string]any{"index": old.Index, "query": older},
+			"source": map[string]any{"index": old.Index, "query": map[string]any{"bool": map[string]any{"filter": []any{older}, "must_not": []any{stackKinds}}}},
 			"dest":   map[string]any{"index": p.Index},
-		}, p.Name+" before "+since.UTC().Format(time.RFC3339), interval, out)
+		}, what, interval, out)
+		g.RollupsCopy += created
+		if err != nil {
+			return g, err
+		}
+		created, err = copyStackRollups(ctx, osc, old.Index, p.Index, map[string]any{"bool": map[string]any{"filter": []any{older, stackKinds}}},
+			"stack rollups of "+what, interval, out)
 		g.RollupsCopy += created
 		if err != nil {
 			return g, err

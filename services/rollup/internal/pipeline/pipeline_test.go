@@ -197,7 +197,8 @@ func (e *env) docs() map[string]indices.RollupDoc {
 	var err error
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		if status, body, err = opensearch.Raw(ctx, e.os, http.MethodPost, "/"+pattern+"/_refresh", nil); err == nil && status == http.StatusOK {
-			status, body, err = opensearch.Raw(ctx, e.os, http.MethodPost, "/"+pattern+"/_search?size=10000", []byte(`{"query":{"match_all":{}}}`))
+			// The stacks are not in _source (rollups schema 4): read from doc values.
+			status, body, err = opensearch.Raw(ctx, e.os, http.MethodPost, "/"+pattern+"/_search?size=10000", []byte(`{"query":{"match_all":{}},"docvalue_fields":["stack_id","stack_values"]}`))
 		}
 		if (err == nil && status == http.StatusOK) || time.Now().After(deadline) {
 			break
@@ -209,9 +210,10 @@ func (e *env) docs() map[string]indices.RollupDoc {
 	var resp struct {
 		Hits struct {
 			Hits []struct {
-				ID     string            `json:"_id"`
-				Index  string            `json:"_index"`
-				Source indices.RollupDoc `json:"_source"`
+				ID     string                 `json:"_id"`
+				Index  string                 `json:"_index"`
+				Source json.RawMessage        `json:"_source"`
+				Fields indices.StackDocValues `json:"fields"`
 			} `json:"hits"`
 		} `json:"hits"`
 	}
@@ -220,13 +222,21 @@ func (e *env) docs() map[string]indices.RollupDoc {
 	}
 	out := map[string]indices.RollupDoc{}
 	for _, h := range resp.Hits.Hits {
-		if want := indices.RollupID(&h.Source); want != h.ID {
+		var d indices.RollupDoc
+		src, err := indices.WithStackDocValues(h.Source, h.Fields)
+		if err == nil {
+			err = json.Unmarshal(src, &d)
+		}
+		if err != nil {
+			e.t.Fatalf("doc %s: %v", h.ID, err)
+		}
+		if want := indices.RollupID(&d); want != h.ID {
 			e.t.Fatalf("doc %s has _id %s, want %s", h.Index, h.ID, want)
 		}
-		if want := e.names.Rollups(h.Source.Timestamp); want != h.Index {
+		if want := e.names.Rollups(d.Timestamp); want != h.Index {
 			e.t.Fatalf("doc %s in index %s, want %s", h.ID, h.Index, want)
 		}
-		out[h.ID] = h.Source
+		out[h.ID] = d
 	}
 	return out
 }
