@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/stackstream/stackstream/pkg/opensearch"
-	"github.com/stackstream/stackstream/pkg/testenv"
 	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/services/rollup/internal/rolluptest"
 )
 
 // fleetMinuteTrees encodes the partition trees of one minute of a
@@ -75,15 +75,7 @@ func fleetMinuteTrees(hosts, partitions int) ([]indices.RollupDoc, int) {
 // without the heads).
 func BenchmarkMinuteHeads(b *testing.B) {
 	ctx := context.Background()
-	cl, err := opensearch.NewClient(ctx, opensearch.Config{URLs: []string{testenv.OpenSearchURL(b)}, Timeout: 120 * time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
-	names := indices.Names{Prefix: testenv.Name(b, "bmh-") + "-"}
-	b.Cleanup(func() { opensearch.RemovePrefix(context.Background(), cl, names.Prefix) })
-	if _, err := opensearch.ApplyTemplates(ctx, cl, names.Prefix, indices.DefaultSettings); err != nil {
-		b.Fatal(err)
-	}
+	cl, names := rolluptest.Rollups(b, "bmh-")
 	const minutes = 10
 	first := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
 	trees, nodes := fleetMinuteTrees(1000, 6)

@@ -1,7 +1,6 @@
 package daytrees
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,8 +17,8 @@ import (
 	"github.com/opensearch-project/opensearch-go/v4/opensearchapi"
 
 	"github.com/stackstream/stackstream/pkg/opensearch"
-	"github.com/stackstream/stackstream/pkg/testenv"
 	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/services/rollup/internal/rolluptest"
 )
 
 type paths struct {
@@ -46,20 +45,6 @@ func decode(t *testing.T, b []byte) map[string][2]int64 {
 	return p.out
 }
 
-// put writes docs, searchable on return.
-func put(t *testing.T, cl *opensearchapi.Client, names indices.Names, docs ...indices.RollupDoc) {
-	t.Helper()
-	var body bytes.Buffer
-	for _, d := range docs {
-		raw, _ := json.Marshal(&d)
-		fmt.Fprintf(&body, `{"index":{"_index":%q,"_id":%q}}`+"\n%s\n", names.Rollups(d.Timestamp), indices.RollupID(&d), raw)
-	}
-	status, resp, err := opensearch.Raw(context.Background(), cl, http.MethodPost, "/_bulk?refresh=true", body.Bytes())
-	if err != nil || status != http.StatusOK || bytes.Contains(resp, []byte(`"errors":true`)) {
-		t.Fatalf("put: %d %v %.500s", status, err, resp)
-	}
-}
-
 // TestCompactor: a settled day's hour partition trees become one day tree
 // per (type, partition) equal to their merge, and the fleet head of the
 // day the head of all of them merged; a second pass writes nothing; an
@@ -67,15 +52,7 @@ func put(t *testing.T, cl *opensearchapi.Client, names indices.Names, docs ...in
 // day tree and the head.
 func TestCompactor(t *testing.T) {
 	ctx := context.Background()
-	cl, err := opensearch.NewClient(ctx, opensearch.Config{URLs: []string{testenv.OpenSearchURL(t)}, Timeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := indices.Names{Prefix: testenv.Name(t, "dt-") + "-"}
-	t.Cleanup(func() { opensearch.RemovePrefix(context.Background(), cl, names.Prefix) })
-	if _, err := opensearch.ApplyTemplates(ctx, cl, names.Prefix, indices.DefaultSettings); err != nil {
-		t.Fatal(err)
-	}
+	cl, names := rolluptest.Rollups(t, "dt-")
 	day := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
 	want := map[int32]*indices.TreeBuilder{0: {}, 1: {}}
 	hourTree := func(p int32, h int, extra string) indices.RollupDoc {
@@ -90,7 +67,7 @@ func TestCompactor(t *testing.T) {
 	for _, p := range []int32{0, 1} {
 		for h := 0; h < 24; h++ {
 			d := hourTree(p, h, "")
-			put(t, cl, names, d)
+			rolluptest.Put(t, cl, names, d)
 			if err := want[p].AddTree(d.Tree, indices.TreeLimits{}); err != nil {
 				t.Fatal(err)
 			}
@@ -209,7 +186,7 @@ func TestCompactor(t *testing.T) {
 	refresh()
 	// A replay rewrites hour 5 of partition 1 with other frame names (same
 	// values): only that partition's day tree is rewritten, with them.
-	put(t, cl, names, hourTree(1, 5, "-resymbolized"))
+	rolluptest.Put(t, cl, names, hourTree(1, 5, "-resymbolized"))
 	before := read(1).Sources
 	if n, err := c.Apply(ctx); err != nil || n != 4 {
 		t.Fatalf("pass after a rewrite wrote %d (%v), want 4 (partition 1's day tree and table, the day's head, hour 5's head)", n, err)
@@ -265,10 +242,6 @@ func TestPartialAnswer(t *testing.T) {
 // rewritten partition tree gets its window's head rewritten.
 func TestWindowHeads(t *testing.T) {
 	ctx := context.Background()
-	cl, err := opensearch.NewClient(ctx, opensearch.Config{URLs: []string{testenv.OpenSearchURL(t)}, Timeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
 	at := func(hm string) time.Time {
 		d, err := time.Parse("2006-01-02 15:04", "2026-11-28 "+hm)
 		if err != nil {
@@ -289,11 +262,7 @@ func TestWindowHeads(t *testing.T) {
 		{h: minuteHeads, first: at("09:30"), older: 10, every: 10, recent: 10 + 16 + 10},
 	} {
 		t.Run(tc.h.res, func(t *testing.T) {
-			names := indices.Names{Prefix: testenv.Name(t, "wh-") + "-"}
-			t.Cleanup(func() { opensearch.RemovePrefix(context.Background(), cl, names.Prefix) })
-			if _, err := opensearch.ApplyTemplates(ctx, cl, names.Prefix, indices.DefaultSettings); err != nil {
-				t.Fatal(err)
-			}
+			cl, names := rolluptest.Rollups(t, "wh-")
 			size := indices.WindowSize(tc.h.res)
 			tree := func(p int32, w time.Time, extra string) indices.RollupDoc {
 				var b indices.TreeBuilder
@@ -313,7 +282,7 @@ func TestWindowHeads(t *testing.T) {
 					trees = append(trees, tree(0, w, ""), tree(1, w, ""))
 				}
 			}
-			put(t, cl, names, trees...)
+			rolluptest.Put(t, cl, names, trees...)
 			c := &Compactor{Client: cl, Names: names, Days: 1, Now: func() time.Time { return now }}
 			settled := func(w time.Time) bool { return !w.Add(size + tc.h.settle).After(now) }
 			recentFrom := tc.first.Add(time.Duration(tc.older) * size)
@@ -385,7 +354,7 @@ func TestWindowHeads(t *testing.T) {
 			// and no other.
 			w := lastSettled
 			before, _ := head(w)
-			put(t, cl, names, tree(1, w, "-late"))
+			rolluptest.Put(t, cl, names, tree(1, w, "-late"))
 			if n, err := c.ApplyWindows(ctx); err != nil || n != 1 {
 				t.Fatalf("pass after a rewrite wrote %d (%v), want 1", n, err)
 			}

@@ -1,9 +1,7 @@
 package lifecycle
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,12 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opensearch-project/opensearch-go/v4/opensearchapi"
-
 	"github.com/stackstream/stackstream/pkg/opensearch"
-	"github.com/stackstream/stackstream/pkg/testenv"
 	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/services/rollup/internal/daytrees"
+	"github.com/stackstream/stackstream/services/rollup/internal/rolluptest"
 )
 
 // TestApply writes minute, 10-minute and hourly rollups over four months
@@ -28,15 +24,7 @@ import (
 // stays.
 func TestApply(t *testing.T) {
 	ctx := context.Background()
-	cl, err := opensearch.NewClient(ctx, opensearch.Config{URLs: []string{testenv.OpenSearchURL(t)}, Timeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := indices.Names{Prefix: testenv.Name(t, "lc-") + "-"}
-	t.Cleanup(func() { opensearch.RemovePrefix(context.Background(), cl, names.Prefix) })
-	if _, err := opensearch.ApplyTemplates(ctx, cl, names.Prefix, indices.DefaultSettings); err != nil {
-		t.Fatal(err)
-	}
+	cl, names := rolluptest.Rollups(t, "lc-")
 	day := func(s string) time.Time {
 		d, err := time.Parse("2006-01-02T15", s)
 		if err != nil {
@@ -54,7 +42,7 @@ func TestApply(t *testing.T) {
 	for _, at := range []string{"2026-11-10T10", "2026-11-25T10"} {
 		docs = append(docs, indices.RollupDoc{Timestamp: day(at), Resolution: indices.ResolutionMinute, Kind: indices.KindFleetHead, Type: "cpu", Value: 1})
 	}
-	put(t, cl, names, docs...)
+	rolluptest.Put(t, cl, names, docs...)
 
 	l := &Lifecycle{Client: cl, Names: names, MinuteDays: 20, HourlyDays: 45, Interval: time.Hour,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: func() time.Time { return day("2026-12-10T00") }}
@@ -71,23 +59,11 @@ func TestApply(t *testing.T) {
 	if r.MinuteRollups != 5 {
 		t.Errorf("deleted %d minute rollups, want 5", r.MinuteRollups)
 	}
-	opensearch.Raw(ctx, cl, http.MethodPost, "/"+names.RollupsPattern()+"/_refresh", nil)
-	status, body, err := opensearch.Raw(ctx, cl, http.MethodGet, "/"+names.RollupsPattern()+"/_search?size=100&sort=@timestamp:asc,resolution:asc", nil)
-	if err != nil || status != http.StatusOK {
-		t.Fatalf("search: %v %d %.300s", err, status, body)
-	}
-	var resp struct {
-		Hits struct {
-			Hits []struct {
-				Source indices.RollupDoc `json:"_source"`
-			} `json:"hits"`
-		} `json:"hits"`
-	}
-	json.Unmarshal(body, &resp)
 	var left []string
-	for _, h := range resp.Hits.Hits {
-		left = append(left, h.Source.Timestamp.Format("01-02")+"/"+h.Source.Resolution)
+	for _, d := range rolluptest.Stored(t, cl, names) {
+		left = append(left, d.Timestamp.Format("01-02")+"/"+d.Resolution)
 	}
+	slices.Sort(left)
 	want := []string{"10-20/1h", "11-10/1h", "11-25/10m", "11-25/1h", "11-25/1m", "11-25/1m", "12-09/10m", "12-09/1h", "12-09/1m"}
 	if fmt.Sprint(left) != fmt.Sprint(want) {
 		t.Errorf("left %v, want %v", left, want)
@@ -106,23 +82,11 @@ func TestApply(t *testing.T) {
 func TestRunWritesWindowHeads(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cl, err := opensearch.NewClient(ctx, opensearch.Config{URLs: []string{testenv.OpenSearchURL(t)}, Timeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := indices.Names{Prefix: testenv.Name(t, "lcw-") + "-"}
-	t.Cleanup(func() { opensearch.RemovePrefix(context.Background(), cl, names.Prefix) })
-	if _, err := opensearch.ApplyTemplates(ctx, cl, names.Prefix, indices.DefaultSettings); err != nil {
-		t.Fatal(err)
-	}
+	cl, names := rolluptest.Rollups(t, "lcw-")
 	w := time.Date(2026, 11, 28, 12, 20, 0, 0, time.UTC)
 	var b indices.TreeBuilder
 	b.Add([]indices.TreeFrame{{Name: "main"}, {Name: "f"}}, 5)
-	tree := indices.RollupDoc{Timestamp: w, Resolution: indices.ResolutionTenMinutes, Kind: indices.KindPartitionTree, Type: "cpu", Value: 5, Tree: b.Encode()}
-	raw, _ := json.Marshal(&tree)
-	if status, resp, err := opensearch.Raw(ctx, cl, http.MethodPut, "/"+names.Rollups(w)+"/_doc/"+indices.RollupID(&tree)+"?refresh=true", raw); err != nil || status/100 != 2 {
-		t.Fatalf("put: %d %v %s", status, err, resp)
-	}
+	rolluptest.Put(t, cl, names, indices.RollupDoc{Timestamp: w, Resolution: indices.ResolutionTenMinutes, Kind: indices.KindPartitionTree, Type: "cpu", Value: 5, Tree: b.Encode()})
 	// The first call (the hourly pass at start) sees the window still
 	// within its lateness; later calls, a settled window.
 	var calls atomic.Int32
@@ -152,20 +116,6 @@ func TestRunWritesWindowHeads(t *testing.T) {
 	}
 }
 
-// put writes docs, searchable on return.
-func put(t *testing.T, cl *opensearchapi.Client, names indices.Names, docs ...indices.RollupDoc) {
-	t.Helper()
-	var body bytes.Buffer
-	for _, d := range docs {
-		raw, _ := json.Marshal(&d)
-		fmt.Fprintf(&body, `{"index":{"_index":%q,"_id":%q}}`+"\n%s\n", names.Rollups(d.Timestamp), indices.RollupID(&d), raw)
-	}
-	status, resp, err := opensearch.Raw(context.Background(), cl, http.MethodPost, "/_bulk?refresh=true", body.Bytes())
-	if err != nil || status != http.StatusOK || bytes.Contains(resp, []byte(`"errors":true`)) {
-		t.Fatalf("bulk: %d %v %.500s", status, err, resp)
-	}
-}
-
 // TestMinuteTrees: minute partition trees and partition heads of minutes
 // older than MinuteTreeRetention are deleted once the compactor has
 // written their minutes' fleet heads: by the fleet heads pass for the
@@ -174,15 +124,7 @@ func put(t *testing.T, cl *opensearchapi.Client, names indices.Names, docs ...in
 // trees stay.
 func TestMinuteTrees(t *testing.T) {
 	ctx := context.Background()
-	cl, err := opensearch.NewClient(ctx, opensearch.Config{URLs: []string{testenv.OpenSearchURL(t)}, Timeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := indices.Names{Prefix: testenv.Name(t, "lcm-") + "-"}
-	t.Cleanup(func() { opensearch.RemovePrefix(context.Background(), cl, names.Prefix) })
-	if _, err := opensearch.ApplyTemplates(ctx, cl, names.Prefix, indices.DefaultSettings); err != nil {
-		t.Fatal(err)
-	}
+	cl, names := rolluptest.Rollups(t, "lcm-")
 	at := func(hm string) time.Time {
 		d, err := time.Parse("2006-01-02 15:04", "2026-11-28 "+hm)
 		if err != nil {
@@ -207,34 +149,16 @@ func TestMinuteTrees(t *testing.T) {
 			doc(w, indices.ResolutionMinute, indices.KindPartitionHead, 0))
 	}
 	docs = append(docs, doc(past, indices.ResolutionTenMinutes, indices.KindPartitionTree, 0), doc(past, indices.ResolutionTenMinutes, indices.KindPartitionHead, 0))
-	put(t, cl, names, docs...)
+	rolluptest.Put(t, cl, names, docs...)
 	clock := func() time.Time { return now }
 	l := &Lifecycle{Client: cl, Names: names, MinuteTreeRetention: 2 * time.Hour, Interval: time.Hour, FleetHeadsInterval: time.Minute,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clock,
 		DayTrees: &daytrees.Compactor{Client: cl, Names: names, Days: 1, Now: clock}}
-	// left lists what is stored, as window/resolution/kind.
+	// left lists what is stored, as window/resolution/kind/partition.
 	left := func() []string {
 		t.Helper()
-		if _, _, err := opensearch.Raw(ctx, cl, http.MethodPost, "/"+names.RollupsPattern()+"/_refresh", nil); err != nil {
-			t.Fatal(err)
-		}
-		status, body, err := opensearch.Raw(ctx, cl, http.MethodGet, "/"+names.RollupsPattern()+"/_search?size=100&_source=@timestamp,resolution,kind,partition", nil)
-		if err != nil || status != http.StatusOK {
-			t.Fatalf("search: %v %d %.300s", err, status, body)
-		}
-		var resp struct {
-			Hits struct {
-				Hits []struct {
-					Source indices.RollupDoc `json:"_source"`
-				} `json:"hits"`
-			} `json:"hits"`
-		}
-		if err := json.Unmarshal(body, &resp); err != nil {
-			t.Fatal(err)
-		}
 		var out []string
-		for _, h := range resp.Hits.Hits {
-			d := h.Source
+		for _, d := range rolluptest.Stored(t, cl, names) {
 			out = append(out, fmt.Sprintf("%s/%s/%s/%d", d.Timestamp.Format("15:04"), d.Resolution, d.Kind, d.Partition))
 		}
 		slices.Sort(out)
