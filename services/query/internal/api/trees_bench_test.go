@@ -656,14 +656,16 @@ func BenchmarkFlameDayTrees(b *testing.B) {
 // heads, the minutes 00:35-00:39 and 24:30-24:31 (the window 24:30 is
 // still open, 24:32 on not yet written) from the fleet's minute heads
 // (fresh by value for the first, whose trees are deleted, by sources for
-// the others), 24:32-24:34 per stack (nothing written); and the range
+// the others), 24:32-24:34 per stack (nothing written); the range
 // 00:40-24:30 (every edge from window heads, nothing per stack), to see
-// what the loose minutes cost. Alternated, two rounds; each checks the
-// source and that the total is exact; p50 and p99 of b.N requests.
+// what the loose minutes cost; and now-24h with the minute heads deleted
+// (as before them: 00:35-00:39 per stack, 24:30-24:31 from their minute
+// trees). Alternated, two rounds; each checks the source and that the
+// total is exact; p50 and p99 of b.N requests.
 func (f benchFleet) benchEdges(b *testing.B, cl *opensearchapi.Client, names indices.Names, day time.Time, hourTotals []int64, bulk func([]querytest.Doc)) {
 	start := time.Now()
 	at := day.Add(24*time.Hour + 34*time.Minute + 27*time.Second)
-	minuteTotals := f.indexEdges(b, cl, names, day, at.Add(-24*time.Hour), bulk)
+	minuteTotals, minuteHeads := f.indexEdges(b, cl, names, day, at.Add(-24*time.Hour), bulk)
 	if err := querytest.Refresh(b.Context(), cl, names); err != nil {
 		b.Fatal(err)
 	}
@@ -688,14 +690,30 @@ func (f benchFleet) benchEdges(b *testing.B, cl *opensearchapi.Client, names ind
 		name, source string
 		params       url.Values
 		total        int64
+		heads        bool // with the fleet minute heads
 	}{
 		{"now-24h", "fleet_hour_heads+fleet_window_heads+fleet_minute_heads+rollups", url.Values{"from": {"now-24h"}, "to": {"now"}},
-			hours + sum(at.Add(-24*time.Hour), at)},
+			hours + sum(at.Add(-24*time.Hour), at), true},
 		{"00:40-24:30", "fleet_hour_heads+fleet_window_heads", url.Values{"from": {aligned[0].Format(time.RFC3339)}, "to": {aligned[1].Format(time.RFC3339)}},
-			hours + sum(aligned[0], aligned[1])},
+			hours + sum(aligned[0], aligned[1]), true},
+		{"now-24h_without_minute_heads", "fleet_hour_heads+fleet_window_heads+window_trees+rollups", url.Values{"from": {"now-24h"}, "to": {"now"}},
+			hours + sum(at.Add(-24*time.Hour), at), false},
 	}
+	withHeads := true
 	for round := 1; round <= 2; round++ {
 		for _, c := range cases {
+			if c.heads != withHeads {
+				if c.heads {
+					bulk(minuteHeads)
+				} else {
+					deleteRollups(b, cl, names, map[string]any{"bool": map[string]any{"filter": []any{
+						map[string]any{"term": map[string]any{"kind": indices.KindFleetHead}}, map[string]any{"term": map[string]any{"resolution": indices.ResolutionMinute}}}}})
+				}
+				if err := querytest.Refresh(b.Context(), cl, names); err != nil {
+					b.Fatal(err)
+				}
+				withHeads = c.heads
+			}
 			c.params.Set("max_nodes", "5000")
 			b.Run(fmt.Sprintf("round%d/%s/max_nodes=5000", round, c.name), func(b *testing.B) {
 				var fr api.FlamegraphResponse
@@ -743,8 +761,8 @@ func benchVersion(b *testing.B, cl *opensearchapi.Client, names indices.Names, d
 // partition trees (older ones are deleted after their heads are written:
 // their heads' sources name trees that are gone). Every minute of an hour
 // holds the same stacks, so trees are built per hour and scaled. It
-// returns each minute's total.
-func (f benchFleet) indexEdges(b *testing.B, cl *opensearchapi.Client, names indices.Names, day, from time.Time, bulk func([]querytest.Doc)) (totals map[time.Time]int64) {
+// returns each minute's total and the minute heads' documents.
+func (f benchFleet) indexEdges(b *testing.B, cl *opensearchapi.Client, names indices.Names, day, from time.Time, bulk func([]querytest.Doc)) (totals map[time.Time]int64, minuteHeads []querytest.Doc) {
 	totals = map[time.Time]int64{}
 	now := from.Add(24 * time.Hour)
 	var heads []querytest.Doc
@@ -882,15 +900,15 @@ func (f benchFleet) indexEdges(b *testing.B, cl *opensearchapi.Client, names ind
 				}
 			}
 			headBytes += len(minuteHead)
-			heads = append(heads, querytest.Rollup(names, indices.RollupDoc{Timestamp: m, Resolution: indices.ResolutionMinute, Kind: indices.KindFleetHead,
+			minuteHeads = append(minuteHeads, querytest.Rollup(names, indices.RollupDoc{Timestamp: m, Resolution: indices.ResolutionMinute, Kind: indices.KindFleetHead,
 				Type: "cpu", Value: minuteFleet.Total(), Tree: minuteHead, Sources: indices.TreeSources(src)}))
 		}
 		b.Logf("edge from %s: %d fleet minute heads of %d KB, %d minutes with their %d partition trees kept", edge.first.Format("15:04"),
 			len(loose), len(minuteHead)>>10, kept, f.partitions)
 	}
-	bulk(heads)
-	b.Logf("%d fleet window and minute heads, %d KB", len(heads), headBytes>>10)
-	return totals
+	bulk(append(heads, minuteHeads...))
+	b.Logf("%d fleet window and %d minute heads, %d KB", len(heads), len(minuteHeads), headBytes>>10)
+	return totals, minuteHeads
 }
 
 // benchMinuteTreeRetention is the rollup's default minute tree retention
