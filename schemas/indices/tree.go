@@ -69,8 +69,13 @@ type TreeBuilder struct {
 	frames []TreeFrame
 	index  map[TreeFrame]int32
 	nodes  []treeNode // nodes[0] is the root
-	kids   map[treeEdge]int32
-	path   []int32
+	// wide are the children of the nodes with more than listedKids, by
+	// (parent, frame); a node with fewer is found in its parent's list.
+	// Every child in one map was most of building the rollup's trees (a
+	// map insert per node, and the map's growth) and half of a tree's
+	// memory; most nodes have one or two children.
+	wide map[treeEdge]int32
+	path []int32
 }
 
 type treeNode struct {
@@ -78,15 +83,32 @@ type treeNode struct {
 	self, total        int64
 	firstKid, nextSibl int32 // 0: none (the root is never a child)
 	lastKid            int32
+	kids               int32
 }
 
 type treeEdge struct{ parent, frame int32 }
+
+// listedKids is how many children a node's list is searched for before
+// they go to wide.
+const listedKids = 8
 
 func (b *TreeBuilder) init() {
 	if b.nodes == nil {
 		b.nodes = []treeNode{{frame: -1}}
 		b.index = map[TreeFrame]int32{}
-		b.kids = map[treeEdge]int32{}
+		b.wide = map[treeEdge]int32{}
+	}
+}
+
+// Grow makes room for nodes more nodes and frames more frames, so that a
+// caller knowing its tree's size (the rollup builds its trees from a
+// prefix tree of its stacks) does not grow the builder by doubling.
+func (b *TreeBuilder) Grow(nodes, frames int) {
+	b.init()
+	b.nodes = slices.Grow(b.nodes, nodes)
+	b.frames = slices.Grow(b.frames, frames)
+	if len(b.index) == 0 && frames > 0 {
+		b.index = make(map[TreeFrame]int32, frames)
 	}
 }
 
@@ -143,18 +165,33 @@ func (b *TreeBuilder) add(path []int32, v int64) {
 
 // child is node n's child of frame f, added when n has none.
 func (b *TreeBuilder) child(n, f int32) int32 {
-	e := treeEdge{n, f}
-	c, ok := b.kids[e]
-	if !ok {
-		c = int32(len(b.nodes))
-		b.nodes = append(b.nodes, treeNode{frame: f, parent: n})
-		b.kids[e] = c
-		if b.nodes[n].firstKid == 0 {
-			b.nodes[n].firstKid = c
-		} else {
-			b.nodes[b.nodes[n].lastKid].nextSibl = c
+	if b.nodes[n].kids <= listedKids {
+		for c := b.nodes[n].firstKid; c != 0; c = b.nodes[c].nextSibl {
+			if b.nodes[c].frame == f {
+				return c
+			}
 		}
-		b.nodes[n].lastKid = c
+	} else if c, ok := b.wide[treeEdge{n, f}]; ok {
+		return c
+	}
+	c := int32(len(b.nodes))
+	b.nodes = append(b.nodes, treeNode{frame: f, parent: n})
+	p := &b.nodes[n]
+	if p.firstKid == 0 {
+		p.firstKid = c
+	} else {
+		b.nodes[p.lastKid].nextSibl = c
+	}
+	p.lastKid = c
+	p.kids++
+	switch {
+	case p.kids == listedKids+1:
+		// Too many to search a list: every child goes to wide.
+		for k := p.firstKid; k != 0; k = b.nodes[k].nextSibl {
+			b.wide[treeEdge{n, b.nodes[k].frame}] = k
+		}
+	case p.kids > listedKids+1:
+		b.wide[treeEdge{n, f}] = c
 	}
 	return c
 }

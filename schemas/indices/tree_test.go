@@ -369,3 +369,57 @@ func TestDeflate(t *testing.T) {
 		t.Fatalf("inflating to MaxBytes: %v", err)
 	}
 }
+
+// TestWideNodes: nodes with more children than a list is searched for
+// (listedKids) merge their stacks as a node with few does: the tree
+// decodes to the brute-force sums of its paths, each path once, and Grow
+// changes nothing of the encoding.
+func TestWideNodes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	want := map[string]int64{}
+	var b, grown TreeBuilder
+	grown.Grow(1000, 40)
+	for range 3000 {
+		// Up to 40 children a node, most nodes past listedKids.
+		depth := 1 + rng.IntN(4)
+		frames := make([]Frame, depth)
+		key := ""
+		for i := range frames {
+			frames[i] = Frame{Function: string(rune('a' + rng.IntN(40)))}
+		}
+		for i := depth - 1; i >= 0; i-- {
+			key += frames[i].Function + "@;"
+		}
+		v := int64(rng.IntN(5))
+		want[strings.TrimSuffix(key, ";")] += v
+		b.AddStack(frames, v)
+		grown.AddStack(frames, v)
+	}
+	enc := b.Encode()
+	if !bytes.Equal(enc, grown.Encode()) {
+		t.Fatal("a builder grown first encodes other bytes")
+	}
+	got, _, total, err := decodePaths(t, enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for k, v := range want {
+		if got.self[k] != v {
+			t.Errorf("self of %s: %d, want %d", k, got.self[k], v)
+		}
+		sum += v
+	}
+	if total != sum {
+		t.Errorf("total %d, want %d", total, sum)
+	}
+	wide := 0
+	for _, n := range b.nodes {
+		if n.kids > listedKids {
+			wide++
+		}
+	}
+	if wide < 10 {
+		t.Fatalf("%d nodes with more than %d children: the test does not reach them", wide, listedKids)
+	}
+}

@@ -248,10 +248,12 @@ func (p *Partition) serviceTreePending(w *window, start time.Time, index string,
 		}
 		return strings.Compare(a.host, b.host)
 	})
-	tt := p.newTrieTree(w)
-	for _, sk := range hosts {
-		tt.addSeries(w.series[sk])
+	list := make([]*series, len(hosts))
+	for i, sk := range hosts {
+		list[i] = w.series[sk]
 	}
+	tt := p.newTrieTree(w)
+	tt.addSeries(list...)
 	d := indices.RollupDoc{
 		Timestamp: start, Resolution: w.key.res, Kind: k.kind, Type: k.typ,
 		Service: k.service, Partition: p.cfg.Partition, Value: tt.b.Total(), Tree: tt.b.Encode(),

@@ -94,14 +94,23 @@ func fleetGenerator(hosts int) func() ([]*profile.Profile, []string) {
 // BenchmarkFleet folds loadgen-shaped profiles of 20 hosts in one partition
 // and writes their windows as the consumer does (pending documents every
 // 50 profiles, marked stored, eviction, commit), reporting CPU time per
-// profile and the 8-core hosts one core sustains at one profile per 10 s.
+// profile and the 8-core hosts one core sustains at one profile per 10 s;
+// with minute partition trees off and on (STACKSTREAM_ROLLUP_MINUTE_TREES).
 func BenchmarkFleet(b *testing.B) {
 	const hosts = 20
 	profs, hostOf := fleetProfiles(hosts, 12) // 2 minutes of 20 hosts
+	for _, minuteTrees := range []bool{false, true} {
+		b.Run(fmt.Sprintf("minute-trees=%v", minuteTrees), func(b *testing.B) {
+			benchFleet(b, hosts, profs, hostOf, minuteTrees)
+		})
+	}
+}
+
+func benchFleet(b *testing.B, hosts int, profs []*profile.Profile, hostOf []string, minuteTrees bool) {
 	// The service's defaults, the state budget included (its check runs
-	// for every profile); no minute trees, no window heads.
+	// for every profile); no window heads.
 	cfg := Config{AllowedLateness: 2 * time.Minute, Retention: 10 * time.Minute, Names: indices.Default, Now: time.Now,
-		Budget: &Budget{MaxBytes: DefaultMaxStateBytes}, NoMinuteTrees: true, HeadMinNodes: math.MaxInt}
+		Budget: &Budget{MaxBytes: DefaultMaxStateBytes}, NoMinuteTrees: !minuteTrees, HeadMinNodes: math.MaxInt}
 	p := NewPartition(cfg, Checkpoint{})
 	docs, rows := 0, 0
 	for _, pr := range profs {

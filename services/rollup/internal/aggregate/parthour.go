@@ -75,12 +75,19 @@ func (v *nodeValues) reset() {
 // addTo adds every node with a value that is not negative to tt (a
 // negative sum comes only from a hostile profile; trees leave it out).
 func (v *nodeValues) addTo(tt *trieTree) {
+	tt.add(v.each)
+}
+
+// each calls fn for every node with a value that is not negative, in
+// node order (ordered or not: the trees of these values are encoded
+// sorted).
+func (v *nodeValues) each(_ bool, fn func(node int32, x int64)) {
 	for i, word := range v.has {
 		for word != 0 {
 			bit := int32(i*64) + int32(bits.TrailingZeros64(word))
 			word &= word - 1
 			if x := v.vals[bit]; x >= 0 {
-				tt.b.AddValue(tt.node(bit), x)
+				fn(bit, x)
 			}
 		}
 	}

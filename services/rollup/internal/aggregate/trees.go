@@ -91,13 +91,44 @@ func (tt *trieTree) node(n int32) int32 {
 	return at
 }
 
-// addSeries adds a stack series' stacks in stack ID order (the same
-// state encodes to the same bytes). A negative stack is left out, as
-// indices.TreeBuilder.AddStack leaves it.
-func (tt *trieTree) addSeries(ws *series) {
-	ws.eachStack(true, func(ds docState) {
-		if ds.a >= 0 {
-			tt.b.AddValue(tt.node(ds.node), ds.a)
+// add adds the stacks each calls its function with (a trie node and its
+// value, not negative), in the order it calls them when ordered, after
+// sizing the builder: the tree has at most the trie nodes on the stacks'
+// paths and their frames (fewer when two trie frames have one name, or a
+// late stack repeats a frozen one), counted in a use of the memo of its
+// own. Grown by doubling, a large tree's builder held up to three times
+// its nodes while it grew.
+func (tt *trieTree) add(each func(ordered bool, fn func(node int32, x int64))) {
+	count := tt.m.use(tt.t)
+	nodes, frames := 0, 0
+	each(false, func(n int32, _ int64) {
+		for n != 0 && tt.m.nodes[n].gen != count {
+			tt.m.nodes[n].gen = count
+			nodes++
+			var f int32
+			n, f = tt.t.nodeAt(n)
+			if tt.m.frames[f].gen != count {
+				tt.m.frames[f].gen = count
+				frames++
+			}
+		}
+	})
+	tt.gen = tt.m.use(tt.t)
+	tt.b.Grow(nodes, frames)
+	each(true, func(n int32, x int64) { tt.b.AddValue(tt.node(n), x) })
+}
+
+// addSeries adds the stack series' stacks, series after series, each in
+// stack ID order (the same state encodes to the same bytes). A negative
+// stack is left out, as indices.TreeBuilder.AddStack leaves it.
+func (tt *trieTree) addSeries(list ...*series) {
+	tt.add(func(ordered bool, fn func(node int32, x int64)) {
+		for _, ws := range list {
+			ws.eachStack(ordered, func(ds docState) {
+				if ds.a >= 0 {
+					fn(ds.node, ds.a)
+				}
+			})
 		}
 	})
 }
