@@ -24,6 +24,15 @@ const stackCopyPage = 200
 // stackKinds selects the stack rollups of both shapes.
 var stackKinds = map[string]any{"terms": map[string]any{"kind": []string{indices.KindStack, indices.KindStacks}}}
 
+// stackRollupHit is a search hit of a search asking for
+// indices.StackFields as docvalue_fields: the document whole is
+// indices.WithStackDocValues(Source, Fields).
+type stackRollupHit struct {
+	ID     string                 `json:"_id"`
+	Source json.RawMessage        `json:"_source"`
+	Fields indices.StackDocValues `json:"fields"`
+}
+
 // copyStackRollups copies the stack rollups of oldIndex that query selects
 // into newIndex, over documents of the same _id as copyDocs' _reindex
 // does, and returns how many it wrote. _reindex copies _source only, and
@@ -66,11 +75,7 @@ func copyStackRollups(ctx context.Context, cl *opensearchapi.Client, oldIndex, n
 				Total struct {
 					Value int64 `json:"value"`
 				} `json:"total"`
-				Hits []struct {
-					ID     string                 `json:"_id"`
-					Source json.RawMessage        `json:"_source"`
-					Fields indices.StackDocValues `json:"fields"`
-				} `json:"hits"`
+				Hits []stackRollupHit `json:"hits"`
 			} `json:"hits"`
 		}
 		if err := json.Unmarshal(resp, &page); err != nil {

@@ -208,11 +208,7 @@ func searchRollups(ctx context.Context, t *testing.T, osc *opensearchapi.Client,
 	}
 	var r struct {
 		Hits struct {
-			Hits []struct {
-				ID     string                 `json:"_id"`
-				Source json.RawMessage        `json:"_source"`
-				Fields indices.StackDocValues `json:"fields"`
-			} `json:"hits"`
+			Hits []stackRollupHit `json:"hits"`
 		} `json:"hits"`
 	}
 	if err := json.Unmarshal(resp, &r); err != nil {
