@@ -258,6 +258,29 @@ func Raw(ctx context.Context, cl *opensearchapi.Client, method, path string, bod
 	return resp.StatusCode, b, err
 }
 
+// StoreBytes is the bytes on disk of the primaries of the indices pattern
+// names (their store stats: cached by OpenSearch for
+// index.store.stats_refresh_interval, 10 s by default, after a change).
+func StoreBytes(ctx context.Context, cl *opensearchapi.Client, pattern string) (int64, error) {
+	status, body, err := Raw(ctx, cl, http.MethodGet, "/"+pattern+"/_stats/store", nil)
+	if err != nil || status != http.StatusOK {
+		return 0, fmt.Errorf("store stats of %s: %d %v %.300s", pattern, status, err, body)
+	}
+	var s struct {
+		All struct {
+			Primaries struct {
+				Store struct {
+					Bytes int64 `json:"size_in_bytes"`
+				} `json:"store"`
+			} `json:"primaries"`
+		} `json:"_all"`
+	}
+	if err := json.Unmarshal(body, &s); err != nil {
+		return 0, fmt.Errorf("store stats of %s: %w", pattern, err)
+	}
+	return s.All.Primaries.Store.Bytes, nil
+}
+
 // TemplateResult says what ApplyTemplates did with one template.
 type TemplateResult struct {
 	Name   string

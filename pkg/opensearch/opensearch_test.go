@@ -276,3 +276,22 @@ func TestTemplatesKeepExistingFields(t *testing.T) {
 		}
 	}
 }
+
+// TestStoreBytes: an index holding documents has bytes on disk; a pattern
+// naming no index is an error, not 0.
+func TestStoreBytes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, prefix := testNode(ctx, t)
+	index := prefix + "store"
+	if status, body, err := Raw(ctx, cl, http.MethodPut, "/"+index+"/_doc/1?refresh=true", []byte(`{"a":"`+strings.Repeat("x", 4096)+`"}`)); err != nil || status/100 != 2 {
+		t.Fatalf("put: %d %v %s", status, err, body)
+	}
+	n, err := StoreBytes(ctx, cl, index)
+	if err != nil || n <= 0 {
+		t.Fatalf("StoreBytes(%s) = %d, %v", index, n, err)
+	}
+	if n, err := StoreBytes(ctx, cl, prefix+"missing"); err == nil {
+		t.Fatalf("StoreBytes of a missing index = %d, want an error", n)
+	}
+}

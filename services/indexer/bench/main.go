@@ -486,23 +486,7 @@ func mergeOnce(ctx context.Context, e *indexertest.Env) (int64, error) {
 	// Store stats are cached for index.store.stats_refresh_interval (10 s):
 	// read them once that has passed since the merge.
 	time.Sleep(11 * time.Second)
-	st, body, err = opensearch.Raw(ctx, e.OS, http.MethodGet, "/"+pattern+"/_stats/store", nil)
-	if err != nil || st != http.StatusOK {
-		return 0, fmt.Errorf("store stats: %d %s %v", st, body, err)
-	}
-	var s struct {
-		All struct {
-			Primaries struct {
-				Store struct {
-					Bytes int64 `json:"size_in_bytes"`
-				} `json:"store"`
-			} `json:"primaries"`
-		} `json:"_all"`
-	}
-	if err := json.Unmarshal(body, &s); err != nil {
-		return 0, err
-	}
-	return s.All.Primaries.Store.Bytes, nil
+	return opensearch.StoreBytes(ctx, e.OS, pattern)
 }
 
 // leasesBehind is how many operations of the indices' primaries are not yet

@@ -106,23 +106,11 @@ func BenchmarkMinuteHeads(b *testing.B) {
 				b.Fatalf("force merge: %d %v %.300s", status, err, resp)
 			}
 		}
-		status, resp, err := opensearch.Raw(ctx, cl, http.MethodGet, "/"+index+"/_stats/store", nil)
-		if err != nil || status != http.StatusOK {
-			b.Fatalf("stats: %d %v %.300s", status, err, resp)
-		}
-		var out struct {
-			All struct {
-				Primaries struct {
-					Store struct {
-						Bytes int64 `json:"size_in_bytes"`
-					} `json:"store"`
-				} `json:"primaries"`
-			} `json:"_all"`
-		}
-		if err := json.Unmarshal(resp, &out); err != nil {
+		n, err := opensearch.StoreBytes(ctx, cl, index)
+		if err != nil {
 			b.Fatal(err)
 		}
-		return out.All.Primaries.Store.Bytes
+		return n
 	}
 	refresh := func() {
 		b.Helper()
