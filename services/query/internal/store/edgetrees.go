@@ -393,10 +393,7 @@ func (s *Store) freshMinuteHeads(ctx context.Context, idx []string, typ record.P
 			return nil, err // too many to check: the minutes are read as before
 		}
 	}
-	byMinute := map[int64][]indices.TreeSource{}
-	for _, v := range versions {
-		byMinute[v.Time.UnixMilli()] = append(byMinute[v.Time.UnixMilli()], v.TreeSource)
-	}
+	byMinute := fingerprints(versions)
 	heads, err := s.fleetHeadsOf(ctx, idx, typ, indices.ResolutionMinute, when, headed+1)
 	if err != nil {
 		return nil, fmt.Errorf("minute heads: %w", err)
@@ -406,7 +403,7 @@ func (s *Store) freshMinuteHeads(ctx context.Context, idx []string, typ record.P
 		t := h.Timestamp.UnixMilli()
 		w := sums[t]
 		if src, ok := byMinute[t]; ok {
-			if h.Sources == indices.TreeSources(src) && w.tree1 > 0 && w.tree1 == w.service1 {
+			if h.Sources == src && w.tree1 > 0 && w.tree1 == w.service1 {
 				fresh[t] = h.ID
 			}
 			continue
@@ -423,10 +420,7 @@ func (s *Store) freshMinuteHeads(ctx context.Context, idx []string, typ record.P
 // their window's partition tree versions (as stored now); at most size
 // heads are read.
 func (s *Store) freshFleetHeads(ctx context.Context, idx []string, typ record.ProfileType, res string, when Query, versions []hourTree, size int) (map[int64]string, error) {
-	byWindow := map[int64][]indices.TreeSource{}
-	for _, v := range versions {
-		byWindow[v.Time.UnixMilli()] = append(byWindow[v.Time.UnixMilli()], v.TreeSource)
-	}
+	byWindow := fingerprints(versions)
 	heads, err := s.fleetHeadsOf(ctx, idx, typ, res, when, size)
 	if err != nil {
 		return nil, err
@@ -434,11 +428,26 @@ func (s *Store) freshFleetHeads(ctx context.Context, idx []string, typ record.Pr
 	fresh := map[int64]string{}
 	for _, h := range heads {
 		t := h.Timestamp.UnixMilli()
-		if src, ok := byWindow[t]; ok && h.Sources == indices.TreeSources(src) {
+		if src, ok := byWindow[t]; ok && h.Sources == src {
 			fresh[t] = h.ID
 		}
 	}
 	return fresh, nil
+}
+
+// fingerprints are, by window start (Unix milliseconds), the
+// fingerprints (indices.TreeSources) of the partition tree versions of
+// each window: what a fresh fleet head's sources are.
+func fingerprints(versions []hourTree) map[int64]string {
+	byWindow := map[int64][]indices.TreeSource{}
+	for _, v := range versions {
+		byWindow[v.Time.UnixMilli()] = append(byWindow[v.Time.UnixMilli()], v.TreeSource)
+	}
+	out := make(map[int64]string, len(byWindow))
+	for t, src := range byWindow {
+		out[t] = indices.TreeSources(src)
+	}
+	return out
 }
 
 // fleetHead is what a fleet head's freshness is judged by: its window,
