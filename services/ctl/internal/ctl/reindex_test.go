@@ -307,7 +307,9 @@ func (r *reader) halt(t *testing.T) {
 // generation is gone.
 func TestReindex(t *testing.T) {
 	e := setupReindex(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	// A bound for a stuck run, not a timing: two reindexes under other
+	// tests' load took past 6 minutes.
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	live := map[string]string{"indexer": e.names.Prefix + "indexer", "rollup": e.names.Prefix + "rollup"}
 	start := e.starter(t)
@@ -431,7 +433,9 @@ func TestReindex(t *testing.T) {
 	rd.halt(t)
 	t.Logf("reader: %d exact answers, %d marked incomplete by OpenSearch during the migration", rd.reads.Load(), rd.incomplete.Load())
 
-	l, _ = opensearch.ReadLayout(ctx, e.osc, e.names)
+	if l, err = opensearch.ReadLayout(ctx, e.osc, e.names); err != nil {
+		t.Fatal(err)
+	}
 	if g := l.Generations(); !slices.Equal(g, []int{2}) {
 		t.Fatalf("after --delete-old: generations %v, want [2]", g)
 	}

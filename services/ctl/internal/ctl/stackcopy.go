@@ -48,73 +48,35 @@ func copyStackRollups(ctx context.Context, cl *opensearchapi.Client, oldIndex, n
 		return 0, err
 	}
 	w := bulk.New(cl, bulk.Options{})
-	path := "/" + url.PathEscape(oldIndex) + "/_search?scroll=5m"
 	var done int64
-	var scrollID string
-	defer func() {
-		if scrollID != "" {
-			b, _ := json.Marshal(map[string]any{"scroll_id": scrollID})
-			opensearch.Raw(context.WithoutCancel(ctx), cl, http.MethodDelete, "/_search/scroll", b)
-		}
-	}()
 	last := time.Now()
-	for {
-		status, resp, err := opensearch.Raw(ctx, cl, http.MethodPost, path, body)
-		if err != nil {
-			return done, fmt.Errorf("copy %s: read %s: %w", what, oldIndex, err)
-		}
-		if status != http.StatusOK {
-			return done, fmt.Errorf("copy %s: read %s: HTTP %d: %.300s", what, oldIndex, status, resp)
-		}
-		var page struct {
-			ScrollID string `json:"_scroll_id"`
-			Shards   struct {
-				Failed int `json:"failed"`
-			} `json:"_shards"`
-			Hits struct {
-				Total struct {
-					Value int64 `json:"value"`
-				} `json:"total"`
-				Hits []stackRollupHit `json:"hits"`
-			} `json:"hits"`
-		}
-		if err := json.Unmarshal(resp, &page); err != nil {
-			return done, fmt.Errorf("copy %s: read %s: %w", what, oldIndex, err)
-		}
-		if page.ScrollID != "" {
-			scrollID = page.ScrollID
-		}
-		if page.Shards.Failed > 0 {
-			return done, fmt.Errorf("copy %s: read %s: %d shards failed", what, oldIndex, page.Shards.Failed)
-		}
-		if len(page.Hits.Hits) == 0 {
-			break
-		}
+	read := opensearch.Scroll{Do: opensearch.RawDo(cl), Path: "/" + url.PathEscape(oldIndex) + "/_search", Body: body, Keep: "5m", Size: stackCopyPage}
+	err = opensearch.ScrollEach(ctx, read, func(page *opensearch.ScrollPage[stackRollupHit]) error {
 		items := make([]bulk.Item, 0, len(page.Hits.Hits))
 		for _, h := range page.Hits.Hits {
 			doc, err := indices.WithStackDocValues(h.Source, h.Fields)
 			if err != nil {
-				return done, fmt.Errorf("copy %s: document %s of %s: %w", what, h.ID, oldIndex, err)
+				return fmt.Errorf("document %s: %w", h.ID, err)
 			}
 			items = append(items, bulk.Item{Index: newIndex, ID: h.ID, Doc: doc})
 		}
 		rejected, err := w.Write(ctx, items)
 		if err != nil {
-			return done, fmt.Errorf("copy %s: %w", what, err)
+			return fmt.Errorf("write %s: %w", newIndex, err)
 		}
 		if len(rejected) > 0 {
 			r := rejected[0]
-			return done, fmt.Errorf("copy %s: %d documents refused, first %s: HTTP %d: %s", what, len(rejected), r.Item.ID, r.Status, r.Reason)
+			return fmt.Errorf("write %s: %d documents refused, first %s: HTTP %d: %s", newIndex, len(rejected), r.Item.ID, r.Status, r.Reason)
 		}
 		done += int64(len(items))
 		if interval <= 0 || time.Since(last) >= interval {
 			fmt.Fprintf(out, "copying %s: %d of %d\n", what, done, page.Hits.Total.Value)
 			last = time.Now()
 		}
-		path = "/_search/scroll"
-		if body, err = json.Marshal(map[string]any{"scroll": "5m", "scroll_id": scrollID}); err != nil {
-			return done, err
-		}
+		return nil
+	})
+	if err != nil {
+		return done, fmt.Errorf("copy %s from %s: %w", what, oldIndex, err)
 	}
 	if status, resp, err := opensearch.Raw(ctx, cl, http.MethodPost, "/"+url.PathEscape(newIndex)+"/_refresh", nil); err != nil || status != http.StatusOK {
 		return done, fmt.Errorf("copy %s: refresh %s: HTTP %d: %.200s %v", what, newIndex, status, resp, err)

@@ -195,31 +195,40 @@ func (s *Store) do(ctx context.Context, method, path string, body any, out any) 
 			return fmt.Errorf("encode request: %w", err)
 		}
 	}
-	start := time.Now()
-	status, resp, err := opensearch.Raw(ctx, s.cl, method, path, raw)
-	s.opts.Backend.Observe(time.Since(start).Seconds())
-	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("opensearch %s %s: %w", method, path, ErrTimeout)
-		}
-		return fmt.Errorf("opensearch %s %s: %w", method, path, err)
-	}
-	if status/100 != 2 {
-		if status == http.StatusNotFound {
-			return fmt.Errorf("opensearch %s %s: %w", method, path, ErrNotFound)
-		}
-		if status == http.StatusBadRequest && tooComplex(resp) {
-			return fmt.Errorf("opensearch %s %s: %w: %s", method, path, ErrRegexpTooComplex, truncate(resp, 500))
-		}
-		return fmt.Errorf("opensearch %s %s: HTTP %d: %s", method, path, status, truncate(resp, 500))
-	}
-	if out == nil {
-		return nil
+	resp, err := s.send(ctx, method, path, raw)
+	if err != nil || out == nil {
+		return err
 	}
 	if err := json.Unmarshal(resp, out); err != nil {
 		return fmt.Errorf("decode opensearch answer to %s: %w", path, err)
 	}
 	return nil
+}
+
+// send performs a request with a JSON body (nil for none), timed by the
+// backend histogram, and returns the body of a 2xx answer; other answers
+// are errors wrapping ErrTimeout, ErrNotFound or ErrRegexpTooComplex
+// where one applies (an opensearch.Do).
+func (s *Store) send(ctx context.Context, method, path string, raw []byte) ([]byte, error) {
+	start := time.Now()
+	status, resp, err := opensearch.Raw(ctx, s.cl, method, path, raw)
+	s.opts.Backend.Observe(time.Since(start).Seconds())
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("opensearch %s %s: %w", method, path, ErrTimeout)
+		}
+		return nil, fmt.Errorf("opensearch %s %s: %w", method, path, err)
+	}
+	if status/100 != 2 {
+		if status == http.StatusNotFound {
+			return nil, fmt.Errorf("opensearch %s %s: %w", method, path, ErrNotFound)
+		}
+		if status == http.StatusBadRequest && tooComplex(resp) {
+			return nil, fmt.Errorf("opensearch %s %s: %w: %s", method, path, ErrRegexpTooComplex, truncate(resp, 500))
+		}
+		return nil, fmt.Errorf("opensearch %s %s: HTTP %d: %s", method, path, status, truncate(resp, 500))
+	}
+	return resp, nil
 }
 
 func tooComplex(resp []byte) bool {

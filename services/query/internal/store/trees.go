@@ -2,12 +2,14 @@ package store
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/stackstream/stackstream/pkg/opensearch"
 	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/schemas/record"
 )
@@ -341,6 +343,13 @@ func (s *Store) freshDays(ctx context.Context, idx []string, typ record.ProfileT
 	return out, nil
 }
 
+// treeHit is a hit of scrollTrees' search: its tree alone.
+type treeHit struct {
+	Source struct {
+		Tree []byte `json:"tree"`
+	} `json:"_source"`
+}
+
 // scrollTrees hands the tree of every tree document of sel to use, reading
 // pageSize documents per request with a scroll (tree documents are large:
 // a page is bounded by count, and the next page is fetched while use
@@ -348,21 +357,6 @@ func (s *Store) freshDays(ctx context.Context, idx []string, typ record.ProfileT
 func (s *Store) scrollTrees(ctx context.Context, idx []string, sel Selection, kind string, when Query, pageSize int, use func([]byte) error) (int, error) {
 	filter, mustNot := sel.Selector.Clauses()
 	filter = append([]Query{term("kind", kind), term("type", string(sel.Type)), when}, filter...)
-	type page struct {
-		ScrollID string `json:"_scroll_id"`
-		TimedOut bool   `json:"timed_out"`
-		Shards   struct {
-			Failed int `json:"failed"`
-		} `json:"_shards"`
-		Hits struct {
-			Hits []struct {
-				Source struct {
-					Tree []byte `json:"tree"`
-				} `json:"_source"`
-			} `json:"hits"`
-		} `json:"hits"`
-	}
-	const filterPath = "&filter_path=_scroll_id,timed_out,_shards.failed,hits.hits._source.tree"
 	// A scroll refuses track_total_hits=false.
 	req := &Request{Size: pageSize, TrackTotalHits: true, Query: allOf(filter, mustNot), Source: &Source{Includes: []string{"tree"}}}
 	if dl, ok := ctx.Deadline(); ok {
@@ -370,69 +364,35 @@ func (s *Store) scrollTrees(ctx context.Context, idx []string, sel Selection, ki
 			req.Timeout = fmt.Sprintf("%dms", ms)
 		}
 	}
-	pages := make(chan *page, 1)
-	errc := make(chan error, 1)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		defer close(pages)
-		var scrollID string
-		defer func() {
-			if scrollID != "" {
-				// Free the scroll context now rather than at its keep-alive.
-				dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				_ = s.do(dctx, http.MethodDelete, "/_search/scroll", map[string]any{"scroll_id": []string{scrollID}}, nil)
-				dcancel()
-			}
-		}()
-		path := "/" + strings.Join(idx, ",") + "/_search?ignore_unavailable=true&allow_no_indices=true&scroll=" + treeScrollKeep + filterPath
-		var body any = req
-		method := http.MethodPost
-		for {
-			p := &page{}
-			if err := s.do(ctx, method, path, body, p); err != nil {
-				errc <- fmt.Errorf("read trees: %w", err)
-				return
-			}
-			if p.TimedOut {
-				errc <- fmt.Errorf("read trees: %w", ErrTimeout)
-				return
-			}
-			if p.Shards.Failed > 0 {
-				errc <- fmt.Errorf("read trees: %d shards failed: %w", p.Shards.Failed, ErrPartial)
-				return
-			}
-			scrollID = p.ScrollID
-			if len(p.Hits.Hits) == 0 {
-				return
-			}
-			select {
-			case pages <- p:
-			case <-ctx.Done():
-				return
-			}
-			if len(p.Hits.Hits) < pageSize {
-				return
-			}
-			path = "/_search/scroll?" + filterPath[1:]
-			body = map[string]string{"scroll": treeScrollKeep, "scroll_id": scrollID}
-		}
-	}()
+	body, err := json.Marshal(req)
+	if err != nil {
+		return 0, fmt.Errorf("encode request: %w", err)
+	}
+	read := opensearch.Scroll{
+		Do:         s.send,
+		Path:       "/" + strings.Join(idx, ",") + "/_search?ignore_unavailable=true&allow_no_indices=true",
+		Body:       body,
+		Keep:       treeScrollKeep,
+		FilterPath: "_scroll_id,timed_out,_shards.failed,hits.hits._source.tree",
+		Size:       pageSize,
+	}
 	n := 0
-	for p := range pages {
+	err = opensearch.ScrollEach(ctx, read, func(p *opensearch.ScrollPage[treeHit]) error {
 		for _, h := range p.Hits.Hits {
 			if err := use(h.Source.Tree); err != nil {
-				return n, err
+				return err
 			}
 			n++
 		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, opensearch.ErrTimedOut), errors.Is(err, context.DeadlineExceeded):
+		return n, fmt.Errorf("read trees: %w", ErrTimeout)
+	case errors.Is(err, opensearch.ErrShardsFailed):
+		return n, fmt.Errorf("read trees: %w: %w", err, ErrPartial)
 	}
-	select {
-	case err := <-errc:
-		return n, err
-	default:
-	}
-	return n, nil
+	return n, err
 }
 
 // maxTreeDocs bounds the hour tree versions read at once: 24 per partition
