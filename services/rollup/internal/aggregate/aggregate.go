@@ -184,11 +184,9 @@ type series struct {
 	// svc is the rest of a service series' one document: its value in
 	// samples with a stack, and its memory sums.
 	svc *serviceSums
-	// packed holds the documents instead of docs while the window is
-	// packed (pack.go).
-	packed []packedDoc
-	// frozen holds a stack series' documents instead of docs while its
-	// hour window is frozen (freeze.go); thawing it charges thawBytes.
+	// frozen holds the documents instead of docs while the series' hour
+	// window is frozen (freeze.go), or its minute window packed
+	// (pack.go); thawing it charges thawBytes.
 	frozen    []byte
 	thawBytes int64
 }
@@ -226,9 +224,8 @@ type window struct {
 	trie *frameTrie
 	// values are a 10-minute window's stack values by type (parthour.go).
 	values map[string]*nodeValues
-	// packed counts the documents of a packed minute window (pack.go), 0
-	// when it is not packed.
-	packed    int64
+	// packed: a minute window whose series are all encoded (pack.go).
+	packed    bool
 	minOffset int64
 	closed    bool
 	// frozen: an hour window whose trie and stack series are frozen
@@ -416,7 +413,7 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 	var hourTrie *frameTrie
 	for _, k := range targets {
 		w := p.window(k.res, at, in.Offset)
-		if w.packed > 0 {
+		if w.packed {
 			p.unpack(w)
 		}
 		if k.res != indices.ResolutionHour && w.trie == nil {
@@ -536,7 +533,7 @@ func (p *Partition) fold(w *window, ws *series, name string, d *delta, offset in
 		if w.trie == nil {
 			w.trie = newFrameTrie()
 		}
-		node, added := w.trie.insert(d.stack.id, d.stack.frames)
+		node, added := w.trie.insert(d.stack.frames)
 		ds.node, ds.inTree = node, true
 		p.charge(w, added)
 	}
@@ -652,7 +649,7 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 					if scratch == nil {
 						scratch = newFrameTrie()
 					}
-					_, added := scratch.insert(st.id, st.frames)
+					_, added := scratch.insert(st.frames)
 					shared += added
 					if !empty {
 						perStack += t.cost(st.id, st.frames)

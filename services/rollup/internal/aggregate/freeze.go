@@ -36,39 +36,51 @@ func (p *Partition) freeze(w *window) {
 		if ws.tree == nil || ws.docs == nil {
 			continue
 		}
-		ids := make([]string, 0, len(ws.docs))
-		var live int64
-		for id := range ws.docs {
-			ids = append(ids, id)
-			live += docBytes + int64(len(id))
-		}
-		slices.Sort(ids)
-		buf = buf[:0]
-		for _, id := range ids {
-			ds := ws.docs[id]
-			buf = binary.AppendUvarint(buf, uint64(len(id)))
-			buf = append(buf, id...)
-			buf = binary.AppendUvarint(buf, uint64(ds.node))
-			buf = binary.AppendVarint(buf, ds.a)
-			buf = binary.AppendVarint(buf, ds.b)
-			buf = binary.AppendVarint(buf, ds.firstOffset)
-		}
-		ws.frozen = bytes.Clone(buf)
-		ws.thawBytes = live
-		ws.docs = nil
-		p.charge(w, int64(cap(ws.frozen))-live)
+		p.encode(w, ws, &buf)
 	}
 	w.frozen = true
 }
 
-// thaw gives a frozen series its documents back, to fold a late profile
-// in; the window freezes again once they are stored.
+// encode replaces a series' documents map by one byte string (eachFrozen
+// reads it, in stack ID order), charged its capacity instead of what the
+// map's documents were charged (docBytes and its name each), which
+// thawing charges again. buf is scratch.
+func (p *Partition) encode(w *window, ws *series, buf *[]byte) {
+	ids := make([]string, 0, len(ws.docs))
+	var live int64
+	for id := range ws.docs {
+		ids = append(ids, id)
+		live += docBytes + int64(len(id))
+	}
+	slices.Sort(ids)
+	b := (*buf)[:0]
+	for _, id := range ids {
+		ds := ws.docs[id]
+		b = binary.AppendUvarint(b, uint64(len(id)))
+		b = append(b, id...)
+		b = binary.AppendUvarint(b, uint64(ds.node))
+		b = binary.AppendVarint(b, ds.a)
+		b = binary.AppendVarint(b, ds.b)
+		b = binary.AppendVarint(b, ds.firstOffset)
+	}
+	*buf = b
+	ws.frozen = bytes.Clone(b)
+	ws.thawBytes = live
+	ws.docs = nil
+	p.charge(w, int64(cap(ws.frozen))-live)
+}
+
+// thaw gives a frozen (or packed) series its documents back, to fold a
+// late profile in; the window freezes (or packs) again once they are
+// stored. An hour's stacks are all in its trie; a minute's are when they
+// have a node (pack.go).
 func (p *Partition) thaw(w *window, ws *series) {
 	n := 0
 	ws.eachFrozen(func([]byte, docState) { n++ })
 	ws.docs = make(map[string]*docState, n)
+	hour := w.key.res == indices.ResolutionHour
 	ws.eachFrozen(func(id []byte, ds docState) {
-		ds.inTree = true
+		ds.inTree = hour || ds.node != 0
 		ws.docs[string(id)] = &ds
 	})
 	p.charge(w, ws.thawBytes-int64(cap(ws.frozen)))
@@ -82,7 +94,8 @@ func (p *Partition) thawBytes(targets []windowKey) int64 {
 	var n int64
 	for _, k := range targets {
 		w := p.windows[k]
-		if w == nil {
+		if w == nil || w.packed {
+			// A packed window is thawed whole (unpackBytes).
 			continue
 		}
 		for sk, sc := range p.out {

@@ -124,9 +124,9 @@ func docsOf(p *Partition) map[string]bool {
 			for name := range s.docs {
 				out[fmt.Sprint(k, sk, name)] = true
 			}
-			for _, d := range s.packed {
-				out[fmt.Sprint(k, sk, d.name)] = true
-			}
+			s.eachFrozen(func(id []byte, _ docState) {
+				out[fmt.Sprint(k, sk, string(id))] = true
+			})
 		}
 	}
 	return out
@@ -149,6 +149,18 @@ func TestStateBytesBound(t *testing.T) {
 			b := pproftest.NewCPU(t0, 10*time.Second)
 			for j := range 1000 {
 				b.Sample(svc("a"), []int64{1, 1}, fmt.Sprintf("%s%d_%d", long, i, j))
+			}
+			return b.Profile(), record.ProfileCPU
+		}},
+		{"distinct frames of another kind", func(i int) (*profile.Profile, record.ProfileType) {
+			// Python frames: a trie keeps them by the whole frame
+			// (frameTable.other), its costlier entries (trieFrameCost).
+			b := pproftest.NewCPU(t0, 10*time.Second)
+			py := b.Mapping(0, 0, 0, record.MappingPython, "")
+			main := b.NamedLocation(py, 0, "main", "app.py", 1)
+			for j := range 1000 {
+				f := b.NamedLocation(py, 0, fmt.Sprintf("handle%d_%d", i, j), "app.py", int64(j))
+				b.LocationSample(svc("a"), []int64{1, 1}, f, main)
 			}
 			return b.Profile(), record.ProfileCPU
 		}},

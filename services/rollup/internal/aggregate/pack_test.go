@@ -38,7 +38,7 @@ func TestPackedWindowLateProfile(t *testing.T) {
 			before := budgets[i].Used()
 			p.Evict()
 			w := p.windows[windowKey{indices.ResolutionMinute, t0.UnixNano()}]
-			if w == nil || w.packed == 0 {
+			if w == nil || !w.packed {
 				t.Fatalf("minute window not packed: %+v", w)
 			}
 			if budgets[i].Used() >= before {
@@ -47,7 +47,7 @@ func TestPackedWindowLateProfile(t *testing.T) {
 		}
 		add(t, p, at40, record.ProfileCPU, 3)
 		late[i] = p.Pending(false)
-		if w := p.windows[windowKey{indices.ResolutionMinute, t0.UnixNano()}]; w.packed != 0 {
+		if w := p.windows[windowKey{indices.ResolutionMinute, t0.UnixNano()}]; w.packed {
 			t.Fatal("late profile left the window packed")
 		}
 	}

@@ -39,7 +39,7 @@ func treeBenchState(hosts, stacksPerHost, pool int) (p *Partition, hour, ten, mi
 		for range stacksPerHost {
 			// Skewed: a few stacks run on most hosts.
 			s := stacks[int(float64(pool)*rng.Float64()*rng.Float64())]
-			node, _ := hour.trie.insert(s.id, s.frames)
+			node, _ := hour.trie.insert(s.frames)
 			v := int64(1+rng.IntN(50)) * 52631578
 			for _, ws := range []*series{hs, ms} {
 				ds := ws.docs[s.id]

@@ -185,7 +185,7 @@ func TestFrameTrie(t *testing.T) {
 		frames, _ := table.stackFrames(st)
 		want := tr.cost(indices.StackID(st), frames)
 		var got int64
-		nodes[i], got = tr.insert(indices.StackID(st), frames)
+		nodes[i], got = tr.insert(frames)
 		if got != want {
 			t.Errorf("stack %d: cost %d, insert added %d", i, want, got)
 		}

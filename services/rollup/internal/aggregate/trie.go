@@ -40,11 +40,6 @@ type frameTrie struct {
 	// have one or two children, found in their list.
 	links []trieLinks
 	wide  map[trieNode]int32
-	// stacks are the nodes of the stacks inserted, by stack ID: a stack
-	// that another host of the hour already ran is one lookup, not two
-	// per frame (inserting was a sixth of the rollup's CPU in the 50-host
-	// soak).
-	stacks map[string]int32
 	// frozen: the maps are dropped (freeze), and stacks inserted since go
 	// to late, whose node n is node base+n-1 here.
 	frozen bool
@@ -67,17 +62,48 @@ const wideAfter = 8
 
 // Charges of a frameTrie (measured by TestFleetStateBytes with a margin):
 // a node (its slot and its children entry, with the slack of their
-// growth), a distinct frame (its slot and its map entries, likewise) plus
-// the bytes of its names. A frame of the stack cache's table is charged
-// the same (frameTable.stackFrames).
+// growth); a frame, trieFrameCost. A distinct frame of the stack cache's
+// table is charged frameCost: trieFrameBytes (its slot and its map
+// entries, likewise, and a fromIDs slot in each live trie) plus the bytes
+// of its names. A stack holds nothing of its own, only its nodes: until
+// 2026-12-02 the trie held its stacks' nodes by ID as well, so that a
+// stack another host had run was found in one lookup, 48 bytes charged a
+// stack (a ninth of the hour's state at fleet scale, most stacks being
+// one host's); walking its nodes instead (an index and a short list a
+// frame) costs about a microsecond, once per stack new to a series of
+// the hour. trieStackBytes stays 0 for the stack cache's bound.
 const (
 	trieNodeBytes  = 64
 	trieFrameBytes = 400
-	trieStackBytes = 48
+	trieStackBytes = 0
 )
 
 func frameCost(f indices.Frame) int64 {
-	return trieFrameBytes + int64(len(f.Function)+len(f.File)+len(f.Binary)+len(f.Kind))
+	return trieFrameBytes + frameNames(f)
+}
+
+func frameNames(f indices.Frame) int64 {
+	return int64(len(f.Function) + len(f.File) + len(f.Binary) + len(f.Kind))
+}
+
+// What a frame new to a trie adds besides its names, charged instead of
+// trieFrameBytes since 2026-12-02 (the trie's frames were most of its
+// overcharge at fleet scale: TestFleetStateBytes): its slot in the trie's
+// frames (72 bytes, doubled for the slack of a small slice's growth) and
+// its entry in named (24-byte slots) or other (80-byte ones), at the 7/16
+// load of a map just grown. The stack cache's table charges frameCost,
+// above both, which covers the tries' fromIDs as well.
+const (
+	trieNamedFrameBytes = 2*72 + 64
+	trieOtherFrameBytes = 2*72 + 192
+)
+
+// trieFrameCost is what frame f, new to a trie, adds to it.
+func trieFrameCost(f indices.Frame) int64 {
+	if isNamed(f) {
+		return trieNamedFrameBytes + frameNames(f)
+	}
+	return trieOtherFrameBytes + frameNames(f)
 }
 
 // trieFrame is what an hour's trees and function documents read of a
@@ -106,30 +132,24 @@ func newFrameTrie() *frameTrie {
 		nodes:      []trieNode{{}},
 		links:      []trieLinks{{}},
 		wide:       map[trieNode]int32{},
-		stacks:     map[string]int32{},
 	}
 }
 
-// insert adds a stack (its ID, and its frames leaf first, as indices.Frame
-// slices are) and returns its node and the bytes it added. The frames may
-// come from any table (the stack cache's, one it dropped).
-func (t *frameTrie) insert(id string, frames stackFrames) (int32, int64) {
+// insert adds a stack (its frames leaf first, as indices.Frame slices
+// are) and returns its node and the bytes it added. The frames may come
+// from any table (the stack cache's, one it dropped).
+func (t *frameTrie) insert(frames stackFrames) (int32, int64) {
 	if t.frozen {
 		if t.late == nil {
 			t.late = newFrameTrie()
 		}
-		n, added := t.late.insert(id, frames)
+		n, added := t.late.insert(frames)
 		if n == 0 {
 			return 0, added
 		}
 		return t.base + n - 1, added
 	}
-	if n, ok := t.stacks[id]; ok {
-		return n, 0
-	}
 	node, added := t.insertFrames(frames)
-	t.stacks[id] = node
-	added += trieStackBytes
 	t.bytes += added
 	return node, added
 }
@@ -144,7 +164,7 @@ func (t *frameTrie) freeze() int64 {
 		return 0
 	}
 	t.nodes, t.frames = slices.Clone(t.nodes), slices.Clone(t.frames)
-	t.named, t.other, t.fromIDs, t.links, t.wide, t.stacks = nil, nil, nil, nil, nil, nil
+	t.named, t.other, t.fromIDs, t.links, t.wide = nil, nil, nil, nil, nil
 	t.fromTable = weak.Pointer[frameTable]{}
 	t.frozen, t.base = true, int32(len(t.nodes))
 	n := int64(cap(t.nodes))*int64(unsafe.Sizeof(trieNode{})) + int64(cap(t.frames))*int64(unsafe.Sizeof(indices.Frame{}))
@@ -166,7 +186,7 @@ func (t *frameTrie) insertFrames(frames stackFrames) (node int32, added int64) {
 			var ok bool
 			if id, ok = t.lookup(f); !ok {
 				id = t.add(f)
-				added += frameCost(f)
+				added += trieFrameCost(f)
 			}
 			t.fromIDs[from] = id + 1
 		}
@@ -224,15 +244,13 @@ func (t *frameTrie) addChild(parent, frame int32, listed int) int32 {
 	return c
 }
 
-// cost is what insert would add (an upper bound when t is nil).
-func (t *frameTrie) cost(id string, frames stackFrames) int64 {
+// cost is what insert would add; when t is nil, an upper bound for any
+// trie (the stack cache's trieBound: frames charged frameCost). The ID is
+// not needed (insert walks the stack's frames); the stack cache's tests
+// pass it.
+func (t *frameTrie) cost(_ string, frames stackFrames) int64 {
 	if t != nil && t.frozen {
-		return t.late.cost(id, frames)
-	}
-	if t != nil {
-		if _, ok := t.stacks[id]; ok {
-			return 0
-		}
+		return t.late.cost("", frames)
 	}
 	n := int64(trieStackBytes)
 	node, known := int32(0), t != nil
@@ -246,8 +264,10 @@ func (t *frameTrie) cost(id string, frames stackFrames) int64 {
 		if !ok && t != nil {
 			id, ok = t.lookup(frames.table.frames[from])
 		}
-		if !ok {
+		if !ok && t == nil {
 			n += frameCost(frames.table.frames[from])
+		} else if !ok {
+			n += trieFrameCost(frames.table.frames[from])
 		}
 		if known && ok {
 			node, _ = t.child(node, id)

@@ -24,7 +24,7 @@ func BenchmarkTrieInsert(b *testing.B) {
 	fill := func() *frameTrie {
 		t := newFrameTrie()
 		for _, s := range held {
-			t.insert(s.id, s.frames)
+			t.insert(s.frames)
 		}
 		return t
 	}
@@ -43,7 +43,7 @@ func BenchmarkTrieInsert(b *testing.B) {
 			b.StartTimer()
 		}
 		s := fresh[i%len(fresh)]
-		t.insert(s.id, s.frames)
+		t.insert(s.frames)
 	}
 	cpu += cpuTime() - start
 	b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/stack")
