@@ -14,13 +14,18 @@ import (
 // that hosts of several partitions run is held once. Its bytes are charged
 // to the Budget like the window state, and it gives way to the state: when
 // folding a profile in would pass the Budget, cached stacks are dropped
-// first (Add), and a stack that would pass it is not cached. Until
-// 2026-12-01 each partition had a cache of its own, up to 32 MiB, outside
-// the Budget: in the 50-host soak the six caches were the largest user of
-// the rollup's heap (docs/ROLLUP.md).
+// first, those unused the longest first (giveWay), and a stack that would
+// pass it is not cached. Until 2026-12-01 each partition had a cache of
+// its own, up to 32 MiB, outside the Budget: in the 50-host soak the six
+// caches were the largest user of the rollup's heap (docs/ROLLUP.md).
 type stackCache struct {
 	m map[[2]uint64]*stackInfo
 	n int // stacks held
+	// gen counts the calls of giveWay that dropped stacks without a
+	// reset: a stack found is marked with it (stackInfo.used), so that
+	// its age, in generations, is how many gave way since it was last
+	// found.
+	gen uint32
 	// table numbers the frames of the stacks built, and locs keeps the
 	// frames of their locations (a Wire's, by Wire.locationHash), so that
 	// a stack seen for the first time whose locations were seen in other
@@ -60,7 +65,14 @@ func newStackCache(b *Budget) *stackCache {
 	return c
 }
 
-func (c *stackCache) get(key [2]uint64) *stackInfo { return c.m[key] }
+// get returns the stack cached under key, else nil, marked used now.
+func (c *stackCache) get(key [2]uint64) *stackInfo {
+	st := c.m[key]
+	if st != nil {
+		st.used = c.gen
+	}
+	return st
+}
 
 // locFrames are the frames of a location (or of a whole stack), leaf
 // first: as table IDs, as the text their stack ID hashes
@@ -183,7 +195,10 @@ func (c *stackCache) put(key [2]uint64, st *stackInfo, size int64) {
 			return
 		}
 	}
-	st.cachedBytes = size
+	// Not found yet: it goes before the stacks found since the last
+	// giveWay, with those found in the generation before, so that
+	// stacks seen once do not push out those in use.
+	st.cachedBytes, st.used = size, c.gen-1
 	c.m[key] = st
 	c.n++
 	c.charge(size)
@@ -195,33 +210,59 @@ func (c *stackCache) fits(size int64) bool {
 
 // giveWay drops cached stacks until n bytes are returned, and an eighth of
 // the stacks' bytes more, so that a Budget held near full by the state
-// does not drop stacks for every profile; the stacks dropped are the
-// map's iteration order, about at random. Dropping the whole cache
-// instead, as it did until 2026-12-01, emptied it every few profiles once
-// the state neared the Budget (the pipeline bench's 200 hosts), and every
-// stack of the next profiles was built and hashed again.
+// does not drop stacks for every profile. The stacks unused for the most
+// generations (calls of giveWay) go first: a host sends a profile every
+// 10 seconds and most of its stacks are in the last one, so the stacks of
+// the fleet's current hosts stay and those of hosts gone or of stacks
+// seen once go. Dropping them in the map's order, about at random, as it
+// did until 2026-12-02, dropped the stacks in use as often as the others
+// once the hour's state neared the Budget, and they were built again for
+// the next profiles: over 30 simulated minutes of the pipeline bench's
+// 200 hosts, half of the rollup's CPU. The frame table and the locations
+// go too (reset) only when all the stacks do not return n.
 func (c *stackCache) giveWay(n int64) {
 	if n <= 0 {
 		return
 	}
 	stacks := c.bytes - c.tableBytes
-	n += stacks / 8
-	if n >= stacks {
-		// The stacks held do not free n: the table goes too.
+	if n > stacks {
 		c.reset()
 		return
 	}
-	var freed int64
+	n = min(n+stacks/8, stacks)
+	// The bytes by age; the stacks older than cut and enough of those of
+	// age cut return n.
+	var byAge [maxStackAge + 1]int64
+	for _, st := range c.m {
+		byAge[c.age(st)] += st.cachedBytes
+	}
+	cut, older := maxStackAge, int64(0)
+	for cut > 0 && older+byAge[cut] < n {
+		older += byAge[cut]
+		cut--
+	}
+	var freed, atCut int64
 	for k, st := range c.m {
-		if freed >= n {
-			break
+		a := c.age(st)
+		if a < cut || a == cut && older+atCut >= n {
+			continue
+		}
+		if a == cut {
+			atCut += st.cachedBytes
 		}
 		delete(c.m, k)
 		c.n--
 		freed += st.cachedBytes
 	}
 	c.charge(-freed)
+	c.gen++
 }
+
+// maxStackAge is the age, in generations, past which stacks are not told
+// apart.
+const maxStackAge = 15
+
+func (c *stackCache) age(st *stackInfo) int { return int(min(c.gen-st.used, maxStackAge)) }
 
 // reset drops every cached stack, the frame table and the locations, and
 // returns their charge. A new map: a cleared one would keep its buckets.

@@ -26,8 +26,10 @@ type stackInfo struct {
 	// most, computed once: the budget check's bound walked every frame of
 	// every stack of every profile (7% of the rollup's CPU under loadgen).
 	trieBound int64
-	// cachedBytes is what the stack cache charges for it.
+	// cachedBytes is what the stack cache charges for it, used the cache's
+	// generation it was last found in (stackCache.giveWay).
 	cachedBytes int64
+	used        uint32
 }
 
 // stackBytes is an upper bound of what caching st holds besides its
