@@ -102,6 +102,14 @@ func (b *Budget) CacheBytes() int64 {
 	return b.stacks.bytes
 }
 
+// CacheStats are the counts of the stack cache's work so far.
+func (b *Budget) CacheStats() CacheStats {
+	if b.stacks == nil {
+		return CacheStats{}
+	}
+	return b.stacks.stats
+}
+
 // stackCache is the stack cache of the partitions sharing b; a partition
 // without a Budget gets one of its own.
 func (b *Budget) stackCache() *stackCache {

@@ -49,6 +49,19 @@ type stackCache struct {
 	// budget.
 	bytes  int64
 	budget *Budget
+	// stats counts what the cache did since it was made (CacheStats).
+	stats CacheStats
+}
+
+// CacheStats are counts of a stack cache's work since it was made: how
+// often a stack had to be built (named and hashed) because the cache did
+// not hold it, how often the cache gave way to the state, and how many of
+// those dropped the whole cache, frame table and locations included. The
+// rollup exports them as counters: a run whose builds keep pace with its
+// profiles' stacks, and whose resets grow, has a state budget too small
+// for its fleet (docs/ROLLUP.md).
+type CacheStats struct {
+	Built, GaveWay, Resets int64
 }
 
 // maxCachedStacks and maxCachedStackBytes bound the stack cache: a stack
@@ -165,6 +178,7 @@ func (c *stackCache) end(key [2]uint64) *stackInfo {
 	} else {
 		sum = sha256.Sum256(c.text)
 	}
+	c.stats.Built++
 	st := &stackInfo{
 		id:        indices.StackIDOfSum(sum[:]),
 		frames:    stackFrames{table: c.table, ids: slices.Clone(c.ids)},
@@ -224,8 +238,10 @@ func (c *stackCache) giveWay(n int64) {
 	if n <= 0 {
 		return
 	}
+	c.stats.GaveWay++
 	stacks := c.bytes - c.tableBytes
 	if n > stacks {
+		c.stats.Resets++
 		c.reset()
 		return
 	}

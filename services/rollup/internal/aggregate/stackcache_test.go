@@ -75,6 +75,10 @@ func TestStackCacheGivesWayInPart(t *testing.T) {
 	if n < 100 {
 		t.Fatalf("%d stacks cached", n)
 	}
+	// Every stack cached was built once; nothing gave way yet.
+	if st := b.CacheStats(); st.Built != int64(n) || st.GaveWay != 0 || st.Resets != 0 {
+		t.Fatalf("stats %+v after caching %d stacks in an unbounded budget", st, n)
+	}
 	stacks := bytes - c.tableBytes
 	c.giveWay(stacks / 10)
 	freed := bytes - c.bytes
@@ -93,10 +97,16 @@ func TestStackCacheGivesWayInPart(t *testing.T) {
 	if c.n != 0 || len(c.m) != 0 || c.bytes != c.tableBytes || len(c.table.frames) == 0 || b.Used() != used-bytes+c.tableBytes {
 		t.Fatalf("after giving way all the stacks: %d stacks, %d bytes (table %d), %d frames, budget %d", c.n, c.bytes, c.tableBytes, len(c.table.frames), b.Used())
 	}
+	if st := b.CacheStats(); st.GaveWay != 2 || st.Resets != 0 {
+		t.Fatalf("stats %+v after giving way twice in part", st)
+	}
 	// More than the stacks hold: the table goes too.
 	c.giveWay(1)
 	if c.n != 0 || c.bytes != 0 || len(c.table.frames) != 0 || b.Used() != used-bytes {
 		t.Fatalf("after giving way more than the stacks: %d stacks, %d bytes, %d frames, budget %d", c.n, c.bytes, len(c.table.frames), b.Used())
+	}
+	if st := b.CacheStats(); st.GaveWay != 3 || st.Resets != 1 || st.Built != int64(n) {
+		t.Fatalf("stats %+v after a reset, want 3 give-ways, 1 reset, %d built", st, n)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stackstream/stackstream/pkg/telemetry"
+	"github.com/stackstream/stackstream/services/rollup/internal/aggregate"
 )
 
 type metrics struct {
@@ -19,6 +20,10 @@ type metrics struct {
 	panics       prometheus.Counter
 	stateBytes   prometheus.Gauge
 	cacheBytes   prometheus.Gauge
+	// cacheEvents counts the stack cache's aggregate.CacheStats, added
+	// from cacheSeen, the stats last exported.
+	cacheEvents *prometheus.CounterVec
+	cacheSeen   aggregate.CacheStats
 	// hourWrites and hourWriteSeconds: the ended hours written in the
 	// background (hourwrite.go).
 	hourWrites       prometheus.Gauge
@@ -50,14 +55,24 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Bytes of window state and stack cache charged against STACKSTREAM_ROLLUP_MAX_STATE_BYTES."}),
 		cacheBytes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "stack_cache_bytes",
 			Help: "The part of state_bytes that is the stack cache (dropped first when the budget is full)."}),
+		cacheEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "stack_cache_events_total",
+			Help: "The stack cache's work, by event: built (a stack named and hashed, not found in the cache), gave_way (stacks dropped for the window state), reset (the whole cache dropped, its frames too). Builds near the profiles' stacks and growing resets mean a state budget too small for the fleet."}, []string{"event"}),
 		hourWrites: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "hour_writes_in_flight",
 			Help: "Ended hours being written in the background (at most one per partition)."}),
 		hourWriteSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "hour_write_seconds",
 			Help: "Time to store an ended hour in the background, while consumption goes on.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 14)}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.docs, m.writeSeconds, m.commits, m.commitErrors, m.openWindows, m.watermark, m.panics, m.stateBytes, m.cacheBytes,
+		reg.MustRegister(m.docs, m.writeSeconds, m.commits, m.commitErrors, m.openWindows, m.watermark, m.panics, m.stateBytes, m.cacheBytes, m.cacheEvents,
 			m.hourWrites, m.hourWriteSeconds)
 	}
 	return m
+}
+
+// observeCache adds what the stack cache did since the last call.
+func (m *metrics) observeCache(s aggregate.CacheStats) {
+	m.cacheEvents.WithLabelValues("built").Add(float64(s.Built - m.cacheSeen.Built))
+	m.cacheEvents.WithLabelValues("gave_way").Add(float64(s.GaveWay - m.cacheSeen.GaveWay))
+	m.cacheEvents.WithLabelValues("reset").Add(float64(s.Resets - m.cacheSeen.Resets))
+	m.cacheSeen = s
 }

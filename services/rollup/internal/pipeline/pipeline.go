@@ -483,6 +483,7 @@ func (r *Rollup) commit(ctx context.Context, parts map[int32]*aggregate.Partitio
 	if b := r.cfg.Window.Budget; b != nil {
 		r.m.stateBytes.Set(float64(b.Used()))
 		r.m.cacheBytes.Set(float64(b.CacheBytes()))
+		r.m.observeCache(b.CacheStats())
 	}
 	if len(offsets) == 0 {
 		return nil

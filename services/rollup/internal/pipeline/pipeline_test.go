@@ -816,6 +816,8 @@ func TestInstancesShareAndHandOver(t *testing.T) {
 func TestIdlePartitionIsWritten(t *testing.T) {
 	e := newEnv(t, 1)
 	e.idle = time.Second
+	// A Budget as the binary has: its stack cache's work is exported.
+	e.window.Budget = &aggregate.Budget{MaxBytes: 256 << 20}
 	x := expected{}
 	minute := key(indices.RollupDoc{Resolution: "1m", Timestamp: t0, Kind: "service", Type: "cpu", Service: "checkout", Host: "web-1"})
 	for k := range 3 {
@@ -828,6 +830,9 @@ func TestIdlePartitionIsWritten(t *testing.T) {
 	if o := e.committed()[0]; o.At != 0 {
 		t.Fatalf("committed %d past windows still open", o.At)
 	}
+	waitFor(t, "the stack cache's builds exported", 30*time.Second, func() bool {
+		return testutil.ToFloat64(in.r.m.cacheEvents.WithLabelValues("built")) > 0 && testutil.ToFloat64(in.r.m.cacheBytes) > 0
+	})
 	in.close(t)
 	compare(t, byKey(e.docs()), x.finish())
 }
