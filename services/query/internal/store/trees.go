@@ -377,22 +377,25 @@ func (s *Store) scrollTrees(ctx context.Context, idx []string, sel Selection, ki
 		Size:       pageSize,
 	}
 	n := 0
+	var useErr error // use's error, returned as it is
 	err = opensearch.ScrollEach(ctx, read, func(p *opensearch.ScrollPage[treeHit]) error {
 		for _, h := range p.Hits.Hits {
-			if err := use(h.Source.Tree); err != nil {
-				return err
+			if useErr = use(h.Source.Tree); useErr != nil {
+				return useErr
 			}
 			n++
 		}
 		return nil
 	})
 	switch {
+	case err == nil || err == useErr:
+		return n, err
 	case errors.Is(err, opensearch.ErrTimedOut), errors.Is(err, context.DeadlineExceeded):
 		return n, fmt.Errorf("read trees: %w", ErrTimeout)
 	case errors.Is(err, opensearch.ErrShardsFailed):
 		return n, fmt.Errorf("read trees: %w: %w", err, ErrPartial)
 	}
-	return n, err
+	return n, fmt.Errorf("read trees: %w", err)
 }
 
 // maxTreeDocs bounds the hour tree versions read at once: 24 per partition

@@ -660,7 +660,7 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 					_, added := scratch.insert(st.frames)
 					shared += added
 					if !empty {
-						perStack += t.cost(st.id, st.frames)
+						perStack += t.cost(st.frames)
 					}
 				}
 				if p.deltas[i].hasMem {

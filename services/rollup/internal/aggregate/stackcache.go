@@ -141,7 +141,7 @@ func (c *stackCache) add(key [2]uint64, frames []indices.Frame) *stackInfo {
 // begin starts building a stack, whose frames extend adds (leaf first),
 // to cache under a key with end.
 func (c *stackCache) begin() {
-	c.ids, c.text, c.long, c.bound = c.ids[:0], c.text[:0], false, trieStackBytes
+	c.ids, c.text, c.long, c.bound = c.ids[:0], c.text[:0], false, 0
 }
 
 // maxStackTextBytes bounds the text of the stack being built held at

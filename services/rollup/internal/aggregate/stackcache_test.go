@@ -238,7 +238,7 @@ func TestWireStacksNamedAsFrames(t *testing.T) {
 					t.Fatalf("stack %d frame %d: %+v, want %+v", i, j, got, want)
 				}
 			}
-			if want := (*frameTrie)(nil).cost(st.id, st.frames); st.trieBound != want {
+			if want := (*frameTrie)(nil).cost(st.frames); st.trieBound != want {
 				t.Fatalf("stack %d: trie bound %d, want %d", i, st.trieBound, want)
 			}
 		}

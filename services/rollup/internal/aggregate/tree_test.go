@@ -183,13 +183,13 @@ func TestFrameTrie(t *testing.T) {
 	nodes := make([]int32, len(stacks))
 	for i, st := range stacks {
 		frames, _ := table.stackFrames(st)
-		want := tr.cost(indices.StackID(st), frames)
+		want := tr.cost(frames)
 		var got int64
 		nodes[i], got = tr.insert(frames)
 		if got != want {
 			t.Errorf("stack %d: cost %d, insert added %d", i, want, got)
 		}
-		if (*frameTrie)(nil).cost(indices.StackID(st), frames) < got {
+		if (*frameTrie)(nil).cost(frames) < got {
 			t.Errorf("stack %d: bound below what insert added", i)
 		}
 	}
@@ -216,8 +216,8 @@ func TestFrameTrie(t *testing.T) {
 	other.stackFrames(f("x", "y"))
 	for i := len(stacks) - 1; i >= 0; i-- {
 		frames, _ := other.stackFrames(stacks[i])
-		if cost := tr.cost("not inserted", frames); cost != trieStackBytes {
-			t.Errorf("stack %d of another table: cost %d, want %d", i, cost, trieStackBytes)
+		if cost := tr.cost(frames); cost != 0 {
+			t.Errorf("stack %d of another table: cost %d, want 0", i, cost)
 		}
 		if node, added := tr.insertFrames(frames); node != nodes[i] || added != 0 {
 			t.Errorf("stack %d of another table: node %d, added %d; want node %d, nothing", i, node, added, nodes[i])

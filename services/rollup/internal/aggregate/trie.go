@@ -71,11 +71,10 @@ const wideAfter = 8
 // stack (a ninth of the hour's state at fleet scale, most stacks being
 // one host's); walking its nodes instead (an index and a short list a
 // frame) costs about a microsecond, once per stack new to a series of
-// the hour. trieStackBytes stays 0 for the stack cache's bound.
+// the hour.
 const (
 	trieNodeBytes  = 64
 	trieFrameBytes = 400
-	trieStackBytes = 0
 )
 
 func frameCost(f indices.Frame) int64 {
@@ -245,14 +244,12 @@ func (t *frameTrie) addChild(parent, frame int32, listed int) int32 {
 }
 
 // cost is what insert would add; when t is nil, an upper bound for any
-// trie (the stack cache's trieBound: frames charged frameCost). The ID is
-// not needed (insert walks the stack's frames); the stack cache's tests
-// pass it.
-func (t *frameTrie) cost(_ string, frames stackFrames) int64 {
+// trie (the stack cache's trieBound: frames charged frameCost).
+func (t *frameTrie) cost(frames stackFrames) int64 {
 	if t != nil && t.frozen {
-		return t.late.cost("", frames)
+		return t.late.cost(frames)
 	}
-	n := int64(trieStackBytes)
+	var n int64
 	node, known := int32(0), t != nil
 	mapped := t != nil && t.fromTable == frames.table.self
 	for i := len(frames.ids) - 1; i >= 0; i-- {
