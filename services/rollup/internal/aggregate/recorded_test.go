@@ -10,7 +10,9 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -82,7 +84,8 @@ func TestRecordedStateBytes(t *testing.T) {
 		defer fh.Close()
 		readers = append(readers, &recordedReader{r: bufio.NewReaderSize(fh, 1<<20)})
 		cfg := Config{AllowedLateness: 2 * time.Minute, Retention: 10 * time.Minute, MaxClockSkew: 24 * time.Hour,
-			Names: indices.Names{Prefix: "t-"}, Now: func() time.Time { return last.Add(time.Minute) }, Partition: int32(i), Budget: budget}
+			Names: indices.Names{Prefix: "t-"}, Now: func() time.Time { return last.Add(time.Minute) }, Partition: int32(i), Budget: budget,
+			HeadMinNodes: math.MaxInt} // the service's defaults: minute trees, no window heads
 		parts = append(parts, NewPartition(cfg, Checkpoint{}))
 	}
 	dec := NewDecoder(record.DefaultLimits())
@@ -124,6 +127,14 @@ func TestRecordedStateBytes(t *testing.T) {
 			n, last.Format("15:04:05"), budget.Used()>>20, budget.CacheBytes()>>20, mb(byRes), values>>20, valueSet, trieBytes>>20, trieNodes, hourDocs, minuteDocs, ms.HeapAlloc>>20)
 	}
 	every := 2400
+	if e, err := strconv.Atoi(os.Getenv("ROLLUP_RECORDS_EVERY")); err == nil && e > 0 {
+		every = e
+	}
+	// cpu is the process's CPU time folding, the reports' GCs left out:
+	// per host interval (a CPU and a memory profile), the figure part A
+	// gives for the rollup, without Kafka, OpenSearch or JSON.
+	var cpu time.Duration
+	t0 := processCPU(t)
 	for left > 0 {
 		for i, rr := range readers {
 			if done[i] {
@@ -168,11 +179,15 @@ func TestRecordedStateBytes(t *testing.T) {
 				}
 			}
 			if n%every == 0 {
+				cpu += processCPU(t) - t0
 				report()
+				t0 = processCPU(t)
 			}
 		}
 	}
+	cpu += processCPU(t) - t0
 	report()
+	t.Logf("CPU folding %v: %.2f ms per host interval (2 records)", cpu.Round(time.Millisecond), 2*float64(cpu.Microseconds())/1000/float64(n))
 	for _, p := range parts {
 		p.out, p.deltas, p.frames = nil, nil, nil
 	}
@@ -205,4 +220,13 @@ func mb(m map[string]int64) map[string]int64 {
 		out[k] = v >> 20
 	}
 	return out
+}
+
+// processCPU is the CPU time the process has used, user and system.
+func processCPU(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
