@@ -34,16 +34,9 @@ func TestFleetStateBytes(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	p := NewPartition(cfg, Checkpoint{})
-	// held is the heap the window state holds: the stack cache is
-	// emptied first (bounded on its own, its charge returned; its stacks
-	// are built again after), and the scratch of one profile let go.
+	// held logs and checks the heap the window state holds (stateHeap).
 	held := func(when string) {
-		p.out, p.deltas, p.frames = nil, nil, nil
-		p.stacks.reset()
-		var after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		heap := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+		heap := stateHeap(&before, p)
 		used := cfg.Budget.Used()
 		byRes := map[string]int64{}
 		counts := map[string]int{}
@@ -92,6 +85,21 @@ func TestFleetStateBytes(t *testing.T) {
 		}
 	}
 	runtime.KeepAlive(p)
+}
+
+// stateHeap is the heap the partitions' window state holds above before:
+// their stack cache is emptied first (bounded on its own, its charge
+// returned; its stacks are built again after), and the scratch of one
+// profile let go.
+func stateHeap(before *runtime.MemStats, parts ...*Partition) int64 {
+	for _, p := range parts {
+		p.out, p.deltas, p.frames = nil, nil, nil
+		p.stacks.reset()
+	}
+	var after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	return int64(after.HeapAlloc) - int64(before.HeapAlloc)
 }
 
 // TestStackBytesBound: the stack cache's count of its bytes (stackBytes per

@@ -188,14 +188,7 @@ func TestRecordedStateBytes(t *testing.T) {
 	cpu += processCPU(t) - t0
 	report()
 	t.Logf("CPU folding %v: %.2f ms per host interval (2 records)", cpu.Round(time.Millisecond), 2*float64(cpu.Microseconds())/1000/float64(n))
-	for _, p := range parts {
-		p.out, p.deltas, p.frames = nil, nil, nil
-	}
-	budget.stacks.reset()
-	var after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	held := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	held := stateHeap(&before, parts...)
 	t.Logf("end, stack cache emptied: held %d MB, charged %d MB (%.0f%%)", held>>20, budget.Used()>>20, 100*float64(held)/float64(budget.Used()))
 	if held > budget.Used() {
 		t.Fatalf("the state holds %d bytes, the budget charged %d", held, budget.Used())
