@@ -50,6 +50,7 @@ func treeBenchState(hosts, stacksPerHost, pool int) (p *Partition, hour, ten, mi
 				ds.a += v
 				ds.b++
 			}
+			values.grow(node)
 			values.add(node, v)
 		}
 		hour.series[k], minute.series[k] = hs, ms
