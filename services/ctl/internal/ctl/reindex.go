@@ -58,8 +58,8 @@ type ReindexSummary struct {
 	Processed int64
 	Swap      opensearch.Swap
 	Deleted   []string
-	Gaps      Gaps             // what was copied or kept for lack of records in the topics
-	Counts    map[int][3]int64 // documents per generation: stacks, samples, rollups
+	Gaps      Gaps              // what was copied or kept for lack of records in the topics
+	Counts    map[int]DocCounts // documents per generation at the swap
 	Elapsed   time.Duration
 }
 
@@ -269,7 +269,7 @@ func Reindex(ctx context.Context, cfg Config, adm *kadm.Client, osc *opensearcha
 	if err := refresh(ctx, osc, names.GenerationPatterns(sum.To)); err != nil {
 		return sum, fmt.Errorf("reindex: %w", err)
 	}
-	sum.Counts = map[int][3]int64{}
+	sum.Counts = map[int]DocCounts{}
 	for _, g := range []int{sum.From, sum.To} {
 		c, err := generationCounts(ctx, osc, names, g)
 		if err != nil {
@@ -371,8 +371,11 @@ func Reindex(ctx context.Context, cfg Config, adm *kadm.Client, osc *opensearcha
 	}
 	sum.Elapsed = time.Since(began).Round(time.Millisecond)
 	old, now := sum.Counts[sum.From], sum.Counts[sum.To]
-	fmt.Fprintf(out, "summary: generation %d -> %d in %s; %d records indexed again; documents at the swap (stacks, samples, rollups): generation %d %v, generation %d %v\n",
-		sum.From, sum.To, sum.Elapsed.Round(time.Second), sum.Processed, sum.From, old, sum.To, now)
+	fmt.Fprintf(out, "summary: generation %d -> %d in %s; %d records indexed again; documents at the swap (%s): generation %d %v, generation %d %v\n",
+		sum.From, sum.To, sum.Elapsed.Round(time.Second), sum.Processed, docCountsLegend, sum.From, old, sum.To, now)
+	if old.Lifecycle != now.Lifecycle {
+		fmt.Fprintf(out, "the live rollup's lifecycle writes generation %d's fleet heads and day trees and deletes its minute trees past retention: within a minute for the last hours, within STACKSTREAM_ROLLUP_LIFECYCLE_INTERVAL for older ones\n", sum.To)
+	}
 	return sum, nil
 }
 
@@ -520,41 +523,4 @@ func refresh(ctx context.Context, cl *opensearchapi.Client, patterns []string) e
 		return fmt.Errorf("refresh: HTTP %d: %.200s", status, body)
 	}
 	return nil
-}
-
-// generationCounts are the documents of generation gen's physical indices:
-// stacks, samples, rollups.
-func generationCounts(ctx context.Context, cl *opensearchapi.Client, names indices.Names, gen int) ([3]int64, error) {
-	patterns := names.AliasPatterns()
-	if gen > 0 {
-		patterns = names.GenerationPatterns(gen)
-	}
-	var out [3]int64
-	for i, p := range patterns {
-		n, err := Count(ctx, cl, p)
-		if err != nil {
-			return out, err
-		}
-		out[i] = n
-	}
-	return out, nil
-}
-
-// Count is the number of documents target (an index, alias or pattern)
-// finds; a missing one counts 0. Shards that fail or go missing make it an
-// error, not a smaller number.
-func Count(ctx context.Context, cl *opensearchapi.Client, target string) (int64, error) {
-	var c struct {
-		Count  int64 `json:"count"`
-		Shards struct {
-			Total, Successful, Skipped, Failed int
-		} `json:"_shards"`
-	}
-	if err := getJSON(ctx, cl, "/"+target+"/_count?ignore_unavailable=true&allow_no_indices=true", &c); err != nil {
-		return 0, err
-	}
-	if c.Shards.Failed > 0 || c.Shards.Successful+c.Shards.Skipped < c.Shards.Total {
-		return c.Count, fmt.Errorf("count %s: %d of %d shards answered", target, c.Shards.Successful, c.Shards.Total)
-	}
-	return c.Count, nil
 }
