@@ -305,10 +305,9 @@ type Partition struct {
 	deltas        []delta
 	// nodes are the deltas' stacks' nodes in their hour's trie (0: none),
 	// for the part-hour windows.
-	nodes        []int32
-	memo         trieMemo   // scratch of the hour's trees and functions
-	minuteValues nodeValues // scratch of a minute's partition tree
-	built        docCount   // DocumentsBuilt
+	nodes []int32
+	memo  trieMemo // scratch of the hour's trees and functions
+	built docCount // DocumentsBuilt
 }
 
 // NewPartition starts the state of a partition, restoring the watermark of

@@ -11,9 +11,9 @@ package aggregate
 // its hour's trie (window.trie) and holds no frames. A minute window keeps
 // each host's stacks already (its stacks documents), each with its node, so
 // its partition tree is summed from them when written. A 10-minute window
-// keeps no host's stacks: per type, the value of each trie node summed
-// over the partition's hosts, in a slice indexed by node (one add per stack
-// and profile, no hashing), charged to the window. Trie nodes are numbered
+// keeps no host's stacks: per type, the value of each trie node its stacks
+// reached, summed over the partition's hosts (nodeValues), charged to the
+// window by node. Trie nodes are numbered
 // as stacks arrive and as the hour was frozen, so the trees are encoded
 // with sorted children (indices.TreeBuilder.EncodeSorted): the same window
 // gives the same bytes on a replay. They are deflated (indices.Deflate):
@@ -21,74 +21,49 @@ package aggregate
 // twice the bytes on disk (docs/ROLLUP.md, "Part-hour documents").
 
 import (
-	"math/bits"
 	"time"
 
 	"github.com/stackstream/stackstream/schemas/indices"
 )
 
-// nodeValues are stack values by trie node: a node was added when its bit
-// in has is set (a stack of value 0 still has its path in the tree).
+// nodeValues are a 10-minute window's stack values by trie node: the
+// nodes its stacks reached, each with its sum (a stack of value 0 still
+// has its path in the tree). Until 2026-12-02 they were a slice over
+// every node of the hour's trie: at 200 loadgen hosts a window's stacks
+// were one node in 14 of the trie's, and those slices (and the minutes'
+// scratch of the same size) were a quarter of the rollup's heap.
 type nodeValues struct {
-	vals []int64
-	has  []uint64
+	m map[int32]int64
 }
 
-// nodeValuesBytes is the charge of a nodeValues and its map entry.
-const nodeValuesBytes = 160
+// nodeValuesBytes is the charge of a nodeValues and its map entry, and
+// nodeValueBytes that of a node in it: a Go map slot of an int32 and an
+// int64 held 24-37 bytes measured, with the slack of its growth.
+const (
+	nodeValuesBytes = 160
+	nodeValueBytes  = 40
+)
 
-// growBytes is what making room for node n charges.
-func (v *nodeValues) growBytes(n int32) int64 {
-	if int(n) < len(v.vals) {
+// add adds x to node n and returns what it charged: a node new to v.
+func (v *nodeValues) add(n int32, x int64) int64 {
+	if v.m == nil {
+		v.m = map[int32]int64{}
+	}
+	old, ok := v.m[n]
+	v.m[n] = old + x
+	if ok {
 		return 0
 	}
-	c := max(int(n)+1, len(v.vals)*5/4, 1024)
-	return int64(c-len(v.vals))*8 + int64((c+63)/64-len(v.has))*8
+	return nodeValueBytes
 }
 
-// grow makes room for nodes up to n and returns what it charged.
-func (v *nodeValues) grow(n int32) int64 {
-	grown := v.growBytes(n)
-	if grown > 0 {
-		c := max(int(n)+1, len(v.vals)*5/4, 1024)
-		vals := make([]int64, c)
-		copy(vals, v.vals)
-		has := make([]uint64, (c+63)/64)
-		copy(has, v.has)
-		v.vals, v.has = vals, has
-	}
-	return grown
-}
-
-// add adds x to node n, which grow made room for.
-func (v *nodeValues) add(n int32, x int64) {
-	v.vals[n] += x
-	v.has[n/64] |= 1 << (n % 64)
-}
-
-// reset empties v for reuse, keeping its slices.
-func (v *nodeValues) reset() {
-	clear(v.vals)
-	clear(v.has)
-}
-
-// addTo adds every node with a value that is not negative to tt (a
-// negative sum comes only from a hostile profile; trees leave it out).
-func (v *nodeValues) addTo(tt *trieTree) {
-	tt.add(v.each)
-}
-
-// each calls fn for every node with a value that is not negative, in
-// node order (ordered or not: the trees of these values are encoded
-// sorted).
+// each calls fn for every node with a value that is not negative (a
+// negative sum comes only from a hostile profile; trees leave it out),
+// in no order: the trees of these values are encoded sorted.
 func (v *nodeValues) each(_ bool, fn func(node int32, x int64)) {
-	for i, word := range v.has {
-		for word != 0 {
-			bit := int32(i*64) + int32(bits.TrailingZeros64(word))
-			word &= word - 1
-			if x := v.vals[bit]; x >= 0 {
-				fn(bit, x)
-			}
+	for n, x := range v.m {
+		if x >= 0 {
+			fn(n, x)
 		}
 	}
 }
@@ -119,51 +94,35 @@ func (p *Partition) foldTenMinutes(w *window, typ string, sc *scratch, offset in
 		p.charge(w, nodeValuesBytes)
 	}
 	if w.trie != nil {
-		// Sized to the trie's nodes, not to the highest node held: node
-		// numbers follow the order stacks were inserted in, their count
-		// does not, so the same profiles charge the same.
-		nodes, _ := w.trie.counts()
-		p.charge(w, v.grow(int32(nodes-1)))
+		// Charged by the nodes new to v, not by their numbers: node
+		// numbers follow the order stacks were inserted in, the nodes a
+		// window's stacks reach do not, so the same profiles charge the
+		// same.
+		var n int64
 		for _, i := range sc.names {
-			if n := p.nodes[i]; n != 0 {
-				v.add(n, p.deltas[i].value)
+			if node := p.nodes[i]; node != 0 {
+				n += v.add(node, p.deltas[i].value)
 			}
 		}
+		p.charge(w, n)
 	}
 	p.markDirty(w, p.partitionTree(w, typ, offset))
 }
 
 // tenMinutesBytes bounds what the 10-minute target windows' values grow
-// by for the profile in p.out: every stack's nodes new to the hour's trie
-// (at most trieBound/trieNodeBytes each) in every type's values.
+// by for the profile in p.out: each of its stacks a node new to them.
 func (p *Partition) tenMinutesBytes(targets []windowKey) int64 {
+	var stacks int64
+	for sk, sc := range p.out {
+		if sk.kind == indices.KindStack {
+			stacks += int64(len(sc.names))
+		}
+	}
 	var n int64
 	for _, k := range targets {
-		if k.res != indices.ResolutionTenMinutes {
-			continue
+		if k.res == indices.ResolutionTenMinutes {
+			n += stacks * nodeValueBytes
 		}
-		typ, nodes := "", int32(0)
-		if hw := p.windows[windowKey{indices.ResolutionHour, truncate(k.start, time.Hour)}]; hw != nil && hw.trie != nil {
-			c, _ := hw.trie.counts()
-			nodes = int32(c)
-		}
-		for sk, sc := range p.out {
-			if sk.kind != indices.KindStack {
-				continue
-			}
-			typ = sk.typ
-			for _, i := range sc.names {
-				if st := p.deltas[i].stack; st != nil {
-					nodes += int32(st.trieBound / trieNodeBytes)
-				}
-			}
-		}
-		// A profile is of one type: its stack series share their values.
-		v := &nodeValues{}
-		if w := p.windows[k]; w != nil && w.values[typ] != nil {
-			v = w.values[typ]
-		}
-		n += v.growBytes(nodes)
 	}
 	return n
 }
@@ -207,28 +166,24 @@ const DefaultHeadMinNodes = 4 * indices.WindowHeadNodes
 // Both documents share the window's state: they are written, and
 // rewritten, together.
 func (p *Partition) appendPartTree(out []Pending, w *window, start time.Time, index string, k serviceKey, ds *docState) []Pending {
-	v := w.values[k.typ]
+	tt := p.newTrieTree(w)
 	if w.key.res == indices.ResolutionMinute {
-		v = &p.minuteValues
-		v.reset()
-		if w.trie != nil {
-			nodes, _ := w.trie.counts()
-			v.grow(int32(nodes))
-		}
-		for sk, ws := range w.series {
-			if sk.kind != indices.KindStack || sk.typ != k.typ {
-				continue
-			}
-			for _, s := range ws.docs {
-				if s.inTree && s.a >= 0 {
-					v.add(s.node, s.a)
+		// Its hosts' stacks, each added to the tree (a node's hosts summed
+		// there).
+		tt.add(func(_ bool, fn func(node int32, x int64)) {
+			for sk, ws := range w.series {
+				if sk.kind != indices.KindStack || sk.typ != k.typ {
+					continue
+				}
+				for _, s := range ws.docs {
+					if s.inTree && s.a >= 0 {
+						fn(s.node, s.a)
+					}
 				}
 			}
-		}
-	}
-	tt := p.newTrieTree(w)
-	if v != nil {
-		v.addTo(tt)
+		})
+	} else if v := w.values[k.typ]; v != nil {
+		tt.add(v.each)
 	}
 	var docs []indices.RollupDoc
 	if tt.b.Nodes() > p.cfg.HeadMinNodes {

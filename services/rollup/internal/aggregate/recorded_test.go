@@ -98,8 +98,8 @@ func TestRecordedStateBytes(t *testing.T) {
 			for _, w := range p.windows {
 				byRes[w.key.res] += w.bytes
 				for _, v := range w.values {
-					values += int64(len(v.vals))*8 + int64(len(v.has))*8
-					valueSet += int64(len(v.vals))
+					values += int64(len(v.m)) * nodeValueBytes
+					valueSet += int64(len(v.m))
 				}
 				if w.key.res == indices.ResolutionHour && w.trie != nil {
 					trieBytes += w.trie.bytes

@@ -50,7 +50,6 @@ func treeBenchState(hosts, stacksPerHost, pool int) (p *Partition, hour, ten, mi
 				ds.a += v
 				ds.b++
 			}
-			values.grow(node)
 			values.add(node, v)
 		}
 		hour.series[k], minute.series[k] = hs, ms

@@ -62,7 +62,12 @@ const wideAfter = 8
 
 // Charges of a frameTrie (measured by TestFleetStateBytes with a margin):
 // a node (its slot and its children entry, with the slack of their
-// growth); a frame, trieFrameCost. A distinct frame of the stack cache's
+// growth: 20 bytes, and a quarter more when a large slice has just grown),
+// and trieWideBytes more for a node in wide (a map slot of 12 bytes, at
+// the load of a map just grown); a frame, trieFrameCost. Until 2026-12-02
+// every node was charged 64 bytes, as if in wide: at 200 pipeline-bench
+// hosts, whose nodes were 19 bytes each held, the live tries were half the
+// charge at 2.2 times their heap. A distinct frame of the stack cache's
 // table is charged frameCost: trieFrameBytes (its slot and its map
 // entries, likewise, and a fromIDs slot in each live trie) plus the bytes
 // of its names. A stack holds nothing of its own, only its nodes: until
@@ -73,7 +78,8 @@ const wideAfter = 8
 // frame) costs about a microsecond, once per stack new to a series of
 // the hour.
 const (
-	trieNodeBytes  = 64
+	trieNodeBytes  = 32
+	trieWideBytes  = 32
 	trieFrameBytes = 400
 )
 
@@ -193,6 +199,9 @@ func (t *frameTrie) insertFrames(frames stackFrames) (node int32, added int64) {
 		if child == 0 {
 			child = t.addChild(node, id, listed)
 			added += trieNodeBytes
+			if listed >= wideAfter {
+				added += trieWideBytes
+			}
 		}
 		node = child
 	}
@@ -266,14 +275,28 @@ func (t *frameTrie) cost(frames stackFrames) int64 {
 		} else if !ok {
 			n += trieFrameCost(frames.table.frames[from])
 		}
-		if known && ok {
-			node, _ = t.child(node, id)
-			known = node != 0
-		} else {
-			known = false
-		}
 		if !known {
+			// Under a node new to t, or any node of any trie.
 			n += trieNodeBytes
+			if t == nil {
+				n += trieWideBytes
+			}
+			continue
+		}
+		c, listed := int32(0), 0
+		if ok {
+			c, listed = t.child(node, id)
+		} else {
+			_, listed = t.child(node, -1)
+		}
+		if c != 0 {
+			node = c
+			continue
+		}
+		known = false
+		n += trieNodeBytes
+		if listed >= wideAfter {
+			n += trieWideBytes
 		}
 	}
 	return n
