@@ -237,10 +237,12 @@ type window struct {
 	minOffset int64
 	closed    bool
 	// frozen: an hour window whose trie and stack series are frozen
-	// (freeze.go).
-	frozen bool
-	dirty  int
-	bytes  int64 // charged to the Budget
+	// (freeze.go); encoded counts its series held encoded (frozen or
+	// packed), so a profile's bound skips the windows with none.
+	frozen  bool
+	encoded int
+	dirty   int
+	bytes   int64 // charged to the Budget
 }
 
 // Checkpoint travels with a committed offset (as commit metadata) so that a

@@ -66,6 +66,7 @@ func (p *Partition) encode(w *window, ws *series, buf *[]byte) {
 	*buf = b
 	ws.frozen = bytes.Clone(b)
 	ws.thawBytes = live
+	w.encoded++
 	ws.docs = nil
 	p.charge(w, int64(cap(ws.frozen))-live)
 }
@@ -86,6 +87,7 @@ func (p *Partition) thaw(w *window, ws *series) {
 	p.charge(w, ws.thawBytes-int64(cap(ws.frozen)))
 	ws.frozen, ws.thawBytes = nil, 0
 	w.frozen = false
+	w.encoded--
 }
 
 // thawBytes is what thawing the series of the target windows that p.out
@@ -94,7 +96,7 @@ func (p *Partition) thawBytes(targets []windowKey) int64 {
 	var n int64
 	for _, k := range targets {
 		w := p.windows[k]
-		if w == nil || w.packed {
+		if w == nil || w.packed || w.encoded == 0 {
 			// A packed window is thawed whole (unpackBytes).
 			continue
 		}

@@ -49,9 +49,10 @@ func (v *nodeValues) add(n int32, x int64) int64 {
 	if v.m == nil {
 		v.m = map[int32]int64{}
 	}
-	old, ok := v.m[n]
-	v.m[n] = old + x
-	if ok {
+	// One lookup: a node new to v is one the map grew by.
+	held := len(v.m)
+	v.m[n] += x
+	if len(v.m) == held {
 		return 0
 	}
 	return nodeValueBytes
