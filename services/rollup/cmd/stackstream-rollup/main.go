@@ -97,7 +97,7 @@ func runMain() error {
 	g.Add(srv.Run, srv.Stop)
 	lc := &lifecycle.Lifecycle{Client: osc, Names: cfg.Index.Names(), MinuteDays: cfg.Rollup.MinuteDays, HourlyDays: cfg.Rollup.HourlyDays,
 		Interval: cfg.Rollup.LifecycleEvery, FleetHeadsInterval: cfg.Rollup.FleetHeadsEvery, MinuteTreeRetention: cfg.Rollup.MinuteTreeRetention,
-		Logger: log, Now: time.Now,
+		Logger: log, Now: time.Now, Leads: rollup.OwnsFirstPartition,
 		DayTrees: &daytrees.Compactor{Client: osc, Names: cfg.Index.Names(), Days: 2, Now: time.Now}}
 	if cfg.Index.Generation == 0 {
 		g.AddContext(ctx, lc.Run)

@@ -44,7 +44,21 @@ type Lifecycle struct {
 	// fleet head is written before its trees go. 0 keeps them as long as
 	// the minute documents (MinuteDays).
 	MinuteTreeRetention time.Duration
+	// Leads says whether this instance runs the passes now (nil: always).
+	// Each pass covers the whole fleet, so with several rollup instances
+	// only one runs them: the owner of the symbolized topic's partition 0
+	// (cmd/stackstream-rollup). Until 2026-12-02 every instance did the
+	// same work (the fleet heads pass alone took 13% of a lone instance's
+	// CPU catching up on 200 simulated hosts).
+	Leads func() bool
 }
+
+// leadCheck is how often an instance that does not lead looks again
+// whether an hourly pass is due: an instance that starts leading runs it
+// within leadCheck, not a whole Interval later.
+const leadCheck = time.Minute
+
+func (l *Lifecycle) leads() bool { return l.Leads == nil || l.Leads() }
 
 // Result is what one pass deleted.
 type Result struct {
@@ -54,8 +68,9 @@ type Result struct {
 	DayTrees      int      // day trees written (missing or stale)
 }
 
-// Run applies retention now and then every Interval until ctx ends. One
-// failed pass is logged; the next one tries again.
+// Run applies retention now and then every Interval until ctx ends, while
+// this instance leads. One failed pass is logged; the next one tries
+// again.
 func (l *Lifecycle) Run(ctx context.Context) error {
 	if l.DayTrees != nil && l.FleetHeadsInterval > 0 {
 		done := make(chan struct{})
@@ -65,17 +80,21 @@ func (l *Lifecycle) Run(ctx context.Context) error {
 			l.runWindowHeads(ctx)
 		}()
 	}
-	t := time.NewTicker(l.Interval)
+	t := time.NewTicker(min(l.Interval, leadCheck))
 	defer t.Stop()
+	var last time.Time // of this instance's last pass
 	for {
-		r, err := l.Apply(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			l.Logger.Warn("rollup retention", "err", err)
-		case len(r.Indices) > 0 || r.MinuteRollups > 0 || r.MinuteTrees > 0 || r.DayTrees > 0:
-			l.Logger.Info("rollup retention", "deleted_indices", r.Indices, "deleted_minute_rollups", r.MinuteRollups,
-				"deleted_minute_trees", r.MinuteTrees, "minute_days", l.MinuteDays, "hourly_days", l.HourlyDays,
-				"minute_tree_retention", l.MinuteTreeRetention, "day_trees_written", r.DayTrees)
+		if l.leads() && (last.IsZero() || time.Since(last) >= l.Interval) {
+			last = time.Now()
+			r, err := l.Apply(ctx)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				l.Logger.Warn("rollup retention", "err", err)
+			case len(r.Indices) > 0 || r.MinuteRollups > 0 || r.MinuteTrees > 0 || r.DayTrees > 0:
+				l.Logger.Info("rollup retention", "deleted_indices", r.Indices, "deleted_minute_rollups", r.MinuteRollups,
+					"deleted_minute_trees", r.MinuteTrees, "minute_days", l.MinuteDays, "hourly_days", l.HourlyDays,
+					"minute_tree_retention", l.MinuteTreeRetention, "day_trees_written", r.DayTrees)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -165,6 +184,9 @@ func (l *Lifecycle) runWindowHeads(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if !l.leads() {
+			continue
 		}
 		n, err := l.applyWindowHeads(ctx)
 		switch {

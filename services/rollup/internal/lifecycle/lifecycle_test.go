@@ -116,6 +116,48 @@ func TestRunWritesWindowHeads(t *testing.T) {
 	}
 }
 
+// TestRunOnlyWhileLeading: an instance that does not lead (another owns
+// partition 0) runs no pass; once it leads, the fleet heads pass and the
+// hourly pass run within their intervals.
+func TestRunOnlyWhileLeading(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cl, names := rolluptest.Rollups(t, "lcl-")
+	w := time.Date(2026, 11, 28, 12, 20, 0, 0, time.UTC)
+	var b indices.TreeBuilder
+	b.Add([]indices.TreeFrame{{Name: "main"}, {Name: "f"}}, 5)
+	rolluptest.Put(t, cl, names, indices.RollupDoc{Timestamp: w, Resolution: indices.ResolutionTenMinutes, Kind: indices.KindPartitionTree, Type: "cpu", Value: 5, Tree: b.Encode()})
+	var leads atomic.Bool
+	var passes atomic.Int32
+	now := func() time.Time { passes.Add(1); return w.Add(15 * time.Minute) }
+	l := &Lifecycle{Client: cl, Names: names, Interval: time.Hour, FleetHeadsInterval: 500 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: now, Leads: leads.Load,
+		DayTrees: &daytrees.Compactor{Client: cl, Names: names, Days: 1, Now: now}}
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	head := indices.RollupDoc{Timestamp: w, Resolution: indices.ResolutionTenMinutes, Kind: indices.KindFleetHead, Type: "cpu"}
+	written := func() bool {
+		status, _, err := opensearch.Raw(ctx, cl, http.MethodGet, "/"+names.Rollups(w)+"/_doc/"+indices.RollupID(&head), nil)
+		return err == nil && status == http.StatusOK
+	}
+	time.Sleep(3 * time.Second) // six fleet heads intervals
+	if n := passes.Load(); n != 0 || written() {
+		t.Fatalf("an instance that does not lead ran passes (%d clock reads, head written %v)", n, written())
+	}
+	leads.Store(true)
+	found := false
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && !found; time.Sleep(200 * time.Millisecond) {
+		found = written()
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !found {
+		t.Fatalf("no window head written in 30 s after the instance began to lead (%d clock reads)", passes.Load())
+	}
+}
+
 // TestMinuteTrees: minute partition trees and partition heads of minutes
 // older than MinuteTreeRetention are deleted once the compactor has
 // written their minutes' fleet heads: by the fleet heads pass for the

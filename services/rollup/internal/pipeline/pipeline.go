@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -87,6 +89,21 @@ type Rollup struct {
 	// decode reads a record value (an aggregate.Decoder's Decode); tests
 	// replace it to reach the recover.
 	decode func([]byte) (aggregate.Input, error)
+	// first is set while the group gives this instance the symbolized
+	// topic's partition 0 (OwnsFirstPartition).
+	first atomic.Bool
+}
+
+// OwnsFirstPartition says whether the group has given this instance the
+// symbolized topic's partition 0: one instance of the group at a time, the
+// one that runs the fleet-wide passes (lifecycle.Lifecycle.Leads).
+func (r *Rollup) OwnsFirstPartition() bool { return r.first.Load() }
+
+// owns records whether ps, just assigned (or taken away), hold partition 0.
+func (r *Rollup) owns(ps []int32, assigned bool) {
+	if slices.Contains(ps, 0) {
+		r.first.Store(assigned)
+	}
 }
 
 // New builds a Rollup writing through w.
@@ -590,6 +607,7 @@ func (r *Rollup) assigned(ctx context.Context, cl *kgo.Client, assigned map[stri
 		r.parts[p] = aggregate.NewPartition(r.windowConfig(p), cps[p])
 		delete(r.writing, p) // a failed write's: the state it kept is gone
 	}
+	r.owns(ps, true)
 	r.log.Info("partitions assigned", "topic", r.cfg.Topics.ProfilesSymbolized, "partitions", ps)
 }
 
@@ -625,6 +643,7 @@ func (r *Rollup) revoked(ctx context.Context, cl *kgo.Client, revoked map[string
 		r.m.ForgetPartition(p)
 		r.m.watermark.DeleteLabelValues(strconv.Itoa(int(p)))
 	}
+	r.owns(ps, false)
 	r.log.Info("partitions revoked", "topic", r.cfg.Topics.ProfilesSymbolized, "partitions", ps)
 }
 
@@ -643,5 +662,6 @@ func (r *Rollup) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32)
 		delete(r.active, p)
 		delete(r.writing, p)
 	}
+	r.owns(lost[r.cfg.Topics.ProfilesSymbolized], false)
 	r.log.Warn("partitions lost", "topic", r.cfg.Topics.ProfilesSymbolized, "partitions", lost[r.cfg.Topics.ProfilesSymbolized])
 }

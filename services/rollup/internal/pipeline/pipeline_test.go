@@ -777,6 +777,9 @@ func TestInstancesShareAndHandOver(t *testing.T) {
 	produce(0, 30) // 10:00 to 10:09:40
 	a := e.start(e.osURL)
 	waitFor(t, "first instance caught up", 60*time.Second, func() bool { return a.count("added") == n })
+	if !a.r.OwnsFirstPartition() {
+		t.Fatal("the only instance does not own partition 0: no instance would run the lifecycle")
+	}
 	b := e.start(e.osURL)
 	produce(30, 60) // to 10:19:40
 	waitFor(t, "both caught up", 90*time.Second, func() bool {
@@ -784,6 +787,10 @@ func TestInstancesShareAndHandOver(t *testing.T) {
 		parts := len(a.r.parts)
 		a.r.mu.Unlock()
 		return parts < 4 && b.count("added") > 0
+	})
+	// One instance at a time leads the fleet-wide passes.
+	waitFor(t, "one of two instances owning partition 0", 30*time.Second, func() bool {
+		return a.r.OwnsFirstPartition() != b.r.OwnsFirstPartition()
 	})
 	a.close(t)
 	produce(60, 90) // to 10:29:40
@@ -805,6 +812,9 @@ func TestInstancesShareAndHandOver(t *testing.T) {
 		})
 		return done
 	})
+	if !b.r.OwnsFirstPartition() {
+		t.Error("the instance left alone does not own partition 0")
+	}
 	b.close(t)
 	compare(t, byKey(e.docs()), x.finish())
 }
