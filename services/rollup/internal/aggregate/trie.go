@@ -51,23 +51,26 @@ type frameTrie struct {
 
 type trieNode struct{ parent, frame int32 }
 
-// trieLinks are a node's first child, its next sibling (0: none, the root
-// being no one's child) and its frame, again, so that a list is walked
-// in links alone.
-type trieLinks struct{ first, next, frame int32 }
+// trieLinks are a node's first child and its next sibling (0: none, the
+// root being no one's child); a child's frame is its node's. Until
+// 2026-12-02 they held the frame again, so that a list was walked in links
+// alone: at the end of an hour of 200 loadgen hosts the live tries were
+// 7.5 M nodes, 47% of the rollup's heap, and that copy a fifth of them.
+type trieLinks struct{ first, next int32 }
 
 // wideAfter is how many children a node lists before the others go to
 // wide.
 const wideAfter = 8
 
 // Charges of a frameTrie (measured by TestFleetStateBytes with a margin):
-// a node (its slot and its children entry, with the slack of their
-// growth: 20 bytes, and a quarter more when a large slice has just grown),
-// and trieWideBytes more for a node in wide (a map slot of 12 bytes, at
-// the load of a map just grown); a frame, trieFrameCost. Until 2026-12-02
-// every node was charged 64 bytes, as if in wide: at 200 pipeline-bench
-// hosts, whose nodes were 19 bytes each held, the live tries were half the
-// charge at 2.2 times their heap. A distinct frame of the stack cache's
+// a node (its slot and its links, with the slack of their growth: 16
+// bytes, and a quarter more when a large slice has just grown; 32 until
+// the links' copy of the frame went, 2026-12-02), and trieWideBytes more
+// for a node in wide (a map slot of 12 bytes, at the load of a map just
+// grown); a frame, trieFrameCost. Until 2026-12-02 every node was charged
+// 64 bytes, as if in wide: at 200 pipeline-bench hosts, whose nodes were
+// 19 bytes each held, the live tries were half the charge at 2.2 times
+// their heap. A distinct frame of the stack cache's
 // table is charged frameCost: trieFrameBytes (its slot and its map
 // entries, likewise, and a fromIDs slot in each live trie) plus the bytes
 // of its names. A stack holds nothing of its own, only its nodes: until
@@ -78,7 +81,7 @@ const wideAfter = 8
 // frame) costs about a microsecond, once per stack new to a series of
 // the hour.
 const (
-	trieNodeBytes  = 32
+	trieNodeBytes  = 24
 	trieWideBytes  = 32
 	trieFrameBytes = 400
 )
@@ -226,7 +229,7 @@ func (t *frameTrie) slots(table *frameTable) {
 func (t *frameTrie) child(parent, frame int32) (int32, int) {
 	listed := 0
 	for c := t.links[parent].first; c != 0; c = t.links[c].next {
-		if t.links[c].frame == frame {
+		if t.nodes[c].frame == frame {
 			return c, listed
 		}
 		listed++
@@ -241,7 +244,7 @@ func (t *frameTrie) child(parent, frame int32) (int32, int) {
 func (t *frameTrie) addChild(parent, frame int32, listed int) int32 {
 	c := int32(len(t.nodes))
 	t.nodes = append(t.nodes, trieNode{parent: parent, frame: frame})
-	l := trieLinks{frame: frame}
+	var l trieLinks
 	if listed < wideAfter {
 		l.next = t.links[parent].first
 		t.links[parent].first = c
