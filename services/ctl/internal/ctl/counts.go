@@ -8,7 +8,6 @@ import (
 
 	"github.com/opensearch-project/opensearch-go/v4/opensearchapi"
 
-	"github.com/stackstream/stackstream/pkg/opensearch"
 	"github.com/stackstream/stackstream/schemas/indices"
 )
 
@@ -84,25 +83,15 @@ func Count(ctx context.Context, cl *opensearchapi.Client, target string, query a
 			return 0, fmt.Errorf("count %s: %w", target, err)
 		}
 	}
-	path := "/" + target + "/_count?ignore_unavailable=true&allow_no_indices=true"
-	status, b, err := opensearch.Raw(ctx, cl, http.MethodPost, path, body)
-	if err != nil {
-		return 0, fmt.Errorf("count %s: %w", target, err)
-	}
-	if status == http.StatusNotFound {
-		return 0, nil
-	}
-	if status != http.StatusOK {
-		return 0, fmt.Errorf("count %s: HTTP %d: %.300s", target, status, b)
-	}
 	var c struct {
 		Count  int64 `json:"count"`
 		Shards struct {
 			Total, Successful, Skipped, Failed int
 		} `json:"_shards"`
 	}
-	if err := json.Unmarshal(b, &c); err != nil {
-		return 0, fmt.Errorf("count %s: %w", target, err)
+	path := "/" + target + "/_count?ignore_unavailable=true&allow_no_indices=true"
+	if err := requestJSON(ctx, cl, http.MethodPost, path, body, &c); err != nil {
+		return 0, err
 	}
 	if c.Shards.Failed > 0 || c.Shards.Successful+c.Shards.Skipped < c.Shards.Total {
 		return c.Count, fmt.Errorf("count %s: %d of %d shards answered", target, c.Shards.Successful, c.Shards.Total)

@@ -159,17 +159,23 @@ func openSearchStatus(ctx context.Context, cfg Config, cl *opensearchapi.Client,
 }
 
 func getJSON(ctx context.Context, cl *opensearchapi.Client, path string, v any) error {
-	status, body, err := opensearch.Raw(ctx, cl, http.MethodGet, path, nil)
+	return requestJSON(ctx, cl, http.MethodGet, path, nil, v)
+}
+
+// requestJSON sends body (nil: none) to path and decodes the answer into
+// v; a 404 leaves v as it is.
+func requestJSON(ctx context.Context, cl *opensearchapi.Client, method, path string, body []byte, v any) error {
+	status, resp, err := opensearch.Raw(ctx, cl, method, path, body)
 	if err != nil {
-		return fmt.Errorf("get %s: %w", path, err)
+		return fmt.Errorf("%s %s: %w", strings.ToLower(method), path, err)
 	}
 	if status == http.StatusNotFound {
 		return nil
 	}
 	if status != http.StatusOK {
-		return fmt.Errorf("get %s: HTTP %d: %s", path, status, body)
+		return fmt.Errorf("%s %s: HTTP %d: %s", strings.ToLower(method), path, status, resp)
 	}
-	if err := json.Unmarshal(body, v); err != nil {
+	if err := json.Unmarshal(resp, v); err != nil {
 		return fmt.Errorf("decode %s: %w", path, err)
 	}
 	return nil
