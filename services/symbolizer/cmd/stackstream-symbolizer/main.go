@@ -74,6 +74,11 @@ func runMain() error {
 		sources = append(sources, d)
 	}
 	chain = source.NewChain(chainOptions(cfg.Symbolizer, &follower, log, metrics.ChainMetrics()), sources...)
+	pipeline.CacheGauges(reg, pipeline.Caches{
+		Chain: chain, Topic: store,
+		MaxTables: cfg.Symbolizer.MaxTables, MaxTableBytes: cfg.Symbolizer.MaxTableBytes,
+		TopicBytes: cfg.Symbolizer.TopicCacheBytes, MaxMisses: cfg.Symbolizer.MaxMisses,
+	})
 
 	admCl, err := kafka.NewClient(ctx, cfg.Kafka)
 	if err != nil {

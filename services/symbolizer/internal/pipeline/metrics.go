@@ -70,6 +70,52 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
+// Caches are the symbolizer's caches that grow with the binaries of the
+// fleet, as CacheGauges reports them.
+type Caches struct {
+	Chain         *source.Chain
+	Topic         *source.Topic
+	MaxTables     int // STACKSTREAM_SYMBOLIZER_MAX_TABLES
+	MaxTableBytes int // STACKSTREAM_SYMBOLIZER_MAX_TABLE_BYTES
+	TopicBytes    int // STACKSTREAM_SYMBOLIZER_TOPIC_CACHE_BYTES
+	MaxMisses     int // STACKSTREAM_SYMBOLIZER_MAX_MISSES
+}
+
+// CacheGauges registers on reg what the caches hold and their bounds,
+// read at each scrape: tables (symbol tables with their lookup caches),
+// debuginfo (the topic's compressed values) and misses (build IDs no
+// source had). They are not named *_cache_entries: those of the indexer
+// are cleared whole when full, these evict their least recently used.
+func CacheGauges(reg prometheus.Registerer, c Caches) {
+	maxBytes := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "stackstream_symbolizer_cache_max_bytes", Help: "Byte budget of a cache: tables (STACKSTREAM_SYMBOLIZER_MAX_TABLE_BYTES), debuginfo (STACKSTREAM_SYMBOLIZER_TOPIC_CACHE_BYTES).",
+	}, []string{"cache"})
+	maxBytes.WithLabelValues("tables").Set(float64(c.MaxTableBytes))
+	maxBytes.WithLabelValues("debuginfo").Set(float64(c.TopicBytes))
+	maxIDs := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "stackstream_symbolizer_cache_max_build_ids", Help: "Build IDs a cache holds at most: tables (STACKSTREAM_SYMBOLIZER_MAX_TABLES), misses (STACKSTREAM_SYMBOLIZER_MAX_MISSES).",
+	}, []string{"cache"})
+	maxIDs.WithLabelValues("tables").Set(float64(c.MaxTables))
+	maxIDs.WithLabelValues("misses").Set(float64(c.MaxMisses))
+	reg.MustRegister(maxBytes, maxIDs)
+	gauge := func(name, help, cache string, f func() int) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: name, Help: help, ConstLabels: prometheus.Labels{"cache": cache},
+		}, func() float64 { return float64(f()) }))
+	}
+	const (
+		heldBytes = "stackstream_symbolizer_cache_bytes"
+		bytesHelp = "Estimated bytes a cache holds: tables (symbol tables with their lookup caches, fallbacks included), debuginfo (compressed topic values and markers)."
+		heldIDs   = "stackstream_symbolizer_cache_build_ids"
+		idsHelp   = "Build IDs a cache holds: tables, debuginfo (topic values), misses (remembered as found nowhere)."
+	)
+	gauge(heldBytes, bytesHelp, "tables", c.Chain.TableBytes)
+	gauge(heldBytes, bytesHelp, "debuginfo", c.Topic.Bytes)
+	gauge(heldIDs, idsHelp, "tables", func() int { return c.Chain.Stats().Tables })
+	gauge(heldIDs, idsHelp, "debuginfo", c.Topic.Len)
+	gauge(heldIDs, idsHelp, "misses", func() int { return c.Chain.Stats().Misses })
+}
+
 // ChainMetrics feeds the source chain's cache and error counts.
 func (m *Metrics) ChainMetrics() source.Metrics {
 	hit, miss := m.Cache.WithLabelValues("binary", "hit"), m.Cache.WithLabelValues("binary", "miss")

@@ -137,6 +137,37 @@ func TestChainBoundedByBytes(t *testing.T) {
 	}
 }
 
+// TestChainBoundedAsCachesGrow: tables that stay in use grow their address
+// caches with every new address; the byte budget holds without any table
+// being added. Before the budget was checked on use, four tables of 2,000
+// symbols grew to 4 MB against a 1 MiB budget.
+func TestChainBoundedAsCachesGrow(t *testing.T) {
+	const limit = 1 << 20
+	ctx := context.Background()
+	chain := NewChain(Options{MaxTables: 1000, MaxTableBytes: limit}, tableSource{nsym: 2000})
+	ids := []string{"0001", "0002", "0003", "0004"}
+	// Each round looks up 250 addresses per table not looked up before
+	// (symbols are 16 bytes, offset r into them), as a symbolizer does
+	// under a fleet whose stacks keep changing.
+	for r := range 16 {
+		for _, id := range ids {
+			tab := chain.Table(ctx, id)
+			for i := range 250 {
+				tab.Lookup(uint64(i)*16 + uint64(r))
+			}
+		}
+	}
+	for _, id := range ids {
+		chain.Table(ctx, id)
+	}
+	if n := chain.TableBytes(); n > limit {
+		t.Fatalf("chain holds %d bytes of tables (%d tables), limit %d", n, chain.Stats().Tables, limit)
+	}
+	if f := chain.Stats().Fetches; f == len(ids) {
+		t.Fatalf("no table evicted and fetched again (%d fetches): the caches did not outgrow the budget", f)
+	}
+}
+
 // FuzzTopicApply applies arbitrary values (seeded with real ones, markers,
 // and gzip of raw bytes) under arbitrary keys after a rich value: no
 // panic, the rich value is never replaced by a poorer one, the store stays

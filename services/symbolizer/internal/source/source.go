@@ -43,6 +43,9 @@ type Metrics struct {
 
 // Chain asks its sources in order and keeps an LRU of tables plus a
 // bounded list of build IDs none of them had, each forgotten after MissTTL.
+// The tables' byte budget is checked when a table is added and whenever a
+// held one is used again, since a table's lookup caches grow with every
+// new address it resolves.
 // At most LookupConcurrency fetches run at once; a fetch runs on its own
 // (bounded by LookupTimeout), so a caller that stops waiting for it still
 // gets its answer cached for the next one.
@@ -62,8 +65,9 @@ type Chain struct {
 	stop      context.CancelFunc
 
 	mu       sync.Mutex
-	lru      *list.List // of *symtab.Table, most recent first
+	lru      *list.List // of *entry, most recent first
 	byID     map[string]*list.Element
+	bytes    int                      // sum of the entries' charged bytes
 	misses   map[string]*list.Element // of *miss, in missList
 	missList *list.List               // oldest first: all share one TTL
 	inflight map[string]*call
@@ -76,6 +80,13 @@ type Chain struct {
 	fetches   int // fetches started, for tests and metrics
 	running   int
 	peak      int // most fetches running at once
+}
+
+// entry is a table the chain holds, with the bytes it (and the fallback
+// tables behind it) held when last counted.
+type entry struct {
+	tab     *symtab.Table
+	charged int
 }
 
 type miss struct {
@@ -151,13 +162,14 @@ type LookupStats struct {
 	Fetches     int // fetches started
 	PeakRunning int // most fetches running at once
 	Misses      int // build IDs remembered as missing
+	Tables      int // tables held (not counting fallbacks)
 }
 
 // Stats returns the chain's counts.
 func (c *Chain) Stats() LookupStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return LookupStats{Fetches: c.fetches, PeakRunning: c.peak, Misses: len(c.misses)}
+	return LookupStats{Fetches: c.fetches, PeakRunning: c.peak, Misses: len(c.misses), Tables: c.lru.Len()}
 }
 
 // cached answers from the cache, under c.mu: the table, or done with a
@@ -165,7 +177,9 @@ func (c *Chain) Stats() LookupStats {
 func (c *Chain) cached(buildID string) (tab *symtab.Table, done bool) {
 	if el, ok := c.byID[buildID]; ok {
 		c.lru.MoveToFront(el)
-		return el.Value.(*symtab.Table), true
+		e := el.Value.(*entry)
+		c.charge(e)
+		return e.tab, true
 	}
 	if el, ok := c.misses[buildID]; ok {
 		if c.now().Before(el.Value.(*miss).until) {
@@ -292,8 +306,9 @@ func (c *Chain) run(buildID string, cl *call, missed time.Time) {
 	delete(c.inflight, buildID)
 	c.running--
 	if tab != nil {
-		c.byID[buildID] = c.lru.PushFront(tab)
-		c.evict()
+		e := &entry{tab: tab}
+		c.byID[buildID] = c.lru.PushFront(e)
+		c.charge(e)
 	} else if c.base.Err() == nil {
 		c.remember(buildID)
 	}
@@ -368,7 +383,7 @@ func (c *Chain) runFallback(after *symtab.Table, cl *call) {
 	if c.base.Err() == nil && c.holds(after) {
 		c.fallbacks[after] = fb
 		if fb != nil {
-			c.evict()
+			c.charge(c.byID[after.BuildID].Value.(*entry))
 		}
 	}
 	c.mu.Unlock()
@@ -384,7 +399,7 @@ func (c *Chain) holds(tab *symtab.Table) bool {
 	if !ok {
 		return false
 	}
-	for t, hops := el.Value.(*symtab.Table), 0; t != nil && hops < 8; t, hops = c.fallbacks[t], hops+1 {
+	for t, hops := el.Value.(*entry).tab, 0; t != nil && hops < 8; t, hops = c.fallbacks[t], hops+1 {
 		if t == tab {
 			return true
 		}
@@ -392,22 +407,24 @@ func (c *Chain) holds(tab *symtab.Table) bool {
 	return false
 }
 
+// charge counts what e holds now, under c.mu, and evicts past the budget.
+// A table's growth is counted when it is next used or evicted: the bytes
+// held exceed MaxTableBytes by at most what the tables in use grew since.
+func (c *Chain) charge(e *entry) {
+	n := c.held(e.tab)
+	c.bytes += n - e.charged
+	e.charged = n
+	c.evict()
+}
+
 // evict drops the least recently used tables while there are more than
 // MaxTables or they hold more than MaxTableBytes; the newest always stays.
 func (c *Chain) evict() {
-	total := 0
-	if c.maxBytes > 0 {
-		for el := c.lru.Front(); el != nil; el = el.Next() {
-			total += c.held(el.Value.(*symtab.Table))
-		}
-	}
-	for c.lru.Len() > 1 && (c.lru.Len() > c.max || (c.maxBytes > 0 && total > c.maxBytes)) {
-		old := c.lru.Remove(c.lru.Back()).(*symtab.Table)
-		delete(c.byID, old.BuildID)
-		if c.maxBytes > 0 {
-			total -= c.held(old)
-		}
-		c.dropFallbacks(old)
+	for c.lru.Len() > 1 && (c.lru.Len() > c.max || (c.maxBytes > 0 && c.bytes > c.maxBytes)) {
+		old := c.lru.Remove(c.lru.Back()).(*entry)
+		delete(c.byID, old.tab.BuildID)
+		c.bytes -= old.charged
+		c.dropFallbacks(old.tab)
 	}
 }
 
@@ -421,13 +438,14 @@ func (c *Chain) held(tab *symtab.Table) int {
 	return n
 }
 
-// TableBytes is the estimated memory of the tables the chain holds.
+// TableBytes is the estimated memory of the tables the chain holds, as
+// they are now (growth not yet charged included).
 func (c *Chain) TableBytes() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := 0
 	for el := c.lru.Front(); el != nil; el = el.Next() {
-		n += c.held(el.Value.(*symtab.Table))
+		n += c.held(el.Value.(*entry).tab)
 	}
 	return n
 }
@@ -481,7 +499,9 @@ func (c *Chain) Forget(buildID string) {
 	if el, ok := c.byID[buildID]; ok {
 		c.lru.Remove(el)
 		delete(c.byID, buildID)
-		c.dropFallbacks(el.Value.(*symtab.Table))
+		e := el.Value.(*entry)
+		c.bytes -= e.charged
+		c.dropFallbacks(e.tab)
 	}
 }
 
