@@ -91,7 +91,7 @@ func (t *Table) Empty() bool {
 // and the lookup caches as filled so far. Tables are evicted by it.
 func (t *Table) Bytes() int {
 	t.mu.Lock()
-	n := (len(t.cache)+len(t.readable))*cacheEntryBytes + len(t.funcs)*funcEntryBytes
+	n := len(t.cache)*cacheEntryBytes + len(t.funcs)*funcEntryBytes + len(t.readable)*readableEntryBytes
 	t.mu.Unlock()
 	return t.size + n
 }
@@ -99,23 +99,29 @@ func (t *Table) Bytes() int {
 // Per-element costs of estimateBytes, rounded up from the struct sizes and
 // the maps' overhead.
 const (
-	symbolBytes     = 40
-	lineBytes       = 16
-	scopeBytes      = 160
-	subRangeBytes   = 24
-	cacheEntryBytes = 160
-	// funcEntryBytes is an entry of the map that hands out one *Func per
-	// function. Measured with runtime.MemStats over 50,000 addresses of
-	// one function each: 201 bytes of heap per address with plain names
-	// (cache and funcs entries), 269 with mangled ones (and their
-	// readable names); charged 224 and 384.
-	funcEntryBytes = 64
+	symbolBytes   = 40
+	lineBytes     = 16
+	scopeBytes    = 160
+	subRangeBytes = 24
+	// The lookup caches, per entry: an address with its frames, a
+	// function handed out once (funcs), a demangled name. Measured with
+	// runtime.MemStats, one function per address, maps grown from empty,
+	// 10 to 5,000 addresses a table: 196-283 bytes of heap per address
+	// with plain names (the most just after a map doubled), 262-379 with
+	// mangled ones; charged 304 and 400. The first entries' map groups
+	// are in tableBytes.
+	cacheEntryBytes    = 208
+	funcEntryBytes     = 96
+	readableEntryBytes = 96
+	// tableBytes is the Table itself and its lookup maps' first groups
+	// (measured: 739 bytes with one address looked up).
+	tableBytes = 1024
 	// gosym builds a function table from pclntab about its size again.
 	goTableFactor = 3
 )
 
 func (t *Table) estimateBytes() int {
-	n := 256 + len(t.segments)*40 + len(t.syms)*symbolBytes + len(t.lines)*lineBytes + len(t.subs)*subRangeBytes
+	n := tableBytes + len(t.segments)*40 + len(t.syms)*symbolBytes + len(t.lines)*lineBytes + len(t.subs)*subRangeBytes
 	for _, s := range t.syms {
 		n += len(s.sys)
 	}
@@ -184,11 +190,14 @@ func (t *Table) Lookup(vaddr uint64) []Frame {
 	}
 	fr = t.lookup(vaddr)
 	t.mu.Lock()
+	// Grown from empty, not made for 1,024 entries: that took 213 KB a
+	// table before its first address, uncharged, with a few dozen
+	// functions ever looked up in most binaries.
 	if t.cache == nil || len(t.cache) >= addrCacheMax {
-		t.cache = make(map[uint64][]Frame, 1024)
+		t.cache = make(map[uint64][]Frame)
 	}
 	if t.funcs == nil || len(t.funcs) >= addrCacheMax {
-		t.funcs = make(map[Func]*Func, 1024)
+		t.funcs = make(map[Func]*Func)
 	}
 	for i := range fr {
 		if f, ok := t.funcs[*fr[i].Func]; ok {
