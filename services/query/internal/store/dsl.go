@@ -104,7 +104,7 @@ type Terms struct {
 type DateHistogram struct {
 	Field         string `json:"field"`
 	FixedInterval string `json:"fixed_interval"`
-	MinDocCount   int    `json:"min_doc_count"`
+	MinDocCount   int    `json:"min_doc_count,omitempty"` // 0 is the default; composite sources take none
 }
 
 // Composite pages through the combinations of its sources' values.

@@ -17,6 +17,9 @@ type Lines struct {
 	Other  *Line  // the groups not in Lines summed per step; nil when none is left out
 	Total  int    // groups in the selection (Lines plus those summed in Other)
 	Source string // "samples" or "rollups"
+	// Remembered counts the closed windows (settled hours, closed
+	// 10-minute windows) answered from memory (windowSeries).
+	Remembered int
 }
 
 // Line is one group's [unix_ms, value] points, in time order: cores for

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -50,12 +51,13 @@ type sumCount struct {
 // A 10-minute document is never above its minutes (it is their sum, or an
 // older one), so equal sums over the selection mean each is complete.
 // Groups are ranked from those documents (an hour of 1,000 hosts is 1,000
-// hourly or 6,000 10-minute documents, against 60,000 minutes); the top
-// lines are read with a terms query on their keys (a few hundred
-// documents per line), and "other" is the selection's total per step less
-// the top lines, the total summed from the same documents with no grouping
-// (the cheapest pass over them). The ranking and the totals are read
-// concurrently.
+// hourly or 6,000 10-minute documents, against 60,000 minutes); "other" is
+// the selection's total per step less the top lines. The settled hours and
+// closed windows are read per unit (an hour, a 10-minute window: each
+// group's sum, the totals per window, the top groups' lines) and
+// remembered, and read again only when their documents changed
+// (closedwindows.go); the windows still filling are read from their
+// minutes on every request.
 func (s *Store) windowSeries(ctx context.Context, sel Selection, step time.Duration, groupBy string, top int) (*Lines, error) {
 	hours, whole := hourlySpan(sel.Range)
 	var unsettled []TimeRange
@@ -75,50 +77,58 @@ func (s *Store) windowSeries(ctx context.Context, sel Selection, step time.Durat
 	if whole {
 		hourSpans = []TimeRange{hours}
 	}
-	// The documents that answer, by resolution: 10-minute windows, hours
-	// (when step is whole hours) and minutes. Groups are ranked from the
-	// settled hours' hourly documents whatever the step.
-	var read, rank []Query
-	if whole {
-		hourly := allOf([]Query{term("resolution", indices.ResolutionHour), timeFilter(hours)}, nil)
-		rank = append(rank, hourly)
-		if !fine {
-			read = append(read, hourly)
-		}
-	}
-	if len(tens) > 0 {
-		read = append(read, allOf([]Query{term("resolution", indices.ResolutionTenMinutes), anyOf(timeFilters(tens)...)}, nil))
-	}
-	if len(closed) > 0 {
-		rank = append(rank, allOf([]Query{term("resolution", indices.ResolutionTenMinutes), anyOf(timeFilters(closed)...)}, nil))
-	}
+	var minutes Query // the windows still filling
 	if len(open) > 0 {
-		minutes := allOf([]Query{term("resolution", indices.ResolutionMinute), anyOf(timeFilters(open)...)}, nil)
-		read = append(read, minutes)
-		rank = append(rank, minutes)
+		minutes = allOf([]Query{term("resolution", indices.ResolutionMinute), anyOf(timeFilters(open)...)}, nil)
 	}
 
+	// The settled hours and closed windows (units), from memory where
+	// unchanged, and the windows still filling from their minutes.
 	var (
-		wg     sync.WaitGroup
-		groups []groupTotal
-		sums   map[string]spanSums
-		errs   [2]error
+		wg         sync.WaitGroup
+		units      map[unitKey]closedUnit
+		remembered int
+		openGroups []groupTotal
+		openSums   map[string]spanSums
+		errs       [3]error
 	)
 	wg.Go(func() {
-		groups, errs[0] = s.rankWindows(ctx, sel, groupBy, anyOf(rank...))
+		units, remembered, errs[0] = s.closedWindows(ctx, sel, groupBy, closedUnits(hours, whole, closed))
 	})
-	wg.Go(func() {
-		sums, errs[1] = s.windowTotals(ctx, sel, groupBy, map[string][]TimeRange{
-			indices.ResolutionTenMinutes: tens, indices.ResolutionHour: hourSpans, indices.ResolutionMinute: unsettled,
+	if len(open) > 0 {
+		wg.Go(func() { openGroups, errs[1] = s.rankWindows(ctx, sel, groupBy, minutes) })
+		wg.Go(func() {
+			openSums, errs[2] = s.windowTotals(ctx, sel, groupBy, map[string][]TimeRange{indices.ResolutionMinute: open})
 		})
-	})
+	}
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
 			return nil, err
 		}
 	}
-	tenSums, hourSums, mins := sums[indices.ResolutionTenMinutes], sums[indices.ResolutionHour], sums[indices.ResolutionMinute]
+	tenSums, hourSums, mins := spanSums{}, spanSums{}, spanSums{}
+	byGroup := map[string]float64{}
+	for _, u := range units {
+		for g, v := range u.groups {
+			byGroup[g] += v
+		}
+		maps.Copy(tenSums, u.sums[indices.ResolutionTenMinutes])
+		maps.Copy(hourSums, u.sums[indices.ResolutionHour])
+		maps.Copy(mins, u.sums[indices.ResolutionMinute])
+	}
+	for _, g := range openGroups {
+		byGroup[g.key] += g.value
+	}
+	maps.Copy(mins, openSums[indices.ResolutionMinute])
+	groups := make([]groupTotal, 0, len(byGroup))
+	for k, v := range byGroup {
+		groups = append(groups, groupTotal{key: k, value: v})
+	}
+	if len(groups) > MaxGroups { // as groupTotals: the first MaxGroups keys
+		slices.SortFunc(groups, func(x, y groupTotal) int { return cmp.Compare(x.key, y.key) })
+		groups = groups[:MaxGroups]
+	}
 	if whole && len(hourSums) == 0 {
 		return nil, nil // no hourly documents yet
 	}
@@ -155,11 +165,42 @@ func (s *Store) windowSeries(ctx context.Context, sel Selection, step time.Durat
 	for _, g := range groups[:min(top, len(groups))] {
 		keys = append(keys, g.key)
 	}
-	lines, err := s.keyLines(ctx, sel, groupBy, keys, step, anyOf(read...))
-	if err != nil {
-		return nil, err
+	// The top lines: the closed windows' from memory where held, the
+	// windows still filling from their minutes.
+	var openLines map[string]spanSums
+	wg.Go(func() { errs[0] = s.unitLines(ctx, sel, groupBy, keys, units) })
+	if len(open) > 0 {
+		wg.Go(func() { openLines, errs[1] = s.keyLines(ctx, sel, groupBy, keys, step, minutes) })
 	}
-	out := &Lines{Lines: make([]Line, 0, len(keys)), Total: len(groups), Source: "rollups"}
+	wg.Wait()
+	for _, err := range errs[:2] {
+		if err != nil {
+			return nil, err
+		}
+	}
+	lines := map[string]spanSums{}
+	addLine := func(key string, sums spanSums) {
+		if lines[key] == nil {
+			lines[key] = spanSums{}
+		}
+		for ms, sc := range sums {
+			t := time.UnixMilli(ms).Truncate(step).UnixMilli()
+			lines[key][t] = sumCount{lines[key][t].sum + sc.sum, lines[key][t].count + sc.count}
+		}
+	}
+	for k, u := range units {
+		res := indices.ResolutionTenMinutes
+		if k.hour && !fine {
+			res = indices.ResolutionHour
+		}
+		for _, key := range keys {
+			addLine(key, u.lines[key][res])
+		}
+	}
+	for key, sums := range openLines {
+		addLine(key, sums)
+	}
+	out := &Lines{Lines: make([]Line, 0, len(keys)), Total: len(groups), Source: "rollups", Remembered: remembered}
 	rest := totals
 	for _, k := range keys { // in rank order
 		out.Lines = append(out.Lines, Line{Key: k, Points: windowPoints(lines[k], step)})
@@ -332,11 +373,11 @@ func (k keyedWindows) byKey() map[string]spanSums {
 }
 
 // rankWindows is every group of the documents read (up to MaxGroups) with
-// its total value (groupTotals over those documents).
+// its sum of value (groupTotals over those documents).
 func (s *Store) rankWindows(ctx context.Context, sel Selection, groupBy string, read Query) ([]groupTotal, error) {
 	p := seriesPlan{
 		indices: s.rollupIndices(sel.Range), query: windowQuery(sel, groupBy, read), aggs: Aggs{"v": sumOf("value")},
-		value: func(b seriesBucket, length time.Duration) float64 { return b.V.Value / float64(length) },
+		value: func(b seriesBucket, _ time.Duration) float64 { return b.V.Value },
 	}
 	groups, _, _, err := s.groupTotals(ctx, p, groupBy, sel.Range.Duration())
 	return groups, err

@@ -49,6 +49,8 @@ var (
 	// expression: its automaton needs more than 10000 states (the length
 	// is checked when parsing). The user's expression is the cause.
 	ErrRegexpTooComplex = errors.New("regular expression too complex")
+	// ErrForbidden: OpenSearch answered 403 (the user lacks the right).
+	ErrForbidden = errors.New("forbidden")
 	// ErrTooManyStacks: the minutes around a selection's whole hours hold
 	// more distinct stacks than MaxEdgeStacks. They are merged whole or
 	// not at all: a flame graph missing some of them would be wrong.
@@ -112,6 +114,9 @@ type Store struct {
 	// hash of its frames, so an entry never goes stale.
 	stacks *cache.Bounded[string, stackFrames]
 	lines  *cache.Bounded[string, cachedLines] // by chart, for linesCacheTTL
+	// closed keeps what charts read of closed windows, checked before use
+	// (closedwindows.go).
+	closed *cache.Bounded[string, map[unitKey]closedUnit]
 	labels labelCache
 }
 
@@ -122,6 +127,7 @@ func New(cl *opensearchapi.Client, names indices.Names, opts Options) *Store {
 		cl: cl, names: names, opts: opts,
 		stacks: cache.New[string, stackFrames](opts.CacheStacks, 0),
 		lines:  cache.New[string, cachedLines](maxCachedLines, 0),
+		closed: cache.New[string, map[unitKey]closedUnit](maxClosedCharts, maxClosedBytes),
 	}
 }
 
@@ -222,6 +228,9 @@ func (s *Store) send(ctx context.Context, method, path string, raw []byte) ([]by
 	if status/100 != 2 {
 		if status == http.StatusNotFound {
 			return nil, fmt.Errorf("opensearch %s %s: %w", method, path, ErrNotFound)
+		}
+		if status == http.StatusForbidden {
+			return nil, fmt.Errorf("opensearch %s %s: %w: %s", method, path, ErrForbidden, truncate(resp, 500))
 		}
 		if status == http.StatusBadRequest && tooComplex(resp) {
 			return nil, fmt.Errorf("opensearch %s %s: %w: %s", method, path, ErrRegexpTooComplex, truncate(resp, 500))
