@@ -532,19 +532,21 @@ func unitOf(ms int64, res string, units map[unitKey]closedUnit) (unitKey, bool) 
 	return k, ok
 }
 
-// windowGroup is a group's sum of the documents of one window start.
+// windowGroup is a group's sum and count of the documents of one
+// 10-minute window.
 type windowGroup struct {
 	window int64
 	key    string
 	sum    float64
+	count  int64
 }
 
 // unitGroupsPage is the (window, group) pairs per page: a day of 1,000 hosts
 // in one (each page passes over every document again).
 const unitGroupsPage = 50000
 
-// groupsPerWindow pages through every (window start, group) of query's
-// documents with its value sum.
+// groupsPerWindow pages through every (10-minute window, group) of query's
+// documents with its value sum and document count.
 func (s *Store) groupsPerWindow(ctx context.Context, idx []string, query Query, groupBy string) ([]windowGroup, error) {
 	var out []windowGroup
 	var after map[string]any
@@ -565,16 +567,17 @@ func (s *Store) groupsPerWindow(ctx context.Context, idx []string, query Query, 
 							T int64  `json:"t"`
 							G string `json:"g"`
 						} `json:"key"`
-						V sumValue `json:"v"`
+						DocCount int64    `json:"doc_count"`
+						V        sumValue `json:"v"`
 					} `json:"buckets"`
 				} `json:"groups"`
 			} `json:"aggregations"`
 		}
-		if err := s.search(ctx, idx, aggsRequest(query, aggs), &ans, "aggregations.groups.after_key", "aggregations.groups.buckets.key", "aggregations.groups.buckets.v"); err != nil {
+		if err := s.search(ctx, idx, aggsRequest(query, aggs), &ans, "aggregations.groups.after_key", "aggregations.groups.buckets"); err != nil {
 			return nil, fmt.Errorf("groups per window: %w", err)
 		}
 		for _, b := range ans.Aggregations.Groups.Buckets {
-			out = append(out, windowGroup{window: b.Key.T, key: b.Key.G, sum: b.V.Value})
+			out = append(out, windowGroup{window: b.Key.T, key: b.Key.G, sum: b.V.Value, count: b.DocCount})
 		}
 		after = ans.Aggregations.Groups.AfterKey
 		if len(ans.Aggregations.Groups.Buckets) < unitGroupsPage || after == nil {

@@ -3,7 +3,6 @@ package store
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -77,28 +76,23 @@ func (s *Store) windowSeries(ctx context.Context, sel Selection, step time.Durat
 	if whole {
 		hourSpans = []TimeRange{hours}
 	}
-	var minutes Query // the windows still filling
-	if len(open) > 0 {
-		minutes = allOf([]Query{term("resolution", indices.ResolutionMinute), anyOf(timeFilters(open)...)}, nil)
-	}
-
 	// The settled hours and closed windows (units), from memory where
-	// unchanged, and the windows still filling from their minutes.
+	// unchanged, and the windows still filling from their minutes: each
+	// group's sum per 10-minute window, which ranks, totals and draws them.
 	var (
 		wg         sync.WaitGroup
 		units      map[unitKey]closedUnit
 		remembered int
-		openGroups []groupTotal
-		openSums   map[string]spanSums
-		errs       [3]error
+		filling    []windowGroup
+		errs       [2]error
 	)
 	wg.Go(func() {
 		units, remembered, errs[0] = s.closedWindows(ctx, sel, groupBy, closedUnits(hours, whole, closed))
 	})
 	if len(open) > 0 {
-		wg.Go(func() { openGroups, errs[1] = s.rankWindows(ctx, sel, groupBy, minutes) })
+		minutes := allOf([]Query{term("resolution", indices.ResolutionMinute), anyOf(timeFilters(open)...)}, nil)
 		wg.Go(func() {
-			openSums, errs[2] = s.windowTotals(ctx, sel, groupBy, map[string][]TimeRange{indices.ResolutionMinute: open})
+			filling, errs[1] = s.groupsPerWindow(ctx, s.rollupIndices(sel.Range), windowQuery(sel, groupBy, minutes), groupBy)
 		})
 	}
 	wg.Wait()
@@ -117,10 +111,10 @@ func (s *Store) windowSeries(ctx context.Context, sel Selection, step time.Durat
 		maps.Copy(hourSums, u.sums[indices.ResolutionHour])
 		maps.Copy(mins, u.sums[indices.ResolutionMinute])
 	}
-	for _, g := range openGroups {
-		byGroup[g.key] += g.value
+	for _, g := range filling {
+		byGroup[g.key] += g.sum
+		mins[g.window] = sumCount{mins[g.window].sum + g.sum, mins[g.window].count + g.count}
 	}
-	maps.Copy(mins, openSums[indices.ResolutionMinute])
 	groups := make([]groupTotal, 0, len(byGroup))
 	for k, v := range byGroup {
 		groups = append(groups, groupTotal{key: k, value: v})
@@ -165,18 +159,9 @@ func (s *Store) windowSeries(ctx context.Context, sel Selection, step time.Durat
 	for _, g := range groups[:min(top, len(groups))] {
 		keys = append(keys, g.key)
 	}
-	// The top lines: the closed windows' from memory where held, the
-	// windows still filling from their minutes.
-	var openLines map[string]spanSums
-	wg.Go(func() { errs[0] = s.unitLines(ctx, sel, groupBy, keys, units) })
-	if len(open) > 0 {
-		wg.Go(func() { openLines, errs[1] = s.keyLines(ctx, sel, groupBy, keys, step, minutes) })
-	}
-	wg.Wait()
-	for _, err := range errs[:2] {
-		if err != nil {
-			return nil, err
-		}
+	// The top lines: the closed windows' from memory where held.
+	if err := s.unitLines(ctx, sel, groupBy, keys, units); err != nil {
+		return nil, err
 	}
 	lines := map[string]spanSums{}
 	addLine := func(key string, sums spanSums) {
@@ -197,8 +182,10 @@ func (s *Store) windowSeries(ctx context.Context, sel Selection, step time.Durat
 			addLine(key, u.lines[key][res])
 		}
 	}
-	for key, sums := range openLines {
-		addLine(key, sums)
+	for _, g := range filling {
+		if slices.Contains(keys, g.key) {
+			addLine(g.key, spanSums{g.window: {g.sum, g.count}})
+		}
 	}
 	out := &Lines{Lines: make([]Line, 0, len(keys)), Total: len(groups), Source: "rollups", Remembered: remembered}
 	rest := totals
@@ -309,42 +296,6 @@ func windowQuery(sel Selection, groupBy string, read Query, extra ...Query) Quer
 	return allOf(filter, mustNot)
 }
 
-// windowTotals sums value and counts the documents per 10-minute window
-// (an hourly document at its hour's start) over the whole selection
-// (documents having groupBy, as the chart's groups do), for each
-// resolution in the spans given, in one pass.
-func (s *Store) windowTotals(ctx context.Context, sel Selection, groupBy string, spans map[string][]TimeRange) (map[string]spanSums, error) {
-	out := map[string]spanSums{}
-	var read []Query
-	for res, rs := range spans {
-		out[res] = spanSums{}
-		if len(rs) > 0 {
-			read = append(read, allOf([]Query{term("resolution", res), anyOf(timeFilters(rs)...)}, nil))
-		}
-	}
-	if len(read) == 0 {
-		return out, nil
-	}
-	var ans struct {
-		Aggregations struct {
-			Res keyedWindows `json:"res"`
-		} `json:"aggregations"`
-	}
-	aggs := Aggs{"res": {
-		Terms: &Terms{Field: "resolution", Size: len(spans)},
-		Aggs:  Aggs{"time": histogram(tenMinutes, Aggs{"v": sumOf("value")})},
-	}}
-	if err := s.search(ctx, s.rollupIndices(sel.Range), aggsRequest(windowQuery(sel, groupBy, anyOf(read...)), aggs), &ans, "aggregations.res.buckets"); err != nil {
-		return nil, fmt.Errorf("series totals: %w", err)
-	}
-	for res, sums := range ans.Aggregations.Res.byKey() {
-		if _, ok := out[res]; ok {
-			out[res] = sums
-		}
-	}
-	return out, nil
-}
-
 // keyedWindows are the buckets of a terms aggregation holding a histogram
 // ("time") of value sums ("v").
 type keyedWindows struct {
@@ -370,33 +321,4 @@ func (k keyedWindows) byKey() map[string]spanSums {
 		out[b.Key] = sums
 	}
 	return out
-}
-
-// rankWindows is every group of the documents read (up to MaxGroups) with
-// its sum of value (groupTotals over those documents).
-func (s *Store) rankWindows(ctx context.Context, sel Selection, groupBy string, read Query) ([]groupTotal, error) {
-	p := seriesPlan{
-		indices: s.rollupIndices(sel.Range), query: windowQuery(sel, groupBy, read), aggs: Aggs{"v": sumOf("value")},
-		value: func(b seriesBucket, _ time.Duration) float64 { return b.V.Value },
-	}
-	groups, _, _, err := s.groupTotals(ctx, p, groupBy, sel.Range.Duration())
-	return groups, err
-}
-
-// keyLines sums the documents read of the groups keys per group and step.
-func (s *Store) keyLines(ctx context.Context, sel Selection, groupBy string, keys []string, step time.Duration, read Query) (map[string]spanSums, error) {
-	var out struct {
-		Aggregations struct {
-			Groups keyedWindows `json:"groups"`
-		} `json:"aggregations"`
-	}
-	aggs := Aggs{"groups": {
-		Terms: &Terms{Field: groupBy, Size: len(keys)},
-		Aggs:  Aggs{"time": histogram(step, Aggs{"v": sumOf("value")})},
-	}}
-	req := aggsRequest(windowQuery(sel, groupBy, read, termsOf(groupBy, keys)), aggs)
-	if err := s.search(ctx, s.rollupIndices(sel.Range), req, &out, "aggregations.groups.buckets.key", "aggregations.groups.buckets.time.buckets"); err != nil {
-		return nil, fmt.Errorf("series lines: %w", err)
-	}
-	return out.Aggregations.Groups.byKey(), nil
 }
