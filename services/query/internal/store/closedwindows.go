@@ -77,9 +77,8 @@ func closedUnits(hours TimeRange, whole bool, closed []TimeRange) []unitKey {
 
 // closedUnit is what a chart reads of a unit's documents of its selection.
 type closedUnit struct {
-	groups map[string]float64  // value per group of the coarse documents
-	sums   map[string]spanSums // per resolution, per 10-minute window (an hourly document at its hour)
-	docs   int64               // documents of both resolutions
+	sums map[string]spanSums // per resolution, per 10-minute window (an hourly document at its hour)
+	docs int64               // documents of both resolutions
 	// lines are the sums of the groups charted so far, per resolution
 	// (10-minute documents, and an hour's hourly one) as sums are.
 	lines map[string]map[string]spanSums
@@ -89,6 +88,19 @@ type closedUnit struct {
 	index string
 	mark  indexMark
 	seq   int64
+}
+
+// closedEntry is what is remembered of a selection: its units, and the
+// groups' sums over the units of the chart read last (rank).
+type closedEntry struct {
+	units map[unitKey]closedUnit
+	rank  rankBlock
+}
+
+// rankBlock is each group's sum of the coarse documents of units.
+type rankBlock struct {
+	units  map[unitKey]bool
+	groups map[string]float64
 }
 
 // The units remembered: per chart selection, those read last, at most
@@ -103,14 +115,17 @@ func closedCacheKey(sel Selection, groupBy string) string {
 	return fmt.Sprintf("%s|%s|%s", sel.Type, sel.Selector, groupBy)
 }
 
-// closedWindows returns the units keys of sel grouped by groupBy: from
-// memory when their documents have not changed, else read now (and
-// remembered when their index allows it). remembered counts the units
-// answered from memory.
-func (s *Store) closedWindows(ctx context.Context, sel Selection, groupBy string, keys []unitKey) (units map[unitKey]closedUnit, remembered int, err error) {
+// closedWindows returns the units keys of sel grouped by groupBy and each
+// group's sum over them: from memory when their documents have not changed,
+// else read now (and remembered when their index allows it). remembered
+// counts the units answered from memory. The groups' sums are remembered
+// for the units of the last chart: a chart of the same units reads none, a
+// chart of more reads the others' and adds them, any other (a unit gone out
+// of the range or changed) reads them all again, one sum per group.
+func (s *Store) closedWindows(ctx context.Context, sel Selection, groupBy string, keys []unitKey) (units map[unitKey]closedUnit, groups map[string]float64, remembered int, err error) {
 	units = make(map[unitKey]closedUnit, len(keys))
 	if len(keys) == 0 {
-		return units, 0, nil
+		return units, map[string]float64{}, 0, nil
 	}
 	aliases := map[string]bool{}
 	for _, k := range keys {
@@ -118,7 +133,7 @@ func (s *Store) closedWindows(ctx context.Context, sel Selection, groupBy string
 	}
 	states, err := s.indexStates(ctx, aliases)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	cacheKey := closedCacheKey(sel, groupBy)
 	old, _ := s.closed.Get(cacheKey)
@@ -126,23 +141,41 @@ func (s *Store) closedWindows(ctx context.Context, sel Selection, groupBy string
 	var missing []unitKey
 	for _, k := range keys {
 		st := states[s.names.Rollups(k.span().From)]
-		if u, ok := old[k]; ok && u.mark.sameIndex(st.mark) && u.index == st.physical {
+		if u, ok := old.units[k]; ok && u.mark.sameIndex(st.mark) && u.index == st.physical {
 			held[k] = u
 		} else {
 			missing = append(missing, k)
 		}
 	}
+	wanted := make(map[unitKey]bool, len(keys))
+	for _, k := range keys {
+		wanted[k] = true
+	}
+	block := old.rank
+	rebuild := block.units == nil
+	for k := range block.units {
+		rebuild = rebuild || !wanted[k]
+	}
+	// Before any read: what they see must hold every version up to the
+	// checkpoints remembered with the units.
+	remember, err := s.refreshed(ctx, missing, states)
+	if err != nil {
+		return nil, nil, 0, err
+	}
 	var (
 		wg   sync.WaitGroup
 		read map[unitKey]closedUnit
-		errs [2]error
+		errs [3]error
 	)
 	wg.Go(func() { held, errs[0] = s.unchangedUnits(ctx, sel, groupBy, held, states) })
-	wg.Go(func() { read, errs[1] = s.readUnits(ctx, sel, groupBy, missing, states) })
+	wg.Go(func() { read, errs[1] = s.readUnits(ctx, sel, groupBy, missing, states, remember) })
+	if rebuild {
+		wg.Go(func() { groups, errs[2] = s.unitGroups(ctx, sel, groupBy, keys, states) })
+	}
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 	}
 	var changed []unitKey
@@ -157,16 +190,51 @@ func (s *Store) closedWindows(ctx context.Context, sel Selection, groupBy string
 		// Read at this point, their versions may be newer than the
 		// checkpoint read before: indexStates again, for their seq.
 		if states, err = s.indexStates(ctx, aliases); err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
-		again, err := s.readUnits(ctx, sel, groupBy, changed, states)
+		if remember, err = s.refreshed(ctx, changed, states); err != nil {
+			return nil, nil, 0, err
+		}
+		again, err := s.readUnits(ctx, sel, groupBy, changed, states, remember)
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 		maps.Copy(read, again)
 	}
 	maps.Copy(units, held)
 	maps.Copy(units, read)
+	if rebuild && len(changed) > 0 {
+		groups = nil // read before some units were read again: again
+	}
+	if groups == nil {
+		// The sums remembered hold when every unit of them is unchanged
+		// since; the units' added are read.
+		valid := !rebuild
+		for k := range block.units {
+			_, ok := held[k]
+			valid = valid && ok
+		}
+		groups = map[string]float64{}
+		more := keys
+		if valid {
+			groups = maps.Clone(block.groups)
+			more = nil
+			for _, k := range keys {
+				if !block.units[k] {
+					more = append(more, k)
+				}
+			}
+		}
+		if len(more) > 0 {
+			add, err := s.unitGroups(ctx, sel, groupBy, more, states)
+			if err != nil {
+				return nil, nil, 0, err
+			}
+			for g, v := range add {
+				groups[g] += v
+			}
+		}
+	}
 
 	// Remember this chart's units, and those of others of the same
 	// selection that do not overlap them, from a day before on.
@@ -176,22 +244,68 @@ func (s *Store) closedWindows(ctx context.Context, sel Selection, groupBy string
 		first = min(first, k.start)
 	}
 	horizon := time.UnixMilli(first).Add(-24 * time.Hour)
-	for k, u := range old {
+	for k, u := range old.units {
 		if !k.span().From.Before(horizon) && !overlaps(k, keys) {
 			keep[k] = u
 		}
 	}
-	size := 0
 	for k, u := range units {
 		if u.mark.uuid != "" {
 			keep[k] = u
 		}
 	}
-	for _, u := range keep {
-		size += u.bytes()
+	entry := closedEntry{units: keep, rank: rankBlock{units: wanted, groups: groups}}
+	s.closed.Put(cacheKey, entry, entry.bytes())
+	return units, groups, len(held), nil
+}
+
+// bytes is about what e holds in memory.
+func (e closedEntry) bytes() int {
+	n := 64 + 64*len(e.rank.units) + 48*len(e.rank.groups)
+	for g := range e.rank.groups {
+		n += len(g)
 	}
-	s.closed.Put(cacheKey, keep, size)
-	return units, len(held), nil
+	for _, u := range e.units {
+		n += u.bytes()
+	}
+	return n
+}
+
+// unitGroups sums each group's coarse documents of the units keys (up to
+// MaxGroups groups, as groupTotals).
+func (s *Store) unitGroups(ctx context.Context, sel Selection, groupBy string, keys []unitKey, states map[string]indexState) (map[string]float64, error) {
+	p := seriesPlan{
+		indices: s.unitIndices(keys, states), query: unitsQuery(sel, groupBy, keys, coarseResolution), aggs: Aggs{"v": sumOf("value")},
+		value: func(b seriesBucket, _ time.Duration) float64 { return b.V.Value },
+	}
+	totals, _, _, err := s.groupTotals(ctx, p, groupBy, 0)
+	if err != nil {
+		return nil, fmt.Errorf("rank closed windows: %w", err)
+	}
+	out := make(map[string]float64, len(totals))
+	for _, g := range totals {
+		out[g.key] = g.value
+	}
+	return out, nil
+}
+
+// unitIndices are the indices holding units keys: the physical ones where
+// known, else the aliases.
+func (s *Store) unitIndices(keys []unitKey, states map[string]indexState) []string {
+	set := map[string]bool{}
+	for _, k := range keys {
+		alias := s.names.Rollups(k.span().From)
+		if st := states[alias]; st.physical != "" {
+			set[st.physical] = true
+		} else {
+			set[alias] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for i := range set {
+		out = append(out, i)
+	}
+	return out
 }
 
 // overlaps reports whether k's span meets any of keys'.
@@ -207,10 +321,7 @@ func overlaps(k unitKey, keys []unitKey) bool {
 
 // bytes is about what u holds in memory.
 func (u closedUnit) bytes() int {
-	n := 64 + 48*len(u.groups)
-	for k := range u.groups {
-		n += len(k)
-	}
+	n := 64
 	for _, sums := range u.sums {
 		n += 48 * len(sums)
 	}
@@ -424,78 +535,31 @@ func (s *Store) unchangedUnits(ctx context.Context, sel Selection, groupBy strin
 	return held, nil
 }
 
-// readUnits reads the units keys: the groups' sums of their coarse
-// documents and the sums per 10-minute window of both resolutions. A unit
-// is remembered (mark set) when its index is rememberable and it holds no
-// version above the checkpoint read before; the index is refreshed first,
-// so that every version up to the checkpoint is visible to the reads.
-func (s *Store) readUnits(ctx context.Context, sel Selection, groupBy string, keys []unitKey, states map[string]indexState) (map[unitKey]closedUnit, error) {
+// readUnits reads the units keys: the sums per 10-minute window of both
+// resolutions. A unit is remembered (mark set) when remember (refreshed
+// after states were read: every version up to the checkpoint is visible),
+// its index is rememberable and it holds no version above the checkpoint.
+func (s *Store) readUnits(ctx context.Context, sel Selection, groupBy string, keys []unitKey, states map[string]indexState, remember bool) (map[unitKey]closedUnit, error) {
 	out := make(map[unitKey]closedUnit, len(keys))
 	if len(keys) == 0 {
 		return out, nil
 	}
-	idxSet := map[string]bool{}
-	var refresh []string
 	for _, k := range keys {
-		alias := s.names.Rollups(k.span().From)
-		st := states[alias]
-		u := closedUnit{groups: map[string]float64{}, sums: map[string]spanSums{}}
-		if st.rememberable() {
+		st := states[s.names.Rollups(k.span().From)]
+		u := closedUnit{sums: map[string]spanSums{}}
+		if remember && st.rememberable() {
 			u.index, u.mark, u.seq = st.physical, st.mark, st.checkpoint
-			if !idxSet[st.physical] {
-				refresh = append(refresh, st.physical)
-			}
-			idxSet[st.physical] = true
-		} else if st.physical != "" {
-			idxSet[st.physical] = true
-		} else {
-			idxSet[alias] = true
 		}
 		out[k] = u
 	}
-	if len(refresh) > 0 {
-		err := s.do(ctx, http.MethodPost, "/"+strings.Join(refresh, ",")+"/_refresh?ignore_unavailable=true", nil, nil)
-		if errors.Is(err, ErrForbidden) { // no right to refresh: read, not remembered
-			for k, u := range out {
-				u.mark = indexMark{}
-				out[k] = u
-			}
-		} else if err != nil {
-			return nil, fmt.Errorf("refresh rollups: %w", err)
-		}
-	}
-	idx := make([]string, 0, len(idxSet))
-	for i := range idxSet {
-		idx = append(idx, i)
-	}
-	unitAt := func(ms int64, res string) (unitKey, bool) { return unitOf(ms, res, out) }
-	var (
-		wg     sync.WaitGroup
-		groups []windowGroup
-		sums   map[string][]windowBucket
-		errs   [2]error
-	)
-	wg.Go(func() {
-		groups, errs[0] = s.groupsPerWindow(ctx, idx, unitsQuery(sel, groupBy, keys, coarseResolution), groupBy)
-	})
-	wg.Go(func() {
-		sums, errs[1] = s.sumsPerWindow(ctx, idx, unitsQuery(sel, groupBy, keys, bothResolutions))
-	})
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, fmt.Errorf("read closed windows: %w", err)
-		}
-	}
-	for _, g := range groups {
-		if k, ok := unitAt(g.window, ""); ok {
-			out[k].groups[g.key] += g.sum
-		}
+	sums, err := s.sumsPerWindow(ctx, s.unitIndices(keys, states), unitsQuery(sel, groupBy, keys, bothResolutions))
+	if err != nil {
+		return nil, fmt.Errorf("read closed windows: %w", err)
 	}
 	maxSeq := map[unitKey]int64{}
 	for res, buckets := range sums {
 		for _, b := range buckets {
-			k, ok := unitAt(b.window, res)
+			k, ok := unitOf(b.window, res, out)
 			if !ok {
 				continue
 			}
@@ -518,8 +582,31 @@ func (s *Store) readUnits(ctx context.Context, sel Selection, groupBy string, ke
 	return out, nil
 }
 
+// refreshed refreshes the indices of the units keys that can be
+// remembered, so that every version up to the checkpoints of states is
+// visible to the reads after it; false when the user may not refresh.
+func (s *Store) refreshed(ctx context.Context, keys []unitKey, states map[string]indexState) (bool, error) {
+	set := map[string]bool{}
+	for _, k := range keys {
+		if st := states[s.names.Rollups(k.span().From)]; st.rememberable() {
+			set[st.physical] = true
+		}
+	}
+	if len(set) == 0 {
+		return true, nil
+	}
+	err := s.do(ctx, http.MethodPost, "/"+strings.Join(slices.Collect(maps.Keys(set)), ",")+"/_refresh?ignore_unavailable=true", nil, nil)
+	if errors.Is(err, ErrForbidden) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("refresh rollups: %w", err)
+	}
+	return true, nil
+}
+
 // unitOf finds the unit of units holding a document of resolution res
-// starting at ms ("" for the coarse documents of either kind).
+// starting at ms.
 func unitOf(ms int64, res string, units map[unitKey]closedUnit) (unitKey, bool) {
 	t := time.UnixMilli(ms)
 	if k := (unitKey{start: t.Truncate(time.Hour).UnixMilli(), hour: true}); res != indices.ResolutionMinute {
@@ -653,10 +740,7 @@ func (s *Store) unitLines(ctx context.Context, sel Selection, groupBy string, ke
 			idxSet[s.names.Rollups(k.span().From)] = true
 		}
 	}
-	idx := make([]string, 0, len(idxSet))
-	for i := range idxSet {
-		idx = append(idx, i)
-	}
+	idx := slices.Collect(maps.Keys(idxSet))
 	var ans struct {
 		Aggregations struct {
 			Res struct {
@@ -711,18 +795,14 @@ func (s *Store) unitLines(ctx context.Context, sel Selection, groupBy string, ke
 	// Remember them with units still held as read (not read again since).
 	cacheKey := closedCacheKey(sel, groupBy)
 	if old, ok := s.closed.Get(cacheKey); ok {
-		next := maps.Clone(old)
-		size := 0
+		next := closedEntry{units: maps.Clone(old.units), rank: old.rank}
 		for k, u := range read {
-			if o, ok := next[k]; ok && o.seq == u.seq && o.mark == u.mark && u.mark.uuid != "" {
+			if o, ok := next.units[k]; ok && o.seq == u.seq && o.mark == u.mark && u.mark.uuid != "" {
 				o.lines = u.lines
-				next[k] = o
+				next.units[k] = o
 			}
 		}
-		for _, u := range next {
-			size += u.bytes()
-		}
-		s.closed.Put(cacheKey, next, size)
+		s.closed.Put(cacheKey, next, next.bytes())
 	}
 	return nil
 }

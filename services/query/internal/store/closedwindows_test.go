@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -92,6 +93,18 @@ func TestSeriesRemembersClosedWindows(t *testing.T) {
 			}
 			return out
 		}
+		// The top 3 by their sum over the range (every sum differs).
+		sums := map[string]int64{}
+		var hosts []string
+		for h, ms := range minutes {
+			hosts = append(hosts, h)
+			for m, v := range ms {
+				if !m.Before(from) && m.Before(to) {
+					sums[h] += v
+				}
+			}
+		}
+		slices.SortFunc(hosts, func(a, b string) int { return cmp.Compare(sums[b], sums[a]) })
 		var top []string
 		check := func(name string, points [][2]float64, w map[int64]float64) {
 			if len(points) != len(w) {
@@ -103,7 +116,10 @@ func TestSeriesRemembersClosedWindows(t *testing.T) {
 				}
 			}
 		}
-		for _, l := range lines.Lines {
+		for i, l := range lines.Lines {
+			if l.Key != hosts[i] {
+				t.Fatalf("line %d is %s, want %s (ranked %v)", i, l.Key, hosts[i], hosts)
+			}
 			top = append(top, l.Key)
 			check(l.Key, l.Points, want([]string{l.Key}))
 		}
@@ -181,6 +197,12 @@ func TestSeriesRemembersClosedWindows(t *testing.T) {
 		if n := chart(t, sel, first, now, time.Hour); n != units {
 			t.Fatalf("step 1h: %d units from memory, want %d", n, units)
 		}
+		// h-0 heaviest by far in 11:50 (still filling at 12:00), so that
+		// the ranking below holds it only with that window added.
+		for m := now.Add(-10 * time.Minute); m.Before(now); m = m.Add(time.Minute) {
+			minutes["h-0"][m] += 3e11
+		}
+		reindex("h-0", now.Add(-10*time.Minute), now)
 		later := now.Add(10 * time.Minute)
 		for h, ms := range minutes {
 			if h == "h-new" {
@@ -191,10 +213,16 @@ func TestSeriesRemembersClosedWindows(t *testing.T) {
 			}
 			reindex(h, now, later)
 		}
+		// 06:00-12:10 at 12:10: the units of the chart before and window
+		// 11:50, now closed: its groups' sums added to those remembered.
+		if n := chart(t, sel, first, later, 10*time.Minute); n != units {
+			t.Fatalf("a window more: %d units from memory, want %d", n, units)
+		}
 		// 06:10-12:10 at 12:10: hour 06 from its windows 06:10-06:50 (not
-		// held: read), hours 07-10, windows 11:00-11:50 (11:50 read).
-		if n := chart(t, sel, first.Add(10*time.Minute), later, 10*time.Minute); n != 4+5 {
-			t.Fatalf("a window later: %d units from memory, want %d", n, 4+5)
+		// held: read), hours 07-10 and windows 11:00-11:50 held; the
+		// groups' sums read again (hour 06 is out of the range).
+		if n := chart(t, sel, first.Add(10*time.Minute), later, 10*time.Minute); n != 4+6 {
+			t.Fatalf("a window later: %d units from memory, want %d", n, 4+6)
 		}
 	})
 	t.Run("a version not yet visible when first read", func(t *testing.T) {

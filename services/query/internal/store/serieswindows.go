@@ -82,12 +82,13 @@ func (s *Store) windowSeries(ctx context.Context, sel Selection, step time.Durat
 	var (
 		wg         sync.WaitGroup
 		units      map[unitKey]closedUnit
+		byGroup    map[string]float64
 		remembered int
 		filling    []windowGroup
 		errs       [2]error
 	)
 	wg.Go(func() {
-		units, remembered, errs[0] = s.closedWindows(ctx, sel, groupBy, closedUnits(hours, whole, closed))
+		units, byGroup, remembered, errs[0] = s.closedWindows(ctx, sel, groupBy, closedUnits(hours, whole, closed))
 	})
 	if len(open) > 0 {
 		minutes := allOf([]Query{term("resolution", indices.ResolutionMinute), anyOf(timeFilters(open)...)}, nil)
@@ -102,11 +103,8 @@ func (s *Store) windowSeries(ctx context.Context, sel Selection, step time.Durat
 		}
 	}
 	tenSums, hourSums, mins := spanSums{}, spanSums{}, spanSums{}
-	byGroup := map[string]float64{}
+	byGroup = maps.Clone(byGroup) // remembered: not to be changed
 	for _, u := range units {
-		for g, v := range u.groups {
-			byGroup[g] += v
-		}
 		maps.Copy(tenSums, u.sums[indices.ResolutionTenMinutes])
 		maps.Copy(hourSums, u.sums[indices.ResolutionHour])
 		maps.Copy(mins, u.sums[indices.ResolutionMinute])

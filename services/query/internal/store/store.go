@@ -116,7 +116,7 @@ type Store struct {
 	lines  *cache.Bounded[string, cachedLines] // by chart, for linesCacheTTL
 	// closed keeps what charts read of closed windows, checked before use
 	// (closedwindows.go).
-	closed *cache.Bounded[string, map[unitKey]closedUnit]
+	closed *cache.Bounded[string, closedEntry]
 	labels labelCache
 }
 
@@ -127,7 +127,7 @@ func New(cl *opensearchapi.Client, names indices.Names, opts Options) *Store {
 		cl: cl, names: names, opts: opts,
 		stacks: cache.New[string, stackFrames](opts.CacheStacks, 0),
 		lines:  cache.New[string, cachedLines](maxCachedLines, 0),
-		closed: cache.New[string, map[unitKey]closedUnit](maxClosedCharts, maxClosedBytes),
+		closed: cache.New[string, closedEntry](maxClosedCharts, maxClosedBytes),
 	}
 }
 
