@@ -109,6 +109,38 @@ func TestTopicBoundedByBytes(t *testing.T) {
 	}
 }
 
+// TestTopicBytesCoverHeap: what the store charges covers the heap its
+// values and their bookkeeping take, from tiny values to large ones.
+func TestTopicBytesCoverHeap(t *testing.T) {
+	for _, nsym := range []int{10, 60, 300, 1000} {
+		t.Run(fmt.Sprintf("%d symbols", nsym), func(t *testing.T) {
+			// More than the budget holds: about 15 bytes a symbol.
+			vals := make([][]byte, min(3000, (4<<20)/(15*nsym)))
+			for i := range vals {
+				vals[i] = symbolsValue(t, fmt.Sprintf("%040x", i), nsym, 0)
+			}
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			store := NewTopic(1<<20, nil)
+			for i, v := range vals {
+				if err := store.Apply([]byte(fmt.Sprintf("%040x", i)), v); err != nil {
+					t.Fatal(err)
+				}
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			heap := int(after.HeapAlloc) - int(before.HeapAlloc)
+			t.Logf("values of %d bytes: %d held, charged %d, heap %d", len(vals[0]), store.Len(), store.Bytes(), heap)
+			if heap > store.Bytes() || store.Bytes() > 1<<20 {
+				t.Fatalf("%d values of %d bytes take %d bytes of heap, charged %d, budget %d", store.Len(), len(vals[0]), heap, store.Bytes(), 1<<20)
+			}
+			runtime.KeepAlive(vals)
+			runtime.KeepAlive(store)
+		})
+	}
+}
+
 type tableSource struct{ nsym int }
 
 func (tableSource) Name() string { return "fake" }
