@@ -185,31 +185,35 @@ type seriesKey struct {
 }
 
 type series struct {
+	// docs are a service series' documents (one, named "").
 	docs map[string]*docState
+	// stack: a stack series, whose one document (KindStacks) holds its
+	// stacks' values by number in the window's stack table (stackdocs.go),
+	// and sums is that document's state: its value and samples summed
+	// over its stacks.
+	stack  bool
+	stacks map[int32]int64
+	sums   docState
 	// tree is the series' pre-merged call tree document (indices.KindTree),
-	// for the stack series of hour windows: dirty when a stack document is.
+	// for the stack series of hour windows: dirty when its stacks are.
 	tree *docState
 	// svc is the rest of a service series' one document: its value in
 	// samples with a stack, and its memory sums.
 	svc *serviceSums
-	// frozen holds the documents instead of docs while the series' hour
-	// window is frozen (freeze.go), or its minute window packed
-	// (pack.go); thawing it charges thawBytes.
+	// frozen holds the documents (or stacks) instead of docs (or stacks)
+	// while the series' hour window is frozen (freeze.go), or its minute
+	// window packed (pack.go); thawing it charges thawBytes.
 	frozen    []byte
 	thawBytes int64
 }
 
-// docState is a document's sums: 32 bytes, since stack documents are most
-// of the state (a service document's other sums are in its series' svc).
+// docState is a document's sums and state.
 type docState struct {
 	// a and b are the document's two sums: a service's value and samples,
-	// a stack's value and samples.
+	// a stack series' value and samples.
 	a, b        int64
 	firstOffset int64
-	// node is a stack document's stack in its hour window's trie, for
-	// the hour's trees, when inTree.
-	node          int32
-	dirty, inTree bool
+	dirty       bool
 }
 
 type serviceSums struct {
@@ -227,9 +231,10 @@ type window struct {
 	// dirty when a tree of one of their hosts is; a part-hour window's
 	// partition trees (parthour.go).
 	serviceTrees map[serviceKey]*docState
-	// trie holds the frames of an hour window's stacks; a part-hour
-	// window points at its hour's, whose nodes its stacks are.
-	trie *frameTrie
+	// trie holds the frames of an hour window's stacks, and table numbers
+	// them (stackdocs.go); a part-hour window points at its hour's.
+	trie  *frameTrie
+	table *stackTable
 	// values are a 10-minute window's stack values by type (parthour.go).
 	values map[string]*nodeValues
 	// packed: a minute window whose series are all encoded (pack.go).
@@ -305,8 +310,10 @@ type Partition struct {
 	out           map[seriesKey]*scratch // a profile's sums
 	freeScratch   []*scratch             // for out, reused
 	deltas        []delta
-	// nodes are the deltas' stacks' nodes in their hour's trie (0: none),
-	// for the part-hour windows.
+	// slots and nodes are the deltas' stacks' numbers in their hour's
+	// stack table and nodes in its trie (stackNumbers), for the series
+	// and part-hour windows.
+	slots []int32
 	nodes []int32
 	memo  trieMemo // scratch of the hour's trees and functions
 	built docCount // DocumentsBuilt
@@ -417,16 +424,19 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 			return 0, fmt.Errorf("%w: the profile adds %d bytes of documents to the %d held, limit %d", ErrStateFull, n, b.used, b.MaxBytes)
 		}
 	}
+	p.slots = slices.Grow(p.slots[:0], len(p.deltas))[:len(p.deltas)]
 	p.nodes = slices.Grow(p.nodes[:0], len(p.deltas))[:len(p.deltas)]
-	clear(p.nodes)
-	var hourTrie *frameTrie
+	var hour *window
 	for _, k := range targets {
 		w := p.window(k.res, at, in.Offset)
 		if w.packed {
 			p.unpack(w)
 		}
-		if k.res != indices.ResolutionHour && w.trie == nil {
-			w.trie = hourTrie
+		if k.res == indices.ResolutionHour {
+			hour = w
+			p.stackNumbers(w)
+		} else if w.trie == nil || w.table == nil {
+			w.trie, w.table = hour.trie, hour.table
 		}
 		for sk, sc := range p.out {
 			if len(sc.names) == 0 {
@@ -441,23 +451,13 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 				p.thaw(w, ws)
 			}
 			if ws == nil {
-				ws = &series{docs: make(map[string]*docState, len(sc.names))}
-				w.series[sk] = ws
-				p.charge(w, seriesBytes+int64(len(sk.service)+len(sk.host)))
-				if hasTree(k.res, sk) {
-					ws.tree = &docState{firstOffset: in.Offset}
-					p.charge(w, docBytes)
-				}
+				ws = p.newSeries(w, sk, len(sc.names), in.Offset)
 			}
-			for name, i := range sc.names {
-				ds := p.fold(w, ws, name, &p.deltas[i], in.Offset)
-				if sk.kind != indices.KindStack {
-					continue
-				}
-				if k.res == indices.ResolutionHour {
-					p.nodes[i] = ds.node
-				} else if !ds.inTree && p.nodes[i] != 0 {
-					ds.node, ds.inTree = p.nodes[i], true
+			if ws.stack {
+				p.foldStacks(w, ws, sc)
+			} else {
+				for name, i := range sc.names {
+					p.fold(w, ws, name, &p.deltas[i], in.Offset)
 				}
 			}
 			if p.holdsPartitionTree(k.res) && k.res == indices.ResolutionMinute && sk.kind == indices.KindStack {
@@ -475,9 +475,6 @@ func (p *Partition) Add(in Input) (Outcome, error) {
 					p.markDirty(w, st)
 				}
 			}
-		}
-		if k.res == indices.ResolutionHour {
-			hourTrie = w.trie
 		}
 	}
 	p.raiseWatermark(at, in.Offset)
@@ -520,8 +517,26 @@ func (p *Partition) HoldsEndedHour() bool {
 	return false
 }
 
-// fold adds a profile's delta to one document of a window.
-func (p *Partition) fold(w *window, ws *series, name string, d *delta, offset int64) *docState {
+// newSeries adds the series sk of window w, with room for n documents
+// (or stacks), first folded at offset.
+func (p *Partition) newSeries(w *window, sk seriesKey, n int, offset int64) *series {
+	ws := &series{stack: sk.kind == indices.KindStack, sums: docState{firstOffset: offset}}
+	if ws.stack {
+		ws.stacks = make(map[int32]int64, n)
+	} else {
+		ws.docs = make(map[string]*docState, n)
+	}
+	w.series[sk] = ws
+	p.charge(w, seriesBytes+int64(len(sk.service)+len(sk.host)))
+	if hasTree(w.key.res, sk) {
+		ws.tree = &docState{firstOffset: offset}
+		p.charge(w, docBytes)
+	}
+	return ws
+}
+
+// fold adds a profile's delta to one document of a service series.
+func (p *Partition) fold(w *window, ws *series, name string, d *delta, offset int64) {
 	ds := ws.docs[name]
 	if ds == nil {
 		ds = &docState{firstOffset: offset}
@@ -536,16 +551,6 @@ func (p *Partition) fold(w *window, ws *series, name string, d *delta, offset in
 		}
 		ws.svc.stackValue += d.stackValue
 	}
-	if !ds.inTree && d.stack != nil && w.key.res == indices.ResolutionHour {
-		// The hour's trees need the frames: the window's trie holds them,
-		// shared by its stacks, charged to the window.
-		if w.trie == nil {
-			w.trie = newFrameTrie()
-		}
-		node, added := w.trie.insert(d.stack.frames)
-		ds.node, ds.inTree = node, true
-		p.charge(w, added)
-	}
 	if d.hasMem {
 		m := ws.svc
 		if m.mem == nil {
@@ -556,11 +561,7 @@ func (p *Partition) fold(w *window, ws *series, name string, d *delta, offset in
 		}
 		m.mem[offset] += d.mem
 	}
-	if !ds.dirty {
-		ds.dirty = true
-		w.dirty++
-	}
-	return ds
+	p.markDirty(w, ds)
 }
 
 func (p *Partition) charge(w *window, n int64) {
@@ -597,6 +598,12 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 		return bound
 	}
 	n := unpack + p.tenMinutesBytes(targets)
+	// The hour's stack table numbers the stacks of every target (the hour
+	// is the first).
+	var table *stackTable
+	if w := p.windows[targets[0]]; w != nil && targets[0].res == indices.ResolutionHour {
+		table = w.table
+	}
 	for _, k := range targets {
 		w := p.windows[k]
 		// A window without a trie to insert into (new, or frozen without
@@ -647,22 +654,39 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 				}
 			}
 			for name, i := range sc.names {
+				if sk.kind == indices.KindStack {
+					var num int32
+					known := false
+					if table != nil {
+						num, known = table.index[name]
+					}
+					if !known || ws == nil || ws.stacks == nil {
+						// A frozen series' stacks are charged by thawBytes;
+						// counted again here, as the bound allows.
+						n += stackDocBytes
+					} else if _, ok := ws.stacks[num]; !ok {
+						n += stackDocBytes
+					}
+					if k.res == indices.ResolutionHour && !known {
+						n += tableStackBytes + int64(len(name))
+						st := p.deltas[i].stack
+						if scratch == nil {
+							scratch = newFrameTrie()
+						}
+						_, added := scratch.insert(st.frames)
+						shared += added
+						if !empty {
+							perStack += t.cost(st.frames)
+						}
+					}
+					continue
+				}
 				var ds *docState
 				if ws != nil {
 					ds = ws.docs[name]
 				}
 				if ds == nil {
 					n += docBytes + int64(len(name))
-				}
-				if st := p.deltas[i].stack; st != nil && k.res == indices.ResolutionHour && (ds == nil || !ds.inTree) {
-					if scratch == nil {
-						scratch = newFrameTrie()
-					}
-					_, added := scratch.insert(st.frames)
-					shared += added
-					if !empty {
-						perStack += t.cost(st.frames)
-					}
 				}
 				if p.deltas[i].hasMem {
 					// A document not held yet has no memory slots either.

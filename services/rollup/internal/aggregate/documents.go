@@ -23,9 +23,6 @@ type Pending struct {
 	Doc    indices.RollupDoc
 	Offset int64 // the first record that contributed, for the DLQ
 	ds     *docState
-	// stacks is the series of a KindStacks document: every document of it
-	// is stored with it.
-	stacks *series
 	w      *window
 }
 
@@ -253,7 +250,7 @@ func (p *Partition) serviceTreePending(w *window, start time.Time, index string,
 		list[i] = w.series[sk]
 	}
 	tt := p.newTrieTree(w)
-	tt.addSeries(list...)
+	tt.addSeries(w, list...)
 	d := indices.RollupDoc{
 		Timestamp: start, Resolution: w.key.res, Kind: k.kind, Type: k.typ,
 		Service: k.service, Partition: p.cfg.Partition, Value: tt.b.Total(), Tree: tt.b.Encode(),
@@ -331,7 +328,7 @@ func hasTree(res string, k seriesKey) bool {
 // so the same window always encodes to the same bytes.
 func (p *Partition) treePending(w *window, start time.Time, index string, k seriesKey, ws *series) Pending {
 	tt := p.newTrieTree(w)
-	tt.addSeries(ws)
+	tt.addSeries(w, ws)
 	d := indices.RollupDoc{
 		Timestamp: start, Resolution: w.key.res, Kind: indices.KindTree, Type: k.typ,
 		Service: k.service, Host: k.host, Value: tt.b.Total(), Tree: tt.b.Encode(),
@@ -346,40 +343,27 @@ func (p *Partition) treePending(w *window, start time.Time, index string, k seri
 // profile makes one) cannot be packed: it stays in the document's value
 // and so reads as samples without a stack.
 func stacksPending(w *window, start time.Time, index string, k seriesKey, ws *series) (Pending, bool) {
-	dirty := false
-	for _, ds := range ws.docs {
-		if ds.dirty {
-			dirty = true
-			break
-		}
-	}
-	if !dirty {
+	if !ws.sums.dirty {
 		return Pending{}, false
 	}
-	offset := int64(-1)
-	ids := make([]string, 0, len(ws.docs))
-	values := make([]int64, 0, len(ws.docs))
+	ids := make([]string, 0, len(ws.stacks))
+	values := make([]int64, 0, len(ws.stacks))
 	d := indices.RollupDoc{
 		Timestamp: start, Resolution: w.key.res, Kind: indices.KindStacks, Type: k.typ,
-		Service: k.service, Host: k.host,
+		Service: k.service, Host: k.host, Value: ws.sums.a, Samples: ws.sums.b,
 	}
-	for id, ds := range ws.docs {
-		if offset < 0 || ds.firstOffset < offset {
-			offset = ds.firstOffset
-		}
-		d.Value += ds.a
-		d.Samples += ds.b
-		if ds.a >= 0 {
-			ids = append(ids, id)
-			values = append(values, ds.a)
+	for n, x := range ws.stacks {
+		if x >= 0 {
+			ids = append(ids, w.table.stacks[n].id)
+			values = append(values, x)
 		}
 	}
-	// IDs are unique and non-empty map keys and values non-negative: no
-	// error is left.
+	// IDs are unique and non-empty (the table's keys) and values
+	// non-negative: no error is left.
 	if err := d.SetStacks(ids, values); err != nil {
 		panic(fmt.Sprintf("pack stacks of %s/%s: %v", k.service, k.host, err))
 	}
-	return Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: offset, stacks: ws, w: w}, true
+	return Pending{Index: index, ID: indices.RollupID(&d), Doc: d, Offset: ws.sums.firstOffset, ds: &ws.sums, w: w}, true
 }
 
 func (p *Partition) pending(w *window, start time.Time, index string, k seriesKey, ws *series, name string, ds *docState) Pending {
@@ -421,14 +405,6 @@ func memStats(m map[int64]int64) (avg float64, peak int64) {
 // DLQ); they are written again only if a late profile changes them.
 func MarkStored(docs []Pending) {
 	for _, d := range docs {
-		if d.stacks != nil {
-			for _, ds := range d.stacks.docs {
-				if ds.dirty {
-					ds.dirty = false
-					d.w.dirty--
-				}
-			}
-		}
 		// Function documents have no state of their own: their series'
 		// tree, written after them, has (appendFunctions).
 		if d.ds != nil && d.ds.dirty {

@@ -43,8 +43,7 @@ func TestFleetStateBytes(t *testing.T) {
 		for _, w := range p.windows {
 			byRes[w.key.res] += w.bytes
 			for sk, ws := range w.series {
-				counts[w.key.res+" "+sk.kind] += len(ws.docs)
-				ws.eachFrozen(func([]byte, docState) { counts[w.key.res+" "+sk.kind]++ })
+				counts[w.key.res+" "+sk.kind] += ws.count()
 			}
 		}
 		t.Logf("%s: %d hosts, %d windows: held %d bytes, charged %d (%.0f%%); per host: held %d, charged %d; the default budget holds %d hosts; charged per resolution %v; documents per resolution and kind %v",

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/stackstream/stackstream/schemas/indices"
@@ -33,7 +32,7 @@ func (p *Partition) freeze(w *window) {
 	p.charge(w, w.trie.freeze())
 	var buf []byte
 	for _, ws := range w.series {
-		if ws.tree == nil || ws.docs == nil {
+		if ws.tree == nil || ws.stacks == nil {
 			continue
 		}
 		p.encode(w, ws, &buf)
@@ -41,11 +40,15 @@ func (p *Partition) freeze(w *window) {
 	w.frozen = true
 }
 
-// encode replaces a series' documents map by one byte string (eachFrozen
-// reads it, in stack ID order), charged its capacity instead of what the
-// map's documents were charged (docBytes and its name each), which
-// thawing charges again. buf is scratch.
+// encode replaces a series' documents map (or stacks, encodeStacks) by
+// one byte string (eachFrozen reads it, in name order), charged its
+// capacity instead of what the map's documents were charged (docBytes and
+// its name each), which thawing charges again. buf is scratch.
 func (p *Partition) encode(w *window, ws *series, buf *[]byte) {
+	if ws.stack {
+		p.encodeStacks(w, ws, buf)
+		return
+	}
 	ids := make([]string, 0, len(ws.docs))
 	var live int64
 	for id := range ws.docs {
@@ -58,7 +61,6 @@ func (p *Partition) encode(w *window, ws *series, buf *[]byte) {
 		ds := ws.docs[id]
 		b = binary.AppendUvarint(b, uint64(len(id)))
 		b = append(b, id...)
-		b = binary.AppendUvarint(b, uint64(ds.node))
 		b = binary.AppendVarint(b, ds.a)
 		b = binary.AppendVarint(b, ds.b)
 		b = binary.AppendVarint(b, ds.firstOffset)
@@ -73,17 +75,16 @@ func (p *Partition) encode(w *window, ws *series, buf *[]byte) {
 
 // thaw gives a frozen (or packed) series its documents back, to fold a
 // late profile in; the window freezes (or packs) again once they are
-// stored. An hour's stacks are all in its trie; a minute's are when they
-// have a node (pack.go).
+// stored.
 func (p *Partition) thaw(w *window, ws *series) {
-	n := 0
-	ws.eachFrozen(func([]byte, docState) { n++ })
-	ws.docs = make(map[string]*docState, n)
-	hour := w.key.res == indices.ResolutionHour
-	ws.eachFrozen(func(id []byte, ds docState) {
-		ds.inTree = hour || ds.node != 0
-		ws.docs[string(id)] = &ds
-	})
+	if ws.stack {
+		ws.thawStacks()
+	} else {
+		n := 0
+		ws.eachFrozen(func([]byte, docState) { n++ })
+		ws.docs = make(map[string]*docState, n)
+		ws.eachFrozen(func(id []byte, ds docState) { ws.docs[string(id)] = &ds })
+	}
 	p.charge(w, ws.thawBytes-int64(cap(ws.frozen)))
 	ws.frozen, ws.thawBytes = nil, 0
 	w.frozen = false
@@ -109,18 +110,15 @@ func (p *Partition) thawBytes(targets []windowKey) int64 {
 	return n
 }
 
-// eachFrozen calls fn for each document of a frozen series, in stack ID
-// order; id is only valid during the call.
+// eachFrozen calls fn for each document of a frozen service series, in
+// name order; id is only valid during the call.
 func (ws *series) eachFrozen(fn func(id []byte, ds docState)) {
 	b := ws.frozen
 	for len(b) > 0 {
 		n, k := binary.Uvarint(b)
 		id := b[k : k+int(n)]
 		b = b[k+int(n):]
-		node, k := binary.Uvarint(b)
-		b = b[k:]
 		var ds docState
-		ds.node = int32(node)
 		ds.a, k = binary.Varint(b)
 		b = b[k:]
 		ds.b, k = binary.Varint(b)
@@ -128,34 +126,6 @@ func (ws *series) eachFrozen(fn func(id []byte, ds docState)) {
 		ds.firstOffset, k = binary.Varint(b)
 		b = b[k:]
 		fn(id, ds)
-	}
-}
-
-// eachStack calls fn for each stack document of an hour's stack series,
-// frozen or not; in stack ID order when ordered (trees encode to the same
-// bytes every time), else in any.
-func (ws *series) eachStack(ordered bool, fn func(ds docState)) {
-	if ws.frozen != nil {
-		ws.eachFrozen(func(_ []byte, ds docState) { fn(ds) })
-		return
-	}
-	if !ordered {
-		for _, ds := range ws.docs {
-			if ds.inTree {
-				fn(*ds)
-			}
-		}
-		return
-	}
-	ids := make([]string, 0, len(ws.docs))
-	for id, ds := range ws.docs {
-		if ds.inTree {
-			ids = append(ids, id)
-		}
-	}
-	slices.SortFunc(ids, strings.Compare)
-	for _, id := range ids {
-		fn(*ws.docs[id])
 	}
 }
 

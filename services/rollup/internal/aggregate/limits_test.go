@@ -127,6 +127,12 @@ func docsOf(p *Partition) map[string]bool {
 			s.eachFrozen(func(id []byte, _ docState) {
 				out[fmt.Sprint(k, sk, string(id))] = true
 			})
+			for n := range s.stacks {
+				out[fmt.Sprint(k, sk, w.table.stacks[n].id)] = true
+			}
+			s.eachFrozenStack(func(n int32, _ int64) {
+				out[fmt.Sprint(k, sk, w.table.stacks[n].id)] = true
+			})
 		}
 	}
 	return out

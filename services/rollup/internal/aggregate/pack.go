@@ -16,7 +16,7 @@ import "github.com/stackstream/stackstream/schemas/indices"
 func (p *Partition) pack(w *window) {
 	var buf []byte
 	for _, ws := range w.series {
-		if ws.docs != nil {
+		if ws.docs != nil || ws.stacks != nil {
 			p.encode(w, ws, &buf)
 		}
 	}

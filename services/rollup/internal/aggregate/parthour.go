@@ -176,11 +176,13 @@ func (p *Partition) appendPartTree(out []Pending, w *window, start time.Time, in
 				if sk.kind != indices.KindStack || sk.typ != k.typ {
 					continue
 				}
-				for _, s := range ws.docs {
-					if s.inTree && s.a >= 0 {
-						fn(s.node, s.a)
+				// A stack at the trie's root (no frame) is left out, as
+				// the 10-minute values leave it.
+				w.eachStack(ws, false, func(node int32, x int64) {
+					if node != 0 && x >= 0 {
+						fn(node, x)
 					}
-				}
+				})
 			}
 		})
 	} else if v := w.values[k.typ]; v != nil {

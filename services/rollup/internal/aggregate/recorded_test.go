@@ -93,13 +93,16 @@ func TestRecordedStateBytes(t *testing.T) {
 	n, left := 0, len(readers)
 	report := func() {
 		byRes := map[string]int64{}
-		var valueSet, values, trieBytes, trieNodes, hourDocs, minuteDocs int64
+		var valueSet, values, trieBytes, trieNodes, tableStacks, hourDocs, minuteDocs int64
 		for _, p := range parts {
 			for _, w := range p.windows {
 				byRes[w.key.res] += w.bytes
 				for _, v := range w.values {
 					values += int64(len(v.m)) * nodeValueBytes
 					valueSet += int64(len(v.m))
+				}
+				if w.key.res == indices.ResolutionHour && w.table != nil {
+					tableStacks += int64(len(w.table.stacks))
 				}
 				if w.key.res == indices.ResolutionHour && w.trie != nil {
 					trieBytes += w.trie.bytes
@@ -110,8 +113,7 @@ func TestRecordedStateBytes(t *testing.T) {
 					if sk.kind != indices.KindStack {
 						continue
 					}
-					c := int64(len(ws.docs))
-					ws.eachFrozen(func([]byte, docState) { c++ })
+					c := int64(ws.count())
 					if w.key.res == indices.ResolutionHour {
 						hourDocs += c
 					} else if w.key.res == indices.ResolutionMinute {
@@ -123,8 +125,8 @@ func TestRecordedStateBytes(t *testing.T) {
 		var ms runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&ms)
-		t.Logf("%d records, event time %s: charged %d MB (stack cache %d MB); by resolution %v MB; 10-minute values %d MB (%d nodes); hour tries %d MB (%d nodes); stack documents: hours %d, minutes %d; heap %d MB",
-			n, last.Format("15:04:05"), budget.Used()>>20, budget.CacheBytes()>>20, mb(byRes), values>>20, valueSet, trieBytes>>20, trieNodes, hourDocs, minuteDocs, ms.HeapAlloc>>20)
+		t.Logf("%d records, event time %s: charged %d MB (stack cache %d MB); by resolution %v MB; 10-minute values %d MB (%d nodes); hour tries %d MB (%d nodes, %d stacks); stack documents: hours %d, minutes %d; heap %d MB",
+			n, last.Format("15:04:05"), budget.Used()>>20, budget.CacheBytes()>>20, mb(byRes), values>>20, valueSet, trieBytes>>20, trieNodes, tableStacks, hourDocs, minuteDocs, ms.HeapAlloc>>20)
 	}
 	every := 2400
 	if e, err := strconv.Atoi(os.Getenv("ROLLUP_RECORDS_EVERY")); err == nil && e > 0 {

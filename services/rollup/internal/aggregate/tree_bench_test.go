@@ -25,32 +25,31 @@ func treeBenchState(hosts, stacksPerHost, pool int) (p *Partition, hour, ten, mi
 	p = NewPartition(cfg, Checkpoint{})
 	stacks := trieBenchStacks(pool)
 	start := t0.UnixNano()
-	hour = &window{key: windowKey{indices.ResolutionHour, start}, series: map[seriesKey]*series{}, serviceTrees: map[serviceKey]*docState{}, trie: newFrameTrie()}
-	ten = &window{key: windowKey{indices.ResolutionTenMinutes, start}, series: map[seriesKey]*series{}, serviceTrees: map[serviceKey]*docState{}, trie: hour.trie}
-	minute = &window{key: windowKey{indices.ResolutionMinute, start}, series: map[seriesKey]*series{}, serviceTrees: map[serviceKey]*docState{}, trie: hour.trie}
+	hour = &window{key: windowKey{indices.ResolutionHour, start}, series: map[seriesKey]*series{}, serviceTrees: map[serviceKey]*docState{}, trie: newFrameTrie(), table: newStackTable()}
+	ten = &window{key: windowKey{indices.ResolutionTenMinutes, start}, series: map[seriesKey]*series{}, serviceTrees: map[serviceKey]*docState{}, trie: hour.trie, table: hour.table}
+	minute = &window{key: windowKey{indices.ResolutionMinute, start}, series: map[seriesKey]*series{}, serviceTrees: map[serviceKey]*docState{}, trie: hour.trie, table: hour.table}
 	typ := string(record.ProfileCPU)
 	values := &nodeValues{}
 	ten.values = map[string]*nodeValues{typ: values}
 	rng := rand.New(rand.NewPCG(7, 8))
 	for h := range hosts {
 		k := seriesKey{kind: indices.KindStack, typ: typ, service: fmt.Sprintf("svc-%d", h%5), host: fmt.Sprintf("host-%d", h)}
-		hs := &series{docs: map[string]*docState{}, tree: &docState{}}
-		ms := &series{docs: map[string]*docState{}}
+		hs := &series{stack: true, stacks: map[int32]int64{}, tree: &docState{}}
+		ms := &series{stack: true, stacks: map[int32]int64{}}
 		for range stacksPerHost {
 			// Skewed: a few stacks run on most hosts.
 			s := stacks[int(float64(pool)*rng.Float64()*rng.Float64())]
-			node, _ := hour.trie.insert(s.frames)
+			n, isNew := hour.table.number(s.id)
+			if isNew {
+				hour.table.stacks[n].node, _ = hour.trie.insert(s.frames)
+			}
 			v := int64(1+rng.IntN(50)) * 52631578
 			for _, ws := range []*series{hs, ms} {
-				ds := ws.docs[s.id]
-				if ds == nil {
-					ds = &docState{node: node, inTree: true}
-					ws.docs[s.id] = ds
-				}
-				ds.a += v
-				ds.b++
+				ws.stacks[n] += v
+				ws.sums.a += v
+				ws.sums.b++
 			}
-			values.add(node, v)
+			values.add(hour.table.stacks[n].node, v)
 		}
 		hour.series[k], minute.series[k] = hs, ms
 		hour.serviceTrees[serviceKey{indices.KindServiceTree, typ, k.service}] = &docState{}

@@ -68,7 +68,7 @@ func TestHourTrees(t *testing.T) {
 			// The brute force: each stack's frames from the partition's
 			// state, its value from its document.
 			w := p.windows[windowKey{indices.ResolutionHour, t0.UnixNano()}]
-			frames := w.trie.appendFrames(nil, w.series[seriesKey{indices.KindStack, "cpu", "checkout", "web-1"}].docs[d.StackIDs[0]].node)
+			frames := w.trie.appendFrames(nil, w.table.stacks[w.table.index[d.StackIDs[0]]].node)
 			for j := len(frames) - 1; j >= 0; j-- {
 				var names []string
 				for k := len(frames) - 1; k >= j; k-- {

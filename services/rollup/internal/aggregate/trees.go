@@ -118,15 +118,16 @@ func (tt *trieTree) add(each func(ordered bool, fn func(node int32, x int64))) {
 	each(true, func(n int32, x int64) { tt.b.AddValue(tt.node(n), x) })
 }
 
-// addSeries adds the stack series' stacks, series after series, each in
-// stack ID order (the same state encodes to the same bytes). A negative
-// stack is left out, as indices.TreeBuilder.AddStack leaves it.
-func (tt *trieTree) addSeries(list ...*series) {
+// addSeries adds the stack series' stacks (of window w), series after
+// series, each in stack ID order (the same state encodes to the same
+// bytes). A negative stack is left out, as indices.TreeBuilder.AddStack
+// leaves it.
+func (tt *trieTree) addSeries(w *window, list ...*series) {
 	tt.add(func(ordered bool, fn func(node int32, x int64)) {
 		for _, ws := range list {
-			ws.eachStack(ordered, func(ds docState) {
-				if ds.a >= 0 {
-					fn(ds.node, ds.a)
+			w.eachStack(ws, ordered, func(node int32, x int64) {
+				if x >= 0 {
+					fn(node, x)
 				}
 			})
 		}
@@ -163,14 +164,14 @@ func (p *Partition) functions(w *window, ws *series) []functionSums {
 	// seen[i] is the last stack that counted function i in its total.
 	var seen []int32
 	stack := int32(0)
-	ws.eachStack(false, func(ds docState) {
+	w.eachStack(ws, false, func(node int32, x int64) {
 		stack++
-		if ds.node == 0 {
-			out[fn("")].self += ds.a
+		if node == 0 {
+			out[fn("")].self += x
 			return
 		}
 		leaf := true
-		for n := ds.node; n != 0; {
+		for n := node; n != 0; {
 			parent, f := w.trie.nodeAt(n)
 			st := &m.frames[f]
 			if st.gen != gen {
@@ -181,12 +182,12 @@ func (p *Partition) functions(w *window, ws *series) []functionSums {
 				seen = append(seen, 0)
 			}
 			if leaf {
-				out[i].self += ds.a
+				out[i].self += x
 				leaf = false
 			}
 			if seen[i] != stack {
 				seen[i] = stack
-				out[i].total += ds.a
+				out[i].total += x
 			}
 			n = parent
 		}

@@ -12,7 +12,8 @@ import (
 // frameTrie holds the stacks of an hour window for its trees: each distinct
 // frame once, and each stack as a node of a prefix tree of frames (root
 // first), so the stacks of every host and service of the hour share their
-// frames and their common callers. A stack document keeps only its node.
+// frames and their common callers. A stack keeps only its node (in the
+// hour's stack table, stackdocs.go).
 // Holding each stack's own frames instead cost 25 frames of 72 bytes per
 // stack and host, most of an hour window's heap at fleet scale
 // (TestFleetStateBytes).

@@ -33,13 +33,15 @@ func TestPartHourDocuments(t *testing.T) {
 	}
 	tenTen := t0.Add(10 * time.Minute)
 	minute := t0.Add(15 * time.Minute)
+	// What the two windows' trees hold once every partition wrote them
+	// (a partition that wrote first must not pass for the whole).
+	before, beforeMinute := x.stackValue(indices.ResolutionTenMinutes, tenTen), x.stackValue(indices.ResolutionMinute, minute)
 	in := e.start(e.osURL)
-	waitFor(t, "10:10's 10-minute partition trees written", 90*time.Second, func() bool {
-		return e.sumValue(indices.KindPartitionTree, indices.ResolutionTenMinutes, tenTen) == e.sumStackValue(indices.ResolutionTenMinutes, tenTen) &&
-			e.sumStackValue(indices.ResolutionTenMinutes, tenTen) > 0
+	waitFor(t, "10:10's 10-minute and 10:15's minute partition trees written", 90*time.Second, func() bool {
+		return e.sumValue(indices.KindPartitionTree, indices.ResolutionTenMinutes, tenTen) == before &&
+			e.sumStackValue(indices.ResolutionTenMinutes, tenTen) == before &&
+			e.sumValue(indices.KindPartitionTree, indices.ResolutionMinute, minute) == beforeMinute
 	})
-	before := e.sumValue(indices.KindPartitionTree, indices.ResolutionTenMinutes, tenTen)
-	beforeMinute := e.sumValue(indices.KindPartitionTree, indices.ResolutionMinute, minute)
 
 	// Late (10:15:30, within lateness and retention): both windows'
 	// trees are rewritten whole.
@@ -90,6 +92,18 @@ func checkPartHourTotals(t *testing.T, docs map[string]indices.RollupDoc) {
 			t.Errorf("%s at %s: partition trees %d, service documents' stack_value %d", w.res, time.Unix(w.at, 0).UTC().Format("15:04"), trees[w], v)
 		}
 	}
+}
+
+// stackValue sums the expected stack_value of the CPU service documents
+// of a resolution at t.
+func (x expected) stackValue(res string, t time.Time) int64 {
+	var sum int64
+	for _, d := range x {
+		if d.Kind == indices.KindService && d.Type == "cpu" && d.Resolution == res && d.Timestamp.Equal(t) {
+			sum += d.StackValue
+		}
+	}
+	return sum
 }
 
 // sumStackValue sums the stack_value of the CPU service documents of a
