@@ -111,7 +111,7 @@ func (c *stackCache) frames(frames []indices.Frame) *locFrames {
 		id, n := c.table.number(f)
 		lf.ids[i], added = id, added+n
 		lf.text = indices.AppendStackText(lf.text, f)
-		lf.bound += frameCost(c.table.frames[id]) + trieNodeBytes + trieWideBytes
+		lf.bound += frameCost(c.table.frames[id]) + trieNodeBytes + trieBranchBytes
 	}
 	c.tableBytes += added
 	c.charge(added)

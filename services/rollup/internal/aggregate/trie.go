@@ -33,14 +33,17 @@ type frameTrie struct {
 	fromIDs   []int32
 	// nodes[0] is the root (no frame); a node's parent is its caller.
 	nodes []trieNode
-	// links are the nodes' children (by node, as nodes): a list of a
-	// node's first wideAfter children, and the others in wide by
-	// (parent, frame). One map of every node by (parent, frame), as until
-	// 2026-12-01, was most of inserting a new stack (a random access into
-	// a map of hundreds of thousands of entries per frame); most nodes
-	// have one or two children, found in their list.
-	links []trieLinks
-	wide  map[trieNode]int32
+	// branches are the children that do not directly follow their parent
+	// in nodes, by (parent, frame); a child that does (nodes[n+1] with
+	// parent n: the next frame of the stack that added n, or of one that
+	// extended the stack ending at n) is found there. A stack new to the
+	// trie adds its frames below the node where it leaves the known ones as
+	// a run of nodes, each the next one's parent, so one entry a stack is
+	// mapped, not one a node. Until 2026-12-03 every node had links (its
+	// first child and next sibling, 8 bytes) and the children after a
+	// node's eighth were mapped: at the end of an hour of 200 loadgen hosts
+	// 87% of the live tries' 7.5 M nodes were their parent's only child.
+	branches map[trieNode]int32
 	// frozen: the maps are dropped (freeze), and stacks inserted since go
 	// to late, whose node n is node base+n-1 here.
 	frozen bool
@@ -52,39 +55,24 @@ type frameTrie struct {
 
 type trieNode struct{ parent, frame int32 }
 
-// trieLinks are a node's first child and its next sibling (0: none, the
-// root being no one's child); a child's frame is its node's. Until
-// 2026-12-02 they held the frame again, so that a list was walked in links
-// alone: at the end of an hour of 200 loadgen hosts the live tries were
-// 7.5 M nodes, 47% of the rollup's heap, and that copy a fifth of them.
-type trieLinks struct{ first, next int32 }
-
-// wideAfter is how many children a node lists before the others go to
-// wide.
-const wideAfter = 8
-
 // Charges of a frameTrie (measured by TestFleetStateBytes with a margin):
-// a node (its slot and its links, with the slack of their growth: 16
-// bytes, and a quarter more when a large slice has just grown; 32 until
-// the links' copy of the frame went, 2026-12-02), and trieWideBytes more
-// for a node in wide (a map slot of 12 bytes, at the load of a map just
-// grown); a frame, trieFrameCost. Until 2026-12-02 every node was charged
-// 64 bytes, as if in wide: at 200 pipeline-bench hosts, whose nodes were
-// 19 bytes each held, the live tries were half the charge at 2.2 times
-// their heap. A distinct frame of the stack cache's
-// table is charged frameCost: trieFrameBytes (its slot and its map
-// entries, likewise, and a fromIDs slot in each live trie) plus the bytes
-// of its names. A stack holds nothing of its own, only its nodes: until
-// 2026-12-02 the trie held its stacks' nodes by ID as well, so that a
-// stack another host had run was found in one lookup, 48 bytes charged a
-// stack (a ninth of the hour's state at fleet scale, most stacks being
-// one host's); walking its nodes instead (an index and a short list a
-// frame) costs about a microsecond, once per stack new to a series of
-// the hour.
+// a node (its 8-byte slot, and a quarter more when a large slice has just
+// grown; 24 until its links went, 2026-12-03, 32 until the links' copy of
+// the frame went, 2026-12-02), and trieBranchBytes more for a node in
+// branches (a map slot of 12 bytes, at the load of a map just grown); a
+// frame, trieFrameCost. Until 2026-12-02 every node was charged 64 bytes:
+// at 200 pipeline-bench hosts, whose nodes were 19 bytes each held, the
+// live tries were half the charge at 2.2 times their heap. A distinct
+// frame of the stack cache's table is charged frameCost: trieFrameBytes
+// (its slot and its map entries, likewise, and a fromIDs slot in each
+// live trie) plus the bytes of its names. A stack holds nothing of its
+// own, only its nodes: until 2026-12-02 the trie held its stacks' nodes
+// by ID as well (48 bytes charged a stack); the hour's stack table
+// (stackdocs.go) now numbers them once.
 const (
-	trieNodeBytes  = 24
-	trieWideBytes  = 32
-	trieFrameBytes = 400
+	trieNodeBytes   = 12
+	trieBranchBytes = 32
+	trieFrameBytes  = 400
 )
 
 func frameCost(f indices.Frame) int64 {
@@ -139,8 +127,7 @@ func newFrameTrie() *frameTrie {
 	return &frameTrie{
 		frameTable: frameTable{named: map[string]int32{}, other: map[indices.Frame]int32{}},
 		nodes:      []trieNode{{}},
-		links:      []trieLinks{{}},
-		wide:       map[trieNode]int32{},
+		branches:   map[trieNode]int32{},
 	}
 }
 
@@ -173,7 +160,7 @@ func (t *frameTrie) freeze() int64 {
 		return 0
 	}
 	t.nodes, t.frames = slices.Clone(t.nodes), slices.Clone(t.frames)
-	t.named, t.other, t.fromIDs, t.links, t.wide = nil, nil, nil, nil, nil
+	t.named, t.other, t.fromIDs, t.branches = nil, nil, nil, nil
 	t.fromTable = weak.Pointer[frameTable]{}
 	t.frozen, t.base = true, int32(len(t.nodes))
 	n := int64(cap(t.nodes))*int64(unsafe.Sizeof(trieNode{})) + int64(cap(t.frames))*int64(unsafe.Sizeof(indices.Frame{}))
@@ -199,12 +186,13 @@ func (t *frameTrie) insertFrames(frames stackFrames) (node int32, added int64) {
 			}
 			t.fromIDs[from] = id + 1
 		}
-		child, listed := t.child(node, id)
+		child := t.child(node, id)
 		if child == 0 {
-			child = t.addChild(node, id, listed)
+			var branch bool
+			child, branch = t.addChild(node, id)
 			added += trieNodeBytes
-			if listed >= wideAfter {
-				added += trieWideBytes
+			if branch {
+				added += trieBranchBytes
 			}
 		}
 		node = child
@@ -225,35 +213,30 @@ func (t *frameTrie) slots(table *frameTable) {
 	}
 }
 
-// child is parent's child of frame (0: none) and how many children
-// parent lists.
-func (t *frameTrie) child(parent, frame int32) (int32, int) {
-	listed := 0
-	for c := t.links[parent].first; c != 0; c = t.links[c].next {
-		if t.nodes[c].frame == frame {
-			return c, listed
-		}
-		listed++
+// child is parent's child of frame (0: none).
+func (t *frameTrie) child(parent, frame int32) int32 {
+	if n := parent + 1; int(n) < len(t.nodes) && t.nodes[n] == (trieNode{parent: parent, frame: frame}) {
+		return n
 	}
-	if listed == wideAfter {
-		return t.wide[trieNode{parent: parent, frame: frame}], listed
-	}
-	return 0, listed
+	return t.branches[trieNode{parent: parent, frame: frame}]
 }
 
-// addChild adds a node of frame under parent, which lists listed children.
-func (t *frameTrie) addChild(parent, frame int32, listed int) int32 {
+// branchAt reports whether a child new to parent would be a branch: not
+// the node that directly follows it.
+func (t *frameTrie) branchAt(parent int32) bool {
+	return int(parent) != len(t.nodes)-1
+}
+
+// addChild adds a node of frame under parent, and reports whether it is
+// a branch.
+func (t *frameTrie) addChild(parent, frame int32) (int32, bool) {
 	c := int32(len(t.nodes))
-	t.nodes = append(t.nodes, trieNode{parent: parent, frame: frame})
-	var l trieLinks
-	if listed < wideAfter {
-		l.next = t.links[parent].first
-		t.links[parent].first = c
-	} else {
-		t.wide[trieNode{parent: parent, frame: frame}] = c
+	branch := t.branchAt(parent)
+	if branch {
+		t.branches[trieNode{parent: parent, frame: frame}] = c
 	}
-	t.links = append(t.links, l)
-	return c
+	t.nodes = append(t.nodes, trieNode{parent: parent, frame: frame})
+	return c, branch
 }
 
 // cost is what insert would add; when t is nil, an upper bound for any
@@ -280,27 +263,24 @@ func (t *frameTrie) cost(frames stackFrames) int64 {
 			n += trieFrameCost(frames.table.frames[from])
 		}
 		if !known {
-			// Under a node new to t, or any node of any trie.
+			// Under a node new to t (the run of nodes it starts), or any
+			// node of any trie.
 			n += trieNodeBytes
 			if t == nil {
-				n += trieWideBytes
+				n += trieBranchBytes
 			}
 			continue
 		}
-		c, listed := int32(0), 0
 		if ok {
-			c, listed = t.child(node, id)
-		} else {
-			_, listed = t.child(node, -1)
-		}
-		if c != 0 {
-			node = c
-			continue
+			if c := t.child(node, id); c != 0 {
+				node = c
+				continue
+			}
 		}
 		known = false
 		n += trieNodeBytes
-		if listed >= wideAfter {
-			n += trieWideBytes
+		if t.branchAt(node) {
+			n += trieBranchBytes
 		}
 	}
 	return n

@@ -3,6 +3,7 @@ package aggregate
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 
@@ -28,8 +29,16 @@ func BenchmarkTrieInsert(b *testing.B) {
 		}
 		return t
 	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
 	t := fill()
-	b.ReportMetric(float64(len(t.nodes)), "nodes")
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	// What the filled trie holds, by the heap after a collection: its
+	// frames, nodes and maps, per node (reported last: ResetTimer drops
+	// metrics reported before it).
+	nodes, heldBytes := len(t.nodes), float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(len(t.nodes))
 	b.ReportAllocs()
 	b.ResetTimer()
 	var cpu time.Duration
@@ -47,6 +56,8 @@ func BenchmarkTrieInsert(b *testing.B) {
 	}
 	cpu += cpuTime() - start
 	b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/stack")
+	b.ReportMetric(float64(nodes), "nodes")
+	b.ReportMetric(heldBytes, "held-B/node")
 }
 
 type benchStack struct {
