@@ -3,11 +3,15 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"regexp"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,14 +27,15 @@ import (
 // BenchmarkSeriesDay1000Hosts times /series over one day of 1000 hosts'
 // CPU rollups as the rollup writes them (a minute, a 10-minute and an hour
 // window per host and service: 1.44 M minute, 144,000 10-minute and 24,000
-// hour documents) on the real
-// node, through HTTP on loopback: per host (the top 10 and "other") and per
-// service, with the automatic step and with whole hours, and the last hour
-// of 100 of the hosts. OpenSearch's
+// hour documents) on the real node, through HTTP on loopback: per host (the
+// top 10 and "other") and per service, with the automatic step and with
+// whole hours, and the last hour of 100 of the hosts; per host too, a day
+// moving on by 10 minutes a request, ending 6 hours before now and ending
+// at now (on a server of its own whose clock moves with it). OpenSearch's
 // request cache is cleared before each request (outside the timing). It
 // reports the p50 and p99 of the requests.
 //
-//	STACKSTREAM_BENCH_FLEET_DAY=1 CI=true go test -run '^$' -bench SeriesDay -benchtime 20x -timeout 30m ./internal/api
+//	STACKSTREAM_BENCH_FLEET_DAY=1 CI=true go test -run '^$' -bench SeriesDay -benchtime 20x -timeout 40m ./internal/api
 //
 // With STACKSTREAM_BENCH_FLEET_DAY_KEEP=<prefix> (lowercase letters, digits
 // and '-') the fleet is indexed under that prefix and kept after the run,
@@ -88,13 +93,24 @@ func BenchmarkSeriesDay1000Hosts(b *testing.B) {
 	for _, tc := range []struct {
 		name, groupBy, step, query string
 		rng                        time.Duration
+		// roll: each request 10 minutes later than the one before, ending
+		// before now (rollPast) or at now (rollNow: the clock moves with
+		// it, on a server of its own, so the chart's line count, kept a
+		// minute, is read again on each request and the last windows are
+		// still filling).
+		roll int
 	}{
-		{"by-host-top10-auto-step", "host", "", "", 24 * time.Hour}, {"by-host-top10-step-1h", "host", "1h", "", 24 * time.Hour},
-		{"by-service-auto-step", "service", "", "", 24 * time.Hour}, {"by-service-step-1h", "service", "1h", "", 24 * time.Hour},
+		{"by-host-top10-auto-step", "host", "", "", 24 * time.Hour, 0}, {"by-host-top10-step-1h", "host", "1h", "", 24 * time.Hour, 0},
+		// A dashboard's day moving on: every request has a window more
+		// at its end and one less at its start than the one before.
+		{"by-host-top10-auto-step-rolling", "host", "", "", 24 * time.Hour, rollPast},
+		// now-24h on a dashboard refreshed every 10 minutes.
+		{"by-host-top10-auto-step-rolling-now", "host", "", "", 24 * time.Hour, rollNow},
+		{"by-service-auto-step", "service", "", "", 24 * time.Hour, 0}, {"by-service-step-1h", "service", "1h", "", 24 * time.Hour, 0},
 		// The automatic step before it was 10 minutes for long ranges:
 		// minute windows.
-		{"by-host-top10-step-5m", "host", "5m", "", 24 * time.Hour}, {"by-service-step-5m", "service", "5m", "", 24 * time.Hour},
-		{"1h-100-hosts-by-host-auto-step", "host", "", `{host=~"host-00[0-9][0-9]"}`, time.Hour},
+		{"by-host-top10-step-5m", "host", "5m", "", 24 * time.Hour, 0}, {"by-service-step-5m", "service", "5m", "", 24 * time.Hour, 0},
+		{"1h-100-hosts-by-host-auto-step", "host", "", `{host=~"host-00[0-9][0-9]"}`, time.Hour, 0},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			q := url.Values{"from": {to.Add(-tc.rng).Format(time.RFC3339)}, "to": {to.Format(time.RFC3339)}, "group_by": {tc.groupBy}, "top": {"10"}}
@@ -104,10 +120,23 @@ func BenchmarkSeriesDay1000Hosts(b *testing.B) {
 			if tc.query != "" {
 				q.Set("query", tc.query)
 			}
-			u := base + "/api/v1/series?" + q.Encode()
+			srv := base
+			end := to.Add(-6 * time.Hour) // rolling: 36 requests before the end of the data
+			var clock atomic.Int64
+			if tc.roll == rollNow {
+				srv = serveClock(b, cl, names, &clock)
+			}
+			u := srv + "/api/v1/series?" + q.Encode()
 			var took []time.Duration
 			for b.Loop() {
 				b.StopTimer()
+				if tc.roll != 0 {
+					end = end.Add(10 * time.Minute)
+					clock.Store(end.UnixNano())
+					q.Set("from", end.Add(-tc.rng).Format(time.RFC3339))
+					q.Set("to", end.Format(time.RFC3339))
+					u = srv + "/api/v1/series?" + q.Encode()
+				}
 				opensearch.Raw(context.Background(), cl, http.MethodPost, "/"+names.Prefix+"*/_cache/clear?request=true", nil)
 				b.StartTimer()
 				t0 := time.Now()
@@ -123,6 +152,20 @@ func BenchmarkSeriesDay1000Hosts(b *testing.B) {
 			b.ReportMetric(float64(took[(len(took)*99)/100].Microseconds())/1000, "p99-ms")
 		})
 	}
+}
+
+// The rolling cases of BenchmarkSeriesDay1000Hosts.
+const (
+	rollPast = 1 + iota
+	rollNow
+)
+
+// serveClock serves the API with its clock at clock (unix ns).
+func serveClock(b *testing.B, cl *opensearchapi.Client, names indices.Names, clock *atomic.Int64) string {
+	srv := httptest.NewServer(api.New(cl, names, api.Options{Now: func() time.Time { return time.Unix(0, clock.Load()).UTC() }},
+		slog.New(slog.NewTextHandler(io.Discard, nil))))
+	b.Cleanup(srv.Close)
+	return srv.URL
 }
 
 // fleetDayIndex is the fleet day's client and index names: a fresh prefix
