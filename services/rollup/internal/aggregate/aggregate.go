@@ -655,10 +655,11 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 			}
 			for name, i := range sc.names {
 				if sk.kind == indices.KindStack {
+					st := p.deltas[i].stack
 					var num int32
 					known := false
 					if table != nil {
-						num, known = table.index[name]
+						num, known = table.index[st.key]
 					}
 					if !known || ws == nil || ws.stacks == nil {
 						// A frozen series' stacks are charged by thawBytes;
@@ -668,8 +669,7 @@ func (p *Partition) newBytes(targets []windowKey, offset int64) int64 {
 						n += stackDocBytes
 					}
 					if k.res == indices.ResolutionHour && !known {
-						n += tableStackBytes + int64(len(name))
-						st := p.deltas[i].stack
+						n += tableStackBytes
 						if scratch == nil {
 							scratch = newFrameTrie()
 						}

@@ -354,7 +354,7 @@ func stacksPending(w *window, start time.Time, index string, k seriesKey, ws *se
 	}
 	for n, x := range ws.stacks {
 		if x >= 0 {
-			ids = append(ids, w.table.stacks[n].id)
+			ids = append(ids, w.table.stacks[n].key.id())
 			values = append(values, x)
 		}
 	}

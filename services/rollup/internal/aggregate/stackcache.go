@@ -181,6 +181,7 @@ func (c *stackCache) end(key [2]uint64) *stackInfo {
 	c.stats.Built++
 	st := &stackInfo{
 		id:        indices.StackIDOfSum(sum[:]),
+		key:       stackKey(sum[:12]),
 		frames:    stackFrames{table: c.table, ids: slices.Clone(c.ids)},
 		trieBound: c.bound,
 	}

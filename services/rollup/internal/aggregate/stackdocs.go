@@ -2,9 +2,9 @@ package aggregate
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/binary"
 	"slices"
-	"strings"
 
 	"github.com/stackstream/stackstream/schemas/indices"
 )
@@ -25,41 +25,50 @@ import (
 // retention, and the hour ends last), so the hour's fold numbers the
 // profile's stacks first.
 type stackTable struct {
-	index  map[string]int32
+	index  map[stackKey]int32
 	stacks []tableStack
 }
 
-// tableStack is a stack of the hour: its ID and its node in the hour's
+// stackKey is a stack's ID as the 12 bytes of its hash that the ID
+// encodes (indices.StackIDOfSum): a 12-byte map key where the ID string
+// took a 16-byte header and its 16 bytes of text, which a stack dropped
+// from the stack cache kept alive in the table (until 2026-12-03).
+type stackKey [12]byte
+
+// id is the stack's ID, as documents name it.
+func (k stackKey) id() string { return indices.StackIDOfSum(k[:]) }
+
+// tableStack is a stack of the hour: its key and its node in the hour's
 // trie.
 type tableStack struct {
-	id   string
+	key  stackKey
 	node int32
 }
 
 // Charges (measured by TestStateBytesBound and TestFleetStateBytes with a
 // margin): a stack of a series (a Go map slot of an int32 and an int64,
 // 24-37 bytes held at the load of a map growing, as nodeValueBytes); a
-// stack new to the hour's table (its map slot of a string and an int32 and
-// its 24-byte entry, with the slack of their growth), its ID's bytes on
-// top.
+// stack new to the hour's table (its map slot of a 12-byte key and an
+// int32, and its 16-byte entry, with the slack of their growth; 120 and
+// the ID's length with the ID string as the key).
 const (
 	stackDocBytes   = 40
-	tableStackBytes = 120
+	tableStackBytes = 80
 )
 
 func newStackTable() *stackTable {
-	return &stackTable{index: map[string]int32{}}
+	return &stackTable{index: map[stackKey]int32{}}
 }
 
-// number returns the number of the stack id, adding it with no node when
-// new (the caller inserts it into the trie).
-func (t *stackTable) number(id string) (int32, bool) {
-	if n, ok := t.index[id]; ok {
+// number returns the number of the stack key, adding it with no node
+// when new (the caller inserts it into the trie).
+func (t *stackTable) number(key stackKey) (int32, bool) {
+	if n, ok := t.index[key]; ok {
 		return n, false
 	}
 	n := int32(len(t.stacks))
-	t.index[id] = n
-	t.stacks = append(t.stacks, tableStack{id: id})
+	t.index[key] = n
+	t.stacks = append(t.stacks, tableStack{key: key})
 	return n, true
 }
 
@@ -75,15 +84,16 @@ func (p *Partition) stackNumbers(w *window) {
 		if sk.kind != indices.KindStack {
 			continue
 		}
-		for name, i := range sc.names {
-			n, isNew := w.table.number(name)
+		for _, i := range sc.names {
+			st := p.deltas[i].stack
+			n, isNew := w.table.number(st.key)
 			if isNew {
 				if w.trie == nil {
 					w.trie = newFrameTrie()
 				}
-				node, bytes := w.trie.insert(p.deltas[i].stack.frames)
+				node, bytes := w.trie.insert(st.frames)
 				w.table.stacks[n].node = node
-				added += tableStackBytes + int64(len(name)) + bytes
+				added += tableStackBytes + bytes
 			}
 			p.slots[i], p.nodes[i] = n, w.table.stacks[n].node
 		}
@@ -125,19 +135,26 @@ func (w *window) eachStack(ws *series, ordered bool, fn func(node int32, x int64
 		}
 		return
 	}
+	// By the IDs' text: their base64 is not in the order of their bytes.
 	type stackValue struct {
-		n int32
-		x int64
+		id [16]byte
+		n  int32
+		x  int64
 	}
 	list := make([]stackValue, 0, ws.count())
+	add := func(n int32, x int64) {
+		s := stackValue{n: n, x: x}
+		base64.RawURLEncoding.Encode(s.id[:], t.stacks[n].key[:])
+		list = append(list, s)
+	}
 	if ws.frozen != nil {
-		ws.eachFrozenStack(func(n int32, x int64) { list = append(list, stackValue{n, x}) })
+		ws.eachFrozenStack(add)
 	} else {
 		for n, x := range ws.stacks {
-			list = append(list, stackValue{n, x})
+			add(n, x)
 		}
 	}
-	slices.SortFunc(list, func(a, b stackValue) int { return strings.Compare(t.stacks[a.n].id, t.stacks[b.n].id) })
+	slices.SortFunc(list, func(a, b stackValue) int { return bytes.Compare(a.id[:], b.id[:]) })
 	for _, s := range list {
 		fn(t.stacks[s.n].node, s.x)
 	}

@@ -16,6 +16,9 @@ import (
 
 type stackInfo struct {
 	id string
+	// key is the 12 bytes id encodes, the stack's key in an hour's
+	// stackTable.
+	key stackKey
 	// frames are the stack's trie frames (trieFrame), as IDs of the stack
 	// cache's frame table: a cached stack held its frames whole until
 	// 2026-12-01, 72 bytes a frame and its names, so the cache held a
@@ -36,7 +39,7 @@ type stackInfo struct {
 // frames' entries in the frame table: the stackInfo, its ID, its frame IDs
 // and its entry in the cache's map (TestStackBytesBound).
 func stackBytes(st *stackInfo) int64 {
-	return 160 + int64(len(st.id)) + 4*int64(cap(st.frames.ids)) + 16
+	return 176 + int64(len(st.id)) + 4*int64(cap(st.frames.ids)) + 16
 }
 
 // stack returns the ID and frames of a sample's stack. Hashing a stack's

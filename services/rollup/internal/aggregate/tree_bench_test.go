@@ -39,7 +39,7 @@ func treeBenchState(hosts, stacksPerHost, pool int) (p *Partition, hour, ten, mi
 		for range stacksPerHost {
 			// Skewed: a few stacks run on most hosts.
 			s := stacks[int(float64(pool)*rng.Float64()*rng.Float64())]
-			n, isNew := hour.table.number(s.id)
+			n, isNew := hour.table.number(s.key)
 			if isNew {
 				hour.table.stacks[n].node, _ = hour.trie.insert(s.frames)
 			}

@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"bytes"
+	"encoding/base64"
 	"strings"
 	"testing"
 	"time"
@@ -68,7 +69,7 @@ func TestHourTrees(t *testing.T) {
 			// The brute force: each stack's frames from the partition's
 			// state, its value from its document.
 			w := p.windows[windowKey{indices.ResolutionHour, t0.UnixNano()}]
-			frames := w.trie.appendFrames(nil, w.table.stacks[w.table.index[d.StackIDs[0]]].node)
+			frames := w.trie.appendFrames(nil, w.table.stacks[w.table.index[keyOf(t, d.StackIDs[0])]].node)
 			for j := len(frames) - 1; j >= 0; j-- {
 				var names []string
 				for k := len(frames) - 1; k >= j; k-- {
@@ -268,4 +269,14 @@ func TestServiceTrees(t *testing.T) {
 	if indices.RollupID(&other) == indices.RollupID(&got) {
 		t.Fatal("two partitions' service trees share an _id")
 	}
+}
+
+// keyOf is the stack key of a stack ID.
+func keyOf(t *testing.T, id string) stackKey {
+	t.Helper()
+	var k stackKey
+	if n, err := base64.RawURLEncoding.Decode(k[:], []byte(id)); err != nil || n != len(k) {
+		t.Fatalf("stack ID %q: %d bytes, %v", id, n, err)
+	}
+	return k
 }

@@ -1,6 +1,7 @@
 package aggregate
 
 import (
+	"encoding/base64"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -62,6 +63,7 @@ func BenchmarkTrieInsert(b *testing.B) {
 
 type benchStack struct {
 	id     string
+	key    stackKey
 	frames stackFrames
 }
 
@@ -101,7 +103,12 @@ func trieBenchStacks(n int) []benchStack {
 			frames = append(frames, indices.Frame{Function: st[i], File: "x.go", Line: 10})
 		}
 		ids, _ := table.stackFrames(frames)
-		out = append(out, benchStack{id: indices.StackID(frames), frames: ids})
+		id := indices.StackID(frames)
+		var key stackKey
+		if _, err := base64.RawURLEncoding.Decode(key[:], []byte(id)); err != nil {
+			panic(err)
+		}
+		out = append(out, benchStack{id: id, key: key, frames: ids})
 	}
 	return out
 }
