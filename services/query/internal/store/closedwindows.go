@@ -686,19 +686,7 @@ type windowBucket struct {
 func (s *Store) sumsPerWindow(ctx context.Context, idx []string, query Query) (map[string][]windowBucket, error) {
 	var ans struct {
 		Aggregations struct {
-			Res struct {
-				Buckets []struct {
-					Key  string `json:"key"`
-					Time struct {
-						Buckets []struct {
-							Key      int64    `json:"key"`
-							DocCount int64    `json:"doc_count"`
-							V        sumValue `json:"v"`
-							Seq      sumValue `json:"seq"`
-						} `json:"buckets"`
-					} `json:"time"`
-				} `json:"buckets"`
-			} `json:"res"`
+			Res keyedWindows `json:"res"`
 		} `json:"aggregations"`
 	}
 	aggs := Aggs{"res": {

@@ -295,7 +295,8 @@ func windowQuery(sel Selection, groupBy string, read Query, extra ...Query) Quer
 }
 
 // keyedWindows are the buckets of a terms aggregation holding a histogram
-// ("time") of value sums ("v").
+// ("time") of value sums ("v"), and of the largest _seq_no ("seq") when
+// asked for (sumsPerWindow).
 type keyedWindows struct {
 	Buckets []struct {
 		Key  string `json:"key"`
@@ -304,6 +305,7 @@ type keyedWindows struct {
 				Key      int64    `json:"key"`
 				DocCount int64    `json:"doc_count"`
 				V        sumValue `json:"v"`
+				Seq      sumValue `json:"seq"`
 			} `json:"buckets"`
 		} `json:"time"`
 	} `json:"buckets"`
