@@ -45,10 +45,15 @@ func runMain() error {
 	if maxConcurrent == 0 {
 		maxConcurrent = server.DefaultMaxConcurrent()
 	}
+	headCache := cfg.HeadCacheBytes
+	if headCache == 0 {
+		headCache = -1 // none kept (0 is the API's default)
+	}
 	handler := server.New(cl, cfg.Index.Names(), server.Options{
 		API: api.Options{
 			Timeout: cfg.Timeout, MaxRange: cfg.MaxRange, RawMaxRange: cfg.RawMaxRange,
 			MaxStacks: cfg.MaxStacks, MaxEdgeStacks: cfg.MaxEdgeStacks, MaxNodes: cfg.MaxNodes, Version: version.Version, Now: time.Now,
+			HeadCacheBytes: headCache,
 		},
 		UI:        uiHandler(),
 		AuthToken: cfg.AuthToken, BasicUser: cfg.BasicUser, BasicPassword: cfg.BasicPassword,

@@ -34,6 +34,8 @@ func TestValidate(t *testing.T) {
 		{"max range past 10 years", func(c *Config) { c.MaxRange = 100 * 365 * 24 * time.Hour }, "STACKSTREAM_QUERY_MAX_RANGE"},
 		{"max stacks", func(c *Config) { c.MaxStacks = 0 }, "STACKSTREAM_QUERY_MAX_STACKS"},
 		{"max edge stacks", func(c *Config) { c.MaxEdgeStacks = 0 }, "STACKSTREAM_QUERY_MAX_EDGE_STACKS"},
+		{"head cache negative", func(c *Config) { c.HeadCacheBytes = -1 }, "STACKSTREAM_QUERY_HEAD_CACHE_BYTES"},
+		{"head cache past 16 GiB", func(c *Config) { c.HeadCacheBytes = 17 << 30 }, "STACKSTREAM_QUERY_HEAD_CACHE_BYTES"},
 		{"basic user without password", func(c *Config) { c.BasicUser = "ann" }, "STACKSTREAM_QUERY_BASIC_AUTH_PASSWORD"},
 		{"allowed host with a port", func(c *Config) { c.AllowedHosts = "localhost:8080" }, "STACKSTREAM_QUERY_ALLOWED_HOSTS"},
 		{"allowed host not a name", func(c *Config) { c.AllowedHosts = "ok.example, bad/host" }, "STACKSTREAM_QUERY_ALLOWED_HOSTS"},

@@ -55,14 +55,18 @@ type Options struct {
 	// whole hours that trees or heads answer; past it the request fails
 	// (422) rather than leave stacks out. Default 1000000.
 	MaxEdgeStacks int
-	MaxNodes      int    // default max_nodes of a flame graph; default 5000
-	MaxSeries     int    // series per chart; default 100
-	CacheStacks   int    // stacks whose frames are kept in memory; default 200000
-	PageSize      int    // stacks per composite aggregation page over the rollups; default 10000 (tests page with less)
-	Auth          bool   // reported by /api/v1/config
-	Version       string // reported by /api/v1/config
-	Now           func() time.Time
-	Registerer    prometheus.Registerer // nil: metrics are not registered
+	MaxNodes      int // default max_nodes of a flame graph; default 5000
+	MaxSeries     int // series per chart; default 100
+	CacheStacks   int // stacks whose frames are kept in memory; default 200000
+	PageSize      int // stacks per composite aggregation page over the rollups; default 10000 (tests page with less)
+	// HeadCacheBytes bounds the decoded fleet heads kept by version
+	// (STACKSTREAM_QUERY_HEAD_CACHE_BYTES); 0 is the store's default
+	// (64 MiB), negative keeps none.
+	HeadCacheBytes int64
+	Auth           bool   // reported by /api/v1/config
+	Version        string // reported by /api/v1/config
+	Now            func() time.Time
+	Registerer     prometheus.Registerer // nil: metrics are not registered
 }
 
 // withDefaults fills the API's own bounds; the store fills the rest.
@@ -128,7 +132,7 @@ func New(cl *opensearchapi.Client, names indices.Names, opts Options, logger *sl
 	a := &API{
 		store: store.New(cl, names, store.Options{
 			RawMaxRange: opts.RawMaxRange, MaxStacks: opts.MaxStacks, MaxEdgeStacks: opts.MaxEdgeStacks, MaxSeries: opts.MaxSeries,
-			CacheStacks: opts.CacheStacks, PageSize: opts.PageSize, Now: opts.Now,
+			CacheStacks: opts.CacheStacks, PageSize: opts.PageSize, HeadCacheBytes: opts.HeadCacheBytes, Now: opts.Now,
 			Backend: m.backend, Truncated: m.truncated,
 		}),
 		opts: opts, logger: logger, metrics: m,

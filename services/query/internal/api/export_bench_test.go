@@ -1,5 +1,7 @@
 package api
 
+import "github.com/stackstream/stackstream/services/query/internal/store"
+
 // MergeForBench decodes and merges encoded trees as a flame graph request
 // does, then folds the result to maxNodes; it returns the nodes folded.
 func MergeForBench(trees [][]byte, maxNodes int) (int, error) {
@@ -20,6 +22,23 @@ func ProveForBench(heads [][]byte, maxNodes int) (proven bool, err error) {
 	pm := newPieceMerge()
 	for _, h := range heads {
 		if err := pm.mergeHead(h); err != nil {
+			return false, err
+		}
+	}
+	pm.bound()
+	keep, ok := proveKeep(pm.root, maxNodes)
+	if ok {
+		flameKept(pm.root, keep)
+	}
+	return ok, nil
+}
+
+// ProveDecodedForBench is ProveForBench for heads decoded before
+// (store.DecodeHead: as the store's head cache keeps them).
+func ProveDecodedForBench(heads []*store.Head, maxNodes int) (proven bool, err error) {
+	pm := newPieceMerge()
+	for _, h := range heads {
+		if err := pm.mergeDecoded(h); err != nil {
 			return false, err
 		}
 	}

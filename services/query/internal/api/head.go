@@ -68,9 +68,10 @@ func (a *API) hourHeadsTree(ctx context.Context, sel store.Selection, maxNodes i
 // does not decode (logged).
 func (a *API) hourHeadsMerge(ctx context.Context, sel store.Selection) (*pieceMerge, string, bool, error) {
 	pm := newPieceMerge()
-	read, ok, err := a.store.FleetHourHeads(ctx, sel, pm.mergeHead, pm.merge)
+	read, ok, err := a.store.FleetHourHeads(ctx, sel, pm.mergeDecoded, pm.merge)
 	var bad *badTreeError
-	if errors.As(err, &bad) {
+	var badHead *store.BadHeadError
+	if errors.As(err, &bad) || errors.As(err, &badHead) {
 		slog.Warn("hour head or tree does not decode: reading the trees", "err", err)
 		return nil, "", false, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/services/query/internal/store"
 )
 
 // A fleet-wide range's whole hours can be read as the fleet's hour heads
@@ -46,12 +47,19 @@ func newPieceMerge() *pieceMerge {
 
 // mergeHead merges an encoded head (indices.DecodeHead).
 func (pm *pieceMerge) mergeHead(b []byte) error {
-	p := &headPiece{kept: []keptNode{{n: pm.root}}, least: math.MaxInt64, at: []int{0}}
-	pm.path = append(pm.path[:0], pm.root)
-	nodes, self, total, err := indices.DecodeHead(b, indices.TreeLimits{}, &headMerge{m: &pm.treeMerge, p: p})
+	h, err := store.DecodeHead(b)
 	if err != nil {
 		return &badTreeError{err}
 	}
+	return pm.mergeDecoded(h)
+}
+
+// mergeDecoded merges a decoded head (store.Head: from the store's cache
+// of decoded heads, or decoded as read).
+func (pm *pieceMerge) mergeDecoded(h *store.Head) error {
+	p := &headPiece{kept: []keptNode{{n: pm.root}}, least: math.MaxInt64, at: []int{0}}
+	pm.path = append(pm.path[:0], pm.root)
+	nodes, self, total := h.Visit(&headMerge{m: &pm.treeMerge, p: p})
 	pm.root.self += self
 	pm.root.total += total
 	if len(p.kept)-1 < nodes {

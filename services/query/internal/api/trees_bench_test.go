@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/stackstream/stackstream/schemas/indices"
 	"github.com/stackstream/stackstream/services/query/internal/api"
 	"github.com/stackstream/stackstream/services/query/internal/querytest"
+	"github.com/stackstream/stackstream/services/query/internal/store"
 )
 
 // benchFleet is a simulated fleet shaped like stackctl loadgen's defaults:
@@ -452,6 +455,25 @@ func BenchmarkProveFleetWindowHeads(b *testing.B) {
 			}
 		})
 	}
+	// The same heads decoded before, as the store's head cache keeps
+	// them: merging, proving and converting alone.
+	decoded := make([]*store.Head, len(heads))
+	var held int64
+	for i, h := range heads {
+		var err error
+		if decoded[i], err = store.DecodeHead(h); err != nil {
+			b.Fatal(err)
+		}
+		held += decoded[i].Bytes()
+	}
+	b.Logf("%d heads decoded hold %d KB", len(decoded), held>>10)
+	b.Run("now-24h_x_1000_hosts/decoded/max_nodes=5000", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if _, err := api.ProveDecodedForBench(decoded, 5000); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // BenchmarkFlameDayTrees: the flame graph of 24 h x 1,000 simulated hosts
@@ -683,21 +705,29 @@ func (f benchFleet) benchEdges(b *testing.B, cl *opensearchapi.Client, names ind
 		return v
 	}
 	b.Logf("edges indexed in %s", time.Since(start).Round(time.Second))
-	srv := httptest.NewServer(api.New(cl, names, api.Options{Now: func() time.Time { return at }, Timeout: 2 * time.Minute}, slog.New(slog.NewTextHandler(io.Discard, nil))))
-	defer srv.Close()
+	// Each case is timed on a service of its own, started for it: its
+	// first request (checked) finds the head cache empty, the b.N timed
+	// after it find the heads it decoded (none with headCache -1).
+	serve := func(headCache int64) *httptest.Server {
+		return httptest.NewServer(api.New(cl, names, api.Options{Now: func() time.Time { return at }, Timeout: 2 * time.Minute, HeadCacheBytes: headCache},
+			slog.New(slog.NewTextHandler(io.Discard, nil))))
+	}
 	aligned := [2]time.Time{day.Add(40 * time.Minute), day.Add(24*time.Hour + 30*time.Minute)}
 	cases := []struct {
 		name, source string
 		params       url.Values
 		total        int64
-		heads        bool // with the fleet minute heads
+		heads        bool  // with the fleet minute heads
+		headCache    int64 // api.Options.HeadCacheBytes: 0 the default, -1 none
 	}{
 		{"now-24h", "fleet_hour_heads+fleet_window_heads+fleet_minute_heads+rollups", url.Values{"from": {"now-24h"}, "to": {"now"}},
-			hours + sum(at.Add(-24*time.Hour), at), true},
+			hours + sum(at.Add(-24*time.Hour), at), true, 0},
+		{"now-24h_no_head_cache", "fleet_hour_heads+fleet_window_heads+fleet_minute_heads+rollups", url.Values{"from": {"now-24h"}, "to": {"now"}},
+			hours + sum(at.Add(-24*time.Hour), at), true, -1},
 		{"00:40-24:30", "fleet_hour_heads+fleet_window_heads", url.Values{"from": {aligned[0].Format(time.RFC3339)}, "to": {aligned[1].Format(time.RFC3339)}},
-			hours + sum(aligned[0], aligned[1]), true},
+			hours + sum(aligned[0], aligned[1]), true, 0},
 		{"now-24h_without_minute_heads", "fleet_hour_heads+fleet_window_heads+window_trees+rollups", url.Values{"from": {"now-24h"}, "to": {"now"}},
-			hours + sum(at.Add(-24*time.Hour), at), false},
+			hours + sum(at.Add(-24*time.Hour), at), false, 0},
 	}
 	withHeads := true
 	for round := 1; round <= 2; round++ {
@@ -716,18 +746,52 @@ func (f benchFleet) benchEdges(b *testing.B, cl *opensearchapi.Client, names ind
 			}
 			c.params.Set("max_nodes", "5000")
 			b.Run(fmt.Sprintf("round%d/%s/max_nodes=5000", round, c.name), func(b *testing.B) {
+				srv := serve(c.headCache)
+				defer srv.Close()
 				var fr api.FlamegraphResponse
+				t0 := time.Now()
 				getB(b, srv.URL, c.params, &fr)
+				first := time.Since(t0)
 				if fr.Source != c.source || fr.Total != c.total || fr.Truncated {
 					b.Fatalf("%s: source %s total %d truncated %v, want %s %d", c.name, fr.Source, fr.Total, fr.Truncated, c.source, c.total)
 				}
+				cpu0 := processCPU()
 				p50, p99 := timeRequests(b, srv.URL, c.params)
+				cpu := float64((processCPU() - cpu0).Microseconds()) / 1000 / float64(b.N)
 				b.ReportMetric(p50, "p50-ms")
 				b.ReportMetric(p99, "p99-ms")
-				b.Logf("%s, max_nodes 5000, %s (exact total), %d [other] nodes: p50 %.1f ms, p99 %.1f ms", c.name, fr.Source, fr.Folded, p50, p99)
+				b.ReportMetric(float64(first.Microseconds())/1000, "first-ms")
+				b.ReportMetric(cpu, "cpu-ms/req")
+				b.Logf("%s, max_nodes 5000, %s (exact total), %d [other] nodes: first request %.1f ms, then p50 %.1f ms, p99 %.1f ms, %.1f ms of this process's CPU per request (load %s)",
+					c.name, fr.Source, fr.Folded, float64(first.Microseconds())/1000, p50, p99, cpu, loadAverage())
 			})
 		}
 	}
+}
+
+// processCPU is the CPU time (user and system) this process has used:
+// the service under test runs in it, so its difference over requests is
+// the query's CPU (and the benchmark client's, decoding the answers),
+// whatever else loads the machine.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// loadAverage is the machine's 1-, 5- and 15-minute load averages.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func benchVersion(b *testing.B, cl *opensearchapi.Client, names indices.Names, d indices.RollupDoc) indices.TreeSource {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/stackstream/stackstream/schemas/indices"
@@ -49,8 +50,8 @@ type windowSums struct{ tree10, head10, service10, tree1, head1, service1, fleet
 // windows (tens) and minutes, each a list of window-start ranges, and the
 // minutes left to read per stack (rest).
 type edgePlan struct {
-	fleetHeads            []string // _id of the fleet window heads (freshWindowHeads) of whole 10-minute windows
-	fleetMinutes          []string // _id of the fleet minute heads (freshMinuteHeads) of minutes
+	fleetHeads            []headVersion // the fleet window heads (freshWindowHeads) of whole 10-minute windows
+	fleetMinutes          []headVersion // the fleet minute heads (freshMinuteHeads) of minutes
 	headTens, headMinutes []TimeRange
 	tens, minutes, rest   []TimeRange
 }
@@ -82,6 +83,7 @@ func (s *Store) planEdgeTrees(ctx context.Context, idx []string, typ record.Prof
 	}
 	spans := make([]span, len(edges))
 	var tenQ, minQ []Query
+	tenCount := 0 // 10-minute windows in tenQ
 	for i, e := range edges {
 		lo, hi := ceilTo(e.From, time.Minute), ceilTo(e.To, time.Minute)
 		c, p := ceilTo(lo, tenMinutes), hi.Truncate(tenMinutes)
@@ -98,6 +100,7 @@ func (s *Store) planEdgeTrees(ctx context.Context, idx []string, typ record.Prof
 		}
 		if c.Before(tenEnd) {
 			tenQ = append(tenQ, timeFilter(TimeRange{From: c, To: tenEnd}))
+			tenCount += int(tenEnd.Sub(c) / tenMinutes)
 		}
 		if lo.Before(c) {
 			minQ = append(minQ, timeFilter(TimeRange{From: lo, To: c}))
@@ -110,23 +113,27 @@ func (s *Store) planEdgeTrees(ctx context.Context, idx []string, typ record.Prof
 	if err != nil {
 		return nil, err
 	}
-	var fresh map[int64]string
-	if heads && len(tenQ) > 0 {
-		if fresh, err = s.freshWindowHeads(ctx, idx, typ, tenQ); err != nil {
-			return nil, err
+	// The window heads' and the minute heads' freshness, at once.
+	var fresh, freshMinutes map[int64]headVersion
+	err = concurrently(func() (err error) {
+		if heads && len(tenQ) > 0 {
+			fresh, err = s.freshWindowHeads(ctx, idx, typ, tenQ, tenCount)
 		}
-	}
-	var freshMinutes map[int64]string
-	if heads && len(minQ) > 0 {
-		if freshMinutes, err = s.freshMinuteHeads(ctx, idx, typ, minQ, sums); err != nil {
-			return nil, err
+		return err
+	}, func() (err error) {
+		if heads && len(minQ) > 0 {
+			freshMinutes, err = s.freshMinuteHeads(ctx, idx, typ, minQ, sums)
 		}
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	at := func(t time.Time) windowSums { return sums[t.UnixMilli()] }
 	complete := func(docs, service int64) bool { return docs > 0 && docs == service }
 	// fleetHead is the fresh fleet head of the 10-minute window w, when
 	// its trees are complete: the head is then their merge's.
-	fleetHead := func(w time.Time) (string, bool) {
+	fleetHead := func(w time.Time) (headVersion, bool) {
 		ws := at(w)
 		id, ok := fresh[w.UnixMilli()]
 		return id, ok && complete(ws.tree10, ws.service10)
@@ -344,24 +351,31 @@ func windowDocs(plans []edgePlan, heads bool) (Query, int) {
 	return anyOf(when...), len(tens) + len(minutes)
 }
 
-// freshWindowHeads is, per start (Unix ms) of the 10-minute windows in
-// tens, the _id of the fleet's head of the window (indices.KindFleetHead,
-// resolution 10m: the head of the window's partition trees merged,
-// written by the rollup's compactor) when its sources are the versions of
-// the window's partition trees as they are now. A window rewritten by a
-// late profile since its head was written has none until the next pass.
-// Two small searches: the trees' versions (metadata and doc values, no
-// _source) and the heads' sources.
-func (s *Store) freshWindowHeads(ctx context.Context, idx []string, typ record.ProfileType, tens []Query) (map[int64]string, error) {
-	versions, err := s.treeVersions(ctx, idx, typ, indices.ResolutionTenMinutes, anyOf(tens...))
+// freshWindowHeads is, per start (Unix ms) of the windows (count
+// 10-minute windows) in tens, the fleet's head of the window
+// (indices.KindFleetHead, resolution 10m: the head of the window's
+// partition trees merged, written by the rollup's compactor) when its
+// sources are the versions of the window's partition trees as they are
+// now. A window rewritten by a late profile since its head was written
+// has none until the next pass. Two small searches, at once: the trees'
+// versions (metadata and doc values, no _source) and the heads' sources.
+func (s *Store) freshWindowHeads(ctx context.Context, idx []string, typ record.ProfileType, tens []Query, count int) (map[int64]headVersion, error) {
+	var versions []hourTree
+	var heads []fleetHead
+	err := concurrently(func() (err error) {
+		versions, err = s.treeVersions(ctx, idx, typ, indices.ResolutionTenMinutes, anyOf(tens...))
+		return err
+	}, func() (err error) {
+		heads, err = s.fleetHeadsOf(ctx, idx, typ, indices.ResolutionTenMinutes, anyOf(tens...), count+1)
+		if err != nil {
+			err = fmt.Errorf("window heads: %w", err)
+		}
+		return err
+	})
 	if err != nil || len(versions) == 0 {
 		return nil, err // none, or too many to check
 	}
-	heads, err := s.freshFleetHeads(ctx, idx, typ, indices.ResolutionTenMinutes, anyOf(tens...), versions, len(versions)+1)
-	if err != nil {
-		return nil, fmt.Errorf("window heads: %w", err)
-	}
-	return heads, nil
+	return freshByVersions(heads, versions), nil
 }
 
 // freshMinuteHeads is, per start (Unix ms) of the minutes in minutes,
@@ -374,7 +388,7 @@ func (s *Store) freshWindowHeads(ctx context.Context, idx []string, typ record.P
 // retention), the head's value is that stack_value and not 0. sums are
 // the minutes' windowSums: minutes with no head cost no search, those
 // without trees none of the trees' versions.
-func (s *Store) freshMinuteHeads(ctx context.Context, idx []string, typ record.ProfileType, minutes []Query, sums map[int64]windowSums) (map[int64]string, error) {
+func (s *Store) freshMinuteHeads(ctx context.Context, idx []string, typ record.ProfileType, minutes []Query, sums map[int64]windowSums) (map[int64]headVersion, error) {
 	headed, treed := 0, false
 	for _, w := range sums {
 		if w.fleet1 > 0 {
@@ -387,52 +401,75 @@ func (s *Store) freshMinuteHeads(ctx context.Context, idx []string, typ record.P
 	}
 	when := anyOf(minutes...)
 	var versions []hourTree
-	if treed {
-		var err error
-		if versions, err = s.treeVersions(ctx, idx, typ, indices.ResolutionMinute, when); err != nil || versions == nil {
-			return nil, err // too many to check: the minutes are read as before
+	var heads []fleetHead
+	err := concurrently(func() (err error) {
+		if treed {
+			versions, err = s.treeVersions(ctx, idx, typ, indices.ResolutionMinute, when)
 		}
+		return err
+	}, func() (err error) {
+		if heads, err = s.fleetHeadsOf(ctx, idx, typ, indices.ResolutionMinute, when, headed+1); err != nil {
+			err = fmt.Errorf("minute heads: %w", err)
+		}
+		return err
+	})
+	if err != nil || treed && versions == nil {
+		return nil, err // too many to check: the minutes are read as before
 	}
 	byMinute := fingerprints(versions)
-	heads, err := s.fleetHeadsOf(ctx, idx, typ, indices.ResolutionMinute, when, headed+1)
-	if err != nil {
-		return nil, fmt.Errorf("minute heads: %w", err)
-	}
-	fresh := map[int64]string{}
+	fresh := map[int64]headVersion{}
 	for _, h := range heads {
 		t := h.Timestamp.UnixMilli()
 		w := sums[t]
 		if src, ok := byMinute[t]; ok {
 			if h.Sources == src && w.tree1 > 0 && w.tree1 == w.service1 {
-				fresh[t] = h.ID
+				fresh[t] = h.headVersion
 			}
 			continue
 		}
 		if h.Value > 0 && h.Value == w.service1 {
-			fresh[t] = h.ID
+			fresh[t] = h.headVersion
 		}
 	}
 	return fresh, nil
 }
 
-// freshFleetHeads returns, by window start (Unix milliseconds), the IDs
-// of the fleet heads of resolution res matching when whose sources are
-// their window's partition tree versions (as stored now); at most size
-// heads are read.
-func (s *Store) freshFleetHeads(ctx context.Context, idx []string, typ record.ProfileType, res string, when Query, versions []hourTree, size int) (map[int64]string, error) {
+// freshByVersions is, by window start (Unix milliseconds), the fleet
+// heads whose sources are their window's partition tree versions (as
+// stored now).
+func freshByVersions(heads []fleetHead, versions []hourTree) map[int64]headVersion {
 	byWindow := fingerprints(versions)
-	heads, err := s.fleetHeadsOf(ctx, idx, typ, res, when, size)
-	if err != nil {
-		return nil, err
-	}
-	fresh := map[int64]string{}
+	fresh := map[int64]headVersion{}
 	for _, h := range heads {
 		t := h.Timestamp.UnixMilli()
 		if src, ok := byWindow[t]; ok && h.Sources == src {
-			fresh[t] = h.ID
+			fresh[t] = h.headVersion
 		}
 	}
-	return fresh, nil
+	return fresh
+}
+
+// concurrently runs fs at once and returns the first of their errors
+// (in fs's order): searches that do not wait on each other's answers
+// wait for the slowest of them, not for their sum.
+func concurrently(fs ...func() error) error {
+	errs := make([]error, len(fs))
+	var wg sync.WaitGroup
+	for i, f := range fs[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i+1] = f()
+		}()
+	}
+	errs[0] = fs[0]()
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // fingerprints are, by window start (Unix milliseconds), the
@@ -453,10 +490,8 @@ func fingerprints(versions []hourTree) map[int64]string {
 // fleetHead is what a fleet head's freshness is judged by: its window,
 // the fingerprint of the trees it was made from, and its total.
 type fleetHead struct {
-	ID        string
+	headVersion
 	Timestamp time.Time
-	Sources   string
-	Value     int64
 }
 
 // fleetHeadsOf reads, without their trees, at most size fleet heads of
@@ -465,8 +500,11 @@ func (s *Store) fleetHeadsOf(ctx context.Context, idx []string, typ record.Profi
 	var resp struct {
 		Hits struct {
 			Hits []struct {
-				ID     string `json:"_id"`
-				Source struct {
+				Index       string `json:"_index"`
+				ID          string `json:"_id"`
+				SeqNo       int64  `json:"_seq_no"`
+				PrimaryTerm int64  `json:"_primary_term"`
+				Source      struct {
 					Timestamp time.Time `json:"@timestamp"`
 					Sources   string    `json:"sources"`
 					Value     int64     `json:"value"`
@@ -474,14 +512,15 @@ func (s *Store) fleetHeadsOf(ctx context.Context, idx []string, typ record.Profi
 			} `json:"hits"`
 		} `json:"hits"`
 	}
-	req := &Request{Size: size, TrackTotalHits: false, Source: &Source{Includes: []string{"@timestamp", "sources", "value"}},
+	req := &Request{Size: size, TrackTotalHits: false, SeqNoPrimaryTerm: true, Source: &Source{Includes: []string{"@timestamp", "sources", "value"}},
 		Query: allOf([]Query{term("kind", indices.KindFleetHead), term("type", string(typ)), term("resolution", res), when}, nil)}
-	if err := s.search(ctx, idx, req, &resp, "hits.hits._id", "hits.hits._source"); err != nil {
+	if err := s.search(ctx, idx, req, &resp, "hits.hits._index", "hits.hits._id", "hits.hits._seq_no", "hits.hits._primary_term", "hits.hits._source"); err != nil {
 		return nil, err
 	}
 	out := make([]fleetHead, len(resp.Hits.Hits))
 	for i, h := range resp.Hits.Hits {
-		out[i] = fleetHead{ID: h.ID, Timestamp: h.Source.Timestamp, Sources: h.Source.Sources, Value: h.Source.Value}
+		out[i] = fleetHead{headVersion: headVersion{Index: h.Index, ID: h.ID, SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm,
+			Value: h.Source.Value, Sources: h.Source.Sources}, Timestamp: h.Source.Timestamp}
 	}
 	return out, nil
 }

@@ -60,15 +60,31 @@ func (s *Store) FleetHead(ctx context.Context, sel Selection) (head []byte, ok b
 // whole hours, and the indices they are in; nil versions when those hours
 // are not all in complete partition trees (treesComplete).
 func (s *Store) fleetHourVersions(ctx context.Context, sel Selection, hours TimeRange) ([]string, []hourTree, error) {
+	return s.fleetHourVersionsAnd(ctx, sel, hours, nil)
+}
+
+// fleetHourVersionsAnd is fleetHourVersions running also, at once with
+// its two searches, more when not nil (the heads' own search).
+func (s *Store) fleetHourVersionsAnd(ctx context.Context, sel Selection, hours TimeRange, more func() error) ([]string, []hourTree, error) {
 	idx := s.rollupIndices(hours)
 	hourSel := sel
 	hourSel.Range = hours
-	complete, err := s.treesComplete(ctx, idx, hourSel, indices.KindPartitionTree)
-	if err != nil || !complete {
+	var complete bool
+	var versions []hourTree
+	fs := []func() error{func() (err error) {
+		complete, err = s.treesComplete(ctx, idx, hourSel, indices.KindPartitionTree)
+		return err
+	}, func() (err error) {
+		versions, err = s.hourTreeVersions(ctx, idx, sel.Type, hours)
+		return err
+	}}
+	if more != nil {
+		fs = append(fs, more)
+	}
+	if err := concurrently(fs...); err != nil || !complete {
 		return idx, nil, err
 	}
-	versions, err := s.hourTreeVersions(ctx, idx, sel.Type, hours)
-	return idx, versions, err
+	return idx, versions, nil
 }
 
 // headPage is how many hour heads (~360 KB each for 1,000 hosts) a scroll
@@ -95,7 +111,7 @@ var errHeadGone = errors.New("a head was deleted while read")
 // handed over, when sel names a field, its whole hours are not in complete
 // partition trees (treesComplete) or span more than MaxHeadHours, or no
 // hour has a fresh head.
-func (s *Store) FleetHourHeads(ctx context.Context, sel Selection, useHead, useTree func([]byte) error) (*TreeRead, bool, error) {
+func (s *Store) FleetHourHeads(ctx context.Context, sel Selection, useHead func(*Head) error, useTree func([]byte) error) (*TreeRead, bool, error) {
 	if sel.Type == record.ProfileMemory || !sel.Selector.OnlyFields() {
 		return nil, false, nil
 	}
@@ -103,39 +119,55 @@ func (s *Store) FleetHourHeads(ctx context.Context, sel Selection, useHead, useT
 	if !ok || hours.To.Sub(hours.From) > MaxHeadHours*time.Hour {
 		return nil, false, nil
 	}
-	idx, versions, err := s.fleetHourVersions(ctx, sel, hours)
+	// The edges are planned (their windows' sums and fresh heads) while
+	// the hours are checked and read: their searches do not wait on each
+	// other. A plan not used (the hours cannot answer) is dropped.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	planned := make(chan plannedEdges, 1)
+	go func() {
+		p, err := s.planEdges(ctx, sel, hours, true)
+		planned <- plannedEdges{p, err}
+	}()
+	// The hours' trees' versions and completeness and the heads' versions
+	// (small searches, at once), then the fresh heads' trees a few per
+	// page (those not decoded before), merged while the next page is
+	// read.
+	var hourHeads []fleetHead
+	idx, versions, err := s.fleetHourVersionsAnd(ctx, sel, hours, func() (err error) {
+		if hourHeads, err = s.fleetHeadsOf(ctx, s.rollupIndices(hours), sel.Type, indices.ResolutionHour, timeFilter(hours), MaxHeadHours+1); err != nil {
+			err = fmt.Errorf("hour heads: %w", err)
+		}
+		return err
+	})
 	if err != nil || versions == nil {
 		return nil, false, err
 	}
-	// The heads' versions first (small), then the fresh heads' trees a
-	// few per page, merged while the next page is read.
-	fresh, err := s.freshFleetHeads(ctx, idx, sel.Type, indices.ResolutionHour, timeFilter(hours), versions, MaxHeadHours+1)
-	if err != nil {
-		return nil, false, fmt.Errorf("hour heads: %w", err)
-	}
+	fresh := freshByVersions(hourHeads, versions)
 	if len(fresh) == 0 {
 		return nil, false, nil
 	}
 	read := &TreeRead{Source: "fleet_hour_heads"}
-	var ids []string
+	var heads []headVersion
 	var missing []Query
 	for t := hours.From; t.Before(hours.To); t = t.Add(time.Hour) {
-		if id, ok := fresh[t.UnixMilli()]; ok {
-			ids = append(ids, id)
+		if v, ok := fresh[t.UnixMilli()]; ok {
+			heads = append(heads, v)
 			continue
 		}
 		missing = append(missing, timeFilter(TimeRange{From: t, To: t.Add(time.Hour)}))
 	}
 	// A head rewritten between the two searches is read as rewritten: the
 	// lifecycle pass made it from its hour's trees as they were then, as
-	// a read of the trees a moment later would see them.
+	// a read of the trees a moment later would see them. Heads decoded
+	// before (the version checked fresh) come from the cache (readHeads).
 	hourSel := sel
 	hourSel.Range = hours
-	n, err := s.scrollTrees(ctx, idx, hourSel, indices.KindFleetHead, termsOf("_id", ids), headPage, useHead)
+	n, err := s.readHeads(ctx, idx, hourSel, heads, headPage, useHead)
 	if err != nil {
 		return nil, false, err
 	}
-	if n != len(ids) {
+	if n != len(heads) {
 		return nil, false, nil // a head deleted in between: read the trees
 	}
 	read.Trees = n
@@ -147,7 +179,11 @@ func (s *Store) FleetHourHeads(ctx context.Context, sel Selection, useHead, useT
 		}
 		read.Trees += n
 	}
-	if err := s.readEdges(ctx, sel, hours, read, useTree, useHead); err != nil {
+	p := <-planned
+	if p.err == nil {
+		p.err = s.readPlannedEdges(ctx, sel, p.edges, read, useTree, useHead)
+	}
+	if err := p.err; err != nil {
 		if errors.Is(err, errHeadGone) {
 			return nil, false, nil // read the trees
 		}

@@ -71,7 +71,10 @@ type Options struct {
 	CacheStacks   int // stacks whose frame names are kept in memory; default 200000
 	PageSize      int // stacks per composite aggregation page over the rollups; default 10000
 	TreePage      int // tree documents per page of a scroll over the rollups' trees; default 200
-	Now           func() time.Time
+	// HeadCacheBytes bounds the decoded fleet heads kept by version
+	// (headcache.go); default 64 MiB, negative keeps none.
+	HeadCacheBytes int64
+	Now            func() time.Time
 	// Backend observes the seconds of each OpenSearch request; Truncated
 	// counts selections with more than MaxStacks stacks. Nil: not counted.
 	Backend   prometheus.Observer
@@ -86,6 +89,9 @@ func (o Options) withDefaults() Options {
 	o.CacheStacks = positiveOr(o.CacheStacks, 200000)
 	o.PageSize = positiveOr(o.PageSize, 10000)
 	o.TreePage = positiveOr(o.TreePage, 200)
+	if o.HeadCacheBytes == 0 {
+		o.HeadCacheBytes = DefaultHeadCacheBytes
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -98,7 +104,7 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-func positiveOr[T int | time.Duration](v, def T) T {
+func positiveOr[T int | int64 | time.Duration](v, def T) T {
 	if v <= 0 {
 		return def
 	}
@@ -118,6 +124,7 @@ type Store struct {
 	// (closedwindows.go).
 	closed *cache.Bounded[string, closedEntry]
 	labels labelCache
+	heads  *headCache // decoded fleet heads by version
 }
 
 // New returns a store reading the indices of names through cl.
@@ -128,6 +135,7 @@ func New(cl *opensearchapi.Client, names indices.Names, opts Options) *Store {
 		stacks: cache.New[string, stackFrames](opts.CacheStacks, 0),
 		lines:  cache.New[string, cachedLines](maxCachedLines, 0),
 		closed: cache.New[string, closedEntry](maxClosedCharts, maxClosedBytes),
+		heads:  newHeadCache(opts.HeadCacheBytes),
 	}
 }
 

@@ -130,39 +130,73 @@ func (s *Store) Trees(ctx context.Context, sel Selection, use func(tree []byte) 
 // are complete hand those ("+window_heads"). A fleet head gone between
 // the check and the read fails the read with errHeadGone.
 
-func (s *Store) readEdges(ctx context.Context, sel Selection, hours TimeRange, read *TreeRead, useTree, useHead func([]byte) error) error {
-	rollups := s.FromRollups(sel)
-	var edges []TimeRange
+func (s *Store) readEdges(ctx context.Context, sel Selection, hours TimeRange, read *TreeRead, useTree func([]byte) error, useHead func(*Head) error) error {
+	e, err := s.planEdges(ctx, sel, hours, useHead != nil)
+	if err != nil {
+		return err
+	}
+	return s.readPlannedEdges(ctx, sel, e, read, useTree, useHead)
+}
+
+// edges are the minutes of a selection outside its whole hours and,
+// when they are read from the minute rollups fleet-wide, which of their
+// windows trees or heads answer.
+type edges struct {
+	ranges []TimeRange
+	// plans, when set, say per edge which minutes are read per stack
+	// (edgePlan.rest); else the whole edges are.
+	plans []edgePlan
+	idx   []string // the rollup indices of plans
+}
+
+// plannedEdges is planEdges' answer, handed between goroutines.
+type plannedEdges struct {
+	edges *edges
+	err   error
+}
+
+// planEdges finds sel's edges around hours and plans them
+// (planEdgeTrees, with heads when heads): the searches readEdges makes
+// before it reads a tree.
+func (s *Store) planEdges(ctx context.Context, sel Selection, hours TimeRange, heads bool) (*edges, error) {
+	e := &edges{}
 	for _, edge := range []TimeRange{{From: sel.Range.From, To: hours.From}, {From: hours.To, To: sel.Range.To}} {
 		if edge.From.Before(edge.To) {
 			edge.Now = sel.Range.Now
-			edges = append(edges, edge)
+			e.ranges = append(e.ranges, edge)
 		}
 	}
-	// plans, when set, say per edge which minutes are read per stack
-	// (edgePlan.rest); else the whole edges are.
-	var plans []edgePlan
-	var parts []string
-	if rollups && sel.Selector.OnlyFields() && len(edges) > 0 {
-		idx := s.rollupIndices(TimeRange{From: edges[0].From, To: edges[len(edges)-1].To})
+	if s.FromRollups(sel) && sel.Selector.OnlyFields() && len(e.ranges) > 0 {
+		e.idx = s.rollupIndices(TimeRange{From: e.ranges[0].From, To: e.ranges[len(e.ranges)-1].To})
 		var err error
-		if plans, err = s.planEdgeTrees(ctx, idx, sel.Type, edges, useHead != nil); err != nil {
-			return err
+		if e.plans, err = s.planEdgeTrees(ctx, e.idx, sel.Type, e.ranges, heads); err != nil {
+			return nil, err
 		}
-		var ids []string
+	}
+	return e, nil
+}
+
+// readPlannedEdges is readEdges once planEdges has planned e.
+func (s *Store) readPlannedEdges(ctx context.Context, sel Selection, e *edges, read *TreeRead, useTree func([]byte) error, useHead func(*Head) error) error {
+	rollups := s.FromRollups(sel)
+	edges, plans := e.ranges, e.plans
+	var parts []string
+	if plans != nil {
+		idx := e.idx
+		var known []headVersion
 		windows, minutes := 0, 0
 		for _, p := range plans {
-			ids = append(ids, p.fleetHeads...)
-			ids = append(ids, p.fleetMinutes...)
+			known = append(known, p.fleetHeads...)
+			known = append(known, p.fleetMinutes...)
 			windows += len(p.fleetHeads)
 			minutes += len(p.fleetMinutes)
 		}
-		if len(ids) > 0 {
-			heads, err := s.scrollTrees(ctx, idx, sel, indices.KindFleetHead, termsOf("_id", ids), edgeHeadPage, useHead)
+		if len(known) > 0 {
+			heads, err := s.readHeads(ctx, idx, sel, known, edgeHeadPage, useHead)
 			if err != nil {
 				return err
 			}
-			if heads != len(ids) {
+			if heads != len(known) {
 				return errHeadGone // deleted in between: its window is not read
 			}
 			read.Trees += heads
@@ -174,7 +208,7 @@ func (s *Store) readEdges(ctx context.Context, sel Selection, hours TimeRange, r
 			}
 		}
 		if when, n := windowDocs(plans, true); n > 0 {
-			heads, err := s.scrollTrees(ctx, idx, sel, indices.KindPartitionHead, when, edgeHeadPage, useHead)
+			heads, err := s.scrollHeads(ctx, idx, sel, indices.KindPartitionHead, when, edgeHeadPage, useHead)
 			if err != nil {
 				return err
 			}
