@@ -22,7 +22,7 @@ type Config struct {
 	RawMaxRange    time.Duration `envconfig:"QUERY_RAW_MAX_RANGE" default:"6h" desc:"longer flame graphs read the per-stack rollups instead of raw samples"`
 	MaxStacks      int           `envconfig:"QUERY_MAX_STACKS" default:"50000" desc:"distinct stacks read per stack (label selectors, hours without trees); beyond it the heaviest are kept"`
 	MaxEdgeStacks  int           `envconfig:"QUERY_MAX_EDGE_STACKS" default:"1000000" desc:"distinct stacks of the minutes around the whole hours read from trees, merged whole; beyond it the request fails (422) instead of leaving stacks out"`
-	HeadCacheBytes int64         `envconfig:"QUERY_HEAD_CACHE_BYTES" default:"67108864" desc:"bytes of decoded fleet heads kept in memory by document version, so a flame graph asked again (now-24h) reads and decodes only the heads written since; 0 keeps none"`
+	HeadCacheBytes int64         `envconfig:"QUERY_HEAD_CACHE_BYTES" default:"134217728" desc:"bytes of decoded fleet heads kept in memory by document version, so a flame graph asked again (now-24h) reads and decodes only the heads written since; 0 keeps none"`
 	MaxNodes       int           `envconfig:"QUERY_MAX_NODES" default:"5000" desc:"default max_nodes of a flame graph"`
 	AuthToken      string        `envconfig:"QUERY_AUTH_TOKEN" desc:"require this Bearer token on the API and UI; never logged"`
 	BasicUser      string        `envconfig:"QUERY_BASIC_AUTH_USER" desc:"require HTTP basic auth with this user on the API and UI"`

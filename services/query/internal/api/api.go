@@ -61,7 +61,7 @@ type Options struct {
 	PageSize      int // stacks per composite aggregation page over the rollups; default 10000 (tests page with less)
 	// HeadCacheBytes bounds the decoded fleet heads kept by version
 	// (STACKSTREAM_QUERY_HEAD_CACHE_BYTES); 0 is the store's default
-	// (64 MiB), negative keeps none.
+	// (128 MiB), negative keeps none.
 	HeadCacheBytes int64
 	Auth           bool   // reported by /api/v1/config
 	Version        string // reported by /api/v1/config

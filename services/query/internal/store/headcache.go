@@ -100,10 +100,12 @@ type headVersion struct {
 }
 
 // DefaultHeadCacheBytes is Options.HeadCacheBytes' default: a decoded
-// head of 20,000 nodes (indices.HeadNodes) takes about 0.5 MB, so a
-// now-24h's 35 heads (23 hours, 5 windows, 7 minutes) take ~18 MB and
-// 64 MiB holds them with an hour's new minute heads.
-const DefaultHeadCacheBytes = 64 << 20
+// head of 20,000 nodes (indices.HeadNodes) of the 1,000-host benchmark
+// fleet takes about 1.2 MB (its nodes and frame names), so a now-24h's 35
+// heads (23 hours, 5 windows, 7 minutes) take 41.6 MB
+// (BenchmarkProveFleetWindowHeads) and 128 MiB holds them for two
+// profile types, or one type with an hour's new minute heads.
+const DefaultHeadCacheBytes = 128 << 20
 
 // headCache keeps decoded heads by version, the least recently used
 // dropped first past its bytes. A closed window's or hour's head is

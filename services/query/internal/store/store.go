@@ -72,7 +72,7 @@ type Options struct {
 	PageSize      int // stacks per composite aggregation page over the rollups; default 10000
 	TreePage      int // tree documents per page of a scroll over the rollups' trees; default 200
 	// HeadCacheBytes bounds the decoded fleet heads kept by version
-	// (headcache.go); default 64 MiB, negative keeps none.
+	// (headcache.go); default 128 MiB, negative keeps none.
 	HeadCacheBytes int64
 	Now            func() time.Time
 	// Backend observes the seconds of each OpenSearch request; Truncated
