@@ -4,7 +4,6 @@ import (
 	"container/list"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -262,13 +261,5 @@ func (s *Store) scrollHeads(ctx context.Context, idx []string, sel Selection, ki
 		}
 		return nil
 	})
-	switch {
-	case err == nil || err == useErr:
-		return n, err
-	case errors.Is(err, opensearch.ErrTimedOut), errors.Is(err, context.DeadlineExceeded):
-		return n, fmt.Errorf("read heads: %w", ErrTimeout)
-	case errors.Is(err, opensearch.ErrShardsFailed):
-		return n, fmt.Errorf("read heads: %w: %w", err, ErrPartial)
-	}
-	return n, fmt.Errorf("read heads: %w", err)
+	return n, scrollErr("read heads", err, useErr)
 }

@@ -421,15 +421,21 @@ func (s *Store) scrollTrees(ctx context.Context, idx []string, sel Selection, ki
 		}
 		return nil
 	})
+	return n, scrollErr("read trees", err, useErr)
+}
+
+// scrollErr is the error of a scroll that handed its hits to use: use's
+// own as it is, a timeout as ErrTimeout, failed shards as ErrPartial.
+func scrollErr(what string, err, useErr error) error {
 	switch {
 	case err == nil || err == useErr:
-		return n, err
+		return err
 	case errors.Is(err, opensearch.ErrTimedOut), errors.Is(err, context.DeadlineExceeded):
-		return n, fmt.Errorf("read trees: %w", ErrTimeout)
+		return fmt.Errorf("%s: %w", what, ErrTimeout)
 	case errors.Is(err, opensearch.ErrShardsFailed):
-		return n, fmt.Errorf("read trees: %w: %w", err, ErrPartial)
+		return fmt.Errorf("%s: %w: %w", what, err, ErrPartial)
 	}
-	return n, fmt.Errorf("read trees: %w", err)
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // maxTreeDocs bounds the hour tree versions read at once: 24 per partition
