@@ -3,12 +3,9 @@ package store
 import (
 	"container/list"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
-	"time"
 
 	"github.com/stackstream/stackstream/pkg/opensearch"
 	"github.com/stackstream/stackstream/schemas/indices"
@@ -220,27 +217,9 @@ func (s *Store) readHeads(ctx context.Context, idx []string, sel Selection, know
 // decoded (or found decoded in the cache by its version) and handed to
 // use; a tree that does not decode fails the read with a *BadHeadError.
 func (s *Store) scrollHeads(ctx context.Context, idx []string, sel Selection, kind string, when Query, pageSize int, use func(*Head) error) (int, error) {
-	filter, mustNot := sel.Selector.Clauses()
-	filter = append([]Query{term("kind", kind), term("type", string(sel.Type)), when}, filter...)
-	req := &Request{Size: pageSize, TrackTotalHits: true, SeqNoPrimaryTerm: true, Query: allOf(filter, mustNot),
-		Source: &Source{Includes: []string{"tree", "value", "sources"}}}
-	if dl, ok := ctx.Deadline(); ok {
-		if ms := time.Until(dl).Milliseconds(); ms > 0 {
-			req.Timeout = fmt.Sprintf("%dms", ms)
-		}
-	}
-	body, err := json.Marshal(req)
+	read, err := s.treeScroll(ctx, idx, sel, kind, when, pageSize, true, "tree", "value", "sources")
 	if err != nil {
-		return 0, fmt.Errorf("encode request: %w", err)
-	}
-	read := opensearch.Scroll{
-		Do:   s.send,
-		Path: "/" + strings.Join(idx, ",") + "/_search?ignore_unavailable=true&allow_no_indices=true",
-		Body: body,
-		Keep: treeScrollKeep,
-		FilterPath: "_scroll_id,timed_out,_shards.failed,hits.hits._index,hits.hits._id,hits.hits._seq_no,hits.hits._primary_term," +
-			"hits.hits._source.tree,hits.hits._source.value,hits.hits._source.sources",
-		Size: pageSize,
+		return 0, err
 	}
 	n := 0
 	var useErr error

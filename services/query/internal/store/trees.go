@@ -389,26 +389,9 @@ type treeHit struct {
 // a page is bounded by count, and the next page is fetched while use
 // merges the last one).
 func (s *Store) scrollTrees(ctx context.Context, idx []string, sel Selection, kind string, when Query, pageSize int, use func([]byte) error) (int, error) {
-	filter, mustNot := sel.Selector.Clauses()
-	filter = append([]Query{term("kind", kind), term("type", string(sel.Type)), when}, filter...)
-	// A scroll refuses track_total_hits=false.
-	req := &Request{Size: pageSize, TrackTotalHits: true, Query: allOf(filter, mustNot), Source: &Source{Includes: []string{"tree"}}}
-	if dl, ok := ctx.Deadline(); ok {
-		if ms := time.Until(dl).Milliseconds(); ms > 0 {
-			req.Timeout = fmt.Sprintf("%dms", ms)
-		}
-	}
-	body, err := json.Marshal(req)
+	read, err := s.treeScroll(ctx, idx, sel, kind, when, pageSize, false, "tree")
 	if err != nil {
-		return 0, fmt.Errorf("encode request: %w", err)
-	}
-	read := opensearch.Scroll{
-		Do:         s.send,
-		Path:       "/" + strings.Join(idx, ",") + "/_search?ignore_unavailable=true&allow_no_indices=true",
-		Body:       body,
-		Keep:       treeScrollKeep,
-		FilterPath: "_scroll_id,timed_out,_shards.failed,hits.hits._source.tree",
-		Size:       pageSize,
+		return 0, err
 	}
 	n := 0
 	var useErr error // use's error, returned as it is
@@ -422,6 +405,40 @@ func (s *Store) scrollTrees(ctx context.Context, idx []string, sel Selection, ki
 		return nil
 	})
 	return n, scrollErr("read trees", err, useErr)
+}
+
+// treeScroll is the scroll of sel's documents of kind within when,
+// pageSize a request, with the source fields named and, when versions,
+// each hit's index, _id, _seq_no and _primary_term.
+func (s *Store) treeScroll(ctx context.Context, idx []string, sel Selection, kind string, when Query, pageSize int, versions bool, fields ...string) (opensearch.Scroll, error) {
+	filter, mustNot := sel.Selector.Clauses()
+	filter = append([]Query{term("kind", kind), term("type", string(sel.Type)), when}, filter...)
+	// A scroll refuses track_total_hits=false.
+	req := &Request{Size: pageSize, TrackTotalHits: true, SeqNoPrimaryTerm: versions, Query: allOf(filter, mustNot), Source: &Source{Includes: fields}}
+	if dl, ok := ctx.Deadline(); ok {
+		if ms := time.Until(dl).Milliseconds(); ms > 0 {
+			req.Timeout = fmt.Sprintf("%dms", ms)
+		}
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return opensearch.Scroll{}, fmt.Errorf("encode request: %w", err)
+	}
+	filterPath := "_scroll_id,timed_out,_shards.failed"
+	if versions {
+		filterPath += ",hits.hits._index,hits.hits._id,hits.hits._seq_no,hits.hits._primary_term"
+	}
+	for _, f := range fields {
+		filterPath += ",hits.hits._source." + f
+	}
+	return opensearch.Scroll{
+		Do:         s.send,
+		Path:       "/" + strings.Join(idx, ",") + "/_search?ignore_unavailable=true&allow_no_indices=true",
+		Body:       body,
+		Keep:       treeScrollKeep,
+		FilterPath: filterPath,
+		Size:       pageSize,
+	}, nil
 }
 
 // scrollErr is the error of a scroll that handed its hits to use: use's
