@@ -34,6 +34,7 @@ type Settings struct {
 	MaxPollRecords      int           `envconfig:"MAX_POLL_RECORDS" default:"1000" desc:"records folded in between two writes"`
 	FlushTimeout        time.Duration `envconfig:"FLUSH_TIMEOUT" default:"30s" desc:"bound of the final write on shutdown or partition revoke"`
 	IdleFlush           time.Duration `envconfig:"IDLE_FLUSH" default:"1m" desc:"write the open windows of a partition without records for this long; 0 disables"`
+	SnapshotEvery       time.Duration `envconfig:"SNAPSHOT_INTERVAL" default:"5m" desc:"store each partition's window state this often (and on shutdown and revoke) in the topic <prefix>rollup-state.<group>, so that a restarted or rebalanced instance reads on from it instead of reading up to 1h15m of records again; 0 disables"`
 	BulkMaxBytes        int           `envconfig:"BULK_MAX_BYTES" default:"8388608" desc:"bytes per bulk request"`
 	MinuteDays          int           `envconfig:"MINUTE_RETENTION_DAYS" default:"14" desc:"delete minute rollups older than this many days (hourly ones stay); 0 keeps them"`
 	HourlyDays          int           `envconfig:"HOURLY_RETENTION_DAYS" default:"90" desc:"delete monthly rollups indices whose month ended more than this many days ago; 0 keeps them"`
@@ -85,6 +86,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_ROLLUP_MAX_POLL_RECORDS=%d must be positive, e.g. 1000", s.MaxPollRecords)
 	case s.IdleFlush < 0:
 		return fmt.Errorf("STACKSTREAM_ROLLUP_IDLE_FLUSH=%s is negative: use 0 (off) or more, e.g. 1m", s.IdleFlush)
+	case s.SnapshotEvery < 0:
+		return fmt.Errorf("STACKSTREAM_ROLLUP_SNAPSHOT_INTERVAL=%s is negative: use 0 (off) or more, e.g. 5m", s.SnapshotEvery)
 	case s.FlushTimeout <= 0:
 		return fmt.Errorf("STACKSTREAM_ROLLUP_FLUSH_TIMEOUT=%s must be positive, e.g. 30s", s.FlushTimeout)
 	case s.BulkMaxBytes < 1<<20:

@@ -11,6 +11,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/stackstream/stackstream/pkg/bulk"
 	"github.com/stackstream/stackstream/pkg/config"
 	"github.com/stackstream/stackstream/pkg/kafka"
@@ -53,6 +56,14 @@ func runMain() error {
 	// (a reindex's temporary consumer).
 	writer := route.New(osc, cfg.Index.Names(),
 		bulk.New(osc, bulk.Options{MaxBytes: cfg.Rollup.BulkMaxBytes, Metrics: bulk.NewMetrics(reg, "stackstream_rollup")}), cfg.Index.Generation)
+	var snapshots *pipeline.Snapshots
+	if cfg.Rollup.SnapshotEvery > 0 {
+		snapshots = &pipeline.Snapshots{
+			Topic: pipeline.StateTopic(cfg.Kafka.TopicPrefix, cfg.Rollup.Group), Every: cfg.Rollup.SnapshotEvery,
+			NewClient: func(opts ...kgo.Opt) (*kgo.Client, error) { return kafka.NewClient(ctx, cfg.Kafka, opts...) },
+		}
+		defer snapshots.Close()
+	}
 	rollup := pipeline.New(pipeline.Config{
 		Topics: topics,
 		Group:  cfg.Rollup.Group,
@@ -67,6 +78,7 @@ func runMain() error {
 		MaxPollRecords: cfg.Rollup.MaxPollRecords,
 		FlushTimeout:   cfg.Rollup.FlushTimeout,
 		IdleFlush:      cfg.Rollup.IdleFlush,
+		Snapshots:      snapshots,
 		Now:            time.Now,
 	}, writer, log, reg)
 	cl, err := kafka.NewClient(ctx, cfg.Kafka, append(rollup.ClientOpts(), kafka.LogTo(log))...)
@@ -78,6 +90,11 @@ func runMain() error {
 	defer cl.Close()
 	if err := kafka.CheckTopics(ctx, cl, topics.ProfilesSymbolized, topics.DLQ); err != nil {
 		return err
+	}
+	if snapshots != nil {
+		if err := snapshots.EnsureTopic(ctx, kadm.NewClient(cl), topics.ProfilesSymbolized); err != nil {
+			return err
+		}
 	}
 	mux := telemetry.Mux(reg, func(ctx context.Context) error {
 		return opensearch.Check(ctx, osc, cfg.OpenSearch)

@@ -783,6 +783,20 @@ func (p *Partition) Evict() int {
 // belongs only to windows already evicted, or went to the DLQ) with its
 // checkpoint, and false when neither the offset nor the checkpoint moved.
 func (p *Partition) Commit() (int64, Checkpoint, bool) {
+	off, cp, ok := p.Safe()
+	// The same offset is committed again when more records were handled
+	// since: the checkpoint's Next tells a restart which too-late records
+	// already went to the DLQ.
+	if !ok || (off == p.lastCommitted && p.next == p.lastNext) {
+		return 0, Checkpoint{}, false
+	}
+	return off, cp, true
+}
+
+// Safe is Commit's offset and checkpoint whether or not they moved since
+// the last commit (a commit that names a new snapshot makes them again);
+// false before any record, or below the last commit.
+func (p *Partition) Safe() (int64, Checkpoint, bool) {
 	if p.next < 0 {
 		return 0, Checkpoint{}, false
 	}
@@ -790,10 +804,7 @@ func (p *Partition) Commit() (int64, Checkpoint, bool) {
 	for _, w := range p.windows {
 		off = min(off, w.minOffset)
 	}
-	// The same offset is committed again when more records were handled
-	// since: the checkpoint's Next tells a restart which too-late records
-	// already went to the DLQ.
-	if off < p.lastCommitted || (off == p.lastCommitted && p.next == p.lastNext) {
+	if off < p.lastCommitted {
 		return 0, Checkpoint{}, false
 	}
 	return off, Checkpoint{Watermark: p.watermarkBefore(off), Floor: p.watermark, Next: p.next}, true

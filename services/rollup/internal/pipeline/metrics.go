@@ -28,6 +28,11 @@ type metrics struct {
 	// background (hourwrite.go).
 	hourWrites       prometheus.Gauge
 	hourWriteSeconds prometheus.Histogram
+	// snapshotSeconds, snapshotBytes and restores: the partitions' state
+	// stored and restored (snapshots.go).
+	snapshotSeconds prometheus.Histogram
+	snapshotBytes   prometheus.Counter
+	restores        *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -61,10 +66,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Ended hours being written in the background (at most one per partition)."}),
 		hourWriteSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "hour_write_seconds",
 			Help: "Time to store an ended hour in the background, while consumption goes on.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 14)}),
+		snapshotSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "snapshot_seconds",
+			Help: "Time to encode a partition's state and produce it to the state topic.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
+		snapshotBytes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "snapshot_bytes_total",
+			Help: "Bytes of partition state produced to the state topic."}),
+		restores: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "restores_total",
+			Help: "Partitions assigned with a snapshot named by their commit, by outcome: restored (read on from the snapshot), failed (read again from the commit)."}, []string{"outcome"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.docs, m.writeSeconds, m.commits, m.commitErrors, m.openWindows, m.watermark, m.panics, m.stateBytes, m.cacheBytes, m.cacheEvents,
-			m.hourWrites, m.hourWriteSeconds)
+			m.hourWrites, m.hourWriteSeconds, m.snapshotSeconds, m.snapshotBytes, m.restores)
 	}
 	return m
 }

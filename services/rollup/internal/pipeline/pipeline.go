@@ -54,7 +54,10 @@ type Config struct {
 	// Limits bound what decoding one record may allocate; the zero value
 	// means record.DefaultLimits.
 	Limits record.Limits
-	Now    func() time.Time
+	// Snapshots, when set, stores the partitions' state so that their
+	// next owner goes on from it (snapshots.go).
+	Snapshots *Snapshots
+	Now       func() time.Time
 }
 
 // Rollup is the consumer. Build it with New, create the Kafka client with
@@ -92,7 +95,15 @@ type Rollup struct {
 	// first is set while the group gives this instance the symbolized
 	// topic's partition 0 (OwnsFirstPartition).
 	first atomic.Bool
+	// snaps are the snapshots each partition's commits name (the newest
+	// stored), and seek the partitions restored from one, with the
+	// committed offset they were restored over and the offset to go on
+	// from (adjustOffsets).
+	snaps map[int32]snapRef
+	seek  map[int32]seekTo
 }
+
+type seekTo struct{ committed, at int64 }
 
 // OwnsFirstPartition says whether the group has given this instance the
 // symbolized topic's partition 0: one instance of the group at a time, the
@@ -120,7 +131,8 @@ func New(cfg Config, w Writer, log *slog.Logger, reg prometheus.Registerer) *Rol
 	if cfg.Limits == (record.Limits{}) {
 		cfg.Limits = record.DefaultLimits()
 	}
-	r := &Rollup{cfg: cfg, w: w, log: log, m: newMetrics(reg), parts: map[int32]*aggregate.Partition{}, active: map[int32]time.Time{}, writing: map[int32]*hourWrite{}, hourSlot: make(chan struct{}, 1)}
+	r := &Rollup{cfg: cfg, w: w, log: log, m: newMetrics(reg), parts: map[int32]*aggregate.Partition{}, active: map[int32]time.Time{}, writing: map[int32]*hourWrite{}, hourSlot: make(chan struct{}, 1),
+		snaps: map[int32]snapRef{}, seek: map[int32]seekTo{}}
 	r.decode = aggregate.NewDecoder(cfg.Limits).Decode
 	return r
 }
@@ -137,6 +149,7 @@ func (r *Rollup) ClientOpts() []kgo.Opt {
 		// always sees the state of every record processed.
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsAssigned(r.assigned),
+		kgo.AdjustFetchOffsetsFn(r.adjustOffsets),
 		kgo.OnPartitionsRevoked(r.revoked),
 		kgo.OnPartitionsLost(r.lost),
 	}
@@ -214,7 +227,7 @@ func (r *Rollup) shutdown() error {
 	}
 	r.awaitWrites(ctx, ids)
 	werr := r.endedWrites()
-	if err := errors.Join(werr, r.flush(ctx, r.parts, nil, true)); err != nil {
+	if err := errors.Join(werr, r.flush(ctx, r.parts, nil, true, true)); err != nil {
 		return fmt.Errorf("flush on shutdown: %w", err)
 	}
 	r.log.Info("flushed on shutdown", "partitions", len(r.parts))
@@ -253,7 +266,7 @@ func (r *Rollup) handle(ctx context.Context, fetches kgo.Fetches) error {
 	if err != nil {
 		return err
 	}
-	return r.flush(ctx, r.parts, dlq, false)
+	return r.flush(ctx, r.parts, dlq, false, false)
 }
 
 // flushIdle writes every window of the partitions idle for IdleFlush.
@@ -270,7 +283,7 @@ func (r *Rollup) flushIdle(ctx context.Context) error {
 	if len(idle) == 0 {
 		return nil
 	}
-	return r.flush(ctx, idle, nil, true)
+	return r.flush(ctx, idle, nil, true, false)
 }
 
 // process folds one record in, or returns the DLQ record for it. A record
@@ -337,10 +350,12 @@ func decodeReason(err error) string {
 }
 
 // flush sends the DLQ records, writes the pending documents of parts (all of
-// them when all), evicts, and commits what is safe. Nothing is committed
-// unless every earlier step succeeded. A partition with an hour in flight
-// (or whose hour write failed) is left alone (hourwrite.go).
-func (r *Rollup) flush(ctx context.Context, parts map[int32]*aggregate.Partition, dlq []*kgo.Record, all bool) error {
+// them when all), evicts, and commits what is safe, with a snapshot of
+// each partition when one is due or the partitions are handed over
+// (final). Nothing is committed unless every earlier step succeeded. A
+// partition with an hour in flight (or whose hour write failed) is left
+// alone (hourwrite.go).
+func (r *Rollup) flush(ctx context.Context, parts map[int32]*aggregate.Partition, dlq []*kgo.Record, all, final bool) error {
 	if r.cl == nil {
 		return nil
 	}
@@ -368,7 +383,7 @@ func (r *Rollup) flush(ctx context.Context, parts map[int32]*aggregate.Partition
 			aggregate.MarkStored(docs)
 		}
 	}
-	return r.commit(ctx, ready)
+	return r.commit(ctx, ready, final)
 }
 
 // flushChunkBytes bounds the documents a flush or an hour write builds
@@ -478,20 +493,39 @@ func (r *Rollup) produce(ctx context.Context, recs []*kgo.Record) error {
 }
 
 // commit evicts windows past retention and commits each partition's safe
-// offset with its checkpoint as metadata.
-func (r *Rollup) commit(ctx context.Context, parts map[int32]*aggregate.Partition) error {
+// offset with its checkpoint as metadata, and the snapshot of its state
+// taken now (when one is due, or final) or before.
+func (r *Rollup) commit(ctx context.Context, parts map[int32]*aggregate.Partition, final bool) error {
 	topic := r.cfg.Topics.ProfilesSymbolized
 	offsets := map[int32]kgo.EpochOffset{}
 	cps := map[int32]aggregate.Checkpoint{}
 	meta := map[int32]string{}
+	saved := map[int32]snapRef{}
 	open := 0
 	for id, p := range parts {
 		p.Evict()
 		open += p.OpenWindows()
-		if off, cp, ok := p.Commit(); ok {
+		off, cp, ok := p.Commit()
+		if s := r.cfg.Snapshots; s != nil && s.due(id, r.cfg.Now(), final) && r.snaps[id].at != p.SnapshotAt() {
+			if o, c, safe := p.Safe(); safe {
+				ref, err := r.snapshot(ctx, id, p)
+				if err != nil {
+					r.log.Warn("snapshot", "partition", id, "err", err)
+				} else {
+					off, cp, ok = o, c, true
+					saved[id] = ref
+				}
+			}
+		}
+		if ok {
 			offsets[id] = kgo.EpochOffset{Epoch: -1, Offset: off}
 			cps[id] = cp
 			meta[id] = cp.String()
+			if ref, has := saved[id]; has {
+				meta[id] += ref.String()
+			} else if ref, has := r.snaps[id]; has {
+				meta[id] += ref.String()
+			}
 		}
 	}
 	if len(parts) == len(r.parts) { // a revoke sees only some partitions
@@ -537,6 +571,12 @@ func (r *Rollup) commit(ctx context.Context, parts map[int32]*aggregate.Partitio
 	for id, eo := range offsets {
 		if p := parts[id]; p != nil && cerr == nil {
 			p.Committed(eo.Offset, cps[id])
+			if ref, ok := saved[id]; ok {
+				r.snaps[id] = ref
+				if err := r.cfg.Snapshots.trim(ctx, id, ref); err != nil {
+					r.log.Warn("delete older snapshots", "partition", id, "err", err)
+				}
+			}
 		}
 	}
 	if cerr != nil {
@@ -565,14 +605,22 @@ func (r *Rollup) partition(ctx context.Context, p int32) *aggregate.Partition {
 		return part
 	}
 	cps := r.checkpoints(ctx, []int32{p})
-	part := aggregate.NewPartition(r.windowConfig(p), cps[p])
+	part := aggregate.NewPartition(r.windowConfig(p), cps[p].cp)
 	r.parts[p] = part
 	return part
 }
 
+// committed is what a partition's commit holds: its offset, checkpoint,
+// and the snapshot it names (snap.chunks is 0 when none).
+type committed struct {
+	offset int64
+	cp     aggregate.Checkpoint
+	snap   snapRef
+}
+
 // checkpoints reads the metadata committed with the group's offsets.
-func (r *Rollup) checkpoints(ctx context.Context, partitions []int32) map[int32]aggregate.Checkpoint {
-	out := map[int32]aggregate.Checkpoint{}
+func (r *Rollup) checkpoints(ctx context.Context, partitions []int32) map[int32]committed {
+	out := map[int32]committed{}
 	if r.cl == nil {
 		return out
 	}
@@ -587,7 +635,9 @@ func (r *Rollup) checkpoints(ctx context.Context, partitions []int32) map[int32]
 	for _, p := range partitions {
 		if o, ok := resps.Lookup(r.cfg.Topics.ProfilesSymbolized, p); ok && o.Err == nil {
 			if cp, ok := aggregate.ParseCheckpoint(o.Metadata); ok {
-				out[p] = cp
+				c := committed{offset: o.At, cp: cp}
+				c.snap, _ = parseSnapRef(o.Metadata)
+				out[p] = c
 			}
 		}
 	}
@@ -604,8 +654,13 @@ func (r *Rollup) assigned(ctx context.Context, cl *kgo.Client, assigned map[stri
 		if old := r.parts[p]; old != nil {
 			old.Release()
 		}
-		r.parts[p] = aggregate.NewPartition(r.windowConfig(p), cps[p])
 		delete(r.writing, p) // a failed write's: the state it kept is gone
+		delete(r.snaps, p)
+		if part := r.restore(ctx, p, cps[p]); part != nil {
+			r.parts[p] = part
+			continue
+		}
+		r.parts[p] = aggregate.NewPartition(r.windowConfig(p), cps[p].cp)
 	}
 	r.owns(ps, true)
 	r.log.Info("partitions assigned", "topic", r.cfg.Topics.ProfilesSymbolized, "partitions", ps)
@@ -628,7 +683,7 @@ func (r *Rollup) revoked(ctx context.Context, cl *kgo.Client, revoked map[string
 		// write still deserves its bounded time.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.FlushTimeout)
 		r.awaitWrites(ctx, ps)
-		if err := errors.Join(r.endedWrites(), r.flush(ctx, parts, nil, true)); err != nil {
+		if err := errors.Join(r.endedWrites(), r.flush(ctx, parts, nil, true, true)); err != nil {
 			r.log.Warn("flush revoked partitions", "partitions", ps, "err", err)
 		}
 		cancel()
@@ -640,6 +695,8 @@ func (r *Rollup) revoked(ctx context.Context, cl *kgo.Client, revoked map[string
 		delete(r.parts, p)
 		delete(r.active, p)
 		delete(r.writing, p)
+		delete(r.snaps, p)
+		delete(r.seek, p)
 		r.m.ForgetPartition(p)
 		r.m.watermark.DeleteLabelValues(strconv.Itoa(int(p)))
 	}
@@ -661,7 +718,84 @@ func (r *Rollup) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32)
 		delete(r.parts, p)
 		delete(r.active, p)
 		delete(r.writing, p)
+		delete(r.snaps, p)
+		delete(r.seek, p)
 	}
 	r.owns(lost[r.cfg.Topics.ProfilesSymbolized], false)
 	r.log.Warn("partitions lost", "topic", r.cfg.Topics.ProfilesSymbolized, "partitions", lost[r.cfg.Topics.ProfilesSymbolized])
+}
+
+// snapshot stores partition p's state (snapshots.go).
+func (r *Rollup) snapshot(ctx context.Context, id int32, p *aggregate.Partition) (snapRef, error) {
+	start := time.Now()
+	data := p.Snapshot(nil)
+	ref, err := r.cfg.Snapshots.save(ctx, id, data, p.SnapshotAt(), r.cfg.Now())
+	if err != nil {
+		return snapRef{}, err
+	}
+	r.m.snapshotSeconds.Observe(time.Since(start).Seconds())
+	r.m.snapshotBytes.Add(float64(len(data)))
+	r.log.Debug("snapshot", "partition", id, "bytes", len(data), "chunks", ref.chunks, "at", ref.at)
+	return ref, nil
+}
+
+// restore is partition p's state restored from the snapshot its commit
+// names, or nil (none, or one that cannot be read: the partition is read
+// again from the committed offset). The consumer goes on from the
+// snapshot's offset (adjustOffsets).
+func (r *Rollup) restore(ctx context.Context, p int32, c committed) *aggregate.Partition {
+	s := r.cfg.Snapshots
+	if s == nil || c.snap.chunks == 0 {
+		return nil
+	}
+	if c.snap.at < c.offset {
+		r.log.Warn("snapshot older than the commit: reading again from the commit", "partition", p, "snapshot_at", c.snap.at, "committed", c.offset)
+		return nil
+	}
+	start := time.Now()
+	data, err := s.load(ctx, p, c.snap)
+	var part *aggregate.Partition
+	if err == nil {
+		part, err = aggregate.Restore(r.windowConfig(p), data)
+	}
+	if err != nil {
+		r.m.restores.WithLabelValues("failed").Inc()
+		r.log.Warn("snapshot not restored: reading again from the commit", "partition", p, "committed", c.offset, "err", err)
+		return nil
+	}
+	r.m.restores.WithLabelValues("restored").Inc()
+	r.seek[p] = seekTo{committed: c.offset, at: c.snap.at}
+	r.snaps[p] = c.snap
+	r.log.Info("partition restored from its snapshot", "partition", p, "bytes", len(data), "committed", c.offset, "from", c.snap.at,
+		"seconds", time.Since(start).Seconds())
+	return part
+}
+
+// adjustOffsets moves the partitions restored from a snapshot to the
+// offset after it. A partition whose committed offset changed since it
+// was restored (offsets reset by hand between the two reads) starts over
+// from that commit.
+func (r *Rollup) adjustOffsets(_ context.Context, offs map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	topic := r.cfg.Topics.ProfilesSymbolized
+	for p, o := range offs[topic] {
+		to, ok := r.seek[p]
+		if !ok {
+			continue
+		}
+		delete(r.seek, p)
+		if o.EpochOffset().Offset != to.committed {
+			r.log.Warn("committed offset moved while restoring: reading from the commit", "partition", p, "restored_over", to.committed, "committed", o.EpochOffset().Offset)
+			if part := r.parts[p]; part != nil {
+				part.Release()
+			}
+			delete(r.snaps, p)
+			cps := r.checkpoints(context.Background(), []int32{p})
+			r.parts[p] = aggregate.NewPartition(r.windowConfig(p), cps[p].cp)
+			continue
+		}
+		offs[topic][p] = kgo.NewOffset().At(to.at)
+	}
+	return offs, nil
 }

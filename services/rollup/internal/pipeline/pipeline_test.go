@@ -48,6 +48,9 @@ type env struct {
 	// wrap, when set, wraps the instances' writer (to slow it down or
 	// fail it).
 	wrap func(Writer) Writer
+	// snapshotEvery, when set, gives the instances Snapshots in the
+	// group's state topic.
+	snapshotEvery time.Duration
 }
 
 func newEnv(t testing.TB, partitions int32) *env {
@@ -81,6 +84,9 @@ func newEnv(t testing.TB, partitions int32) *env {
 	t.Cleanup(func() { opensearch.RemovePrefix(context.Background(), e.os, e.names.Prefix) })
 	return e
 }
+
+// stateTopic is the test's state topic (Snapshots).
+func (e *env) stateTopic() string { return StateTopic(e.topics.ProfilesRaw+".", e.group) }
 
 func (e *env) osClient(url string) *opensearchapi.Client {
 	e.t.Helper()
@@ -130,7 +136,20 @@ func (e *env) start(osURL string) *instance {
 	if e.wrap != nil {
 		wr = e.wrap(w)
 	}
-	r := New(Config{Topics: e.topics, Group: e.group, Window: e.window, FlushTimeout: flushTimeout, IdleFlush: e.idle}, wr, log, prometheus.NewRegistry())
+	var snaps *Snapshots
+	if e.snapshotEvery > 0 {
+		kc := kafka.Config{Brokers: e.brokers, DialTimeout: 10 * time.Second}
+		snaps = &Snapshots{Topic: e.stateTopic(), Every: e.snapshotEvery,
+			NewClient: func(opts ...kgo.Opt) (*kgo.Client, error) { return kafka.NewClient(context.Background(), kc, opts...) }}
+		if err := snaps.EnsureTopic(context.Background(), e.adm, e.topics.ProfilesSymbolized); err != nil {
+			e.t.Fatal(err)
+		}
+		e.t.Cleanup(func() {
+			snaps.Close()
+			e.adm.DeleteTopics(context.Background(), snaps.Topic)
+		})
+	}
+	r := New(Config{Topics: e.topics, Group: e.group, Window: e.window, FlushTimeout: flushTimeout, IdleFlush: e.idle, Snapshots: snaps}, wr, log, prometheus.NewRegistry())
 	cl, err := kafka.NewClient(context.Background(), kafka.Config{Brokers: e.brokers, DialTimeout: 10 * time.Second}, r.ClientOpts()...)
 	if err != nil {
 		e.t.Fatal(err)

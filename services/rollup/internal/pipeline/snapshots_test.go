@@ -1,0 +1,122 @@
+package pipeline
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/stackstream/stackstream/pkg/testenv"
+	"github.com/stackstream/stackstream/schemas/record"
+)
+
+// TestSnapshotsHandOver: an instance stopped in the middle of an hour
+// (whose window holds the commit at the hour's first record) hands its
+// partitions over through their snapshots, and the next reads only the
+// records produced since; one that dies (its final write cannot reach
+// OpenSearch, so nothing more is stored, snapshotted or committed) is
+// followed by one that goes on from its last periodic snapshot; one whose
+// snapshots are gone reads again from the commit. The documents are exact
+// through all of it.
+func TestSnapshotsHandOver(t *testing.T) {
+	e := newEnv(t, 2)
+	e.snapshotEvery = time.Millisecond // at every commit
+	e.flushTimeout = 8 * time.Second
+	x := expected{}
+	hosts := []string{"web-1", "web-2", "web-3", "web-4"}
+	n := 0
+	produce := func(from, to int) int {
+		for k := from; k < to; k++ {
+			for h, host := range hosts {
+				at := t0.Add(time.Duration(k)*20*time.Second + time.Duration(h)*time.Second)
+				e.produce(record.ProfileCPU, host, x.cpuProfile(host, at, int64(10*k+h), 3))
+				n++
+			}
+		}
+		return (to - from) * len(hosts)
+	}
+	restored := func(in *instance, outcome string) int {
+		return int(testutil.ToFloat64(in.r.m.restores.WithLabelValues(outcome)))
+	}
+	atEnd := func(in *instance) func() bool {
+		return func() bool {
+			ends, err := e.adm.ListEndOffsets(context.Background(), e.topics.ProfilesSymbolized)
+			if err != nil {
+				return false
+			}
+			in.r.mu.Lock()
+			defer in.r.mu.Unlock()
+			done := true
+			ends.Each(func(o kadm.ListedOffset) {
+				if p := in.r.parts[o.Partition]; p == nil || p.Next() < o.Offset {
+					done = false
+				}
+			})
+			return done
+		}
+	}
+
+	produce(0, 30) // 10:00 to 10:09:40
+	a := e.start(e.osURL)
+	waitFor(t, "first instance caught up", 60*time.Second, func() bool { return a.count("added") == n })
+	a.close(t)
+	for p, o := range e.committed() {
+		if !strings.Contains(o.Metadata, " snap=") {
+			t.Fatalf("partition %d: commit %q names no snapshot", p, o.Metadata)
+		}
+	}
+
+	more := produce(30, 45) // to 10:14:40
+	proxy := testenv.NewProxy(t, strings.TrimPrefix(e.osURL, "http://"))
+	b := e.start("http://" + proxy.Addr())
+	waitFor(t, "second instance at the end", 60*time.Second, atEnd(b))
+	if got := b.count("added"); got != more || restored(b, "restored") != 2 {
+		t.Fatalf("after a hand-over: %d records read (%d produced since), %d partitions restored of 2, %d failed",
+			got, more, restored(b, "restored"), restored(b, "failed"))
+	}
+	more += produce(45, 60) // to 10:19:40
+	waitFor(t, "second instance at the end again", 60*time.Second, atEnd(b))
+
+	// b dies: its last write cannot finish, so it stores, snapshots and
+	// commits nothing more.
+	proxy.SetDown(true)
+	b.stop()
+	select {
+	case err := <-b.done:
+		if err == nil {
+			t.Fatal("run returned nil although its final write could not reach OpenSearch")
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("run did not stop")
+	}
+	b.cl.Close()
+	b.once.Do(func() {})
+	proxy.SetDown(false)
+
+	c := e.start(e.osURL)
+	waitFor(t, "third instance at the end", 60*time.Second, atEnd(c))
+	if got := c.count("added"); got != 0 || restored(c, "restored") != 2 {
+		t.Fatalf("after a crash: %d records read again (want 0: the last periodic snapshot was taken after the last record), %d partitions restored", got, restored(c, "restored"))
+	}
+	c.close(t)
+	compare(t, byKey(e.docs()), x.finish())
+
+	// Without its snapshots, the next instance reads again from the commit.
+	ends, err := e.adm.ListEndOffsets(context.Background(), e.stateTopic())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.adm.DeleteRecords(context.Background(), ends.Offsets()); err != nil {
+		t.Fatal(err)
+	}
+	d := e.start(e.osURL)
+	waitFor(t, "fourth instance at the end", 60*time.Second, atEnd(d))
+	if got := d.count("added"); got == 0 || restored(d, "failed") != 2 {
+		t.Fatalf("without snapshots: %d records read again, %d restores failed (want 2)", got, restored(d, "failed"))
+	}
+	d.close(t)
+	compare(t, byKey(e.docs()), x.finish())
+}
