@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"sort"
+
+	"github.com/stackstream/stackstream/schemas/bounded"
 )
 
 // MaxEncodedBytes bounds a compressed debuginfo value. Binaries whose symbols
@@ -170,44 +172,44 @@ func Decode(value []byte) (*File, error) {
 	if raw[len(magic)] != version {
 		return nil, fmt.Errorf("%w: version %d (this build reads %d)", ErrBadFormat, raw[len(magic)], version)
 	}
-	r := &reader{b: raw[len(magic)+1:]}
-	f := &File{Kind: Kind(r.uvarint())}
-	f.BuildID = r.str()
-	nseg := r.count(3)
+	r := bounded.NewReader(raw[len(magic)+1:], ErrBadFormat)
+	f := &File{Kind: Kind(r.Uvarint())}
+	f.BuildID = r.Str()
+	nseg := r.Count(3)
 	f.Segments = make([]Segment, 0, nseg)
 	for i := 0; i < nseg; i++ {
-		f.Segments = append(f.Segments, Segment{Offset: r.uvarint(), Vaddr: r.uvarint(), Filesz: r.uvarint()})
+		f.Segments = append(f.Segments, Segment{Offset: r.Uvarint(), Vaddr: r.Uvarint(), Filesz: r.Uvarint()})
 	}
-	nstr := r.count(1)
+	nstr := r.Count(1)
 	table := make([]string, 0, nstr)
 	for i := 0; i < nstr; i++ {
-		table = append(table, r.str())
+		table = append(table, r.Str())
 	}
 	name := func() string {
-		i := r.uvarint()
+		i := r.Uvarint()
 		if i >= uint64(len(table)) {
-			r.fail("string index out of range")
+			r.Fail("string index out of range")
 			return ""
 		}
 		return table[i]
 	}
-	nsym := r.count(3)
+	nsym := r.Count(3)
 	f.Symbols = make([]Symbol, 0, nsym)
 	var addr uint64
-	for i := 0; i < nsym && r.err == nil; i++ {
-		addr += r.uvarint()
-		f.Symbols = append(f.Symbols, Symbol{Addr: addr, Size: r.uvarint(), Name: name()})
+	for i := 0; i < nsym && r.Err() == nil; i++ {
+		addr += r.Uvarint()
+		f.Symbols = append(f.Symbols, Symbol{Addr: addr, Size: r.Uvarint(), Name: name()})
 	}
-	nline := r.count(3)
+	nline := r.Count(3)
 	f.Lines = make([]Line, 0, nline)
 	addr = 0
-	for i := 0; i < nline && r.err == nil; i++ {
-		addr += r.uvarint()
+	for i := 0; i < nline && r.Err() == nil; i++ {
+		addr += r.Uvarint()
 		file := name()
-		f.Lines = append(f.Lines, Line{Addr: addr, File: file, Line: uint32(r.uvarint())})
+		f.Lines = append(f.Lines, Line{Addr: addr, File: file, Line: uint32(r.Uvarint())})
 	}
-	if r.err != nil {
-		return nil, r.err
+	if r.Err() != nil {
+		return nil, r.Err()
 	}
 	switch f.Kind {
 	case KindSymbols, KindTooLarge, KindNoSymbols:
@@ -256,48 +258,4 @@ func (w *writer) uvarint(v uint64) {
 func (w *writer) str(s string) {
 	w.uvarint(uint64(len(s)))
 	w.w.WriteString(s)
-}
-
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) fail(why string) {
-	if r.err == nil {
-		r.err = fmt.Errorf("%w: %s", ErrBadFormat, why)
-	}
-	r.b = nil
-}
-
-func (r *reader) uvarint() uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail("truncated varint")
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-// count reads an element count and checks it against the bytes left, given
-// that each element takes at least minBytes.
-func (r *reader) count(minBytes int) int {
-	n := r.uvarint()
-	if n > uint64(len(r.b)/minBytes) {
-		r.fail("count exceeds remaining bytes")
-		return 0
-	}
-	return int(n)
-}
-
-func (r *reader) str() string {
-	n := r.uvarint()
-	if n > uint64(len(r.b)) {
-		r.fail("truncated string")
-		return ""
-	}
-	s := string(r.b[:n])
-	r.b = r.b[n:]
-	return s
 }

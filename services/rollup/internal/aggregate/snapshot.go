@@ -15,12 +15,14 @@ package aggregate
 // checked, and a checksum covers the whole.
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"math"
 
+	"github.com/stackstream/stackstream/schemas/bounded"
 	"github.com/stackstream/stackstream/schemas/indices"
 )
 
@@ -71,10 +73,7 @@ type snapEncoder struct{ b []byte }
 
 func (e *snapEncoder) uint(x uint64) { e.b = binary.AppendUvarint(e.b, x) }
 func (e *snapEncoder) int(x int64)   { e.b = binary.AppendVarint(e.b, x) }
-func (e *snapEncoder) str(s string) {
-	e.uint(uint64(len(s)))
-	e.b = append(e.b, s...)
-}
+func (e *snapEncoder) str(s string)  { e.b = bounded.AppendStr(e.b, s) }
 
 func (e *snapEncoder) bool(v bool) {
 	if v {
@@ -219,36 +218,36 @@ func Restore(cfg Config, data []byte) (*Partition, error) {
 	if crc32.ChecksumIEEE(body[len(snapshotMagic):]) != sum {
 		return nil, fmt.Errorf("%w: checksum mismatch", ErrBadSnapshot)
 	}
-	d := snapDecoder{b: body[len(snapshotMagic):]}
+	d := snapDecoder{bounded.NewReader(body[len(snapshotMagic):], ErrBadSnapshot)}
 	budget := cfg.Budget // charged once whole, below
 	cfg.Budget = nil
 	p := NewPartition(cfg, Checkpoint{})
-	p.watermark = d.int()
-	p.restored = Checkpoint{Watermark: d.int(), Floor: d.int(), Next: d.int()}
-	p.baseWatermark = d.int()
-	p.next = d.int()
-	p.lastCommitted = d.int()
-	p.lastNext = d.int()
-	for range d.count(2) {
-		p.marks = append(p.marks, mark{offset: d.int(), watermark: d.int()})
+	p.watermark = d.Varint()
+	p.restored = Checkpoint{Watermark: d.Varint(), Floor: d.Varint(), Next: d.Varint()}
+	p.baseWatermark = d.Varint()
+	p.next = d.Varint()
+	p.lastCommitted = d.Varint()
+	p.lastNext = d.Varint()
+	for range d.Count(2) {
+		p.marks = append(p.marks, mark{offset: d.Varint(), watermark: d.Varint()})
 	}
-	for range d.count(10) {
+	for range d.Count(10) {
 		w := d.window(p)
-		if d.err != nil {
+		if d.Err() != nil {
 			break
 		}
 		if p.windows[w.key] != nil {
-			d.fail("window %s %d twice", w.key.res, w.key.start)
+			d.Fail("window %s %d twice", w.key.res, w.key.start)
 			break
 		}
 		p.windows[w.key] = w
 		p.bytes += w.bytes
 	}
-	if d.err == nil && len(d.b) > 0 {
-		d.fail("%d bytes after the state", len(d.b))
+	if d.Err() == nil && d.Len() > 0 {
+		d.Fail("%d bytes after the state", d.Len())
 	}
-	if d.err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadSnapshot, d.err)
+	if d.Err() != nil {
+		return nil, d.Err()
 	}
 	p.cfg.Budget = budget
 	p.stacks = budget.stackCache()
@@ -261,124 +260,63 @@ func Restore(cfg Config, data []byte) (*Partition, error) {
 	return p, nil
 }
 
-// snapDecoder reads a snapshot; the first error stops it (every read after
-// returns zero values) and is kept in err.
-type snapDecoder struct {
-	b   []byte
-	err error
-}
-
-func (d *snapDecoder) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf(format, args...)
-	}
-	d.b = nil
-}
-
-func (d *snapDecoder) uint() uint64 {
-	x, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("truncated number")
-		return 0
-	}
-	d.b = d.b[n:]
-	return x
-}
-
-func (d *snapDecoder) int() int64 {
-	x, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail("truncated number")
-		return 0
-	}
-	d.b = d.b[n:]
-	return x
-}
-
-// count reads a number of elements that each take at least min bytes: no
-// count can ask for more than the bytes left.
-func (d *snapDecoder) count(min int) int {
-	n := d.uint()
-	if n > uint64(len(d.b)/min) {
-		d.fail("a count of %d with %d bytes left", n, len(d.b))
-		return 0
-	}
-	return int(n)
-}
+// snapDecoder reads a snapshot (bounded.Reader: the first error stops it).
+type snapDecoder struct{ *bounded.Reader }
 
 // index reads a number that must be in [0, n).
-func (d *snapDecoder) index(n int) int32 {
-	x := d.int()
+func (d snapDecoder) index(n int) int32 {
+	x := d.Varint()
 	if x < 0 || x >= int64(n) {
-		d.fail("index %d out of [0, %d)", x, n)
+		d.Fail("index %d out of [0, %d)", x, n)
 		return 0
 	}
 	return int32(x)
 }
 
-func (d *snapDecoder) bytes() []byte {
-	n := d.count(1)
-	b := d.b[:n:n]
-	d.b = d.b[n:]
-	return b
-}
-
-func (d *snapDecoder) str() string { return string(d.bytes()) }
-
-func (d *snapDecoder) bool() bool {
-	if len(d.b) == 0 || d.b[0] > 1 {
-		d.fail("bad flag")
-		return false
-	}
-	v := d.b[0] == 1
-	d.b = d.b[1:]
-	return v
-}
-
-func (d *snapDecoder) doc() *docState {
-	return &docState{a: d.int(), b: d.int(), firstOffset: d.int(), dirty: d.bool()}
+func (d snapDecoder) doc() *docState {
+	return &docState{a: d.Varint(), b: d.Varint(), firstOffset: d.Varint(), dirty: d.Bool()}
 }
 
 // small reads a count kept in an int, at most the bytes left.
-func (d *snapDecoder) small() int {
-	x := d.int()
-	if x < 0 || x > int64(len(d.b)) {
-		d.fail("count %d out of range", x)
+func (d snapDecoder) small() int {
+	x := d.Varint()
+	if x < 0 || x > int64(d.Len()) {
+		d.Fail("count %d out of range", x)
 		return 0
 	}
 	return int(x)
 }
 
-func (d *snapDecoder) window(p *Partition) *window {
+func (d snapDecoder) window(p *Partition) *window {
 	w := &window{series: map[seriesKey]*series{}, serviceTrees: map[serviceKey]*docState{}}
-	w.key.res = d.str()
-	w.key.start = d.int()
-	w.end = d.int()
+	w.key.res = d.Str()
+	w.key.start = d.Varint()
+	w.end = d.Varint()
 	if size := indices.WindowSize(w.key.res); size <= 0 || w.end != w.key.start+int64(size) {
-		d.fail("window %q from %d to %d", w.key.res, w.key.start, w.end)
+		d.Fail("window %q from %d to %d", w.key.res, w.key.start, w.end)
 		return w
 	}
-	w.packed = d.bool()
-	w.minOffset = d.int()
-	w.closed = d.bool()
-	w.frozen = d.bool()
+	w.packed = d.Bool()
+	w.minOffset = d.Varint()
+	w.closed = d.Bool()
+	w.frozen = d.Bool()
 	w.encoded = d.small()
 	w.dirty = d.small()
-	w.bytes = d.int()
+	w.bytes = d.Varint()
 	if w.bytes < 0 {
-		d.fail("window charged %d bytes", w.bytes)
+		d.Fail("window charged %d bytes", w.bytes)
 	}
 	if w.key.res == indices.ResolutionHour {
-		if d.bool() {
+		if d.Bool() {
 			w.trie = d.trie(0)
 		}
-		if d.bool() {
+		if d.Bool() {
 			w.table = d.table(w.trie)
 		}
-	} else if d.bool() {
+	} else if d.Bool() {
 		hour := p.windows[windowKey{res: indices.ResolutionHour, start: truncate(w.key.start, indices.WindowSize(indices.ResolutionHour))}]
 		if hour == nil || hour.trie == nil || hour.table == nil {
-			d.fail("%s window at %d without its hour's trie", w.key.res, w.key.start)
+			d.Fail("%s window at %d without its hour's trie", w.key.res, w.key.start)
 			return w
 		}
 		w.trie, w.table = hour.trie, hour.table
@@ -391,14 +329,14 @@ func (d *snapDecoder) window(p *Partition) *window {
 		nodes, _ = w.trie.counts()
 	}
 	dirty, encoded := 0, 0
-	for range d.count(6) {
-		k := seriesKey{kind: d.str(), typ: d.str(), service: d.str(), host: d.str()}
+	for range d.Count(6) {
+		k := seriesKey{kind: d.Str(), typ: d.Str(), service: d.Str(), host: d.Str()}
 		ws := d.series(stacks)
-		if d.err != nil {
+		if d.Err() != nil {
 			return w
 		}
 		if ws.stack != (k.kind == indices.KindStack) || w.series[k] != nil {
-			d.fail("series %+v", k)
+			d.Fail("series %+v", k)
 			return w
 		}
 		w.series[k] = ws
@@ -407,31 +345,31 @@ func (d *snapDecoder) window(p *Partition) *window {
 		}
 		dirty += ws.dirtyDocs()
 	}
-	for range d.count(6) {
-		k := serviceKey{kind: d.str(), typ: d.str(), service: d.str()}
+	for range d.Count(6) {
+		k := serviceKey{kind: d.Str(), typ: d.Str(), service: d.Str()}
 		ds := d.doc()
 		if w.serviceTrees[k] != nil {
-			d.fail("tree %+v twice", k)
+			d.Fail("tree %+v twice", k)
 		}
 		w.serviceTrees[k] = ds
 		if ds.dirty {
 			dirty++
 		}
 	}
-	for range d.count(2) {
-		typ := d.str()
+	for range d.Count(2) {
+		typ := d.Str()
 		v := &nodeValues{m: map[int32]int64{}}
-		for range d.count(2) {
+		for range d.Count(2) {
 			n := d.index(nodes)
-			v.m[n] = d.int()
+			v.m[n] = d.Varint()
 		}
 		if w.values == nil {
 			w.values = map[string]*nodeValues{}
 		}
 		w.values[typ] = v
 	}
-	if d.err == nil && (dirty != w.dirty || encoded != w.encoded) {
-		d.fail("window counts %d dirty and %d encoded, its series %d and %d", w.dirty, w.encoded, dirty, encoded)
+	if d.Err() == nil && (dirty != w.dirty || encoded != w.encoded) {
+		d.Fail("window counts %d dirty and %d encoded, its series %d and %d", w.dirty, w.encoded, dirty, encoded)
 	}
 	return w
 }
@@ -454,46 +392,46 @@ func (ws *series) dirtyDocs() int {
 	return n
 }
 
-func (d *snapDecoder) series(stacks int) *series {
-	ws := &series{stack: d.bool()}
+func (d snapDecoder) series(stacks int) *series {
+	ws := &series{stack: d.Bool()}
 	ws.sums = *d.doc()
-	if d.bool() {
+	if d.Bool() {
 		ws.tree = d.doc()
 	}
-	if d.bool() {
-		ws.svc = &serviceSums{stackValue: d.int()}
-		if n := d.count(2); n > 0 {
+	if d.Bool() {
+		ws.svc = &serviceSums{stackValue: d.Varint()}
+		if n := d.Count(2); n > 0 {
 			ws.svc.mem = make(map[int64]int64, n)
 			for range n {
-				off := d.int()
-				ws.svc.mem[off] = d.int()
+				off := d.Varint()
+				ws.svc.mem[off] = d.Varint()
 			}
 		}
 	}
-	if d.bool() {
-		ws.frozen = []byte(d.str())
-		ws.thawBytes = d.int()
+	if d.Bool() {
+		ws.frozen = bytes.Clone(d.Bytes())
+		ws.thawBytes = d.Varint()
 		if ws.frozen == nil {
 			ws.frozen = []byte{}
 		}
-		if d.err == nil && !validFrozen(ws, stacks) {
-			d.fail("bad frozen series")
+		if d.Err() == nil && !validFrozen(ws, stacks) {
+			d.Fail("bad frozen series")
 		}
 		return ws
 	}
 	if ws.stack {
-		n := d.count(2)
+		n := d.Count(2)
 		ws.stacks = make(map[int32]int64, n)
 		for range n {
 			s := d.index(stacks)
-			ws.stacks[s] = d.int()
+			ws.stacks[s] = d.Varint()
 		}
 		return ws
 	}
-	n := d.count(5)
+	n := d.Count(5)
 	ws.docs = make(map[string]*docState, n)
 	for range n {
-		id := d.str()
+		id := d.Str()
 		ws.docs[id] = d.doc()
 	}
 	return ws
@@ -540,38 +478,38 @@ func validFrozen(ws *series, stacks int) bool {
 }
 
 // trie reads a trie; a late trie (depth 1) is live.
-func (d *snapDecoder) trie(depth int) *frameTrie {
+func (d snapDecoder) trie(depth int) *frameTrie {
 	t := newFrameTrie()
-	t.frozen = d.bool()
-	t.bytes = d.int()
+	t.frozen = d.Bool()
+	t.bytes = d.Varint()
 	if t.frozen && depth > 0 {
-		d.fail("a frozen late trie")
+		d.Fail("a frozen late trie")
 		return t
 	}
-	for range d.count(5) {
-		f := indices.Frame{Function: d.str(), File: d.str(), Line: d.int(), Binary: d.str(), Kind: d.str()}
-		if d.err != nil {
+	for range d.Count(5) {
+		f := indices.Frame{Function: d.Str(), File: d.Str(), Line: d.Varint(), Binary: d.Str(), Kind: d.Str()}
+		if d.Err() != nil {
 			return t
 		}
 		if _, ok := t.lookup(f); ok {
-			d.fail("frame %+v twice", f)
+			d.Fail("frame %+v twice", f)
 			return t
 		}
 		t.add(f)
 	}
-	n := d.count(2)
+	n := d.Count(2)
 	if n == 0 {
-		d.fail("a trie without its root")
+		d.Fail("a trie without its root")
 		return t
 	}
 	t.nodes = make([]trieNode, 1, n)
 	for c := int32(1); int(c) < n; c++ {
 		node := trieNode{parent: d.index(int(c)), frame: d.index(len(t.frames))}
-		if d.err != nil {
+		if d.Err() != nil {
 			return t
 		}
 		if t.child(node.parent, node.frame) != 0 {
-			d.fail("node %d twice", c)
+			d.Fail("node %d twice", c)
 			return t
 		}
 		if node.parent != c-1 {
@@ -581,11 +519,11 @@ func (d *snapDecoder) trie(depth int) *frameTrie {
 	}
 	if t.frozen {
 		t.named, t.other, t.branches = nil, nil, nil
-		t.base = int32(d.int())
+		t.base = int32(d.Varint())
 		if t.base != int32(len(t.nodes)) {
-			d.fail("frozen trie's base %d, %d nodes", t.base, len(t.nodes))
+			d.Fail("frozen trie's base %d, %d nodes", t.base, len(t.nodes))
 		}
-		if d.bool() {
+		if d.Bool() {
 			t.late = d.trie(depth + 1)
 		}
 	}
@@ -593,28 +531,23 @@ func (d *snapDecoder) trie(depth int) *frameTrie {
 }
 
 // table reads an hour's stack table, its stacks nodes of t.
-func (d *snapDecoder) table(t *frameTrie) *stackTable {
+func (d snapDecoder) table(t *frameTrie) *stackTable {
 	nodes := 0
 	if t != nil {
 		nodes, _ = t.counts()
 	}
 	s := newStackTable()
-	n := d.count(13)
+	n := d.Count(13)
 	s.stacks = make([]tableStack, 0, n)
 	for i := range n {
 		var k stackKey
-		if len(d.b) < len(k) {
-			d.fail("truncated stack key")
-			return s
-		}
-		copy(k[:], d.b)
-		d.b = d.b[len(k):]
+		copy(k[:], d.Fixed(len(k)))
 		node := d.index(nodes)
-		if d.err != nil {
+		if d.Err() != nil {
 			return s
 		}
 		if _, ok := s.index[k]; ok {
-			d.fail("stack %x twice", k)
+			d.Fail("stack %x twice", k)
 			return s
 		}
 		s.index[k] = int32(i)
