@@ -282,6 +282,8 @@ func Positions(ctx context.Context, adm *kadm.Client, group, topic string) (map[
 		}
 		at := o.At
 		if _, next, ok := strings.Cut(o.Metadata, " next="); ok {
+			// Fields may follow (" snap=…": the rollup's snapshot).
+			next, _, _ = strings.Cut(next, " ")
 			if n, err := strconv.ParseInt(next, 10, 64); err == nil && n > at {
 				at = n
 			}

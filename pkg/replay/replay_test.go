@@ -332,3 +332,24 @@ func TestForce(t *testing.T) {
 		}
 	}
 }
+
+// TestPositions: a rollup's commit trails what it handled, and says how
+// far it got after "next=" in its metadata, with or without fields after
+// it (a snapshot's " snap=…").
+func TestPositions(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	var os kadm.Offsets
+	os.Add(kadm.Offset{Topic: f.topic, Partition: 0, At: 3, LeaderEpoch: -1, Metadata: "rollup/v1 wm=5 floor=9 next=12"})
+	os.Add(kadm.Offset{Topic: f.topic, Partition: 1, At: 4, LeaderEpoch: -1, Metadata: "rollup/v1 wm=5 floor=9 next=17 snap=0+3@17"})
+	if _, err := f.adm.CommitOffsets(ctx, f.group, os); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Positions(ctx, f.adm, f.group, f.topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != 12 || got[1] != 17 {
+		t.Fatalf("positions %v, want 0:12 1:17", got)
+	}
+}

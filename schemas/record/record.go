@@ -49,6 +49,20 @@ func (t Topics) All() []string {
 	return []string{t.ProfilesRaw, t.ProfilesSymbolized, t.Debuginfo, t.DLQ}
 }
 
+// RollupStateTopic is the topic where the rollup group group stores its
+// partitions' state (docs/ROLLUP.md, "Snapshots"): one per group, since a
+// partition's older snapshots are deleted once a newer one is committed.
+// Characters a topic name cannot hold become '_'.
+func RollupStateTopic(prefix, group string) string {
+	name := []byte(group)
+	for i, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			name[i] = '_'
+		}
+	}
+	return prefix + "rollup-state." + string(name)
+}
+
 // Header keys carried by every profile record.
 const (
 	HeaderSchemaVersion   = "stackstream-schema-version"

@@ -19,6 +19,7 @@ import (
 	"github.com/stackstream/stackstream/pkg/opensearch"
 	"github.com/stackstream/stackstream/pkg/replay"
 	"github.com/stackstream/stackstream/schemas/indices"
+	"github.com/stackstream/stackstream/schemas/record"
 )
 
 // ReindexOptions say how to build and swap in a new index generation.
@@ -340,6 +341,16 @@ func Reindex(ctx context.Context, cfg Config, adm *kadm.Client, osc *opensearcha
 			fmt.Fprintf(out, "delete the temporary groups %s: %v\n", strings.Join(sum.Groups, ", "), err)
 		} else {
 			fmt.Fprintf(out, "stopped the temporary consumers and deleted their groups\n")
+		}
+		for _, c := range consumers {
+			if c.service != "rollup" {
+				continue
+			}
+			// Its partitions' snapshots (docs/ROLLUP.md, "Snapshots").
+			state := record.RollupStateTopic(cfg.Kafka.TopicPrefix, c.group)
+			if resp, err := adm.DeleteTopic(context.WithoutCancel(ctx), state); err == nil && resp.Err == nil {
+				fmt.Fprintf(out, "deleted the temporary rollup's state topic %s\n", state)
+			}
 		}
 	} else {
 		fmt.Fprintf(out, "generation %d serves: stop the temporary consumers now (groups %s)\n", sum.To, strings.Join(sum.Groups, ", "))

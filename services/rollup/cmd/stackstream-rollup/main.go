@@ -21,6 +21,7 @@ import (
 	"github.com/stackstream/stackstream/pkg/opensearch/route"
 	"github.com/stackstream/stackstream/pkg/service"
 	"github.com/stackstream/stackstream/pkg/telemetry"
+	"github.com/stackstream/stackstream/schemas/record"
 	"github.com/stackstream/stackstream/services/rollup/internal/aggregate"
 	"github.com/stackstream/stackstream/services/rollup/internal/daytrees"
 	"github.com/stackstream/stackstream/services/rollup/internal/lifecycle"
@@ -59,7 +60,7 @@ func runMain() error {
 	var snapshots *pipeline.Snapshots
 	if cfg.Rollup.SnapshotEvery > 0 {
 		snapshots = &pipeline.Snapshots{
-			Topic: pipeline.StateTopic(cfg.Kafka.TopicPrefix, cfg.Rollup.Group), Every: cfg.Rollup.SnapshotEvery,
+			Topic: record.RollupStateTopic(cfg.Kafka.TopicPrefix, cfg.Rollup.Group), Every: cfg.Rollup.SnapshotEvery,
 			NewClient: func(opts ...kgo.Opt) (*kgo.Client, error) { return kafka.NewClient(ctx, cfg.Kafka, opts...) },
 		}
 		defer snapshots.Close()

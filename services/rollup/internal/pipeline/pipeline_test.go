@@ -86,7 +86,7 @@ func newEnv(t testing.TB, partitions int32) *env {
 }
 
 // stateTopic is the test's state topic (Snapshots).
-func (e *env) stateTopic() string { return StateTopic(e.topics.ProfilesRaw+".", e.group) }
+func (e *env) stateTopic() string { return record.RollupStateTopic(e.topics.ProfilesRaw+".", e.group) }
 
 func (e *env) osClient(url string) *opensearchapi.Client {
 	e.t.Helper()

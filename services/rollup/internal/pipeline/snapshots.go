@@ -20,21 +20,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
-
-// StateTopic is the state topic of a rollup group: each group keeps its
-// own, since a partition's older snapshots are deleted when a newer one is
-// committed.
-func StateTopic(prefix, group string) string {
-	name := []byte(group)
-	for i, c := range name {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			name[i] = '_'
-		}
-	}
-	return prefix + "rollup-state." + string(name)
-}
 
 // Snapshots stores partition state in a topic of its own.
 type Snapshots struct {
@@ -100,7 +88,7 @@ func (s *Snapshots) EnsureTopic(ctx context.Context, adm *kadm.Client, source st
 	if err == nil {
 		err = resp.Err
 	}
-	if err != nil && !strings.Contains(err.Error(), "TOPIC_ALREADY_EXISTS") {
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 		return fmt.Errorf("create state topic %s: %w", s.Topic, err)
 	}
 	return nil
