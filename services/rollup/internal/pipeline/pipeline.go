@@ -96,11 +96,17 @@ type Rollup struct {
 	// topic's partition 0 (OwnsFirstPartition).
 	first atomic.Bool
 	// snaps are the snapshots each partition's commits name (the newest
-	// stored), and seek the partitions restored from one, with the
-	// committed offset they were restored over and the offset to go on
-	// from (adjustOffsets).
+	// stored).
 	snaps map[int32]snapRef
-	seek  map[int32]seekTo
+	// seek holds the partitions restored from a snapshot, with the
+	// committed offset they were restored over and the offset to go on
+	// from (adjustOffsets), and stale those whose commit moved in between
+	// (their restored state is dropped before their first record). Under
+	// seekMu, not mu: adjustOffsets runs in the client's offset fetch,
+	// which a commit made under mu may wait for.
+	seekMu sync.Mutex
+	seek   map[int32]seekTo
+	stale  map[int32]bool
 }
 
 type seekTo struct{ committed, at int64 }
@@ -132,7 +138,7 @@ func New(cfg Config, w Writer, log *slog.Logger, reg prometheus.Registerer) *Rol
 		cfg.Limits = record.DefaultLimits()
 	}
 	r := &Rollup{cfg: cfg, w: w, log: log, m: newMetrics(reg), parts: map[int32]*aggregate.Partition{}, active: map[int32]time.Time{}, writing: map[int32]*hourWrite{}, hourSlot: make(chan struct{}, 1),
-		snaps: map[int32]snapRef{}, seek: map[int32]seekTo{}}
+		snaps: map[int32]snapRef{}, seek: map[int32]seekTo{}, stale: map[int32]bool{}}
 	r.decode = aggregate.NewDecoder(cfg.Limits).Decode
 	return r
 }
@@ -247,6 +253,7 @@ func (r *Rollup) handle(ctx context.Context, fetches kgo.Fetches) error {
 		if len(ft.Records) == 0 || err != nil {
 			return
 		}
+		r.dropStale(ctx, ft.Partition)
 		part := r.partition(ctx, ft.Partition)
 		r.active[ft.Partition] = r.cfg.Now()
 		for _, rec := range ft.Records {
@@ -696,7 +703,7 @@ func (r *Rollup) revoked(ctx context.Context, cl *kgo.Client, revoked map[string
 		delete(r.active, p)
 		delete(r.writing, p)
 		delete(r.snaps, p)
-		delete(r.seek, p)
+		r.forgetSeek(p)
 		r.m.ForgetPartition(p)
 		r.m.watermark.DeleteLabelValues(strconv.Itoa(int(p)))
 	}
@@ -719,7 +726,7 @@ func (r *Rollup) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32)
 		delete(r.active, p)
 		delete(r.writing, p)
 		delete(r.snaps, p)
-		delete(r.seek, p)
+		r.forgetSeek(p)
 	}
 	r.owns(lost[r.cfg.Topics.ProfilesSymbolized], false)
 	r.log.Warn("partitions lost", "topic", r.cfg.Topics.ProfilesSymbolized, "partitions", lost[r.cfg.Topics.ProfilesSymbolized])
@@ -764,7 +771,10 @@ func (r *Rollup) restore(ctx context.Context, p int32, c committed) *aggregate.P
 		return nil
 	}
 	r.m.restores.WithLabelValues("restored").Inc()
+	r.seekMu.Lock()
 	r.seek[p] = seekTo{committed: c.offset, at: c.snap.at}
+	delete(r.stale, p)
+	r.seekMu.Unlock()
 	r.snaps[p] = c.snap
 	r.log.Info("partition restored from its snapshot", "partition", p, "bytes", len(data), "committed", c.offset, "from", c.snap.at,
 		"seconds", time.Since(start).Seconds())
@@ -773,11 +783,11 @@ func (r *Rollup) restore(ctx context.Context, p int32, c committed) *aggregate.P
 
 // adjustOffsets moves the partitions restored from a snapshot to the
 // offset after it. A partition whose committed offset changed since it
-// was restored (offsets reset by hand between the two reads) starts over
-// from that commit.
+// was restored (offsets reset by hand between the two reads) reads from
+// that commit, its restored state marked stale (dropStale).
 func (r *Rollup) adjustOffsets(_ context.Context, offs map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.seekMu.Lock()
+	defer r.seekMu.Unlock()
 	topic := r.cfg.Topics.ProfilesSymbolized
 	for p, o := range offs[topic] {
 		to, ok := r.seek[p]
@@ -787,15 +797,37 @@ func (r *Rollup) adjustOffsets(_ context.Context, offs map[string]map[int32]kgo.
 		delete(r.seek, p)
 		if o.EpochOffset().Offset != to.committed {
 			r.log.Warn("committed offset moved while restoring: reading from the commit", "partition", p, "restored_over", to.committed, "committed", o.EpochOffset().Offset)
-			if part := r.parts[p]; part != nil {
-				part.Release()
-			}
-			delete(r.snaps, p)
-			cps := r.checkpoints(context.Background(), []int32{p})
-			r.parts[p] = aggregate.NewPartition(r.windowConfig(p), cps[p].cp)
+			r.stale[p] = true
 			continue
 		}
 		offs[topic][p] = kgo.NewOffset().At(to.at)
 	}
 	return offs, nil
+}
+
+// dropStale replaces the state of partition p, restored over a commit that
+// has moved since (adjustOffsets), by the state of its commit now.
+func (r *Rollup) dropStale(ctx context.Context, p int32) {
+	r.seekMu.Lock()
+	stale := r.stale[p]
+	delete(r.stale, p)
+	r.seekMu.Unlock()
+	if !stale {
+		return
+	}
+	if part := r.parts[p]; part != nil {
+		part.Release()
+	}
+	delete(r.parts, p)
+	delete(r.snaps, p)
+	cps := r.checkpoints(ctx, []int32{p})
+	r.parts[p] = aggregate.NewPartition(r.windowConfig(p), cps[p].cp)
+}
+
+// forgetSeek drops what adjustOffsets would do for partition p.
+func (r *Rollup) forgetSeek(p int32) {
+	r.seekMu.Lock()
+	delete(r.seek, p)
+	delete(r.stale, p)
+	r.seekMu.Unlock()
 }
