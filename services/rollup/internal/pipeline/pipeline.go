@@ -690,7 +690,12 @@ func (r *Rollup) revoked(ctx context.Context, cl *kgo.Client, revoked map[string
 		// write still deserves its bounded time.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.FlushTimeout)
 		r.awaitWrites(ctx, ps)
-		if err := errors.Join(r.endedWrites(), r.flush(ctx, parts, nil, true, true)); err != nil {
+		// With snapshots the next owner goes on from the state as it is:
+		// writing the windows still open (the hour in progress among
+		// them) would only be done again by it, and make the rebalance
+		// wait for the write.
+		all := r.cfg.Snapshots == nil
+		if err := errors.Join(r.endedWrites(), r.flush(ctx, parts, nil, all, true)); err != nil {
 			r.log.Warn("flush revoked partitions", "partitions", ps, "err", err)
 		}
 		cancel()

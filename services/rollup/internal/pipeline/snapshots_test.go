@@ -120,3 +120,39 @@ func TestSnapshotsHandOver(t *testing.T) {
 	d.close(t)
 	compare(t, byKey(e.docs()), x.finish())
 }
+
+// TestSnapshotsRebalance: a second instance joins and takes partitions
+// from the first, which hands them over through snapshots: between them
+// the two read every record once, and the documents are exact.
+func TestSnapshotsRebalance(t *testing.T) {
+	e := newEnv(t, 4)
+	e.snapshotEvery = time.Hour // only at hand-overs
+	x := expected{}
+	hosts := []string{"web-1", "web-2", "web-3", "web-4", "web-5", "web-6"}
+	n := 0
+	produce := func(from, to int) {
+		for k := from; k < to; k++ {
+			for h, host := range hosts {
+				at := t0.Add(time.Duration(k)*20*time.Second + time.Duration(h)*time.Second)
+				e.produce(record.ProfileCPU, host, x.cpuProfile(host, at, int64(10*k+h), 3))
+				n++
+			}
+		}
+	}
+	produce(0, 30) // 10:00 to 10:09:40
+	a := e.start(e.osURL)
+	waitFor(t, "first instance caught up", 60*time.Second, func() bool { return a.count("added") == n })
+	b := e.start(e.osURL)
+	waitFor(t, "partitions handed over", 60*time.Second, func() bool {
+		return int(testutil.ToFloat64(b.r.m.restores.WithLabelValues("restored"))) > 0
+	})
+	produce(30, 45) // to 10:14:40
+	waitFor(t, "every record read once between them", 60*time.Second, func() bool { return a.count("added")+b.count("added") == n })
+	time.Sleep(2 * time.Second) // nothing read twice after that either
+	if got := a.count("added") + b.count("added"); got != n || testutil.ToFloat64(b.r.m.restores.WithLabelValues("failed")) != 0 {
+		t.Fatalf("%d records read by the two instances, %d produced; %v restores failed", got, n, testutil.ToFloat64(b.r.m.restores.WithLabelValues("failed")))
+	}
+	a.close(t)
+	b.close(t)
+	compare(t, byKey(e.docs()), x.finish())
+}
