@@ -426,6 +426,17 @@ func TestIndexerCompatibleInput(t *testing.T) {
 // genRecords is a partition's log: three hosts over about three hours, some
 // profiles arriving up to 15 minutes late, CPU and memory.
 func genRecords(rng *rand.Rand, n int) []Input {
+	return genLog(rng, n, 3, 4, func(at time.Time) *profile.Profile {
+		return pproftest.NewCPU(at, time.Second).
+			Sample(svc("checkout"), []int64{1, rng.Int64N(100)}, "hash", "work", "main").
+			Sample(svc("api"), []int64{2, rng.Int64N(100)}, "main", "serve", "main").Profile()
+	})
+}
+
+// genLog is a partition's log of n profiles, 0-40 s apart, a tenth of them
+// up to 15 minutes late, from hosts hosts, one in memEvery a memory
+// profile and the others cpu's.
+func genLog(rng *rand.Rand, n, hosts, memEvery int, cpu func(at time.Time) *profile.Profile) []Input {
 	out := make([]Input, n)
 	now := t0
 	for i := range out {
@@ -434,17 +445,14 @@ func genRecords(rng *rand.Rand, n int) []Input {
 		if rng.IntN(10) == 0 {
 			at = at.Add(-time.Duration(rng.IntN(15*60)) * time.Second)
 		}
-		host := fmt.Sprintf("h%d", rng.IntN(3))
-		if rng.IntN(4) == 0 {
+		host := fmt.Sprintf("h%d", rng.IntN(hosts))
+		if rng.IntN(memEvery) == 0 {
 			prof := pproftest.NewMemory(at, time.Second).
 				Sample(map[string]string{record.LabelService: "db", record.LabelPID: "1"}, []int64{rng.Int64N(1000)}).Profile()
 			out[i] = Input{Profile: prof, Type: record.ProfileMemory, Host: host, Offset: int64(i)}
 			continue
 		}
-		prof := pproftest.NewCPU(at, time.Second).
-			Sample(svc("checkout"), []int64{1, rng.Int64N(100)}, "hash", "work", "main").
-			Sample(svc("api"), []int64{2, rng.Int64N(100)}, "main", "serve", "main").Profile()
-		out[i] = Input{Profile: prof, Type: record.ProfileCPU, Host: host, Offset: int64(i)}
+		out[i] = Input{Profile: cpu(at), Type: record.ProfileCPU, Host: host, Offset: int64(i)}
 	}
 	return out
 }

@@ -3,7 +3,6 @@ package aggregate
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"hash/crc32"
 	"math"
 	"math/rand/v2"
@@ -24,21 +23,7 @@ import (
 // profiles, and a tenth of the profiles up to 15 minutes late.
 func genStackRecords(rng *rand.Rand, n int) []Input {
 	funcs := []string{"main", "serve", "work", "hash", "parse", "read", "write", "gc", "lock", "json", "sql", "tls"}
-	out := make([]Input, n)
-	now := t0
-	for i := range out {
-		now = now.Add(time.Duration(rng.IntN(40)) * time.Second)
-		at := now
-		if rng.IntN(10) == 0 {
-			at = at.Add(-time.Duration(rng.IntN(15*60)) * time.Second)
-		}
-		host := fmt.Sprintf("h%d", rng.IntN(4))
-		if rng.IntN(5) == 0 {
-			prof := pproftest.NewMemory(at, time.Second).
-				Sample(map[string]string{record.LabelService: "db", record.LabelPID: "1"}, []int64{rng.Int64N(1000)}).Profile()
-			out[i] = Input{Profile: prof, Type: record.ProfileMemory, Host: host, Offset: int64(i)}
-			continue
-		}
+	return genLog(rng, n, 4, 5, func(at time.Time) *profile.Profile {
 		b := pproftest.NewCPU(at, time.Second)
 		for range 1 + rng.IntN(4) {
 			stack := make([]string, 1+rng.IntN(6))
@@ -48,9 +33,8 @@ func genStackRecords(rng *rand.Rand, n int) []Input {
 			stack[len(stack)-1] = "main"
 			b.Sample(svc([]string{"checkout", "api", "cart"}[rng.IntN(3)]), []int64{1, rng.Int64N(100)}, stack...)
 		}
-		out[i] = Input{Profile: b.Profile(), Type: record.ProfileCPU, Host: host, Offset: int64(i)}
-	}
-	return out
+		return b.Profile()
+	})
 }
 
 // TestSnapshotRestoresExactly snapshots a consumer at random points,

@@ -114,6 +114,20 @@ func (e *env) produce(typ record.ProfileType, host string, profs ...*profile.Pro
 	}
 }
 
+// produceFleet sends hosts' CPU profiles every 20 s from interval from to
+// to (t0 + 20 s each, a second apart by host), recorded in x, and returns
+// how many.
+func (e *env) produceFleet(x expected, hosts []string, from, to int) int {
+	e.t.Helper()
+	for k := from; k < to; k++ {
+		for h, host := range hosts {
+			at := t0.Add(time.Duration(k)*20*time.Second + time.Duration(h)*time.Second)
+			e.produce(record.ProfileCPU, host, x.cpuProfile(host, at, int64(10*k+h), 3))
+		}
+	}
+	return (to - from) * len(hosts)
+}
+
 // instance is one running rollup consumer.
 type instance struct {
 	r    *Rollup
@@ -784,15 +798,7 @@ func TestInstancesShareAndHandOver(t *testing.T) {
 	x := expected{}
 	hosts := []string{"web-1", "web-2", "web-3", "web-4", "web-5", "web-6"}
 	n := 0
-	produce := func(from, to int) {
-		for k := from; k < to; k++ {
-			for h, host := range hosts {
-				at := t0.Add(time.Duration(k)*20*time.Second + time.Duration(h)*time.Second)
-				e.produce(record.ProfileCPU, host, x.cpuProfile(host, at, int64(10*k+h), 3))
-				n++
-			}
-		}
-	}
+	produce := func(from, to int) { n += e.produceFleet(x, hosts, from, to) }
 	produce(0, 30) // 10:00 to 10:09:40
 	a := e.start(e.osURL)
 	waitFor(t, "first instance caught up", 60*time.Second, func() bool { return a.count("added") == n })

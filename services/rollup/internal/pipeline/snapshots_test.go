@@ -10,7 +10,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/stackstream/stackstream/pkg/testenv"
-	"github.com/stackstream/stackstream/schemas/record"
 )
 
 // TestSnapshotsHandOver: an instance stopped in the middle of an hour
@@ -29,14 +28,9 @@ func TestSnapshotsHandOver(t *testing.T) {
 	hosts := []string{"web-1", "web-2", "web-3", "web-4"}
 	n := 0
 	produce := func(from, to int) int {
-		for k := from; k < to; k++ {
-			for h, host := range hosts {
-				at := t0.Add(time.Duration(k)*20*time.Second + time.Duration(h)*time.Second)
-				e.produce(record.ProfileCPU, host, x.cpuProfile(host, at, int64(10*k+h), 3))
-				n++
-			}
-		}
-		return (to - from) * len(hosts)
+		k := e.produceFleet(x, hosts, from, to)
+		n += k
+		return k
 	}
 	restored := func(in *instance, outcome string) int {
 		return int(testutil.ToFloat64(in.r.m.restores.WithLabelValues(outcome)))
@@ -130,15 +124,7 @@ func TestSnapshotsRebalance(t *testing.T) {
 	x := expected{}
 	hosts := []string{"web-1", "web-2", "web-3", "web-4", "web-5", "web-6"}
 	n := 0
-	produce := func(from, to int) {
-		for k := from; k < to; k++ {
-			for h, host := range hosts {
-				at := t0.Add(time.Duration(k)*20*time.Second + time.Duration(h)*time.Second)
-				e.produce(record.ProfileCPU, host, x.cpuProfile(host, at, int64(10*k+h), 3))
-				n++
-			}
-		}
-	}
+	produce := func(from, to int) { n += e.produceFleet(x, hosts, from, to) }
 	produce(0, 30) // 10:00 to 10:09:40
 	a := e.start(e.osURL)
 	waitFor(t, "first instance caught up", 60*time.Second, func() bool { return a.count("added") == n })
