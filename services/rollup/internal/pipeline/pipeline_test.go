@@ -114,6 +114,25 @@ func (e *env) produce(typ record.ProfileType, host string, profs ...*profile.Pro
 	}
 }
 
+// atEnd reports whether in has handled every record of every partition.
+func (e *env) atEnd(in *instance) func() bool {
+	return func() bool {
+		ends, err := e.adm.ListEndOffsets(context.Background(), e.topics.ProfilesSymbolized)
+		if err != nil {
+			return false
+		}
+		in.r.mu.Lock()
+		defer in.r.mu.Unlock()
+		done := true
+		ends.Each(func(o kadm.ListedOffset) {
+			if p := in.r.parts[o.Partition]; p == nil || p.Next() < o.Offset {
+				done = false
+			}
+		})
+		return done
+	}
+}
+
 // produceFleet sends hosts' CPU profiles every 20 s from interval from to
 // to (t0 + 20 s each, a second apart by host), recorded in x, and returns
 // how many.
@@ -821,22 +840,7 @@ func TestInstancesShareAndHandOver(t *testing.T) {
 	produce(60, 90) // to 10:29:40
 	// b reads again what a had not committed, so it counts at least the
 	// rest; wait until every partition is at its end.
-	waitFor(t, "second instance at the end", 90*time.Second, func() bool {
-		ends, err := e.adm.ListEndOffsets(context.Background(), e.topics.ProfilesSymbolized)
-		if err != nil {
-			return false
-		}
-		b.r.mu.Lock()
-		defer b.r.mu.Unlock()
-		done := true
-		ends.Each(func(o kadm.ListedOffset) {
-			p := b.r.parts[o.Partition]
-			if p == nil || p.Next() < o.Offset {
-				done = false
-			}
-		})
-		return done
-	})
+	waitFor(t, "second instance at the end", 90*time.Second, e.atEnd(b))
 	if !b.r.OwnsFirstPartition() {
 		t.Error("the instance left alone does not own partition 0")
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/stackstream/stackstream/pkg/testenv"
 )
@@ -35,23 +34,6 @@ func TestSnapshotsHandOver(t *testing.T) {
 	restored := func(in *instance, outcome string) int {
 		return int(testutil.ToFloat64(in.r.m.restores.WithLabelValues(outcome)))
 	}
-	atEnd := func(in *instance) func() bool {
-		return func() bool {
-			ends, err := e.adm.ListEndOffsets(context.Background(), e.topics.ProfilesSymbolized)
-			if err != nil {
-				return false
-			}
-			in.r.mu.Lock()
-			defer in.r.mu.Unlock()
-			done := true
-			ends.Each(func(o kadm.ListedOffset) {
-				if p := in.r.parts[o.Partition]; p == nil || p.Next() < o.Offset {
-					done = false
-				}
-			})
-			return done
-		}
-	}
 
 	produce(0, 30) // 10:00 to 10:09:40
 	a := e.start(e.osURL)
@@ -66,13 +48,13 @@ func TestSnapshotsHandOver(t *testing.T) {
 	more := produce(30, 45) // to 10:14:40
 	proxy := testenv.NewProxy(t, strings.TrimPrefix(e.osURL, "http://"))
 	b := e.start("http://" + proxy.Addr())
-	waitFor(t, "second instance at the end", 60*time.Second, atEnd(b))
+	waitFor(t, "second instance at the end", 60*time.Second, e.atEnd(b))
 	if got := b.count("added"); got != more || restored(b, "restored") != 2 {
 		t.Fatalf("after a hand-over: %d records read (%d produced since), %d partitions restored of 2, %d failed",
 			got, more, restored(b, "restored"), restored(b, "failed"))
 	}
 	more += produce(45, 60) // to 10:19:40
-	waitFor(t, "second instance at the end again", 60*time.Second, atEnd(b))
+	waitFor(t, "second instance at the end again", 60*time.Second, e.atEnd(b))
 
 	// b dies: its last write cannot finish, so it stores, snapshots and
 	// commits nothing more.
@@ -91,7 +73,7 @@ func TestSnapshotsHandOver(t *testing.T) {
 	proxy.SetDown(false)
 
 	c := e.start(e.osURL)
-	waitFor(t, "third instance at the end", 60*time.Second, atEnd(c))
+	waitFor(t, "third instance at the end", 60*time.Second, e.atEnd(c))
 	if got := c.count("added"); got != 0 || restored(c, "restored") != 2 {
 		t.Fatalf("after a crash: %d records read again (want 0: the last periodic snapshot was taken after the last record), %d partitions restored", got, restored(c, "restored"))
 	}
@@ -107,7 +89,7 @@ func TestSnapshotsHandOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := e.start(e.osURL)
-	waitFor(t, "fourth instance at the end", 60*time.Second, atEnd(d))
+	waitFor(t, "fourth instance at the end", 60*time.Second, e.atEnd(d))
 	if got := d.count("added"); got == 0 || restored(d, "failed") != 2 {
 		t.Fatalf("without snapshots: %d records read again, %d restores failed (want 2)", got, restored(d, "failed"))
 	}
