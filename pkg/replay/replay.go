@@ -280,17 +280,23 @@ func Positions(ctx context.Context, adm *kadm.Client, group, topic string) (map[
 		if o.Topic != topic || o.Err != nil || o.At < 0 {
 			return
 		}
-		at := o.At
-		if _, next, ok := strings.Cut(o.Metadata, " next="); ok {
-			// Fields may follow (" snap=…": the rollup's snapshot).
-			next, _, _ = strings.Cut(next, " ")
-			if n, err := strconv.ParseInt(next, 10, 64); err == nil && n > at {
-				at = n
-			}
-		}
-		out[o.Partition] = at
+		out[o.Partition] = Position(o.At, o.Metadata)
 	})
 	return out, nil
+}
+
+// Position is how far a group has processed a partition whose commit is
+// at with metadata: at, or the offset after "next=" in the metadata when
+// that is further (Positions).
+func Position(at int64, metadata string) int64 {
+	if _, next, ok := strings.Cut(metadata, " next="); ok {
+		// Fields may follow (" snap=…": the rollup's snapshot).
+		next, _, _ = strings.Cut(next, " ")
+		if n, err := strconv.ParseInt(next, 10, 64); err == nil && n > at {
+			return n
+		}
+	}
+	return at
 }
 
 // groupLag is the group's total lag on topic: end offsets minus its

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/stackstream/stackstream/pkg/opensearch"
+	"github.com/stackstream/stackstream/pkg/replay"
 )
 
 // Status prints brokers, topics with partitions and per-group lag, the
@@ -64,7 +65,9 @@ func kafkaStatus(ctx context.Context, cfg Config, adm *kadm.Client, tw *tabwrite
 	return nil
 }
 
-// groupLags returns, per topic, "group=lag" for every group consuming it.
+// groupLags returns, per topic, "group=lag" for every group consuming it:
+// records past how far it got (replay.Position: a rollup's commit trails
+// the records it handled, which its metadata names).
 func groupLags(ctx context.Context, adm *kadm.Client) map[string]string {
 	out := map[string]string{}
 	groups, err := adm.ListGroups(ctx)
@@ -80,8 +83,12 @@ func groupLags(ctx context.Context, adm *kadm.Client) map[string]string {
 		for topic, parts := range l.Lag {
 			var total int64
 			for _, p := range parts {
-				if p.Lag > 0 {
-					total += p.Lag
+				lag := p.Lag
+				if p.Err == nil && p.Commit.At >= 0 {
+					lag = p.End.Offset - replay.Position(p.Commit.At, p.Commit.Metadata)
+				}
+				if lag > 0 {
+					total += lag
 				}
 			}
 			per[topic] = append(per[topic], fmt.Sprintf("%s=%d", l.Group, total))
