@@ -253,7 +253,7 @@ func (r *Rollup) handle(ctx context.Context, fetches kgo.Fetches) error {
 		if len(ft.Records) == 0 || err != nil {
 			return
 		}
-		r.dropStale(ctx, ft.Partition)
+		r.dropStale(ft.Partition)
 		part := r.partition(ctx, ft.Partition)
 		r.active[ft.Partition] = r.cfg.Now()
 		for _, rec := range ft.Records {
@@ -701,14 +701,7 @@ func (r *Rollup) revoked(ctx context.Context, cl *kgo.Client, revoked map[string
 		cancel()
 	}
 	for _, p := range ps {
-		if part := r.parts[p]; part != nil {
-			part.Release()
-		}
-		delete(r.parts, p)
-		delete(r.active, p)
-		delete(r.writing, p)
-		delete(r.snaps, p)
-		r.forgetSeek(p)
+		r.drop(p)
 		r.m.ForgetPartition(p)
 		r.m.watermark.DeleteLabelValues(strconv.Itoa(int(p)))
 	}
@@ -724,14 +717,7 @@ func (r *Rollup) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32)
 	// landing after its own would put older sums back.
 	r.cancelWrites(lost[r.cfg.Topics.ProfilesSymbolized])
 	for _, p := range lost[r.cfg.Topics.ProfilesSymbolized] {
-		if part := r.parts[p]; part != nil {
-			part.Release()
-		}
-		delete(r.parts, p)
-		delete(r.active, p)
-		delete(r.writing, p)
-		delete(r.snaps, p)
-		r.forgetSeek(p)
+		r.drop(p)
 	}
 	r.owns(lost[r.cfg.Topics.ProfilesSymbolized], false)
 	r.log.Warn("partitions lost", "topic", r.cfg.Topics.ProfilesSymbolized, "partitions", lost[r.cfg.Topics.ProfilesSymbolized])
@@ -810,27 +796,27 @@ func (r *Rollup) adjustOffsets(_ context.Context, offs map[string]map[int32]kgo.
 	return offs, nil
 }
 
-// dropStale replaces the state of partition p, restored over a commit that
-// has moved since (adjustOffsets), by the state of its commit now.
-func (r *Rollup) dropStale(ctx context.Context, p int32) {
+// dropStale drops the state of partition p when it was restored over a
+// commit that has moved since (adjustOffsets): partition then starts it
+// from the commit now.
+func (r *Rollup) dropStale(p int32) {
 	r.seekMu.Lock()
 	stale := r.stale[p]
-	delete(r.stale, p)
 	r.seekMu.Unlock()
-	if !stale {
-		return
+	if stale {
+		r.drop(p)
 	}
+}
+
+// drop releases partition p's state and forgets what is kept for it.
+func (r *Rollup) drop(p int32) {
 	if part := r.parts[p]; part != nil {
 		part.Release()
 	}
 	delete(r.parts, p)
+	delete(r.active, p)
+	delete(r.writing, p)
 	delete(r.snaps, p)
-	cps := r.checkpoints(ctx, []int32{p})
-	r.parts[p] = aggregate.NewPartition(r.windowConfig(p), cps[p].cp)
-}
-
-// forgetSeek drops what adjustOffsets would do for partition p.
-func (r *Rollup) forgetSeek(p int32) {
 	r.seekMu.Lock()
 	delete(r.seek, p)
 	delete(r.stale, p)
