@@ -160,7 +160,7 @@ func (t *FunctionTable) Encode(keep int) []byte {
 		u(f.Self / scale)
 		u(f.Total / scale)
 	}
-	return deflated(FunctionTableVersion, body, flate.BestCompression)
+	return deflated(FunctionTableVersion, body, flate.DefaultCompression)
 }
 
 // DecodeFunctionTable reads an encoded function table, bounded by lim as

@@ -133,7 +133,7 @@ func (b *TreeBuilder) EncodeHead(max int) []byte {
 		}
 	}
 	walk(0)
-	return deflated(HeadVersion, out, flate.BestCompression)
+	return deflated(HeadVersion, out, flate.DefaultCompression)
 }
 
 // deflated is version followed by body deflated at level.
