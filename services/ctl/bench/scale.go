@@ -33,7 +33,7 @@ func (b *bench) scaling(ctx context.Context) error {
 		o.scaleHosts, o.scaleDuration, o.scaleSpeed, b.parts, kill, o.scaleIdle)
 	fmt.Println("| instances | consumer | host intervals | CPU s | ms / interval | idle ms/s per instance | ms / interval less idle | records read / produced | ms less idle per 2 records read | writes (bulk requests, transactions) | documents written | load |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
-	var failed, exact []string
+	var failed, exact, steadyRows []string
 	for round, n := range o.scale {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -72,6 +72,7 @@ func (b *bench) scaling(ctx context.Context) error {
 		// Kill one instance of each consumer halfway through the fleet's
 		// wall time, and start it again 5 s later.
 		half := time.Duration(float64(o.scaleDuration) / o.scaleSpeed / 2)
+		steady := b.steadyWindow(ctx, half/2, half-5*time.Second)
 		restarted := make(chan error, 1)
 		go func() {
 			if !o.scaleKill {
@@ -133,6 +134,12 @@ func (b *bench) scaling(ctx context.Context) error {
 				n, strings.TrimPrefix(svc, "stackstream-"), sum.Profiles, cpu, cpu/intervals*1000, idleRate*1000, busy/intervals*1000,
 				d("records")/float64(sum.Records), busy/max(d("records")/2, 1)*1000, d("writes"), d("documents"), loadAverage())
 		}
+		w := <-steady
+		w.idle = map[string]float64{}
+		for _, svc := range consumers {
+			w.idle[svc] = (idle1[svc] - idle0[svc]) / idleSpan.Seconds() // all n instances
+		}
+		steadyRows = append(steadyRows, w.rows(n)...)
 		exact = append(exact, fmt.Sprintf("%d instances (members %v, span %v): DLQ %d, rollup CPU == produced %v (%d vs %d), samples CPU == produced %v (%d vs %d), indexer stacks documents %.0f",
 			n, members, span.Round(time.Second), b.dlqCount()-dlq0, rollup == want, rollup, want, samples == want, samples, want, count1["stackstream-indexer/stacks"]-count0["stackstream-indexer/stacks"]))
 		if rollup != want || samples != want {
@@ -142,10 +149,62 @@ func (b *bench) scaling(ctx context.Context) error {
 	for _, l := range exact {
 		fmt.Println("  " + l)
 	}
+	fmt.Println("\nThe same rounds from a quarter to just before half of the fleet's wall time (caches warm, before the kill and the end's flush of the open hour):")
+	fmt.Println("| instances | consumer | span | records read | CPU s | ms per 2 records read | less idle | load |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
+	for _, l := range steadyRows {
+		fmt.Println(l)
+	}
 	if len(failed) > 0 {
 		return fmt.Errorf("horizontal scaling: totals not exact with %v", failed)
 	}
 	return nil
+}
+
+// window is what each consumer spent and read between two moments of a
+// round.
+type window struct {
+	span             time.Duration
+	cpu0, cpu1, idle map[string]float64
+	count0, count1   map[string]float64
+	load             string
+}
+
+// steadyWindow measures every consumer's CPU and records read from from to
+// to after now, in the background; the result comes once to has passed (or
+// ctx ended: then it has no rows).
+func (b *bench) steadyWindow(ctx context.Context, from, to time.Duration) <-chan window {
+	out := make(chan window, 1)
+	start := time.Now()
+	go func() {
+		var w window
+		defer func() { out <- w }()
+		if !sleep(ctx, from) {
+			return
+		}
+		cpu0, count0, t0 := b.serviceCPU(b.pids()), b.counters(), time.Now()
+		if !sleep(ctx, to-time.Since(start)) {
+			return
+		}
+		w = window{span: time.Since(t0), cpu0: cpu0, cpu1: b.serviceCPU(b.pids()), count0: count0, count1: b.counters(), load: loadAverage()}
+	}()
+	return out
+}
+
+// rows are the window's table rows for n instances.
+func (w window) rows(n int) []string {
+	if w.cpu1 == nil {
+		return nil
+	}
+	var out []string
+	for _, svc := range consumers {
+		cpu := w.cpu1[svc] - w.cpu0[svc]
+		read := w.count1[svc+"/records"] - w.count0[svc+"/records"]
+		out = append(out, fmt.Sprintf("| %d | %s | %v | %.0f | %.1f | %.2f | %.2f | %s |",
+			n, strings.TrimPrefix(svc, "stackstream-"), w.span.Round(time.Second), read, cpu,
+			cpu/max(read/2, 1)*1000, (cpu-w.idle[svc]*w.span.Seconds())/max(read/2, 1)*1000, w.load))
+	}
+	return out
 }
 
 // waitRollupWrites waits, up to limit, until no rollup instance is storing
