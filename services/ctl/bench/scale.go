@@ -149,7 +149,7 @@ func (b *bench) scaling(ctx context.Context) error {
 	for _, l := range exact {
 		fmt.Println("  " + l)
 	}
-	fmt.Println("\nThe same rounds from a quarter to just before half of the fleet's wall time (caches warm, before the kill and the end's flush of the open hour):")
+	fmt.Println("\nThe same rounds from a quarter to just before half of the fleet's wall time (before the kill and the end's flush of the open hour; instances started for the round still build their caches):")
 	fmt.Println("| instances | consumer | span | records read | CPU s | ms per 2 records read | less idle | load |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
 	for _, l := range steadyRows {
