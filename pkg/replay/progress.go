@@ -14,9 +14,14 @@ import (
 // Interval, the records they have left, their pace and when they will be
 // done: the one progress line of stackctl replay and stackctl reindex.
 type Progress struct {
-	Adm      *kadm.Client
-	Topic    string
-	Groups   []string
+	Adm    *kadm.Client
+	Topic  string
+	Groups []string
+	// Live maps a group of Groups to the group it catches up with: only
+	// its lag beyond that group's counts as left. A consumer that waits
+	// to fetch in batches is never at the end under live load, and
+	// neither is its live twin (stackctl reindex).
+	Live     map[string]string
 	Interval time.Duration // default 5s
 	Out      io.Writer
 }
@@ -29,9 +34,9 @@ type Drained struct {
 }
 
 // Follow prints the groups' progress until the records they have left
-// together are at most maxLeft, or ctx ends (then it returns ctx.Err()). The
-// pace counts committed offsets, so it stays right while producers add
-// records to the topic.
+// (beyond their Live groups') together are at most maxLeft, or ctx ends
+// (then it returns ctx.Err()). The pace counts committed offsets, so it
+// stays right while producers add records to the topic.
 func (p Progress) Follow(ctx context.Context, maxLeft int64) (Drained, error) {
 	interval := p.Interval
 	if interval <= 0 {
@@ -56,6 +61,14 @@ func (p Progress) Follow(ctx context.Context, maxLeft int64) (Drained, error) {
 			}
 			if _, ok := base[g]; !ok {
 				base[g] = committed
+			}
+			if live := p.Live[g]; live != "" {
+				liveLag, _, err := groupLag(ctx, p.Adm, live, p.Topic)
+				if err != nil {
+					lagErr = fmt.Errorf("group %s: %w", live, err)
+					break
+				}
+				lag = max(lag-liveLag, 0)
 			}
 			left += lag
 			processed += max(committed-base[g], 0)

@@ -353,3 +353,50 @@ func TestPositions(t *testing.T) {
 		t.Fatalf("positions %v, want 0:12 1:17", got)
 	}
 }
+
+// TestFollowLive: a group following a live one is caught up once it has no
+// more left than the live group, not when it reaches the end.
+func TestFollowLive(t *testing.T) {
+	f := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	temp := f.group + "-temp"
+	commit := func(group string, at int64) {
+		t.Helper()
+		var os kadm.Offsets
+		for p := int32(0); p < 2; p++ {
+			os.Add(kadm.Offset{Topic: f.topic, Partition: p, At: at, LeaderEpoch: -1})
+		}
+		if _, err := f.adm.CommitOffsets(ctx, group, os); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(f.group, 15) // the live group: 5 left per partition
+	commit(temp, 5)     // 15 left per partition
+	w := &syncWriter{committed: make(chan struct{})}
+	type result struct {
+		d   Drained
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		d, err := Progress{Adm: f.adm, Topic: f.topic, Groups: []string{temp}, Live: map[string]string{temp: f.group}, Interval: 100 * time.Millisecond, Out: w}.Follow(ctx, 0)
+		res <- result{d, err}
+	}()
+	select {
+	case r := <-res:
+		t.Fatalf("returned with the temporary group 20 records behind its live group: %+v, %v", r.d, r.err)
+	case <-time.After(time.Second):
+	}
+	commit(temp, 16) // one past the live group
+	r := <-res
+	w.mu.Lock()
+	t.Logf("\n%s", w.buf.String())
+	w.mu.Unlock()
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.d.Left != 0 || r.d.Processed != 22 {
+		t.Fatalf("drained %+v, want 0 left and 22 processed", r.d)
+	}
+}

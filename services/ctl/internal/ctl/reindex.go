@@ -200,12 +200,18 @@ func Reindex(ctx context.Context, cfg Config, adm *kadm.Client, osc *opensearcha
 		}(c.service)
 	}
 
-	progress := replay.Progress{Adm: adm, Topic: topic, Groups: sum.Groups, Interval: opts.Interval, Out: out}
+	// A temporary group is caught up once it is as close to the end as
+	// its live group: under live load neither is at the end (the rollup
+	// waits up to a second to fetch in batches). waitPast below then
+	// makes each temporary group reach what its live group committed.
+	progress := replay.Progress{Adm: adm, Topic: topic, Groups: sum.Groups, Live: map[string]string{}, Interval: opts.Interval, Out: out}
+	for _, c := range consumers {
+		progress.Live[c.group] = c.live
+	}
 	// The symbolizer writes the topic in transactions, so each partition
 	// ends in a commit marker that no consumer commits past: under live
 	// load every group, the live ones too, stays one offset short per
-	// partition. Those offsets are allowed on top of MaxLeft; waitPast
-	// below still makes each temporary group reach its live group.
+	// partition. Those offsets are allowed on top of MaxLeft.
 	tails, err := adm.ListEndOffsets(ctx, topic)
 	if err == nil {
 		err = tails.Error()

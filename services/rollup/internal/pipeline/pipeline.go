@@ -143,6 +143,13 @@ func New(cfg Config, w Writer, log *slog.Logger, reg prometheus.Registerer) *Rol
 	return r
 }
 
+// A fetch waits until the broker holds fetchMinBytes for it (about 120
+// profiles of 8-core hosts) or fetchMaxWait passed.
+const (
+	fetchMinBytes = 1 << 20
+	fetchMaxWait  = time.Second
+)
+
 // ClientOpts are the consumer options the Kafka client needs.
 func (r *Rollup) ClientOpts() []kgo.Opt {
 	return []kgo.Opt{
@@ -151,6 +158,16 @@ func (r *Rollup) ClientOpts() []kgo.Opt {
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.DisableAutoCommit(),
+		// Fetch in batches: a window is written once it closes, minutes
+		// after its records (STACKSTREAM_ROLLUP_ALLOWED_LATENESS), so a
+		// second of waiting for more records costs nothing users see. A
+		// broker answering each fetch as soon as one record came made an
+		// instance with a small share of the fleet flush and commit every
+		// 2-3 records (15 commits a second at 40 records a second), and
+		// its CPU per record grow with the instances (docs/ROLLUP.md,
+		// "Fetching in batches").
+		kgo.FetchMinBytes(fetchMinBytes),
+		kgo.FetchMaxWait(fetchMaxWait),
 		// Records are only handed out between rebalances, so a revoke
 		// always sees the state of every record processed.
 		kgo.BlockRebalanceOnPoll(),
