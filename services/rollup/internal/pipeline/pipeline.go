@@ -677,10 +677,14 @@ func (r *Rollup) assigned(ctx context.Context, cl *kgo.Client, assigned map[stri
 	for _, p := range ps {
 		if old := r.parts[p]; old != nil {
 			old.Release()
+			delete(r.parts, p)
 		}
 		delete(r.writing, p) // a failed write's: the state it kept is gone
 		delete(r.snaps, p)
-		if part := r.restore(ctx, p, cps[p]); part != nil {
+	}
+	restored := r.restore(ctx, ps, cps)
+	for _, p := range ps {
+		if part := restored[p]; part != nil {
 			r.parts[p] = part
 			continue
 		}
@@ -754,39 +758,61 @@ func (r *Rollup) snapshot(ctx context.Context, id int32, p *aggregate.Partition)
 	return ref, nil
 }
 
-// restore is partition p's state restored from the snapshot its commit
-// names, or nil (none, or one that cannot be read: the partition is read
-// again from the committed offset). The consumer goes on from the
-// snapshot's offset (adjustOffsets).
-func (r *Rollup) restore(ctx context.Context, p int32, c committed) *aggregate.Partition {
+// restore is the state of partitions ps restored from the snapshots their
+// commits name, read together; a partition without one, or whose
+// snapshot cannot be read, is left out (it is read again from the
+// committed offset). The consumer goes on from each snapshot's offset
+// (adjustOffsets).
+func (r *Rollup) restore(ctx context.Context, ps []int32, cps map[int32]committed) map[int32]*aggregate.Partition {
+	out := map[int32]*aggregate.Partition{}
 	s := r.cfg.Snapshots
-	if s == nil || c.snap.chunks == 0 {
-		return nil
+	if s == nil {
+		return out
 	}
-	if c.snap.at < c.offset {
-		r.log.Warn("snapshot older than the commit: reading again from the commit", "partition", p, "snapshot_at", c.snap.at, "committed", c.offset)
-		return nil
+	refs := map[int32]snapRef{}
+	for _, p := range ps {
+		c := cps[p]
+		switch {
+		case c.snap.chunks == 0:
+		case c.snap.at < c.offset:
+			r.log.Warn("snapshot older than the commit: reading again from the commit", "partition", p, "snapshot_at", c.snap.at, "committed", c.offset)
+		default:
+			refs[p] = c.snap
+		}
+	}
+	if len(refs) == 0 {
+		return out
 	}
 	start := time.Now()
-	data, err := s.load(ctx, p, c.snap)
-	var part *aggregate.Partition
-	if err == nil {
-		part, err = aggregate.Restore(r.windowConfig(p), data)
+	data, errs := s.load(ctx, refs)
+	loaded := time.Since(start)
+	for _, p := range ps {
+		c, ok := cps[p], refs[p].chunks > 0
+		if !ok {
+			continue
+		}
+		err := errs[p]
+		var part *aggregate.Partition
+		if err == nil {
+			part, err = aggregate.Restore(r.windowConfig(p), data[p])
+		}
+		if err != nil {
+			r.m.restores.WithLabelValues("failed").Inc()
+			r.log.Warn("snapshot not restored: reading again from the commit", "partition", p, "committed", c.offset, "err", err)
+			continue
+		}
+		r.m.restores.WithLabelValues("restored").Inc()
+		r.seekMu.Lock()
+		r.seek[p] = seekTo{committed: c.offset, at: c.snap.at}
+		delete(r.stale, p)
+		r.seekMu.Unlock()
+		r.snaps[p] = c.snap
+		r.log.Info("partition restored from its snapshot", "partition", p, "bytes", len(data[p]), "committed", c.offset, "from", c.snap.at,
+			"read_seconds", loaded.Seconds(), "partitions_read", len(refs))
+		out[p] = part
+		delete(data, p) // its bytes are garbage once restored
 	}
-	if err != nil {
-		r.m.restores.WithLabelValues("failed").Inc()
-		r.log.Warn("snapshot not restored: reading again from the commit", "partition", p, "committed", c.offset, "err", err)
-		return nil
-	}
-	r.m.restores.WithLabelValues("restored").Inc()
-	r.seekMu.Lock()
-	r.seek[p] = seekTo{committed: c.offset, at: c.snap.at}
-	delete(r.stale, p)
-	r.seekMu.Unlock()
-	r.snaps[p] = c.snap
-	r.log.Info("partition restored from its snapshot", "partition", p, "bytes", len(data), "committed", c.offset, "from", c.snap.at,
-		"seconds", time.Since(start).Seconds())
-	return part
+	return out
 }
 
 // adjustOffsets moves the partitions restored from a snapshot to the

@@ -135,19 +135,34 @@ func (s *Snapshots) trim(ctx context.Context, p int32, ref snapRef) error {
 	return resp.Error()
 }
 
-// load reads the snapshot ref of partition p back: its chunks are the
-// records of its key from ref's offset on.
-func (s *Snapshots) load(ctx context.Context, p int32, ref snapRef) ([]byte, error) {
+// load reads the snapshots refs names back (by partition) with one client
+// reading their partitions at once: a snapshot's chunks are the records of
+// its key from its offset on. A partition whose snapshot cannot be read
+// has its error in errs instead of its data.
+func (s *Snapshots) load(ctx context.Context, refs map[int32]snapRef) (data map[int32][]byte, errs map[int32]error) {
+	data, errs = map[int32][]byte{}, map[int32]error{}
+	if len(refs) == 0 {
+		return data, errs
+	}
 	timeout := s.LoadTimeout
 	if timeout <= 0 {
 		timeout = time.Minute
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cl, err := s.NewClient(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{s.Topic: {p: kgo.NewOffset().At(ref.offset)}}),
-		kgo.FetchMaxPartitionBytes(8<<20))
+	failAll := func(err error) (map[int32][]byte, map[int32]error) {
+		for p := range refs {
+			errs[p] = err
+		}
+		return data, errs
+	}
+	at := map[int32]kgo.Offset{}
+	for p, ref := range refs {
+		at[p] = kgo.NewOffset().At(ref.offset)
+	}
+	cl, err := s.NewClient(kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{s.Topic: at}), kgo.FetchMaxPartitionBytes(8<<20))
 	if err != nil {
-		return nil, fmt.Errorf("state topic client: %w", err)
+		return failAll(fmt.Errorf("state topic client: %w", err))
 	}
 	defer cl.Close()
 	// Deleted (a newer one committed elsewhere, retention), or never
@@ -162,41 +177,71 @@ func (s *Snapshots) load(ctx context.Context, p int32, ref snapRef) ([]byte, err
 		err = ends.Error()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("offsets of %s: %w", s.Topic, err)
+		return failAll(fmt.Errorf("offsets of %s: %w", s.Topic, err))
 	}
-	first, _ := starts.Lookup(s.Topic, p)
-	end, _ := ends.Lookup(s.Topic, p)
-	if first.Offset > ref.offset || end.Offset < ref.offset+int64(ref.chunks) {
-		return nil, fmt.Errorf("snapshot %d+%d of partition %d is gone: %s holds offsets %d to %d", ref.offset, ref.chunks, p, s.Topic, first.Offset, end.Offset)
+	type reading struct {
+		ref  snapRef
+		key  []byte
+		got  int
+		data []byte
 	}
-	var data []byte
-	var key []byte
-	got := 0
-	for got < ref.chunks {
+	left := map[int32]*reading{}
+	var gone []int32
+	for p, ref := range refs {
+		first, _ := starts.Lookup(s.Topic, p)
+		end, _ := ends.Lookup(s.Topic, p)
+		if first.Offset > ref.offset || end.Offset < ref.offset+int64(ref.chunks) {
+			errs[p] = fmt.Errorf("snapshot %d+%d of partition %d is gone: %s holds offsets %d to %d", ref.offset, ref.chunks, p, s.Topic, first.Offset, end.Offset)
+			gone = append(gone, p)
+			continue
+		}
+		left[p] = &reading{ref: ref}
+	}
+	if len(gone) > 0 {
+		cl.RemoveConsumePartitions(map[string][]int32{s.Topic: gone})
+	}
+	for len(left) > 0 {
 		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("read snapshot %d+%d of partition %d: %d of its chunks after %s", ref.offset, ref.chunks, p, got, timeout)
+		if ctx.Err() != nil {
+			for p, r := range left {
+				errs[p] = fmt.Errorf("read snapshot %d+%d of partition %d: %d of its chunks after %s", r.ref.offset, r.ref.chunks, p, r.got, timeout)
+			}
+			break
 		}
-		var ferr error
-		fs.EachError(func(_ string, _ int32, err error) { ferr = errors.Join(ferr, err) })
-		if ferr != nil {
-			return nil, fmt.Errorf("read snapshot of partition %d: %w", p, ferr)
-		}
-		for _, rec := range fs.Records() {
-			if got == 0 {
-				if rec.Offset != ref.offset {
-					return nil, fmt.Errorf("snapshot %d of partition %d is gone (first record %d)", ref.offset, p, rec.Offset)
+		fs.EachError(func(_ string, p int32, err error) {
+			if left[p] != nil {
+				errs[p] = fmt.Errorf("read snapshot of partition %d: %w", p, err)
+				delete(left, p)
+			}
+		})
+		fs.EachPartition(func(ft kgo.FetchTopicPartition) {
+			p := ft.Partition
+			r := left[p]
+			if r == nil {
+				return
+			}
+			for _, rec := range ft.Records {
+				if r.got == 0 {
+					if rec.Offset != r.ref.offset {
+						errs[p] = fmt.Errorf("snapshot %d of partition %d is gone (first record %d)", r.ref.offset, p, rec.Offset)
+						delete(left, p)
+						return
+					}
+					r.key = rec.Key
 				}
-				key = rec.Key
+				if string(rec.Key) != string(r.key) || r.got == r.ref.chunks {
+					continue // another snapshot's record
+				}
+				r.data = append(r.data, rec.Value...)
+				r.got++
 			}
-			if string(rec.Key) != string(key) || got == ref.chunks {
-				continue // another snapshot's record
+			if r.got == r.ref.chunks {
+				data[p] = r.data
+				delete(left, p)
 			}
-			data = append(data, rec.Value...)
-			got++
-		}
+		})
 	}
-	return data, nil
+	return data, errs
 }
 
 // Close closes the producer.
