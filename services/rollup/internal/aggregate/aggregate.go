@@ -241,6 +241,9 @@ type window struct {
 	packed    bool
 	minOffset int64
 	closed    bool
+	// rewriteAt is the watermark from which a part-hour window changed
+	// since it closed is written again (RewriteDelay); 0 when it is not.
+	rewriteAt int64
 	// frozen: an hour window whose trie and stack series are frozen
 	// (freeze.go); encoded counts its series held encoded (frozen or
 	// packed), so a profile's bound skips the windows with none.

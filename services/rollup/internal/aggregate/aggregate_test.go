@@ -242,6 +242,11 @@ func TestLateProfileRecomputes(t *testing.T) {
 	if got := add(t, p, late, record.ProfileCPU, 2); got != Added {
 		t.Fatalf("outcome %v, want Added", got)
 	}
+	if docs := p.Pending(false); len(docs) != 0 {
+		t.Fatalf("the late minute rewritten before the watermark moved RewriteDelay: %v", slices.Sorted(maps.Keys(byKey(docs))))
+	}
+	// The watermark a minute on (10:04:20): the minute is written again.
+	add(t, p, cpu(t0.Add(260*time.Second)), record.ProfileCPU, 3)
 	docs := byKey(p.Pending(false))
 	if d := docs["1m/10:00/service/checkout/"]; d.Value != 47 || d.Samples != 5 {
 		t.Fatalf("recomputed minute doc = %+v, want value 47 samples 5", d)
@@ -249,13 +254,13 @@ func TestLateProfileRecomputes(t *testing.T) {
 	if d, ok := docs["1h/10:00/service/checkout/"]; ok {
 		t.Fatalf("hour in progress written: %+v", d)
 	}
-	if d := byKey(p.Pending(true))["1h/10:00/service/checkout/"]; d.Value != 87 {
-		t.Fatalf("hour doc on shutdown = %+v, want 87 (both minutes)", d)
+	if d := byKey(p.Pending(true))["1h/10:00/service/checkout/"]; d.Value != 127 {
+		t.Fatalf("hour doc on shutdown = %+v, want 127 (the three minutes)", d)
 	}
 	if _, ok := docs["1m/10:00/service/api/"]; ok {
 		t.Fatal("unchanged doc rewritten")
 	}
-	if _, ok := docs["1m/10:03/service/checkout/"]; ok {
+	if _, ok := docs["1m/10:04/service/checkout/"]; ok {
 		t.Fatal("open window written")
 	}
 }

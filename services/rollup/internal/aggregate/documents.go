@@ -70,7 +70,7 @@ func (p *Partition) Flush(all bool) *Flush {
 		if !w.closed && w.end+int64(p.cfg.AllowedLateness) <= p.watermark {
 			w.closed = true
 		}
-		if w.dirty > 0 && isPartHour(w.key.res) && (w.closed || all) {
+		if w.dirty > 0 && isPartHour(w.key.res) && (w.closed && w.rewriteAt <= p.watermark || all) {
 			minuteWritten = minuteWritten || w.key.res == indices.ResolutionMinute
 			f.windows = append(f.windows, w)
 		}
@@ -223,7 +223,18 @@ func (p *Partition) markDirty(w *window, ds *docState) {
 		ds.dirty = true
 		w.dirty++
 	}
+	if w.closed && w.rewriteAt == 0 && isPartHour(w.key.res) {
+		w.rewriteAt = p.watermark + int64(RewriteDelay)
+	}
 }
+
+// RewriteDelay is how far the watermark moves before a part-hour window
+// changed after it closed (a late profile) is written again: a minute's
+// partition tree merges every host's stacks, and a trickle of late
+// profiles rebuilt it at every flush (part E of the pipeline bench:
+// minute trees written up to 13 times each; docs/ROLLUP.md "Late
+// profiles' rewrites"). Hours wait likewise, for a minute written.
+const RewriteDelay = time.Minute
 
 // serviceTreePending is the service (or partition) tree document of an
 // hour: the stacks of every host of the service (of every service) in this
@@ -410,6 +421,9 @@ func MarkStored(docs []Pending) {
 		if d.ds != nil && d.ds.dirty {
 			d.ds.dirty = false
 			d.w.dirty--
+			if d.w.dirty == 0 {
+				d.w.rewriteAt = 0
+			}
 		}
 	}
 }

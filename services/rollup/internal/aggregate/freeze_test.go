@@ -59,6 +59,10 @@ func TestFrozenHourLateProfiles(t *testing.T) {
 				add(t, p, prof, record.ProfileCPU, off)
 				off++
 			}
+			// The late minutes are written again once the watermark
+			// moves RewriteDelay (to 11:02, then 11:03).
+			add(t, p, cpu(t0.Add(61*time.Minute+time.Duration(len(written[i])+1)*time.Minute)), record.ProfileCPU, off)
+			off++
 			if freezes && p.windows[hour].frozen {
 				t.Fatal("a late profile left the hour frozen")
 			}

@@ -46,6 +46,8 @@ func TestPackedWindowLateProfile(t *testing.T) {
 			}
 		}
 		add(t, p, at40, record.ProfileCPU, 3)
+		// Written again once the watermark moves RewriteDelay.
+		add(t, p, cpu(t0.Add(5*time.Minute)), record.ProfileCPU, 4)
 		late[i] = p.Pending(false)
 		if w := p.windows[windowKey{indices.ResolutionMinute, t0.UnixNano()}]; w.packed {
 			t.Fatal("late profile left the window packed")

@@ -207,6 +207,9 @@ func (p *Partition) appendPartTree(out []Pending, w *window, start time.Time, in
 		// never be evicted and would hold the commit at its first record).
 		ds.dirty = false
 		w.dirty--
+		if w.dirty == 0 {
+			w.rewriteAt = 0
+		}
 		return out
 	}
 	for _, d := range docs {

@@ -28,7 +28,7 @@ import (
 
 // snapshotMagic starts every snapshot; its last byte is the format's
 // version.
-const snapshotMagic = "rollup-state\x01"
+const snapshotMagic = "rollup-state\x02"
 
 // ErrBadSnapshot is the error of Restore for bytes that are not a whole
 // snapshot of this format.
@@ -97,6 +97,7 @@ func (e *snapEncoder) window(w *window) {
 	e.bool(w.packed)
 	e.int(w.minOffset)
 	e.bool(w.closed)
+	e.int(w.rewriteAt)
 	e.bool(w.frozen)
 	e.int(int64(w.encoded))
 	e.int(int64(w.dirty))
@@ -299,6 +300,10 @@ func (d snapDecoder) window(p *Partition) *window {
 	w.packed = d.Bool()
 	w.minOffset = d.Varint()
 	w.closed = d.Bool()
+	w.rewriteAt = d.Varint()
+	if w.rewriteAt < 0 {
+		d.Fail("window rewritten at watermark %d", w.rewriteAt)
+	}
 	w.frozen = d.Bool()
 	w.encoded = d.small()
 	w.dirty = d.small()

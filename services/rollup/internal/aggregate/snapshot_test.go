@@ -211,7 +211,7 @@ func TestRestoreRefuses(t *testing.T) {
 		"empty":     nil,
 		"truncated": snap[:len(snap)/2],
 		"flipped":   append(append([]byte{}, snap[:100]...), append([]byte{snap[100] ^ 1}, snap[101:]...)...),
-		"version":   append([]byte("rollup-state\x02"), snap[len(snapshotMagic):]...),
+		"version":   append([]byte("rollup-state\x01"), snap[len(snapshotMagic):]...), // before RewriteDelay
 	} {
 		if _, err := Restore(testConfig(), b); !errors.Is(err, ErrBadSnapshot) {
 			t.Errorf("%s: %v, want ErrBadSnapshot", name, err)

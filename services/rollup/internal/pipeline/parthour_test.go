@@ -46,7 +46,10 @@ func TestPartHourDocuments(t *testing.T) {
 	// Late (10:15:30, within lateness and retention): both windows'
 	// trees are rewritten whole.
 	e.produce(record.ProfileCPU, "web-2", x.cpuProfile("web-2", minute.Add(30*time.Second), 5000, 11))
-	n++
+	// Written again once its partition's watermark moves a minute
+	// (aggregate.RewriteDelay): from 10:22:43 to 10:23:50.
+	e.produce(record.ProfileCPU, "web-2", x.cpuProfile("web-2", t0.Add(23*time.Minute+50*time.Second), 7, 1))
+	n += 2
 	waitFor(t, "the late profile's windows rewritten", 90*time.Second, func() bool {
 		return e.sumValue(indices.KindPartitionTree, indices.ResolutionTenMinutes, tenTen) == before+5011 &&
 			e.sumValue(indices.KindPartitionTree, indices.ResolutionMinute, minute) == beforeMinute+5011
@@ -84,8 +87,8 @@ func checkPartHourTotals(t *testing.T, docs map[string]indices.RollupDoc) {
 			services[w] += d.StackValue
 		}
 	}
-	if len(trees) != 23+3 {
-		t.Errorf("part-hour partition trees in %d windows, want 23 minutes and 3 10-minute windows", len(trees))
+	if len(trees) != 24+3 {
+		t.Errorf("part-hour partition trees in %d windows, want 24 minutes (10:00 to 10:23) and 3 10-minute windows", len(trees))
 	}
 	for w, v := range services {
 		if trees[w] != v || v == 0 {

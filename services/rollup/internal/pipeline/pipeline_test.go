@@ -663,7 +663,10 @@ func TestLateProfileRecomputesWithoutDoubleCounting(t *testing.T) {
 
 	// Late, within allowed lateness plus retention: recomputed, not added twice.
 	e.produce(record.ProfileCPU, "web-1", x.cpuProfile("web-1", t0.Add(40*time.Second), 5000, 1))
-	n++
+	// Written again once the watermark moves a minute
+	// (aggregate.RewriteDelay): from 10:03:50 to 10:05.
+	e.produce(record.ProfileCPU, "web-1", x.cpuProfile("web-1", t0.Add(5*time.Minute), 3, 1))
+	n += 2
 	waitFor(t, "minute 10:00 rewritten", 60*time.Second, func() bool { return byKey(e.docs())[checkout1m].Value == firstMinute+5000 })
 
 	// Push the watermark past 10:00's retention, then a profile for 10:00:
