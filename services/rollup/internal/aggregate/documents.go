@@ -228,6 +228,16 @@ func (p *Partition) markDirty(w *window, ds *docState) {
 	}
 }
 
+// markClean marks ds, a dirty document of w, as written; the window's
+// rewrite waits for nothing more once none of its documents is dirty.
+func (w *window) markClean(ds *docState) {
+	ds.dirty = false
+	w.dirty--
+	if w.dirty == 0 {
+		w.rewriteAt = 0
+	}
+}
+
 // RewriteDelay is how far the watermark moves before a part-hour window
 // changed after it closed (a late profile) is written again: a minute's
 // partition tree merges every host's stacks, and a trickle of late
@@ -419,11 +429,7 @@ func MarkStored(docs []Pending) {
 		// Function documents have no state of their own: their series'
 		// tree, written after them, has (appendFunctions).
 		if d.ds != nil && d.ds.dirty {
-			d.ds.dirty = false
-			d.w.dirty--
-			if d.w.dirty == 0 {
-				d.w.rewriteAt = 0
-			}
+			d.w.markClean(d.ds)
 		}
 	}
 }

@@ -205,11 +205,7 @@ func (p *Partition) appendPartTree(out []Pending, w *window, start time.Time, in
 		// A minute's tree too small for a head, minute trees off: nothing
 		// to write, so nothing to wait for (left dirty, the minute would
 		// never be evicted and would hold the commit at its first record).
-		ds.dirty = false
-		w.dirty--
-		if w.dirty == 0 {
-			w.rewriteAt = 0
-		}
+		w.markClean(ds)
 		return out
 	}
 	for _, d := range docs {

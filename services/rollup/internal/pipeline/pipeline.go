@@ -677,7 +677,6 @@ func (r *Rollup) assigned(ctx context.Context, cl *kgo.Client, assigned map[stri
 	for _, p := range ps {
 		if old := r.parts[p]; old != nil {
 			old.Release()
-			delete(r.parts, p)
 		}
 		delete(r.writing, p) // a failed write's: the state it kept is gone
 		delete(r.snaps, p)
@@ -787,11 +786,10 @@ func (r *Rollup) restore(ctx context.Context, ps []int32, cps map[int32]committe
 	data, errs := s.load(ctx, refs)
 	loaded := time.Since(start)
 	for _, p := range ps {
-		c, ok := cps[p], refs[p].chunks > 0
-		if !ok {
+		if _, ok := refs[p]; !ok {
 			continue
 		}
-		err := errs[p]
+		c, err := cps[p], errs[p]
 		var part *aggregate.Partition
 		if err == nil {
 			part, err = aggregate.Restore(r.windowConfig(p), data[p])
