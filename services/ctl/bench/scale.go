@@ -60,6 +60,10 @@ func (b *bench) scaling(ctx context.Context) error {
 		idle0, idleAt := b.serviceCPU(b.pids()), time.Now()
 		sleep(ctx, o.scaleIdle)
 		idle1, idleSpan := b.serviceCPU(b.pids()), time.Since(idleAt)
+		idle := map[string]float64{} // CPU s per s of each consumer's n instances together
+		for _, svc := range consumers {
+			idle[svc] = (idle1[svc] - idle0[svc]) / idleSpan.Seconds()
+		}
 
 		cfg := loadgen.DefaultConfig()
 		cfg.Hosts, cfg.Duration, cfg.Speed = o.scaleHosts, o.scaleDuration, o.scaleSpeed
@@ -125,20 +129,16 @@ func (b *bench) scaling(ctx context.Context) error {
 		intervals := float64(sum.Profiles)
 		for _, svc := range consumers {
 			cpu := after[svc] - before[svc]
-			idleRate := (idle1[svc] - idle0[svc]) / idleSpan.Seconds() / float64(n) // CPU s per s per instance
-			busy := cpu - idleRate*float64(n)*span.Seconds()
+			busy := cpu - idle[svc]*span.Seconds()
 			d := func(what string) float64 { return count1[svc+"/"+what] - count0[svc+"/"+what] }
 			// A host interval is two records (CPU and memory); a restart or
 			// a rebalance makes a consumer read some twice.
 			fmt.Printf("| %d | %s | %d | %.1f | %.2f | %.1f | %.2f | %.2f | %.2f | %.0f | %.0f | %s |\n",
-				n, strings.TrimPrefix(svc, "stackstream-"), sum.Profiles, cpu, cpu/intervals*1000, idleRate*1000, busy/intervals*1000,
+				n, strings.TrimPrefix(svc, "stackstream-"), sum.Profiles, cpu, cpu/intervals*1000, idle[svc]/float64(n)*1000, busy/intervals*1000,
 				d("records")/float64(sum.Records), busy/max(d("records")/2, 1)*1000, d("writes"), d("documents"), loadAverage())
 		}
 		w := <-steady
-		w.idle = map[string]float64{}
-		for _, svc := range consumers {
-			w.idle[svc] = (idle1[svc] - idle0[svc]) / idleSpan.Seconds() // all n instances
-		}
+		w.idle = idle
 		steadyRows = append(steadyRows, w.rows(n)...)
 		exact = append(exact, fmt.Sprintf("%d instances (members %v, span %v): DLQ %d, rollup CPU == produced %v (%d vs %d), samples CPU == produced %v (%d vs %d), indexer stacks documents %.0f",
 			n, members, span.Round(time.Second), b.dlqCount()-dlq0, rollup == want, rollup, want, samples == want, samples, want, count1["stackstream-indexer/stacks"]-count0["stackstream-indexer/stacks"]))
