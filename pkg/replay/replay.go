@@ -268,12 +268,9 @@ func checkIdle(ctx context.Context, adm *kadm.Client, group string) error {
 // behind, and records there (aggregate.Checkpoint) the next record it has
 // handled and stored. Partitions without a commit are absent.
 func Positions(ctx context.Context, adm *kadm.Client, group, topic string) (map[int32]int64, error) {
-	committed, err := adm.FetchOffsetsForTopics(ctx, group, topic)
-	if err == nil {
-		err = committed.Error()
-	}
+	committed, err := commits(ctx, adm, group, topic)
 	if err != nil {
-		return nil, fmt.Errorf("fetch committed offsets of %s: %w", group, err)
+		return nil, err
 	}
 	out := map[int32]int64{}
 	committed.Each(func(o kadm.OffsetResponse) {
@@ -283,6 +280,19 @@ func Positions(ctx context.Context, adm *kadm.Client, group, topic string) (map[
 		out[o.Partition] = Position(o.At, o.Metadata)
 	})
 	return out, nil
+}
+
+// commits are group's commits on every partition of topic (At -1 where it
+// has none).
+func commits(ctx context.Context, adm *kadm.Client, group, topic string) (kadm.OffsetResponses, error) {
+	committed, err := adm.FetchOffsetsForTopics(ctx, group, topic)
+	if err == nil {
+		err = committed.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fetch committed offsets of %s: %w", group, err)
+	}
+	return committed, nil
 }
 
 // Position is how far a group has processed a partition whose commit is
@@ -299,11 +309,24 @@ func Position(at int64, metadata string) int64 {
 	return at
 }
 
-// groupLag is the group's total lag on topic: end offsets minus its
-// Positions (a partition without a commit counts from its start), and the
-// sum of its positions.
+// PartitionLag is a group's lag on one partition: the records from how far
+// it got (reached) to end, never below 0, as a commit can be past an end
+// listed before it. How far it got is the Position of its commit (at,
+// metadata) or, without a commit (at < 0), start: the partition's first
+// offset (0 when not known), every record there still to process. stackctl
+// status and Progress both count a group's lag as the sum of these.
+func PartitionLag(at int64, metadata string, start, end int64) (lag, reached int64) {
+	reached = start
+	if at >= 0 {
+		reached = Position(at, metadata)
+	}
+	return max(end-reached, 0), reached
+}
+
+// groupLag is the group's total lag on topic over every partition
+// (PartitionLag), and the sum of how far it got on each.
 func groupLag(ctx context.Context, adm *kadm.Client, group, topic string) (lag, positionSum int64, err error) {
-	pos, err := Positions(ctx, adm, group, topic)
+	committed, err := commits(ctx, adm, group, topic)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -322,14 +345,17 @@ func groupLag(ctx context.Context, adm *kadm.Client, group, topic string) (lag, 
 		return 0, 0, fmt.Errorf("list start offsets: %w", err)
 	}
 	ends.Each(func(e kadm.ListedOffset) {
-		at, ok := pos[e.Partition]
-		if !ok {
-			if s, found := starts.Lookup(topic, e.Partition); found {
-				at = s.Offset
-			}
+		at, metadata := int64(-1), ""
+		if c, ok := committed.Lookup(topic, e.Partition); ok && c.Err == nil {
+			at, metadata = c.At, c.Metadata
 		}
-		lag += max(e.Offset-at, 0)
-		positionSum += at
+		var start int64
+		if s, ok := starts.Lookup(topic, e.Partition); ok {
+			start = s.Offset
+		}
+		l, reached := PartitionLag(at, metadata, start, e.Offset)
+		lag += l
+		positionSum += reached
 	})
 	return lag, positionSum, nil
 }

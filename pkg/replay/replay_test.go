@@ -354,6 +354,31 @@ func TestPositions(t *testing.T) {
 	}
 }
 
+// TestPartitionLag: the one rule stackctl status and Progress count a
+// group's lag by.
+func TestPartitionLag(t *testing.T) {
+	for _, c := range []struct {
+		name              string
+		at                int64
+		metadata          string
+		start, end        int64
+		wantLag, wantFrom int64
+	}{
+		{"committed", 40, "", 10, 100, 60, 40},
+		{"rollup next= further than its commit", 40, "rollup/v1 wm=5 floor=9 next=90 snap=0+3@90", 10, 100, 10, 90},
+		{"next= behind the commit", 40, "rollup/v1 next=30", 10, 100, 60, 40},
+		{"no commit: from the start", -1, "", 10, 100, 90, 10},
+		{"commit past an end listed before it", 120, "", 10, 100, 0, 120},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			lag, from := PartitionLag(c.at, c.metadata, c.start, c.end)
+			if lag != c.wantLag || from != c.wantFrom {
+				t.Fatalf("PartitionLag(%d, %q, %d, %d) = %d, %d; want %d, %d", c.at, c.metadata, c.start, c.end, lag, from, c.wantLag, c.wantFrom)
+			}
+		})
+	}
+}
+
 // TestFollowLive: a group following a live one is caught up once it has no
 // more left than the live group, not when it reaches the end.
 func TestFollowLive(t *testing.T) {

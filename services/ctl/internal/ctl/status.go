@@ -66,8 +66,8 @@ func kafkaStatus(ctx context.Context, cfg Config, adm *kadm.Client, tw *tabwrite
 }
 
 // groupLags returns, per topic, "group=lag" for every group consuming it:
-// records past how far it got (replay.Position: a rollup's commit trails
-// the records it handled, which its metadata names).
+// records past how far it got (replay.PartitionLag: a rollup's commit
+// trails the records it handled, which its metadata names).
 func groupLags(ctx context.Context, adm *kadm.Client) map[string]string {
 	out := map[string]string{}
 	groups, err := adm.ListGroups(ctx)
@@ -83,13 +83,15 @@ func groupLags(ctx context.Context, adm *kadm.Client) map[string]string {
 		for topic, parts := range l.Lag {
 			var total int64
 			for _, p := range parts {
-				lag := p.Lag
-				if p.Err == nil && p.Commit.At >= 0 {
-					lag = p.End.Offset - replay.Position(p.Commit.At, p.Commit.Metadata)
+				if p.Err != nil {
+					continue // its end offset or its commit could not be read
 				}
-				if lag > 0 {
-					total += lag
+				var start int64
+				if p.Start.Err == nil {
+					start = p.Start.Offset
 				}
+				lag, _ := replay.PartitionLag(p.Commit.At, p.Commit.Metadata, start, p.End.Offset)
+				total += lag
 			}
 			per[topic] = append(per[topic], fmt.Sprintf("%s=%d", l.Group, total))
 		}
