@@ -71,6 +71,7 @@ type options struct {
 	scaleSpeed       float64
 	scaleIdle        time.Duration
 	scaleKill        bool
+	scaleAlign       bool
 	soak             time.Duration
 	soakHosts        int
 }
@@ -99,6 +100,7 @@ func main() {
 	flag.Float64Var(&o.scaleSpeed, "scale-speed", 4, "E: catch-up speed of each round's fleet")
 	flag.DurationVar(&o.scaleIdle, "scale-idle", 30*time.Second, "E: how long each round measures its instances' idle CPU before its fleet starts")
 	flag.BoolVar(&o.scaleKill, "scale-kill", true, "E: kill one instance of each consumer halfway through each round and restart it")
+	flag.BoolVar(&o.scaleAlign, "scale-align", false, "E: before a round whose profiles would cross a UTC hour, wait (at most -scale-duration + 1m) until they fit in one hour; -scale-duration at most 59m")
 	flag.DurationVar(&o.soak, "soak", 0, "F: length of the soak at speed 1 (the issue's is 30m); 0 skips part F")
 	flag.IntVar(&o.soakHosts, "soak-hosts", 0, "F: hosts of the soak; 0 takes the largest fleet part B found bounded")
 	flag.Parse()
@@ -109,6 +111,10 @@ func main() {
 	}
 	if o.steps, err = hostCounts(steps, loadgen.MaxHosts); err != nil || len(o.steps) == 0 {
 		fmt.Fprintln(os.Stderr, "bench: -steps: at least one host count:", err)
+		os.Exit(2)
+	}
+	if o.scaleAlign && o.scaleDuration+alignMargin > time.Hour {
+		fmt.Fprintf(os.Stderr, "bench: -scale-align with -scale-duration=%v: a round's profiles fit in one hour, with %v to spare, only up to %v: shorten -scale-duration or drop -scale-align\n", o.scaleDuration, alignMargin, time.Hour-alignMargin)
 		os.Exit(2)
 	}
 	o.bin = filepath.Join(o.repo, "bin")
@@ -295,6 +301,11 @@ func (b *bench) calibrate(ctx context.Context) error {
 	}
 	fmt.Printf("| loadgen (this process, generating) | %.1f | %.2f | %.0f |\n", genCPU, genCPU/n*1000, cfg.Interval.Seconds()/(genCPU/n))
 	fmt.Println("(kafka and opensearch are shared with the other users of this machine: upper bounds)")
+	fmt.Printf("Profiles stamped %s", hoursNote(sum.From, sum.To))
+	if crossesHour(sum.From, sum.To) {
+		fmt.Print(": the ended hour's documents are in this run as well as the new hour's, so the rollup's CPU is not comparable with a run within one hour")
+	}
+	fmt.Println()
 	b.diskUsage(n)
 	return nil
 }

@@ -23,6 +23,12 @@ import (
 // span is the CPU the profiles cost. The records each consumer read (a
 // restart or a rebalance re-reads the records after the last commit) and the
 // writes it made (bulk requests, transactions) say where the rest goes.
+//
+// Each row names the UTC times the round's profiles are stamped in and the
+// hours they cross (hours.go): a round across an hour writes the ended
+// hour's documents as well as the new hour's. With -scale-align a round
+// first waits (at most its simulated duration and a minute) until its
+// profiles fit in one hour.
 func (b *bench) scaling(ctx context.Context) error {
 	o := b.o
 	kill := "halfway through, one instance of each consumer is killed (SIGKILL) and restarted 5 s later"
@@ -31,9 +37,9 @@ func (b *bench) scaling(ctx context.Context) error {
 	}
 	fmt.Printf("\n## E. Horizontal scaling: %d hosts x %v simulated at speed %g per round through n instances of each consumer (%d partitions); %s; CPU measured from every group joined and drained until drained + 70 s; idle CPU over %v before each round\n",
 		o.scaleHosts, o.scaleDuration, o.scaleSpeed, b.parts, kill, o.scaleIdle)
-	fmt.Println("| instances | consumer | host intervals | CPU s | ms / interval | idle ms/s per instance | ms / interval less idle | records read / produced | ms less idle per 2 records read | writes (bulk requests, transactions) | documents written | load |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
-	var failed, exact, steadyRows []string
+	fmt.Println("| instances | consumer | host intervals | CPU s | ms / interval | idle ms/s per instance | ms / interval less idle | records read / produced | ms less idle per 2 records read | writes (bulk requests, transactions) | documents written | profiles stamped | load |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	var failed, exact, steadyRows, crossed []string
 	for round, n := range o.scale {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -57,6 +63,18 @@ func (b *bench) scaling(ctx context.Context) error {
 		}
 		sleep(ctx, 70*time.Second)
 		b.waitRollupWrites(ctx, o.drain)
+		if o.scaleAlign {
+			// loadgen stamps the fleet's profiles from (its start + its
+			// wall time) back by the simulated duration; it starts after
+			// the idle interval.
+			from := time.Now().Add(o.scaleIdle + time.Duration(float64(o.scaleDuration)/o.scaleSpeed) - o.scaleDuration)
+			if wait := alignWait(from, o.scaleDuration, alignMargin); wait > 0 {
+				fmt.Printf("  waiting %v (-scale-align): the round's profiles would be stamped %s\n", wait.Round(time.Second), hoursNote(from, from.Add(o.scaleDuration)))
+				if !sleep(ctx, wait) {
+					return ctx.Err()
+				}
+			}
+		}
 		idle0, idleAt := b.serviceCPU(b.pids()), time.Now()
 		sleep(ctx, o.scaleIdle)
 		idle1, idleSpan := b.serviceCPU(b.pids()), time.Since(idleAt)
@@ -127,15 +145,19 @@ func (b *bench) scaling(ctx context.Context) error {
 			return err
 		}
 		intervals := float64(sum.Profiles)
+		stamped := hoursNote(sum.From, sum.To)
+		if crossesHour(sum.From, sum.To) {
+			crossed = append(crossed, fmt.Sprintf("round %d (%d instances)", round+1, n))
+		}
 		for _, svc := range consumers {
 			cpu := after[svc] - before[svc]
 			busy := cpu - idle[svc]*span.Seconds()
 			d := func(what string) float64 { return count1[svc+"/"+what] - count0[svc+"/"+what] }
 			// A host interval is two records (CPU and memory); a restart or
 			// a rebalance makes a consumer read some twice.
-			fmt.Printf("| %d | %s | %d | %.1f | %.2f | %.1f | %.2f | %.2f | %.2f | %.0f | %.0f | %s |\n",
+			fmt.Printf("| %d | %s | %d | %.1f | %.2f | %.1f | %.2f | %.2f | %.2f | %.0f | %.0f | %s | %s |\n",
 				n, strings.TrimPrefix(svc, "stackstream-"), sum.Profiles, cpu, cpu/intervals*1000, idle[svc]/float64(n)*1000, busy/intervals*1000,
-				d("records")/float64(sum.Records), busy/max(d("records")/2, 1)*1000, d("writes"), d("documents"), loadAverage())
+				d("records")/float64(sum.Records), busy/max(d("records")/2, 1)*1000, d("writes"), d("documents"), stamped, loadAverage())
 		}
 		w := <-steady
 		w.idle = idle
@@ -148,6 +170,9 @@ func (b *bench) scaling(ctx context.Context) error {
 	}
 	for _, l := range exact {
 		fmt.Println("  " + l)
+	}
+	if len(crossed) > 0 {
+		fmt.Printf("  %s: profiles across an hour; the ended hour's documents are in the round as well as the new hour's, so its CPU and documents written are not comparable with a round within one hour (-scale-align avoids it)\n", strings.Join(crossed, ", "))
 	}
 	fmt.Println("\nThe same rounds from a quarter to just before half of the fleet's wall time (before the kill and the end's flush of the open hour; instances started for the round still build their caches):")
 	fmt.Println("| instances | consumer | span | records read | CPU s | ms per 2 records read | less idle | load |")
