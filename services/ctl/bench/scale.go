@@ -64,10 +64,8 @@ func (b *bench) scaling(ctx context.Context) error {
 		sleep(ctx, 70*time.Second)
 		b.waitRollupWrites(ctx, o.drain)
 		if o.scaleAlign {
-			// loadgen stamps the fleet's profiles from (its start + its
-			// wall time) back by the simulated duration; it starts after
-			// the idle interval.
-			from := time.Now().Add(o.scaleIdle + time.Duration(float64(o.scaleDuration)/o.scaleSpeed) - o.scaleDuration)
+			// loadgen starts after the idle interval.
+			from := loadgen.Config{Duration: o.scaleDuration, Speed: o.scaleSpeed}.SimStart(time.Now().Add(o.scaleIdle))
 			if wait := alignWait(from, o.scaleDuration, alignMargin); wait > 0 {
 				fmt.Printf("  waiting %v (-scale-align): the round's profiles would be stamped %s\n", wait.Round(time.Second), hoursNote(from, from.Add(o.scaleDuration)))
 				if !sleep(ctx, wait) {

@@ -118,6 +118,21 @@ func (c Config) SamplesPerProfile() int64 {
 	return int64(float64(c.Cores)*float64(c.Rate)*c.Interval.Seconds()*c.Busy + 0.5)
 }
 
+// Span is the real time a run of c takes: Duration at Speed.
+func (c Config) Span() time.Duration { return time.Duration(float64(c.Duration) / c.Speed) }
+
+// SimStart is the simulated time a run of c started at wall time wall0
+// publishes from: (wall0 + Span) back by Duration, so that the run's last
+// interval is stamped at the wall clock. At speed 1 it is wall0; a
+// catch-up run (Speed > 1) starts in the past.
+func (c Config) SimStart(wall0 time.Time) time.Time { return wall0.Add(c.Span() - c.Duration) }
+
+// SimTime is the simulated time at wall time t of a run of c started at
+// wall0: SimStart, plus the real time since wall0 at Speed.
+func (c Config) SimTime(wall0, t time.Time) time.Time {
+	return c.SimStart(wall0).Add(time.Duration(float64(t.Sub(wall0)) * c.Speed))
+}
+
 // Period is the CPU time one sample stands for, as the agent computes it.
 func (c Config) Period() int64 { return int64(time.Second) / int64(c.Rate) }
 

@@ -36,17 +36,17 @@ type Summary struct {
 // ProgressEvery is how often Run prints a progress line.
 const ProgressEvery = 5 * time.Second
 
-// Run publishes the fleet's intervals from simulated time to (now + real
-// duration) back by cfg.Duration, at cfg.Speed simulated seconds per second,
-// so that the last interval is stamped at the wall clock: a catch-up run
-// (Speed > 1) fills the recent past. Each host's first profile naming a new
+// Run publishes the fleet's intervals from simulated time cfg.SimStart(now)
+// (now + real duration, back by cfg.Duration) at cfg.Speed simulated
+// seconds per second (cfg.SimTime), so that the last interval is stamped at
+// the wall clock: a catch-up run (Speed > 1) fills the recent past. Each host's first profile naming a new
 // binary is published after the broker acknowledged that binary's
 // debuginfo, as the agent does. It prints progress and the summary to out,
 // and stops early, with what it produced so far, when ctx ends.
 func Run(ctx context.Context, cfg Config, c *Corpus, cl *kgo.Client, topics record.Topics, now func() time.Time, out io.Writer) (Summary, error) {
-	span := time.Duration(float64(cfg.Duration) / cfg.Speed)
+	span := cfg.Span()
 	wall0 := now()
-	simStart := wall0.Add(span - cfg.Duration)
+	simStart := cfg.SimStart(wall0)
 	f, err := NewFleet(cfg, c, simStart)
 	if err != nil {
 		return Summary{}, err
@@ -93,7 +93,7 @@ loop:
 	for k < total {
 		i, h := k/int64(len(order))+1, order[k%int64(len(order))]
 		due := simStart.Add(hosts[h].Phase + time.Duration(i)*cfg.Interval)
-		simNow := simStart.Add(time.Duration(float64(now().Sub(wall0)) * cfg.Speed))
+		simNow := cfg.SimTime(wall0, now())
 		if due.After(simNow) {
 			wait := time.Duration(float64(due.Sub(simNow)) / cfg.Speed)
 			select {
