@@ -10,8 +10,8 @@
 //	C  end-to-end latency, agent flush -> visible in the query API, from a
 //	   probe host publishing marked profiles during every step;
 //	D  rollup CPU total == produced CPU total once everything is stored;
-//	F  a soak (-soak), before E: RSS of every process and lag over time,
-//	   totals exact;
+//	F  a soak (-soak), before E (or first, at -soak-speed above 1): RSS of
+//	   every process and lag over time, RSS hour over hour, totals exact;
 //	E  horizontal scaling: 1, 2, 3 instances of every consumer, one of each
 //	   killed and restarted mid-round, totals exact, CPU per profile.
 //
@@ -73,6 +73,7 @@ type options struct {
 	scaleKill        bool
 	scaleAlign       bool
 	soak             time.Duration
+	soakSpeed        float64
 	soakHosts        int
 }
 
@@ -101,7 +102,8 @@ func main() {
 	flag.DurationVar(&o.scaleIdle, "scale-idle", 30*time.Second, "E: how long each round measures its instances' idle CPU before its fleet starts")
 	flag.BoolVar(&o.scaleKill, "scale-kill", true, "E: kill one instance of each consumer halfway through each round and restart it")
 	flag.BoolVar(&o.scaleAlign, "scale-align", false, "E: before a round whose profiles would cross a UTC hour, wait (at most -scale-duration + 1m) until they fit in one hour; -scale-duration at most 59m")
-	flag.DurationVar(&o.soak, "soak", 0, "F: length of the soak at speed 1 (the issue's is 30m); 0 skips part F")
+	flag.DurationVar(&o.soak, "soak", 0, "F: length of the soak in simulated time (real time at -soak-speed 1; the issue's is 30m); 0 skips part F")
+	flag.Float64Var(&o.soakSpeed, "soak-speed", 1, "F: speed of the soak, at least 1: -soak of simulated time ending at the wall clock, published in -soak / speed of real time (3h at 6 take 30m); above 1 part F runs first, before A, and needs -soak-hosts")
 	flag.IntVar(&o.soakHosts, "soak-hosts", 0, "F: hosts of the soak; 0 takes the largest fleet part B found bounded")
 	flag.Parse()
 	var err error
@@ -115,6 +117,14 @@ func main() {
 	}
 	if o.scaleAlign && o.scaleDuration+alignMargin > time.Hour {
 		fmt.Fprintf(os.Stderr, "bench: -scale-align with -scale-duration=%v: a round's profiles fit in one hour, with %v to spare, only up to %v: shorten -scale-duration or drop -scale-align\n", o.scaleDuration, alignMargin, time.Hour-alignMargin)
+		os.Exit(2)
+	}
+	if !(o.soakSpeed >= 1 && o.soakSpeed <= loadgen.MaxSpeed) {
+		fmt.Fprintf(os.Stderr, "bench: -soak-speed=%g: want 1..%d simulated seconds per second (1 is real time)\n", o.soakSpeed, loadgen.MaxSpeed)
+		os.Exit(2)
+	}
+	if o.soak > 0 && o.soakSpeed > 1 && o.soakHosts == 0 {
+		fmt.Fprintf(os.Stderr, "bench: -soak-speed=%g needs -soak-hosts: a catch-up soak runs before part B, so no fleet size is found yet\n", o.soakSpeed)
 		os.Exit(2)
 	}
 	o.bin = filepath.Join(o.repo, "bin")
@@ -240,6 +250,17 @@ func run(ctx context.Context, fail context.CancelCauseFunc, o options) error {
 		return err
 	}
 	b.parts = int64(len(td[b.topics.ProfilesSymbolized].Partitions))
+	// A catch-up soak stamps its profiles from -soak back, but the rollup
+	// dead-letters a profile older than its partition's newest by more than
+	// its allowed lateness and retention (12 m by default; docs/ROLLUP.md,
+	// "Windows, lateness and recomputation"), and every part after it
+	// leaves that at the wall clock: it runs first.
+	catchUp := o.soak > 0 && o.soakSpeed > 1
+	if catchUp {
+		if err := b.soak(ctx); err != nil {
+			return err
+		}
+	}
 	if o.calHosts > 0 {
 		if err := b.calibrate(ctx); err != nil {
 			return err
@@ -253,7 +274,7 @@ func run(ctx context.Context, fail context.CancelCauseFunc, o options) error {
 	}
 	// The soak runs before part E so that it has one instance of each
 	// consumer, as part B had.
-	if o.soak > 0 {
+	if o.soak > 0 && !catchUp {
 		if err := b.soak(ctx); err != nil {
 			return err
 		}

@@ -13,14 +13,33 @@ import (
 	"github.com/stackstream/stackstream/services/ctl/internal/loadgen"
 )
 
-// soakEvery is how often the soak samples RSS and lag.
-const soakEvery = 30 * time.Second
+// The soak samples RSS and lag every soakEvery of simulated time, but no
+// closer than soakMinEvery of real time (a catch-up soak at speed 6 every
+// 5 s, as part B samples lag).
+const (
+	soakEvery    = 30 * time.Second
+	soakMinEvery = 5 * time.Second
+)
 
-// soak is part F: the fleet part B found sustainable, at speed 1 for
-// o.soak, with every process's RSS and every group's lag sampled; then the
-// soak's totals. RSS counts as flat when a service's RSS at the end is at
-// most 10% above its RSS after the warm-up: the first sixth of the run, or
-// longer for a service with bounded caches (warmUp).
+// soakStep is the real time between the soak's samples at a speed.
+func soakStep(speed float64) time.Duration {
+	return max(time.Duration(float64(soakEvery)/speed), soakMinEvery)
+}
+
+// hourMinute is the minute of each simulated hour at which the soak
+// compares RSS hour over hour: late in the hour, where its state is near
+// its largest, and long after the ended hour was written and its frozen
+// copy dropped (lateness 2 m + retention 10 m past the hour).
+const hourMinute = 50 * time.Minute
+
+// soak is part F: the fleet part B found sustainable (or -soak-hosts), for
+// o.soak of simulated time at o.soakSpeed, with every process's RSS and
+// every group's lag sampled; then the soak's totals. RSS counts as flat
+// when a service's RSS at the end is at most 10% above its RSS after the
+// warm-up: the first sixth of the run, or longer for a service with
+// bounded caches (warmUp). The rollup's state follows its UTC hour, so RSS
+// also grows within an hour by design: hourOverHour compares the same
+// minute of successive simulated hours.
 func (b *bench) soak(ctx context.Context) error {
 	o := b.o
 	hosts := o.soakHosts
@@ -31,23 +50,34 @@ func (b *bench) soak(ctx context.Context) error {
 		fmt.Println("\n## F. Soak: skipped, part B found no bounded fleet and -soak-hosts is 0")
 		return nil
 	}
-	fmt.Printf("\n## F. Soak: %d hosts for %v at speed 1; RSS and lag every %v; flat = RSS at the end <= 1.1 x RSS after the first sixth\n", hosts, o.soak, soakEvery)
 	cfg := loadgen.DefaultConfig()
-	cfg.Hosts, cfg.Duration, cfg.Speed = hosts, o.soak, 1
+	cfg.Hosts, cfg.Duration, cfg.Speed = hosts, o.soak, o.soakSpeed
+	step := soakStep(cfg.Speed)
+	simStep := time.Duration(float64(step) * cfg.Speed)
+	fmt.Printf("\n## F. Soak: %d hosts for %v of simulated time at speed %g (%v real, ending at the wall clock); RSS and lag every %v (%v simulated); flat = RSS at the end <= 1.1 x RSS after the first sixth; flat hour over hour = RSS at minute %d of each later simulated hour <= 1.1 x at minute %d of the first judged one\n",
+		hosts, cfg.Duration, cfg.Speed, cfg.Span().Round(time.Second), step, simStep, int(hourMinute.Minutes()), int(hourMinute.Minutes()))
 	// The soak goes on with part B's fleet (same host names and seed):
-	// its totals are those of the minutes from its start on, so it starts
-	// on a minute boundary, after every minute part B's profiles touched.
+	// its totals are those of the minutes from its simulated start on, so
+	// that start is on a minute boundary, after every minute part B's
+	// profiles touched. (A catch-up soak is stamped back from the wall
+	// clock, over those minutes: run starts it before part B.) Simulated
+	// and wall start differ by a constant (loadgen's SimStart), so the
+	// wait for the next minute is the same in both.
 	cfg.HostPrefix = b.id + "-s-"
 	cfg.Seed = 100
-	sleep(ctx, time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)))
+	start := cfg.SimStart(time.Now())
+	sleep(ctx, start.Truncate(time.Minute).Add(time.Minute).Sub(start))
 	produced0 := b.produced.Load()
 	dlq0 := b.dlqCount()
 	bound := int64(2*hosts) + 50
 	t0 := time.Now()
-	since := t0.Truncate(time.Minute)
+	// loadgen's Summary.From but for the time between t0 and Run's first
+	// clock read (microseconds, x speed).
+	from := cfg.SimStart(t0)
+	since := from.Truncate(time.Minute)
 	soakCtx, done := context.WithCancel(ctx)
 	samples := make(chan []rssSample, 1)
-	go func() { samples <- b.sampleRSS(soakCtx, t0, bound) }()
+	go func() { samples <- b.sampleRSS(soakCtx, cfg, t0, step, bound) }()
 	sum, err := b.loadgen(ctx, cfg)
 	done()
 	rss := <-samples
@@ -89,7 +119,7 @@ func (b *bench) soak(ctx context.Context) error {
 		ok := w > 0 && e <= 1.1*w
 		verdict := fmt.Sprint(ok)
 		switch {
-		case name == "kafka" || name == "opensearch":
+		case jvm(name):
 			verdict += " (JVM, not judged)" // JVM heaps grow to their -Xmx by design
 		case why == warmFilling:
 			verdict = "not judged: bounded caches still filling"
@@ -103,6 +133,12 @@ func (b *bench) soak(ctx context.Context) error {
 		fmt.Printf("| %s | %v (%s) | %s | %.1f | %.1f | %s | %.2f | %s | %s |\n",
 			name, rss[warm].at.Round(time.Second), why, warmRSS, e, m, ratio, e/sixth, verdict, cacheFills(rss[len(rss)-1].caches[name]))
 	}
+	hours := hourOverHour(rss, from, from.Add(cfg.Duration), hourMinute, simStep)
+	printHourly(hours, from, from.Add(cfg.Duration))
+	hourVerdict := "not judged"
+	if hours.judged {
+		hourVerdict = fmt.Sprint(hours.flat)
+	}
 	var maxLag [3]int64
 	for _, s := range rss {
 		for i := range maxLag {
@@ -111,9 +147,9 @@ func (b *bench) soak(ctx context.Context) error {
 	}
 	lagOK := maxLag[0] <= bound && maxLag[1] <= bound && maxLag[2] <= bound
 	dlq := b.dlqCount() - dlq0
-	fmt.Printf("samples: %d over %v of load; lag max (symbolizer/indexer/rollup) %v, bound %d: %v; DLQ %d; loadgen behind %v\n",
-		len(rss), soakSpan(rss), maxLag, bound, lagOK, dlq, sum.Behind.Round(10*time.Millisecond))
-	fmt.Printf("totals: rollup %d, samples %d, produced %d: exact=%v; RSS flat=%v\n", rollup, samplesCPU, want, rollup == want && samplesCPU == want, flat)
+	fmt.Printf("samples: %d over %v of load (%v simulated); lag max (symbolizer/indexer/rollup) %v, bound %d: %v; DLQ %d; loadgen behind %v\n",
+		len(rss), soakSpan(rss), time.Duration(float64(soakSpan(rss))*cfg.Speed), maxLag, bound, lagOK, dlq, sum.Behind.Round(10*time.Millisecond))
+	fmt.Printf("totals: rollup %d, samples %d, produced %d: exact=%v; RSS flat=%v, flat hour over hour=%s\n", rollup, samplesCPU, want, rollup == want && samplesCPU == want, flat, hourVerdict)
 	if rollup != want || samplesCPU != want {
 		return fmt.Errorf("soak: totals not exact (rollup %d, samples %d, produced %d)", rollup, samplesCPU, want)
 	}
@@ -129,7 +165,8 @@ func soakSpan(rss []rssSample) time.Duration {
 }
 
 type rssSample struct {
-	at     time.Duration
+	at     time.Duration      // real time since the soak's start
+	sim    time.Time          // simulated time then
 	rss    map[string]float64 // MiB by process
 	lag    [3]int64
 	caches map[string]map[string]cacheFill // by process, then cache
@@ -180,6 +217,111 @@ func warmUp(rss []rssSample, name string) (int, string) {
 	return len(rss) - 1, warmFilling
 }
 
+// jvm says whether a process is a JVM: Kafka's and OpenSearch's heaps grow
+// to their -Xmx by design, so their RSS is printed, not judged.
+func jvm(name string) bool { return name == "kafka" || name == "opensearch" }
+
+// hourly is the soak's RSS hour over hour.
+type hourly struct {
+	at     []time.Time // simulated time of the sample taken in each hour judged
+	rows   []hourlyRow // by process name; none unless judged
+	judged bool        // two hours or more to compare
+	flat   bool        // judged, and every row but the JVMs' flat
+}
+
+type hourlyRow struct {
+	name        string
+	rss         []float64 // MiB at the sample of each hour, as at
+	last, worst float64   // the last hour's and the largest later hour's RSS over the first hour's
+	flat        bool      // worst <= 1.1
+}
+
+// hourOverHour compares each process's RSS at the same minute of
+// successive simulated hours of a soak that covered [from, to]. An hour
+// counts when the soak covered it whole and the hour before it at least in
+// part: the soak's first hour, partial or whole, is the warm-up, since the
+// rollup holds an ended hour until written and frozen only from the second
+// on. In each hour the sample nearest to that minute, at most tol away and
+// within the hour, is taken; an hour without one is left out. Two hours or
+// more are judged: a process is flat when every later hour's RSS is at most
+// 1.1 times the first's.
+func hourOverHour(rss []rssSample, from, to time.Time, minute, tol time.Duration) hourly {
+	var h hourly
+	var picked []rssSample
+	// Truncate counts from the zero time, so it cuts at UTC hours; the
+	// hour after from's is the first whose hour before was covered.
+	for hour := from.Truncate(time.Hour).Add(time.Hour); !hour.Add(time.Hour).After(to); hour = hour.Add(time.Hour) {
+		target, best := hour.Add(minute), -1
+		for i, s := range rss {
+			if s.sim.Before(hour) || !s.sim.Before(hour.Add(time.Hour)) || s.sim.Sub(target).Abs() > tol {
+				continue
+			}
+			if best < 0 || s.sim.Sub(target).Abs() < rss[best].sim.Sub(target).Abs() {
+				best = i
+			}
+		}
+		if best >= 0 {
+			picked = append(picked, rss[best])
+			h.at = append(h.at, rss[best].sim)
+		}
+	}
+	if h.judged = len(picked) >= 2; !h.judged {
+		return h
+	}
+	var names []string
+	for name := range picked[len(picked)-1].rss {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	h.flat = true
+	for _, name := range names {
+		r := hourlyRow{name: name}
+		for _, s := range picked {
+			r.rss = append(r.rss, s.rss[name])
+		}
+		first := r.rss[0]
+		for _, v := range r.rss[1:] {
+			r.worst = max(r.worst, v/first)
+		}
+		r.last = r.rss[len(r.rss)-1] / first
+		r.flat = first > 0 && r.worst <= 1.1
+		if !jvm(name) {
+			h.flat = h.flat && r.flat
+		}
+		h.rows = append(h.rows, r)
+	}
+	return h
+}
+
+// printHourly prints the soak's hour-over-hour table, or why there is none.
+func printHourly(h hourly, from, to time.Time) {
+	m := int(hourMinute.Minutes())
+	if !h.judged {
+		fmt.Printf("hour over hour: not judged: the soak's simulated %s covers %d whole hour(s) after a covered one with a sample near minute %d; 2 needed (-soak 3h gives 2 from any start)\n",
+			hoursNote(from, to), len(h.at), m)
+		return
+	}
+	fmt.Printf("hour over hour: RSS MiB at minute %d of each simulated hour covered whole after a covered one (the nearest sample, its simulated time UTC); simulated %s\n", m, hoursNote(from, to))
+	head, rule := "| process |", "|---|"
+	for _, at := range h.at {
+		head += " " + at.UTC().Format("15:04:05") + " |"
+		rule += "---|"
+	}
+	fmt.Println(head + " last / first | max / first | flat hour over hour |")
+	fmt.Println(rule + "---|---|---|")
+	for _, r := range h.rows {
+		line := "| " + r.name + " |"
+		for _, v := range r.rss {
+			line += fmt.Sprintf(" %.1f |", v)
+		}
+		verdict := fmt.Sprint(r.flat)
+		if jvm(r.name) {
+			verdict += " (JVM, not judged)"
+		}
+		fmt.Printf("%s %.2f | %.2f | %s |\n", line, r.last, r.worst, verdict)
+	}
+}
+
 // cacheFills prints a process's caches as "name entries / bound".
 func cacheFills(caches map[string]cacheFill) string {
 	if len(caches) == 0 {
@@ -219,11 +361,12 @@ func (b *bench) readCaches(inst string) map[string]cacheFill {
 	return out
 }
 
-// sampleRSS records every process's RSS and the lags every soakEvery, and
-// prints a progress line every 5 minutes.
-func (b *bench) sampleRSS(ctx context.Context, t0 time.Time, bound int64) []rssSample {
+// sampleRSS records every process's RSS and the lags every step, with the
+// simulated time of the fleet of cfg started at t0, and prints a progress
+// line every 5 minutes.
+func (b *bench) sampleRSS(ctx context.Context, cfg loadgen.Config, t0 time.Time, step time.Duration, bound int64) []rssSample {
 	var out []rssSample
-	t := time.NewTicker(soakEvery)
+	t := time.NewTicker(step)
 	defer t.Stop()
 	for {
 		select {
@@ -231,7 +374,8 @@ func (b *bench) sampleRSS(ctx context.Context, t0 time.Time, bound int64) []rssS
 			return out
 		case <-t.C:
 		}
-		s := rssSample{at: time.Since(t0), rss: map[string]float64{}}
+		now := time.Now()
+		s := rssSample{at: now.Sub(t0), sim: cfg.SimTime(t0, now), rss: map[string]float64{}}
 		pids := b.pids()
 		for _, q := range b.instances("stackstream-query") {
 			b.mu.Lock()
@@ -249,12 +393,12 @@ func (b *bench) sampleRSS(ctx context.Context, t0 time.Time, bound int64) []rssS
 		}
 		s.lag, _ = b.lags(ctx)
 		out = append(out, s)
-		if len(out)%int(5*time.Minute/soakEvery) == 0 {
+		if len(out)%max(int(5*time.Minute/step), 1) == 0 {
 			var parts []string
 			for _, name := range []string{"stackstream-symbolizer", "stackstream-indexer", "stackstream-rollup", "stackstream-query"} {
 				parts = append(parts, fmt.Sprintf("%s %.0f", strings.TrimPrefix(name, "stackstream-"), s.rss[name]))
 			}
-			fmt.Printf("  soak %v: RSS MiB %s; lag %v (bound %d); indexer caches %s\n", s.at.Round(time.Second), strings.Join(parts, ", "), s.lag, bound,
+			fmt.Printf("  soak %v (simulated %s UTC): RSS MiB %s; lag %v (bound %d); indexer caches %s\n", s.at.Round(time.Second), s.sim.UTC().Format("15:04:05"), strings.Join(parts, ", "), s.lag, bound,
 				cacheFills(s.caches["stackstream-indexer"]))
 		}
 	}

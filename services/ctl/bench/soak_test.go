@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -39,6 +40,79 @@ func TestWarmUp(t *testing.T) {
 			got, why := warmUp(tt.rss, "svc")
 			if got != tt.want || why != tt.why {
 				t.Fatalf("warmUp = %d (%s), want %d (%s)", got, why, tt.want, tt.why)
+			}
+		})
+	}
+}
+
+// TestHourOverHour: RSS at minute 50 of each simulated hour covered whole
+// after a covered one; growth within each hour is by design, growth from
+// hour to hour is not; a JVM is printed, not judged.
+func TestHourOverHour(t *testing.T) {
+	at := func(hhmm string) time.Time {
+		v, err := time.Parse("2006-01-02 15:04", "2026-12-03 "+hhmm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	// soak samples [from, from+d] every 3 minutes; the rollup's RSS grows
+	// through each hour (100 MiB at :00 to 160 at :60) plus perHour for
+	// every hour since from; kafka's grows 50% an hour.
+	soak := func(from time.Time, d time.Duration, perHour float64) []rssSample {
+		var out []rssSample
+		for sim := from.Add(3 * time.Minute); !sim.After(from.Add(d)); sim = sim.Add(3 * time.Minute) {
+			inHour := sim.Sub(sim.Truncate(time.Hour)).Hours()
+			since := sim.Sub(from).Hours()
+			out = append(out, rssSample{sim: sim, rss: map[string]float64{
+				"stackstream-rollup": 100 + 60*inHour + perHour*since,
+				"kafka":              500 * (1 + 0.5*since),
+			}})
+		}
+		return out
+	}
+	tests := []struct {
+		name       string
+		from       time.Time
+		d          time.Duration
+		perHour    float64
+		tol        time.Duration
+		wantAt     []string
+		judged     bool
+		flat       bool
+		rollupFlat bool
+	}{
+		{"flat", at("16:51"), 3 * time.Hour, 0, 3 * time.Minute, []string{"17:51", "18:51"}, true, true, true},
+		{"growing 30 MiB an hour", at("16:51"), 3 * time.Hour, 30, 3 * time.Minute, []string{"17:51", "18:51"}, true, false, false},
+		{"growing 5 MiB an hour", at("16:51"), 3 * time.Hour, 5, 3 * time.Minute, []string{"17:51", "18:51"}, true, true, true},
+		{"starts on the hour: its first whole hour is the warm-up", at("17:00"), 3 * time.Hour, 0, 3 * time.Minute, []string{"18:51", "19:51"}, true, true, true},
+		{"too short: 70 minutes", at("16:51"), 70 * time.Minute, 0, 3 * time.Minute, []string{"17:51"}, false, false, false},
+		{"no sample near minute 50", at("16:51"), 3 * time.Hour, 0, 30 * time.Second, nil, false, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := hourOverHour(soak(tt.from, tt.d, tt.perHour), tt.from, tt.from.Add(tt.d), 50*time.Minute, tt.tol)
+			var got []string
+			for _, a := range h.at {
+				got = append(got, a.Format("15:04"))
+			}
+			if strings.Join(got, ",") != strings.Join(tt.wantAt, ",") {
+				t.Errorf("hours sampled at %v, want %v", got, tt.wantAt)
+			}
+			if h.judged != tt.judged || h.flat != tt.flat {
+				t.Fatalf("judged %v flat %v, want %v %v", h.judged, h.flat, tt.judged, tt.flat)
+			}
+			for _, r := range h.rows {
+				want := tt.rollupFlat
+				if r.name == "kafka" {
+					want = false // grows, but is not judged
+				}
+				if r.flat != want {
+					t.Errorf("%s: flat %v (rss %v, last/first %.2f, max/first %.2f), want %v", r.name, r.flat, r.rss, r.last, r.worst, want)
+				}
+			}
+			if tt.judged && len(h.rows) != 2 {
+				t.Errorf("%d rows, want 2", len(h.rows))
 			}
 		})
 	}
