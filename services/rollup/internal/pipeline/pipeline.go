@@ -530,7 +530,7 @@ func (r *Rollup) commit(ctx context.Context, parts map[int32]*aggregate.Partitio
 		p.Evict()
 		open += p.OpenWindows()
 		off, cp, ok := p.Commit()
-		if s := r.cfg.Snapshots; s != nil && s.due(id, r.cfg.Now(), final) && r.snaps[id].at != p.SnapshotAt() {
+		if s := r.cfg.Snapshots; s != nil && s.due(id, r.cfg.Now(), final) && r.snaps[id].stale(p) {
 			if o, c, safe := p.Safe(); safe {
 				ref, err := r.snapshot(ctx, id, p)
 				if err != nil {
@@ -751,6 +751,7 @@ func (r *Rollup) snapshot(ctx context.Context, id int32, p *aggregate.Partition)
 	if err != nil {
 		return snapRef{}, err
 	}
+	ref.built = p.DocumentsBuilt()
 	r.m.snapshotSeconds.Observe(time.Since(start).Seconds())
 	r.m.snapshotBytes.Add(float64(len(data)))
 	r.log.Debug("snapshot", "partition", id, "bytes", len(data), "chunks", ref.chunks, "at", ref.at)

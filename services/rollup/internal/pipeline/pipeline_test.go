@@ -147,6 +147,37 @@ func (e *env) produceFleet(x expected, hosts []string, from, to int) int {
 	return (to - from) * len(hosts)
 }
 
+// versions are the _version of every rollup document of a window that
+// starts before before (hours and the compactor's documents left out),
+// by ID.
+func (e *env) versions(before time.Time) map[string]int {
+	e.t.Helper()
+	ctx := context.Background()
+	pattern := e.names.RollupsPattern()
+	q := fmt.Sprintf(`{"version":true,"_source":false,"query":{"bool":{"filter":[{"range":{"@timestamp":{"lt":%q}}},{"terms":{"resolution":[%q,%q]}}]}}}`,
+		before.Format(time.RFC3339), indices.ResolutionMinute, indices.ResolutionTenMinutes)
+	status, body, err := opensearch.Raw(ctx, e.os, http.MethodPost, "/"+pattern+"/_search?size=10000", []byte(q))
+	if err != nil || status != http.StatusOK {
+		e.t.Fatalf("search versions: %d %s %v", status, body, err)
+	}
+	var resp struct {
+		Hits struct {
+			Hits []struct {
+				ID      string `json:"_id"`
+				Version int    `json:"_version"`
+			} `json:"hits"`
+		} `json:"hits"`
+	}
+	if err := json.Unmarshal(body, &resp); err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, h := range resp.Hits.Hits {
+		out[h.ID] = h.Version
+	}
+	return out
+}
+
 // instance is one running rollup consumer.
 type instance struct {
 	r    *Rollup

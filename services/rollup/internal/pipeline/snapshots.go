@@ -22,6 +22,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/stackstream/stackstream/services/rollup/internal/aggregate"
 )
 
 // Snapshots stores partition state in a topic of its own.
@@ -52,6 +54,21 @@ type snapRef struct {
 	offset int64
 	chunks int
 	at     int64
+	// built is the partition's DocumentsBuilt when the snapshot was
+	// taken in this process (0 for a reference read from a commit: a
+	// restored partition has built none). A snapshot at the partition's
+	// offset is taken again once documents were built since: writing
+	// them marked them stored, which the snapshot does not know.
+	built int64
+}
+
+// stale says whether p's state differs from the snapshot s: records
+// read since, or documents written since (until 2026-12-03 only the
+// offset was compared, so the snapshot a hand-over passed on could hold
+// windows written at an idle flush after it as still to write, and their
+// next owner wrote them all again: part E of the pipeline bench).
+func (s snapRef) stale(p *aggregate.Partition) bool {
+	return s.at != p.SnapshotAt() || s.built != p.DocumentsBuilt()
 }
 
 func (s snapRef) String() string {
