@@ -152,14 +152,8 @@ func (e *env) produceFleet(x expected, hosts []string, from, to int) int {
 // by ID.
 func (e *env) versions(before time.Time) map[string]int {
 	e.t.Helper()
-	ctx := context.Background()
-	pattern := e.names.RollupsPattern()
-	q := fmt.Sprintf(`{"version":true,"_source":false,"query":{"bool":{"filter":[{"range":{"@timestamp":{"lt":%q}}},{"terms":{"resolution":[%q,%q]}}]}}}`,
-		before.Format(time.RFC3339), indices.ResolutionMinute, indices.ResolutionTenMinutes)
-	status, body, err := opensearch.Raw(ctx, e.os, http.MethodPost, "/"+pattern+"/_search?size=10000", []byte(q))
-	if err != nil || status != http.StatusOK {
-		e.t.Fatalf("search versions: %d %s %v", status, body, err)
-	}
+	body := e.search(fmt.Sprintf(`{"version":true,"_source":false,"query":{"bool":{"filter":[{"range":{"@timestamp":{"lt":%q}}},{"terms":{"resolution":[%q,%q]}}]}}}`,
+		before.Format(time.RFC3339), indices.ResolutionMinute, indices.ResolutionTenMinutes))
 	var resp struct {
 		Hits struct {
 			Hits []struct {
@@ -268,8 +262,9 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 	}
 }
 
-// docs returns every rollup document stored, by _id.
-func (e *env) docs() map[string]indices.RollupDoc {
+// search refreshes the rollups indices and returns the answer to the
+// search q (up to 10,000 hits).
+func (e *env) search(q string) []byte {
 	e.t.Helper()
 	ctx := context.Background()
 	pattern := e.names.RollupsPattern()
@@ -280,8 +275,7 @@ func (e *env) docs() map[string]indices.RollupDoc {
 	var err error
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		if status, body, err = opensearch.Raw(ctx, e.os, http.MethodPost, "/"+pattern+"/_refresh", nil); err == nil && status == http.StatusOK {
-			// The stacks are not in _source (rollups schema 4): read from doc values.
-			status, body, err = opensearch.Raw(ctx, e.os, http.MethodPost, "/"+pattern+"/_search?size=10000", []byte(`{"query":{"match_all":{}},"docvalue_fields":["stack_id","stack_values"]}`))
+			status, body, err = opensearch.Raw(ctx, e.os, http.MethodPost, "/"+pattern+"/_search?size=10000", []byte(q))
 		}
 		if (err == nil && status == http.StatusOK) || time.Now().After(deadline) {
 			break
@@ -290,6 +284,14 @@ func (e *env) docs() map[string]indices.RollupDoc {
 	if err != nil || status != http.StatusOK {
 		e.t.Fatalf("refresh and search: %d %s %v", status, body, err)
 	}
+	return body
+}
+
+// docs returns every rollup document stored, by _id.
+func (e *env) docs() map[string]indices.RollupDoc {
+	e.t.Helper()
+	// The stacks are not in _source (rollups schema 4): read from doc values.
+	body := e.search(`{"query":{"match_all":{}},"docvalue_fields":["stack_id","stack_values"]}`)
 	var resp struct {
 		Hits struct {
 			Hits []struct {
