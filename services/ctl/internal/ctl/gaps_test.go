@@ -145,12 +145,7 @@ func TestFillGaps(t *testing.T) {
 func TestFirstRecord(t *testing.T) {
 	ctx := context.Background()
 	brokers := testenv.KafkaBrokers(t)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
+	cl, adm := manualClient(t, brokers)
 	topic := testenv.Name(t, "first-")
 	if _, err := adm.CreateTopic(ctx, 2, 1, nil, topic); err != nil {
 		t.Fatal(err)

@@ -103,6 +103,18 @@ func consume(t *testing.T, brokers []string, topic, group string, n int) {
 	}
 }
 
+// manualClient is a client producing to the partitions its records name,
+// and its admin client, both closed when the test ends.
+func manualClient(t *testing.T, brokers []string) (*kgo.Client, *kadm.Client) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl, kadm.NewClient(cl)
+}
+
 func endOffsets(t *testing.T, adm *kadm.Client, topic string) map[int32]int64 {
 	t.Helper()
 	listed, err := adm.ListEndOffsets(context.Background(), topic)

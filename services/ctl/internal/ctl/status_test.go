@@ -19,12 +19,7 @@ func TestGroupLags(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	brokers := testenv.KafkaBrokers(t)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
+	cl, adm := manualClient(t, brokers)
 	topic, committed, live := testenv.Name(t, "lag-"), testenv.Name(t, "lag-committed-"), testenv.Name(t, "lag-live-")
 	if _, err := adm.CreateTopic(ctx, 3, 1, nil, topic); err != nil {
 		t.Fatal(err)
