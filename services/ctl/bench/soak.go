@@ -69,7 +69,9 @@ func (b *bench) soak(ctx context.Context) error {
 	sleep(ctx, start.Truncate(time.Minute).Add(time.Minute).Sub(start))
 	produced0 := b.produced.Load()
 	dlq0 := b.dlqCount()
-	bound := int64(2*hosts) + 50
+	// One interval of the fleet's records, as in part B: at speed s an
+	// interval of real time carries s intervals of each host.
+	bound := int64(float64(2*hosts)*cfg.Speed) + 50
 	t0 := time.Now()
 	// loadgen's Summary.From but for the time between t0 and Run's first
 	// clock read (microseconds, x speed).
