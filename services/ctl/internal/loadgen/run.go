@@ -39,10 +39,11 @@ const ProgressEvery = 5 * time.Second
 // Run publishes the fleet's intervals from simulated time cfg.SimStart(now)
 // (now + real duration, back by cfg.Duration) at cfg.Speed simulated
 // seconds per second (cfg.SimTime), so that the last interval is stamped at
-// the wall clock: a catch-up run (Speed > 1) fills the recent past. Each host's first profile naming a new
-// binary is published after the broker acknowledged that binary's
-// debuginfo, as the agent does. It prints progress and the summary to out,
-// and stops early, with what it produced so far, when ctx ends.
+// the wall clock: a catch-up run (Speed > 1) fills the recent past. Each
+// host's first profile naming a new binary is published after the broker
+// acknowledged that binary's debuginfo, as the agent does. It prints
+// progress and the summary to out, and stops early, with what it produced
+// so far, when ctx ends.
 func Run(ctx context.Context, cfg Config, c *Corpus, cl *kgo.Client, topics record.Topics, now func() time.Time, out io.Writer) (Summary, error) {
 	span := cfg.Span()
 	wall0 := now()
