@@ -174,9 +174,18 @@ type rssSample struct {
 	caches map[string]map[string]cacheFill // by process, then cache
 }
 
+// stateSuffix names the rollup's charged state (MiB of its state budget in
+// use) among the processes' RSS: sampled and judged as they are.
+const stateSuffix = " state"
+
 // cacheFill is a bounded cache's entries and the entries it is cleared at,
-// from a service's <service>_cache_entries and _cache_max_entries gauges.
-type cacheFill struct{ entries, max float64 }
+// from a service's <service>_cache_entries and _cache_max_entries gauges;
+// or, for the rollup's stack cache (bounded by the state budget it shares
+// with the windows), its MiB and whether it ever gave way to the windows.
+type cacheFill struct {
+	entries, max float64
+	gaveWay      bool
+}
 
 // Why a warm-up ends where it does.
 const (
@@ -187,8 +196,8 @@ const (
 
 // warmUp is the sample after which a process's RSS is judged: the one after
 // the first sixth of the soak, or later the first one by which every
-// bounded cache the process reports has been full (at 90% of its bound) or
-// cleared (fewer entries than in the sample before) at least once. Until
+// bounded cache the process reports has been full (at 90% of its bound, or
+// given way) or cleared (fewer entries than in the sample before) at least once. Until
 // then its memory grows by design, up to the caches' bounds
 // (docs/INDEXER.md "Memory"): a cache that fills with a fleet's distinct
 // stacks of the day takes hours to. When that is not before the last sixth,
@@ -199,7 +208,7 @@ func warmUp(rss []rssSample, name string) (int, string) {
 	for i, s := range rss {
 		for c, f := range s.caches[name] {
 			prev, ok := rss[max(i-1, 0)].caches[name][c]
-			if f.entries >= 0.9*f.max || (ok && f.entries < prev.entries) {
+			if f.gaveWay || (f.max > 0 && f.entries >= 0.9*f.max) || (ok && f.entries < prev.entries) {
 				full[c] = true
 			}
 		}
@@ -225,17 +234,19 @@ func jvm(name string) bool { return name == "kafka" || name == "opensearch" }
 
 // hourly is the soak's RSS hour over hour.
 type hourly struct {
-	at     []time.Time // simulated time of the sample taken in each hour judged
-	rows   []hourlyRow // by process name; none unless judged
-	judged bool        // two hours or more to compare
-	flat   bool        // judged, and every row but the JVMs' flat
+	at     []time.Time // simulated time of the sample taken in each hour
+	rows   []hourlyRow // by process name; none unless two hours were sampled
+	judged bool        // two hours or more sampled
+	flat   bool        // judged, and every row but the JVMs' judged and flat
 }
 
 type hourlyRow struct {
 	name        string
 	rss         []float64 // MiB at the sample of each hour, as at
-	last, worst float64   // the last hour's and the largest later hour's RSS over the first hour's
-	flat        bool      // worst <= 1.1
+	first       int       // the hour compared against: the first after the process's warm-up
+	last, worst float64   // the last hour's and the largest later hour's RSS over the first's
+	judged      bool      // an hour after the first to compare
+	flat        bool      // judged and worst <= 1.1
 }
 
 // hourOverHour compares each process's RSS at the same minute of
@@ -244,9 +255,11 @@ type hourlyRow struct {
 // part: the soak's first hour, partial or whole, is the warm-up, since the
 // rollup holds an ended hour until written and frozen only from the second
 // on. In each hour the sample nearest to that minute, at most tol away and
-// within the hour, is taken; an hour without one is left out. Two hours or
-// more are judged: a process is flat when every later hour's RSS is at most
-// 1.1 times the first's.
+// within the hour, is taken; an hour without one is left out. A process is
+// compared from its first such hour sampled after its warm-up (warmUp: its
+// bounded caches full once, as memory grows up to their bounds by design)
+// and judged when a later hour follows: flat when every later hour's RSS is
+// at most 1.1 times that hour's.
 func hourOverHour(rss []rssSample, from, to time.Time, minute, tol time.Duration) hourly {
 	var h hourly
 	var picked []rssSample
@@ -277,16 +290,22 @@ func hourOverHour(rss []rssSample, from, to time.Time, minute, tol time.Duration
 	sort.Strings(names)
 	h.flat = true
 	for _, name := range names {
-		r := hourlyRow{name: name}
-		for _, s := range picked {
+		r := hourlyRow{name: name, first: len(picked)}
+		warm, why := warmUp(rss, name)
+		for i, s := range picked {
 			r.rss = append(r.rss, s.rss[name])
+			if r.first == len(picked) && why != warmFilling && !s.sim.Before(rss[warm].sim) {
+				r.first = i
+			}
 		}
-		first := r.rss[0]
-		for _, v := range r.rss[1:] {
-			r.worst = max(r.worst, v/first)
+		if r.judged = r.first < len(picked)-1; r.judged {
+			first := r.rss[r.first]
+			for _, v := range r.rss[r.first+1:] {
+				r.worst = max(r.worst, v/first)
+			}
+			r.last = r.rss[len(r.rss)-1] / first
+			r.flat = first > 0 && r.worst <= 1.1
 		}
-		r.last = r.rss[len(r.rss)-1] / first
-		r.flat = first > 0 && r.worst <= 1.1
 		if !jvm(name) {
 			h.flat = h.flat && r.flat
 		}
@@ -309,18 +328,22 @@ func printHourly(h hourly, from, to time.Time) {
 		head += " " + at.UTC().Format("15:04:05") + " |"
 		rule += "---|"
 	}
-	fmt.Println(head + " last / first | max / first | flat hour over hour |")
-	fmt.Println(rule + "---|---|---|")
+	fmt.Println(head + " compared from | last / first | max / first | flat hour over hour |")
+	fmt.Println(rule + "---|---|---|---|")
 	for _, r := range h.rows {
 		line := "| " + r.name + " |"
 		for _, v := range r.rss {
 			line += fmt.Sprintf(" %.1f |", v)
 		}
+		if !r.judged {
+			fmt.Printf("%s - | - | - | not judged: no hour after its warm-up's to compare |\n", line)
+			continue
+		}
 		verdict := fmt.Sprint(r.flat)
 		if jvm(r.name) {
 			verdict += " (JVM, not judged)"
 		}
-		fmt.Printf("%s %.2f | %.2f | %s |\n", line, r.last, r.worst, verdict)
+		fmt.Printf("%s %s | %.2f | %.2f | %s |\n", line, h.at[r.first].UTC().Format("15:04:05"), r.last, r.worst, verdict)
 	}
 }
 
@@ -331,7 +354,14 @@ func cacheFills(caches map[string]cacheFill) string {
 	}
 	var out []string
 	for c, f := range caches {
-		out = append(out, fmt.Sprintf("%s %.0f / %.0f", c, f.entries, f.max))
+		switch {
+		case f.max > 0:
+			out = append(out, fmt.Sprintf("%s %.0f / %.0f", c, f.entries, f.max))
+		case f.gaveWay:
+			out = append(out, fmt.Sprintf("%s %.0f (gave way)", c, f.entries))
+		default:
+			out = append(out, fmt.Sprintf("%s %.0f (never gave way)", c, f.entries))
+		}
 	}
 	sort.Strings(out)
 	return strings.Join(out, ", ")
@@ -360,7 +390,20 @@ func (b *bench) readCaches(inst string) map[string]cacheFill {
 		}
 		out[cache] = f
 	}
+	if serviceOf(inst) == "stackstream-rollup" {
+		out["stacks MiB"] = b.rollupStackCache(inst)
+	}
 	return out
+}
+
+// rollupStackCache reads the rollup's stack cache: its MiB, and whether it
+// ever gave way to the window state or was reset (its bound reached).
+func (b *bench) rollupStackCache(inst string) cacheFill {
+	u := "http://" + b.addrOf(inst) + "/metrics"
+	mib, _ := metricSum(u, "stackstream_rollup_stack_cache_bytes")
+	gave, _ := metricSum(u, `stackstream_rollup_stack_cache_events_total{event="gave_way"}`)
+	resets, _ := metricSum(u, `stackstream_rollup_stack_cache_events_total{event="reset"}`)
+	return cacheFill{entries: float64(mib) / (1 << 20), gaveWay: gave+resets > 0}
 }
 
 // sampleRSS records every process's RSS and the lags every step, with the
@@ -393,11 +436,20 @@ func (b *bench) sampleRSS(ctx context.Context, cfg loadgen.Config, t0 time.Time,
 				s.caches[name] = b.readCaches(name)
 			}
 		}
+		// The rollup's charged state beside its RSS: its state budget's
+		// use, apart from the heap the GC lets grow above it.
+		for _, inst := range b.instances("stackstream-rollup") {
+			if _, ok := s.rss[inst]; ok {
+				v, _ := metricSum("http://"+b.addrOf(inst)+"/metrics", "stackstream_rollup_state_bytes")
+				s.rss[inst+stateSuffix] = float64(v) / (1 << 20)
+				s.caches[inst+stateSuffix] = s.caches[inst]
+			}
+		}
 		s.lag, _ = b.lags(ctx)
 		out = append(out, s)
 		if len(out)%max(int(5*time.Minute/step), 1) == 0 {
 			var parts []string
-			for _, name := range []string{"stackstream-symbolizer", "stackstream-indexer", "stackstream-rollup", "stackstream-query"} {
+			for _, name := range []string{"stackstream-symbolizer", "stackstream-indexer", "stackstream-rollup", "stackstream-rollup" + stateSuffix, "stackstream-query"} {
 				parts = append(parts, fmt.Sprintf("%s %.0f", strings.TrimPrefix(name, "stackstream-"), s.rss[name]))
 			}
 			fmt.Printf("  soak %v (simulated %s UTC): RSS MiB %s; lag %v (bound %d); indexer caches %s\n", s.at.Round(time.Second), s.sim.UTC().Format("15:04:05"), strings.Join(parts, ", "), s.lag, bound,

@@ -117,3 +117,42 @@ func TestHourOverHour(t *testing.T) {
 		})
 	}
 }
+
+// TestHourOverHourAfterWarmUp: a process is compared from its first hour
+// after its bounded caches were full once (its memory grows up to their
+// bounds by design), and not judged while they never fill.
+func TestHourOverHourAfterWarmUp(t *testing.T) {
+	from := time.Date(2026, 12, 3, 16, 51, 0, 0, time.UTC)
+	// The rollup's RSS grows through each hour and by 40 MiB an hour for
+	// its first two hours, while its stack cache fills; its cache gives
+	// way at fillAt (never when zero).
+	soak := func(fillAt time.Duration) []rssSample {
+		var out []rssSample
+		for sim := from.Add(3 * time.Minute); !sim.After(from.Add(4 * time.Hour)); sim = sim.Add(3 * time.Minute) {
+			since := sim.Sub(from)
+			inHour := sim.Sub(sim.Truncate(time.Hour)).Hours()
+			full := fillAt > 0 && since >= fillAt
+			out = append(out, rssSample{sim: sim, at: since,
+				rss:    map[string]float64{"stackstream-rollup": 100 + 60*inHour + 40*min(since, 2*time.Hour).Hours()},
+				caches: map[string]map[string]cacheFill{"stackstream-rollup": {"stacks MiB": {entries: 50, gaveWay: full}}},
+			})
+		}
+		return out
+	}
+	h := hourOverHour(soak(2*time.Hour), from, from.Add(4*time.Hour), 50*time.Minute, 3*time.Minute)
+	if len(h.rows) != 1 || !h.judged {
+		t.Fatalf("rows %v judged %v", h.rows, h.judged)
+	}
+	r := h.rows[0]
+	if got := h.at[r.first].Format("15:04"); got != "18:51" || !r.judged || !r.flat || !h.flat {
+		t.Errorf("compared from %s judged %v flat %v (rss %v, worst %.2f), want from 18:51, flat", got, r.judged, r.flat, r.rss, r.worst)
+	}
+	// Compared from the first hour, the growth while filling is not flat.
+	if first := r.rss[0]; r.rss[1]/first <= 1.1 {
+		t.Errorf("test fleet: %v does not grow in its first hours", r.rss)
+	}
+	h = hourOverHour(soak(0), from, from.Add(4*time.Hour), 50*time.Minute, 3*time.Minute)
+	if r := h.rows[0]; r.judged || h.flat {
+		t.Errorf("caches never full: judged %v, flat %v; want neither", r.judged, h.flat)
+	}
+}
