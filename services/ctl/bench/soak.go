@@ -54,7 +54,7 @@ func (b *bench) soak(ctx context.Context) error {
 	cfg.Hosts, cfg.Duration, cfg.Speed = hosts, o.soak, o.soakSpeed
 	step := soakStep(cfg.Speed)
 	simStep := time.Duration(float64(step) * cfg.Speed)
-	fmt.Printf("\n## F. Soak: %d hosts for %v of simulated time at speed %g (%v real, ending at the wall clock); RSS and lag every %v (%v simulated); flat = RSS at the end <= 1.1 x RSS after the first sixth; flat hour over hour = RSS at minute %d of each later simulated hour <= 1.1 x at minute %d of the first judged one\n",
+	fmt.Printf("\n## F. Soak: %d hosts for %v of simulated time at speed %g (%v real, ending at the wall clock); RSS and lag every %v (%v simulated); flat = RSS at the end <= 1.1 x RSS after the first sixth; flat hour over hour = RSS at minute %d of each later simulated hour <= 1.1 x at minute %d of the process's first hour after its warm-up (bounded caches full once)\n",
 		hosts, cfg.Duration, cfg.Speed, cfg.Span().Round(time.Second), step, simStep, int(hourMinute.Minutes()), int(hourMinute.Minutes()))
 	// The soak goes on with part B's fleet (same host names and seed):
 	// its totals are those of the minutes from its simulated start on, so
