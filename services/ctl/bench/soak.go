@@ -178,6 +178,12 @@ type rssSample struct {
 // use) among the processes' RSS: sampled and judged as they are.
 const stateSuffix = " state"
 
+// windowsSuffix names the part of the rollup's charged state that is not
+// its stack cache (a bounded cache that fills over hours as a fleet
+// deploys new binaries): its windows, which should be flat from the first
+// hour on.
+const windowsSuffix = " state less stack cache"
+
 // cacheFill is a bounded cache's entries and the entries it is cleared at,
 // from a service's <service>_cache_entries and _cache_max_entries gauges;
 // or, for the rollup's stack cache (bounded by the state budget it shares
@@ -443,13 +449,14 @@ func (b *bench) sampleRSS(ctx context.Context, cfg loadgen.Config, t0 time.Time,
 				v, _ := metricSum("http://"+b.addrOf(inst)+"/metrics", "stackstream_rollup_state_bytes")
 				s.rss[inst+stateSuffix] = float64(v) / (1 << 20)
 				s.caches[inst+stateSuffix] = s.caches[inst]
+				s.rss[inst+windowsSuffix] = s.rss[inst+stateSuffix] - s.caches[inst]["stacks MiB"].entries
 			}
 		}
 		s.lag, _ = b.lags(ctx)
 		out = append(out, s)
 		if len(out)%max(int(5*time.Minute/step), 1) == 0 {
 			var parts []string
-			for _, name := range []string{"stackstream-symbolizer", "stackstream-indexer", "stackstream-rollup", "stackstream-rollup" + stateSuffix, "stackstream-query"} {
+			for _, name := range []string{"stackstream-symbolizer", "stackstream-indexer", "stackstream-rollup", "stackstream-rollup" + stateSuffix, "stackstream-rollup" + windowsSuffix, "stackstream-query"} {
 				parts = append(parts, fmt.Sprintf("%s %.0f", strings.TrimPrefix(name, "stackstream-"), s.rss[name]))
 			}
 			fmt.Printf("  soak %v (simulated %s UTC): RSS MiB %s; lag %v (bound %d); indexer caches %s\n", s.at.Round(time.Second), s.sim.UTC().Format("15:04:05"), strings.Join(parts, ", "), s.lag, bound,
