@@ -54,7 +54,7 @@ func (b *bench) soak(ctx context.Context) error {
 	cfg.Hosts, cfg.Duration, cfg.Speed = hosts, o.soak, o.soakSpeed
 	step := soakStep(cfg.Speed)
 	simStep := time.Duration(float64(step) * cfg.Speed)
-	fmt.Printf("\n## F. Soak: %d hosts for %v of simulated time at speed %g (%v real, ending at the wall clock); RSS and lag every %v (%v simulated); flat = RSS at the end <= 1.1 x RSS after the first sixth; flat hour over hour = RSS at minute %d of each later simulated hour <= 1.1 x at minute %d of the process's first hour after its warm-up (bounded caches full once)\n",
+	fmt.Printf("\n## F. Soak: %d hosts for %v of simulated time at speed %g (%v real, ending at the wall clock); RSS and lag every %v (%v simulated); flat = RSS at the end <= 1.1 x RSS after the first sixth; flat hour over hour = RSS at minute %d of each later simulated hour <= 1.1 x at minute %d of the first (if not, of the first after the process's bounded caches were full once)\n",
 		hosts, cfg.Duration, cfg.Speed, cfg.Span().Round(time.Second), step, simStep, int(hourMinute.Minutes()), int(hourMinute.Minutes()))
 	// The soak goes on with part B's fleet (same host names and seed):
 	// its totals are those of the minutes from its simulated start on, so
@@ -249,7 +249,7 @@ type hourly struct {
 type hourlyRow struct {
 	name        string
 	rss         []float64 // MiB at the sample of each hour, as at
-	first       int       // the hour compared against: the first after the process's warm-up
+	first       int       // the hour compared against: the first, or the first after the process's warm-up
 	last, worst float64   // the last hour's and the largest later hour's RSS over the first's
 	judged      bool      // an hour after the first to compare
 	flat        bool      // judged and worst <= 1.1
@@ -262,10 +262,11 @@ type hourlyRow struct {
 // rollup holds an ended hour until written and frozen only from the second
 // on. In each hour the sample nearest to that minute, at most tol away and
 // within the hour, is taken; an hour without one is left out. A process is
-// compared from its first such hour sampled after its warm-up (warmUp: its
-// bounded caches full once, as memory grows up to their bounds by design)
-// and judged when a later hour follows: flat when every later hour's RSS is
-// at most 1.1 times that hour's.
+// flat when every later hour's RSS is at most 1.1 times its first hour's;
+// if not, it is compared again from its first hour after its warm-up
+// (warmUp: its bounded caches full once, as memory grows up to their
+// bounds by design), and not judged when its caches never filled or no
+// hour follows.
 func hourOverHour(rss []rssSample, from, to time.Time, minute, tol time.Duration) hourly {
 	var h hourly
 	var picked []rssSample
@@ -296,21 +297,22 @@ func hourOverHour(rss []rssSample, from, to time.Time, minute, tol time.Duration
 	sort.Strings(names)
 	h.flat = true
 	for _, name := range names {
-		r := hourlyRow{name: name, first: len(picked)}
-		warm, why := warmUp(rss, name)
-		for i, s := range picked {
+		r := hourlyRow{name: name}
+		for _, s := range picked {
 			r.rss = append(r.rss, s.rss[name])
-			if r.first == len(picked) && why != warmFilling && !s.sim.Before(rss[warm].sim) {
-				r.first = i
-			}
 		}
-		if r.judged = r.first < len(picked)-1; r.judged {
-			first := r.rss[r.first]
-			for _, v := range r.rss[r.first+1:] {
-				r.worst = max(r.worst, v/first)
+		r.judge(0)
+		// Growth is excused only up to the caches' bounds: judged again
+		// from the first hour after they were full once, not at all while
+		// they never were.
+		if warm, why := warmUp(rss, name); !r.flat {
+			r.judged = false
+			for i, s := range picked {
+				if why != warmFilling && !s.sim.Before(rss[warm].sim) {
+					r.judge(i)
+					break
+				}
 			}
-			r.last = r.rss[len(r.rss)-1] / first
-			r.flat = first > 0 && r.worst <= 1.1
 		}
 		if !jvm(name) {
 			h.flat = h.flat && r.flat
@@ -318,6 +320,21 @@ func hourOverHour(rss []rssSample, from, to time.Time, minute, tol time.Duration
 		h.rows = append(h.rows, r)
 	}
 	return h
+}
+
+// judge compares the row's hours after first with its hour first; a row
+// with no hour after it is not judged.
+func (r *hourlyRow) judge(first int) {
+	r.first, r.judged, r.flat, r.worst = first, first < len(r.rss)-1, false, 0
+	if !r.judged {
+		return
+	}
+	base := r.rss[first]
+	for _, v := range r.rss[first+1:] {
+		r.worst = max(r.worst, v/base)
+	}
+	r.last = r.rss[len(r.rss)-1] / base
+	r.flat = base > 0 && r.worst <= 1.1
 }
 
 // printHourly prints the soak's hour-over-hour table, or why there is none.
@@ -342,7 +359,7 @@ func printHourly(h hourly, from, to time.Time) {
 			line += fmt.Sprintf(" %.1f |", v)
 		}
 		if !r.judged {
-			fmt.Printf("%s - | - | - | not judged: no hour after its warm-up's to compare |\n", line)
+			fmt.Printf("%s - | - | - | not judged: it grew while its bounded caches filled, with no hour after they were full |\n", line)
 			continue
 		}
 		verdict := fmt.Sprint(r.flat)

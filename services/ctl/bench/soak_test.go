@@ -118,9 +118,10 @@ func TestHourOverHour(t *testing.T) {
 	}
 }
 
-// TestHourOverHourAfterWarmUp: a process is compared from its first hour
-// after its bounded caches were full once (its memory grows up to their
-// bounds by design), and not judged while they never fill.
+// TestHourOverHourAfterWarmUp: a process that grew from its first hour is
+// compared again from its first hour after its bounded caches were full
+// once (its memory grows up to their bounds by design), and not judged
+// while they never fill; one flat from its first hour is flat.
 func TestHourOverHourAfterWarmUp(t *testing.T) {
 	from := time.Date(2026, 12, 3, 16, 51, 0, 0, time.UTC)
 	// The rollup's RSS grows through each hour and by 40 MiB an hour for
@@ -154,5 +155,14 @@ func TestHourOverHourAfterWarmUp(t *testing.T) {
 	h = hourOverHour(soak(0), from, from.Add(4*time.Hour), 50*time.Minute, 3*time.Minute)
 	if r := h.rows[0]; r.judged || h.flat {
 		t.Errorf("caches never full: judged %v, flat %v; want neither", r.judged, h.flat)
+	}
+	// Flat from the first hour: flat, whether its caches filled or not.
+	steady := soak(0)
+	for i := range steady {
+		steady[i].rss["stackstream-rollup"] = 150
+	}
+	h = hourOverHour(steady, from, from.Add(4*time.Hour), 50*time.Minute, 3*time.Minute)
+	if r := h.rows[0]; !r.judged || !r.flat || r.first != 0 || !h.flat {
+		t.Errorf("steady with caches filling: judged %v flat %v from hour %d; want flat from the first", r.judged, r.flat, r.first)
 	}
 }
