@@ -184,6 +184,9 @@ const stateSuffix = " state"
 // hour on.
 const windowsSuffix = " state less stack cache"
 
+// stackCacheName is the rollup's stack cache among its bounded caches.
+const stackCacheName = "stacks MiB"
+
 // cacheFill is a bounded cache's entries and the entries it is cleared at,
 // from a service's <service>_cache_entries and _cache_max_entries gauges;
 // or, for the rollup's stack cache (bounded by the state budget it shares
@@ -413,20 +416,31 @@ func (b *bench) readCaches(inst string) map[string]cacheFill {
 		}
 		out[cache] = f
 	}
-	if serviceOf(inst) == "stackstream-rollup" {
-		out["stacks MiB"] = b.rollupStackCache(inst)
-	}
 	return out
 }
 
-// rollupStackCache reads the rollup's stack cache: its MiB, and whether it
-// ever gave way to the window state or was reset (its bound reached).
-func (b *bench) rollupStackCache(inst string) cacheFill {
-	u := "http://" + b.addrOf(inst) + "/metrics"
-	mib, _ := metricSum(u, "stackstream_rollup_stack_cache_bytes")
-	gave, _ := metricSum(u, `stackstream_rollup_stack_cache_events_total{event="gave_way"}`)
-	resets, _ := metricSum(u, `stackstream_rollup_stack_cache_events_total{event="reset"}`)
-	return cacheFill{entries: float64(mib) / (1 << 20), gaveWay: gave+resets > 0}
+// rollupState reads, from one page of the rollup's metrics, its stack
+// cache (its MiB, and whether it ever gave way to the window state or was
+// reset: its bound reached) and its charged state in MiB.
+func (b *bench) rollupState(inst string) (cache cacheFill, stateMiB float64) {
+	var gave float64
+	for _, l := range metricLines("http://"+b.addrOf(inst)+"/metrics", "stackstream_rollup_stack_cache_", "stackstream_rollup_state_bytes ") {
+		name, value, _ := strings.Cut(l, " ")
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "stackstream_rollup_stack_cache_bytes":
+			cache.entries = v / (1 << 20)
+		case `stackstream_rollup_stack_cache_events_total{event="gave_way"}`, `stackstream_rollup_stack_cache_events_total{event="reset"}`:
+			gave += v
+		case "stackstream_rollup_state_bytes":
+			stateMiB = v / (1 << 20)
+		}
+	}
+	cache.gaveWay = gave > 0
+	return cache, stateMiB
 }
 
 // sampleRSS records every process's RSS and the lags every step, with the
@@ -459,14 +473,16 @@ func (b *bench) sampleRSS(ctx context.Context, cfg loadgen.Config, t0 time.Time,
 				s.caches[name] = b.readCaches(name)
 			}
 		}
-		// The rollup's charged state beside its RSS: its state budget's
-		// use, apart from the heap the GC lets grow above it.
+		// The rollup's stack cache among its bounded caches, and its
+		// charged state beside its RSS: its state budget's use, apart
+		// from the heap the GC lets grow above it.
 		for _, inst := range b.instances("stackstream-rollup") {
 			if _, ok := s.rss[inst]; ok {
-				v, _ := metricSum("http://"+b.addrOf(inst)+"/metrics", "stackstream_rollup_state_bytes")
-				s.rss[inst+stateSuffix] = float64(v) / (1 << 20)
+				cache, state := b.rollupState(inst)
+				s.caches[inst][stackCacheName] = cache
+				s.rss[inst+stateSuffix] = state
 				s.caches[inst+stateSuffix] = s.caches[inst]
-				s.rss[inst+windowsSuffix] = s.rss[inst+stateSuffix] - s.caches[inst]["stacks MiB"].entries
+				s.rss[inst+windowsSuffix] = state - cache.entries
 			}
 		}
 		s.lag, _ = b.lags(ctx)
