@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -64,7 +65,57 @@ func EnsureTopics(ctx context.Context, adm *kadm.Client, specs []TopicSpec) ([]T
 			return out, fmt.Errorf("create topic %s: %w", s.Name, err)
 		}
 	}
-	return out, nil
+	names := make([]string, len(specs))
+	for i, s := range specs {
+		names[i] = s.Name
+	}
+	return out, waitListed(ctx, adm, names)
+}
+
+// listedWithin bounds EnsureTopics' wait for the broker to list the topics
+// it created.
+const listedWithin = 30 * time.Second
+
+// waitListed waits until the broker's metadata lists every topic with a
+// leader for each partition. The controller answers CreateTopics before
+// the brokers' metadata has the topic, and a service started right after
+// stackctl init would stop on it (CheckTopics: seen in the issue-15 bench
+// against a broker just started).
+func waitListed(ctx context.Context, adm *kadm.Client, names []string) error {
+	ctx, cancel := context.WithTimeout(ctx, listedWithin)
+	defer cancel()
+	for {
+		listed, err := adm.ListTopics(ctx, names...)
+		missing := unled(listed, names)
+		if err == nil && missing == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = fmt.Errorf("%s has no leader in the broker's metadata", missing)
+			}
+			return fmt.Errorf("topics created but not ready within %v: %w", listedWithin, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// unled is the first of names that is not listed, or has a partition
+// without a leader; "" when none.
+func unled(listed kadm.TopicDetails, names []string) string {
+	for _, n := range names {
+		d, ok := listed[n]
+		if !ok || d.Err != nil || len(d.Partitions) == 0 {
+			return n
+		}
+		for _, p := range d.Partitions {
+			if p.Err != nil || p.Leader < 0 {
+				return n
+			}
+		}
+	}
+	return ""
 }
 
 // CheckTopics stops start-up with one line naming the topics that do not

@@ -50,3 +50,38 @@ func TestCheckTopics(t *testing.T) {
 		t.Fatalf("CheckTopics of an existing topic = %v", err)
 	}
 }
+
+// TestEnsureTopicsListed: the topics EnsureTopics created are listed, with
+// their partitions' leaders, as soon as it returns, so a service started
+// right after stackctl init finds them (it once stopped on a topic the
+// controller had created and the broker did not list yet).
+func TestEnsureTopicsListed(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg := testConfig(brokers, testenv.Name(t, "t-")+".")
+	topics := cfg.Topics()
+	cl, err := NewClient(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	t.Cleanup(func() { adm.DeleteTopics(context.Background(), topics.All()...) })
+	res, err := EnsureTopics(ctx, adm, Specs(topics, 8, 1))
+	if err != nil || len(res) != 4 || !res[0].Created {
+		t.Fatalf("EnsureTopics = %v, %v", res, err)
+	}
+	// A new client, as a service starting: no retry.
+	other, err := NewClient(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := CheckTopics(ctx, other, topics.All()...); err != nil {
+		t.Fatalf("CheckTopics right after EnsureTopics: %v", err)
+	}
+	if res, err := EnsureTopics(ctx, adm, Specs(topics, 8, 1)); err != nil || res[0].Created {
+		t.Fatalf("EnsureTopics again = %v, %v; want every topic existing", res, err)
+	}
+}
