@@ -32,14 +32,19 @@ func soakStep(speed float64) time.Duration {
 // copy dropped (lateness 2 m + retention 10 m past the hour).
 const hourMinute = 50 * time.Minute
 
+// hourSpan is how far from hourMinute the samples of an hour's median
+// lie: minutes 45 to 55, 20 samples at speeds up to 6 (soakStep).
+const hourSpan = 5 * time.Minute
+
 // soak is part F: the fleet part B found sustainable (or -soak-hosts), for
 // o.soak of simulated time at o.soakSpeed, with every process's RSS and
 // every group's lag sampled; then the soak's totals. RSS counts as flat
 // when a service's RSS at the end is at most 10% above its RSS after the
 // warm-up: the first sixth of the run, or longer for a service with
-// bounded caches (warmUp). The rollup's state follows its UTC hour, so RSS
-// also grows within an hour by design: hourOverHour compares the same
-// minute of successive simulated hours.
+// bounded caches (warmUp); each a median over 10 simulated minutes. The
+// rollup's state follows its UTC hour, so RSS also grows within an hour by
+// design: hourOverHour compares the same minutes of successive simulated
+// hours.
 func (b *bench) soak(ctx context.Context) error {
 	o := b.o
 	hosts := o.soakHosts
@@ -54,8 +59,8 @@ func (b *bench) soak(ctx context.Context) error {
 	cfg.Hosts, cfg.Duration, cfg.Speed = hosts, o.soak, o.soakSpeed
 	step := soakStep(cfg.Speed)
 	simStep := time.Duration(float64(step) * cfg.Speed)
-	fmt.Printf("\n## F. Soak: %d hosts for %v of simulated time at speed %g (%v real, ending at the wall clock); RSS and lag every %v (%v simulated); flat = RSS at the end <= 1.1 x RSS after the first sixth; flat hour over hour = RSS at minute %d of each later simulated hour <= 1.1 x at minute %d of the first (if not, of the first after the process's bounded caches were full once)\n",
-		hosts, cfg.Duration, cfg.Speed, cfg.Span().Round(time.Second), step, simStep, int(hourMinute.Minutes()), int(hourMinute.Minutes()))
+	fmt.Printf("\n## F. Soak: %d hosts for %v of simulated time at speed %g (%v real, ending at the wall clock); RSS and lag every %v (%v simulated); flat = median RSS over the last 10 simulated minutes <= 1.1 x over the 10 after the warm-up (the first sixth, or until bounded caches were full once); flat hour over hour = median RSS over minutes %d-%d of each later simulated hour <= 1.1 x the first's (if not, <= 1.1 x the largest hour until the first after the process's bounded caches were full once)\n",
+		hosts, cfg.Duration, cfg.Speed, cfg.Span().Round(time.Second), step, simStep, int((hourMinute - hourSpan).Minutes()), int((hourMinute + hourSpan).Minutes()))
 	// The soak goes on with part B's fleet (same host names and seed):
 	// its totals are those of the minutes from its simulated start on, so
 	// that start is on a minute boundary, after every minute part B's
@@ -100,7 +105,7 @@ func (b *bench) soak(ctx context.Context) error {
 		return err
 	}
 
-	fmt.Println("| process | warm-up until | RSS MiB after warm-up | at the end | max | end / warm-up | end / first sixth | flat | bounded caches at the end (entries / bound) |")
+	fmt.Println("| process | warm-up until | RSS MiB after warm-up | at the end (medians) | max | end / warm-up | end / first sixth | flat | bounded caches at the end (entries / bound) |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	flat := true
 	var names []string
@@ -110,10 +115,14 @@ func (b *bench) soak(ctx context.Context) error {
 		}
 	}
 	sort.Strings(names)
+	// Each RSS compared is a median over 10 simulated minutes of samples
+	// from its point (the last ones for the end), as hour over hour.
+	k := max(int(2*hourSpan/simStep), 1)
+	around := func(i int) []rssSample { return rss[max(min(i, len(rss)-k), 0):min(i+k, len(rss))] }
 	for _, name := range names {
 		warm, why := warmUp(rss, name)
-		sixth := rss[len(rss)/6].rss[name]
-		w, e := rss[warm].rss[name], rss[len(rss)-1].rss[name]
+		sixth := medianRSS(around(len(rss)/6), name)
+		w, e := medianRSS(around(warm), name), medianRSS(around(len(rss)), name)
 		var m float64
 		for _, s := range rss {
 			m = max(m, s.rss[name])
@@ -135,7 +144,7 @@ func (b *bench) soak(ctx context.Context) error {
 		fmt.Printf("| %s | %v (%s) | %s | %.1f | %.1f | %s | %.2f | %s | %s |\n",
 			name, rss[warm].at.Round(time.Second), why, warmRSS, e, m, ratio, e/sixth, verdict, cacheFills(rss[len(rss)-1].caches[name]))
 	}
-	hours := hourOverHour(rss, from, from.Add(cfg.Duration), hourMinute, simStep)
+	hours := hourOverHour(rss, from, from.Add(cfg.Duration), hourMinute, hourSpan)
 	printHourly(hours, from, from.Add(cfg.Duration))
 	hourVerdict := "not judged"
 	if hours.judged {
@@ -243,7 +252,8 @@ func jvm(name string) bool { return name == "kafka" || name == "opensearch" }
 
 // hourly is the soak's RSS hour over hour.
 type hourly struct {
-	at     []time.Time // simulated time of the sample taken in each hour
+	at     []time.Time // simulated time of each hour's minute compared
+	n      []int       // samples in each hour's window
 	rows   []hourlyRow // by process name; none unless two hours were sampled
 	judged bool        // two hours or more sampled
 	flat   bool        // judged, and every row but the JVMs' judged and flat
@@ -251,10 +261,11 @@ type hourly struct {
 
 type hourlyRow struct {
 	name        string
-	rss         []float64 // MiB at the sample of each hour, as at
-	first       int       // the hour compared against: the first, or the first after the process's warm-up
-	last, worst float64   // the last hour's and the largest later hour's RSS over the first's
-	judged      bool      // an hour after the first to compare
+	rss         []float64 // median MiB in each hour's window, as at
+	first       int       // the first hour compared: 0, or the first after the process's warm-up
+	base        float64   // what later hours are compared with: the largest hour up to first
+	last, worst float64   // the last hour's and the largest later hour's RSS over base
+	judged      bool      // an hour after first to compare
 	flat        bool      // judged and worst <= 1.1
 }
 
@@ -263,55 +274,57 @@ type hourlyRow struct {
 // counts when the soak covered it whole and the hour before it at least in
 // part: the soak's first hour, partial or whole, is the warm-up, since the
 // rollup holds an ended hour until written and frozen only from the second
-// on. In each hour the sample nearest to that minute, at most tol away and
-// within the hour, is taken; an hour without one is left out. A process is
-// flat when every later hour's RSS is at most 1.1 times its first hour's;
-// if not, it is compared again from its first hour after its warm-up
-// (warmUp: its bounded caches full once, as memory grows up to their
-// bounds by design), and not judged when its caches never filled or no
-// hour follows.
-func hourOverHour(rss []rssSample, from, to time.Time, minute, tol time.Duration) hourly {
+// on. Each hour's value is the median of the samples within span of that
+// minute (and within the hour): one sample swings with the collector's
+// cycle (the rollup's RSS by 25% within minutes on 2026-12-03); an hour
+// without a sample there is left out.
+//
+// A process is flat when every later hour's RSS is at most 1.1 times its
+// first hour's. If not, its growth is excused only up to its bounded
+// caches' bounds: it is compared again from its first hour after its
+// warm-up (warmUp: every cache full or cleared once) against the largest
+// hour up to then, the peak its caches' filling reached, which a process
+// whose caches are bounded should not pass by more than 10% (a cache
+// cleared at its bound drops and refills below it). It is not judged when
+// its caches never filled or no hour follows.
+func hourOverHour(rss []rssSample, from, to time.Time, minute, span time.Duration) hourly {
 	var h hourly
-	var picked []rssSample
+	var windows [][]rssSample
 	// Truncate counts from the zero time, so it cuts at UTC hours; the
 	// hour after from's is the first whose hour before was covered.
 	for hour := from.Truncate(time.Hour).Add(time.Hour); !hour.Add(time.Hour).After(to); hour = hour.Add(time.Hour) {
-		target, best := hour.Add(minute), -1
-		for i, s := range rss {
-			if s.sim.Before(hour) || !s.sim.Before(hour.Add(time.Hour)) || s.sim.Sub(target).Abs() > tol {
-				continue
-			}
-			if best < 0 || s.sim.Sub(target).Abs() < rss[best].sim.Sub(target).Abs() {
-				best = i
+		target := hour.Add(minute)
+		var w []rssSample
+		for _, s := range rss {
+			if !s.sim.Before(hour) && s.sim.Before(hour.Add(time.Hour)) && s.sim.Sub(target).Abs() <= span {
+				w = append(w, s)
 			}
 		}
-		if best >= 0 {
-			picked = append(picked, rss[best])
-			h.at = append(h.at, rss[best].sim)
+		if len(w) > 0 {
+			windows = append(windows, w)
+			h.at = append(h.at, target)
+			h.n = append(h.n, len(w))
 		}
 	}
-	if h.judged = len(picked) >= 2; !h.judged {
+	if h.judged = len(windows) >= 2; !h.judged {
 		return h
 	}
 	var names []string
-	for name := range picked[len(picked)-1].rss {
+	for name := range windows[len(windows)-1][0].rss {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	h.flat = true
 	for _, name := range names {
 		r := hourlyRow{name: name}
-		for _, s := range picked {
-			r.rss = append(r.rss, s.rss[name])
+		for _, w := range windows {
+			r.rss = append(r.rss, medianRSS(w, name))
 		}
 		r.judge(0)
-		// Growth is excused only up to the caches' bounds: judged again
-		// from the first hour after they were full once, not at all while
-		// they never were.
 		if warm, why := warmUp(rss, name); !r.flat {
 			r.judged = false
-			for i, s := range picked {
-				if why != warmFilling && !s.sim.Before(rss[warm].sim) {
+			for i, w := range windows {
+				if why != warmFilling && !w[0].sim.Before(rss[warm].sim) {
 					r.judge(i)
 					break
 				}
@@ -325,36 +338,54 @@ func hourOverHour(rss []rssSample, from, to time.Time, minute, tol time.Duration
 	return h
 }
 
-// judge compares the row's hours after first with its hour first; a row
-// with no hour after it is not judged.
+// medianRSS is the median of a process's RSS over samples.
+func medianRSS(samples []rssSample, name string) float64 {
+	v := make([]float64, 0, len(samples))
+	for _, s := range samples {
+		v = append(v, s.rss[name])
+	}
+	sort.Float64s(v)
+	if len(v) == 0 {
+		return 0
+	}
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+// judge compares the row's hours after first with the largest of its hours
+// up to first; a row with no hour after first is not judged.
 func (r *hourlyRow) judge(first int) {
-	r.first, r.judged, r.flat, r.worst = first, first < len(r.rss)-1, false, 0
+	r.first, r.judged, r.flat, r.worst, r.base = first, first < len(r.rss)-1, false, 0, 0
 	if !r.judged {
 		return
 	}
-	base := r.rss[first]
-	for _, v := range r.rss[first+1:] {
-		r.worst = max(r.worst, v/base)
+	for _, v := range r.rss[:first+1] {
+		r.base = max(r.base, v)
 	}
-	r.last = r.rss[len(r.rss)-1] / base
-	r.flat = base > 0 && r.worst <= 1.1
+	for _, v := range r.rss[first+1:] {
+		r.worst = max(r.worst, v/r.base)
+	}
+	r.last = r.rss[len(r.rss)-1] / r.base
+	r.flat = r.base > 0 && r.worst <= 1.1
 }
 
 // printHourly prints the soak's hour-over-hour table, or why there is none.
 func printHourly(h hourly, from, to time.Time) {
-	m := int(hourMinute.Minutes())
+	m, w := int(hourMinute.Minutes()), int(hourSpan.Minutes())
 	if !h.judged {
-		fmt.Printf("hour over hour: not judged: the soak's simulated %s covers %d whole hour(s) after a covered one with a sample near minute %d; 2 needed (-soak 3h gives 2 from any start)\n",
-			hoursNote(from, to), len(h.at), m)
+		fmt.Printf("hour over hour: not judged: the soak's simulated %s covers %d whole hour(s) after a covered one with samples within %d minutes of minute %d; 2 needed (-soak 3h gives 2 from any start)\n",
+			hoursNote(from, to), len(h.at), w, m)
 		return
 	}
-	fmt.Printf("hour over hour: RSS MiB at minute %d of each simulated hour covered whole after a covered one (the nearest sample, its simulated time UTC); simulated %s\n", m, hoursNote(from, to))
+	fmt.Printf("hour over hour: median RSS MiB over minutes %d-%d of each simulated hour covered whole after a covered one (its samples in brackets); simulated %s\n", m-w, m+w, hoursNote(from, to))
 	head, rule := "| process |", "|---|"
-	for _, at := range h.at {
-		head += " " + at.UTC().Format("15:04:05") + " |"
+	for i, at := range h.at {
+		head += fmt.Sprintf(" %s (%d) |", at.UTC().Format("15:04"), h.n[i])
 		rule += "---|"
 	}
-	fmt.Println(head + " compared from | last / first | max / first | flat hour over hour |")
+	fmt.Println(head + " compared with | last / base | max / base | flat hour over hour |")
 	fmt.Println(rule + "---|---|---|---|")
 	for _, r := range h.rows {
 		line := "| " + r.name + " |"
@@ -365,11 +396,15 @@ func printHourly(h hourly, from, to time.Time) {
 			fmt.Printf("%s - | - | - | not judged: it grew while its bounded caches filled, with no hour after they were full |\n", line)
 			continue
 		}
+		base := "the first hour"
+		if r.first > 0 {
+			base = fmt.Sprintf("the largest hour to %s (caches full by then): %.1f", h.at[r.first].UTC().Format("15:04"), r.base)
+		}
 		verdict := fmt.Sprint(r.flat)
 		if jvm(r.name) {
 			verdict += " (JVM, not judged)"
 		}
-		fmt.Printf("%s %s | %.2f | %.2f | %s |\n", line, h.at[r.first].UTC().Format("15:04:05"), r.last, r.worst, verdict)
+		fmt.Printf("%s %s | %.2f | %.2f | %s |\n", line, base, r.last, r.worst, verdict)
 	}
 }
 

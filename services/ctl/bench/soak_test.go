@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -45,9 +46,9 @@ func TestWarmUp(t *testing.T) {
 	}
 }
 
-// TestHourOverHour: RSS at minute 50 of each simulated hour covered whole
-// after a covered one; growth within each hour is by design, growth from
-// hour to hour is not; a JVM is printed, not judged.
+// TestHourOverHour: the median RSS over minutes 45-55 of each simulated
+// hour covered whole after a covered one; growth within each hour is by
+// design, growth from hour to hour is not; a JVM is printed, not judged.
 func TestHourOverHour(t *testing.T) {
 	at := func(hhmm string) time.Time {
 		v, err := time.Parse("2006-01-02 15:04", "2026-12-03 "+hhmm)
@@ -82,11 +83,11 @@ func TestHourOverHour(t *testing.T) {
 		flat       bool
 		rollupFlat bool
 	}{
-		{"flat", at("16:51"), 3 * time.Hour, 0, 3 * time.Minute, []string{"17:51", "18:51"}, true, true, true},
-		{"growing 30 MiB an hour", at("16:51"), 3 * time.Hour, 30, 3 * time.Minute, []string{"17:51", "18:51"}, true, false, false},
-		{"growing 5 MiB an hour", at("16:51"), 3 * time.Hour, 5, 3 * time.Minute, []string{"17:51", "18:51"}, true, true, true},
-		{"starts on the hour: its first whole hour is the warm-up", at("17:00"), 3 * time.Hour, 0, 3 * time.Minute, []string{"18:51", "19:51"}, true, true, true},
-		{"too short: 70 minutes", at("16:51"), 70 * time.Minute, 0, 3 * time.Minute, []string{"17:51"}, false, false, false},
+		{"flat", at("16:51"), 3 * time.Hour, 0, 5 * time.Minute, []string{"17:50", "18:50"}, true, true, true},
+		{"growing 30 MiB an hour", at("16:51"), 3 * time.Hour, 30, 5 * time.Minute, []string{"17:50", "18:50"}, true, false, false},
+		{"growing 5 MiB an hour", at("16:51"), 3 * time.Hour, 5, 5 * time.Minute, []string{"17:50", "18:50"}, true, true, true},
+		{"starts on the hour: its first whole hour is the warm-up", at("17:00"), 3 * time.Hour, 0, 5 * time.Minute, []string{"18:50", "19:50"}, true, true, true},
+		{"too short: 70 minutes", at("16:51"), 70 * time.Minute, 0, 5 * time.Minute, []string{"17:50"}, false, false, false},
 		{"no sample near minute 50", at("16:51"), 3 * time.Hour, 0, 30 * time.Second, nil, false, false, false},
 	}
 	for _, tt := range tests {
@@ -129,7 +130,7 @@ func TestHourOverHourAfterWarmUp(t *testing.T) {
 	// way at fillAt (never when zero).
 	soak := func(fillAt time.Duration) []rssSample {
 		var out []rssSample
-		for sim := from.Add(3 * time.Minute); !sim.After(from.Add(4 * time.Hour)); sim = sim.Add(3 * time.Minute) {
+		for sim := from.Add(3 * time.Minute); !sim.After(from.Add(5 * time.Hour)); sim = sim.Add(3 * time.Minute) {
 			since := sim.Sub(from)
 			inHour := sim.Sub(sim.Truncate(time.Hour)).Hours()
 			full := fillAt > 0 && since >= fillAt
@@ -140,19 +141,20 @@ func TestHourOverHourAfterWarmUp(t *testing.T) {
 		}
 		return out
 	}
-	h := hourOverHour(soak(2*time.Hour), from, from.Add(4*time.Hour), 50*time.Minute, 3*time.Minute)
+	h := hourOverHour(soak(2*time.Hour), from, from.Add(5*time.Hour), 50*time.Minute, 5*time.Minute)
 	if len(h.rows) != 1 || !h.judged {
 		t.Fatalf("rows %v judged %v", h.rows, h.judged)
 	}
+	// Full at 18:51, within 18:50's window: 19:50's is the first after.
 	r := h.rows[0]
-	if got := h.at[r.first].Format("15:04"); got != "18:51" || !r.judged || !r.flat || !h.flat {
-		t.Errorf("compared from %s judged %v flat %v (rss %v, worst %.2f), want from 18:51, flat", got, r.judged, r.flat, r.rss, r.worst)
+	if got := h.at[r.first].Format("15:04"); got != "19:50" || !r.judged || !r.flat || !h.flat {
+		t.Errorf("compared from %s judged %v flat %v (rss %v, worst %.2f), want from 19:50, flat", got, r.judged, r.flat, r.rss, r.worst)
 	}
 	// Compared from the first hour, the growth while filling is not flat.
 	if first := r.rss[0]; r.rss[1]/first <= 1.1 {
 		t.Errorf("test fleet: %v does not grow in its first hours", r.rss)
 	}
-	h = hourOverHour(soak(0), from, from.Add(4*time.Hour), 50*time.Minute, 3*time.Minute)
+	h = hourOverHour(soak(0), from, from.Add(5*time.Hour), 50*time.Minute, 5*time.Minute)
 	if r := h.rows[0]; r.judged || h.flat {
 		t.Errorf("caches never full: judged %v, flat %v; want neither", r.judged, h.flat)
 	}
@@ -161,8 +163,61 @@ func TestHourOverHourAfterWarmUp(t *testing.T) {
 	for i := range steady {
 		steady[i].rss["stackstream-rollup"] = 150
 	}
-	h = hourOverHour(steady, from, from.Add(4*time.Hour), 50*time.Minute, 3*time.Minute)
+	h = hourOverHour(steady, from, from.Add(5*time.Hour), 50*time.Minute, 5*time.Minute)
 	if r := h.rows[0]; !r.judged || !r.flat || r.first != 0 || !h.flat {
 		t.Errorf("steady with caches filling: judged %v flat %v from hour %d; want flat from the first", r.judged, r.flat, r.first)
+	}
+}
+
+// TestHourOverHourCacheCleared: a process whose bounded cache is cleared
+// at its bound drops and refills; after the clear it is compared with the
+// largest hour up to then, so refilling below that peak is flat and
+// passing it by more than 10% is not. One sample far off the hour's
+// median (a collector's cycle) does not move it.
+func TestHourOverHourCacheCleared(t *testing.T) {
+	from := time.Date(2026, 12, 3, 16, 51, 0, 0, time.UTC)
+	clear := from.Add(189 * time.Minute) // 20:00
+	// soak: the indexer's RSS in each hour from 17:00 by hour, its cache
+	// growing by 10 entries a sample until cleared at 20:00.
+	soak := func(byHour ...float64) []rssSample {
+		var out []rssSample
+		entries := 0.0
+		for sim := from.Add(3 * time.Minute); !sim.After(from.Add(6 * time.Hour)); sim = sim.Add(3 * time.Minute) {
+			entries += 10
+			if sim.Equal(clear) {
+				entries = 0
+			}
+			v := byHour[max(sim.Hour()-17, 0)]
+			if sim.Minute() == 48 {
+				v *= 1.4 // a collector's peak
+			}
+			out = append(out, rssSample{sim: sim, at: sim.Sub(from),
+				rss:    map[string]float64{"stackstream-indexer": v},
+				caches: map[string]map[string]cacheFill{"stackstream-indexer": {"label_sets": {entries: entries, max: 1e9}}},
+			})
+		}
+		return out
+	}
+	tests := []struct {
+		name   string
+		byHour []float64
+		flat   bool
+		worst  float64
+	}{
+		{"refills below its peak", []float64{100, 115, 130, 90, 105, 120}, true, 105.0 / 130},
+		{"passes its peak after the clear", []float64{100, 115, 130, 90, 150, 120}, false, 150.0 / 130},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := hourOverHour(soak(tt.byHour...), from, from.Add(6*time.Hour), 50*time.Minute, 5*time.Minute)
+			r := h.rows[0]
+			if r.rss[0] != 100 {
+				t.Errorf("first hour's median %.1f, want 100 (the collector's peak is one sample of four)", r.rss[0])
+			}
+			if got := h.at[r.first].Format("15:04"); got != "20:50" || r.base != 130 || !r.judged || r.flat != tt.flat || math.Abs(r.worst-tt.worst) > 1e-9 {
+				t.Errorf("compared from %s with %.1f: judged %v flat %v worst %.3f; want from 20:50 with 130, flat %v worst %.3f",
+					got, r.base, r.judged, r.flat, r.worst, tt.flat, tt.worst)
+			}
+		})
 	}
 }
