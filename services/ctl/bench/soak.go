@@ -150,13 +150,11 @@ func (b *bench) soak(ctx context.Context) error {
 	if hours.judged {
 		hourVerdict = fmt.Sprint(hours.flat)
 	}
-	var maxLag [3]int64
-	for _, s := range rss {
-		for i := range maxLag {
-			maxLag[i] = max(maxLag[i], s.lag[i])
-		}
-	}
+	maxLag, over := lagPeaks(rss, bound)
 	lagOK := maxLag[0] <= bound && maxLag[1] <= bound && maxLag[2] <= bound
+	if !lagOK {
+		fmt.Printf("lag over the bound %d: %s\n", bound, strings.Join(over, "; "))
+	}
 	dlq := b.dlqCount() - dlq0
 	fmt.Printf("samples: %d over %v of load (%v simulated); lag max (symbolizer/indexer/rollup) %v, bound %d: %v; DLQ %d; loadgen behind %v\n",
 		len(rss), soakSpan(rss), time.Duration(float64(soakSpan(rss))*cfg.Speed), maxLag, bound, lagOK, dlq, sum.Behind.Round(10*time.Millisecond))
@@ -165,6 +163,32 @@ func (b *bench) soak(ctx context.Context) error {
 		return fmt.Errorf("soak: totals not exact (rollup %d, samples %d, produced %d)", rollup, samplesCPU, want)
 	}
 	return nil
+}
+
+// lagPeaks is each group's (symbolizer, indexer, rollup) largest lag over
+// the samples, and for each group that passed bound when it peaked (real
+// and simulated time) and in how many samples: so that a peak can be laid
+// beside the services' logs and the hour's writes.
+func lagPeaks(rss []rssSample, bound int64) (peak [3]int64, over []string) {
+	var at [3]int
+	var n [3]int
+	for j, s := range rss {
+		for i := range peak {
+			if s.lag[i] > peak[i] {
+				peak[i], at[i] = s.lag[i], j
+			}
+			if s.lag[i] > bound {
+				n[i]++
+			}
+		}
+	}
+	for i, name := range []string{"symbolizer", "indexer", "rollup"} {
+		if peak[i] > bound {
+			s := rss[at[i]]
+			over = append(over, fmt.Sprintf("%s %d at %v (simulated %s UTC), %d of %d samples over", name, peak[i], s.at.Round(time.Second), s.sim.UTC().Format("15:04:05"), n[i], len(rss)))
+		}
+	}
+	return peak, over
 }
 
 // soakSpan is the time the samples cover.

@@ -221,3 +221,20 @@ func TestHourOverHourCacheCleared(t *testing.T) {
 		})
 	}
 }
+
+// TestLagPeaks: each group's peak, and where a group passed the bound.
+func TestLagPeaks(t *testing.T) {
+	sim := time.Date(2026, 12, 3, 17, 0, 0, 0, time.UTC)
+	var rss []rssSample
+	for i, lag := range [][3]int64{{1, 10, 5}, {2, 1200, 6}, {0, 950, 7}, {3, 20, 4}} {
+		rss = append(rss, rssSample{at: time.Duration(i) * 5 * time.Second, sim: sim.Add(time.Duration(i) * 30 * time.Second), lag: lag})
+	}
+	peak, over := lagPeaks(rss, 890)
+	if peak != [3]int64{3, 1200, 7} {
+		t.Errorf("peaks %v", peak)
+	}
+	want := "indexer 1200 at 5s (simulated 17:00:30 UTC), 2 of 4 samples over"
+	if len(over) != 1 || over[0] != want {
+		t.Errorf("over %q, want [%q]", over, want)
+	}
+}
