@@ -7,25 +7,34 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/stackstream/stackstream/pkg/testenv"
 )
 
-// TestCheckTopics asks the real broker: every topic missing, then only the
-// one not created.
-func TestCheckTopics(t *testing.T) {
+// topicsClient is a client of the real broker under a topic prefix of the
+// test's own, and a context ending with the test.
+func topicsClient(t *testing.T) (context.Context, Config, *kgo.Client) {
+	t.Helper()
 	brokers := testenv.KafkaBrokers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	cfg := testConfig(brokers, testenv.Name(t, "t-")+".")
-	topics := cfg.Topics()
 	cl, err := NewClient(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
+	t.Cleanup(cl.Close)
+	return ctx, cfg, cl
+}
 
-	err = CheckTopics(ctx, cl, topics.ProfilesSymbolized, topics.DLQ)
+// TestCheckTopics asks the real broker: every topic missing, then only the
+// one not created.
+func TestCheckTopics(t *testing.T) {
+	ctx, cfg, cl := topicsClient(t)
+	topics := cfg.Topics()
+
+	err := CheckTopics(ctx, cl, topics.ProfilesSymbolized, topics.DLQ)
 	want := "kafka topic " + topics.ProfilesSymbolized + " is missing: run stackctl init (or check STACKSTREAM_KAFKA_TOPIC_PREFIX); so is " + topics.DLQ
 	if err == nil || err.Error() != want {
 		t.Fatalf("CheckTopics before init = %v, want %q", err, want)
@@ -56,16 +65,8 @@ func TestCheckTopics(t *testing.T) {
 // right after stackctl init finds them (it once stopped on a topic the
 // controller had created and the broker did not list yet).
 func TestEnsureTopicsListed(t *testing.T) {
-	brokers := testenv.KafkaBrokers(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cfg := testConfig(brokers, testenv.Name(t, "t-")+".")
+	ctx, cfg, cl := topicsClient(t)
 	topics := cfg.Topics()
-	cl, err := NewClient(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	t.Cleanup(func() { adm.DeleteTopics(context.Background(), topics.All()...) })
 	res, err := EnsureTopics(ctx, adm, Specs(topics, 8, 1))
