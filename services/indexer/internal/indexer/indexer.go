@@ -54,8 +54,10 @@ type Options struct {
 	MaxRebalanceDelay time.Duration
 	// StackCacheSize is how many stored stack IDs are remembered so that
 	// stacks seen again are not re-sent; 0 picks a default, -1 disables it.
-	// The cache is cleared when full (its memory stays: 24-43 bytes a
-	// stack as Go's map grows, 27-43 MiB at the default).
+	// It is two generations of half as many each (storedStacks): the
+	// older is dropped when the newer is full, and a stack still in use is
+	// kept (its memory stays: 24-43 bytes a stack as Go's maps grow, 27-43
+	// MiB at the default).
 	StackCacheSize int
 	// Workers decode and convert the records of a poll in parallel; 0 is
 	// one per CPU. Documents are added to the batch in record order.
@@ -110,7 +112,7 @@ type Indexer struct {
 	// last_seen day written: 16-byte IDs and day numbers inline, so that a
 	// million of them take 27-43 MiB and nothing for the garbage collector
 	// to scan.
-	stored map[stackKey]day
+	stored *storedStacks
 	// sending is the stack IDs of the batches being written: the next
 	// batches need not send them again (each would be a second scripted
 	// update of the same document). Should a write fail, Run stops and the
@@ -187,7 +189,7 @@ func New(kcl *kgo.Client, w Writer, opts Options) *Indexer {
 	if opts.Limits == (convert.Limits{}) {
 		opts.Limits = convert.DefaultLimits()
 	}
-	ix := &Indexer{kcl: kcl, w: w, opts: opts, log: opts.Logger, m: opts.Metrics, stored: map[stackKey]day{},
+	ix := &Indexer{kcl: kcl, w: w, opts: opts, log: opts.Logger, m: opts.Metrics, stored: newStoredStacks(opts.StackCacheSize),
 		sending: map[string]day{}, conv: convert.New(opts.Limits)}
 	ix.convertRecord = ix.convert
 	return ix
@@ -449,15 +451,10 @@ func (ix *Indexer) reap(f *flight) error {
 			delete(ix.sending, id)
 		}
 	}
-	if f.err == nil && ix.opts.StackCacheSize > 0 {
-		if len(ix.stored)+len(f.b.stacks) > ix.opts.StackCacheSize {
-			clear(ix.stored)
-		}
+	if f.err == nil {
 		for id, d := range f.b.stacks {
 			if k, ok := keyOf(id); ok {
-				if old, ok := ix.stored[k]; !ok || d > old {
-					ix.stored[k] = d
-				}
+				ix.stored.add(k, d)
 			}
 		}
 	}
@@ -467,7 +464,7 @@ func (ix *Indexer) reap(f *flight) error {
 
 // countCaches sets the cache gauges.
 func (ix *Indexer) countCaches() {
-	ix.m.CacheEntries.WithLabelValues("stored_stacks").Set(float64(len(ix.stored)))
+	ix.m.CacheEntries.WithLabelValues("stored_stacks").Set(float64(ix.stored.len()))
 	ix.m.CacheMaxEntries.WithLabelValues("stored_stacks").Set(float64(max(ix.opts.StackCacheSize, 0)))
 	for _, c := range ix.conv.Caches() {
 		ix.m.CacheEntries.WithLabelValues(c.Name).Set(float64(c.Entries))
@@ -507,6 +504,7 @@ func (ix *Indexer) convertAll(b *batch, recs []*kgo.Record) []converted {
 		})
 	}
 	wg.Wait()
+	ix.stored.promote()
 	// Every index taken was converted.
 	return out[:min(int(next.Load()), len(recs))]
 }
@@ -636,8 +634,7 @@ func (ix *Indexer) known(b *batch, id string, d day) bool {
 	if !ok {
 		return false
 	}
-	v, ok := ix.stored[k]
-	return ok && v >= d
+	return ix.stored.has(k, d)
 }
 
 // stackKey is a stack ID (indices.StackID, 16 bytes) held inline.
