@@ -35,7 +35,7 @@ type Indexer struct {
 	MergeAfter        time.Duration `envconfig:"MERGE_AFTER" default:"1h" desc:"force-merge a daily samples index to one segment this long after its day ended; 0 never"`
 	Workers           int           `envconfig:"WORKERS" default:"0" desc:"profiles decoded in parallel; 0 is one per CPU"`
 	MaxClockSkew      time.Duration `envconfig:"MAX_CLOCK_SKEW" default:"10m" desc:"profiles stamped later than now plus this go to the DLQ (time_out_of_range), as do those older than the retention"`
-	StackCacheSize    int           `envconfig:"STACK_CACHE_SIZE" default:"1048576" desc:"stack IDs remembered as stored today, so that their documents are not sent again; 24-43 bytes each, cleared when full; 0 remembers none"`
+	StackCacheSize    int           `envconfig:"STACK_CACHE_SIZE" default:"1048576" desc:"stack IDs remembered as stored today, so that their documents are not sent again; 24-43 bytes each, in two generations of half as many (the older dropped when the newer is full); 0 remembers none"`
 	DebugPprof        bool          `envconfig:"DEBUG_PPROF" default:"false" desc:"serve Go's /debug/pprof/ (heap, CPU, goroutines) on the listen address, for finding where CPU and memory go; off by default"`
 }
 

@@ -76,7 +76,7 @@ func New(l Limits) *Converter {
 }
 
 // CacheFill is how many entries one of the Converter's bounded caches
-// holds, and its bound (it is cleared when full).
+// holds, and its bound (pkg/cache: its older half is dropped when the newer is full).
 type CacheFill struct {
 	Name         string // stack_ids, label_sets
 	Entries, Max int

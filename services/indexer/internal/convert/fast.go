@@ -64,7 +64,7 @@ func newFastLimits(l record.Limits) fastLimits {
 const (
 	// Stack IDs only (32 bytes an entry, about 10 MiB when full): a
 	// loadgen fleet of 200 hosts has 68,536 distinct stacks in 3 simulated
-	// minutes, and a cache smaller than the working set is cleared over and
+	// minutes, and a cache smaller than the working set turns over and
 	// over (docs/INDEXER.md, "Stack IDs without frames"). When it held the
 	// frames too it was 16,384 entries: larger, the garbage collector's
 	// work on its frames cost more than the IDs it saved.

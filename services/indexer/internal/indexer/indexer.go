@@ -54,10 +54,10 @@ type Options struct {
 	MaxRebalanceDelay time.Duration
 	// StackCacheSize is how many stored stack IDs are remembered so that
 	// stacks seen again are not re-sent; 0 picks a default, -1 disables it.
-	// It is two generations of half as many each (storedStacks): the
-	// older is dropped when the newer is full, and a stack still in use is
-	// kept (its memory stays: 24-43 bytes a stack as Go's maps grow, 27-43
-	// MiB at the default).
+	// It is two generations of half as many each (pkg/cache): the older
+	// is dropped when the newer is full, and a stack still in use is kept
+	// (its memory stays: 24-43 bytes a stack as Go's maps grow, 27-43 MiB
+	// at the default).
 	StackCacheSize int
 	// Workers decode and convert the records of a poll in parallel; 0 is
 	// one per CPU. Documents are added to the batch in record order.
@@ -109,10 +109,8 @@ type Indexer struct {
 	log  *slog.Logger
 	m    *Metrics
 	// stored is the stack IDs OpenSearch acknowledged, with the newest
-	// last_seen day written: 16-byte IDs and day numbers inline, so that a
-	// million of them take 27-43 MiB and nothing for the garbage collector
-	// to scan.
-	stored *storedStacks
+	// last_seen day written.
+	stored storedStacks
 	// sending is the stack IDs of the batches being written: the next
 	// batches need not send them again (each would be a second scripted
 	// update of the same document). Should a write fail, Run stops and the
@@ -504,7 +502,6 @@ func (ix *Indexer) convertAll(b *batch, recs []*kgo.Record) []converted {
 		})
 	}
 	wg.Wait()
-	ix.stored.promote()
 	// Every index taken was converted.
 	return out[:min(int(next.Load()), len(recs))]
 }

@@ -22,8 +22,8 @@ type Metrics struct {
 	InFlight prometheus.Gauge // batches being written
 	// CacheEntries and CacheMaxEntries are the bounded caches' fill and
 	// bound (cache: stored_stacks, stack_ids, label_sets): the indexer's
-	// memory grows while they fill, and stays once each is cleared when
-	// full.
+	// memory grows while they fill, and stays once each has turned its
+	// generations over (pkg/cache).
 	CacheEntries, CacheMaxEntries *prometheus.GaugeVec
 	// LabelsDropped counts label changes by reason: invalid_key,
 	// value_truncated, too_many, service_truncated (see convert.LabelDrops).
@@ -67,7 +67,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		CacheEntries: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "cache_entries",
 			Help: "Entries of a bounded cache (stored_stacks: stack IDs known stored; stack_ids: stack IDs by location hash; label_sets), as of the last batch stored."}, []string{"cache"}),
 		CacheMaxEntries: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "cache_max_entries",
-			Help: "Entries a bounded cache holds before it is cleared (stored_stacks: STACKSTREAM_INDEXER_STACK_CACHE_SIZE)."}, []string{"cache"}),
+			Help: "Entries a bounded cache holds at most, both generations (stored_stacks: STACKSTREAM_INDEXER_STACK_CACHE_SIZE)."}, []string{"cache"}),
 		LabelsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "labels_dropped_total",
 			Help: "Labels dropped or cut, once per samples document, by reason (invalid_key, value_truncated, too_many, service_truncated)."}, []string{"reason"}),
 		Bulk: bulk.NewMetrics(reg, ns),

@@ -1,95 +1,53 @@
 package indexer
 
-import "sync"
+import "github.com/stackstream/stackstream/pkg/cache"
 
 // storedStacks remembers the stack IDs OpenSearch acknowledged, with the
-// newest last_seen day written, in two generations of at most half its
-// bound each. When the newer one is full it becomes the older and the
-// older is dropped; a stack found only in the older is moved back to the
-// newer (promote). A stack the fleet still uses so stays known across
-// the turn: clearing one map at its bound had every live stack sent again
-// at once, a burst of scripted updates to documents already stored. A
-// stack is in one generation at a time.
-//
-// has may be called from many goroutines at once (the converting
-// workers); add, promote and len only from one, never during has.
+// newest last_seen day written, in the services' bounded cache: two
+// generations, a stack still in use moved to the newer when the older
+// answers, so that it stays known when the older is dropped (one map
+// cleared at its bound had every live stack sent again at once, a burst of
+// scripted updates to documents already stored). Keys and values are
+// inline, no pointers: a million entries take 27-43 MiB and nothing for the
+// garbage collector to scan. has may be called from many goroutines at
+// once; add from one.
 type storedStacks struct {
-	half     int // entries per generation; 0 remembers nothing
-	cur, old map[stackKey]day
-
-	mu   sync.Mutex
-	hits []stackKey // found only in old since the last promote
+	c *cache.Bounded[stackKey, day] // nil remembers nothing
 }
 
 // newStoredStacks remembers up to bound stacks; none if bound <= 0.
-func newStoredStacks(bound int) *storedStacks {
-	s := &storedStacks{cur: map[stackKey]day{}, old: map[stackKey]day{}}
-	if bound > 0 {
-		s.half = max(bound/2, 1)
+func newStoredStacks(bound int) storedStacks {
+	if bound <= 0 {
+		return storedStacks{}
 	}
-	return s
+	return storedStacks{c: cache.New[stackKey, day](bound, 0)}
 }
 
-// has reports whether k is stored for day d or later. A stack found in
-// the older generation is noted for promote.
-func (s *storedStacks) has(k stackKey, d day) bool {
-	if v, ok := s.cur[k]; ok {
-		return v >= d
+// has reports whether k is stored for day d or later.
+func (s storedStacks) has(k stackKey, d day) bool {
+	if s.c == nil {
+		return false
 	}
-	v, ok := s.old[k]
-	if ok && v >= d {
-		s.mu.Lock()
-		s.hits = append(s.hits, k)
-		s.mu.Unlock()
-	}
+	v, ok := s.c.Get(k)
 	return ok && v >= d
 }
 
-// add remembers that k is stored for day d.
-func (s *storedStacks) add(k stackKey, d day) {
-	if s.half == 0 {
+// add remembers that k is stored for day d (an older day never moves it
+// back).
+func (s storedStacks) add(k stackKey, d day) {
+	if s.c == nil {
 		return
 	}
-	if v, ok := s.cur[k]; ok {
-		s.cur[k] = max(v, d)
+	if v, ok := s.c.Get(k); ok && v >= d {
 		return
 	}
-	if v, ok := s.old[k]; ok {
-		d = max(v, d)
-		delete(s.old, k)
-	}
-	if len(s.cur) >= s.half {
-		s.cur, s.old = s.old, s.cur
-		clear(s.cur)
-	}
-	s.cur[k] = d
+	s.c.Put(k, d, 0)
 }
 
-// promote moves the stacks has found only in the older generation to the
-// newer one.
-func (s *storedStacks) promote() {
-	s.mu.Lock()
-	hits := s.hits
-	s.hits = nil
-	s.mu.Unlock()
-	// Their days are read before any is added: an add may turn the
-	// generations and drop the older.
-	type entry struct {
-		k stackKey
-		d day
+// len is the entries remembered.
+func (s storedStacks) len() int {
+	if s.c == nil {
+		return 0
 	}
-	moved := make([]entry, 0, len(hits))
-	for _, k := range hits {
-		if _, ok := s.cur[k]; !ok {
-			if v, ok := s.old[k]; ok {
-				moved = append(moved, entry{k, v})
-			}
-		}
-	}
-	for _, e := range moved {
-		s.add(e.k, e.d)
-	}
+	return s.c.Len()
 }
-
-// len is the entries of both generations (a stack is in one).
-func (s *storedStacks) len() int { return len(s.cur) + len(s.old) }

@@ -32,7 +32,6 @@ func TestStoredStacks(t *testing.T) {
 		if !s.has(key(1), 10) {
 			t.Fatalf("stack in use forgotten after %d more stacks", i-50)
 		}
-		s.promote()
 		s.add(key(i), 10)
 		if s.len() > 100 {
 			t.Fatalf("%d entries, bound 100", s.len())
@@ -50,28 +49,28 @@ func TestStoredStacks(t *testing.T) {
 }
 
 // TestStoredStacksConcurrentHas: has from many goroutines at once while
-// the older generation answers (run with -race).
+// the older generation answers, moving stacks to the newer (run with
+// -race). The stacks in use (10-29) fit a generation: they all stay.
 func TestStoredStacksConcurrentHas(t *testing.T) {
-	s := newStoredStacks(20)
-	for i := range 15 {
-		s.add(key(i), 1)
+	s := newStoredStacks(40) // 20 a generation
+	for i := range 30 {
+		s.add(key(i), 1) // 0-19 the older, 20-29 the newer
 	}
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
 			for i := range 1000 {
-				s.has(key(i%15), 1)
+				s.has(key(10+i%20), 1)
 			}
 		})
 	}
 	wg.Wait()
-	s.promote()
-	for i := range 15 {
+	for i := 10; i < 30; i++ {
 		if !s.has(key(i), 1) {
 			t.Fatalf("stack %d forgotten", i)
 		}
 	}
-	if s.len() > 20 {
-		t.Fatalf("%d entries, bound 20", s.len())
+	if s.len() > 40 {
+		t.Fatalf("%d entries, bound 40", s.len())
 	}
 }
