@@ -149,6 +149,9 @@ func (b *bench) soak(ctx context.Context) error {
 	hourVerdict := "not judged"
 	if hours.judged {
 		hourVerdict = fmt.Sprint(hours.flat)
+		if n := hours.unjudged(); len(n) > 0 {
+			hourVerdict += " (not judged: " + strings.Join(n, ", ") + ")"
+		}
 	}
 	maxLag, over := lagPeaks(rss, bound)
 	lagOK := maxLag[0] <= bound && maxLag[1] <= bound && maxLag[2] <= bound
@@ -360,6 +363,18 @@ func hourOverHour(rss []rssSample, from, to time.Time, minute, span time.Duratio
 		h.rows = append(h.rows, r)
 	}
 	return h
+}
+
+// unjudged is the processes (JVMs aside) whose hours were not judged: flat
+// is false while there are any, whatever the others show.
+func (h hourly) unjudged() []string {
+	var names []string
+	for _, r := range h.rows {
+		if !r.judged && !jvm(r.name) {
+			names = append(names, r.name)
+		}
+	}
+	return names
 }
 
 // medianRSS is the median of a process's RSS over samples.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -155,8 +156,8 @@ func TestHourOverHourAfterWarmUp(t *testing.T) {
 		t.Errorf("test fleet: %v does not grow in its first hours", r.rss)
 	}
 	h = hourOverHour(soak(0), from, from.Add(5*time.Hour), 50*time.Minute, 5*time.Minute)
-	if r := h.rows[0]; r.judged || h.flat {
-		t.Errorf("caches never full: judged %v, flat %v; want neither", r.judged, h.flat)
+	if r := h.rows[0]; r.judged || h.flat || !slices.Equal(h.unjudged(), []string{r.name}) {
+		t.Errorf("caches never full: judged %v, flat %v, unjudged %v; want neither, and the process named", r.judged, h.flat, h.unjudged())
 	}
 	// Flat from the first hour: flat, whether its caches filled or not.
 	steady := soak(0)
