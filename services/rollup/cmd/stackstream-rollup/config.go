@@ -31,6 +31,7 @@ type Settings struct {
 	MaxClockSkew        time.Duration `envconfig:"MAX_CLOCK_SKEW" default:"10m" desc:"profiles stamped further ahead of this host's clock go to the DLQ"`
 	MaxAge              time.Duration `envconfig:"MAX_AGE" default:"168h" desc:"profiles older than this (wall clock) go to the DLQ; keep it at STACKSTREAM_INDEXER_RETENTION_DAYS; 0 accepts any past time"`
 	MaxStateBytes       int64         `envconfig:"MAX_STATE_BYTES" default:"0" desc:"window state held in memory; a profile that would pass it goes to the DLQ (state_full); 0 takes 3/8 of the memory limit of the rollup's cgroup (container or systemd MemoryMax=), or 268435456 without one"`
+	StackCacheBytes     int64         `envconfig:"STACK_CACHE_BYTES" default:"67108864" desc:"bound of the stack cache (the IDs and frames of stacks seen, so that a stack is named and hashed once), within MAX_STATE_BYTES and giving way to the window state; the stacks unused the longest go first"`
 	MaxPollRecords      int           `envconfig:"MAX_POLL_RECORDS" default:"1000" desc:"records folded in between two writes"`
 	FlushTimeout        time.Duration `envconfig:"FLUSH_TIMEOUT" default:"30s" desc:"bound of the final write on shutdown or partition revoke"`
 	IdleFlush           time.Duration `envconfig:"IDLE_FLUSH" default:"1m" desc:"write the open windows of a partition without records for this long; 0 disables"`
@@ -68,6 +69,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("STACKSTREAM_ROLLUP_MAX_AGE=%s is negative: use 0 (any past time) or more, e.g. 168h", s.MaxAge)
 	case s.MaxStateBytes != 0 && s.MaxStateBytes < 16<<20:
 		return fmt.Errorf("STACKSTREAM_ROLLUP_MAX_STATE_BYTES=%d is below 16 MiB: use 0 (from the memory limit) or e.g. 268435456", s.MaxStateBytes)
+	case s.StackCacheBytes < 1<<20:
+		return fmt.Errorf("STACKSTREAM_ROLLUP_STACK_CACHE_BYTES=%d is below 1 MiB: use e.g. 67108864", s.StackCacheBytes)
+	case s.MaxStateBytes != 0 && s.StackCacheBytes > s.MaxStateBytes:
+		return fmt.Errorf("STACKSTREAM_ROLLUP_STACK_CACHE_BYTES=%d is more than STACKSTREAM_ROLLUP_MAX_STATE_BYTES=%d, which it is part of: use less", s.StackCacheBytes, s.MaxStateBytes)
 	case s.MinuteDays < 0 || s.HourlyDays < 0:
 		return fmt.Errorf("STACKSTREAM_ROLLUP_MINUTE_RETENTION_DAYS=%d, STACKSTREAM_ROLLUP_HOURLY_RETENTION_DAYS=%d: use 0 (keep) or a number of days", s.MinuteDays, s.HourlyDays)
 	case s.HourlyDays > 0 && (s.MinuteDays == 0 || s.MinuteDays > s.HourlyDays):

@@ -71,7 +71,7 @@ func runMain() error {
 		Window: aggregate.Config{
 			AllowedLateness: cfg.Rollup.AllowedLateness, Retention: cfg.Rollup.Retention,
 			MaxClockSkew: cfg.Rollup.MaxClockSkew, MaxAge: cfg.Rollup.MaxAge,
-			Budget: &aggregate.Budget{MaxBytes: budget},
+			Budget: &aggregate.Budget{MaxBytes: budget, CacheMaxBytes: cfg.Rollup.StackCacheBytes},
 			Names:  cfg.Index.Names(), Now: time.Now,
 			NoMinuteTrees: !cfg.Rollup.MinuteTrees,
 			HeadMinNodes:  headMinNodes(cfg.Rollup.WindowHeads),

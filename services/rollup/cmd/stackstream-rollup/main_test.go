@@ -30,6 +30,8 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		{"zero skew", "STACKSTREAM_ROLLUP_MAX_CLOCK_SKEW", "0s", "STACKSTREAM_ROLLUP_MAX_CLOCK_SKEW=0s must be positive"},
 		{"negative max age", "STACKSTREAM_ROLLUP_MAX_AGE", "-1h", "STACKSTREAM_ROLLUP_MAX_AGE=-1h0m0s is negative"},
 		{"tiny state", "STACKSTREAM_ROLLUP_MAX_STATE_BYTES", "1000", "STACKSTREAM_ROLLUP_MAX_STATE_BYTES=1000 is below 16 MiB"},
+		{"tiny stack cache", "STACKSTREAM_ROLLUP_STACK_CACHE_BYTES", "4096", "STACKSTREAM_ROLLUP_STACK_CACHE_BYTES=4096 is below 1 MiB"},
+		{"stack cache not a number", "STACKSTREAM_ROLLUP_STACK_CACHE_BYTES", "64M", "STACKSTREAM_ROLLUP_STACK_CACHE_BYTES"},
 		{"broker without port", "STACKSTREAM_KAFKA_BROKERS", "localhost", "STACKSTREAM_KAFKA_BROKERS"},
 		{"negative minute retention", "STACKSTREAM_ROLLUP_MINUTE_RETENTION_DAYS", "-1", "STACKSTREAM_ROLLUP_MINUTE_RETENTION_DAYS=-1"},
 		{"minutes outlive hours", "STACKSTREAM_ROLLUP_MINUTE_RETENTION_DAYS", "120", "STACKSTREAM_ROLLUP_MINUTE_RETENTION_DAYS=120 is longer than STACKSTREAM_ROLLUP_HOURLY_RETENTION_DAYS=90"},
@@ -53,6 +55,22 @@ func TestConfigRejectsBadValues(t *testing.T) {
 				t.Fatalf("Load = %v, want an error containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestStackCacheWithinState: a stack cache bound above the state budget it
+// is part of stops start-up naming both variables.
+func TestStackCacheWithinState(t *testing.T) {
+	t.Setenv("STACKSTREAM_ROLLUP_MAX_STATE_BYTES", "33554432")
+	t.Setenv("STACKSTREAM_ROLLUP_STACK_CACHE_BYTES", "67108864")
+	var cfg Config
+	err := config.Load(&cfg, nil, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "STACKSTREAM_ROLLUP_STACK_CACHE_BYTES=67108864 is more than STACKSTREAM_ROLLUP_MAX_STATE_BYTES=33554432") {
+		t.Fatalf("Load = %v", err)
+	}
+	t.Setenv("STACKSTREAM_ROLLUP_STACK_CACHE_BYTES", "16777216")
+	if err := config.Load(&cfg, nil, io.Discard); err != nil || cfg.Rollup.StackCacheBytes != 16<<20 {
+		t.Fatalf("Load = %v, stack cache %d", err, cfg.Rollup.StackCacheBytes)
 	}
 }
 
@@ -81,7 +99,7 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.ListenAddr != "127.0.0.1:9104" || cfg.Rollup.AllowedLateness.String() != "2m0s" || cfg.Rollup.Group != "stackstream-rollup" ||
-		cfg.Rollup.MaxClockSkew.String() != "10m0s" || cfg.Rollup.MaxAge.String() != "168h0m0s" || cfg.Rollup.MaxStateBytes != 0 ||
+		cfg.Rollup.MaxClockSkew.String() != "10m0s" || cfg.Rollup.MaxAge.String() != "168h0m0s" || cfg.Rollup.MaxStateBytes != 0 || cfg.Rollup.StackCacheBytes != aggregate.DefaultStackCacheBytes ||
 		cfg.Rollup.MinuteDays != 14 || cfg.Rollup.HourlyDays != 90 || cfg.Rollup.LifecycleEvery.String() != "1h0m0s" || cfg.Rollup.FleetHeadsEvery.String() != "1m0s" || cfg.Rollup.DebugPprof || cfg.Rollup.WindowHeads ||
 		!cfg.Rollup.MinuteTrees || cfg.Rollup.MinuteTreeRetention != 2*time.Hour {
 		t.Fatalf("defaults: %+v", cfg)

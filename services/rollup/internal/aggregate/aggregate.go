@@ -87,8 +87,11 @@ type Config struct {
 // concurrent use.
 type Budget struct {
 	MaxBytes int64
-	used     int64
-	stacks   *stackCache
+	// CacheMaxBytes bounds the stack cache within MaxBytes; 0 takes
+	// DefaultStackCacheBytes.
+	CacheMaxBytes int64
+	used          int64
+	stacks        *stackCache
 }
 
 // Used is the bytes charged: window state and the stack cache.

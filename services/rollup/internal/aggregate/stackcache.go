@@ -46,9 +46,10 @@ type stackCache struct {
 	long  bool
 	bound int64
 	// bytes: stackBytes of the stacks held and tableBytes, charged to
-	// budget.
-	bytes  int64
-	budget *Budget
+	// budget, at most maxBytes.
+	bytes    int64
+	maxBytes int64
+	budget   *Budget
 	// stats counts what the cache did since it was made (CacheStats).
 	stats CacheStats
 }
@@ -64,16 +65,20 @@ type CacheStats struct {
 	Built, GaveWay, Resets int64
 }
 
-// maxCachedStacks and maxCachedStackBytes bound the stack cache: a stack
-// holds a frame per line of its locations, and each frame's names can be
-// long (up to record.Limits' MaxStringBytes).
+// maxCachedStacks and the Budget's CacheMaxBytes (DefaultStackCacheBytes
+// unless set) bound the stack cache: a stack holds a frame per line of its
+// locations, and each frame's names can be long (up to record.Limits'
+// MaxStringBytes).
 const (
-	maxCachedStacks     = 1 << 18
-	maxCachedStackBytes = 64 << 20
+	maxCachedStacks        = 1 << 18
+	DefaultStackCacheBytes = 64 << 20
 )
 
 func newStackCache(b *Budget) *stackCache {
-	c := &stackCache{budget: b}
+	c := &stackCache{budget: b, maxBytes: DefaultStackCacheBytes}
+	if b != nil && b.CacheMaxBytes > 0 {
+		c.maxBytes = b.CacheMaxBytes
+	}
 	c.reset()
 	return c
 }
@@ -198,7 +203,7 @@ func (c *stackCache) charge(n int64) {
 
 // put caches st, of size bytes, under key.
 func (c *stackCache) put(key [2]uint64, st *stackInfo, size int64) {
-	over := max(c.bytes+size-maxCachedStackBytes, 0)
+	over := max(c.bytes+size-c.maxBytes, 0)
 	if c.budget != nil {
 		over = max(over, c.budget.used+size-c.budget.MaxBytes)
 	}
@@ -220,7 +225,7 @@ func (c *stackCache) put(key [2]uint64, st *stackInfo, size int64) {
 }
 
 func (c *stackCache) fits(size int64) bool {
-	return c.bytes+size <= maxCachedStackBytes && (c.budget == nil || c.budget.used+size <= c.budget.MaxBytes)
+	return c.bytes+size <= c.maxBytes && (c.budget == nil || c.budget.used+size <= c.budget.MaxBytes)
 }
 
 // giveWay drops cached stacks until n bytes are returned, and an eighth of

@@ -55,6 +55,36 @@ func TestStackCacheCharged(t *testing.T) {
 	}
 }
 
+// TestStackCacheBound: the Budget's CacheMaxBytes bounds the cache by
+// itself, whatever room the Budget has: past it, the cache gives way and
+// keeps what it held last under the bound.
+func TestStackCacheBound(t *testing.T) {
+	profs, hostOf := fleetProfiles(20, 3)
+	b := &Budget{MaxBytes: math.MaxInt64, CacheMaxBytes: 1 << 20}
+	cfg := testConfig()
+	cfg.Budget = b
+	p := NewPartition(cfg, Checkpoint{})
+	var peak int64
+	for i, prof := range profs {
+		if _, err := p.Add(Input{Profile: prof, Type: record.ProfileCPU, Host: hostOf[i], Offset: int64(i)}); err != nil {
+			t.Fatal(err)
+		}
+		peak = max(peak, b.CacheBytes())
+		if b.CacheBytes() > b.CacheMaxBytes {
+			t.Fatalf("profile %d: the cache holds %d bytes, bound %d", i, b.CacheBytes(), b.CacheMaxBytes)
+		}
+	}
+	st := b.CacheStats()
+	t.Logf("%d profiles: cache peak %d bytes, %d stacks held, built %d, gave way %d, resets %d", len(profs), peak, p.stacks.n, st.Built, st.GaveWay, st.Resets)
+	if st.GaveWay == 0 || p.stacks.n == 0 || peak < b.CacheMaxBytes/2 {
+		t.Fatalf("the cache never reached its bound (peak %d of %d, gave way %d times, %d held)", peak, b.CacheMaxBytes, st.GaveWay, p.stacks.n)
+	}
+	// Without a bound set, the default.
+	if c := newStackCache(&Budget{MaxBytes: math.MaxInt64}); c.maxBytes != DefaultStackCacheBytes {
+		t.Fatalf("default bound %d, want %d", c.maxBytes, DefaultStackCacheBytes)
+	}
+}
+
 // TestStackCacheGivesWayInPart: giving way to the state drops what it must
 // and an eighth of the stacks' bytes more, not the whole cache, and the
 // charge stays the stacks held and the frame table; giving way more than
