@@ -81,6 +81,37 @@ func smallestLimit(mount, dir, file string) (int64, bool) {
 	}
 }
 
+// MemoryTotal is the host's memory (MemTotal of /proc/meminfo) in bytes; ok
+// is false when it cannot be read.
+func MemoryTotal() (total int64, ok bool) {
+	b, err := readBounded("/proc/meminfo", 64<<10)
+	if err != nil {
+		return 0, false
+	}
+	return memTotal(b)
+}
+
+// memTotal finds the line "MemTotal: <n> kB" of a /proc/meminfo.
+func memTotal(meminfo []byte) (int64, bool) {
+	sc := bufio.NewScanner(bytes.NewReader(meminfo))
+	for sc.Scan() {
+		rest, found := strings.CutPrefix(sc.Text(), "MemTotal:")
+		if !found {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, false
+		}
+		n, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil || n <= 0 || n > noLimit>>10 {
+			return 0, false
+		}
+		return n << 10, true
+	}
+	return 0, false
+}
+
 // readBounded reads at most max bytes of name.
 func readBounded(name string, max int64) ([]byte, error) {
 	f, err := os.Open(name)

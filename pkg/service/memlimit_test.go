@@ -57,6 +57,31 @@ func TestMemoryLimitFiles(t *testing.T) {
 	}
 }
 
+func TestMemoryTotal(t *testing.T) {
+	for _, c := range []struct {
+		name, meminfo string
+		want          int64
+		ok            bool
+	}{
+		{"meminfo", "MemTotal:       24563616 kB\nMemFree:         1000 kB\n", 24563616 << 10, true},
+		{"not first", "Foo: 1 kB\nMemTotal: 2048 kB\n", 2 << 20, true},
+		{"no unit", "MemTotal: 2048\n", 0, false},
+		{"not a number", "MemTotal: lots kB\n", 0, false},
+		{"negative", "MemTotal: -5 kB\n", 0, false},
+		{"overflows", "MemTotal: 9223372036854775807 kB\n", 0, false},
+		{"missing", "MemFree: 5 kB\n", 0, false},
+	} {
+		got, ok := memTotal([]byte(c.meminfo))
+		if got != c.want || ok != c.ok {
+			t.Errorf("%s: memTotal = %d, %v; want %d, %v", c.name, got, ok, c.want, c.ok)
+		}
+	}
+	// This kernel's.
+	if n, ok := MemoryTotal(); !ok || n < 64<<20 {
+		t.Fatalf("MemoryTotal = %d, %v", n, ok)
+	}
+}
+
 // TestMemoryLimitKernel runs a process in a new cgroup of this kernel with
 // a 384 MiB limit and checks the limit it reads (root: it creates cgroups).
 func TestMemoryLimitKernel(t *testing.T) {

@@ -30,7 +30,7 @@ type Settings struct {
 	Retention           time.Duration `envconfig:"RETENTION" default:"10m" desc:"a written window stays in memory this long for late profiles; later ones go to the DLQ"`
 	MaxClockSkew        time.Duration `envconfig:"MAX_CLOCK_SKEW" default:"10m" desc:"profiles stamped further ahead of this host's clock go to the DLQ"`
 	MaxAge              time.Duration `envconfig:"MAX_AGE" default:"168h" desc:"profiles older than this (wall clock) go to the DLQ; keep it at STACKSTREAM_INDEXER_RETENTION_DAYS; 0 accepts any past time"`
-	MaxStateBytes       int64         `envconfig:"MAX_STATE_BYTES" default:"0" desc:"window state held in memory; a profile that would pass it goes to the DLQ (state_full); 0 takes 3/8 of the memory limit of the rollup's cgroup (container or systemd MemoryMax=), or 268435456 without one"`
+	MaxStateBytes       int64         `envconfig:"MAX_STATE_BYTES" default:"0" desc:"window state held in memory; a profile that would pass it goes to the DLQ (state_full); 0 takes 3/8 of the memory limit of the rollup's cgroup (container or systemd MemoryMax=), or without one 1/8 of the host's memory, at least 268435456"`
 	StackCacheBytes     int64         `envconfig:"STACK_CACHE_BYTES" default:"67108864" desc:"bound of the stack cache (the IDs and frames of stacks seen, so that a stack is named and hashed once), within MAX_STATE_BYTES and giving way to the window state; the stacks unused the longest go first"`
 	MaxPollRecords      int           `envconfig:"MAX_POLL_RECORDS" default:"1000" desc:"records folded in between two writes"`
 	FlushTimeout        time.Duration `envconfig:"FLUSH_TIMEOUT" default:"30s" desc:"bound of the final write on shutdown or partition revoke"`
@@ -118,14 +118,20 @@ func (s Settings) minuteHeadsWritten() time.Duration {
 // of the cgroup's memory limit, at least 64 MiB: the rollup's RSS runs at
 // about 1.55 times its charged state, the hour's write included
 // (docs/ROLLUP.md "Sizing the budget"), and one profile's decode may take
-// up to 360 MiB more, so 1 GiB holds 384 MiB of state. Without a limit,
-// aggregate.DefaultMaxStateBytes. from says which.
-func (s Settings) StateBudget(limit int64, limited bool) (budget int64, from string) {
+// up to 360 MiB more, so 1 GiB holds 384 MiB of state. Without a limit, an
+// eighth of the host's memory (total, 0 when unknown), at least
+// aggregate.DefaultMaxStateBytes: the host is shared (Kafka and OpenSearch
+// may run beside it), as a JVM takes a quarter of it for its heap by
+// default; 24 GiB give 3 GiB, what 500 loadgen hosts on one instance took
+// at the end of an hour. from says which.
+func (s Settings) StateBudget(limit int64, limited bool, total int64) (budget int64, from string) {
 	switch {
 	case s.MaxStateBytes > 0:
 		return s.MaxStateBytes, "STACKSTREAM_ROLLUP_MAX_STATE_BYTES"
 	case limited:
 		return max(limit/8*3, 64<<20), "3/8 of the cgroup memory limit"
+	case total/8 > aggregate.DefaultMaxStateBytes:
+		return total / 8, "1/8 of the host's memory, no cgroup memory limit"
 	}
 	return aggregate.DefaultMaxStateBytes, "default, no cgroup memory limit"
 }

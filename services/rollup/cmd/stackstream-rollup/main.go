@@ -42,7 +42,8 @@ func runMain() error {
 	defer cancel()
 	topics := cfg.Kafka.Topics()
 	limit, limited := service.MemoryLimit()
-	budget, from := cfg.Rollup.StateBudget(limit, limited)
+	total, _ := service.MemoryTotal()
+	budget, from := cfg.Rollup.StateBudget(limit, limited, total)
 	log.Info("window state budget", "bytes", budget, "from", from)
 
 	osc, err := opensearch.NewClient(ctx, cfg.OpenSearch)

@@ -78,17 +78,20 @@ func TestStateBudget(t *testing.T) {
 	for _, c := range []struct {
 		set, limit int64
 		limited    bool
+		total      int64
 		want       int64
 	}{
-		{set: 1 << 30, limit: 512 << 20, limited: true, want: 1 << 30}, // the variable wins
-		{limit: 1 << 30, limited: true, want: 384 << 20},
+		{set: 1 << 30, limit: 512 << 20, limited: true, total: 24 << 30, want: 1 << 30}, // the variable wins
+		{limit: 1 << 30, limited: true, total: 24 << 30, want: 384 << 20},               // the cgroup's limit before the host's memory
 		{limit: 4 << 30, limited: true, want: 1536 << 20},
 		{limit: 150 << 20, limited: true, want: 64 << 20},
-		{limit: 0, limited: false, want: aggregate.DefaultMaxStateBytes},
+		{total: 24 << 30, want: 3 << 30}, // a host of 24 GiB without a limit
+		{total: 1 << 30, want: aggregate.DefaultMaxStateBytes},
+		{limit: 0, limited: false, want: aggregate.DefaultMaxStateBytes}, // memory unknown
 	} {
-		got, from := Settings{MaxStateBytes: c.set}.StateBudget(c.limit, c.limited)
+		got, from := Settings{MaxStateBytes: c.set}.StateBudget(c.limit, c.limited, c.total)
 		if got != c.want || from == "" {
-			t.Errorf("StateBudget(set %d, limit %d %v) = %d (%s), want %d", c.set, c.limit, c.limited, got, from, c.want)
+			t.Errorf("StateBudget(set %d, limit %d %v, total %d) = %d (%s), want %d", c.set, c.limit, c.limited, c.total, got, from, c.want)
 		}
 	}
 }
