@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -31,7 +32,8 @@ import (
 // top 10 and "other") and per service, with the automatic step and with
 // whole hours, and the last hour of 100 of the hosts; per host too, a day
 // moving on by 10 minutes a request, ending 6 hours before now and ending
-// at now (on a server of its own whose clock moves with it). OpenSearch's
+// at now (on a server of its own whose clock moves with it), and by 30
+// seconds a request ending at now (a dashboard's refresh). OpenSearch's
 // request cache is cleared before each request (outside the timing). It
 // reports the p50 and p99 of the requests.
 //
@@ -99,18 +101,24 @@ func BenchmarkSeriesDay1000Hosts(b *testing.B) {
 		// minute, is read again on each request and the last windows are
 		// still filling).
 		roll int
+		// every is how far each rolling request moves on (10 minutes
+		// when zero).
+		every time.Duration
 	}{
-		{"by-host-top10-auto-step", "host", "", "", 24 * time.Hour, 0}, {"by-host-top10-step-1h", "host", "1h", "", 24 * time.Hour, 0},
+		{"by-host-top10-auto-step", "host", "", "", 24 * time.Hour, 0, 0}, {"by-host-top10-step-1h", "host", "1h", "", 24 * time.Hour, 0, 0},
 		// A dashboard's day moving on: every request has a window more
 		// at its end and one less at its start than the one before.
-		{"by-host-top10-auto-step-rolling", "host", "", "", 24 * time.Hour, rollPast},
+		{"by-host-top10-auto-step-rolling", "host", "", "", 24 * time.Hour, rollPast, 0},
 		// now-24h on a dashboard refreshed every 10 minutes.
-		{"by-host-top10-auto-step-rolling-now", "host", "", "", 24 * time.Hour, rollNow},
-		{"by-service-auto-step", "service", "", "", 24 * time.Hour, 0}, {"by-service-step-1h", "service", "1h", "", 24 * time.Hour, 0},
+		{"by-host-top10-auto-step-rolling-now", "host", "", "", 24 * time.Hour, rollNow, 0},
+		// now-24h on a dashboard refreshed every 30 seconds: a window
+		// closes every 20th request, the line count is read every other.
+		{"by-host-top10-auto-step-rolling-now-30s", "host", "", "", 24 * time.Hour, rollNow, 30 * time.Second},
+		{"by-service-auto-step", "service", "", "", 24 * time.Hour, 0, 0}, {"by-service-step-1h", "service", "1h", "", 24 * time.Hour, 0, 0},
 		// The automatic step before it was 10 minutes for long ranges:
 		// minute windows.
-		{"by-host-top10-step-5m", "host", "5m", "", 24 * time.Hour, 0}, {"by-service-step-5m", "service", "5m", "", 24 * time.Hour, 0},
-		{"1h-100-hosts-by-host-auto-step", "host", "", `{host=~"host-00[0-9][0-9]"}`, time.Hour, 0},
+		{"by-host-top10-step-5m", "host", "5m", "", 24 * time.Hour, 0, 0}, {"by-service-step-5m", "service", "5m", "", 24 * time.Hour, 0, 0},
+		{"1h-100-hosts-by-host-auto-step", "host", "", `{host=~"host-00[0-9][0-9]"}`, time.Hour, 0, 0},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			q := url.Values{"from": {to.Add(-tc.rng).Format(time.RFC3339)}, "to": {to.Format(time.RFC3339)}, "group_by": {tc.groupBy}, "top": {"10"}}
@@ -131,7 +139,7 @@ func BenchmarkSeriesDay1000Hosts(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				if tc.roll != 0 {
-					end = end.Add(10 * time.Minute)
+					end = end.Add(cmp.Or(tc.every, 10*time.Minute))
 					clock.Store(end.UnixNano())
 					q.Set("from", end.Add(-tc.rng).Format(time.RFC3339))
 					q.Set("to", end.Format(time.RFC3339))

@@ -87,3 +87,50 @@ func TestCountLinesFromHours(t *testing.T) {
 		})
 	}
 }
+
+// TestCountLinesKept: a chart's line count is used again while its range
+// moved less than a hundredth of its length (at least a minute): a day's
+// for 14.4 minutes, an hour's for a minute; then it is read again.
+func TestCountLinesKept(t *testing.T) {
+	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	sel, err := selector.Parse("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name          string
+		rng           time.Duration
+		kept, recount time.Duration // clock moves: still the old count, then the new one
+	}{
+		{"day", 24 * time.Hour, 14 * time.Minute, 15 * time.Minute},
+		{"hour", time.Hour, 59 * time.Second, 61 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl, names := querytest.Setup(t)
+			hosts := func(from, n int, at time.Time) {
+				var docs []querytest.Doc
+				for i := from; i < from+n; i++ {
+					docs = append(docs, querytest.Rollup(names, indices.RollupDoc{Timestamp: at, Resolution: indices.ResolutionMinute,
+						Kind: indices.KindService, Type: "cpu", Service: "svc", Host: fmt.Sprintf("h-%d", i), Value: 1e9, StackValue: 1e9}))
+				}
+				querytest.Index(t, cl, names, docs)
+			}
+			now := start
+			st := store.New(cl, names, store.Options{Now: func() time.Time { return now }})
+			count := func(want int) {
+				t.Helper()
+				rng := store.TimeRange{From: now.Add(-tc.rng), To: now, Now: now}
+				if n, err := st.CountLines(context.Background(), store.Selection{Type: "cpu", Selector: sel, Range: rng}, "host"); err != nil || n != want {
+					t.Fatalf("at %s: CountLines = %d, %v; want %d", now.Format("15:04:05"), n, err, want)
+				}
+			}
+			hosts(0, 3, start.Add(-30*time.Second))
+			count(3)
+			hosts(3, 2, start.Add(-20*time.Second)) // in every range below
+			now = start.Add(tc.kept)
+			count(3)
+			now = start.Add(tc.recount)
+			count(5)
+		})
+	}
+}

@@ -40,10 +40,11 @@ const MaxGroups = 100000
 // keep the chart's buckets bounded. One cheap cardinality request (two
 // when the range's settled hours have no hourly documents).
 func (s *Store) CountLines(ctx context.Context, sel Selection, groupBy string) (int, error) {
-	// The count only steers the step: a minute-old one per chart is fine
-	// and saves a request on every refresh.
+	// The count only steers the step: one counted while the range moved
+	// less than a hundredth of its length (at least a minute) is fine and
+	// saves a request on most refreshes.
 	key := fmt.Sprintf("%s|%s|%s|%d", groupBy, sel.Type, sel.Selector, sel.Range.Duration()/time.Hour)
-	if c, ok := s.lines.Get(key); ok && s.opts.Now().Sub(c.at) < linesCacheTTL {
+	if c, ok := s.lines.Get(key); ok && s.opts.Now().Sub(c.at) < linesKept(sel.Range.Duration()) {
 		return c.n, nil
 	}
 	// count is the distinct values of groupBy of query's documents and,
@@ -90,7 +91,11 @@ func (s *Store) CountLines(ctx context.Context, sel Selection, groupBy string) (
 	return n, nil
 }
 
-const linesCacheTTL = time.Minute
+// linesKept is how long a line count of a range of length rng is used: a
+// hundredth of it, at least a minute (a day's: 14.4 minutes).
+func linesKept(rng time.Duration) time.Duration {
+	return max(time.Minute, rng/100)
+}
 
 // maxCachedLines bounds the charts whose line counts are remembered.
 const maxCachedLines = 1000

@@ -119,7 +119,7 @@ type Store struct {
 	// stacks keeps the frames of stacks already read: a stack ID is a
 	// hash of its frames, so an entry never goes stale.
 	stacks *cache.Bounded[string, stackFrames]
-	lines  *cache.Bounded[string, cachedLines] // by chart, for linesCacheTTL
+	lines  *cache.Bounded[string, cachedLines] // by chart, for linesKept
 	// closed keeps what charts read of closed windows, checked before use
 	// (closedwindows.go).
 	closed *cache.Bounded[string, closedEntry]
