@@ -90,7 +90,8 @@ func TestCountLinesFromHours(t *testing.T) {
 
 // TestCountLinesKept: a chart's line count is used again while its range
 // moved less than a hundredth of its length (at least a minute): a day's
-// for 14.4 minutes, an hour's for a minute; then it is read again.
+// for 14.4 minutes, an hour's for a minute; then it is read again. A range
+// of the same length elsewhere (the one before it) is counted at once.
 func TestCountLinesKept(t *testing.T) {
 	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	sel, err := selector.Parse("")
@@ -117,20 +118,25 @@ func TestCountLinesKept(t *testing.T) {
 			}
 			now := start
 			st := store.New(cl, names, store.Options{Now: func() time.Time { return now }})
-			count := func(want int) {
+			count := func(want int, earlier ...time.Duration) {
 				t.Helper()
-				rng := store.TimeRange{From: now.Add(-tc.rng), To: now, Now: now}
+				end := now
+				for _, e := range earlier {
+					end = end.Add(-e)
+				}
+				rng := store.TimeRange{From: end.Add(-tc.rng), To: end, Now: now}
 				if n, err := st.CountLines(context.Background(), store.Selection{Type: "cpu", Selector: sel, Range: rng}, "host"); err != nil || n != want {
 					t.Fatalf("at %s: CountLines = %d, %v; want %d", now.Format("15:04:05"), n, err, want)
 				}
 			}
 			hosts(0, 3, start.Add(-30*time.Second))
 			count(3)
-			hosts(3, 2, start.Add(-20*time.Second)) // in every range below
+			hosts(3, 2, start.Add(-20*time.Second)) // in every range ending at now below
 			now = start.Add(tc.kept)
 			count(3)
 			now = start.Add(tc.recount)
 			count(5)
+			count(0, tc.rng) // the range before, counted at once: no host
 		})
 	}
 }

@@ -40,11 +40,12 @@ const MaxGroups = 100000
 // keep the chart's buckets bounded. One cheap cardinality request (two
 // when the range's settled hours have no hourly documents).
 func (s *Store) CountLines(ctx context.Context, sel Selection, groupBy string) (int, error) {
-	// The count only steers the step: one counted while the range moved
-	// less than a hundredth of its length (at least a minute) is fine and
-	// saves a request on most refreshes.
+	// The count only steers the step: one counted less than a hundredth
+	// of the range's length ago (at least a minute), of a range starting
+	// less than that apart, is fine and saves a request on most refreshes.
 	key := fmt.Sprintf("%s|%s|%s|%d", groupBy, sel.Type, sel.Selector, sel.Range.Duration()/time.Hour)
-	if c, ok := s.lines.Get(key); ok && s.opts.Now().Sub(c.at) < linesKept(sel.Range.Duration()) {
+	kept := linesKept(sel.Range.Duration())
+	if c, ok := s.lines.Get(key); ok && s.opts.Now().Sub(c.at) < kept && sel.Range.From.Sub(c.from).Abs() < kept {
 		return c.n, nil
 	}
 	// count is the distinct values of groupBy of query's documents and,
@@ -87,7 +88,7 @@ func (s *Store) CountLines(ctx context.Context, sel Selection, groupBy string) (
 		return 0, err
 	}
 	n = min(n, s.opts.MaxSeries)
-	s.lines.Put(key, cachedLines{n: n, at: s.opts.Now()}, 0)
+	s.lines.Put(key, cachedLines{n: n, at: s.opts.Now(), from: sel.Range.From}, 0)
 	return n, nil
 }
 
@@ -100,10 +101,10 @@ func linesKept(rng time.Duration) time.Duration {
 // maxCachedLines bounds the charts whose line counts are remembered.
 const maxCachedLines = 1000
 
-// cachedLines is a chart's line count as of at.
+// cachedLines is the line count of a chart starting at from, as of at.
 type cachedLines struct {
-	n  int
-	at time.Time
+	n        int
+	at, from time.Time
 }
 
 // Series is sel's value per step grouped by groupBy ("service" or "host"):
