@@ -90,11 +90,13 @@ type closedUnit struct {
 	seq   int64
 }
 
-// closedEntry is what is remembered of a selection: its units, and the
-// groups' sums over the units of the chart read last (rank).
+// closedEntry is what is remembered of a selection: its units, the
+// groups' sums over the units of the chart read last (rank) and the groups
+// it charted (top: the units read next read their lines too).
 type closedEntry struct {
 	units map[unitKey]closedUnit
 	rank  rankBlock
+	top   []string
 }
 
 // rankBlock is each group's sum of the coarse documents of units.
@@ -168,7 +170,7 @@ func (s *Store) closedWindows(ctx context.Context, sel Selection, groupBy string
 		errs [3]error
 	)
 	wg.Go(func() { held, errs[0] = s.unchangedUnits(ctx, sel, groupBy, held, states) })
-	wg.Go(func() { read, errs[1] = s.readUnits(ctx, sel, groupBy, missing, states, remember) })
+	wg.Go(func() { read, errs[1] = s.readUnits(ctx, sel, groupBy, missing, states, remember, old.top) })
 	if rebuild {
 		wg.Go(func() { groups, errs[2] = s.unitGroups(ctx, sel, groupBy, keys, states) })
 	}
@@ -195,7 +197,7 @@ func (s *Store) closedWindows(ctx context.Context, sel Selection, groupBy string
 		if remember, err = s.refreshed(ctx, changed, states); err != nil {
 			return nil, nil, 0, err
 		}
-		again, err := s.readUnits(ctx, sel, groupBy, changed, states, remember)
+		again, err := s.readUnits(ctx, sel, groupBy, changed, states, remember, old.top)
 		if err != nil {
 			return nil, nil, 0, err
 		}
@@ -254,15 +256,18 @@ func (s *Store) closedWindows(ctx context.Context, sel Selection, groupBy string
 			keep[k] = u
 		}
 	}
-	entry := closedEntry{units: keep, rank: rankBlock{units: wanted, groups: groups}}
+	entry := closedEntry{units: keep, rank: rankBlock{units: wanted, groups: groups}, top: old.top}
 	s.closed.Put(cacheKey, entry, entry.bytes())
 	return units, groups, len(held), nil
 }
 
 // bytes is about what e holds in memory.
 func (e closedEntry) bytes() int {
-	n := 64 + 64*len(e.rank.units) + 48*len(e.rank.groups)
+	n := 64 + 64*len(e.rank.units) + 48*len(e.rank.groups) + 16*len(e.top)
 	for g := range e.rank.groups {
+		n += len(g)
+	}
+	for _, g := range e.top {
 		n += len(g)
 	}
 	for _, u := range e.units {
@@ -536,10 +541,12 @@ func (s *Store) unchangedUnits(ctx context.Context, sel Selection, groupBy strin
 }
 
 // readUnits reads the units keys: the sums per 10-minute window of both
-// resolutions. A unit is remembered (mark set) when remember (refreshed
-// after states were read: every version up to the checkpoint is visible),
-// its index is rememberable and it holds no version above the checkpoint.
-func (s *Store) readUnits(ctx context.Context, sel Selection, groupBy string, keys []unitKey, states map[string]indexState, remember bool) (map[unitKey]closedUnit, error) {
+// resolutions and the lines of the groups top (those the selection's last
+// chart drew, most likely drawn again: unitLines then reads nothing). A
+// unit is remembered (mark set) when remember (refreshed after states were
+// read: every version up to the checkpoint is visible), its index is
+// rememberable and it holds no version above the checkpoint.
+func (s *Store) readUnits(ctx context.Context, sel Selection, groupBy string, keys []unitKey, states map[string]indexState, remember bool, top []string) (map[unitKey]closedUnit, error) {
 	out := make(map[unitKey]closedUnit, len(keys))
 	if len(keys) == 0 {
 		return out, nil
@@ -552,9 +559,19 @@ func (s *Store) readUnits(ctx context.Context, sel Selection, groupBy string, ke
 		}
 		out[k] = u
 	}
-	sums, err := s.sumsPerWindow(ctx, s.unitIndices(keys, states), unitsQuery(sel, groupBy, keys, bothResolutions))
+	sums, lines, err := s.sumsPerWindow(ctx, s.unitIndices(keys, states), unitsQuery(sel, groupBy, keys, bothResolutions), groupBy, top)
 	if err != nil {
 		return nil, fmt.Errorf("read closed windows: %w", err)
+	}
+	if len(top) > 0 {
+		for k, u := range out {
+			u.lines = make(map[string]map[string]spanSums, len(top))
+			for _, g := range top {
+				u.lines[g] = map[string]spanSums{} // read: none is none
+			}
+			out[k] = u
+		}
+		addLines(out, lines)
 	}
 	maxSeq := map[unitKey]int64{}
 	for res, buckets := range sums {
@@ -682,31 +699,80 @@ type windowBucket struct {
 }
 
 // sumsPerWindow sums value, counts the documents and finds the largest
-// _seq_no per resolution and 10-minute window of query's documents.
-func (s *Store) sumsPerWindow(ctx context.Context, idx []string, query Query) (map[string][]windowBucket, error) {
+// _seq_no per resolution and 10-minute window of query's documents, and
+// sums the lines of the groups top (of groupBy) per 10-minute window of
+// the hourly and 10-minute documents (per resolution, per group).
+func (s *Store) sumsPerWindow(ctx context.Context, idx []string, query Query, groupBy string, top []string) (map[string][]windowBucket, map[string]map[string]spanSums, error) {
 	var ans struct {
 		Aggregations struct {
-			Res keyedWindows `json:"res"`
+			Res struct {
+				Buckets []struct {
+					Key  string `json:"key"`
+					Time struct {
+						Buckets []struct {
+							Key      int64    `json:"key"`
+							DocCount int64    `json:"doc_count"`
+							V        sumValue `json:"v"`
+							Seq      sumValue `json:"seq"`
+						} `json:"buckets"`
+					} `json:"time"`
+					Lines struct {
+						Groups keyedWindows `json:"groups"`
+					} `json:"lines"`
+				} `json:"buckets"`
+			} `json:"res"`
 		} `json:"aggregations"`
 	}
-	aggs := Aggs{"res": {
-		Terms: &Terms{Field: "resolution", Size: 3},
-		Aggs:  Aggs{"time": histogram(tenMinutes, Aggs{"v": sumOf("value"), "seq": {Max: &Metric{Field: "_seq_no"}}})},
-	}}
+	perRes := Aggs{"time": histogram(tenMinutes, Aggs{"v": sumOf("value"), "seq": {Max: &Metric{Field: "_seq_no"}}})}
+	if len(top) > 0 {
+		perRes["lines"] = Agg{
+			Filter: allOf([]Query{termsOf(groupBy, top), termsOf("resolution", []string{indices.ResolutionHour, indices.ResolutionTenMinutes})}, nil),
+			Aggs: Aggs{"groups": {
+				Terms: &Terms{Field: groupBy, Size: len(top)},
+				Aggs:  Aggs{"time": histogram(tenMinutes, Aggs{"v": sumOf("value")})},
+			}},
+		}
+	}
+	aggs := Aggs{"res": {Terms: &Terms{Field: "resolution", Size: 3}, Aggs: perRes}}
 	if err := s.search(ctx, idx, aggsRequest(query, aggs), &ans, "aggregations.res.buckets"); err != nil {
-		return nil, fmt.Errorf("sums per window: %w", err)
+		return nil, nil, fmt.Errorf("sums per window: %w", err)
 	}
 	out := map[string][]windowBucket{}
+	lines := map[string]map[string]spanSums{}
 	for _, r := range ans.Aggregations.Res.Buckets {
 		for _, b := range r.Time.Buckets {
 			out[r.Key] = append(out[r.Key], windowBucket{b.Key, b.V.Value, b.DocCount, int64(b.Seq.Value)})
 		}
+		if len(r.Lines.Groups.Buckets) > 0 {
+			lines[r.Key] = r.Lines.Groups.byKey()
+		}
 	}
-	return out, nil
+	return out, lines, nil
+}
+
+// addLines adds to units' lines (made for every group read; others are
+// left out) the sums of lines, per resolution, per group, per 10-minute
+// window, each to the unit holding its window.
+func addLines(units map[unitKey]closedUnit, lines map[string]map[string]spanSums) {
+	for res, groups := range lines {
+		for g, sums := range groups {
+			for ms, sc := range sums {
+				k, ok := unitOf(ms, res, units)
+				if !ok || units[k].lines[g] == nil {
+					continue
+				}
+				if units[k].lines[g][res] == nil {
+					units[k].lines[g][res] = spanSums{}
+				}
+				units[k].lines[g][res][ms] = sc
+			}
+		}
+	}
 }
 
 // unitLines adds to units the sums of the groups keys (lines), reading
-// those not held yet in one search, and remembers them with the units.
+// those not held yet in one search, and remembers them with the units and
+// keys as the selection's top.
 func (s *Store) unitLines(ctx context.Context, sel Selection, groupBy string, keys []string, units map[unitKey]closedUnit) error {
 	var missing []unitKey
 	for k, u := range units {
@@ -717,7 +783,12 @@ func (s *Store) unitLines(ctx context.Context, sel Selection, groupBy string, ke
 			}
 		}
 	}
+	cacheKey := closedCacheKey(sel, groupBy)
 	if len(missing) == 0 || len(keys) == 0 {
+		if old, ok := s.closed.Get(cacheKey); ok && !slices.Equal(old.top, keys) {
+			next := closedEntry{units: old.units, rank: old.rank, top: slices.Clone(keys)}
+			s.closed.Put(cacheKey, next, next.bytes())
+		}
 		return nil
 	}
 	idxSet := map[string]bool{}
@@ -765,25 +836,15 @@ func (s *Store) unitLines(ctx context.Context, sel Selection, groupBy string, ke
 		}
 		read[k] = u
 	}
+	lines := map[string]map[string]spanSums{}
 	for _, r := range ans.Aggregations.Res.Buckets {
-		for g, sums := range r.Groups.byKey() {
-			for ms, sc := range sums {
-				k, ok := unitOf(ms, r.Key, read)
-				if !ok {
-					continue
-				}
-				if read[k].lines[g][r.Key] == nil {
-					read[k].lines[g][r.Key] = spanSums{}
-				}
-				read[k].lines[g][r.Key][ms] = sc
-			}
-		}
+		lines[r.Key] = r.Groups.byKey()
 	}
+	addLines(read, lines)
 	maps.Copy(units, read)
 	// Remember them with units still held as read (not read again since).
-	cacheKey := closedCacheKey(sel, groupBy)
 	if old, ok := s.closed.Get(cacheKey); ok {
-		next := closedEntry{units: maps.Clone(old.units), rank: old.rank}
+		next := closedEntry{units: maps.Clone(old.units), rank: old.rank, top: slices.Clone(keys)}
 		for k, u := range read {
 			if o, ok := next.units[k]; ok && o.seq == u.seq && o.mark == u.mark && u.mark.uuid != "" {
 				o.lines = u.lines
