@@ -707,15 +707,8 @@ func (s *Store) sumsPerWindow(ctx context.Context, idx []string, query Query, gr
 		Aggregations struct {
 			Res struct {
 				Buckets []struct {
-					Key  string `json:"key"`
-					Time struct {
-						Buckets []struct {
-							Key      int64    `json:"key"`
-							DocCount int64    `json:"doc_count"`
-							V        sumValue `json:"v"`
-							Seq      sumValue `json:"seq"`
-						} `json:"buckets"`
-					} `json:"time"`
+					Key   string        `json:"key"`
+					Time  windowBuckets `json:"time"`
 					Lines struct {
 						Groups keyedWindows `json:"groups"`
 					} `json:"lines"`

@@ -299,15 +299,19 @@ func windowQuery(sel Selection, groupBy string, read Query, extra ...Query) Quer
 // asked for (sumsPerWindow).
 type keyedWindows struct {
 	Buckets []struct {
-		Key  string `json:"key"`
-		Time struct {
-			Buckets []struct {
-				Key      int64    `json:"key"`
-				DocCount int64    `json:"doc_count"`
-				V        sumValue `json:"v"`
-				Seq      sumValue `json:"seq"`
-			} `json:"buckets"`
-		} `json:"time"`
+		Key  string        `json:"key"`
+		Time windowBuckets `json:"time"`
+	} `json:"buckets"`
+}
+
+// windowBuckets are the buckets of a 10-minute histogram ("time") of value
+// sums ("v") and, when asked for, of the largest _seq_no ("seq").
+type windowBuckets struct {
+	Buckets []struct {
+		Key      int64    `json:"key"`
+		DocCount int64    `json:"doc_count"`
+		V        sumValue `json:"v"`
+		Seq      sumValue `json:"seq"`
 	} `json:"buckets"`
 }
 
